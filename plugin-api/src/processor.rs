@@ -1,0 +1,91 @@
+//! Processors: the unit of compute a project in projects.json names.
+
+use abi_stable::{
+    StableAbi, sabi_trait,
+    sabi_trait::prelude::TD_Opaque,
+    std_types::{RBox, RResult, RString, RVec},
+};
+
+use crate::{
+    epoch::EpochContext,
+    guard::guarded,
+    host::{Host, HostRef},
+};
+
+/// One result of a compute: the data source it is about and its snapshot.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The data source (e.g. a pool address), or empty for none. It becomes
+    /// part of the project id.
+    pub data_source: RString,
+    /// The snapshot as JSON text; the runtime canonicalizes it.
+    pub json: RString,
+}
+
+impl Snapshot {
+    pub fn new(data_source: impl Into<String>, json: impl Into<String>) -> Self {
+        Self {
+            data_source: RString::from(data_source.into()),
+            json: RString::from(json.into()),
+        }
+    }
+}
+
+/// A processor as it crosses the boundary (stable ABI).
+#[sabi_trait]
+pub trait Processor: Send + Sync {
+    /// Computes the epoch. An empty list means "nothing to submit".
+    #[sabi(last_prefix_field)]
+    fn compute(&self, epoch: &EpochContext, host: HostRef<'_>) -> RResult<RVec<Snapshot>, RString>;
+}
+
+/// An owned processor instance, as returned by the module.
+pub type ProcessorBox = Processor_TO<'static, RBox<()>>;
+
+/// What compute authors implement: plain Rust, no ABI types to juggle.
+pub trait ComputeProcessor: Send + Sync + 'static {
+    /// Computes one epoch. Report the selection decision through
+    /// `host.report_selection` before doing any work; return an empty list
+    /// when this slot has nothing to do.
+    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String>;
+}
+
+/// How a processor is listed and built.
+#[derive(Clone, Copy)]
+pub struct ProcessorSpec {
+    /// The name projects.json uses in `processor.class_name`.
+    pub class_name: &'static str,
+    /// One line for `lite-node compute list`.
+    pub description: &'static str,
+    /// Builds an instance from the project's settings (JSON object text).
+    pub new: fn(settings_json: &str) -> Result<Box<dyn ComputeProcessor>, String>,
+}
+
+impl std::fmt::Debug for ProcessorSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessorSpec")
+            .field("class_name", &self.class_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Adapts a [`ComputeProcessor`] to the boundary, catching panics.
+struct Guarded {
+    class_name: &'static str,
+    inner: Box<dyn ComputeProcessor>,
+}
+
+impl Processor for Guarded {
+    fn compute(&self, epoch: &EpochContext, host: HostRef<'_>) -> RResult<RVec<Snapshot>, RString> {
+        let host = Host::new(host);
+        guarded(self.class_name, || self.inner.compute(epoch, &host))
+            .map(RVec::from)
+            .map_err(RString::from)
+            .into()
+    }
+}
+
+pub(crate) fn boxed(class_name: &'static str, inner: Box<dyn ComputeProcessor>) -> ProcessorBox {
+    Processor_TO::from_value(Guarded { class_name, inner }, TD_Opaque)
+}
