@@ -4,10 +4,9 @@
 //! thin Rust-side wrapper compute authors call, with ordinary Rust types.
 
 use abi_stable::{
-    StableAbi,
-    sabi_trait,
-    std_types::{ROption, RResult, RSlice, RStr, RString, RVec},
+    StableAbi, sabi_trait,
     sabi_trait::prelude::TD_Opaque,
+    std_types::{ROption, RResult, RSlice, RStr, RString, RVec},
 };
 
 use crate::epoch::BlockDetail;
@@ -82,7 +81,12 @@ pub struct SelectionReport {
 #[sabi_trait]
 pub trait HostApi: Sync {
     /// One JSON-RPC call; `Ok` carries the `result` member as JSON text.
-    fn rpc(&self, chain: Chain, method: RStr<'_>, params_json: RStr<'_>) -> RResult<RString, RpcError>;
+    fn rpc(
+        &self,
+        chain: Chain,
+        method: RStr<'_>,
+        params_json: RStr<'_>,
+    ) -> RResult<RString, RpcError>;
 
     /// A JSON-RPC batch; the outer error is a transport failure, the inner
     /// results are per call, in the order given.

@@ -33,10 +33,12 @@ pub use host::{
     Chain, Host, HostApi, HostApi_TO, HostRef, LogLevel, RpcCall, RpcError, SelectionReport,
 };
 pub use module::{
-    AssignmentRequest, Assignments, ComputeModule, ComputeModuleRef, ProcessorInfo,
-    SlotAssignment, __build_module, AssignmentFn as __AssignmentFn,
+    __build_module, AssignmentFn as __AssignmentFn, AssignmentRequest, Assignments, ComputeModule,
+    ComputeModuleRef, ProcessorInfo, SlotAssignment,
 };
-pub use processor::{ComputeProcessor, Processor, ProcessorBox, ProcessorSpec, Processor_TO, Snapshot};
+pub use processor::{
+    ComputeProcessor, Processor, Processor_TO, ProcessorBox, ProcessorSpec, Snapshot,
+};
 
 /// The version of this interface crate, as compiled into a plugin or the runtime.
 ///

@@ -70,8 +70,10 @@ pub struct ComputeModule {
     pub processors: extern "C" fn() -> RVec<ProcessorInfo>,
     /// Builds the processor named `class_name` with its project settings
     /// (a JSON object as text).
-    pub new_processor:
-        extern "C" fn(class_name: RStr<'_>, settings_json: RStr<'_>) -> RResult<ProcessorBox, RString>,
+    pub new_processor: extern "C" fn(
+        class_name: RStr<'_>,
+        settings_json: RStr<'_>,
+    ) -> RResult<ProcessorBox, RString>,
     /// The data market's slot selection for one epoch.
     #[sabi(last_prefix_field)]
     pub assignments: extern "C" fn(request: &AssignmentRequest) -> RResult<Assignments, RString>,
@@ -96,7 +98,9 @@ struct Registry {
 static REGISTRY: OnceLock<Registry> = OnceLock::new();
 
 fn registry() -> &'static Registry {
-    REGISTRY.get().expect("compute module used before export_compute_module! registered it")
+    REGISTRY
+        .get()
+        .expect("compute module used before export_compute_module! registered it")
 }
 
 extern "C" fn api_version() -> RStr<'static> {
@@ -108,16 +112,26 @@ extern "C" fn processors() -> RVec<ProcessorInfo> {
         Ok(registry()
             .processors
             .iter()
-            .map(|p| ProcessorInfo { class_name: p.class_name.into(), description: p.description.into() })
+            .map(|p| ProcessorInfo {
+                class_name: p.class_name.into(),
+                description: p.description.into(),
+            })
             .collect())
     })
     .unwrap_or_default()
 }
 
-extern "C" fn new_processor(class_name: RStr<'_>, settings_json: RStr<'_>) -> RResult<ProcessorBox, RString> {
+extern "C" fn new_processor(
+    class_name: RStr<'_>,
+    settings_json: RStr<'_>,
+) -> RResult<ProcessorBox, RString> {
     guarded("new_processor", || {
         let registry = registry();
-        let Some(spec) = registry.processors.iter().find(|p| p.class_name == class_name.as_str()) else {
+        let Some(spec) = registry
+            .processors
+            .iter()
+            .find(|p| p.class_name == class_name.as_str())
+        else {
             let known: Vec<_> = registry.processors.iter().map(|p| p.class_name).collect();
             return Err(format!(
                 "processor `{class_name}` is not exported by this library; it exports: {}",
@@ -147,9 +161,17 @@ pub fn __build_module(
     processors: &'static [ProcessorSpec],
     assignments_fn: Option<AssignmentFn>,
 ) -> ComputeModuleRef {
-    let _ = REGISTRY.set(Registry { processors, assignments: assignments_fn });
-    ComputeModule { api_version, processors: self::processors, new_processor, assignments }
-        .leak_into_prefix()
+    let _ = REGISTRY.set(Registry {
+        processors,
+        assignments: assignments_fn,
+    });
+    ComputeModule {
+        api_version,
+        processors: self::processors,
+        new_processor,
+        assignments,
+    }
+    .leak_into_prefix()
 }
 
 /// Exports a compute library's root module.

@@ -1,1 +1,13 @@
+//! The lite-node runtime: loads a data market's compute package, feeds it
+//! epochs, and submits what it computes.
+//!
+//! `main.rs` only parses the command line and sets up logging; every command
+//! lives here so tests can call it with their own environment.
 
+pub mod commands;
+pub mod compute;
+pub mod config;
+mod progress;
+pub mod repo;
+
+pub use commands::{ExitStatus, exit_status};

@@ -1,1 +1,80 @@
-fn main(){}
+//! The `lite-node` command: parses arguments, sets up logging, runs a verb
+//! from the library, and turns its outcome into an exit code.
+
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use lite_node::{ExitStatus, commands, compute::Fetch, config::EnvSnapshot, exit_status};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "lite-node",
+    version,
+    about = "Lite-node runtime for decentralized data markets"
+)]
+struct Cli {
+    /// Read KEY=VALUE lines from this file for variables not already set.
+    #[arg(long, global = true, value_name = "FILE")]
+    env_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate environment, projects.json and the compute package without running.
+    Check,
+    /// Work with the compute package.
+    #[command(subcommand)]
+    Compute(ComputeCommand),
+}
+
+#[derive(Subcommand)]
+enum ComputeCommand {
+    /// Fetch, build (unless cached) and load the pinned compute package.
+    Fetch,
+    /// Show the cached compute package; never fetches or builds.
+    List,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let env = match cli
+        .env_file
+        .as_deref()
+        .map(|f| EnvSnapshot::from_process().with_env_file(f))
+    {
+        None => EnvSnapshot::from_process(),
+        Some(Ok(env)) => env,
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(ExitStatus::BadConfig as u8);
+        }
+    };
+    let filter = env.get("RUST_LOG").unwrap_or("info");
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+
+    let mut stdout = std::io::stdout().lock();
+    let result = match cli.command {
+        Command::Check => commands::check(&env, &mut stdout),
+        Command::Compute(ComputeCommand::Fetch) => {
+            commands::compute_show(&env, Fetch::Allowed, &mut stdout).map(drop)
+        }
+        Command::Compute(ComputeCommand::List) => {
+            commands::compute_show(&env, Fetch::CacheOnly, &mut stdout).map(drop)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit_status(&e) as u8)
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The command-line verbs, as library functions that take an environment and
+//! write their report to a writer.
+
+use std::{fs, io::Write, path::Path};
+
+use anyhow::{Context, Result};
+
+use crate::{
+    compute::{self, ComputeError, Fetch, LoadedPackage},
+    config::{ComputeConfig, ConfigErrors, EnvSnapshot, NodeConfig, Projects, ProjectsSource},
+    repo,
+};
+
+/// How a command ended, as the process exit code documents it (README).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    Ok = 0,
+    /// The node or a command failed while running.
+    Failure = 1,
+    /// The configuration or the input is wrong; fix it and retry.
+    BadConfig = 2,
+}
+
+/// Marks an error as the operator's to fix (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// Maps an error to its exit status: configuration problems are 2.
+pub fn exit_status(err: &anyhow::Error) -> ExitStatus {
+    let bad = err.chain().any(|c| {
+        c.is::<ConfigErrors>()
+            || c.is::<BadInput>()
+            || matches!(
+                c.downcast_ref::<ComputeError>(),
+                Some(ComputeError::Fetch(_) | ComputeError::Build { .. })
+            )
+    });
+    if bad {
+        ExitStatus::BadConfig
+    } else {
+        ExitStatus::Failure
+    }
+}
+
+/// `lite-node compute fetch` / `compute list`: ensure (or only read) the
+/// cached package, load it, and print what it holds.
+pub fn compute_show(env: &EnvSnapshot, fetch: Fetch, out: &mut dyn Write) -> Result<LoadedPackage> {
+    let cfg = ComputeConfig::from_env(env)?;
+    let package = compute::ensure(&cfg, fetch)?;
+    let loaded = LoadedPackage::load(package)?;
+    print_package(&loaded, out)?;
+    Ok(loaded)
+}
+
+fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Result<()> {
+    let m = &loaded.package.manifest;
+    writeln!(out, "cache: {}", loaded.package.dir.display())?;
+    writeln!(
+        out,
+        "source: {} {}{}",
+        m.source,
+        m.location,
+        m.branch
+            .as_ref()
+            .map(|b| format!(" (branch {b})"))
+            .unwrap_or_default()
+    )?;
+    writeln!(out, "commit: {}", m.commit)?;
+    writeln!(
+        out,
+        "built: {} with {}, plugin-api {}",
+        m.profile,
+        m.rustc.lines().next().unwrap_or_default(),
+        m.plugin_api
+    )?;
+    for lib in &loaded.libraries {
+        writeln!(out, "library {} (plugin-api {})", lib.name, lib.api_version)?;
+        for (class, description) in &lib.processors {
+            writeln!(out, "  {class}  {description}")?;
+        }
+    }
+    Ok(())
+}
+
+/// `lite-node check`: validates everything that can be checked without
+/// running, one line per check; fails when any check fails.
+pub fn check(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+    let mut failed = 0usize;
+    let mut bad_config = false;
+    let mut line =
+        |ok: bool, what: &str, detail: &str, out: &mut dyn Write| -> std::io::Result<()> {
+            if !ok {
+                failed += 1;
+            }
+            let detail = detail.replace('\n', "\n      ");
+            writeln!(out, "{} {what}: {detail}", if ok { "ok  " } else { "FAIL" })
+        };
+
+    let node = NodeConfig::from_env(env);
+    match &node {
+        Ok(cfg) => line(
+            true,
+            "environment",
+            &format!(
+                "slot {} on {}, data market {}",
+                cfg.slot_id,
+                cfg.full_namespace(),
+                cfg.data_market
+            ),
+            out,
+        )?,
+        Err(e) => {
+            bad_config = true;
+            line(false, "environment", &e.to_string(), out)?
+        }
+    }
+    let compute_cfg = ComputeConfig::from_env(env);
+    let data_dir = compute_cfg
+        .as_ref()
+        .map(|c| c.data_dir.clone())
+        .unwrap_or_else(|_| "data".into());
+    let projects = ProjectsSource::from_env(env)
+        .map_err(anyhow::Error::from)
+        .and_then(|s| load_projects(&s, &data_dir));
+    match &projects {
+        Ok(p) => {
+            let names: Vec<_> = p.projects.iter().map(|p| p.project_type.as_str()).collect();
+            line(
+                true,
+                "projects",
+                &format!("{} project(s): {}", names.len(), names.join(", ")),
+                out,
+            )?
+        }
+        Err(e) => {
+            bad_config = true;
+            line(false, "projects", &format!("{e:#}"), out)?
+        }
+    }
+    let loaded = match compute_cfg {
+        Ok(cfg) => match compute::ensure(&cfg, Fetch::Allowed)
+            .map_err(anyhow::Error::from)
+            .and_then(|p| Ok(LoadedPackage::load(p)?))
+        {
+            Ok(loaded) => {
+                let m = &loaded.package.manifest;
+                line(
+                    true,
+                    "compute package",
+                    &format!(
+                        "{} {} ({} libraries) at {}",
+                        m.source,
+                        m.commit,
+                        loaded.libraries.len(),
+                        loaded.package.dir.display()
+                    ),
+                    out,
+                )?;
+                Some(loaded)
+            }
+            Err(e) => {
+                bad_config |= exit_status(&e) == ExitStatus::BadConfig;
+                line(false, "compute package", &format!("{e:#}"), out)?;
+                None
+            }
+        },
+        Err(e) => {
+            bad_config = true;
+            line(false, "compute package", &e.to_string(), out)?;
+            None
+        }
+    };
+    match (&projects, &loaded) {
+        (Ok(projects), Some(loaded)) => {
+            for p in &projects.projects {
+                let settings = serde_json::Value::Object(p.settings.clone()).to_string();
+                let what = format!("processor {}", p.project_type);
+                match loaded.new_processor(&p.module, &p.class_name, &settings) {
+                    Ok(_) => {
+                        let lib = loaded.library(&p.module)?;
+                        line(
+                            true,
+                            &what,
+                            &format!(
+                                "{}::{} (plugin-api {})",
+                                lib.name, p.class_name, lib.api_version
+                            ),
+                            out,
+                        )?
+                    }
+                    Err(e) => {
+                        bad_config = true;
+                        line(false, &what, &e.to_string(), out)?
+                    }
+                }
+            }
+        }
+        _ => line(
+            false,
+            "processors",
+            "skipped: needs valid projects and a loadable compute package",
+            out,
+        )?,
+    }
+    if failed == 0 {
+        return Ok(());
+    }
+    let summary = format!("{failed} check(s) failed");
+    if bad_config {
+        Err(BadInput(summary).into())
+    } else {
+        Err(anyhow::anyhow!(summary))
+    }
+}
+
+/// Reads projects.json from its file, or from its pinned repository (fetched
+/// once per commit into `<data dir>/config/<commit>/`).
+pub fn load_projects(source: &ProjectsSource, data_dir: &Path) -> Result<Projects> {
+    match source {
+        ProjectsSource::File(path) => Ok(Projects::load(path)?),
+        ProjectsSource::Git { pin, file } => {
+            let root = data_dir.join("config");
+            let cached = pin.commit.as_ref().map(|c| root.join(c));
+            let dir = match cached {
+                Some(dir) if dir.join(file).is_file() => dir,
+                _ => {
+                    fs::create_dir_all(&root)
+                        .with_context(|| format!("creating {}", root.display()))?;
+                    let staging = tempfile::Builder::new()
+                        .prefix(".staging-")
+                        .tempdir_in(&root)?;
+                    let src = staging.path().join("repo");
+                    let commit = repo::checkout(pin, &src, "projects config")?;
+                    let dir = root.join(&commit);
+                    if !dir.join(file).is_file() {
+                        if !src.join(file).is_file() {
+                            return Err(BadInput(format!("{} has no {} at commit {commit} (set PROJECTS_CONFIG to its path in the repository)", pin.describe(), file.display())).into());
+                        }
+                        let _ = fs::remove_dir_all(&dir);
+                        fs::rename(&src, &dir).with_context(|| {
+                            format!("moving the projects config to {}", dir.display())
+                        })?;
+                    }
+                    dir
+                }
+            };
+            Ok(Projects::load(&dir.join(file))?)
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The runtime's side of the plugin `HostApi`: what a running processor may
+//! ask of the node. Processors run on blocking threads; anything here that
+//! needs async I/O goes through an [`RpcEndpoint`], which owns that crossing.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
+use lite_node_plugin_api::{
+    BlockDetail, Chain, HostApi, LogLevel, RpcCall, RpcError, SelectionReport,
+};
+
+/// A JSON-RPC endpoint a processor can reach through the host.
+pub trait RpcEndpoint: Send + Sync {
+    fn call(&self, method: &str, params_json: &str) -> Result<String, RpcError>;
+    fn batch(&self, calls: &[RpcCall]) -> Result<Vec<Result<String, RpcError>>, RpcError>;
+}
+
+/// The SlotSelectionTracker: the last selection decision any compute reported.
+#[derive(Debug, Default)]
+pub struct SelectionTracker {
+    last: Mutex<Option<SelectionReport>>,
+}
+
+impl SelectionTracker {
+    pub fn report(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
+        let timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let report = SelectionReport {
+            epoch_id,
+            was_selected,
+            slot_id,
+            timestamp,
+        };
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
+    }
+
+    pub fn last(&self) -> Option<SelectionReport> {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What one compute call sees of the node.
+pub struct RuntimeHost {
+    /// Names the processor in log lines (`project_type`).
+    pub project: String,
+    pub source: Option<Arc<dyn RpcEndpoint>>,
+    pub anchor: Option<Arc<dyn RpcEndpoint>>,
+    pub tracker: Arc<SelectionTracker>,
+    pub blocks: Vec<BlockDetail>,
+}
+
+impl RuntimeHost {
+    fn endpoint(&self, chain: Chain) -> Result<&Arc<dyn RpcEndpoint>, RpcError> {
+        let (endpoint, var) = match chain {
+            Chain::Source => (&self.source, "SOURCE_RPC_URL"),
+            Chain::Anchor => (&self.anchor, "POWERLOOM_RPC_URL"),
+        };
+        endpoint.as_ref().ok_or_else(|| RpcError {
+            code: ROption::RNone,
+            message: format!("no {chain:?} chain endpoint is configured ({var})").into(),
+        })
+    }
+}
+
+impl HostApi for RuntimeHost {
+    fn rpc(
+        &self,
+        chain: Chain,
+        method: RStr<'_>,
+        params_json: RStr<'_>,
+    ) -> RResult<RString, RpcError> {
+        self.endpoint(chain)
+            .and_then(|e| e.call(method.as_str(), params_json.as_str()))
+            .map(RString::from)
+            .into()
+    }
+
+    fn rpc_batch(
+        &self,
+        chain: Chain,
+        calls: RSlice<'_, RpcCall>,
+    ) -> RResult<RVec<RResult<RString, RpcError>>, RpcError> {
+        self.endpoint(chain)
+            .and_then(|e| e.batch(calls.as_slice()))
+            .map(|results| {
+                results
+                    .into_iter()
+                    .map(|r| r.map(RString::from).into())
+                    .collect()
+            })
+            .into()
+    }
+
+    fn report_selection(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
+        tracing::debug!(project = %self.project, epoch_id, was_selected, slot_id, "selection reported");
+        self.tracker.report(epoch_id, was_selected, slot_id);
+    }
+
+    fn last_selection(&self) -> ROption<SelectionReport> {
+        self.tracker.last().into()
+    }
+
+    fn block_details(&self) -> RVec<BlockDetail> {
+        self.blocks.clone().into()
+    }
+
+    fn log(&self, level: LogLevel, message: RStr<'_>) {
+        let (project, message) = (&self.project, message.as_str());
+        match level {
+            LogLevel::Error => tracing::error!(target: "compute", %project, "{message}"),
+            LogLevel::Warn => tracing::warn!(target: "compute", %project, "{message}"),
+            LogLevel::Info => tracing::info!(target: "compute", %project, "{message}"),
+            LogLevel::Debug => tracing::debug!(target: "compute", %project, "{message}"),
+            LogLevel::Trace => tracing::trace!(target: "compute", %project, "{message}"),
+        }
+    }
+}

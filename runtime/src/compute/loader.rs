@@ -1,0 +1,164 @@
+//! Loads a built package's libraries through abi_stable and builds processors.
+//!
+//! Each library is opened by its own path with `lib_header_from_path`, since
+//! `RootModule::load_from_file` caches one module per interface type and would
+//! hand back the first library for every other path.
+
+use abi_stable::{
+    library::{LibraryError, lib_header_from_path},
+    std_types::RStr,
+};
+use lite_node_plugin_api::{
+    AssignmentRequest, Assignments, ComputeModuleRef, PLUGIN_API_VERSION, ProcessorBox,
+};
+
+use super::{ComputeError, Package};
+
+/// How many lines of abi_stable's layout report to show (it runs to hundreds).
+const MISMATCH_LINES: usize = 12;
+
+/// One loaded library and the processors it exports.
+pub struct LoadedLibrary {
+    pub name: String,
+    /// The plugin-api version the library was built against.
+    pub api_version: String,
+    pub processors: Vec<(String, String)>,
+    module: ComputeModuleRef,
+}
+
+impl std::fmt::Debug for LoadedLibrary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedLibrary")
+            .field("name", &self.name)
+            .field("api_version", &self.api_version)
+            .field("processors", &self.processors)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A package whose libraries are all loaded.
+#[derive(Debug)]
+pub struct LoadedPackage {
+    pub package: Package,
+    pub libraries: Vec<LoadedLibrary>,
+}
+
+impl LoadedPackage {
+    /// Opens every library of `package`.
+    pub fn load(package: Package) -> Result<Self, ComputeError> {
+        let mut libraries = Vec::new();
+        for lib in &package.manifest.libraries {
+            let path = package.dir.join(&lib.file);
+            let header =
+                lib_header_from_path(&path).map_err(|e| load_error(&lib.name, &path, e))?;
+            let library_version = header.version_strings().version.to_string();
+            let module = header
+                .init_root_module::<ComputeModuleRef>()
+                .map_err(|e| mismatch_error(&lib.name, &library_version, e))?;
+            let processors = (module.processors())()
+                .into_iter()
+                .map(|p| (p.class_name.into_string(), p.description.into_string()))
+                .collect();
+            let api_version = (module.api_version())().to_string();
+            libraries.push(LoadedLibrary {
+                name: lib.name.clone(),
+                api_version,
+                processors,
+                module,
+            });
+        }
+        Ok(Self { package, libraries })
+    }
+
+    pub fn library(&self, module: &str) -> Result<&LoadedLibrary, ComputeError> {
+        let module = module.replace('-', "_");
+        self.libraries
+            .iter()
+            .find(|l| l.name == module)
+            .ok_or_else(|| {
+                let names: Vec<_> = self.libraries.iter().map(|l| l.name.as_str()).collect();
+                ComputeError::Load(format!(
+                    "library `{module}` is not in the compute package {}; it has: {}",
+                    self.package.manifest.commit,
+                    names.join(", ")
+                ))
+            })
+    }
+
+    /// Builds `class_name` from library `module` with the project's settings.
+    pub fn new_processor(
+        &self,
+        module: &str,
+        class_name: &str,
+        settings_json: &str,
+    ) -> Result<ProcessorBox, ComputeError> {
+        let lib = self.library(module)?;
+        (lib.module.new_processor())(RStr::from_str(class_name), RStr::from_str(settings_json))
+            .into_result()
+            .map_err(|e| ComputeError::Load(format!("library `{}`: {e}", lib.name)))
+    }
+}
+
+impl LoadedLibrary {
+    /// The data market's slot assignment, as this library implements it.
+    pub fn assignments(&self, request: &AssignmentRequest) -> Result<Assignments, String> {
+        (self.module.assignments())(request)
+            .into_result()
+            .map_err(|e| e.into_string())
+    }
+}
+
+fn load_error(name: &str, path: &std::path::Path, e: LibraryError) -> ComputeError {
+    match e {
+        LibraryError::GetSymbolError { .. } => ComputeError::Load(format!(
+            "library `{name}` ({}) exports no compute module: does it call export_compute_module!?",
+            path.display()
+        )),
+        LibraryError::InvalidAbiHeader(h) => ComputeError::Load(format!(
+            "library `{name}` was built with abi_stable {}.{}, the runtime with another; rebuild it against lite-node-plugin-api {PLUGIN_API_VERSION}",
+            h.abi_major, h.abi_minor
+        )),
+        other => ComputeError::Load(format!(
+            "cannot open library `{name}` ({}): {}",
+            path.display(),
+            first_line(&other.to_string())
+        )),
+    }
+}
+
+fn mismatch_error(name: &str, library_version: &str, e: LibraryError) -> ComputeError {
+    let detail = match &e {
+        LibraryError::IncompatibleVersionNumber {
+            expected_version,
+            actual_version,
+            ..
+        } => {
+            format!(
+                "interface versions differ (runtime {expected_version}, library {actual_version})"
+            )
+        }
+        LibraryError::AbiInstability(report) => {
+            let text = report.to_string();
+            let lines: Vec<&str> = text
+                .lines()
+                .map(str::trim_end)
+                .filter(|l| !l.trim().is_empty())
+                .collect();
+            let tail = &lines[lines.len().saturating_sub(MISMATCH_LINES)..];
+            format!(
+                "the interface layouts differ; last lines of the layout report:\n  {}",
+                tail.join("\n  ")
+            )
+        }
+        other => first_line(&other.to_string()),
+    };
+    ComputeError::Load(format!(
+        "library `{name}` was built against lite-node-plugin-api {library_version}, \
+         this runtime provides {PLUGIN_API_VERSION}: {detail}\n\
+         rebuild the compute package against this runtime's plugin-api (lite-node compute fetch does)"
+    ))
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or_default().to_owned()
+}

@@ -1,0 +1,622 @@
+//! Environment variables → checked configuration.
+//!
+//! Names follow the reference node (PROTOCOL.md §7) so operators can switch
+//! over with their existing env files.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    path::{Path, PathBuf},
+};
+
+use super::ConfigErrors;
+
+/// The variables `lite-node run` cannot start without, in the order they are
+/// reported.
+const REQUIRED: &[&str] = &[
+    "SOURCE_RPC_URL",
+    "SIGNER_ACCOUNT_ADDRESS",
+    "SIGNER_ACCOUNT_PRIVATE_KEY",
+    "SLOT_ID",
+    "POWERLOOM_RPC_URL",
+    "PROTOCOL_STATE_CONTRACT",
+    "DATA_MARKET_CONTRACT",
+    "NAMESPACE",
+    "POWERLOOM_CHAIN",
+    "SOURCE_CHAIN",
+];
+
+/// A snapshot of the environment, taken once; empty values count as unset.
+#[derive(Clone, Default)]
+pub struct EnvSnapshot {
+    vars: BTreeMap<String, String>,
+}
+
+impl EnvSnapshot {
+    /// Reads the process environment.
+    pub fn from_process() -> Self {
+        Self::from_pairs(std::env::vars())
+    }
+
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        Self {
+            vars: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+
+    /// Adds the `KEY=VALUE` lines of an env file for keys not already set
+    /// (the process environment wins, as with `docker --env-file` overrides).
+    pub fn with_env_file(mut self, path: &Path) -> Result<Self, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors::one(format!("cannot read env file {}: {e}", path.display()))
+        })?;
+        let mut problems = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let line = line.strip_prefix("export ").unwrap_or(line);
+            let Some((key, value)) = line.split_once('=') else {
+                problems.push(format!("{}:{}: expected KEY=VALUE", path.display(), n + 1));
+                continue;
+            };
+            let value = value.trim();
+            let value = value
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+                .unwrap_or(value);
+            self.vars
+                .entry(key.trim().to_owned())
+                .or_insert_with(|| value.to_owned());
+        }
+        if problems.is_empty() {
+            Ok(self)
+        } else {
+            Err(ConfigErrors { problems })
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.vars
+            .get(key)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    }
+
+    fn flag(&self, key: &str, problems: &mut Vec<String>) -> bool {
+        match self.get(key).map(str::to_ascii_lowercase).as_deref() {
+            None | Some("false" | "0" | "no") => false,
+            Some("true" | "1" | "yes") => true,
+            Some(other) => {
+                problems.push(format!("{key}={other} is not a boolean: use true or false"));
+                false
+            }
+        }
+    }
+}
+
+/// A private key: never printed, never logged.
+#[derive(Clone)]
+pub struct SecretKey([u8; 32]);
+
+impl SecretKey {
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretKey(<redacted>)")
+    }
+}
+
+/// A repository pinned to a commit (or, when explicitly allowed, a branch tip).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GitPin {
+    pub url: String,
+    pub branch: String,
+    /// Full 40-hex commit id; `None` only when unpinned use was allowed.
+    pub commit: Option<String>,
+}
+
+impl GitPin {
+    /// `repo (branch b, commit c)` with any credentials in the URL hidden.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} (branch {}, commit {})",
+            redact_url(&self.url),
+            self.branch,
+            self.commit.as_deref().unwrap_or("unpinned")
+        )
+    }
+}
+
+/// Where the compute package comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ComputeSource {
+    /// The `computes/` workspace of the checkout the node runs from.
+    Bundled(PathBuf),
+    /// A pinned repository; `path` is the workspace's directory inside it.
+    Git { pin: GitPin, path: PathBuf },
+}
+
+/// How to obtain and build the compute package.
+#[derive(Clone, Debug)]
+pub struct ComputeConfig {
+    pub source: ComputeSource,
+    /// `LITE_NODE_DATA_DIR`, absolute.
+    pub data_dir: PathBuf,
+    /// Cargo profile for compute builds (`LITE_NODE_COMPUTE_PROFILE`, default release).
+    pub profile: String,
+    /// Cargo target dir for compute builds (`LITE_NODE_COMPUTE_TARGET_DIR`,
+    /// default `<data dir>/compute/target`).
+    pub target_dir: PathBuf,
+    /// Build against this plugin-api source instead of the embedded one
+    /// (`LITE_NODE_PLUGIN_API_DIR`; for interface development).
+    pub plugin_api_dir: Option<PathBuf>,
+    /// The cargo to run (`LITE_NODE_CARGO`, default `cargo` on PATH).
+    pub cargo: PathBuf,
+    /// The rustc whose version keys the cache (`RUSTC`, default `rustc`).
+    pub rustc: PathBuf,
+}
+
+/// Where projects.json comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProjectsSource {
+    File(PathBuf),
+    /// `file` is relative to the repository root.
+    Git {
+        pin: GitPin,
+        file: PathBuf,
+    },
+}
+
+/// All the node needs to run.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub source_rpc_urls: Vec<String>,
+    pub anchor_rpc_urls: Vec<String>,
+    pub signer_address: String,
+    pub signer_key: SecretKey,
+    pub slot_id: u64,
+    pub protocol_state: String,
+    pub data_market: String,
+    pub namespace: String,
+    pub powerloom_chain: String,
+    pub source_chain: String,
+    pub collector_port: u16,
+    pub projects: ProjectsSource,
+    pub compute: ComputeConfig,
+}
+
+impl NodeConfig {
+    /// `{POWERLOOM_CHAIN}-{NAMESPACE}-{SOURCE_CHAIN}` (PROTOCOL.md §3).
+    pub fn full_namespace(&self) -> String {
+        format!(
+            "{}-{}-{}",
+            self.powerloom_chain, self.namespace, self.source_chain
+        )
+    }
+
+    /// Checks every variable the node needs, reporting all problems at once.
+    pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
+        let mut problems = Vec::new();
+        let missing: Vec<&str> = REQUIRED
+            .iter()
+            .copied()
+            .filter(|k| env.get(k).is_none())
+            .collect();
+        if !missing.is_empty() {
+            problems.push(format!(
+                "missing required environment variable{}: {} (see env.example)",
+                if missing.len() == 1 { "" } else { "s" },
+                missing.join(", ")
+            ));
+        }
+        let compute = ComputeConfig::from_env(env)
+            .map_err(|e| problems.extend(e.problems))
+            .ok();
+        let projects = ProjectsSource::from_env(env)
+            .map_err(|e| problems.extend(e.problems))
+            .ok();
+
+        let source_rpc_urls = rpc_urls(env, "SOURCE_RPC_URL", &mut problems);
+        let anchor_rpc_urls = rpc_urls(env, "POWERLOOM_RPC_URL", &mut problems);
+        let signer_address = address(env, "SIGNER_ACCOUNT_ADDRESS", &mut problems);
+        let protocol_state = address(env, "PROTOCOL_STATE_CONTRACT", &mut problems);
+        let data_market = address(env, "DATA_MARKET_CONTRACT", &mut problems);
+        let signer_key = secret_key(env, &mut problems);
+        let slot_id = match env.get("SLOT_ID").map(str::parse::<u64>) {
+            None => 0,
+            Some(Ok(id)) if id > 0 => id,
+            Some(_) => {
+                problems.push(
+                    "SLOT_ID must be a positive integer (your slot's id on the data market)".into(),
+                );
+                0
+            }
+        };
+        let collector_port = match env.get("LOCAL_COLLECTOR_PORT").map(str::parse::<u16>) {
+            None => 50051,
+            Some(Ok(p)) if p > 0 => p,
+            Some(_) => {
+                problems.push("LOCAL_COLLECTOR_PORT must be a port number (1-65535)".into());
+                0
+            }
+        };
+        let text = |k: &str| env.get(k).unwrap_or_default().to_owned();
+        for key in ["NAMESPACE", "POWERLOOM_CHAIN", "SOURCE_CHAIN"] {
+            if env.get(key).is_some_and(|v| v.contains([':', ' '])) {
+                problems.push(format!(
+                    "{key} must not contain ':' or spaces: it is part of every project id"
+                ));
+            }
+        }
+        match (compute, projects, signer_key) {
+            (Some(compute), Some(projects), Some(signer_key)) if problems.is_empty() => Ok(Self {
+                source_rpc_urls,
+                anchor_rpc_urls,
+                signer_address,
+                signer_key,
+                slot_id,
+                protocol_state,
+                data_market,
+                namespace: text("NAMESPACE"),
+                powerloom_chain: text("POWERLOOM_CHAIN"),
+                source_chain: text("SOURCE_CHAIN"),
+                collector_port,
+                projects,
+                compute,
+            }),
+            _ => Err(ConfigErrors { problems }),
+        }
+    }
+}
+
+impl ComputeConfig {
+    /// Checks the variables that say where the compute package comes from
+    /// and how to build it.
+    pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
+        let mut problems = Vec::new();
+        let allow_unpinned = env.flag("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED", &mut problems);
+        let source = match env.get("SNAPSHOTTER_COMPUTE_REPO") {
+            None => ComputeSource::Bundled(bundled_computes_dir()),
+            Some(url) => {
+                let pin = git_pin(
+                    env,
+                    "SNAPSHOTTER_COMPUTE_REPO",
+                    url,
+                    allow_unpinned,
+                    &mut problems,
+                );
+                let path = PathBuf::from(env.get("SNAPSHOTTER_COMPUTE_REPO_PATH").unwrap_or(""));
+                if path.is_absolute()
+                    || path
+                        .components()
+                        .any(|c| c == std::path::Component::ParentDir)
+                {
+                    problems.push(
+                        "SNAPSHOTTER_COMPUTE_REPO_PATH must be a relative path inside the repository (e.g. computes)"
+                            .into(),
+                    );
+                }
+                ComputeSource::Git { pin, path }
+            }
+        };
+        let data_dir = absolute(Path::new(env.get("LITE_NODE_DATA_DIR").unwrap_or("./data")));
+        let profile = env
+            .get("LITE_NODE_COMPUTE_PROFILE")
+            .unwrap_or("release")
+            .to_owned();
+        if !profile
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            problems.push(format!(
+                "LITE_NODE_COMPUTE_PROFILE={profile} is not a cargo profile name"
+            ));
+        }
+        let target_dir = env
+            .get("LITE_NODE_COMPUTE_TARGET_DIR")
+            .map(|p| absolute(Path::new(p)))
+            .unwrap_or_else(|| data_dir.join("compute").join("target"));
+        let plugin_api_dir = env
+            .get("LITE_NODE_PLUGIN_API_DIR")
+            .map(|p| absolute(Path::new(p)));
+        if problems.is_empty() {
+            Ok(Self {
+                source,
+                data_dir,
+                profile,
+                target_dir,
+                plugin_api_dir,
+                cargo: PathBuf::from(env.get("LITE_NODE_CARGO").unwrap_or("cargo")),
+                rustc: PathBuf::from(env.get("RUSTC").unwrap_or("rustc")),
+            })
+        } else {
+            Err(ConfigErrors { problems })
+        }
+    }
+}
+
+/// The bundled `computes/`: the current directory's, else the one next to the
+/// runtime's sources this binary was built from.
+fn bundled_computes_dir() -> PathBuf {
+    let here = absolute(Path::new("computes"));
+    if here.join("Cargo.toml").is_file() {
+        return here;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("computes")
+}
+
+impl ProjectsSource {
+    /// `PROJECTS_CONFIG`, or the pinned `SNAPSHOT_CONFIG_REPO{,_BRANCH,_COMMIT}`.
+    pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
+        let mut problems = Vec::new();
+        let source = match env.get("SNAPSHOT_CONFIG_REPO") {
+            None => ProjectsSource::File(absolute(Path::new(
+                env.get("PROJECTS_CONFIG").unwrap_or("./projects.json"),
+            ))),
+            Some(url) => {
+                let allow = env.flag("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED", &mut problems);
+                let pin = git_pin(env, "SNAPSHOT_CONFIG_REPO", url, allow, &mut problems);
+                let file = PathBuf::from(env.get("PROJECTS_CONFIG").unwrap_or("projects.json"));
+                if file.is_absolute()
+                    || file
+                        .components()
+                        .any(|c| c == std::path::Component::ParentDir)
+                {
+                    problems.push(
+                        "PROJECTS_CONFIG must be a relative path inside the repository when SNAPSHOT_CONFIG_REPO is set"
+                            .into(),
+                    );
+                }
+                ProjectsSource::Git { pin, file }
+            }
+        };
+        if problems.is_empty() {
+            Ok(source)
+        } else {
+            Err(ConfigErrors { problems })
+        }
+    }
+}
+
+fn git_pin(
+    env: &EnvSnapshot,
+    prefix: &str,
+    url: &str,
+    allow_unpinned: bool,
+    problems: &mut Vec<String>,
+) -> GitPin {
+    let branch_key = format!("{prefix}_BRANCH");
+    let commit_key = format!("{prefix}_COMMIT");
+    let branch = env.get(&branch_key).unwrap_or_default().to_owned();
+    if branch.is_empty() {
+        problems.push(format!(
+            "{branch_key} is required when {prefix} is set (the branch that holds the commit)"
+        ));
+    }
+    let commit = match env.get(&commit_key) {
+        Some(c) if c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Some(c.to_ascii_lowercase())
+        }
+        Some(c) => {
+            problems.push(format!(
+                "{commit_key}={c} is not a full commit id: give all 40 hex digits (git rev-parse <commit>)"
+            ));
+            None
+        }
+        None if allow_unpinned => None,
+        None => {
+            problems.push(format!(
+                "{commit_key} is not set: the node runs only a pinned commit of {prefix}; set it to a 40-hex commit id, \
+                 or set SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED=true to follow the tip of {branch_key}"
+            ));
+            None
+        }
+    };
+    GitPin {
+        url: url.to_owned(),
+        branch,
+        commit,
+    }
+}
+
+fn rpc_urls(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> Vec<String> {
+    let Some(value) = env.get(key) else {
+        return Vec::new();
+    };
+    let urls: Vec<String> = value
+        .split(',')
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .collect();
+    for u in &urls {
+        let ok = ["http://", "https://", "ws://", "wss://"]
+            .iter()
+            .any(|s| u.len() > s.len() && u.to_ascii_lowercase().starts_with(s));
+        if !ok {
+            problems.push(format!(
+                "{key} has `{}`, which is not an http(s) or ws(s) URL; separate several URLs with commas",
+                redact_url(u)
+            ));
+        }
+    }
+    urls
+}
+
+fn address(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> String {
+    let Some(value) = env.get(key) else {
+        return String::new();
+    };
+    let hex = value
+        .strip_prefix("0x")
+        .or_else(|| value.strip_prefix("0X"))
+        .unwrap_or("");
+    if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        problems.push(format!(
+            "{key}={value} is not an address: expected 0x followed by 40 hex digits"
+        ));
+    }
+    value.to_owned()
+}
+
+fn secret_key(env: &EnvSnapshot, problems: &mut Vec<String>) -> Option<SecretKey> {
+    const KEY: &str = "SIGNER_ACCOUNT_PRIVATE_KEY";
+    let Some(value) = env.get(KEY) else {
+        return Some(SecretKey([0; 32]));
+    };
+    let hex = value.strip_prefix("0x").unwrap_or(value);
+    let mut bytes = [0u8; 32];
+    match hex::decode_to_slice(hex, &mut bytes) {
+        Ok(()) if bytes != [0; 32] => Some(SecretKey(bytes)),
+        // The value itself is never echoed: it is a secret.
+        _ => {
+            problems.push(format!(
+                "{KEY} is not a private key: expected 64 hex digits (with or without 0x)"
+            ));
+            None
+        }
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The URL with any `user:password@` part replaced, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            return format!("{scheme}://***@{}", &rest[at + 1..]);
+        }
+    }
+    url.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full_env() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("SOURCE_RPC_URL", "http://127.0.0.1:8545"),
+            (
+                "SIGNER_ACCOUNT_ADDRESS",
+                "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+            ),
+            (
+                "SIGNER_ACCOUNT_PRIVATE_KEY",
+                "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+            ),
+            ("SLOT_ID", "1"),
+            (
+                "POWERLOOM_RPC_URL",
+                "http://127.0.0.1:8546,http://127.0.0.1:8547",
+            ),
+            (
+                "PROTOCOL_STATE_CONTRACT",
+                "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+            ),
+            (
+                "DATA_MARKET_CONTRACT",
+                "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512",
+            ),
+            ("NAMESPACE", "UNISWAPV3"),
+            ("POWERLOOM_CHAIN", "devnet"),
+            ("SOURCE_CHAIN", "ETH"),
+        ]
+    }
+
+    #[test]
+    fn complete_env_is_accepted_with_defaults() {
+        let cfg = NodeConfig::from_env(&EnvSnapshot::from_pairs(full_env())).unwrap();
+        assert_eq!(cfg.full_namespace(), "devnet-UNISWAPV3-ETH");
+        assert_eq!(cfg.anchor_rpc_urls.len(), 2);
+        assert_eq!(cfg.collector_port, 50051);
+        assert!(matches!(cfg.compute.source, ComputeSource::Bundled(_)));
+        assert_eq!(cfg.compute.profile, "release");
+    }
+
+    #[test]
+    fn every_missing_variable_is_named_in_one_error() {
+        let err = NodeConfig::from_env(&EnvSnapshot::default()).unwrap_err();
+        let text = err.to_string();
+        for key in REQUIRED {
+            assert!(text.contains(key), "{key} not named in: {text}");
+        }
+    }
+
+    #[test]
+    fn secret_key_never_appears_in_errors_or_debug() {
+        let mut env = full_env();
+        env.retain(|(k, _)| *k != "SIGNER_ACCOUNT_PRIVATE_KEY");
+        env.push((
+            "SIGNER_ACCOUNT_PRIVATE_KEY",
+            "0xnot-a-key-but-secret-anyway",
+        ));
+        let err = NodeConfig::from_env(&EnvSnapshot::from_pairs(env))
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("secret-anyway"), "{err}");
+        let cfg = NodeConfig::from_env(&EnvSnapshot::from_pairs(full_env())).unwrap();
+        assert!(!format!("{cfg:?}").contains("ac0974bec"));
+    }
+
+    #[test]
+    fn unpinned_repo_is_refused_unless_allowed() {
+        let mut env = vec![
+            ("SNAPSHOTTER_COMPUTE_REPO", "https://example.invalid/c.git"),
+            ("SNAPSHOTTER_COMPUTE_REPO_BRANCH", "main"),
+        ];
+        let err = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env.clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED=true"),
+            "{err}"
+        );
+        env.push(("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED", "true"));
+        let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
+        assert!(matches!(
+            cfg.source,
+            ComputeSource::Git {
+                pin: GitPin { commit: None, .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn short_commit_and_escaping_path_are_refused() {
+        let env = vec![
+            ("SNAPSHOTTER_COMPUTE_REPO", "file:///tmp/x"),
+            ("SNAPSHOTTER_COMPUTE_REPO_BRANCH", "main"),
+            ("SNAPSHOTTER_COMPUTE_REPO_COMMIT", "abc123"),
+            ("SNAPSHOTTER_COMPUTE_REPO_PATH", "../elsewhere"),
+        ];
+        let err = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap_err();
+        assert_eq!(err.problems.len(), 2, "{err}");
+    }
+
+    #[test]
+    fn credentials_in_urls_are_redacted() {
+        assert_eq!(
+            redact_url("https://user:tok@host/x.git"),
+            "https://***@host/x.git"
+        );
+        assert_eq!(redact_url("file:///a@b/repo"), "file:///a@b/repo");
+    }
+}

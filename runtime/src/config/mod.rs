@@ -1,0 +1,46 @@
+//! Everything the node is told from outside: environment variables and
+//! projects.json, checked into types that cannot be invalid.
+//!
+//! This is the only module that reads the process environment or the projects
+//! file. Each loader reports *every* problem it finds at once, as a
+//! [`ConfigErrors`], which the command line maps to exit code 2.
+
+mod env;
+mod projects;
+
+pub use env::{
+    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, NodeConfig, ProjectsSource, SecretKey,
+    redact_url,
+};
+pub use projects::{PRELOAD_TASKS, Project, Projects};
+
+use std::fmt;
+
+/// One or more problems with the node's configuration, all reported together.
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigErrors {
+    pub problems: Vec<String>,
+}
+
+impl ConfigErrors {
+    pub fn one(problem: impl Into<String>) -> Self {
+        Self {
+            problems: vec![problem.into()],
+        }
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.problems.as_slice() {
+            [one] => f.write_str(one),
+            many => {
+                write!(f, "{} configuration problems:", many.len())?;
+                for p in many {
+                    write!(f, "\n  - {p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
