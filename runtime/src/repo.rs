@@ -62,6 +62,7 @@ pub fn checkout(pin: &GitPin, dest: &Path, what: &str) -> Result<String, RepoErr
     // Depth 1 by commit, then the commit in full, then the whole branch.
     let attempts: [(&str, i32); 3] = [(commit.as_str(), 1), (commit.as_str(), 0), ("branch", 0)];
     let mut last_error = String::new();
+    let mut progress = Progress::start(format!("fetching {what}"));
     for (i, (target, depth)) in attempts.into_iter().enumerate() {
         if dest.exists() {
             std::fs::remove_dir_all(dest)
@@ -73,8 +74,9 @@ pub fn checkout(pin: &GitPin, dest: &Path, what: &str) -> Result<String, RepoErr
         } else {
             target.to_owned()
         };
-        match fetch(&repo, &pin.url, &refspec, depth, what) {
+        match fetch(&repo, &pin.url, &refspec, depth, &mut progress) {
             Ok(()) if repo.find_commit(oid).is_ok() => {
+                progress.finish(&format!("commit {commit}"));
                 if i > 0 {
                     tracing::debug!(
                         "{what}: fetched after {i} fallback(s); last refusal: {last_error}"
@@ -103,6 +105,7 @@ pub fn checkout(pin: &GitPin, dest: &Path, what: &str) -> Result<String, RepoErr
             Err(e) => last_error = e.message().to_owned(),
         }
     }
+    progress.abandon();
     let _ = std::fs::remove_dir_all(dest);
     tracing::debug!("{what}: last fetch error: {last_error}");
     Err(RepoError::CommitMissing {
@@ -143,9 +146,8 @@ fn fetch(
     url: &str,
     refspec: &str,
     depth: i32,
-    what: &str,
+    progress: &mut Progress,
 ) -> Result<(), git2::Error> {
-    let mut progress = Progress::start(format!("fetching {what}"));
     let mut callbacks = RemoteCallbacks::new();
     callbacks.transfer_progress(|p| {
         progress.update(|| {
@@ -166,11 +168,5 @@ fn fetch(
         options.depth(depth);
     }
     let mut remote = repo.remote_anonymous(url)?;
-    let result = remote.fetch(&[refspec], Some(&mut options), None);
-    drop(options);
-    match &result {
-        Ok(()) => progress.finish("done"),
-        Err(_) => progress.abandon(),
-    }
-    result
+    remote.fetch(&[refspec], Some(&mut options), None)
 }

@@ -1,1 +1,181 @@
+//! Helpers every lite-node test shares: where fixtures live, throwaway git
+//! repositories, the environment a child `lite-node` needs, and polling with a
+//! deadline (tests never sleep for a fixed time to wait for something).
 
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use tempfile::TempDir;
+
+/// The root of the lite-node checkout.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// `tests/data/<rel>`.
+pub fn data(rel: &str) -> PathBuf {
+    workspace_root().join("tests").join("data").join(rel)
+}
+
+/// A cargo target dir shared by every test that makes the runtime build a
+/// compute package, so dependencies compile once per machine, not per test.
+pub fn compute_target_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    target.join("compute-builds")
+}
+
+/// The variables a child process needs to find the toolchain, and nothing
+/// else: tests start `lite-node` with a cleared environment plus these.
+pub fn toolchain_env() -> Vec<(String, String)> {
+    [
+        "PATH",
+        "HOME",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+    ]
+    .iter()
+    .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+    .collect()
+}
+
+/// Copies a directory tree, skipping build output and hidden entries.
+pub fn copy_tree(src: &Path, dest: &Path) {
+    fs::create_dir_all(dest).unwrap();
+    for entry in fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        let name_str = name.to_string_lossy();
+        if name_str == "target" || name_str.starts_with('.') {
+            continue;
+        }
+        let to = dest.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &to);
+        } else {
+            fs::copy(entry.path(), to).unwrap();
+        }
+    }
+}
+
+/// Runs git in `dir` with a fixed identity; panics with its output on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=lite-node tests",
+            "-c",
+            "user.email=tests@lite-node.invalid",
+        ])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A throwaway git repository, as a data market would publish one.
+#[derive(Debug)]
+pub struct GitFixture {
+    _dir: TempDir,
+    pub path: PathBuf,
+    pub branch: String,
+    /// The latest commit.
+    pub commit: String,
+}
+
+impl GitFixture {
+    /// A repository on branch `main` holding each `(source dir, path in repo)`.
+    pub fn new(trees: &[(&Path, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("repo");
+        fs::create_dir_all(&path).unwrap();
+        git(&path, &["init", "-q"]);
+        for (src, dest) in trees {
+            copy_tree(src, &path.join(dest));
+        }
+        git(&path, &["add", "-A"]);
+        git(&path, &["commit", "-q", "-m", "fixture"]);
+        let commit = git(&path, &["rev-parse", "HEAD"]);
+        Self {
+            _dir: dir,
+            path,
+            branch: "main".into(),
+            commit,
+        }
+    }
+
+    /// The repository as a `file://` URL.
+    pub fn url(&self) -> String {
+        format!("file://{}", self.path.display())
+    }
+
+    /// Writes `contents` to `rel`, commits, and returns the new commit.
+    pub fn commit_file(&mut self, rel: &str, contents: &str) -> String {
+        let file = self.path.join(rel);
+        fs::create_dir_all(file.parent().unwrap()).unwrap();
+        fs::write(file, contents).unwrap();
+        git(&self.path, &["add", "-A"]);
+        git(&self.path, &["commit", "-q", "-m", "change"]);
+        self.commit = git(&self.path, &["rev-parse", "HEAD"]);
+        self.commit.clone()
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics naming `what` after `timeout`.
+pub fn poll_until<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// Every file below `dir`, relative, for asserting what a failure left behind.
+pub fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                out.extend(
+                    files_below(&p)
+                        .into_iter()
+                        .map(|f| Path::new(&entry.file_name()).join(f)),
+                );
+            } else {
+                out.push(PathBuf::from(entry.file_name()));
+            }
+        }
+    }
+    out.sort();
+    out
+}

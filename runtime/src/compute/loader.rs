@@ -139,24 +139,61 @@ fn mismatch_error(name: &str, library_version: &str, e: LibraryError) -> Compute
         }
         LibraryError::AbiInstability(report) => {
             let text = report.to_string();
-            let lines: Vec<&str> = text
-                .lines()
-                .map(str::trim_end)
-                .filter(|l| !l.trim().is_empty())
-                .collect();
-            let tail = &lines[lines.len().saturating_sub(MISMATCH_LINES)..];
-            format!(
-                "the interface layouts differ; last lines of the layout report:\n  {}",
-                tail.join("\n  ")
-            )
+            tracing::debug!("full layout report for `{name}`:\n{text}");
+            summarize_layout_report(&text)
         }
         other => first_line(&other.to_string()),
     };
     ComputeError::Load(format!(
         "library `{name}` was built against lite-node-plugin-api {library_version}, \
          this runtime provides {PLUGIN_API_VERSION}: {detail}\n\
-         rebuild the compute package against this runtime's plugin-api (lite-node compute fetch does)"
+         rebuild the compute package against this runtime's plugin-api (lite-node compute fetch does); \
+         RUST_LOG=debug shows abi_stable's full report"
     ))
+}
+
+/// Condenses abi_stable's layout report (hundreds of lines) to the type that
+/// differs and how: "`BlockDetail` differs: incompatible type size (expected
+/// 48, found 56)". Falls back to the report's last lines.
+fn summarize_layout_report(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let found_at = lines.iter().rposition(|l| *l == "Layout of found type:");
+    let type_name = found_at.and_then(|i| lines[i..].iter().find_map(|l| l.strip_prefix("type:")));
+    let mut problems = Vec::new();
+    let mut i = found_at.unwrap_or(0);
+    while i < lines.len() {
+        if let Some(what) = lines[i].strip_prefix("Error:") {
+            let value = |label: &str, at: usize| {
+                (lines.get(at) == Some(&label))
+                    .then(|| lines.get(at + 1).copied())
+                    .flatten()
+                    .unwrap_or("?")
+            };
+            problems.push(format!(
+                "{what} (expected {}, found {})",
+                value("Expected:", i + 1),
+                value("Found:", i + 3)
+            ));
+        }
+        i += 1;
+    }
+    match (type_name, problems.is_empty()) {
+        (Some(t), false) => format!(
+            "the interface layouts differ: `{t}` {}",
+            problems.join("; ")
+        ),
+        _ => {
+            let tail = &lines[lines.len().saturating_sub(MISMATCH_LINES)..];
+            format!(
+                "the interface layouts differ; last lines of the layout report:\n  {}",
+                tail.join("\n  ")
+            )
+        }
+    }
 }
 
 fn first_line(s: &str) -> String {

@@ -187,7 +187,12 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
             built_now: false,
         });
     }
-    let described = format!("{describe} at {commit}");
+    let pinned = matches!(&cfg.source, ComputeSource::Git { pin, .. } if pin.commit.is_some());
+    let described = if pinned {
+        describe
+    } else {
+        format!("{describe} at {commit}")
+    };
     let libraries = cargo_build::build(&workspace, cfg, &api, &described)?;
 
     let out = staging.join("out");

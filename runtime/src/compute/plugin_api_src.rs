@@ -52,10 +52,10 @@ impl PluginApiSource {
                 fs::write(path, contents)?;
             }
             // Another node may have written the same copy meanwhile; either is fine.
-            if let Err(e) = fs::rename(staging.path(), &dir) {
-                if !dir.join("Cargo.toml").is_file() {
-                    return Err(e);
-                }
+            if let Err(e) = fs::rename(staging.path(), &dir)
+                && !dir.join("Cargo.toml").is_file()
+            {
+                return Err(e);
             }
         }
         Ok(Self {

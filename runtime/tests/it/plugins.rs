@@ -1,0 +1,157 @@
+//! Calling processors through the real loader: misbehaving plugins come back
+//! as error values and the node process carries on.
+
+use std::sync::Arc;
+
+use lite_node::{
+    compute::{
+        self, Fetch, LoadedPackage,
+        host::{RuntimeHost, SelectionTracker},
+    },
+    config::{ComputeConfig, EnvSnapshot},
+};
+use lite_node_plugin_api::{AssignmentRequest, EpochContext, Host};
+use lite_node_testkit::{compute_target_dir, toolchain_env};
+
+use crate::support::faulty_repo;
+
+fn load_faulty(data: &std::path::Path) -> LoadedPackage {
+    let repo = faulty_repo();
+    let mut env = toolchain_env();
+    env.extend([
+        ("LITE_NODE_DATA_DIR".to_owned(), data.display().to_string()),
+        (
+            "LITE_NODE_COMPUTE_TARGET_DIR".to_owned(),
+            compute_target_dir().display().to_string(),
+        ),
+        ("SNAPSHOTTER_COMPUTE_REPO".to_owned(), repo.url()),
+        (
+            "SNAPSHOTTER_COMPUTE_REPO_BRANCH".to_owned(),
+            repo.branch.clone(),
+        ),
+        (
+            "SNAPSHOTTER_COMPUTE_REPO_COMMIT".to_owned(),
+            repo.commit.clone(),
+        ),
+    ]);
+    let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
+    let package = compute::ensure(&cfg, Fetch::Allowed).unwrap();
+    LoadedPackage::load(package).unwrap()
+}
+
+fn epoch(epoch_id: u64) -> EpochContext {
+    EpochContext {
+        epoch_id,
+        begin: 100,
+        end: 100,
+        day_id: 1,
+        slot_id: 4,
+        total_slots: 10,
+        namespace: "devnet-TEST-ETH".into(),
+        project_type: "faulty".into(),
+    }
+}
+
+fn host(tracker: &Arc<SelectionTracker>) -> RuntimeHost {
+    RuntimeHost {
+        project: "faulty".into(),
+        source: None,
+        anchor: None,
+        tracker: tracker.clone(),
+        blocks: vec![],
+    }
+}
+
+#[test]
+fn panics_and_errors_in_plugins_are_values_and_the_node_lives_on() {
+    let data = tempfile::tempdir().unwrap();
+    let package = load_faulty(data.path());
+    let tracker = Arc::new(SelectionTracker::default());
+    let runtime_host = host(&tracker);
+
+    let panicking = package
+        .new_processor("faulty", "PanickingProcessor", "{}")
+        .unwrap();
+    for id in [1, 2] {
+        let err = panicking
+            .compute(&epoch(id), Host::to_ref(&runtime_host))
+            .into_result()
+            .unwrap_err();
+        assert_eq!(
+            err.as_str(),
+            format!("PanickingProcessor panicked: fixture panic at epoch {id}")
+        );
+    }
+
+    let failing = package
+        .new_processor("faulty", "FailingProcessor", "{}")
+        .unwrap();
+    let err = failing
+        .compute(&epoch(3), Host::to_ref(&runtime_host))
+        .into_result()
+        .unwrap_err();
+    assert_eq!(err.as_str(), "fixture failure at epoch 3");
+
+    // The same library still works after its siblings panicked.
+    let echo = package
+        .new_processor("faulty", "EchoProcessor", r#"{"k":1}"#)
+        .unwrap();
+    let out = echo
+        .compute(&epoch(4), Host::to_ref(&runtime_host))
+        .into_result()
+        .unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].json.as_str(), r#"{"k":1}"#);
+    let last = tracker.last().expect("echo reported its selection");
+    assert_eq!(
+        (last.epoch_id, last.was_selected, last.slot_id),
+        (4, true, 4)
+    );
+
+    let request = AssignmentRequest {
+        epoch_id: 1,
+        block_hash: "0x00".into(),
+        total_slots: 1,
+        pools: vec![].into(),
+    };
+    let err = package
+        .library("faulty")
+        .unwrap()
+        .assignments(&request)
+        .unwrap_err();
+    assert_eq!(err, "assignments panicked: fixture assignments panic");
+}
+
+#[test]
+fn unknown_class_name_lists_what_the_library_exports() {
+    let data = tempfile::tempdir().unwrap();
+    let package = load_faulty(data.path());
+    let err = package
+        .new_processor("faulty", "Missing", "{}")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("processor `Missing` is not exported by this library; it exports: PanickingProcessor, FailingProcessor, EchoProcessor"),
+        "{err}"
+    );
+    let err = package
+        .new_processor("faulty", "EchoProcessor", r#"{"reject":true}"#)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("rejected its settings: setting `reject` present"),
+        "{err}"
+    );
+    let err = package
+        .new_processor("nope", "EchoProcessor", "{}")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("library `nope` is not in the compute package")
+            && err.contains("it has: faulty"),
+        "{err}"
+    );
+}

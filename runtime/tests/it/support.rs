@@ -1,0 +1,111 @@
+//! Running the real `lite-node` binary with a controlled environment.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use lite_node_testkit::{GitFixture, compute_target_dir, toolchain_env, workspace_root};
+use tempfile::TempDir;
+
+/// A `lite-node` invocation with its own data dir and a cleared environment.
+pub struct Node {
+    pub data: TempDir,
+    pub cwd: TempDir,
+    env: Vec<(String, String)>,
+}
+
+/// What a run printed and how it exited.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn assert_ok(&self) -> &Self {
+        assert_eq!(
+            self.code, 0,
+            "expected success\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// The value of the first `key: value` line on stdout.
+    pub fn field(&self, key: &str) -> Option<String> {
+        let prefix = format!("{key}: ");
+        self.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+    }
+}
+
+impl Node {
+    pub fn new() -> Self {
+        let data = tempfile::tempdir().unwrap();
+        let cwd = tempfile::tempdir().unwrap();
+        let mut env = toolchain_env();
+        env.push((
+            "LITE_NODE_DATA_DIR".into(),
+            data.path().display().to_string(),
+        ));
+        env.push((
+            "LITE_NODE_COMPUTE_TARGET_DIR".into(),
+            compute_target_dir().display().to_string(),
+        ));
+        Self { data, cwd, env }
+    }
+
+    pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_owned(), value.into()));
+        self
+    }
+
+    /// Points the node at a pinned compute repository.
+    pub fn compute_repo(self, repo: &GitFixture, commit: &str, path: &str) -> Self {
+        self.env("SNAPSHOTTER_COMPUTE_REPO", repo.url())
+            .env("SNAPSHOTTER_COMPUTE_REPO_BRANCH", repo.branch.clone())
+            .env("SNAPSHOTTER_COMPUTE_REPO_COMMIT", commit)
+            .env("SNAPSHOTTER_COMPUTE_REPO_PATH", path)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.data.path()
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        let out: Output = Command::new(env!("CARGO_BIN_EXE_lite-node"))
+            .args(args)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(self.cwd.path())
+            .output()
+            .expect("lite-node runs");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// A repository holding a copy of this checkout's `computes/` at `computes/`,
+/// without the plugin-api next to it, as a data market would publish it.
+pub fn computes_repo() -> GitFixture {
+    GitFixture::new(&[(&workspace_root().join("computes"), "computes")])
+}
+
+/// A repository holding the misbehaving fixture package at its root.
+pub fn faulty_repo() -> GitFixture {
+    GitFixture::new(&[(&lite_node_testkit::data("fixture-computes"), "")])
+}
+
+/// Entries under the package cache (none after a failed fetch or build).
+pub fn cached_packages(data: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(data.join("compute").join("packages"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
