@@ -79,3 +79,47 @@ fn bad_projects_file_is_reported_with_position_or_path() {
         run.stdout
     );
 }
+
+#[test]
+fn projects_json_comes_from_a_pinned_config_repo_once() {
+    let config = tempfile::tempdir().unwrap();
+    fs::copy(
+        workspace_root().join("projects.json"),
+        config.path().join("projects.json"),
+    )
+    .unwrap();
+    let repo = lite_node_testkit::GitFixture::new(&[(config.path(), "")]);
+    let env_file = workspace_root().join("env.example");
+    let node = Node::new()
+        .env("SNAPSHOT_CONFIG_REPO", repo.url())
+        .env("SNAPSHOT_CONFIG_REPO_BRANCH", repo.branch.clone())
+        .env("SNAPSHOT_CONFIG_REPO_COMMIT", repo.commit.clone());
+    let run = node.run(&["--env-file", env_file.to_str().unwrap(), "check"]);
+    run.assert_ok();
+    assert!(
+        run.stdout
+            .contains("ok   projects: 1 project(s): blockDetails"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        node.data_dir()
+            .join("config")
+            .join(&repo.commit)
+            .join("projects.json")
+            .is_file()
+    );
+
+    let bogus = "fedcba9876543210fedcba9876543210fedcba98";
+    let run = node.env("SNAPSHOT_CONFIG_REPO_COMMIT", bogus).run(&[
+        "--env-file",
+        env_file.to_str().unwrap(),
+        "check",
+    ]);
+    assert_eq!(run.code, 2, "{run:?}");
+    let expected = format!(
+        "FAIL projects: commit {bogus} not found on {} (branch main)",
+        repo.url()
+    );
+    assert!(run.stdout.contains(&expected), "{}", run.stdout);
+}

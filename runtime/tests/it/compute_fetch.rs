@@ -223,3 +223,25 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
         run.stderr
     );
 }
+
+#[test]
+fn two_nodes_starting_together_build_once_and_agree() {
+    let repo = computes_repo();
+    let node = Node::new().compute_repo(&repo, &repo.commit, "computes");
+    let runs: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| node.run(&["compute", "fetch"])))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for run in &runs {
+        run.assert_ok();
+    }
+    assert_eq!(runs[0].field("cache"), runs[1].field("cache"));
+    let builds = runs
+        .iter()
+        .filter(|r| r.stderr.contains("building compute package"))
+        .count();
+    assert_eq!(builds, 1, "exactly one node builds: {runs:#?}");
+    assert_eq!(cached_packages(node.data_dir()).len(), 1);
+}
