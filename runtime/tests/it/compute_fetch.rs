@@ -165,10 +165,14 @@ fn build_failure_shows_commit_and_compiler_error_and_caches_nothing() {
     let node = Node::new().compute_repo(&repo, &commit, "computes");
     let run = node.run(&["compute", "fetch"]);
     assert_eq!(run.code, 2, "{run:?}");
+    let error = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .expect("an error line");
     assert!(
-        run.stderr.contains(&format!("at {commit} failed to build")),
-        "{}",
-        run.stderr
+        error.contains(&commit) && error.ends_with("failed to build:"),
+        "{error}"
     );
     assert!(run.stderr.contains("mismatched types"), "{}", run.stderr);
     assert!(cached_packages(node.data_dir()).is_empty());
