@@ -4,6 +4,7 @@
 //! `main.rs` only parses the command line and sets up logging; every command
 //! lives here so tests can call it with their own environment.
 
+pub mod chain;
 pub mod commands;
 pub mod compute;
 pub mod config;

@@ -179,3 +179,70 @@ pub fn files_below(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// The pinned anvil from `devnet/node_modules` (installed by `npm ci` in
+/// `devnet/`, which `./init.sh test` runs).
+pub fn anvil_bin() -> PathBuf {
+    let bin = workspace_root().join("devnet/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil");
+    assert!(
+        bin.is_file(),
+        "anvil is not installed at {}: run `npm ci` in devnet/ (./init.sh test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A real anvil on 127.0.0.1 and a port chosen by the OS; stopped on drop,
+/// also when the test panics.
+#[derive(Debug)]
+pub struct Anvil {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl Anvil {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(args: &[&str]) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(anvil_bin())
+            .args(["--host", "127.0.0.1", "--port", "0"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("anvil starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Reads the port, then keeps draining so anvil never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(port) = line.strip_prefix("Listening on 127.0.0.1:") {
+                    let _ = tx.send(port.trim().parse::<u16>().ok());
+                }
+            }
+        });
+        let port = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(Some(port)) => port,
+            other => {
+                let _ = child.kill();
+                panic!("anvil did not report its port: {other:?}");
+            }
+        };
+        Self { child, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Anvil {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -4,4 +4,5 @@
 mod check;
 mod compute_fetch;
 mod plugins;
+mod rpc;
 mod support;

@@ -3,54 +3,10 @@
 
 use std::sync::Arc;
 
-use lite_node::{
-    compute::{
-        self, Fetch, LoadedPackage,
-        host::{RuntimeHost, SelectionTracker},
-    },
-    config::{ComputeConfig, EnvSnapshot},
-};
-use lite_node_plugin_api::{AssignmentRequest, EpochContext, Host};
-use lite_node_testkit::{compute_target_dir, toolchain_env};
+use lite_node::compute::host::{RuntimeHost, SelectionTracker};
+use lite_node_plugin_api::{AssignmentRequest, Host};
 
-use crate::support::faulty_repo;
-
-fn load_faulty(data: &std::path::Path) -> LoadedPackage {
-    let repo = faulty_repo();
-    let mut env = toolchain_env();
-    env.extend([
-        ("LITE_NODE_DATA_DIR".to_owned(), data.display().to_string()),
-        (
-            "LITE_NODE_COMPUTE_TARGET_DIR".to_owned(),
-            compute_target_dir().display().to_string(),
-        ),
-        ("SNAPSHOTTER_COMPUTE_REPO".to_owned(), repo.url()),
-        (
-            "SNAPSHOTTER_COMPUTE_REPO_BRANCH".to_owned(),
-            repo.branch.clone(),
-        ),
-        (
-            "SNAPSHOTTER_COMPUTE_REPO_COMMIT".to_owned(),
-            repo.commit.clone(),
-        ),
-    ]);
-    let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
-    let package = compute::ensure(&cfg, Fetch::Allowed).unwrap();
-    LoadedPackage::load(package).unwrap()
-}
-
-fn epoch(epoch_id: u64) -> EpochContext {
-    EpochContext {
-        epoch_id,
-        begin: 100,
-        end: 100,
-        day_id: 1,
-        slot_id: 4,
-        total_slots: 10,
-        namespace: "devnet-TEST-ETH".into(),
-        project_type: "faulty".into(),
-    }
-}
+use crate::support::{epoch, load_faulty};
 
 fn host(tracker: &Arc<SelectionTracker>) -> RuntimeHost {
     RuntimeHost {
@@ -132,7 +88,7 @@ fn unknown_class_name_lists_what_the_library_exports() {
         .unwrap()
         .to_string();
     assert!(
-        err.contains("processor `Missing` is not exported by this library; it exports: PanickingProcessor, FailingProcessor, EchoProcessor"),
+        err.contains("processor `Missing` is not exported by this library; it exports: PanickingProcessor, FailingProcessor, EchoProcessor, RpcProcessor"),
         "{err}"
     );
     let err = package

@@ -5,6 +5,11 @@ use std::{
     process::{Command, Output},
 };
 
+use lite_node::{
+    compute::{self, Fetch, LoadedPackage},
+    config::{ComputeConfig, EnvSnapshot},
+};
+use lite_node_plugin_api::EpochContext;
 use lite_node_testkit::{GitFixture, compute_target_dir, toolchain_env, workspace_root};
 use tempfile::TempDir;
 
@@ -108,4 +113,42 @@ pub fn cached_packages(data: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(data.join("compute").join("packages"))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default()
+}
+
+/// Builds (or reuses) and loads the fixture package with a fresh data dir.
+pub fn load_faulty(data: &std::path::Path) -> LoadedPackage {
+    let repo = faulty_repo();
+    let mut env = toolchain_env();
+    env.extend([
+        ("LITE_NODE_DATA_DIR".to_owned(), data.display().to_string()),
+        (
+            "LITE_NODE_COMPUTE_TARGET_DIR".to_owned(),
+            compute_target_dir().display().to_string(),
+        ),
+        ("SNAPSHOTTER_COMPUTE_REPO".to_owned(), repo.url()),
+        (
+            "SNAPSHOTTER_COMPUTE_REPO_BRANCH".to_owned(),
+            repo.branch.clone(),
+        ),
+        (
+            "SNAPSHOTTER_COMPUTE_REPO_COMMIT".to_owned(),
+            repo.commit.clone(),
+        ),
+    ]);
+    let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
+    let package = compute::ensure(&cfg, Fetch::Allowed).unwrap();
+    LoadedPackage::load(package).unwrap()
+}
+
+pub fn epoch(epoch_id: u64) -> EpochContext {
+    EpochContext {
+        epoch_id,
+        begin: 100,
+        end: 100,
+        day_id: 1,
+        slot_id: 4,
+        total_slots: 10,
+        namespace: "devnet-TEST-ETH".into(),
+        project_type: "faulty".into(),
+    }
 }

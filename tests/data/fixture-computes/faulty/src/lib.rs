@@ -1,12 +1,12 @@
 //! Processors that misbehave on purpose, for the runtime's tests.
 
 use lite_node_plugin_api::{
-    AssignmentRequest, Assignments, ComputeProcessor, EpochContext, Host, ProcessorSpec, Snapshot,
-    export_compute_module,
+    AssignmentRequest, Assignments, Chain, ComputeProcessor, EpochContext, Host, ProcessorSpec,
+    RpcCall, Snapshot, export_compute_module,
 };
 
 export_compute_module! {
-    processors: [PANICKING, FAILING, ECHO],
+    processors: [PANICKING, FAILING, ECHO, RPC],
     assignments: always_panics,
 }
 
@@ -58,4 +58,46 @@ impl ComputeProcessor for Echo {
 
 fn always_panics(_: &AssignmentRequest) -> Result<Assignments, String> {
     panic!("fixture assignments panic")
+}
+
+/// Calls the host's JSON-RPC once and in a batch, and returns what came back,
+/// so tests can watch a call cross the boundary both ways.
+pub const RPC: ProcessorSpec = ProcessorSpec {
+    class_name: "RpcProcessor",
+    description: "returns eth_chainId and a batch answer from the source chain",
+    new: |_| Ok(Box::new(Rpc)),
+};
+
+struct Rpc;
+
+impl ComputeProcessor for Rpc {
+    fn compute(&self, _: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+        let chain_id = host
+            .rpc(Chain::Source, "eth_chainId", "[]")
+            .map_err(|e| e.to_string())?;
+        let calls = [
+            RpcCall {
+                method: "eth_blockNumber".into(),
+                params_json: "[]".into(),
+            },
+            RpcCall {
+                method: "no_such_method".into(),
+                params_json: "[]".into(),
+            },
+        ];
+        let batch = host
+            .rpc_batch(Chain::Source, &calls)
+            .map_err(|e| e.to_string())?;
+        let batch: Vec<String> = batch
+            .into_iter()
+            .map(|r| match r {
+                Ok(v) => format!("ok {v}"),
+                Err(e) => format!("err {e}"),
+            })
+            .collect();
+        Ok(vec![Snapshot::new(
+            "rpc",
+            format!("{chain_id}|{}", batch.join("|")),
+        )])
+    }
 }
