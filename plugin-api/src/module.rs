@@ -74,9 +74,11 @@ pub struct ComputeModule {
         class_name: RStr<'_>,
         settings_json: RStr<'_>,
     ) -> RResult<ProcessorBox, RString>,
-    /// The data market's slot selection for one epoch.
+    /// The data market's slot selection for one epoch; `None` when this
+    /// library does not implement one.
     #[sabi(last_prefix_field)]
-    pub assignments: extern "C" fn(request: &AssignmentRequest) -> RResult<Assignments, RString>,
+    pub assignments:
+        Option<extern "C" fn(request: &AssignmentRequest) -> RResult<Assignments, RString>>,
 }
 
 impl RootModule for ComputeModuleRef {
@@ -165,6 +167,12 @@ pub fn __build_module(
         processors,
         assignments: assignments_fn,
     });
+    let assignments = match assignments_fn {
+        Some(_) => {
+            Some(assignments as extern "C" fn(&AssignmentRequest) -> RResult<Assignments, RString>)
+        }
+        None => None,
+    };
     ComputeModule {
         api_version,
         processors: self::processors,

@@ -28,6 +28,31 @@ enum Command {
     /// Work with the compute package.
     #[command(subcommand)]
     Compute(ComputeCommand),
+    /// The data market's slot assignment for one epoch, as JSON, computed by
+    /// the configured compute package: which slots work it and on which pool.
+    Assignments(AssignmentsArgs),
+}
+
+#[derive(clap::Args)]
+struct AssignmentsArgs {
+    /// Epoch id.
+    #[arg(long, value_name = "E")]
+    epoch_id: u64,
+    /// Hash of the epoch's seed block (32 bytes hex, 0x optional).
+    #[arg(long, value_name = "H")]
+    block_hash: String,
+    /// Total registered slots (getTotalNodeCount()).
+    #[arg(long, value_name = "T")]
+    total_slots: u64,
+    /// Active pools, comma-separated.
+    #[arg(long, value_name = "P1,P2,…", value_delimiter = ',')]
+    pools: Vec<String>,
+    /// A file with one pool address per line.
+    #[arg(long, value_name = "F")]
+    pools_file: Option<PathBuf>,
+    /// Answer for this slot only.
+    #[arg(long, value_name = "S")]
+    slot: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -66,6 +91,18 @@ fn main() -> ExitCode {
         Command::Compute(ComputeCommand::Fetch) => {
             commands::compute_show(&env, Fetch::Allowed, &mut stdout).map(drop)
         }
+        Command::Assignments(a) => commands::assignments(
+            &env,
+            &commands::AssignmentQuery {
+                epoch_id: a.epoch_id,
+                block_hash: a.block_hash,
+                total_slots: a.total_slots,
+                pools: a.pools,
+                pools_file: a.pools_file,
+                slot: a.slot,
+            },
+            &mut stdout,
+        ),
         Command::Compute(ComputeCommand::List) => {
             commands::compute_show(&env, Fetch::CacheOnly, &mut stdout).map(drop)
         }
