@@ -100,11 +100,20 @@ impl LoadedPackage {
 }
 
 impl LoadedLibrary {
+    /// Whether this library implements the data market's slot assignment.
+    pub fn provides_assignments(&self) -> bool {
+        self.module.assignments().is_some()
+    }
+
     /// The data market's slot assignment, as this library implements it.
     pub fn assignments(&self, request: &AssignmentRequest) -> Result<Assignments, String> {
-        (self.module.assignments())(request)
-            .into_result()
-            .map_err(|e| e.into_string())
+        match self.module.assignments() {
+            Some(rule) => rule(request).into_result().map_err(|e| e.into_string()),
+            None => Err(format!(
+                "library `{}` does not implement slot assignments",
+                self.name
+            )),
+        }
     }
 }
 
