@@ -10,8 +10,7 @@ use std::{
 };
 
 fn main() {
-    let manifest_dir =
-        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let api_dir = manifest_dir.join("..").join("plugin-api");
     let mut files = vec![PathBuf::from("Cargo.toml")];
     collect(&api_dir, Path::new("src"), &mut files);
@@ -20,31 +19,19 @@ fn main() {
         "/// (path inside the crate, contents), sorted by path.\npub static FILES: &[(&str, &str)] = &[\n",
     );
     for rel in &files {
-        let abs = api_dir
-            .join(rel)
-            .canonicalize()
-            .expect("plugin-api file exists");
+        let abs = api_dir.join(rel).canonicalize().expect("plugin-api file exists");
         let rel = rel.to_str().expect("utf-8 path").replace('\\', "/");
-        writeln!(
-            out,
-            "    ({rel:?}, include_str!({:?})),",
-            abs.display().to_string()
-        )
-        .expect("write to string");
+        writeln!(out, "    ({rel:?}, include_str!({:?})),", abs.display().to_string()).expect("write to string");
     }
     out.push_str("];\n");
-    let dest =
-        PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("plugin_api_files.rs");
+    let dest = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("plugin_api_files.rs");
     fs::write(dest, out).expect("write generated file");
     println!("cargo:rerun-if-changed=../plugin-api/Cargo.toml");
     println!("cargo:rerun-if-changed=../plugin-api/src");
 }
 
 fn collect(root: &Path, rel: &Path, files: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = fs::read_dir(root.join(rel))
-        .expect("read plugin-api/src")
-        .flatten()
-        .collect();
+    let mut entries: Vec<_> = fs::read_dir(root.join(rel)).expect("read plugin-api/src").flatten().collect();
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let rel = rel.join(entry.file_name());

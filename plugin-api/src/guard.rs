@@ -10,10 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 pub fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result,
-        Err(payload) => Err(format!(
-            "{what} panicked: {}",
-            panic_message(payload.as_ref())
-        )),
+        Err(payload) => Err(format!("{what} panicked: {}", panic_message(payload.as_ref()))),
     }
 }
 
@@ -41,9 +38,6 @@ mod tests {
     #[test]
     fn ok_and_err_pass_through() {
         assert_eq!(guarded("x", || Ok::<_, String>(3)), Ok(3));
-        assert_eq!(
-            guarded::<()>("x", || Err("no".into())),
-            Err("no".to_owned())
-        );
+        assert_eq!(guarded::<()>("x", || Err("no".into())), Err("no".to_owned()));
     }
 }

@@ -81,12 +81,7 @@ pub struct SelectionReport {
 #[sabi_trait]
 pub trait HostApi: Sync {
     /// One JSON-RPC call; `Ok` carries the `result` member as JSON text.
-    fn rpc(
-        &self,
-        chain: Chain,
-        method: RStr<'_>,
-        params_json: RStr<'_>,
-    ) -> RResult<RString, RpcError>;
+    fn rpc(&self, chain: Chain, method: RStr<'_>, params_json: RStr<'_>) -> RResult<RString, RpcError>;
 
     /// A JSON-RPC batch; the outer error is a transport failure, the inner
     /// results are per call, in the order given.
@@ -131,23 +126,13 @@ impl<'a> Host<'a> {
 
     /// One JSON-RPC call; returns the `result` member as JSON text.
     pub fn rpc(&self, chain: Chain, method: &str, params_json: &str) -> Result<String, RpcError> {
-        self.inner
-            .rpc(chain, method.into(), params_json.into())
-            .into_result()
-            .map(RString::into_string)
+        self.inner.rpc(chain, method.into(), params_json.into()).into_result().map(RString::into_string)
     }
 
     /// A JSON-RPC batch; the outer error is a transport failure.
-    pub fn rpc_batch(
-        &self,
-        chain: Chain,
-        calls: &[RpcCall],
-    ) -> Result<Vec<Result<String, RpcError>>, RpcError> {
+    pub fn rpc_batch(&self, chain: Chain, calls: &[RpcCall]) -> Result<Vec<Result<String, RpcError>>, RpcError> {
         let out = self.inner.rpc_batch(chain, calls.into()).into_result()?;
-        Ok(out
-            .into_iter()
-            .map(|r| r.into_result().map(RString::into_string))
-            .collect())
+        Ok(out.into_iter().map(|r| r.into_result().map(RString::into_string)).collect())
     }
 
     /// Reports the selection decision; do this before any other work.

@@ -29,16 +29,12 @@ mod processor;
 
 pub use epoch::{BlockDetail, EpochContext};
 pub use guard::{guarded, panic_message};
-pub use host::{
-    Chain, Host, HostApi, HostApi_TO, HostRef, LogLevel, RpcCall, RpcError, SelectionReport,
-};
+pub use host::{Chain, Host, HostApi, HostApi_TO, HostRef, LogLevel, RpcCall, RpcError, SelectionReport};
 pub use module::{
-    __build_module, AssignmentFn as __AssignmentFn, AssignmentRequest, Assignments, ComputeModule,
-    ComputeModuleRef, ProcessorInfo, SlotAssignment,
+    __build_module, AssignmentFn as __AssignmentFn, AssignmentRequest, Assignments, ComputeModule, ComputeModuleRef,
+    ProcessorInfo, SlotAssignment,
 };
-pub use processor::{
-    ComputeProcessor, Processor, Processor_TO, ProcessorBox, ProcessorSpec, Snapshot,
-};
+pub use processor::{ComputeProcessor, Processor, Processor_TO, ProcessorBox, ProcessorSpec, Snapshot};
 
 /// The version of this interface crate, as compiled into a plugin or the runtime.
 ///

@@ -43,10 +43,11 @@ pub struct AssignmentRequest {
 
 /// One selected slot and the data source it works on.
 #[repr(C)]
-#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotAssignment {
     pub slot_id: u64,
-    pub pool: RString,
+    /// Index into [`Assignments::pools`].
+    pub pool: u32,
 }
 
 /// The market's answer: the seed and every selected slot, by slot id.
@@ -55,6 +56,10 @@ pub struct SlotAssignment {
 pub struct Assignments {
     /// The epoch's seed, 64 hex digits without `0x`.
     pub seed: RString,
+    /// The pools as the rule ordered them, each as given.
+    pub pools: RVec<RString>,
+    /// Selected slots by slot id (a thousand strings per epoch would cost
+    /// more than the selection itself, so pools are referred to by index).
     pub selected: RVec<SlotAssignment>,
 }
 
@@ -70,15 +75,11 @@ pub struct ComputeModule {
     pub processors: extern "C" fn() -> RVec<ProcessorInfo>,
     /// Builds the processor named `class_name` with its project settings
     /// (a JSON object as text).
-    pub new_processor: extern "C" fn(
-        class_name: RStr<'_>,
-        settings_json: RStr<'_>,
-    ) -> RResult<ProcessorBox, RString>,
+    pub new_processor: extern "C" fn(class_name: RStr<'_>, settings_json: RStr<'_>) -> RResult<ProcessorBox, RString>,
     /// The data market's slot selection for one epoch; `None` when this
     /// library does not implement one.
     #[sabi(last_prefix_field)]
-    pub assignments:
-        Option<extern "C" fn(request: &AssignmentRequest) -> RResult<Assignments, RString>>,
+    pub assignments: Option<extern "C" fn(request: &AssignmentRequest) -> RResult<Assignments, RString>>,
 }
 
 impl RootModule for ComputeModuleRef {
@@ -100,9 +101,7 @@ struct Registry {
 static REGISTRY: OnceLock<Registry> = OnceLock::new();
 
 fn registry() -> &'static Registry {
-    REGISTRY
-        .get()
-        .expect("compute module used before export_compute_module! registered it")
+    REGISTRY.get().expect("compute module used before export_compute_module! registered it")
 }
 
 extern "C" fn api_version() -> RStr<'static> {
@@ -114,26 +113,16 @@ extern "C" fn processors() -> RVec<ProcessorInfo> {
         Ok(registry()
             .processors
             .iter()
-            .map(|p| ProcessorInfo {
-                class_name: p.class_name.into(),
-                description: p.description.into(),
-            })
+            .map(|p| ProcessorInfo { class_name: p.class_name.into(), description: p.description.into() })
             .collect())
     })
     .unwrap_or_default()
 }
 
-extern "C" fn new_processor(
-    class_name: RStr<'_>,
-    settings_json: RStr<'_>,
-) -> RResult<ProcessorBox, RString> {
+extern "C" fn new_processor(class_name: RStr<'_>, settings_json: RStr<'_>) -> RResult<ProcessorBox, RString> {
     guarded("new_processor", || {
         let registry = registry();
-        let Some(spec) = registry
-            .processors
-            .iter()
-            .find(|p| p.class_name == class_name.as_str())
-        else {
+        let Some(spec) = registry.processors.iter().find(|p| p.class_name == class_name.as_str()) else {
             let known: Vec<_> = registry.processors.iter().map(|p| p.class_name).collect();
             return Err(format!(
                 "processor `{class_name}` is not exported by this library; it exports: {}",
@@ -159,27 +148,11 @@ extern "C" fn assignments(request: &AssignmentRequest) -> RResult<Assignments, R
 
 /// Builds the root module; called by [`export_compute_module!`].
 #[doc(hidden)]
-pub fn __build_module(
-    processors: &'static [ProcessorSpec],
-    assignments_fn: Option<AssignmentFn>,
-) -> ComputeModuleRef {
-    let _ = REGISTRY.set(Registry {
-        processors,
-        assignments: assignments_fn,
-    });
-    let assignments = match assignments_fn {
-        Some(_) => {
-            Some(assignments as extern "C" fn(&AssignmentRequest) -> RResult<Assignments, RString>)
-        }
-        None => None,
-    };
-    ComputeModule {
-        api_version,
-        processors: self::processors,
-        new_processor,
-        assignments,
-    }
-    .leak_into_prefix()
+pub fn __build_module(processors: &'static [ProcessorSpec], assignments_fn: Option<AssignmentFn>) -> ComputeModuleRef {
+    let _ = REGISTRY.set(Registry { processors, assignments: assignments_fn });
+    type Rule = extern "C" fn(&AssignmentRequest) -> RResult<Assignments, RString>;
+    let assignments = assignments_fn.map(|_| assignments as Rule);
+    ComputeModule { api_version, processors: self::processors, new_processor, assignments }.leak_into_prefix()
 }
 
 /// Exports a compute library's root module.

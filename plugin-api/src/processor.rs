@@ -25,10 +25,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub fn new(data_source: impl Into<String>, json: impl Into<String>) -> Self {
-        Self {
-            data_source: RString::from(data_source.into()),
-            json: RString::from(json.into()),
-        }
+        Self { data_source: RString::from(data_source.into()), json: RString::from(json.into()) }
     }
 }
 
@@ -64,9 +61,7 @@ pub struct ProcessorSpec {
 
 impl std::fmt::Debug for ProcessorSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProcessorSpec")
-            .field("class_name", &self.class_name)
-            .finish_non_exhaustive()
+        f.debug_struct("ProcessorSpec").field("class_name", &self.class_name).finish_non_exhaustive()
     }
 }
 
@@ -79,10 +74,7 @@ struct Guarded {
 impl Processor for Guarded {
     fn compute(&self, epoch: &EpochContext, host: HostRef<'_>) -> RResult<RVec<Snapshot>, RString> {
         let host = Host::new(host);
-        guarded(self.class_name, || self.inner.compute(epoch, &host))
-            .map(RVec::from)
-            .map_err(RString::from)
-            .into()
+        guarded(self.class_name, || self.inner.compute(epoch, &host)).map(RVec::from).map_err(RString::from).into()
     }
 }
 

@@ -23,11 +23,7 @@ fn run(data: &std::path::Path, verb: &str) -> Duration {
         .output()
         .expect("lite-node runs");
     let elapsed = started.elapsed();
-    assert!(
-        out.status.success(),
-        "lite-node compute {verb} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "lite-node compute {verb} failed: {}", String::from_utf8_lossy(&out.stderr));
     elapsed
 }
 

@@ -31,16 +31,9 @@ pub fn exit_status(err: &anyhow::Error) -> ExitStatus {
     let bad = err.chain().any(|c| {
         c.is::<ConfigErrors>()
             || c.is::<BadInput>()
-            || matches!(
-                c.downcast_ref::<ComputeError>(),
-                Some(ComputeError::Fetch(_) | ComputeError::Build { .. })
-            )
+            || matches!(c.downcast_ref::<ComputeError>(), Some(ComputeError::Fetch(_) | ComputeError::Build { .. }))
     });
-    if bad {
-        ExitStatus::BadConfig
-    } else {
-        ExitStatus::Failure
-    }
+    if bad { ExitStatus::BadConfig } else { ExitStatus::Failure }
 }
 
 /// `lite-node compute fetch` / `compute list`: ensure (or only read) the
@@ -61,10 +54,7 @@ fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Result
         "source: {} {}{}",
         m.source,
         m.location,
-        m.branch
-            .as_ref()
-            .map(|b| format!(" (branch {b})"))
-            .unwrap_or_default()
+        m.branch.as_ref().map(|b| format!(" (branch {b})")).unwrap_or_default()
     )?;
     writeln!(out, "commit: {}", m.commit)?;
     writeln!(
@@ -75,7 +65,8 @@ fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Result
         m.plugin_api
     )?;
     for lib in &loaded.libraries {
-        writeln!(out, "library {} (plugin-api {})", lib.name, lib.api_version)?;
+        let extra = if lib.provides_assignments() { ", provides slot assignments" } else { "" };
+        writeln!(out, "library {} (plugin-api {}{extra})", lib.name, lib.api_version)?;
         for (class, description) in &lib.processors {
             writeln!(out, "  {class}  {description}")?;
         }
@@ -88,26 +79,20 @@ fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Result
 pub fn check(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     let mut failed = 0usize;
     let mut bad_config = false;
-    let mut line =
-        |ok: bool, what: &str, detail: &str, out: &mut dyn Write| -> std::io::Result<()> {
-            if !ok {
-                failed += 1;
-            }
-            let detail = detail.replace('\n', "\n      ");
-            writeln!(out, "{} {what}: {detail}", if ok { "ok  " } else { "FAIL" })
-        };
+    let mut line = |ok: bool, what: &str, detail: &str, out: &mut dyn Write| -> std::io::Result<()> {
+        if !ok {
+            failed += 1;
+        }
+        let detail = detail.replace('\n', "\n      ");
+        writeln!(out, "{} {what}: {detail}", if ok { "ok  " } else { "FAIL" })
+    };
 
     let node = NodeConfig::from_env(env);
     match &node {
         Ok(cfg) => line(
             true,
             "environment",
-            &format!(
-                "slot {} on {}, data market {}",
-                cfg.slot_id,
-                cfg.full_namespace(),
-                cfg.data_market
-            ),
+            &format!("slot {} on {}, data market {}", cfg.slot_id, cfg.full_namespace(), cfg.data_market),
             out,
         )?,
         Err(e) => {
@@ -116,22 +101,13 @@ pub fn check(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
         }
     }
     let compute_cfg = ComputeConfig::from_env(env);
-    let data_dir = compute_cfg
-        .as_ref()
-        .map(|c| c.data_dir.clone())
-        .unwrap_or_else(|_| "data".into());
-    let projects = ProjectsSource::from_env(env)
-        .map_err(anyhow::Error::from)
-        .and_then(|s| load_projects(&s, &data_dir));
+    let data_dir = compute_cfg.as_ref().map(|c| c.data_dir.clone()).unwrap_or_else(|_| "data".into());
+    let projects =
+        ProjectsSource::from_env(env).map_err(anyhow::Error::from).and_then(|s| load_projects(&s, &data_dir));
     match &projects {
         Ok(p) => {
             let names: Vec<_> = p.projects.iter().map(|p| p.project_type.as_str()).collect();
-            line(
-                true,
-                "projects",
-                &format!("{} project(s): {}", names.len(), names.join(", ")),
-                out,
-            )?
+            line(true, "projects", &format!("{} project(s): {}", names.len(), names.join(", ")), out)?
         }
         Err(e) => {
             bad_config = true;
@@ -182,10 +158,7 @@ pub fn check(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
                         line(
                             true,
                             &what,
-                            &format!(
-                                "{}::{} (plugin-api {})",
-                                lib.name, p.class_name, lib.api_version
-                            ),
+                            &format!("{}::{} (plugin-api {})", lib.name, p.class_name, lib.api_version),
                             out,
                         )?
                     }
@@ -196,22 +169,13 @@ pub fn check(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
                 }
             }
         }
-        _ => line(
-            false,
-            "processors",
-            "skipped: needs valid projects and a loadable compute package",
-            out,
-        )?,
+        _ => line(false, "processors", "skipped: needs valid projects and a loadable compute package", out)?,
     }
     if failed == 0 {
         return Ok(());
     }
     let summary = format!("{failed} check(s) failed");
-    if bad_config {
-        Err(BadInput(summary).into())
-    } else {
-        Err(anyhow::anyhow!(summary))
-    }
+    if bad_config { Err(BadInput(summary).into()) } else { Err(anyhow::anyhow!(summary)) }
 }
 
 /// Reads projects.json from its file, or from its pinned repository (fetched
@@ -225,22 +189,23 @@ pub fn load_projects(source: &ProjectsSource, data_dir: &Path) -> Result<Project
             let dir = match cached {
                 Some(dir) if dir.join(file).is_file() => dir,
                 _ => {
-                    fs::create_dir_all(&root)
-                        .with_context(|| format!("creating {}", root.display()))?;
-                    let staging = tempfile::Builder::new()
-                        .prefix(".staging-")
-                        .tempdir_in(&root)?;
+                    fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+                    let staging = tempfile::Builder::new().prefix(".staging-").tempdir_in(&root)?;
                     let src = staging.path().join("repo");
                     let commit = repo::checkout(pin, &src, "projects config")?;
                     let dir = root.join(&commit);
                     if !dir.join(file).is_file() {
                         if !src.join(file).is_file() {
-                            return Err(BadInput(format!("{} has no {} at commit {commit} (set PROJECTS_CONFIG to its path in the repository)", pin.describe(), file.display())).into());
+                            return Err(BadInput(format!(
+                                "{} has no {} at commit {commit} (set PROJECTS_CONFIG to its path in the repository)",
+                                pin.describe(),
+                                file.display()
+                            ))
+                            .into());
                         }
                         let _ = fs::remove_dir_all(&dir);
-                        fs::rename(&src, &dir).with_context(|| {
-                            format!("moving the projects config to {}", dir.display())
-                        })?;
+                        fs::rename(&src, &dir)
+                            .with_context(|| format!("moving the projects config to {}", dir.display()))?;
                     }
                     dir
                 }
@@ -286,52 +251,28 @@ struct SlotAnswer<'a> {
 /// `lite-node assignments`: the data market's slot assignment for one epoch,
 /// computed by the configured compute package, as JSON on `out`.
 pub fn assignments(env: &EnvSnapshot, query: &AssignmentQuery, out: &mut dyn Write) -> Result<()> {
-    let mut pools: Vec<String> = query
-        .pools
-        .iter()
-        .map(|p| p.trim().to_owned())
-        .filter(|p| !p.is_empty())
-        .collect();
+    let mut pools: Vec<String> = query.pools.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
     if let Some(file) = &query.pools_file {
         let text = fs::read_to_string(file)
             .map_err(|e| BadInput(format!("cannot read --pools-file {}: {e}", file.display())))?;
-        pools.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(str::to_owned),
-        );
+        pools.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned));
     }
     let mut problems = Vec::new();
-    let hex = query
-        .block_hash
-        .strip_prefix("0x")
-        .or_else(|| query.block_hash.strip_prefix("0X"));
+    let hex = query.block_hash.strip_prefix("0x").or_else(|| query.block_hash.strip_prefix("0X"));
     let hex = hex.unwrap_or(&query.block_hash);
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        problems.push(format!(
-            "--block-hash {} is not 32 bytes of hex (64 hex digits, 0x optional)",
-            query.block_hash
-        ));
+        problems.push(format!("--block-hash {} is not 32 bytes of hex (64 hex digits, 0x optional)", query.block_hash));
     }
     if pools.is_empty() {
-        problems.push(
-            "no pools: give --pools P1,P2,… or --pools-file FILE (one address per line)".to_owned(),
-        );
+        problems.push("no pools: give --pools P1,P2,… or --pools-file FILE (one address per line)".to_owned());
     }
     if let Some(slot) = query.slot
         && (slot == 0 || slot > query.total_slots)
     {
-        problems.push(format!(
-            "--slot {slot} is outside 1..={} (the total slots)",
-            query.total_slots
-        ));
+        problems.push(format!("--slot {slot} is outside 1..={} (the total slots)", query.total_slots));
     }
     if query.total_slots > u64::from(u32::MAX) {
-        problems.push(format!(
-            "--total-slots {} exceeds 2^32 - 1, the protocol's slot id range",
-            query.total_slots
-        ));
+        problems.push(format!("--total-slots {} exceeds 2^32 - 1, the protocol's slot id range", query.total_slots));
     }
     if !problems.is_empty() {
         return Err(ConfigErrors { problems }.into());
@@ -339,49 +280,47 @@ pub fn assignments(env: &EnvSnapshot, query: &AssignmentQuery, out: &mut dyn Wri
 
     let cfg = ComputeConfig::from_env(env)?;
     let loaded = LoadedPackage::load(compute::ensure(&cfg, Fetch::Allowed)?)?;
-    let library = loaded
-        .libraries
-        .iter()
-        .find(|l| l.provides_assignments())
-        .ok_or_else(|| {
-            BadInput(format!(
-                "the compute package {} has no library that implements slot assignments",
-                loaded.package.manifest.commit
-            ))
-        })?;
+    let library = loaded.libraries.iter().find(|l| l.provides_assignments()).ok_or_else(|| {
+        BadInput(format!(
+            "the compute package {} has no library that implements slot assignments",
+            loaded.package.manifest.commit
+        ))
+    })?;
     let request = lite_node_plugin_api::AssignmentRequest {
         epoch_id: query.epoch_id,
         block_hash: query.block_hash.as_str().into(),
         total_slots: query.total_slots,
         pools: pools.iter().map(|p| p.as_str().into()).collect(),
     };
-    let answer = library.assignments(&request).map_err(|e| {
-        BadInput(format!(
-            "library `{}` refused the assignment: {e}",
-            library.name
-        ))
-    })?;
+    let answer = library
+        .assignments(&request)
+        .map_err(|e| BadInput(format!("library `{}` refused the assignment: {e}", library.name)))?;
+    let pool_name = |i: u32| -> Result<&str> {
+        answer.pools.get(i as usize).map(|p| p.as_str()).ok_or_else(|| {
+            anyhow::anyhow!("library `{}` answered pool index {i} of {} pools", library.name, answer.pools.len())
+        })
+    };
     let json = match query.slot {
-        None => serde_json::to_string(&EpochAssignments {
-            epoch_id: query.epoch_id,
-            seed: answer.seed.as_str(),
-            total_slots: query.total_slots,
-            selected: answer
+        None => {
+            let selected = answer
                 .selected
                 .iter()
-                .map(|s| SelectedSlot {
-                    slot_id: s.slot_id,
-                    pool: s.pool.as_str(),
-                })
-                .collect(),
-        }),
+                .map(|s| Ok(SelectedSlot { slot_id: s.slot_id, pool: pool_name(s.pool)? }))
+                .collect::<Result<Vec<_>>>()?;
+            serde_json::to_string(&EpochAssignments {
+                epoch_id: query.epoch_id,
+                seed: answer.seed.as_str(),
+                total_slots: query.total_slots,
+                selected,
+            })
+        }
         Some(slot) => {
             let pick = answer.selected.iter().find(|s| s.slot_id == slot);
             serde_json::to_string(&SlotAnswer {
                 epoch_id: query.epoch_id,
                 slot_id: slot,
                 selected: pick.is_some(),
-                pool: pick.map(|s| s.pool.as_str()),
+                pool: pick.map(|s| pool_name(s.pool)).transpose()?,
             })
         }
     }?;

@@ -8,11 +8,7 @@ use lite_node::{ExitStatus, commands, compute::Fetch, config::EnvSnapshot, exit_
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(
-    name = "lite-node",
-    version,
-    about = "Lite-node runtime for decentralized data markets"
-)]
+#[command(name = "lite-node", version, about = "Lite-node runtime for decentralized data markets")]
 struct Cli {
     /// Read KEY=VALUE lines from this file for variables not already set.
     #[arg(long, global = true, value_name = "FILE")]
@@ -65,11 +61,7 @@ enum ComputeCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let env = match cli
-        .env_file
-        .as_deref()
-        .map(|f| EnvSnapshot::from_process().with_env_file(f))
-    {
+    let env = match cli.env_file.as_deref().map(|f| EnvSnapshot::from_process().with_env_file(f)) {
         None => EnvSnapshot::from_process(),
         Some(Ok(env)) => env,
         Some(Err(e)) => {
@@ -88,9 +80,7 @@ fn main() -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
         Command::Check => commands::check(&env, &mut stdout),
-        Command::Compute(ComputeCommand::Fetch) => {
-            commands::compute_show(&env, Fetch::Allowed, &mut stdout).map(drop)
-        }
+        Command::Compute(ComputeCommand::Fetch) => commands::compute_show(&env, Fetch::Allowed, &mut stdout).map(drop),
         Command::Assignments(a) => commands::assignments(
             &env,
             &commands::AssignmentQuery {
@@ -103,9 +93,7 @@ fn main() -> ExitCode {
             },
             &mut stdout,
         ),
-        Command::Compute(ComputeCommand::List) => {
-            commands::compute_show(&env, Fetch::CacheOnly, &mut stdout).map(drop)
-        }
+        Command::Compute(ComputeCommand::List) => commands::compute_show(&env, Fetch::CacheOnly, &mut stdout).map(drop),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

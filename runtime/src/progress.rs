@@ -37,12 +37,7 @@ impl Progress {
             tracing::info!("{label}: started");
         }
         let now = Instant::now();
-        Self {
-            label,
-            bar,
-            started: now,
-            last_log: now,
-        }
+        Self { label, bar, started: now, last_log: now }
     }
 
     /// Shows the current state; `message` is only evaluated when shown.
@@ -51,12 +46,7 @@ impl Progress {
             Some(bar) => bar.set_message(message()),
             None if self.last_log.elapsed() >= LOG_EVERY => {
                 self.last_log = Instant::now();
-                tracing::info!(
-                    "{}: {} ({}s so far)",
-                    self.label,
-                    message(),
-                    self.started.elapsed().as_secs()
-                );
+                tracing::info!("{}: {} ({}s so far)", self.label, message(), self.started.elapsed().as_secs());
             }
             None => {}
         }
@@ -67,11 +57,7 @@ impl Progress {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
-        tracing::info!(
-            "{}: {summary} in {:.1}s",
-            self.label,
-            self.started.elapsed().as_secs_f64()
-        );
+        tracing::info!("{}: {summary} in {:.1}s", self.label, self.started.elapsed().as_secs_f64());
     }
 
     /// Ends the step without a success line (the caller reports the error).

@@ -17,17 +17,9 @@ pub enum RepoError {
     #[error("cannot reach {repo}: {reason}")]
     Unreachable { repo: String, reason: String },
     #[error("branch {branch} not found on {repo} (wanted commit {commit})")]
-    BranchMissing {
-        repo: String,
-        branch: String,
-        commit: String,
-    },
+    BranchMissing { repo: String, branch: String, commit: String },
     #[error("commit {commit} not found on {repo} (branch {branch})")]
-    CommitMissing {
-        repo: String,
-        branch: String,
-        commit: String,
-    },
+    CommitMissing { repo: String, branch: String, commit: String },
     #[error("cannot check out {pin}: {reason}")]
     Checkout { pin: String, reason: String },
 }
@@ -50,14 +42,8 @@ pub fn checkout(pin: &GitPin, dest: &Path, what: &str) -> Result<String, RepoErr
             tip
         }
     };
-    let oid = Oid::from_str(&commit).map_err(|e| RepoError::Checkout {
-        pin: pin.describe(),
-        reason: e.to_string(),
-    })?;
-    let checkout_err = |reason: String| RepoError::Checkout {
-        pin: pin.describe(),
-        reason,
-    };
+    let oid = Oid::from_str(&commit).map_err(|e| RepoError::Checkout { pin: pin.describe(), reason: e.to_string() })?;
+    let checkout_err = |reason: String| RepoError::Checkout { pin: pin.describe(), reason };
 
     // Depth 1 by commit, then the commit in full, then the whole branch.
     let attempts: [(&str, i32); 3] = [(commit.as_str(), 1), (commit.as_str(), 0), ("branch", 0)];
@@ -65,8 +51,7 @@ pub fn checkout(pin: &GitPin, dest: &Path, what: &str) -> Result<String, RepoErr
     let mut progress = Progress::start(format!("fetching {what}"));
     for (i, (target, depth)) in attempts.into_iter().enumerate() {
         if dest.exists() {
-            std::fs::remove_dir_all(dest)
-                .map_err(|e| checkout_err(format!("cannot clear {}: {e}", dest.display())))?;
+            std::fs::remove_dir_all(dest).map_err(|e| checkout_err(format!("cannot clear {}: {e}", dest.display())))?;
         }
         let repo = Repository::init(dest).map_err(|e| checkout_err(e.message().to_owned()))?;
         let refspec = if target == "branch" {
@@ -78,26 +63,16 @@ pub fn checkout(pin: &GitPin, dest: &Path, what: &str) -> Result<String, RepoErr
             Ok(()) if repo.find_commit(oid).is_ok() => {
                 progress.finish(&format!("commit {commit}"));
                 if i > 0 {
-                    tracing::debug!(
-                        "{what}: fetched after {i} fallback(s); last refusal: {last_error}"
-                    );
+                    tracing::debug!("{what}: fetched after {i} fallback(s); last refusal: {last_error}");
                 }
-                let c = repo
-                    .find_commit(oid)
-                    .map_err(|e| checkout_err(e.message().to_owned()))?;
+                let c = repo.find_commit(oid).map_err(|e| checkout_err(e.message().to_owned()))?;
                 repo.checkout_tree(c.as_object(), Some(CheckoutBuilder::new().force()))
                     .map_err(|e| checkout_err(e.message().to_owned()))?;
-                repo.set_head_detached(oid)
-                    .map_err(|e| checkout_err(e.message().to_owned()))?;
-                let head = repo
-                    .head()
-                    .and_then(|h| h.peel_to_commit())
-                    .map_err(|e| checkout_err(e.message().to_owned()))?;
+                repo.set_head_detached(oid).map_err(|e| checkout_err(e.message().to_owned()))?;
+                let head =
+                    repo.head().and_then(|h| h.peel_to_commit()).map_err(|e| checkout_err(e.message().to_owned()))?;
                 if head.id() != oid {
-                    return Err(checkout_err(format!(
-                        "HEAD is {} after checkout",
-                        head.id()
-                    )));
+                    return Err(checkout_err(format!("HEAD is {} after checkout", head.id())));
                 }
                 return Ok(commit.clone());
             }
@@ -108,11 +83,7 @@ pub fn checkout(pin: &GitPin, dest: &Path, what: &str) -> Result<String, RepoErr
     progress.abandon();
     let _ = std::fs::remove_dir_all(dest);
     tracing::debug!("{what}: last fetch error: {last_error}");
-    Err(RepoError::CommitMissing {
-        repo: repo_name,
-        branch: pin.branch.clone(),
-        commit,
-    })
+    Err(RepoError::CommitMissing { repo: repo_name, branch: pin.branch.clone(), commit })
 }
 
 /// Lists the remote's refs (like `git ls-remote`) and returns the branch tip;
@@ -123,16 +94,9 @@ fn branch_tip(pin: &GitPin, repo_name: &str, wanted: &str) -> Result<String, Rep
         reason: e.message().to_owned(),
     };
     let mut remote = git2::Remote::create_detached(pin.url.as_str()).map_err(unreachable)?;
-    remote
-        .connect(git2::Direction::Fetch)
-        .map_err(unreachable)?;
+    remote.connect(git2::Direction::Fetch).map_err(unreachable)?;
     let wanted_ref = format!("refs/heads/{}", pin.branch);
-    let tip = remote
-        .list()
-        .map_err(unreachable)?
-        .iter()
-        .find(|h| h.name() == wanted_ref)
-        .map(|h| h.oid().to_string());
+    let tip = remote.list().map_err(unreachable)?.iter().find(|h| h.name() == wanted_ref).map(|h| h.oid().to_string());
     let _ = remote.disconnect();
     tip.ok_or_else(|| RepoError::BranchMissing {
         repo: repo_name.to_owned(),
@@ -141,13 +105,7 @@ fn branch_tip(pin: &GitPin, repo_name: &str, wanted: &str) -> Result<String, Rep
     })
 }
 
-fn fetch(
-    repo: &Repository,
-    url: &str,
-    refspec: &str,
-    depth: i32,
-    progress: &mut Progress,
-) -> Result<(), git2::Error> {
+fn fetch(repo: &Repository, url: &str, refspec: &str, depth: i32, progress: &mut Progress) -> Result<(), git2::Error> {
     let mut callbacks = RemoteCallbacks::new();
     callbacks.transfer_progress(|p| {
         progress.update(|| {
@@ -161,9 +119,7 @@ fn fetch(
         true
     });
     let mut options = FetchOptions::new();
-    options
-        .remote_callbacks(callbacks)
-        .download_tags(git2::AutotagOption::None);
+    options.remote_callbacks(callbacks).download_tags(git2::AutotagOption::None);
     if depth > 0 {
         options.depth(depth);
     }

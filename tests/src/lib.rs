@@ -13,10 +13,7 @@ use tempfile::TempDir;
 
 /// The root of the lite-node checkout.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }
 
 /// `tests/data/<rel>`.
@@ -27,25 +24,18 @@ pub fn data(rel: &str) -> PathBuf {
 /// A cargo target dir shared by every test that makes the runtime build a
 /// compute package, so dependencies compile once per machine, not per test.
 pub fn compute_target_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
     target.join("compute-builds")
 }
 
 /// The variables a child process needs to find the toolchain, and nothing
 /// else: tests start `lite-node` with a cleared environment plus these.
 pub fn toolchain_env() -> Vec<(String, String)> {
-    [
-        "PATH",
-        "HOME",
-        "CARGO_HOME",
-        "RUSTUP_HOME",
-        "RUSTUP_TOOLCHAIN",
-    ]
-    .iter()
-    .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-    .collect()
+    ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
 }
 
 /// Copies a directory tree, skipping build output and hidden entries.
@@ -70,27 +60,13 @@ pub fn copy_tree(src: &Path, dest: &Path) {
 /// Runs git in `dir` with a fixed identity; panics with its output on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=lite-node tests",
-            "-c",
-            "user.email=tests@lite-node.invalid",
-        ])
-        .args([
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "commit.gpgsign=false",
-        ])
+        .args(["-c", "user.name=lite-node tests", "-c", "user.email=tests@lite-node.invalid"])
+        .args(["-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"])
         .args(args)
         .current_dir(dir)
         .output()
         .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -117,12 +93,7 @@ impl GitFixture {
         git(&path, &["add", "-A"]);
         git(&path, &["commit", "-q", "-m", "fixture"]);
         let commit = git(&path, &["rev-parse", "HEAD"]);
-        Self {
-            _dir: dir,
-            path,
-            branch: "main".into(),
-            commit,
-        }
+        Self { _dir: dir, path, branch: "main".into(), commit }
     }
 
     /// The repository as a `file://` URL.
@@ -150,10 +121,7 @@ pub fn poll_until<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> O
         if let Some(v) = check() {
             return v;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(200));
     }
@@ -166,11 +134,7 @@ pub fn files_below(dir: &Path) -> Vec<PathBuf> {
         for entry in entries.flatten() {
             let p = entry.path();
             if p.is_dir() {
-                out.extend(
-                    files_below(&p)
-                        .into_iter()
-                        .map(|f| Path::new(&entry.file_name()).join(f)),
-                );
+                out.extend(files_below(&p).into_iter().map(|f| Path::new(&entry.file_name()).join(f)));
             } else {
                 out.push(PathBuf::from(entry.file_name()));
             }

@@ -3,9 +3,7 @@
 //! details. It needs no RPC, so tests and the local network use it to watch
 //! epochs flow end to end.
 
-use lite_node_plugin_api::{
-    ComputeProcessor, EpochContext, Host, ProcessorSpec, Snapshot, export_compute_module,
-};
+use lite_node_plugin_api::{ComputeProcessor, EpochContext, Host, ProcessorSpec, Snapshot, export_compute_module};
 use serde_json::{Map, Value, json};
 
 /// `class_name` `BlockDetailsProcessor` in projects.json.
@@ -27,12 +25,10 @@ impl BlockDetailsProcessor {
     /// Accepts an empty settings object; anything else is a configuration
     /// mistake worth reporting.
     pub fn from_settings(settings_json: &str) -> Result<Box<dyn ComputeProcessor>, String> {
-        let settings: Map<String, Value> = serde_json::from_str(settings_json)
-            .map_err(|e| format!("settings must be a JSON object: {e}"))?;
+        let settings: Map<String, Value> =
+            serde_json::from_str(settings_json).map_err(|e| format!("settings must be a JSON object: {e}"))?;
         if let Some(key) = settings.keys().next() {
-            return Err(format!(
-                "unknown setting `{key}` (BlockDetailsProcessor takes none)"
-            ));
+            return Err(format!("unknown setting `{key}` (BlockDetailsProcessor takes none)"));
         }
         Ok(Box::new(Self))
     }
@@ -43,11 +39,7 @@ impl ComputeProcessor for BlockDetailsProcessor {
         // Every slot works every epoch for this market: report it first.
         host.report_selection(epoch.epoch_id, true, epoch.slot_id);
         let blocks = host.block_details();
-        let expected = epoch
-            .end
-            .checked_sub(epoch.begin)
-            .map(|d| d + 1)
-            .unwrap_or(0);
+        let expected = epoch.end.checked_sub(epoch.begin).map(|d| d + 1).unwrap_or(0);
         if blocks.len() as u64 != expected {
             return Err(format!(
                 "epoch {} covers blocks {}..={} ({expected} blocks) but {} were preloaded",
@@ -59,10 +51,7 @@ impl ComputeProcessor for BlockDetailsProcessor {
         }
         let mut by_number = Map::new();
         for b in &blocks {
-            by_number.insert(
-                b.number.to_string(),
-                json!({ "hash": b.hash.as_str(), "timestamp": b.timestamp }),
-            );
+            by_number.insert(b.number.to_string(), json!({ "hash": b.hash.as_str(), "timestamp": b.timestamp }));
         }
         let snapshot = json!({
             "epoch": { "begin": epoch.begin, "end": epoch.end },
@@ -75,12 +64,8 @@ impl ComputeProcessor for BlockDetailsProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lite_node_plugin_api::abi_stable::std_types::{
-        ROption, RResult, RSlice, RStr, RString, RVec,
-    };
-    use lite_node_plugin_api::{
-        BlockDetail, Chain, HostApi, LogLevel, RpcCall, RpcError, SelectionReport,
-    };
+    use lite_node_plugin_api::abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
+    use lite_node_plugin_api::{BlockDetail, Chain, HostApi, LogLevel, RpcCall, RpcError, SelectionReport};
     use std::sync::Mutex;
 
     /// A host with fixed blocks that records what the processor reports.
@@ -91,26 +76,13 @@ mod tests {
 
     impl HostApi for FakeHost {
         fn rpc(&self, _: Chain, _: RStr<'_>, _: RStr<'_>) -> RResult<RString, RpcError> {
-            RResult::RErr(RpcError {
-                code: ROption::RNone,
-                message: "no rpc in tests".into(),
-            })
+            RResult::RErr(RpcError { code: ROption::RNone, message: "no rpc in tests".into() })
         }
-        fn rpc_batch(
-            &self,
-            _: Chain,
-            _: RSlice<'_, RpcCall>,
-        ) -> RResult<RVec<RResult<RString, RpcError>>, RpcError> {
-            RResult::RErr(RpcError {
-                code: ROption::RNone,
-                message: "no rpc in tests".into(),
-            })
+        fn rpc_batch(&self, _: Chain, _: RSlice<'_, RpcCall>) -> RResult<RVec<RResult<RString, RpcError>>, RpcError> {
+            RResult::RErr(RpcError { code: ROption::RNone, message: "no rpc in tests".into() })
         }
         fn report_selection(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
-            self.reports
-                .lock()
-                .unwrap()
-                .push((epoch_id, was_selected, slot_id));
+            self.reports.lock().unwrap().push((epoch_id, was_selected, slot_id));
         }
         fn last_selection(&self) -> ROption<SelectionReport> {
             ROption::RNone
@@ -135,22 +107,13 @@ mod tests {
     }
 
     fn block(number: u64) -> BlockDetail {
-        BlockDetail {
-            number,
-            hash: format!("0x{number:064x}").into(),
-            timestamp: 1_700_000_000 + number,
-        }
+        BlockDetail { number, hash: format!("0x{number:064x}").into(), timestamp: 1_700_000_000 + number }
     }
 
     #[test]
     fn snapshots_every_block_and_reports_selection_first() {
-        let host = FakeHost {
-            blocks: vec![block(9), block(10)],
-            reports: Mutex::default(),
-        };
-        let out = BlockDetailsProcessor
-            .compute(&epoch(9, 10), &Host::new(Host::to_ref(&host)))
-            .unwrap();
+        let host = FakeHost { blocks: vec![block(9), block(10)], reports: Mutex::default() };
+        let out = BlockDetailsProcessor.compute(&epoch(9, 10), &Host::new(Host::to_ref(&host))).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].data_source.as_str(), "");
         let v: Value = serde_json::from_str(&out[0].json).unwrap();
@@ -161,22 +124,15 @@ mod tests {
 
     #[test]
     fn missing_preloaded_blocks_is_an_error() {
-        let host = FakeHost {
-            blocks: vec![block(9)],
-            reports: Mutex::default(),
-        };
-        let err = BlockDetailsProcessor
-            .compute(&epoch(9, 10), &Host::new(Host::to_ref(&host)))
-            .unwrap_err();
+        let host = FakeHost { blocks: vec![block(9)], reports: Mutex::default() };
+        let err = BlockDetailsProcessor.compute(&epoch(9, 10), &Host::new(Host::to_ref(&host))).unwrap_err();
         assert!(err.contains("2 blocks) but 1 were preloaded"), "{err}");
     }
 
     #[test]
     fn unknown_settings_are_refused() {
         assert!(BlockDetailsProcessor::from_settings("{}").is_ok());
-        let err = BlockDetailsProcessor::from_settings(r#"{"pools":[]}"#)
-            .err()
-            .unwrap();
+        let err = BlockDetailsProcessor::from_settings(r#"{"pools":[]}"#).err().unwrap();
         assert!(err.contains("unknown setting `pools`"), "{err}");
     }
 }

@@ -16,13 +16,7 @@ fn request(epoch_id: u64) -> AssignmentRequest {
         block_hash: format!("0x{}", "3c".repeat(32)).into(),
         total_slots: 10_000,
         pools: (0..100u32)
-            .map(|i| {
-                format!(
-                    "0x{:040x}",
-                    u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                )
-                .into()
-            })
+            .map(|i| format!("0x{:040x}", u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15)).into())
             .collect(),
     }
 }
@@ -46,26 +40,12 @@ fn main() {
     let rust_genesis = median(101, || drop(std::hint::black_box(assignments(&genesis))));
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/reference/slot_selection.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg("--bench")
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "python reference failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new("python3").arg(script).arg("--bench").output().expect("python3 runs");
+    assert!(out.status.success(), "python reference failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let field = |name: &str| -> f64 {
         let at = text.find(name).expect("field in output") + name.len() + 3;
-        text[at..]
-            .split([',', '}'])
-            .next()
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
+        text[at..].split([',', '}']).next().unwrap().trim().parse().unwrap()
     };
     let (py_regular, py_genesis) = (field("regular_ms"), field("genesis_ms"));
     let ms = |d: Duration| d.as_secs_f64() * 1e3;

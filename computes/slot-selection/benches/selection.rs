@@ -14,13 +14,7 @@ fn request(epoch_id: u64) -> AssignmentRequest {
         block_hash: format!("0x{}", "3c".repeat(32)).into(),
         total_slots: 10_000,
         pools: (0..100u32)
-            .map(|i| {
-                format!(
-                    "0x{:040x}",
-                    u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                )
-                .into()
-            })
+            .map(|i| format!("0x{:040x}", u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15)).into())
             .collect(),
     }
 }
@@ -28,12 +22,8 @@ fn request(epoch_id: u64) -> AssignmentRequest {
 fn selection(c: &mut Criterion) {
     let regular = request(12_345);
     let genesis = request(0);
-    c.bench_function("regular epoch, T=10000, 100 pools", |b| {
-        b.iter(|| assignments(std::hint::black_box(&regular)))
-    });
-    c.bench_function("genesis epoch, T=10000, 100 pools", |b| {
-        b.iter(|| assignments(std::hint::black_box(&genesis)))
-    });
+    c.bench_function("regular epoch, T=10000, 100 pools", |b| b.iter(|| assignments(std::hint::black_box(&regular))));
+    c.bench_function("genesis epoch, T=10000, 100 pools", |b| b.iter(|| assignments(std::hint::black_box(&genesis))));
 }
 
 criterion_group!(benches, selection);

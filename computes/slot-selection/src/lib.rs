@@ -41,15 +41,9 @@ pub enum SelectionError {
 impl fmt::Display for SelectionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::BlockHash(h) => write!(
-                f,
-                "block hash `{h}` is not 32 bytes of hex (64 hex digits, 0x optional)"
-            ),
+            Self::BlockHash(h) => write!(f, "block hash `{h}` is not 32 bytes of hex (64 hex digits, 0x optional)"),
             Self::NoPools => f.write_str("no pools to assign: give at least one pool address"),
-            Self::TooManySlots(t) => write!(
-                f,
-                "total slots {t} exceeds 2^32 - 1, the protocol's slot id range"
-            ),
+            Self::TooManySlots(t) => write!(f, "total slots {t} exceeds 2^32 - 1, the protocol's slot id range"),
             Self::TooManyPools(n) => write!(f, "{n} pools exceed 2^32 - 1"),
         }
     }
@@ -67,10 +61,7 @@ pub struct Assignment {
 
 /// Parses a 32-byte block hash, with or without `0x`.
 pub fn parse_block_hash(hash: &str) -> Result<[u8; 32], SelectionError> {
-    let hex = hash
-        .strip_prefix("0x")
-        .or_else(|| hash.strip_prefix("0X"))
-        .unwrap_or(hash);
+    let hex = hash.strip_prefix("0x").or_else(|| hash.strip_prefix("0X")).unwrap_or(hash);
     let mut out = [0u8; 32];
     if hex.len() != 64 {
         return Err(SelectionError::BlockHash(hash.to_owned()));
@@ -114,16 +105,8 @@ fn sha256_short(parts: &[&[u8]]) -> [u8; 32] {
     out
 }
 
-const SHA256_IV: [u32; 8] = [
-    0x6a09_e667,
-    0xbb67_ae85,
-    0x3c6e_f372,
-    0xa54f_f53a,
-    0x510e_527f,
-    0x9b05_688c,
-    0x1f83_d9ab,
-    0x5be0_cd19,
-];
+const SHA256_IV: [u32; 8] =
+    [0x6a09_e667, 0xbb67_ae85, 0x3c6e_f372, 0xa54f_f53a, 0x510e_527f, 0x9b05_688c, 0x1f83_d9ab, 0x5be0_cd19];
 
 /// `sha256(block_hash || epoch_id.to_bytes(8, "big"))`.
 pub fn seed(block_hash: &[u8; 32], epoch_id: u64) -> [u8; 32] {
@@ -137,36 +120,39 @@ fn draw(seed: &[u8; 32], n: u32) -> u64 {
 
 /// The selected slots of a regular epoch, in shuffle order.
 pub fn selected_slots(seed: &[u8; 32], total_slots: u64) -> Result<Vec<u64>, SelectionError> {
-    let total =
-        u32::try_from(total_slots).map_err(|_| SelectionError::TooManySlots(total_slots))? as u64;
+    let total = u32::try_from(total_slots).map_err(|_| SelectionError::TooManySlots(total_slots))? as u64;
+    Ok(shuffle(seed, total).0)
+}
+
+/// The selected slots in shuffle order, and the draws `sha256(seed || i)` of
+/// each step (reused as the pool draw of slots below the step count).
+fn shuffle(seed: &[u8; 32], total: u64) -> (Vec<u64>, Vec<u64>) {
     let k = total.min(SLOTS_PER_EPOCH);
-    Ok(if total <= DENSE_LIMIT {
-        dense_prefix(seed, total, k)
-    } else {
-        sparse_prefix(seed, total, k)
-    })
+    let draws: Vec<u64> = (0..k).map(|i| draw(seed, i as u32)).collect();
+    let slots = if total <= DENSE_LIMIT { dense_prefix(&draws, total) } else { sparse_prefix(&draws, total) };
+    (slots, draws)
 }
 
 /// Totals up to this shuffle a full array; above it only touched positions
 /// are stored.
 const DENSE_LIMIT: u64 = 1 << 22;
 
-fn dense_prefix(seed: &[u8; 32], total: u64, k: u64) -> Vec<u64> {
+fn dense_prefix(draws: &[u64], total: u64) -> Vec<u64> {
     let mut items: Vec<u32> = (1..=total as u32).collect();
-    (0..k)
+    (0..draws.len() as u64)
         .map(|i| {
-            let j = i + draw(seed, i as u32) % (total - i);
+            let j = i + draws[i as usize] % (total - i);
             items.swap(i as usize, j as usize);
             u64::from(items[i as usize])
         })
         .collect()
 }
 
-fn sparse_prefix(seed: &[u8; 32], total: u64, k: u64) -> Vec<u64> {
-    let mut moved = std::collections::HashMap::with_capacity(2 * k as usize);
-    (0..k)
+fn sparse_prefix(draws: &[u64], total: u64) -> Vec<u64> {
+    let mut moved = std::collections::HashMap::with_capacity(2 * draws.len());
+    (0..draws.len() as u64)
         .map(|i| {
-            let j = i + draw(seed, i as u32) % (total - i);
+            let j = i + draws[i as usize] % (total - i);
             let at_j = *moved.get(&j).unwrap_or(&(j + 1));
             let at_i = *moved.get(&i).unwrap_or(&(i + 1));
             moved.insert(j, at_i);
@@ -189,32 +175,29 @@ pub fn assign(
 ) -> Result<Assignment, SelectionError> {
     let seed = seed(block_hash, epoch_id);
     if total_slots == 0 {
-        return Ok(Assignment {
-            seed,
-            selected: Vec::new(),
-        });
+        return Ok(Assignment { seed, selected: Vec::new() });
     }
     if pools == 0 {
         return Err(SelectionError::NoPools);
     }
-    let total =
-        u32::try_from(total_slots).map_err(|_| SelectionError::TooManySlots(total_slots))?;
+    let total = u32::try_from(total_slots).map_err(|_| SelectionError::TooManySlots(total_slots))?;
     let n = u32::try_from(pools).map_err(|_| SelectionError::TooManyPools(pools))?;
     let selected = if epoch_id == 0 {
         let slots: Vec<u32> = (1..=total).collect();
         let mut indices = Vec::new();
         mt::choice_indices(&slots, n, &mut indices);
-        slots
-            .into_iter()
-            .zip(indices)
-            .map(|(s, i)| (u64::from(s), i as usize))
-            .collect()
+        slots.into_iter().zip(indices).map(|(s, i)| (u64::from(s), i as usize)).collect()
     } else {
-        let mut slots = selected_slots(&seed, total_slots)?;
+        let (mut slots, draws) = shuffle(&seed, u64::from(total));
         slots.sort_unstable();
         slots
             .into_iter()
-            .map(|s| (s, pool_index(&seed, s, pools)))
+            .map(|s| {
+                // The pool draw hashes the slot id as the shuffle hashed step
+                // ids: for slots below the step count it is already known.
+                let h = draws.get(s as usize).copied().unwrap_or_else(|| draw(&seed, s as u32));
+                (s, (h % pools as u64) as usize)
+            })
             .collect()
     };
     Ok(Assignment { seed, selected })
@@ -240,9 +223,7 @@ pub fn slot_assignment(
     }
     let seed = seed(block_hash, epoch_id);
     let selected = selected_slots(&seed, total_slots)?;
-    Ok(selected
-        .contains(&slot_id)
-        .then(|| pool_index(&seed, slot_id, pools)))
+    Ok(selected.contains(&slot_id).then(|| pool_index(&seed, slot_id, pools)))
 }
 
 /// What a processor calls before any work: computes whether this node's slot
@@ -256,14 +237,8 @@ pub fn decide<'p, S: AsRef<str>>(
 ) -> Result<Option<&'p str>, String> {
     let hash = parse_block_hash(block_hash).map_err(|e| e.to_string())?;
     let sorted = sorted_pools(pools);
-    let pick = slot_assignment(
-        epoch.epoch_id,
-        &hash,
-        epoch.total_slots,
-        sorted.len(),
-        epoch.slot_id,
-    )
-    .map_err(|e| format!("slot selection for epoch {}: {e}", epoch.epoch_id))?;
+    let pick = slot_assignment(epoch.epoch_id, &hash, epoch.total_slots, sorted.len(), epoch.slot_id)
+        .map_err(|e| format!("slot selection for epoch {}: {e}", epoch.epoch_id))?;
     host.report_selection(epoch.epoch_id, pick.is_some(), epoch.slot_id);
     Ok(pick.map(|i| sorted[i]))
 }
@@ -272,18 +247,11 @@ pub fn decide<'p, S: AsRef<str>>(
 pub fn assignments(request: &AssignmentRequest) -> Result<Assignments, String> {
     let hash = parse_block_hash(&request.block_hash).map_err(|e| e.to_string())?;
     let sorted = sorted_pools(&request.pools);
-    let a = assign(request.epoch_id, &hash, request.total_slots, sorted.len())
-        .map_err(|e| e.to_string())?;
+    let a = assign(request.epoch_id, &hash, request.total_slots, sorted.len()).map_err(|e| e.to_string())?;
     Ok(Assignments {
         seed: hex(&a.seed).into(),
-        selected: a
-            .selected
-            .into_iter()
-            .map(|(slot_id, i)| SlotAssignment {
-                slot_id,
-                pool: sorted[i].into(),
-            })
-            .collect(),
+        pools: sorted.iter().map(|p| (*p).into()).collect(),
+        selected: a.selected.into_iter().map(|(slot_id, i)| SlotAssignment { slot_id, pool: i as u32 }).collect(),
     })
 }
 
@@ -301,12 +269,7 @@ mod tests {
         let h = "0x".to_owned() + &"ab".repeat(32);
         assert_eq!(parse_block_hash(&h).unwrap(), [0xab; 32]);
         assert_eq!(parse_block_hash(&h[2..]).unwrap(), [0xab; 32]);
-        for bad in [
-            "0x12",
-            "zz",
-            &("0x".to_owned() + &"g1".repeat(32)),
-            &"ab".repeat(33),
-        ] {
+        for bad in ["0x12", "zz", &("0x".to_owned() + &"g1".repeat(32)), &"ab".repeat(33)] {
             assert!(parse_block_hash(bad).is_err(), "{bad}");
         }
     }
@@ -315,54 +278,26 @@ mod tests {
     fn short_hash_matches_the_sha2_crate() {
         use sha2::Digest;
         let data = [7u8; 40];
-        assert_eq!(
-            sha256_short(&[&data[..32], &data[32..]]),
-            <[u8; 32]>::from(sha2::Sha256::digest(data))
-        );
-        assert_eq!(
-            sha256_short(&[&data[..36]]),
-            <[u8; 32]>::from(sha2::Sha256::digest(&data[..36]))
-        );
+        assert_eq!(sha256_short(&[&data[..32], &data[32..]]), <[u8; 32]>::from(sha2::Sha256::digest(data)));
+        assert_eq!(sha256_short(&[&data[..36]]), <[u8; 32]>::from(sha2::Sha256::digest(&data[..36])));
     }
 
     #[test]
     fn sparse_and_dense_shuffles_agree() {
-        for (epoch, total) in [
-            (9, 1u64),
-            (9, 2),
-            (10, 999),
-            (11, 1000),
-            (12, 1001),
-            (13, 50_000),
-            (14, DENSE_LIMIT),
-        ] {
+        for (epoch, total) in [(9, 1u64), (9, 2), (10, 999), (11, 1000), (12, 1001), (13, 50_000), (14, DENSE_LIMIT)] {
             let seed = seed(&[epoch as u8; 32], epoch);
-            let k = total.min(SLOTS_PER_EPOCH);
-            assert_eq!(
-                dense_prefix(&seed, total, k),
-                sparse_prefix(&seed, total, k),
-                "total {total}"
-            );
+            let draws: Vec<u64> = (0..total.min(SLOTS_PER_EPOCH)).map(|i| draw(&seed, i as u32)).collect();
+            assert_eq!(dense_prefix(&draws, total), sparse_prefix(&draws, total), "total {total}");
         }
     }
 
     #[test]
     fn edge_cases() {
         let h = [0u8; 32];
-        assert!(
-            assign(5, &h, 0, 0).unwrap().selected.is_empty(),
-            "no slots, nothing selected"
-        );
+        assert!(assign(5, &h, 0, 0).unwrap().selected.is_empty(), "no slots, nothing selected");
         assert_eq!(assign(5, &h, 3, 0), Err(SelectionError::NoPools));
-        assert_eq!(
-            assign(5, &h, 1 << 32, 1),
-            Err(SelectionError::TooManySlots(1 << 32))
-        );
+        assert_eq!(assign(5, &h, 1 << 32, 1), Err(SelectionError::TooManySlots(1 << 32)));
         assert_eq!(assign(5, &h, 1, 1).unwrap().selected, vec![(1, 0)]);
-        assert_eq!(
-            slot_assignment(5, &h, 3, 1, 4).unwrap(),
-            None,
-            "a slot above the total is never selected"
-        );
+        assert_eq!(slot_assignment(5, &h, 3, 1, 4).unwrap(), None, "a slot above the total is never selected");
     }
 }

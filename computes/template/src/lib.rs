@@ -11,9 +11,7 @@
 //! Keys of the project entry other than `project_type`, `processor` and
 //! `preload_tasks` arrive here as the settings object.
 
-use lite_node_plugin_api::{
-    ComputeProcessor, EpochContext, Host, ProcessorSpec, Snapshot, export_compute_module,
-};
+use lite_node_plugin_api::{ComputeProcessor, EpochContext, Host, ProcessorSpec, Snapshot, export_compute_module};
 use serde_json::{Value, json};
 
 /// How projects.json finds this processor.
@@ -38,8 +36,7 @@ pub struct TemplateProcessor {
 impl TemplateProcessor {
     /// Parses the settings; return an error that says what to fix.
     pub fn from_settings(settings_json: &str) -> Result<Box<dyn ComputeProcessor>, String> {
-        let settings: Value = serde_json::from_str(settings_json)
-            .map_err(|e| format!("settings are not JSON: {e}"))?;
+        let settings: Value = serde_json::from_str(settings_json).map_err(|e| format!("settings are not JSON: {e}"))?;
         let greeting = match settings.get("greeting") {
             None => "hello".to_owned(),
             Some(Value::String(s)) => s.clone(),
@@ -71,9 +68,7 @@ mod tests {
     #[test]
     fn greeting_defaults_and_is_validated() {
         assert!(TemplateProcessor::from_settings("{}").is_ok());
-        let err = TemplateProcessor::from_settings(r#"{"greeting": 3}"#)
-            .err()
-            .unwrap();
+        let err = TemplateProcessor::from_settings(r#"{"greeting": 3}"#).err().unwrap();
         assert!(err.contains("`greeting` must be a string"), "{err}");
     }
 }

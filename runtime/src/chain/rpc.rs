@@ -36,17 +36,11 @@ impl IoRuntime {
             .thread_name("lite-node-io")
             .enable_all()
             .build()?;
-        Ok(Self {
-            handle: runtime.handle().clone(),
-            _runtime: Arc::new(runtime),
-        })
+        Ok(Self { handle: runtime.handle().clone(), _runtime: Arc::new(runtime) })
     }
 
     /// Runs `future` on the I/O runtime and waits for it from a blocking thread.
-    pub fn wait<T: Send + 'static>(
-        &self,
-        future: impl Future<Output = T> + Send + 'static,
-    ) -> Option<T> {
+    pub fn wait<T: Send + 'static>(&self, future: impl Future<Output = T> + Send + 'static) -> Option<T> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.handle.spawn(async move {
             let _ = tx.send(future.await);
@@ -68,19 +62,11 @@ pub struct HttpRpc {
 }
 
 fn rpc_error(message: String) -> RpcError {
-    RpcError {
-        code: ROption::RNone,
-        message: message.into(),
-    }
+    RpcError { code: ROption::RNone, message: message.into() }
 }
 
 impl HttpRpc {
-    pub fn new(
-        role: &'static str,
-        urls: Vec<String>,
-        timeout: Duration,
-        io: IoRuntime,
-    ) -> Result<Self, String> {
+    pub fn new(role: &'static str, urls: Vec<String>, timeout: Duration, io: IoRuntime) -> Result<Self, String> {
         if urls.is_empty() {
             return Err(format!("no {role} RPC URL configured"));
         }
@@ -122,31 +108,19 @@ impl HttpRpc {
                         }
                     }
                 }
-                Err(rpc_error(format!(
-                    "every {role} RPC endpoint failed ({})",
-                    failures.join("; ")
-                )))
+                Err(rpc_error(format!("every {role} RPC endpoint failed ({})", failures.join("; "))))
             })
-            .unwrap_or_else(|| {
-                Err(rpc_error(format!(
-                    "{role} RPC: the I/O runtime is shutting down"
-                )))
-            })
+            .unwrap_or_else(|| Err(rpc_error(format!("{role} RPC: the I/O runtime is shutting down"))))
     }
 
     fn request(&self, method: &str, params_json: &str) -> Result<(u64, Value), RpcError> {
-        let params: Value = serde_json::from_str(params_json)
-            .map_err(|e| rpc_error(format!("{method}: params are not JSON: {e}")))?;
+        let params: Value =
+            serde_json::from_str(params_json).map_err(|e| rpc_error(format!("{method}: params are not JSON: {e}")))?;
         if !params.is_array() && !params.is_object() {
-            return Err(rpc_error(format!(
-                "{method}: params must be a JSON array or object"
-            )));
+            return Err(rpc_error(format!("{method}: params must be a JSON array or object")));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        Ok((
-            id,
-            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        ))
+        Ok((id, json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})))
     }
 }
 
@@ -161,10 +135,7 @@ async fn post_once(client: &reqwest::Client, url: &str, body: &Value) -> Result<
     let status = response.status();
     let bytes = response.bytes().await.map_err(describe)?;
     if !status.is_success() {
-        return Err(format!(
-            "HTTP {status}: {}",
-            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-        ));
+        return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(200)])));
     }
     serde_json::from_slice(&bytes).map_err(|e| format!("answer is not JSON: {e}"))
 }
@@ -186,20 +157,12 @@ fn describe(e: reqwest::Error) -> String {
 fn result_of(response: &Value, method: &str) -> Result<String, RpcError> {
     if let Some(err) = response.get("error") {
         let code = err.get("code").and_then(Value::as_i64);
-        let message = err
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("no message");
-        return Err(RpcError {
-            code: code.into(),
-            message: format!("{method}: {message}").into(),
-        });
+        let message = err.get("message").and_then(Value::as_str).unwrap_or("no message");
+        return Err(RpcError { code: code.into(), message: format!("{method}: {message}").into() });
     }
     match response.get("result") {
         Some(result) => Ok(result.to_string()),
-        None => Err(rpc_error(format!(
-            "{method}: answer has neither result nor error"
-        ))),
+        None => Err(rpc_error(format!("{method}: answer has neither result nor error"))),
     }
 }
 
@@ -208,10 +171,7 @@ impl RpcEndpoint for HttpRpc {
         let (id, body) = self.request(method, params_json)?;
         let response = self.post(body)?;
         if response.get("id").and_then(Value::as_u64) != Some(id) {
-            return Err(rpc_error(format!(
-                "{method}: answer carries another id ({})",
-                response["id"]
-            )));
+            return Err(rpc_error(format!("{method}: answer carries another id ({})", response["id"])));
         }
         result_of(&response, method)
     }
@@ -230,29 +190,18 @@ impl RpcEndpoint for HttpRpc {
         let response = self.post(Value::Array(bodies))?;
         let Value::Array(answers) = response else {
             // Some servers answer a refused batch with one error object.
-            let reason = response
-                .get("error")
-                .map(|e| e.to_string())
-                .unwrap_or_else(|| response.to_string());
-            return Err(rpc_error(format!(
-                "batch of {} calls refused: {reason}",
-                calls.len()
-            )));
+            let reason = response.get("error").map(|e| e.to_string()).unwrap_or_else(|| response.to_string());
+            return Err(rpc_error(format!("batch of {} calls refused: {reason}", calls.len())));
         };
-        let mut by_id: std::collections::HashMap<u64, &Value> = answers
-            .iter()
-            .filter_map(|a| a.get("id").and_then(Value::as_u64).map(|id| (id, a)))
-            .collect();
+        let mut by_id: std::collections::HashMap<u64, &Value> =
+            answers.iter().filter_map(|a| a.get("id").and_then(Value::as_u64).map(|id| (id, a))).collect();
         Ok(ids
             .iter()
             .zip(calls)
             .enumerate()
             .map(|(n, (id, call))| match by_id.remove(id) {
                 Some(answer) => result_of(answer, call.method.as_str()),
-                None => Err(rpc_error(format!(
-                    "{}: no answer for call {n} of the batch",
-                    call.method
-                ))),
+                None => Err(rpc_error(format!("{}: no answer for call {n} of the batch", call.method))),
             })
             .collect())
     }

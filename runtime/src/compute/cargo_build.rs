@@ -52,25 +52,13 @@ pub fn build(
     if !manifest.is_file() {
         return Err(ComputeError::Build {
             package: describe.to_owned(),
-            tail: format!(
-                "no Cargo.toml at {} (check SNAPSHOTTER_COMPUTE_REPO_PATH)",
-                workspace.display()
-            ),
+            tail: format!("no Cargo.toml at {} (check SNAPSHOTTER_COMPUTE_REPO_PATH)", workspace.display()),
         });
     }
-    let patch = format!(
-        "patch.crates-io.lite-node-plugin-api.path={:?}",
-        api.dir.display().to_string()
-    );
+    let patch = format!("patch.crates-io.lite-node-plugin-api.path={:?}", api.dir.display().to_string());
     let mut cmd = Command::new(&cfg.cargo);
     cmd.arg("build")
-        .args([
-            "--lib",
-            "--workspace",
-            "--message-format=json-render-diagnostics",
-            "--profile",
-            &cfg.profile,
-        ])
+        .args(["--lib", "--workspace", "--message-format=json-render-diagnostics", "--profile", &cfg.profile])
         .arg("--config")
         .arg(&patch)
         .arg("--manifest-path")
@@ -90,10 +78,7 @@ pub fn build(
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| ComputeError::Build {
         package: describe.to_owned(),
-        tail: format!(
-            "cannot run {}: {e} (install a Rust toolchain or set LITE_NODE_CARGO)",
-            cfg.cargo.display()
-        ),
+        tail: format!("cannot run {}: {e} (install a Rust toolchain or set LITE_NODE_CARGO)", cfg.cargo.display()),
     })?;
 
     // stderr carries rendered diagnostics; keep its tail for the error report.
@@ -102,17 +87,9 @@ pub fn build(
         let mut tail = VecDeque::with_capacity(TAIL_LINES);
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let t = line.trim_start();
-            if [
-                "Compiling ",
-                "Downloaded ",
-                "Downloading ",
-                "Blocking ",
-                "Updating ",
-                "Locking ",
-                "Adding ",
-            ]
-            .iter()
-            .any(|p| t.starts_with(p))
+            if ["Compiling ", "Downloaded ", "Downloading ", "Blocking ", "Updating ", "Locking ", "Adding "]
+                .iter()
+                .any(|p| t.starts_with(p))
             {
                 continue;
             }
@@ -140,15 +117,8 @@ pub fn build(
                 progress.update(|| format!("{compiled} crates compiled, last {}", target.name));
                 if target.kind.iter().any(|k| k == "cdylib") {
                     let suffix = std::env::consts::DLL_SUFFIX;
-                    if let Some(file) = msg
-                        .filenames
-                        .into_iter()
-                        .find(|f| f.to_string_lossy().ends_with(suffix))
-                    {
-                        libraries.push(BuiltLibrary {
-                            name: target.name.replace('-', "_"),
-                            file,
-                        });
+                    if let Some(file) = msg.filenames.into_iter().find(|f| f.to_string_lossy().ends_with(suffix)) {
+                        libraries.push(BuiltLibrary { name: target.name.replace('-', "_"), file });
                     }
                 }
             }
@@ -171,15 +141,9 @@ pub fn build(
                 api.version
             ));
         }
-        return Err(ComputeError::Build {
-            package: describe.to_owned(),
-            tail,
-        });
+        return Err(ComputeError::Build { package: describe.to_owned(), tail });
     }
-    progress.finish(&format!(
-        "{compiled} crates compiled, {} libraries",
-        libraries.len()
-    ));
+    progress.finish(&format!("{compiled} crates compiled, {} libraries", libraries.len()));
     if libraries.is_empty() {
         return Err(ComputeError::Build {
             package: describe.to_owned(),

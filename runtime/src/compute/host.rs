@@ -8,9 +8,7 @@ use std::{
 };
 
 use abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
-use lite_node_plugin_api::{
-    BlockDetail, Chain, HostApi, LogLevel, RpcCall, RpcError, SelectionReport,
-};
+use lite_node_plugin_api::{BlockDetail, Chain, HostApi, LogLevel, RpcCall, RpcError, SelectionReport};
 
 /// A JSON-RPC endpoint a processor can reach through the host.
 pub trait RpcEndpoint: Send + Sync {
@@ -26,16 +24,8 @@ pub struct SelectionTracker {
 
 impl SelectionTracker {
     pub fn report(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
-        let timestamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let report = SelectionReport {
-            epoch_id,
-            was_selected,
-            slot_id,
-            timestamp,
-        };
+        let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let report = SelectionReport { epoch_id, was_selected, slot_id, timestamp };
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
     }
 
@@ -68,16 +58,8 @@ impl RuntimeHost {
 }
 
 impl HostApi for RuntimeHost {
-    fn rpc(
-        &self,
-        chain: Chain,
-        method: RStr<'_>,
-        params_json: RStr<'_>,
-    ) -> RResult<RString, RpcError> {
-        self.endpoint(chain)
-            .and_then(|e| e.call(method.as_str(), params_json.as_str()))
-            .map(RString::from)
-            .into()
+    fn rpc(&self, chain: Chain, method: RStr<'_>, params_json: RStr<'_>) -> RResult<RString, RpcError> {
+        self.endpoint(chain).and_then(|e| e.call(method.as_str(), params_json.as_str())).map(RString::from).into()
     }
 
     fn rpc_batch(
@@ -87,12 +69,7 @@ impl HostApi for RuntimeHost {
     ) -> RResult<RVec<RResult<RString, RpcError>>, RpcError> {
         self.endpoint(chain)
             .and_then(|e| e.batch(calls.as_slice()))
-            .map(|results| {
-                results
-                    .into_iter()
-                    .map(|r| r.map(RString::from).into())
-                    .collect()
-            })
+            .map(|results| results.into_iter().map(|r| r.map(RString::from).into()).collect())
             .into()
     }
 

@@ -8,9 +8,7 @@ use abi_stable::{
     library::{LibraryError, lib_header_from_path},
     std_types::RStr,
 };
-use lite_node_plugin_api::{
-    AssignmentRequest, Assignments, ComputeModuleRef, PLUGIN_API_VERSION, ProcessorBox,
-};
+use lite_node_plugin_api::{AssignmentRequest, Assignments, ComputeModuleRef, PLUGIN_API_VERSION, ProcessorBox};
 
 use super::{ComputeError, Package};
 
@@ -49,8 +47,7 @@ impl LoadedPackage {
         let mut libraries = Vec::new();
         for lib in &package.manifest.libraries {
             let path = package.dir.join(&lib.file);
-            let header =
-                lib_header_from_path(&path).map_err(|e| load_error(&lib.name, &path, e))?;
+            let header = lib_header_from_path(&path).map_err(|e| load_error(&lib.name, &path, e))?;
             let library_version = header.version_strings().version.to_string();
             let module = header
                 .init_root_module::<ComputeModuleRef>()
@@ -60,29 +57,21 @@ impl LoadedPackage {
                 .map(|p| (p.class_name.into_string(), p.description.into_string()))
                 .collect();
             let api_version = (module.api_version())().to_string();
-            libraries.push(LoadedLibrary {
-                name: lib.name.clone(),
-                api_version,
-                processors,
-                module,
-            });
+            libraries.push(LoadedLibrary { name: lib.name.clone(), api_version, processors, module });
         }
         Ok(Self { package, libraries })
     }
 
     pub fn library(&self, module: &str) -> Result<&LoadedLibrary, ComputeError> {
         let module = module.replace('-', "_");
-        self.libraries
-            .iter()
-            .find(|l| l.name == module)
-            .ok_or_else(|| {
-                let names: Vec<_> = self.libraries.iter().map(|l| l.name.as_str()).collect();
-                ComputeError::Load(format!(
-                    "library `{module}` is not in the compute package {}; it has: {}",
-                    self.package.manifest.commit,
-                    names.join(", ")
-                ))
-            })
+        self.libraries.iter().find(|l| l.name == module).ok_or_else(|| {
+            let names: Vec<_> = self.libraries.iter().map(|l| l.name.as_str()).collect();
+            ComputeError::Load(format!(
+                "library `{module}` is not in the compute package {}; it has: {}",
+                self.package.manifest.commit,
+                names.join(", ")
+            ))
+        })
     }
 
     /// Builds `class_name` from library `module` with the project's settings.
@@ -109,10 +98,7 @@ impl LoadedLibrary {
     pub fn assignments(&self, request: &AssignmentRequest) -> Result<Assignments, String> {
         match self.module.assignments() {
             Some(rule) => rule(request).into_result().map_err(|e| e.into_string()),
-            None => Err(format!(
-                "library `{}` does not implement slot assignments",
-                self.name
-            )),
+            None => Err(format!("library `{}` does not implement slot assignments", self.name)),
         }
     }
 }
@@ -137,14 +123,8 @@ fn load_error(name: &str, path: &std::path::Path, e: LibraryError) -> ComputeErr
 
 fn mismatch_error(name: &str, library_version: &str, e: LibraryError) -> ComputeError {
     let detail = match &e {
-        LibraryError::IncompatibleVersionNumber {
-            expected_version,
-            actual_version,
-            ..
-        } => {
-            format!(
-                "interface versions differ (runtime {expected_version}, library {actual_version})"
-            )
+        LibraryError::IncompatibleVersionNumber { expected_version, actual_version, .. } => {
+            format!("interface versions differ (runtime {expected_version}, library {actual_version})")
         }
         LibraryError::AbiInstability(report) => {
             let text = report.to_string();
@@ -165,11 +145,7 @@ fn mismatch_error(name: &str, library_version: &str, e: LibraryError) -> Compute
 /// differs and how: "`BlockDetail` differs: incompatible type size (expected
 /// 48, found 56)". Falls back to the report's last lines.
 fn summarize_layout_report(text: &str) -> String {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     let found_at = lines.iter().rposition(|l| *l == "Layout of found type:");
     let type_name = found_at.and_then(|i| lines[i..].iter().find_map(|l| l.strip_prefix("type:")));
     let mut problems = Vec::new();
@@ -177,30 +153,17 @@ fn summarize_layout_report(text: &str) -> String {
     while i < lines.len() {
         if let Some(what) = lines[i].strip_prefix("Error:") {
             let value = |label: &str, at: usize| {
-                (lines.get(at) == Some(&label))
-                    .then(|| lines.get(at + 1).copied())
-                    .flatten()
-                    .unwrap_or("?")
+                (lines.get(at) == Some(&label)).then(|| lines.get(at + 1).copied()).flatten().unwrap_or("?")
             };
-            problems.push(format!(
-                "{what} (expected {}, found {})",
-                value("Expected:", i + 1),
-                value("Found:", i + 3)
-            ));
+            problems.push(format!("{what} (expected {}, found {})", value("Expected:", i + 1), value("Found:", i + 3)));
         }
         i += 1;
     }
     match (type_name, problems.is_empty()) {
-        (Some(t), false) => format!(
-            "the interface layouts differ: `{t}` {}",
-            problems.join("; ")
-        ),
+        (Some(t), false) => format!("the interface layouts differ: `{t}` {}", problems.join("; ")),
         _ => {
             let tail = &lines[lines.len().saturating_sub(MISMATCH_LINES)..];
-            format!(
-                "the interface layouts differ; last lines of the layout report:\n  {}",
-                tail.join("\n  ")
-            )
+            format!("the interface layouts differ; last lines of the layout report:\n  {}", tail.join("\n  "))
         }
     }
 }

@@ -37,17 +37,12 @@ pub enum ComputeError {
     Fetch(#[from] RepoError),
     #[error("compute package {package} failed to build:\n{tail}")]
     Build { package: String, tail: String },
-    #[error(
-        "compute package {package} is not in the cache ({dir}); run `lite-node compute fetch` first"
-    )]
+    #[error("compute package {package} is not in the cache ({dir}); run `lite-node compute fetch` first")]
     NotCached { package: String, dir: String },
     #[error("{0}")]
     Load(String),
     #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
+    Io { what: String, source: std::io::Error },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ComputeError {
@@ -99,43 +94,29 @@ pub enum Fetch {
 pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError> {
     let root = cfg.data_dir.join("compute");
     let api = match &cfg.plugin_api_dir {
-        Some(dir) => PluginApiSource::from_dir(dir)
-            .map_err(io(format!("LITE_NODE_PLUGIN_API_DIR {}", dir.display())))?,
-        None => PluginApiSource::embedded(&cfg.data_dir)
-            .map_err(io("writing the embedded plugin-api source"))?,
+        Some(dir) => {
+            PluginApiSource::from_dir(dir).map_err(io(format!("LITE_NODE_PLUGIN_API_DIR {}", dir.display())))?
+        }
+        None => PluginApiSource::embedded(&cfg.data_dir).map_err(io("writing the embedded plugin-api source"))?,
     };
     let rustc = rustc_version(cfg)?;
     let describe = describe(&cfg.source);
     let identity = match &cfg.source {
         // A pinned commit is its own identity; an unpinned one is known only
         // after asking the remote, so it is resolved under the lock below.
-        ComputeSource::Git { pin, path } => {
-            pin.commit.clone().map(|c| (c, path.display().to_string()))
-        }
+        ComputeSource::Git { pin, path } => pin.commit.clone().map(|c| (c, path.display().to_string())),
         ComputeSource::Bundled(dir) => Some((bundled_id(dir)?, String::new())),
     };
     if let Some((commit, path)) = &identity {
-        let dir =
-            root.join("packages")
-                .join(package_dir_name(commit, path, &rustc, &api, &cfg.profile));
+        let dir = root.join("packages").join(package_dir_name(commit, path, &rustc, &api, &cfg.profile));
         if let Some(manifest) = read_manifest(&dir) {
-            return Ok(Package {
-                dir,
-                manifest,
-                built_now: false,
-            });
+            return Ok(Package { dir, manifest, built_now: false });
         }
         if fetch == Fetch::CacheOnly {
-            return Err(ComputeError::NotCached {
-                package: describe,
-                dir: dir.display().to_string(),
-            });
+            return Err(ComputeError::NotCached { package: describe, dir: dir.display().to_string() });
         }
     } else if fetch == Fetch::CacheOnly {
-        return Err(ComputeError::NotCached {
-            package: describe,
-            dir: root.join("packages").display().to_string(),
-        });
+        return Err(ComputeError::NotCached { package: describe, dir: root.join("packages").display().to_string() });
     }
 
     fs::create_dir_all(&root).map_err(io(format!("creating {}", root.display())))?;
@@ -166,51 +147,26 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
         }
         ComputeSource::Bundled(dir) => {
             let (commit, _) = identity.clone().expect("bundled identity computed above");
-            (
-                commit,
-                String::new(),
-                dir.clone(),
-                dir.display().to_string(),
-                None,
-            )
+            (commit, String::new(), dir.clone(), dir.display().to_string(), None)
         }
     };
-    let dir =
-        root.join("packages")
-            .join(package_dir_name(&commit, &path, &rustc, &api, &cfg.profile));
+    let dir = root.join("packages").join(package_dir_name(&commit, &path, &rustc, &api, &cfg.profile));
     if let Some(manifest) = read_manifest(&dir) {
         // Built by another node while we waited for the lock.
         let _ = fs::remove_dir_all(&staging);
-        return Ok(Package {
-            dir,
-            manifest,
-            built_now: false,
-        });
+        return Ok(Package { dir, manifest, built_now: false });
     }
     let pinned = matches!(&cfg.source, ComputeSource::Git { pin, .. } if pin.commit.is_some());
-    let described = if pinned {
-        describe
-    } else {
-        format!("{describe} at {commit}")
-    };
+    let described = if pinned { describe } else { format!("{describe} at {commit}") };
     let libraries = cargo_build::build(&workspace, cfg, &api, &described)?;
 
     let out = staging.join("out");
     fs::create_dir_all(&out).map_err(io(format!("creating {}", out.display())))?;
     let mut entries = Vec::new();
     for lib in &libraries {
-        let file = lib
-            .file
-            .file_name()
-            .expect("artifact has a file name")
-            .to_string_lossy()
-            .into_owned();
-        fs::copy(&lib.file, out.join(&file))
-            .map_err(io(format!("copying {}", lib.file.display())))?;
-        entries.push(ManifestLibrary {
-            name: lib.name.clone(),
-            file,
-        });
+        let file = lib.file.file_name().expect("artifact has a file name").to_string_lossy().into_owned();
+        fs::copy(&lib.file, out.join(&file)).map_err(io(format!("copying {}", lib.file.display())))?;
+        entries.push(ManifestLibrary { name: lib.name.clone(), file });
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     let manifest = Manifest {
@@ -229,11 +185,7 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
     fs::create_dir_all(root.join("packages")).map_err(io("creating the package cache"))?;
     fs::rename(&out, &dir).map_err(io(format!("moving the built package to {}", dir.display())))?;
     let _ = fs::remove_dir_all(&staging);
-    Ok(Package {
-        dir,
-        manifest,
-        built_now: true,
-    })
+    Ok(Package { dir, manifest, built_now: true })
 }
 
 fn describe(source: &ComputeSource) -> String {
@@ -248,16 +200,10 @@ fn describe(source: &ComputeSource) -> String {
 /// runtime must agree on it only through abi_stable, and a toolchain change
 /// should rebuild rather than surprise.
 fn rustc_version(cfg: &ComputeConfig) -> Result<String, ComputeError> {
-    let out = Command::new(&cfg.rustc)
-        .arg("-vV")
-        .output()
-        .map_err(|e| ComputeError::Io {
-            what: format!(
-                "running {} -vV (a Rust toolchain is needed to build compute packages)",
-                cfg.rustc.display()
-            ),
-            source: e,
-        })?;
+    let out = Command::new(&cfg.rustc).arg("-vV").output().map_err(|e| ComputeError::Io {
+        what: format!("running {} -vV (a Rust toolchain is needed to build compute packages)", cfg.rustc.display()),
+        source: e,
+    })?;
     if !out.status.success() {
         return Err(ComputeError::Load(format!(
             "{} -vV failed: {}",
@@ -284,44 +230,23 @@ fn bundled_id(dir: &Path) -> Result<String, ComputeError> {
     for rel in &files {
         contents.push(fs::read(dir.join(rel)).map_err(io(what()))?);
     }
-    let hash = plugin_api_src::hash_files(
-        files
-            .iter()
-            .map(PathBuf::as_path)
-            .zip(contents.iter().map(Vec::as_slice)),
-    );
+    let hash = plugin_api_src::hash_files(files.iter().map(PathBuf::as_path).zip(contents.iter().map(Vec::as_slice)));
     Ok(format!("local-{}", &hash[..16]))
 }
 
-fn package_dir_name(
-    commit: &str,
-    path: &str,
-    rustc: &str,
-    api: &PluginApiSource,
-    profile: &str,
-) -> String {
+fn package_dir_name(commit: &str, path: &str, rustc: &str, api: &PluginApiSource, profile: &str) -> String {
     let mut h = Sha256::new();
     for part in [commit, path, rustc, &api.id(), profile] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
     let key = hex::encode(h.finalize());
-    let short = commit
-        .get(
-            ..commit
-                .len()
-                .min(if commit.starts_with("local-") { 22 } else { 12 }),
-        )
-        .unwrap_or(commit);
+    let short = commit.get(..commit.len().min(if commit.starts_with("local-") { 22 } else { 12 })).unwrap_or(commit);
     format!("{short}-{}", &key[..16])
 }
 
 fn read_manifest(dir: &Path) -> Option<Manifest> {
     let bytes = fs::read(dir.join("package.json")).ok()?;
     let manifest: Manifest = serde_json::from_slice(&bytes).ok()?;
-    manifest
-        .libraries
-        .iter()
-        .all(|l| dir.join(&l.file).is_file())
-        .then_some(manifest)
+    manifest.libraries.iter().all(|l| dir.join(&l.file).is_file()).then_some(manifest)
 }

@@ -31,19 +31,15 @@ impl PluginApiSource {
 
     /// The embedded copy, written under `<data>/plugin-api/` once.
     pub fn embedded(data_dir: &Path) -> io::Result<Self> {
-        let files: Vec<(PathBuf, &[u8])> = embedded::FILES
-            .iter()
-            .map(|(p, c)| (PathBuf::from(p), c.as_bytes()))
-            .collect();
+        let files: Vec<(PathBuf, &[u8])> =
+            embedded::FILES.iter().map(|(p, c)| (PathBuf::from(p), c.as_bytes())).collect();
         let content_hash = hash_files(files.iter().map(|(p, c)| (p.as_path(), *c)));
         let version = lite_node_plugin_api::PLUGIN_API_VERSION.to_owned();
         let parent = data_dir.join("plugin-api");
         let dir = parent.join(format!("{version}-{}", &content_hash[..12]));
         if !dir.join("Cargo.toml").is_file() {
             fs::create_dir_all(&parent)?;
-            let staging = tempfile::Builder::new()
-                .prefix(".staging-")
-                .tempdir_in(&parent)?;
+            let staging = tempfile::Builder::new().prefix(".staging-").tempdir_in(&parent)?;
             for (rel, contents) in &files {
                 let path = staging.path().join(rel);
                 if let Some(p) = path.parent() {
@@ -58,11 +54,7 @@ impl PluginApiSource {
                 return Err(e);
             }
         }
-        Ok(Self {
-            dir,
-            version,
-            content_hash,
-        })
+        Ok(Self { dir, version, content_hash })
     }
 
     /// A plugin-api checkout given by `LITE_NODE_PLUGIN_API_DIR`.
@@ -70,15 +62,9 @@ impl PluginApiSource {
         let manifest = fs::read_to_string(dir.join("Cargo.toml"))?;
         let version = manifest
             .lines()
-            .find_map(|l| {
-                l.trim()
-                    .strip_prefix("version")
-                    .and_then(|r| r.trim().strip_prefix('='))
-            })
+            .find_map(|l| l.trim().strip_prefix("version").and_then(|r| r.trim().strip_prefix('=')))
             .map(|v| v.trim().trim_matches('"').to_owned())
-            .ok_or_else(|| {
-                io::Error::other(format!("no version in {}/Cargo.toml", dir.display()))
-            })?;
+            .ok_or_else(|| io::Error::other(format!("no version in {}/Cargo.toml", dir.display())))?;
         let mut files = vec![(PathBuf::from("Cargo.toml"), manifest.into_bytes())];
         for rel in walk(dir, &["target"])? {
             if rel.starts_with("src") {
@@ -86,11 +72,7 @@ impl PluginApiSource {
             }
         }
         let content_hash = hash_files(files.iter().map(|(p, c)| (p.as_path(), c.as_slice())));
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            version,
-            content_hash,
-        })
+        Ok(Self { dir: dir.to_path_buf(), version, content_hash })
     }
 }
 
@@ -143,13 +125,7 @@ mod tests {
         let b = PluginApiSource::embedded(data.path()).unwrap();
         assert_eq!(a.dir, b.dir);
         assert!(a.dir.join("src/lib.rs").is_file());
-        let checkout =
-            PluginApiSource::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-api"))
-                .unwrap();
-        assert_eq!(
-            checkout.id(),
-            a.id(),
-            "the binary embeds the plugin-api of this checkout"
-        );
+        let checkout = PluginApiSource::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-api")).unwrap();
+        assert_eq!(checkout.id(), a.id(), "the binary embeds the plugin-api of this checkout");
     }
 }

@@ -38,23 +38,15 @@ impl EnvSnapshot {
         Self::from_pairs(std::env::vars())
     }
 
-    pub fn from_pairs<K: Into<String>, V: Into<String>>(
-        pairs: impl IntoIterator<Item = (K, V)>,
-    ) -> Self {
-        Self {
-            vars: pairs
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        }
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
+        Self { vars: pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect() }
     }
 
     /// Adds the `KEY=VALUE` lines of an env file for keys not already set
     /// (the process environment wins, as with `docker --env-file` overrides).
     pub fn with_env_file(mut self, path: &Path) -> Result<Self, ConfigErrors> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigErrors::one(format!("cannot read env file {}: {e}", path.display()))
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors::one(format!("cannot read env file {}: {e}", path.display())))?;
         let mut problems = Vec::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -72,22 +64,13 @@ impl EnvSnapshot {
                 .and_then(|v| v.strip_suffix('"'))
                 .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
                 .unwrap_or(value);
-            self.vars
-                .entry(key.trim().to_owned())
-                .or_insert_with(|| value.to_owned());
+            self.vars.entry(key.trim().to_owned()).or_insert_with(|| value.to_owned());
         }
-        if problems.is_empty() {
-            Ok(self)
-        } else {
-            Err(ConfigErrors { problems })
-        }
+        if problems.is_empty() { Ok(self) } else { Err(ConfigErrors { problems }) }
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.vars
-            .get(key)
-            .map(|v| v.trim())
-            .filter(|v| !v.is_empty())
+        self.vars.get(key).map(|v| v.trim()).filter(|v| !v.is_empty())
     }
 
     fn flag(&self, key: &str, problems: &mut Vec<String>) -> bool {
@@ -200,20 +183,13 @@ pub struct NodeConfig {
 impl NodeConfig {
     /// `{POWERLOOM_CHAIN}-{NAMESPACE}-{SOURCE_CHAIN}` (PROTOCOL.md §3).
     pub fn full_namespace(&self) -> String {
-        format!(
-            "{}-{}-{}",
-            self.powerloom_chain, self.namespace, self.source_chain
-        )
+        format!("{}-{}-{}", self.powerloom_chain, self.namespace, self.source_chain)
     }
 
     /// Checks every variable the node needs, reporting all problems at once.
     pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
         let mut problems = Vec::new();
-        let missing: Vec<&str> = REQUIRED
-            .iter()
-            .copied()
-            .filter(|k| env.get(k).is_none())
-            .collect();
+        let missing: Vec<&str> = REQUIRED.iter().copied().filter(|k| env.get(k).is_none()).collect();
         if !missing.is_empty() {
             problems.push(format!(
                 "missing required environment variable{}: {} (see env.example)",
@@ -221,12 +197,8 @@ impl NodeConfig {
                 missing.join(", ")
             ));
         }
-        let compute = ComputeConfig::from_env(env)
-            .map_err(|e| problems.extend(e.problems))
-            .ok();
-        let projects = ProjectsSource::from_env(env)
-            .map_err(|e| problems.extend(e.problems))
-            .ok();
+        let compute = ComputeConfig::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
+        let projects = ProjectsSource::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
 
         let source_rpc_urls = rpc_urls(env, "SOURCE_RPC_URL", &mut problems);
         let anchor_rpc_urls = rpc_urls(env, "POWERLOOM_RPC_URL", &mut problems);
@@ -238,9 +210,7 @@ impl NodeConfig {
             None => 0,
             Some(Ok(id)) if id > 0 => id,
             Some(_) => {
-                problems.push(
-                    "SLOT_ID must be a positive integer (your slot's id on the data market)".into(),
-                );
+                problems.push("SLOT_ID must be a positive integer (your slot's id on the data market)".into());
                 0
             }
         };
@@ -255,9 +225,7 @@ impl NodeConfig {
         let text = |k: &str| env.get(k).unwrap_or_default().to_owned();
         for key in ["NAMESPACE", "POWERLOOM_CHAIN", "SOURCE_CHAIN"] {
             if env.get(key).is_some_and(|v| v.contains([':', ' '])) {
-                problems.push(format!(
-                    "{key} must not contain ':' or spaces: it is part of every project id"
-                ));
+                problems.push(format!("{key} must not contain ':' or spaces: it is part of every project id"));
             }
         }
         match (compute, projects, signer_key) {
@@ -290,19 +258,9 @@ impl ComputeConfig {
         let source = match env.get("SNAPSHOTTER_COMPUTE_REPO") {
             None => ComputeSource::Bundled(bundled_computes_dir()),
             Some(url) => {
-                let pin = git_pin(
-                    env,
-                    "SNAPSHOTTER_COMPUTE_REPO",
-                    url,
-                    allow_unpinned,
-                    &mut problems,
-                );
+                let pin = git_pin(env, "SNAPSHOTTER_COMPUTE_REPO", url, allow_unpinned, &mut problems);
                 let path = PathBuf::from(env.get("SNAPSHOTTER_COMPUTE_REPO_PATH").unwrap_or(""));
-                if path.is_absolute()
-                    || path
-                        .components()
-                        .any(|c| c == std::path::Component::ParentDir)
-                {
+                if path.is_absolute() || path.components().any(|c| c == std::path::Component::ParentDir) {
                     problems.push(
                         "SNAPSHOTTER_COMPUTE_REPO_PATH must be a relative path inside the repository (e.g. computes)"
                             .into(),
@@ -312,25 +270,15 @@ impl ComputeConfig {
             }
         };
         let data_dir = absolute(Path::new(env.get("LITE_NODE_DATA_DIR").unwrap_or("./data")));
-        let profile = env
-            .get("LITE_NODE_COMPUTE_PROFILE")
-            .unwrap_or("release")
-            .to_owned();
-        if !profile
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            problems.push(format!(
-                "LITE_NODE_COMPUTE_PROFILE={profile} is not a cargo profile name"
-            ));
+        let profile = env.get("LITE_NODE_COMPUTE_PROFILE").unwrap_or("release").to_owned();
+        if !profile.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            problems.push(format!("LITE_NODE_COMPUTE_PROFILE={profile} is not a cargo profile name"));
         }
         let target_dir = env
             .get("LITE_NODE_COMPUTE_TARGET_DIR")
             .map(|p| absolute(Path::new(p)))
             .unwrap_or_else(|| data_dir.join("compute").join("target"));
-        let plugin_api_dir = env
-            .get("LITE_NODE_PLUGIN_API_DIR")
-            .map(|p| absolute(Path::new(p)));
+        let plugin_api_dir = env.get("LITE_NODE_PLUGIN_API_DIR").map(|p| absolute(Path::new(p)));
         if problems.is_empty() {
             Ok(Self {
                 source,
@@ -354,9 +302,7 @@ fn bundled_computes_dir() -> PathBuf {
     if here.join("Cargo.toml").is_file() {
         return here;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("computes")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("computes")
 }
 
 impl ProjectsSource {
@@ -364,18 +310,12 @@ impl ProjectsSource {
     pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
         let mut problems = Vec::new();
         let source = match env.get("SNAPSHOT_CONFIG_REPO") {
-            None => ProjectsSource::File(absolute(Path::new(
-                env.get("PROJECTS_CONFIG").unwrap_or("./projects.json"),
-            ))),
+            None => ProjectsSource::File(absolute(Path::new(env.get("PROJECTS_CONFIG").unwrap_or("./projects.json")))),
             Some(url) => {
                 let allow = env.flag("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED", &mut problems);
                 let pin = git_pin(env, "SNAPSHOT_CONFIG_REPO", url, allow, &mut problems);
                 let file = PathBuf::from(env.get("PROJECTS_CONFIG").unwrap_or("projects.json"));
-                if file.is_absolute()
-                    || file
-                        .components()
-                        .any(|c| c == std::path::Component::ParentDir)
-                {
+                if file.is_absolute() || file.components().any(|c| c == std::path::Component::ParentDir) {
                     problems.push(
                         "PROJECTS_CONFIG must be a relative path inside the repository when SNAPSHOT_CONFIG_REPO is set"
                             .into(),
@@ -384,33 +324,19 @@ impl ProjectsSource {
                 ProjectsSource::Git { pin, file }
             }
         };
-        if problems.is_empty() {
-            Ok(source)
-        } else {
-            Err(ConfigErrors { problems })
-        }
+        if problems.is_empty() { Ok(source) } else { Err(ConfigErrors { problems }) }
     }
 }
 
-fn git_pin(
-    env: &EnvSnapshot,
-    prefix: &str,
-    url: &str,
-    allow_unpinned: bool,
-    problems: &mut Vec<String>,
-) -> GitPin {
+fn git_pin(env: &EnvSnapshot, prefix: &str, url: &str, allow_unpinned: bool, problems: &mut Vec<String>) -> GitPin {
     let branch_key = format!("{prefix}_BRANCH");
     let commit_key = format!("{prefix}_COMMIT");
     let branch = env.get(&branch_key).unwrap_or_default().to_owned();
     if branch.is_empty() {
-        problems.push(format!(
-            "{branch_key} is required when {prefix} is set (the branch that holds the commit)"
-        ));
+        problems.push(format!("{branch_key} is required when {prefix} is set (the branch that holds the commit)"));
     }
     let commit = match env.get(&commit_key) {
-        Some(c) if c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            Some(c.to_ascii_lowercase())
-        }
+        Some(c) if c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit()) => Some(c.to_ascii_lowercase()),
         Some(c) => {
             problems.push(format!(
                 "{commit_key}={c} is not a full commit id: give all 40 hex digits (git rev-parse <commit>)"
@@ -426,22 +352,14 @@ fn git_pin(
             None
         }
     };
-    GitPin {
-        url: url.to_owned(),
-        branch,
-        commit,
-    }
+    GitPin { url: url.to_owned(), branch, commit }
 }
 
 fn rpc_urls(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> Vec<String> {
     let Some(value) = env.get(key) else {
         return Vec::new();
     };
-    let urls: Vec<String> = value
-        .split(',')
-        .map(|u| u.trim().to_owned())
-        .filter(|u| !u.is_empty())
-        .collect();
+    let urls: Vec<String> = value.split(',').map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()).collect();
     for u in &urls {
         let ok = ["http://", "https://", "ws://", "wss://"]
             .iter()
@@ -460,14 +378,9 @@ fn address(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> String {
     let Some(value) = env.get(key) else {
         return String::new();
     };
-    let hex = value
-        .strip_prefix("0x")
-        .or_else(|| value.strip_prefix("0X"))
-        .unwrap_or("");
+    let hex = value.strip_prefix("0x").or_else(|| value.strip_prefix("0X")).unwrap_or("");
     if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        problems.push(format!(
-            "{key}={value} is not an address: expected 0x followed by 40 hex digits"
-        ));
+        problems.push(format!("{key}={value} is not an address: expected 0x followed by 40 hex digits"));
     }
     value.to_owned()
 }
@@ -483,9 +396,7 @@ fn secret_key(env: &EnvSnapshot, problems: &mut Vec<String>) -> Option<SecretKey
         Ok(()) if bytes != [0; 32] => Some(SecretKey(bytes)),
         // The value itself is never echoed: it is a secret.
         _ => {
-            problems.push(format!(
-                "{KEY} is not a private key: expected 64 hex digits (with or without 0x)"
-            ));
+            problems.push(format!("{KEY} is not a private key: expected 64 hex digits (with or without 0x)"));
             None
         }
     }
@@ -513,27 +424,12 @@ mod tests {
     fn full_env() -> Vec<(&'static str, &'static str)> {
         vec![
             ("SOURCE_RPC_URL", "http://127.0.0.1:8545"),
-            (
-                "SIGNER_ACCOUNT_ADDRESS",
-                "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
-            ),
-            (
-                "SIGNER_ACCOUNT_PRIVATE_KEY",
-                "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
-            ),
+            ("SIGNER_ACCOUNT_ADDRESS", "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"),
+            ("SIGNER_ACCOUNT_PRIVATE_KEY", "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"),
             ("SLOT_ID", "1"),
-            (
-                "POWERLOOM_RPC_URL",
-                "http://127.0.0.1:8546,http://127.0.0.1:8547",
-            ),
-            (
-                "PROTOCOL_STATE_CONTRACT",
-                "0x5FbDB2315678afecb367f032d93F642f64180aa3",
-            ),
-            (
-                "DATA_MARKET_CONTRACT",
-                "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512",
-            ),
+            ("POWERLOOM_RPC_URL", "http://127.0.0.1:8546,http://127.0.0.1:8547"),
+            ("PROTOCOL_STATE_CONTRACT", "0x5FbDB2315678afecb367f032d93F642f64180aa3"),
+            ("DATA_MARKET_CONTRACT", "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512"),
             ("NAMESPACE", "UNISWAPV3"),
             ("POWERLOOM_CHAIN", "devnet"),
             ("SOURCE_CHAIN", "ETH"),
@@ -563,13 +459,8 @@ mod tests {
     fn secret_key_never_appears_in_errors_or_debug() {
         let mut env = full_env();
         env.retain(|(k, _)| *k != "SIGNER_ACCOUNT_PRIVATE_KEY");
-        env.push((
-            "SIGNER_ACCOUNT_PRIVATE_KEY",
-            "0xnot-a-key-but-secret-anyway",
-        ));
-        let err = NodeConfig::from_env(&EnvSnapshot::from_pairs(env))
-            .unwrap_err()
-            .to_string();
+        env.push(("SIGNER_ACCOUNT_PRIVATE_KEY", "0xnot-a-key-but-secret-anyway"));
+        let err = NodeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap_err().to_string();
         assert!(!err.contains("secret-anyway"), "{err}");
         let cfg = NodeConfig::from_env(&EnvSnapshot::from_pairs(full_env())).unwrap();
         assert!(!format!("{cfg:?}").contains("ac0974bec"));
@@ -581,22 +472,11 @@ mod tests {
             ("SNAPSHOTTER_COMPUTE_REPO", "https://example.invalid/c.git"),
             ("SNAPSHOTTER_COMPUTE_REPO_BRANCH", "main"),
         ];
-        let err = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env.clone()))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED=true"),
-            "{err}"
-        );
+        let err = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env.clone())).unwrap_err().to_string();
+        assert!(err.contains("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED=true"), "{err}");
         env.push(("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED", "true"));
         let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
-        assert!(matches!(
-            cfg.source,
-            ComputeSource::Git {
-                pin: GitPin { commit: None, .. },
-                ..
-            }
-        ));
+        assert!(matches!(cfg.source, ComputeSource::Git { pin: GitPin { commit: None, .. }, .. }));
     }
 
     #[test]
@@ -613,10 +493,7 @@ mod tests {
 
     #[test]
     fn credentials_in_urls_are_redacted() {
-        assert_eq!(
-            redact_url("https://user:tok@host/x.git"),
-            "https://***@host/x.git"
-        );
+        assert_eq!(redact_url("https://user:tok@host/x.git"), "https://***@host/x.git");
         assert_eq!(redact_url("file:///a@b/repo"), "file:///a@b/repo");
     }
 }

@@ -8,10 +8,7 @@
 mod env;
 mod projects;
 
-pub use env::{
-    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, NodeConfig, ProjectsSource, SecretKey,
-    redact_url,
-};
+pub use env::{ComputeConfig, ComputeSource, EnvSnapshot, GitPin, NodeConfig, ProjectsSource, SecretKey, redact_url};
 pub use projects::{PRELOAD_TASKS, Project, Projects};
 
 use std::fmt;
@@ -24,9 +21,7 @@ pub struct ConfigErrors {
 
 impl ConfigErrors {
     pub fn one(problem: impl Into<String>) -> Self {
-        Self {
-            problems: vec![problem.into()],
-        }
+        Self { problems: vec![problem.into()] }
     }
 }
 

@@ -46,12 +46,7 @@ impl Projects {
     /// Parses and checks `text`; `name` is how errors refer to the file.
     pub fn parse(text: &str, name: &str) -> Result<Self, ConfigErrors> {
         let root: Value = serde_json::from_str(text).map_err(|e| {
-            ConfigErrors::one(format!(
-                "{name}:{}:{}: invalid JSON: {}",
-                e.line(),
-                e.column(),
-                strip_position(&e)
-            ))
+            ConfigErrors::one(format!("{name}:{}:{}: invalid JSON: {}", e.line(), e.column(), strip_position(&e)))
         })?;
         let mut problems = Vec::new();
         let mut projects = Vec::new();
@@ -67,9 +62,7 @@ impl Projects {
             }
         };
         if problems.is_empty() && entries.is_empty() {
-            problems.push(format!(
-                "{name}: `config` is empty; the node would have nothing to compute"
-            ));
+            problems.push(format!("{name}: `config` is empty; the node would have nothing to compute"));
         }
         for (i, entry) in entries.iter().enumerate() {
             if let Some(p) = check_entry(&format!("config[{i}]"), entry, name, &mut problems) {
@@ -77,10 +70,7 @@ impl Projects {
             }
         }
         for (n, (i, p)) in projects.iter().enumerate() {
-            if let Some((j, _)) = projects[..n]
-                .iter()
-                .find(|(_, q)| q.project_type == p.project_type)
-            {
+            if let Some((j, _)) = projects[..n].iter().find(|(_, q)| q.project_type == p.project_type) {
                 problems.push(format!(
                     "{name}: config[{j}] and config[{i}] both have project_type `{}`; project types must be unique",
                     p.project_type
@@ -88,9 +78,7 @@ impl Projects {
             }
         }
         if problems.is_empty() {
-            Ok(Self {
-                projects: projects.into_iter().map(|(_, p)| p).collect(),
-            })
+            Ok(Self { projects: projects.into_iter().map(|(_, p)| p).collect() })
         } else {
             Err(ConfigErrors { problems })
         }
@@ -107,9 +95,7 @@ fn check_entry(at: &str, entry: &Value, name: &str, problems: &mut Vec<String>) 
         match value {
             Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_owned(),
             Some(_) => {
-                problems.push(format!(
-                    "{name}: {path} must be a non-empty string ({what})"
-                ));
+                problems.push(format!("{name}: {path} must be a non-empty string ({what})"));
                 String::new()
             }
             None => {
@@ -118,41 +104,23 @@ fn check_entry(at: &str, entry: &Value, name: &str, problems: &mut Vec<String>) 
             }
         }
     };
-    let project_type = string_at(
-        fields.get("project_type"),
-        format!("{at}.project_type"),
-        "the project's type",
-    );
+    let project_type = string_at(fields.get("project_type"), format!("{at}.project_type"), "the project's type");
     let (module, class_name) = match fields.get("processor") {
         Some(Value::Object(p)) => (
-            string_at(
-                p.get("module"),
-                format!("{at}.processor.module"),
-                "a library of the compute package",
-            ),
-            string_at(
-                p.get("class_name"),
-                format!("{at}.processor.class_name"),
-                "a processor that library exports",
-            ),
+            string_at(p.get("module"), format!("{at}.processor.module"), "a library of the compute package"),
+            string_at(p.get("class_name"), format!("{at}.processor.class_name"), "a processor that library exports"),
         ),
         Some(_) => {
-            problems.push(format!(
-                "{name}: {at}.processor must be an object with `module` and `class_name`"
-            ));
+            problems.push(format!("{name}: {at}.processor must be an object with `module` and `class_name`"));
             (String::new(), String::new())
         }
         None => {
-            problems.push(format!(
-                "{name}: {at}.processor is missing (an object with `module` and `class_name`)"
-            ));
+            problems.push(format!("{name}: {at}.processor is missing (an object with `module` and `class_name`)"));
             (String::new(), String::new())
         }
     };
     if project_type.contains([':', ' ']) {
-        problems.push(format!(
-            "{name}: {at}.project_type must not contain ':' or spaces: it starts every project id"
-        ));
+        problems.push(format!("{name}: {at}.project_type must not contain ':' or spaces: it starts every project id"));
     }
     let mut preload_tasks = Vec::new();
     match fields.get("preload_tasks") {
@@ -168,9 +136,7 @@ fn check_entry(at: &str, entry: &Value, name: &str, problems: &mut Vec<String>) 
                 }
             }
         }
-        Some(_) => problems.push(format!(
-            "{name}: {at}.preload_tasks must be an array of strings"
-        )),
+        Some(_) => problems.push(format!("{name}: {at}.preload_tasks must be an array of strings")),
     }
     let settings: Map<String, Value> = fields
         .iter()
@@ -235,14 +201,8 @@ mod tests {
             ]}"#,
         );
         let all = e.join("\n");
-        assert!(
-            all.contains("config[1].processor.class_name is missing"),
-            "{all}"
-        );
-        assert!(
-            all.contains("config[2].project_type must be a non-empty string"),
-            "{all}"
-        );
+        assert!(all.contains("config[1].processor.class_name is missing"), "{all}");
+        assert!(all.contains("config[2].project_type must be a non-empty string"), "{all}");
         assert!(all.contains("config[2].preload_tasks[0]"), "{all}");
         assert_eq!(e.len(), 3, "{all}");
     }
@@ -257,10 +217,7 @@ mod tests {
             ]}"#,
         );
         assert_eq!(e.len(), 1);
-        assert!(
-            e[0].contains("config[0] and config[2] both have project_type `a`"),
-            "{e:?}"
-        );
+        assert!(e[0].contains("config[0] and config[2] both have project_type `a`"), "{e:?}");
     }
 
     #[test]

@@ -14,23 +14,10 @@ fn pinned_fetch_builds_once_then_starts_from_cache_without_git_or_cargo() {
     let first = node.run(&["compute", "fetch"]);
     first.assert_ok();
     let path = first.field("cache").expect("prints the cache path");
-    assert!(
-        path.starts_with(&node.data_dir().display().to_string()),
-        "{path}"
-    );
+    assert!(path.starts_with(&node.data_dir().display().to_string()), "{path}");
     assert_eq!(first.field("commit").as_deref(), Some(repo.commit.as_str()));
-    assert!(
-        first.stdout.contains("BlockDetailsProcessor"),
-        "{}",
-        first.stdout
-    );
-    assert!(
-        first
-            .stdout
-            .contains("library block_details (plugin-api 0.1.0)"),
-        "{}",
-        first.stdout
-    );
+    assert!(first.stdout.contains("BlockDetailsProcessor"), "{}", first.stdout);
+    assert!(first.stdout.contains("library block_details (plugin-api 0.1.0)"), "{}", first.stdout);
 
     // Second start: the repository is gone and git/cargo on PATH would leave a
     // trace, so success proves neither ran.
@@ -52,11 +39,7 @@ fn pinned_fetch_builds_once_then_starts_from_cache_without_git_or_cargo() {
     let elapsed = started.elapsed();
     second.assert_ok();
     assert_eq!(second.field("cache"), Some(path.clone()));
-    assert!(
-        !marker.exists(),
-        "a second run started {}",
-        fs::read_to_string(&marker).unwrap_or_default()
-    );
+    assert!(!marker.exists(), "a second run started {}", fs::read_to_string(&marker).unwrap_or_default());
     eprintln!("warm `compute fetch`: {elapsed:?}");
 
     let listed = node.run(&["compute", "list"]);
@@ -72,15 +55,8 @@ fn wrong_commit_names_repo_branch_and_commit_and_caches_nothing() {
     let node = Node::new().compute_repo(&repo, bogus, "computes");
     let run = node.run(&["compute", "fetch"]);
     assert_eq!(run.code, 2, "{run:?}");
-    let error = run
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("error:"))
-        .expect("an error line");
-    assert!(
-        error.contains(bogus) && error.contains(&repo.url()) && error.contains("branch main"),
-        "{error}"
-    );
+    let error = run.stderr.lines().find(|l| l.starts_with("error:")).expect("an error line");
+    assert!(error.contains(bogus) && error.contains(&repo.url()) && error.contains("branch main"), "{error}");
     assert!(error.contains("not found"), "{error}");
     assert!(cached_packages(node.data_dir()).is_empty());
 }
@@ -88,39 +64,21 @@ fn wrong_commit_names_repo_branch_and_commit_and_caches_nothing() {
 #[test]
 fn missing_branch_and_unreachable_repo_are_one_line_errors() {
     let repo = computes_repo();
-    let node = Node::new()
-        .compute_repo(&repo, &repo.commit, "computes")
-        .env("SNAPSHOTTER_COMPUTE_REPO_BRANCH", "nope");
+    let node = Node::new().compute_repo(&repo, &repo.commit, "computes").env("SNAPSHOTTER_COMPUTE_REPO_BRANCH", "nope");
     let run = node.run(&["compute", "fetch"]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(
-        run.stderr.contains(&format!(
-            "error: branch nope not found on {} (wanted commit {})",
-            repo.url(),
-            repo.commit
-        )),
+        run.stderr.contains(&format!("error: branch nope not found on {} (wanted commit {})", repo.url(), repo.commit)),
         "{}",
         run.stderr
     );
 
     let gone = format!("file://{}/does-not-exist", repo.path.display());
-    let node = Node::new()
-        .compute_repo(&repo, &repo.commit, "computes")
-        .env("SNAPSHOTTER_COMPUTE_REPO", gone.clone());
+    let node = Node::new().compute_repo(&repo, &repo.commit, "computes").env("SNAPSHOTTER_COMPUTE_REPO", gone.clone());
     let run = node.run(&["compute", "fetch"]);
     assert_eq!(run.code, 2, "{run:?}");
-    let error = run
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("error:"))
-        .expect("an error line");
-    assert!(
-        error.starts_with(&format!(
-            "error: cannot reach {gone} (branch main, commit {})",
-            repo.commit
-        )),
-        "{error}"
-    );
+    let error = run.stderr.lines().find(|l| l.starts_with("error:")).expect("an error line");
+    assert!(error.starts_with(&format!("error: cannot reach {gone} (branch main, commit {})", repo.commit)), "{error}");
     assert!(cached_packages(node.data_dir()).is_empty());
 }
 
@@ -130,30 +88,13 @@ fn unpinned_repo_is_refused_unless_allowed_and_then_logs_the_commit() {
     let node = Node::new().compute_repo(&repo, "", "computes");
     let run = node.run(&["compute", "fetch"]);
     assert_eq!(run.code, 2, "{run:?}");
-    assert!(
-        run.stderr
-            .contains("SNAPSHOTTER_COMPUTE_REPO_COMMIT is not set"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr
-            .contains("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED=true"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("SNAPSHOTTER_COMPUTE_REPO_COMMIT is not set"), "{}", run.stderr);
+    assert!(run.stderr.contains("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED=true"), "{}", run.stderr);
 
-    let run = node
-        .env("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED", "true")
-        .run(&["compute", "fetch"]);
+    let run = node.env("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED", "true").run(&["compute", "fetch"]);
     run.assert_ok();
     assert_eq!(run.field("commit").as_deref(), Some(repo.commit.as_str()));
-    assert!(
-        run.stderr
-            .contains(&format!("SNAPSHOTTER_COMPUTE_REPO_COMMIT={}", repo.commit)),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains(&format!("SNAPSHOTTER_COMPUTE_REPO_COMMIT={}", repo.commit)), "{}", run.stderr);
 }
 
 #[test]
@@ -165,15 +106,8 @@ fn build_failure_shows_commit_and_compiler_error_and_caches_nothing() {
     let node = Node::new().compute_repo(&repo, &commit, "computes");
     let run = node.run(&["compute", "fetch"]);
     assert_eq!(run.code, 2, "{run:?}");
-    let error = run
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("error:"))
-        .expect("an error line");
-    assert!(
-        error.contains(&commit) && error.ends_with("failed to build:"),
-        "{error}"
-    );
+    let error = run.stderr.lines().find(|l| l.starts_with("error:")).expect("an error line");
+    assert!(error.contains(&commit) && error.ends_with("failed to build:"), "{error}");
     assert!(run.stderr.contains("mismatched types"), "{}", run.stderr);
     assert!(cached_packages(node.data_dir()).is_empty());
     assert!(!node.data_dir().join("compute/staging/out").exists());
@@ -184,16 +118,14 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
     // Another interface: version 0.1.1 with one more field in a boundary type.
     let api = tempfile::tempdir().unwrap();
     copy_tree(&workspace_root().join("plugin-api"), api.path());
-    let manifest = fs::read_to_string(api.path().join("Cargo.toml"))
-        .unwrap()
-        .replacen("version = \"0.1.0\"", "version = \"0.1.1\"", 1);
-    fs::write(api.path().join("Cargo.toml"), manifest).unwrap();
-    let epoch = fs::read_to_string(api.path().join("src/epoch.rs")).unwrap();
-    let changed = epoch.replacen(
-        "pub timestamp: u64,\n}",
-        "pub timestamp: u64,\n    pub base_fee: u64,\n}",
+    let manifest = fs::read_to_string(api.path().join("Cargo.toml")).unwrap().replacen(
+        "version = \"0.1.0\"",
+        "version = \"0.1.1\"",
         1,
     );
+    fs::write(api.path().join("Cargo.toml"), manifest).unwrap();
+    let epoch = fs::read_to_string(api.path().join("src/epoch.rs")).unwrap();
+    let changed = epoch.replacen("pub timestamp: u64,\n}", "pub timestamp: u64,\n    pub base_fee: u64,\n}", 1);
     assert_ne!(epoch, changed, "the fixture edit must apply");
     fs::write(api.path().join("src/epoch.rs"), changed).unwrap();
 
@@ -204,28 +136,17 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
     let run = node.run(&["compute", "fetch"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(
-        run.stderr
-            .contains("built against lite-node-plugin-api 0.1.1, this runtime provides 0.1.0"),
+        run.stderr.contains("built against lite-node-plugin-api 0.1.1, this runtime provides 0.1.0"),
         "{}",
         run.stderr
     );
     assert!(
-        run.stderr.contains(
-            "layouts differ: `BlockDetail` incompatible type size (expected 48, found 56)"
-        ),
+        run.stderr.contains("layouts differ: `BlockDetail` incompatible type size (expected 48, found 56)"),
         "{}",
         run.stderr
     );
-    let lines = run
-        .stderr
-        .lines()
-        .skip_while(|l| !l.starts_with("error:"))
-        .count();
-    assert!(
-        lines <= 20,
-        "the mismatch report should be short, got {lines} lines:\n{}",
-        run.stderr
-    );
+    let lines = run.stderr.lines().skip_while(|l| !l.starts_with("error:")).count();
+    assert!(lines <= 20, "the mismatch report should be short, got {lines} lines:\n{}", run.stderr);
 }
 
 #[test]
@@ -233,19 +154,14 @@ fn two_nodes_starting_together_build_once_and_agree() {
     let repo = computes_repo();
     let node = Node::new().compute_repo(&repo, &repo.commit, "computes");
     let runs: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2)
-            .map(|_| s.spawn(|| node.run(&["compute", "fetch"])))
-            .collect();
+        let handles: Vec<_> = (0..2).map(|_| s.spawn(|| node.run(&["compute", "fetch"]))).collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for run in &runs {
         run.assert_ok();
     }
     assert_eq!(runs[0].field("cache"), runs[1].field("cache"));
-    let builds = runs
-        .iter()
-        .filter(|r| r.stderr.contains("building compute package"))
-        .count();
+    let builds = runs.iter().filter(|r| r.stderr.contains("building compute package")).count();
     assert_eq!(builds, 1, "exactly one node builds: {runs:#?}");
     assert_eq!(cached_packages(node.data_dir()).len(), 1);
 }

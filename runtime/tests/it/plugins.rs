@@ -9,13 +9,7 @@ use lite_node_plugin_api::{AssignmentRequest, Host};
 use crate::support::{epoch, load_faulty};
 
 fn host(tracker: &Arc<SelectionTracker>) -> RuntimeHost {
-    RuntimeHost {
-        project: "faulty".into(),
-        source: None,
-        anchor: None,
-        tracker: tracker.clone(),
-        blocks: vec![],
-    }
+    RuntimeHost { project: "faulty".into(), source: None, anchor: None, tracker: tracker.clone(), blocks: vec![] }
 }
 
 #[test]
@@ -25,56 +19,26 @@ fn panics_and_errors_in_plugins_are_values_and_the_node_lives_on() {
     let tracker = Arc::new(SelectionTracker::default());
     let runtime_host = host(&tracker);
 
-    let panicking = package
-        .new_processor("faulty", "PanickingProcessor", "{}")
-        .unwrap();
+    let panicking = package.new_processor("faulty", "PanickingProcessor", "{}").unwrap();
     for id in [1, 2] {
-        let err = panicking
-            .compute(&epoch(id), Host::to_ref(&runtime_host))
-            .into_result()
-            .unwrap_err();
-        assert_eq!(
-            err.as_str(),
-            format!("PanickingProcessor panicked: fixture panic at epoch {id}")
-        );
+        let err = panicking.compute(&epoch(id), Host::to_ref(&runtime_host)).into_result().unwrap_err();
+        assert_eq!(err.as_str(), format!("PanickingProcessor panicked: fixture panic at epoch {id}"));
     }
 
-    let failing = package
-        .new_processor("faulty", "FailingProcessor", "{}")
-        .unwrap();
-    let err = failing
-        .compute(&epoch(3), Host::to_ref(&runtime_host))
-        .into_result()
-        .unwrap_err();
+    let failing = package.new_processor("faulty", "FailingProcessor", "{}").unwrap();
+    let err = failing.compute(&epoch(3), Host::to_ref(&runtime_host)).into_result().unwrap_err();
     assert_eq!(err.as_str(), "fixture failure at epoch 3");
 
     // The same library still works after its siblings panicked.
-    let echo = package
-        .new_processor("faulty", "EchoProcessor", r#"{"k":1}"#)
-        .unwrap();
-    let out = echo
-        .compute(&epoch(4), Host::to_ref(&runtime_host))
-        .into_result()
-        .unwrap();
+    let echo = package.new_processor("faulty", "EchoProcessor", r#"{"k":1}"#).unwrap();
+    let out = echo.compute(&epoch(4), Host::to_ref(&runtime_host)).into_result().unwrap();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].json.as_str(), r#"{"k":1}"#);
     let last = tracker.last().expect("echo reported its selection");
-    assert_eq!(
-        (last.epoch_id, last.was_selected, last.slot_id),
-        (4, true, 4)
-    );
+    assert_eq!((last.epoch_id, last.was_selected, last.slot_id), (4, true, 4));
 
-    let request = AssignmentRequest {
-        epoch_id: 1,
-        block_hash: "0x00".into(),
-        total_slots: 1,
-        pools: vec![].into(),
-    };
-    let err = package
-        .library("faulty")
-        .unwrap()
-        .assignments(&request)
-        .unwrap_err();
+    let request = AssignmentRequest { epoch_id: 1, block_hash: "0x00".into(), total_slots: 1, pools: vec![].into() };
+    let err = package.library("faulty").unwrap().assignments(&request).unwrap_err();
     assert_eq!(err, "assignments panicked: fixture assignments panic");
 }
 
@@ -82,32 +46,13 @@ fn panics_and_errors_in_plugins_are_values_and_the_node_lives_on() {
 fn unknown_class_name_lists_what_the_library_exports() {
     let data = tempfile::tempdir().unwrap();
     let package = load_faulty(data.path());
-    let err = package
-        .new_processor("faulty", "Missing", "{}")
-        .err()
-        .unwrap()
-        .to_string();
+    let err = package.new_processor("faulty", "Missing", "{}").err().unwrap().to_string();
     assert!(
         err.contains("processor `Missing` is not exported by this library; it exports: PanickingProcessor, FailingProcessor, EchoProcessor, RpcProcessor"),
         "{err}"
     );
-    let err = package
-        .new_processor("faulty", "EchoProcessor", r#"{"reject":true}"#)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(
-        err.contains("rejected its settings: setting `reject` present"),
-        "{err}"
-    );
-    let err = package
-        .new_processor("nope", "EchoProcessor", "{}")
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(
-        err.contains("library `nope` is not in the compute package")
-            && err.contains("it has: faulty"),
-        "{err}"
-    );
+    let err = package.new_processor("faulty", "EchoProcessor", r#"{"reject":true}"#).err().unwrap().to_string();
+    assert!(err.contains("rejected its settings: setting `reject` present"), "{err}");
+    let err = package.new_processor("nope", "EchoProcessor", "{}").err().unwrap().to_string();
+    assert!(err.contains("library `nope` is not in the compute package") && err.contains("it has: faulty"), "{err}");
 }

@@ -33,21 +33,12 @@ fn a_plugin_calls_anvil_through_the_host_single_and_batched() {
     let runtime_host = host(Some(endpoint(&[anvil.url()], &io)));
     let data = tempfile::tempdir().unwrap();
     let package = load_faulty(data.path());
-    let processor = package
-        .new_processor("faulty", "RpcProcessor", "{}")
-        .unwrap();
-    let out = processor
-        .compute(&epoch(1), Host::to_ref(&runtime_host))
-        .into_result()
-        .unwrap();
+    let processor = package.new_processor("faulty", "RpcProcessor", "{}").unwrap();
+    let out = processor.compute(&epoch(1), Host::to_ref(&runtime_host)).into_result().unwrap();
     let parts: Vec<&str> = out[0].json.split('|').collect();
     assert_eq!(parts[0], "\"0x7a69\"", "anvil's chain id 31337");
     assert_eq!(parts[1], "ok \"0x0\"", "block number of a fresh anvil");
-    assert!(
-        parts[2].starts_with("err rpc error -32601: no_such_method:"),
-        "{}",
-        parts[2]
-    );
+    assert!(parts[2].starts_with("err rpc error -32601: no_such_method:"), "{}", parts[2]);
 }
 
 #[test]
@@ -57,21 +48,12 @@ fn calls_fail_over_to_the_next_url_and_report_when_all_fail() {
     let dead = "http://user:hunter2@127.0.0.1:1".to_owned();
     let rpc = endpoint(&[dead.clone(), anvil.url()], &io);
     assert_eq!(rpc.call("eth_chainId", "[]").unwrap(), "\"0x7a69\"");
-    let calls = [RpcCall {
-        method: "eth_chainId".into(),
-        params_json: "[]".into(),
-    }];
-    assert_eq!(
-        rpc.batch(&calls).unwrap()[0].as_ref().unwrap(),
-        "\"0x7a69\""
-    );
+    let calls = [RpcCall { method: "eth_chainId".into(), params_json: "[]".into() }];
+    assert_eq!(rpc.batch(&calls).unwrap()[0].as_ref().unwrap(), "\"0x7a69\"");
 
     let rpc = endpoint(&[dead], &io);
     let err = rpc.call("eth_chainId", "[]").unwrap_err().to_string();
-    assert!(
-        err.starts_with("every source RPC endpoint failed (http://***@127.0.0.1:1: "),
-        "{err}"
-    );
+    assert!(err.starts_with("every source RPC endpoint failed (http://***@127.0.0.1:1: "), "{err}");
     assert!(!err.contains("hunter2"), "credentials leaked: {err}");
 }
 
@@ -80,21 +62,9 @@ fn an_unconfigured_chain_and_bad_params_are_errors_not_panics() {
     let io = IoRuntime::new().unwrap();
     let runtime_host = host(None);
     let h = Host::new(Host::to_ref(&runtime_host));
-    let err = h
-        .rpc(Chain::Anchor, "eth_chainId", "[]")
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        err,
-        "no Anchor chain endpoint is configured (POWERLOOM_RPC_URL)"
-    );
+    let err = h.rpc(Chain::Anchor, "eth_chainId", "[]").unwrap_err().to_string();
+    assert_eq!(err, "no Anchor chain endpoint is configured (POWERLOOM_RPC_URL)");
     let rpc = endpoint(&["http://127.0.0.1:1".to_owned()], &io);
-    let err = rpc
-        .call("eth_getBalance", "not json")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.starts_with("eth_getBalance: params are not JSON"),
-        "{err}"
-    );
+    let err = rpc.call("eth_getBalance", "not json").unwrap_err().to_string();
+    assert!(err.starts_with("eth_getBalance: params are not JSON"), "{err}");
 }

@@ -30,20 +30,14 @@ pub struct Run {
 
 impl Run {
     pub fn assert_ok(&self) -> &Self {
-        assert_eq!(
-            self.code, 0,
-            "expected success\nstdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
-        );
+        assert_eq!(self.code, 0, "expected success\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
         self
     }
 
     /// The value of the first `key: value` line on stdout.
     pub fn field(&self, key: &str) -> Option<String> {
         let prefix = format!("{key}: ");
-        self.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+        self.stdout.lines().find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
     }
 }
 
@@ -52,14 +46,8 @@ impl Node {
         let data = tempfile::tempdir().unwrap();
         let cwd = tempfile::tempdir().unwrap();
         let mut env = toolchain_env();
-        env.push((
-            "LITE_NODE_DATA_DIR".into(),
-            data.path().display().to_string(),
-        ));
-        env.push((
-            "LITE_NODE_COMPUTE_TARGET_DIR".into(),
-            compute_target_dir().display().to_string(),
-        ));
+        env.push(("LITE_NODE_DATA_DIR".into(), data.path().display().to_string()));
+        env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), compute_target_dir().display().to_string()));
         Self { data, cwd, env }
     }
 
@@ -121,19 +109,10 @@ pub fn load_faulty(data: &std::path::Path) -> LoadedPackage {
     let mut env = toolchain_env();
     env.extend([
         ("LITE_NODE_DATA_DIR".to_owned(), data.display().to_string()),
-        (
-            "LITE_NODE_COMPUTE_TARGET_DIR".to_owned(),
-            compute_target_dir().display().to_string(),
-        ),
+        ("LITE_NODE_COMPUTE_TARGET_DIR".to_owned(), compute_target_dir().display().to_string()),
         ("SNAPSHOTTER_COMPUTE_REPO".to_owned(), repo.url()),
-        (
-            "SNAPSHOTTER_COMPUTE_REPO_BRANCH".to_owned(),
-            repo.branch.clone(),
-        ),
-        (
-            "SNAPSHOTTER_COMPUTE_REPO_COMMIT".to_owned(),
-            repo.commit.clone(),
-        ),
+        ("SNAPSHOTTER_COMPUTE_REPO_BRANCH".to_owned(), repo.branch.clone()),
+        ("SNAPSHOTTER_COMPUTE_REPO_COMMIT".to_owned(), repo.commit.clone()),
     ]);
     let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
     let package = compute::ensure(&cfg, Fetch::Allowed).unwrap();

@@ -1,8 +1,8 @@
 //! Processors that misbehave on purpose, for the runtime's tests.
 
 use lite_node_plugin_api::{
-    AssignmentRequest, Assignments, Chain, ComputeProcessor, EpochContext, Host, ProcessorSpec,
-    RpcCall, Snapshot, export_compute_module,
+    AssignmentRequest, Assignments, Chain, ComputeProcessor, EpochContext, Host, ProcessorSpec, RpcCall, Snapshot,
+    export_compute_module,
 };
 
 export_compute_module! {
@@ -72,22 +72,12 @@ struct Rpc;
 
 impl ComputeProcessor for Rpc {
     fn compute(&self, _: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
-        let chain_id = host
-            .rpc(Chain::Source, "eth_chainId", "[]")
-            .map_err(|e| e.to_string())?;
+        let chain_id = host.rpc(Chain::Source, "eth_chainId", "[]").map_err(|e| e.to_string())?;
         let calls = [
-            RpcCall {
-                method: "eth_blockNumber".into(),
-                params_json: "[]".into(),
-            },
-            RpcCall {
-                method: "no_such_method".into(),
-                params_json: "[]".into(),
-            },
+            RpcCall { method: "eth_blockNumber".into(), params_json: "[]".into() },
+            RpcCall { method: "no_such_method".into(), params_json: "[]".into() },
         ];
-        let batch = host
-            .rpc_batch(Chain::Source, &calls)
-            .map_err(|e| e.to_string())?;
+        let batch = host.rpc_batch(Chain::Source, &calls).map_err(|e| e.to_string())?;
         let batch: Vec<String> = batch
             .into_iter()
             .map(|r| match r {
@@ -95,9 +85,6 @@ impl ComputeProcessor for Rpc {
                 Err(e) => format!("err {e}"),
             })
             .collect();
-        Ok(vec![Snapshot::new(
-            "rpc",
-            format!("{chain_id}|{}", batch.join("|")),
-        )])
+        Ok(vec![Snapshot::new("rpc", format!("{chain_id}|{}", batch.join("|")))])
     }
 }
