@@ -26,6 +26,7 @@ mod guard;
 mod host;
 mod module;
 mod processor;
+pub mod testing;
 
 pub use epoch::{BlockDetail, EpochContext};
 pub use guard::{guarded, panic_message};

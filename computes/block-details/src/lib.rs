@@ -64,34 +64,7 @@ impl ComputeProcessor for BlockDetailsProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lite_node_plugin_api::abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
-    use lite_node_plugin_api::{BlockDetail, Chain, HostApi, LogLevel, RpcCall, RpcError, SelectionReport};
-    use std::sync::Mutex;
-
-    /// A host with fixed blocks that records what the processor reports.
-    struct FakeHost {
-        blocks: Vec<BlockDetail>,
-        reports: Mutex<Vec<(u64, bool, u64)>>,
-    }
-
-    impl HostApi for FakeHost {
-        fn rpc(&self, _: Chain, _: RStr<'_>, _: RStr<'_>) -> RResult<RString, RpcError> {
-            RResult::RErr(RpcError { code: ROption::RNone, message: "no rpc in tests".into() })
-        }
-        fn rpc_batch(&self, _: Chain, _: RSlice<'_, RpcCall>) -> RResult<RVec<RResult<RString, RpcError>>, RpcError> {
-            RResult::RErr(RpcError { code: ROption::RNone, message: "no rpc in tests".into() })
-        }
-        fn report_selection(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
-            self.reports.lock().unwrap().push((epoch_id, was_selected, slot_id));
-        }
-        fn last_selection(&self) -> ROption<SelectionReport> {
-            ROption::RNone
-        }
-        fn block_details(&self) -> RVec<BlockDetail> {
-            self.blocks.clone().into()
-        }
-        fn log(&self, _: LogLevel, _: RStr<'_>) {}
-    }
+    use lite_node_plugin_api::{BlockDetail, testing::TestHost};
 
     fn epoch(begin: u64, end: u64) -> EpochContext {
         EpochContext {
@@ -112,20 +85,20 @@ mod tests {
 
     #[test]
     fn snapshots_every_block_and_reports_selection_first() {
-        let host = FakeHost { blocks: vec![block(9), block(10)], reports: Mutex::default() };
-        let out = BlockDetailsProcessor.compute(&epoch(9, 10), &Host::new(Host::to_ref(&host))).unwrap();
+        let host = TestHost::with_blocks(vec![block(9), block(10)]);
+        let out = BlockDetailsProcessor.compute(&epoch(9, 10), &host.host()).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].data_source.as_str(), "");
         let v: Value = serde_json::from_str(&out[0].json).unwrap();
         assert_eq!(v["epoch"], json!({"begin": 9, "end": 10}));
         assert_eq!(v["blocks"]["10"]["timestamp"], json!(1_700_000_010u64));
-        assert_eq!(*host.reports.lock().unwrap(), vec![(7, true, 3)]);
+        assert_eq!(host.reports(), vec![(7, true, 3)]);
     }
 
     #[test]
     fn missing_preloaded_blocks_is_an_error() {
-        let host = FakeHost { blocks: vec![block(9)], reports: Mutex::default() };
-        let err = BlockDetailsProcessor.compute(&epoch(9, 10), &Host::new(Host::to_ref(&host))).unwrap_err();
+        let host = TestHost::with_blocks(vec![block(9)]);
+        let err = BlockDetailsProcessor.compute(&epoch(9, 10), &host.host()).unwrap_err();
         assert!(err.contains("2 blocks) but 1 were preloaded"), "{err}");
     }
 

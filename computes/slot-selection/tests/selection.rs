@@ -160,3 +160,60 @@ fn pools_sort_as_python_sorts_strings() {
     let pools = ["0xab", "0xAB", "0x0a", "0xa"];
     assert_eq!(sorted_pools(&pools), ["0x0a", "0xAB", "0xa", "0xab"]);
 }
+
+mod decide {
+    use lite_node_plugin_api::{EpochContext, testing::TestHost};
+    use slot_selection::{assign, decide, parse_block_hash};
+
+    fn epoch(epoch_id: u64, slot_id: u64, total_slots: u64) -> EpochContext {
+        EpochContext {
+            epoch_id,
+            begin: 100,
+            end: 100,
+            day_id: 1,
+            slot_id,
+            total_slots,
+            namespace: "devnet-UNISWAPV3-ETH".into(),
+            project_type: "baseSnapshot".into(),
+        }
+    }
+
+    const HASH: &str = "0x9f2c5a0e4b7d1c3e8a6f0b2d4c6e8a0b1c3d5e7f9a1b3c5d7e9f1a3b5c7d9e1f";
+    const POOLS: [&str; 3] = ["0xcc", "0xaa", "0xbb"];
+
+    #[test]
+    fn a_selected_slot_reports_true_first_and_gets_its_pool() {
+        let a = assign(42, &parse_block_hash(HASH).unwrap(), 2500, 3).unwrap();
+        let (slot, pool) = a.selected[17];
+        let host = TestHost::default();
+        let pick = decide(&epoch(42, slot, 2500), &host.host(), HASH, &POOLS).unwrap();
+        assert_eq!(pick, Some(["0xaa", "0xbb", "0xcc"][pool]));
+        assert_eq!(host.reports(), vec![(42, true, slot)]);
+    }
+
+    #[test]
+    fn an_idle_slot_reports_false_and_gets_nothing() {
+        let a = assign(42, &parse_block_hash(HASH).unwrap(), 2500, 3).unwrap();
+        let idle = (1..=2500).find(|s| a.selected.iter().all(|(t, _)| t != s)).unwrap();
+        let host = TestHost::default();
+        assert_eq!(decide(&epoch(42, idle, 2500), &host.host(), HASH, &POOLS).unwrap(), None);
+        assert_eq!(host.reports(), vec![(42, false, idle)]);
+    }
+
+    #[test]
+    fn genesis_selects_every_registered_slot() {
+        let host = TestHost::default();
+        for slot in 1..=5 {
+            assert!(decide(&epoch(0, slot, 5), &host.host(), HASH, &POOLS).unwrap().is_some());
+        }
+        assert!(host.reports().iter().all(|&(e, selected, _)| e == 0 && selected));
+    }
+
+    #[test]
+    fn a_bad_block_hash_is_an_error_and_nothing_is_reported() {
+        let host = TestHost::default();
+        let err = decide(&epoch(3, 1, 5), &host.host(), "0x1234", &POOLS).unwrap_err();
+        assert!(err.contains("not 32 bytes of hex"), "{err}");
+        assert!(host.reports().is_empty());
+    }
+}
