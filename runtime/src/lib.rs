@@ -8,6 +8,10 @@ pub mod chain;
 pub mod commands;
 pub mod compute;
 pub mod config;
+pub mod dispatch;
+pub mod epochs;
+pub mod journal;
+pub mod node;
 mod progress;
 pub mod repo;
 

@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the node: watch the anchor chain and compute every released epoch.
+    Run,
     /// Validate environment, projects.json and the compute package without running.
     Check,
     /// Work with the compute package.
@@ -59,6 +61,28 @@ enum ComputeCommand {
     List,
 }
 
+/// Builds the async runtime and runs the node until Ctrl-C or SIGTERM.
+fn run_node(env: &EnvSnapshot) -> anyhow::Result<()> {
+    let cfg = lite_node::config::NodeConfig::from_env(env)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("lite-node").build()?;
+    runtime.block_on(lite_node::node::run(cfg, shutdown_signal()))
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the node");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C received"),
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let env = match cli.env_file.as_deref().map(|f| EnvSnapshot::from_process().with_env_file(f)) {
@@ -79,6 +103,7 @@ fn main() -> ExitCode {
 
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
+        Command::Run => run_node(&env),
         Command::Check => commands::check(&env, &mut stdout),
         Command::Compute(ComputeCommand::Fetch) => commands::compute_show(&env, Fetch::Allowed, &mut stdout).map(drop),
         Command::Assignments(a) => commands::assignments(

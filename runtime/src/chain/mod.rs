@@ -1,6 +1,10 @@
-//! Talking to the chains: JSON-RPC endpoints with failover, on the node's
-//! dedicated I/O runtime.
+//! Talking to the chains: JSON-RPC endpoints with failover on the node's
+//! dedicated I/O runtime, and ProtocolState on the anchor chain (alloy types
+//! and ABI).
 
+pub mod anchor;
+pub mod contracts;
 pub mod rpc;
 
+pub use anchor::{Anchor, AnchorEvent, EventKind, Identity};
 pub use rpc::{HttpRpc, IoRuntime};

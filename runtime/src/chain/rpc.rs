@@ -26,7 +26,20 @@ use crate::{compute::host::RpcEndpoint, config::redact_url};
 pub struct IoRuntime {
     handle: tokio::runtime::Handle,
     // Keeps the runtime alive as long as any handle to it exists.
-    _runtime: Arc<tokio::runtime::Runtime>,
+    _runtime: Arc<RuntimeOwner>,
+}
+
+/// Shuts the runtime down without blocking, so the last handle may be
+/// dropped anywhere, async code included.
+#[derive(Debug)]
+struct RuntimeOwner(Option<tokio::runtime::Runtime>);
+
+impl Drop for RuntimeOwner {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl IoRuntime {
@@ -36,7 +49,7 @@ impl IoRuntime {
             .thread_name("lite-node-io")
             .enable_all()
             .build()?;
-        Ok(Self { handle: runtime.handle().clone(), _runtime: Arc::new(runtime) })
+        Ok(Self { handle: runtime.handle().clone(), _runtime: Arc::new(RuntimeOwner(Some(runtime))) })
     }
 
     /// Runs `future` on the I/O runtime and waits for it from a blocking thread.
@@ -85,43 +98,120 @@ impl HttpRpc {
         })
     }
 
-    /// Posts `body` to each endpoint in turn until one answers with JSON.
-    fn post(&self, body: Value) -> Result<Value, RpcError> {
+    /// Posts `body` to each endpoint in turn, from the last that worked,
+    /// until one answers with JSON. The future runs on the I/O runtime.
+    fn post_future(&self, body: Value) -> impl Future<Output = Result<Value, RpcError>> + Send + 'static {
         let urls = self.urls.clone();
         let client = self.client.clone();
         let preferred = self.preferred.clone();
         let role = self.role;
-        self.io
-            .wait(async move {
-                let start = preferred.load(Ordering::Relaxed);
-                let mut failures = Vec::new();
-                for k in 0..urls.len() {
-                    let i = (start + k) % urls.len();
-                    match post_once(&client, &urls[i], &body).await {
-                        Ok(value) => {
-                            preferred.store(i, Ordering::Relaxed);
-                            return Ok(value);
-                        }
-                        Err(e) => {
-                            tracing::warn!("{role} RPC {}: {e}", redact_url(&urls[i]));
-                            failures.push(format!("{}: {e}", redact_url(&urls[i])));
-                        }
+        async move {
+            let start = preferred.load(Ordering::Relaxed);
+            let mut failures = Vec::new();
+            for k in 0..urls.len() {
+                let i = (start + k) % urls.len();
+                match post_once(&client, &urls[i], &body).await {
+                    Ok(value) => {
+                        preferred.store(i, Ordering::Relaxed);
+                        return Ok(value);
+                    }
+                    Err(e) => {
+                        tracing::debug!("{role} RPC {}: {e}", redact_url(&urls[i]));
+                        failures.push(format!("{}: {e}", redact_url(&urls[i])));
                     }
                 }
-                Err(rpc_error(format!("every {role} RPC endpoint failed ({})", failures.join("; "))))
-            })
+            }
+            Err(rpc_error(format!("every {role} RPC endpoint failed ({})", failures.join("; "))))
+        }
+    }
+
+    /// From a blocking thread (a processor's host callback).
+    fn post(&self, body: Value) -> Result<Value, RpcError> {
+        let role = self.role;
+        self.io
+            .wait(self.post_future(body))
             .unwrap_or_else(|| Err(rpc_error(format!("{role} RPC: the I/O runtime is shutting down"))))
+    }
+
+    /// From async code: the request still runs on the I/O runtime, so every
+    /// connection lives on one runtime.
+    async fn post_async(&self, body: Value) -> Result<Value, RpcError> {
+        let role = self.role;
+        self.io
+            .handle
+            .spawn(self.post_future(body))
+            .await
+            .unwrap_or_else(|e| Err(rpc_error(format!("{role} RPC task failed: {e}"))))
     }
 
     fn request(&self, method: &str, params_json: &str) -> Result<(u64, Value), RpcError> {
         let params: Value =
             serde_json::from_str(params_json).map_err(|e| rpc_error(format!("{method}: params are not JSON: {e}")))?;
+        self.request_value(method, params)
+    }
+
+    fn request_value(&self, method: &str, params: Value) -> Result<(u64, Value), RpcError> {
         if !params.is_array() && !params.is_object() {
             return Err(rpc_error(format!("{method}: params must be a JSON array or object")));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         Ok((id, json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})))
     }
+
+    /// One call from async code; returns the `result` member.
+    pub async fn call_value(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let (id, body) = self.request_value(method, params)?;
+        let response = self.post_async(body).await?;
+        single_result(&response, id, method)
+    }
+
+    /// A batch from async code; the outer error is a transport failure.
+    pub async fn batch_values(&self, calls: &[(&str, Value)]) -> Result<Vec<Result<Value, RpcError>>, RpcError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut ids = Vec::with_capacity(calls.len());
+        let mut bodies = Vec::with_capacity(calls.len());
+        for (method, params) in calls {
+            let (id, body) = self.request_value(method, params.clone())?;
+            ids.push(id);
+            bodies.push(body);
+        }
+        let response = self.post_async(Value::Array(bodies)).await?;
+        let methods: Vec<&str> = calls.iter().map(|(m, _)| *m).collect();
+        batch_results(response, &ids, &methods)
+    }
+
+    /// The role (`source`, `anchor`) this endpoint serves, for messages.
+    pub fn role(&self) -> &'static str {
+        self.role
+    }
+}
+
+fn single_result(response: &Value, id: u64, method: &str) -> Result<Value, RpcError> {
+    if response.get("id").and_then(Value::as_u64) != Some(id) {
+        return Err(rpc_error(format!("{method}: answer carries another id ({})", response["id"])));
+    }
+    result_of(response, method)
+}
+
+fn batch_results(response: Value, ids: &[u64], methods: &[&str]) -> Result<Vec<Result<Value, RpcError>>, RpcError> {
+    let Value::Array(answers) = response else {
+        // Some servers answer a refused batch with one error object.
+        let reason = response.get("error").map(|e| e.to_string()).unwrap_or_else(|| response.to_string());
+        return Err(rpc_error(format!("batch of {} calls refused: {reason}", ids.len())));
+    };
+    let mut by_id: std::collections::HashMap<u64, Value> =
+        answers.into_iter().filter_map(|a| a.get("id").and_then(Value::as_u64).map(|id| (id, a))).collect();
+    Ok(ids
+        .iter()
+        .zip(methods)
+        .enumerate()
+        .map(|(n, (id, method))| match by_id.remove(id) {
+            Some(answer) => result_of(&answer, method),
+            None => Err(rpc_error(format!("{method}: no answer for call {n} of the batch"))),
+        })
+        .collect())
 }
 
 async fn post_once(client: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
@@ -154,14 +244,14 @@ fn describe(e: reqwest::Error) -> String {
 }
 
 /// The `result` of one JSON-RPC response object, or its error.
-fn result_of(response: &Value, method: &str) -> Result<String, RpcError> {
+fn result_of(response: &Value, method: &str) -> Result<Value, RpcError> {
     if let Some(err) = response.get("error") {
         let code = err.get("code").and_then(Value::as_i64);
         let message = err.get("message").and_then(Value::as_str).unwrap_or("no message");
         return Err(RpcError { code: code.into(), message: format!("{method}: {message}").into() });
     }
     match response.get("result") {
-        Some(result) => Ok(result.to_string()),
+        Some(result) => Ok(result.clone()),
         None => Err(rpc_error(format!("{method}: answer has neither result nor error"))),
     }
 }
@@ -170,10 +260,7 @@ impl RpcEndpoint for HttpRpc {
     fn call(&self, method: &str, params_json: &str) -> Result<String, RpcError> {
         let (id, body) = self.request(method, params_json)?;
         let response = self.post(body)?;
-        if response.get("id").and_then(Value::as_u64) != Some(id) {
-            return Err(rpc_error(format!("{method}: answer carries another id ({})", response["id"])));
-        }
-        result_of(&response, method)
+        single_result(&response, id, method).map(|v| v.to_string())
     }
 
     fn batch(&self, calls: &[RpcCall]) -> Result<Vec<Result<String, RpcError>>, RpcError> {
@@ -188,21 +275,7 @@ impl RpcEndpoint for HttpRpc {
             bodies.push(body);
         }
         let response = self.post(Value::Array(bodies))?;
-        let Value::Array(answers) = response else {
-            // Some servers answer a refused batch with one error object.
-            let reason = response.get("error").map(|e| e.to_string()).unwrap_or_else(|| response.to_string());
-            return Err(rpc_error(format!("batch of {} calls refused: {reason}", calls.len())));
-        };
-        let mut by_id: std::collections::HashMap<u64, &Value> =
-            answers.iter().filter_map(|a| a.get("id").and_then(Value::as_u64).map(|id| (id, a))).collect();
-        Ok(ids
-            .iter()
-            .zip(calls)
-            .enumerate()
-            .map(|(n, (id, call))| match by_id.remove(id) {
-                Some(answer) => result_of(answer, call.method.as_str()),
-                None => Err(rpc_error(format!("{}: no answer for call {n} of the batch", call.method))),
-            })
-            .collect())
+        let methods: Vec<&str> = calls.iter().map(|c| c.method.as_str()).collect();
+        Ok(batch_results(response, &ids, &methods)?.into_iter().map(|r| r.map(|v| v.to_string())).collect())
     }
 }

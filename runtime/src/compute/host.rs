@@ -42,9 +42,27 @@ pub struct RuntimeHost {
     pub anchor: Option<Arc<dyn RpcEndpoint>>,
     pub tracker: Arc<SelectionTracker>,
     pub blocks: Vec<BlockDetail>,
+    /// What this compute call itself reported, `(epoch_id, was_selected)`.
+    pub reported: Mutex<Option<(u64, bool)>>,
 }
 
 impl RuntimeHost {
+    /// A host for one compute call.
+    pub fn new(
+        project: impl Into<String>,
+        source: Option<Arc<dyn RpcEndpoint>>,
+        anchor: Option<Arc<dyn RpcEndpoint>>,
+        tracker: Arc<SelectionTracker>,
+        blocks: Vec<BlockDetail>,
+    ) -> Self {
+        Self { project: project.into(), source, anchor, tracker, blocks, reported: Mutex::new(None) }
+    }
+
+    /// What this call reported to the tracker, if anything.
+    pub fn reported(&self) -> Option<(u64, bool)> {
+        *self.reported.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn endpoint(&self, chain: Chain) -> Result<&Arc<dyn RpcEndpoint>, RpcError> {
         let (endpoint, var) = match chain {
             Chain::Source => (&self.source, "SOURCE_RPC_URL"),
@@ -76,6 +94,7 @@ impl HostApi for RuntimeHost {
     fn report_selection(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
         tracing::debug!(project = %self.project, epoch_id, was_selected, slot_id, "selection reported");
         self.tracker.report(epoch_id, was_selected, slot_id);
+        *self.reported.lock().unwrap_or_else(|p| p.into_inner()) = Some((epoch_id, was_selected));
     }
 
     fn last_selection(&self) -> ROption<SelectionReport> {

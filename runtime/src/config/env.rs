@@ -7,6 +7,7 @@ use std::{
     collections::BTreeMap,
     fmt,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use super::ConfigErrors;
@@ -162,6 +163,52 @@ pub enum ProjectsSource {
     },
 }
 
+/// How the node watches the anchor chain and runs computes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchSettings {
+    /// `LITE_NODE_POLL_INTERVAL_MS` (default 500).
+    pub poll_interval: Duration,
+    /// Anchor blocks re-checked on every poll for reorgs (`LITE_NODE_CONFIRMATIONS`, default 12).
+    pub confirmations: u64,
+    /// An epoch released more than this many anchor blocks ago is past its
+    /// submission deadline and counted as missed, not computed
+    /// (`LITE_NODE_SUBMISSION_WINDOW_BLOCKS`, default 100).
+    pub submission_window: u64,
+    /// Where a node without a saved cursor starts (`LITE_NODE_START_BLOCK`;
+    /// default: the anchor head at start).
+    pub start_block: Option<u64>,
+    /// `LITE_NODE_COMPUTE_TIMEOUT_SECS` (default 60).
+    pub compute_timeout: Duration,
+    /// `LITE_NODE_MAX_CONCURRENT_COMPUTES` (default 4).
+    pub max_concurrent_computes: usize,
+    /// Per JSON-RPC request (`LITE_NODE_RPC_TIMEOUT_SECS`, default 15).
+    pub rpc_timeout: Duration,
+}
+
+impl WatchSettings {
+    fn from_env(env: &EnvSnapshot, problems: &mut Vec<String>) -> Self {
+        let mut number = |key: &str, default: u64, min: u64| -> u64 {
+            match env.get(key).map(str::parse::<u64>) {
+                None => default,
+                Some(Ok(n)) if n >= min => n,
+                Some(_) => {
+                    problems.push(format!("{key} must be a whole number of at least {min}"));
+                    default
+                }
+            }
+        };
+        Self {
+            poll_interval: Duration::from_millis(number("LITE_NODE_POLL_INTERVAL_MS", 500, 10)),
+            confirmations: number("LITE_NODE_CONFIRMATIONS", 12, 0),
+            submission_window: number("LITE_NODE_SUBMISSION_WINDOW_BLOCKS", 100, 1),
+            start_block: env.get("LITE_NODE_START_BLOCK").map(|_| number("LITE_NODE_START_BLOCK", 0, 0)),
+            compute_timeout: Duration::from_secs(number("LITE_NODE_COMPUTE_TIMEOUT_SECS", 60, 1)),
+            max_concurrent_computes: number("LITE_NODE_MAX_CONCURRENT_COMPUTES", 4, 1) as usize,
+            rpc_timeout: Duration::from_secs(number("LITE_NODE_RPC_TIMEOUT_SECS", 15, 1)),
+        }
+    }
+}
+
 /// All the node needs to run.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -178,6 +225,7 @@ pub struct NodeConfig {
     pub collector_port: u16,
     pub projects: ProjectsSource,
     pub compute: ComputeConfig,
+    pub watch: WatchSettings,
 }
 
 impl NodeConfig {
@@ -199,6 +247,7 @@ impl NodeConfig {
         }
         let compute = ComputeConfig::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
         let projects = ProjectsSource::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
+        let watch = WatchSettings::from_env(env, &mut problems);
 
         let source_rpc_urls = rpc_urls(env, "SOURCE_RPC_URL", &mut problems);
         let anchor_rpc_urls = rpc_urls(env, "POWERLOOM_RPC_URL", &mut problems);
@@ -243,6 +292,7 @@ impl NodeConfig {
                 collector_port,
                 projects,
                 compute,
+                watch,
             }),
             _ => Err(ConfigErrors { problems }),
         }

@@ -8,7 +8,9 @@
 mod env;
 mod projects;
 
-pub use env::{ComputeConfig, ComputeSource, EnvSnapshot, GitPin, NodeConfig, ProjectsSource, SecretKey, redact_url};
+pub use env::{
+    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, NodeConfig, ProjectsSource, SecretKey, WatchSettings, redact_url,
+};
 pub use projects::{PRELOAD_TASKS, Project, Projects};
 
 use std::fmt;

@@ -9,7 +9,7 @@ use lite_node_plugin_api::{AssignmentRequest, Host};
 use crate::support::{epoch, load_faulty};
 
 fn host(tracker: &Arc<SelectionTracker>) -> RuntimeHost {
-    RuntimeHost { project: "faulty".into(), source: None, anchor: None, tracker: tracker.clone(), blocks: vec![] }
+    RuntimeHost::new("faulty", None, None, tracker.clone(), vec![])
 }
 
 #[test]

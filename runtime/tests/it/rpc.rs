@@ -17,13 +17,7 @@ fn endpoint(urls: &[String], io: &IoRuntime) -> Arc<dyn RpcEndpoint> {
 }
 
 fn host(source: Option<Arc<dyn RpcEndpoint>>) -> RuntimeHost {
-    RuntimeHost {
-        project: "rpc".into(),
-        source,
-        anchor: None,
-        tracker: Arc::new(SelectionTracker::default()),
-        blocks: vec![],
-    }
+    RuntimeHost::new("rpc", source, None, Arc::new(SelectionTracker::default()), vec![])
 }
 
 #[test]

@@ -1,0 +1,16 @@
+//! ABI bindings for the ProtocolState contract the node reads (PROTOCOL.md §1).
+
+alloy::sol! {
+    event EpochReleased(
+        address indexed dataMarketAddress,
+        uint256 indexed epochId,
+        uint256 begin,
+        uint256 end,
+        uint256 timestamp
+    );
+    event DayStartedEvent(address indexed dataMarketAddress, uint256 dayId, uint256 timestamp);
+
+    function getTotalNodeCount() external view returns (uint256);
+    function slotSnapshotterMapping(uint256 slotId) external view returns (address);
+    function allSnapshotters(address snapshotter) external view returns (bool);
+}

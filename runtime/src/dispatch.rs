@@ -1,0 +1,147 @@
+//! Dispatch: one epoch goes to every project's processor on a blocking
+//! worker, with a per-compute timeout and a bound on concurrent computes.
+//!
+//! A compute that times out keeps its worker (a thread cannot be stopped) and
+//! its permit until it really returns, so slow plugins cannot pile up more
+//! threads than the bound. [`Dispatcher::drain`] waits for all of them.
+
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use lite_node_plugin_api::{BlockDetail, EpochContext, Host, ProcessorBox};
+use tokio::sync::Semaphore;
+
+use crate::{
+    compute::host::{RpcEndpoint, RuntimeHost, SelectionTracker},
+    config::Project,
+};
+
+/// A project and its processor instance.
+pub struct ProjectProcessor {
+    pub project: Project,
+    pub processor: Arc<ProcessorBox>,
+}
+
+impl std::fmt::Debug for ProjectProcessor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProjectProcessor").field("project", &self.project.project_type).finish_non_exhaustive()
+    }
+}
+
+/// How one project's compute for one epoch ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutcomeKind {
+    /// Snapshots to submit.
+    Computed,
+    /// The slot does not work this epoch (or the compute had nothing to do).
+    NotSelected,
+    /// An error, a panic, a timeout, or nothing returned although selected.
+    Failed(String),
+    /// Released longer ago than the submission window: not computed.
+    Missed(String),
+}
+
+/// One project's result for one epoch.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub project_type: String,
+    pub kind: OutcomeKind,
+    /// `(data_source, snapshot JSON)` pairs.
+    pub snapshots: Vec<(String, String)>,
+    /// When the compute was called and when it returned (Unix ms).
+    pub started_at_ms: u64,
+    pub finished_at_ms: u64,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Runs processors for epochs.
+#[derive(Debug)]
+pub struct Dispatcher {
+    pub projects: Vec<ProjectProcessor>,
+    permits: Arc<Semaphore>,
+    max_concurrent: usize,
+    timeout: Duration,
+    source: Option<Arc<dyn RpcEndpoint>>,
+    anchor: Option<Arc<dyn RpcEndpoint>>,
+    pub tracker: Arc<SelectionTracker>,
+}
+
+impl std::fmt::Debug for dyn RpcEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RpcEndpoint")
+    }
+}
+
+impl Dispatcher {
+    pub fn new(
+        projects: Vec<ProjectProcessor>,
+        max_concurrent: usize,
+        timeout: Duration,
+        source: Option<Arc<dyn RpcEndpoint>>,
+        anchor: Option<Arc<dyn RpcEndpoint>>,
+        tracker: Arc<SelectionTracker>,
+    ) -> Self {
+        Self {
+            projects,
+            permits: Arc::new(Semaphore::new(max_concurrent)),
+            max_concurrent,
+            timeout,
+            source,
+            anchor,
+            tracker,
+        }
+    }
+
+    /// Runs every project for one epoch; returns their outcomes in project order.
+    pub async fn dispatch(&self, ctx: &EpochContext, blocks: &[BlockDetail]) -> Vec<Outcome> {
+        let runs = self.projects.iter().map(|p| self.run_one(p, ctx, blocks));
+        futures_util::future::join_all(runs).await
+    }
+
+    async fn run_one(&self, p: &ProjectProcessor, ctx: &EpochContext, blocks: &[BlockDetail]) -> Outcome {
+        let project_type = p.project.project_type.clone();
+        let mut ctx = ctx.clone();
+        ctx.project_type = project_type.as_str().into();
+        let blocks =
+            if p.project.preload_tasks.iter().any(|t| t == "block_details") { blocks.to_vec() } else { vec![] };
+        let host =
+            RuntimeHost::new(&project_type, self.source.clone(), self.anchor.clone(), self.tracker.clone(), blocks);
+        let processor = p.processor.clone();
+        let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let started_at_ms = now_ms();
+        let epoch_id = ctx.epoch_id;
+        let worker = tokio::task::spawn_blocking(move || {
+            let result = processor.compute(&ctx, Host::to_ref(&host)).into_result();
+            drop(permit);
+            (result, host.reported())
+        });
+        let (kind, snapshots) = match tokio::time::timeout(self.timeout, worker).await {
+            Err(_) => (OutcomeKind::Failed(format!("timed out after {}s", self.timeout.as_secs())), vec![]),
+            Ok(Err(join)) => (OutcomeKind::Failed(format!("compute worker failed: {join}")), vec![]),
+            Ok(Ok((Err(e), _))) => (OutcomeKind::Failed(e.into_string()), vec![]),
+            Ok(Ok((Ok(snapshots), reported))) if snapshots.is_empty() => match reported {
+                // PROTOCOL.md §9: nothing returned after selection is a failure.
+                Some((e, true)) if e == epoch_id => {
+                    (OutcomeKind::Failed(format!("selected for epoch {epoch_id} but returned no snapshots")), vec![])
+                }
+                _ => (OutcomeKind::NotSelected, vec![]),
+            },
+            Ok(Ok((Ok(snapshots), _))) => (
+                OutcomeKind::Computed,
+                snapshots.into_iter().map(|s| (s.data_source.into_string(), s.json.into_string())).collect(),
+            ),
+        };
+        Outcome { project_type, kind, snapshots, started_at_ms, finished_at_ms: now_ms() }
+    }
+
+    /// Waits until no compute is running (timed-out ones included), at most `grace`.
+    pub async fn drain(&self, grace: Duration) -> bool {
+        let all = self.max_concurrent as u32;
+        matches!(tokio::time::timeout(grace, self.permits.acquire_many(all)).await, Ok(Ok(_)))
+    }
+}

@@ -1,0 +1,284 @@
+//! `lite-node run`: the node's main loop. Loads the compute package and one
+//! processor per project, checks this node's identity on the anchor chain,
+//! then for every released epoch of our data market preloads block details,
+//! dispatches the epoch to every processor, records the outcomes, and only
+//! then advances the persisted cursor.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use alloy::primitives::Address;
+use anyhow::{Context, Result};
+use backon::{BackoffBuilder, ExponentialBuilder};
+use lite_node_plugin_api::{BlockDetail, EpochContext};
+
+use crate::{
+    chain::{Anchor, HttpRpc, IoRuntime},
+    commands::{BadInput, load_projects},
+    compute::{
+        self, Fetch, LoadedPackage,
+        host::{RpcEndpoint, SelectionTracker},
+    },
+    config::NodeConfig,
+    dispatch::{Dispatcher, Outcome, OutcomeKind, ProjectProcessor, now_ms},
+    epochs::{Epoch, Watcher, preload},
+    journal::Journal,
+};
+
+/// How long shutdown waits for running computes.
+const DRAIN_GRACE: Duration = Duration::from_secs(30);
+/// Attempts at preloading an epoch's blocks (the source chain may lag).
+const PRELOAD_ATTEMPTS: usize = 5;
+
+fn backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(30))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// Runs the node until `shutdown` completes.
+pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
+    tokio::pin!(shutdown);
+    let data_dir = cfg.compute.data_dir.clone();
+    let (projects, package) = {
+        let cfg = cfg.clone();
+        tokio::task::spawn_blocking(move || -> Result<_> {
+            let projects = load_projects(&cfg.projects, &cfg.compute.data_dir)?;
+            let package = LoadedPackage::load(compute::ensure(&cfg.compute, Fetch::Allowed)?)?;
+            Ok((projects, package))
+        })
+        .await
+        .context("loading the compute package")??
+    };
+    let mut processors = Vec::new();
+    for project in projects.projects {
+        let settings = serde_json::Value::Object(project.settings.clone()).to_string();
+        let processor = package
+            .new_processor(&project.module, &project.class_name, &settings)
+            .map_err(|e| BadInput(format!("project {}: {e}", project.project_type)))?;
+        processors.push(ProjectProcessor { project, processor: Arc::new(processor) });
+    }
+    tracing::info!(
+        "compute package {} loaded: {}",
+        package.package.manifest.commit,
+        processors.iter().map(|p| p.project.project_type.as_str()).collect::<Vec<_>>().join(", ")
+    );
+
+    let io = IoRuntime::new().context("starting the I/O runtime")?;
+    let rpc = |role, urls: &Vec<String>| {
+        HttpRpc::new(role, urls.clone(), cfg.watch.rpc_timeout, io.clone()).map_err(|e| anyhow::anyhow!(e))
+    };
+    let source = Arc::new(rpc("source", &cfg.source_rpc_urls)?);
+    let anchor_for_host: Arc<dyn RpcEndpoint> = Arc::new(rpc("anchor", &cfg.anchor_rpc_urls)?);
+    let protocol_state: Address =
+        cfg.protocol_state.parse().map_err(|e| BadInput(format!("PROTOCOL_STATE_CONTRACT: {e}")))?;
+    let data_market: Address = cfg.data_market.parse().map_err(|e| BadInput(format!("DATA_MARKET_CONTRACT: {e}")))?;
+    let anchor = Arc::new(Anchor::new(rpc("anchor", &cfg.anchor_rpc_urls)?, protocol_state, data_market));
+
+    let Some(()) = check_identity(&cfg, &anchor, &mut shutdown).await? else {
+        tracing::info!("shutdown before the node started");
+        return Ok(());
+    };
+
+    let tracker = Arc::new(SelectionTracker::default());
+    let dispatcher = Dispatcher::new(
+        processors,
+        cfg.watch.max_concurrent_computes,
+        cfg.watch.compute_timeout,
+        Some(source.clone() as Arc<dyn RpcEndpoint>),
+        Some(anchor_for_host),
+        tracker,
+    );
+    let mut watcher = Watcher::open(anchor.clone(), &data_dir, cfg.watch.clone())
+        .with_context(|| format!("opening the epoch cursor in {}", data_dir.display()))?;
+    let mut journal = Journal::open(&data_dir).context("opening the epoch journal")?;
+    let needs_blocks = dispatcher.projects.iter().any(|p| p.project.preload_tasks.iter().any(|t| t == "block_details"));
+    tracing::info!(
+        "watching ProtocolState {protocol_state} for data market {data_market} every {} ms",
+        cfg.watch.poll_interval.as_millis()
+    );
+
+    let mut delays = backoff();
+    let mut failing = false;
+    'watch: loop {
+        let poll = tokio::select! {
+            _ = &mut shutdown => break 'watch,
+            poll = watcher.poll() => poll,
+        };
+        let poll = match poll {
+            Ok(poll) => {
+                if failing {
+                    tracing::info!("anchor RPC answers again");
+                    failing = false;
+                }
+                delays = backoff();
+                poll
+            }
+            Err(e) => {
+                let delay = delays.next().unwrap_or(Duration::from_secs(30));
+                if !failing {
+                    tracing::warn!("polling the anchor chain failed ({e}); retrying with backoff");
+                } else {
+                    tracing::debug!("anchor still failing ({e}); next try in {delay:?}");
+                }
+                failing = true;
+                tokio::select! {
+                    _ = &mut shutdown => break 'watch,
+                    _ = tokio::time::sleep(delay) => continue 'watch,
+                }
+            }
+        };
+        for epoch in &poll.epochs {
+            let outcomes = handle_epoch(&cfg, epoch, poll.head, &anchor, &source, &dispatcher, needs_blocks).await;
+            for outcome in &outcomes {
+                log_outcome(epoch, outcome);
+                journal.record(epoch, outcome).with_context(|| format!("writing {}", journal.path().display()))?;
+            }
+            watcher.epoch_handled(epoch).context("saving the epoch cursor")?;
+        }
+        watcher.scan_complete(poll.scanned_to).context("saving the epoch cursor")?;
+        if poll.epochs.is_empty() && poll.scanned_to >= poll.head {
+            tokio::select! {
+                _ = &mut shutdown => break 'watch,
+                _ = tokio::time::sleep(cfg.watch.poll_interval) => {}
+            }
+        }
+    }
+    tracing::info!("shutting down: waiting for running computes");
+    watcher.flush().context("saving the epoch cursor")?;
+    if !dispatcher.drain(DRAIN_GRACE).await {
+        tracing::warn!("computes still running after {}s; exiting anyway", DRAIN_GRACE.as_secs());
+    }
+    Ok(())
+}
+
+/// The start-up identity check (PROTOCOL.md §1): the signer is an enabled
+/// snapshotter and `SLOT_ID` maps to it. Waits with backoff while the anchor
+/// RPC does not answer; `Ok(None)` when shutdown came first.
+async fn check_identity(
+    cfg: &NodeConfig,
+    anchor: &Anchor,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Result<Option<()>> {
+    let signer: Address = cfg.signer_address.parse().map_err(|e| BadInput(format!("SIGNER_ACCOUNT_ADDRESS: {e}")))?;
+    let mut delays = backoff();
+    let identity = loop {
+        match anchor.identity(signer, cfg.slot_id).await {
+            Ok(identity) => break identity,
+            Err(e) => {
+                let delay = delays.next().unwrap_or(Duration::from_secs(30));
+                tracing::warn!("identity check: anchor RPC failed ({e}); retrying in {:.1}s", delay.as_secs_f64());
+                tokio::select! {
+                    _ = shutdown.as_mut() => return Ok(None),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    };
+    let ps = anchor.protocol_state;
+    if identity.slot_owner != signer {
+        let found = if identity.slot_owner == Address::ZERO {
+            format!("{} (the slot is not registered)", identity.slot_owner)
+        } else {
+            identity.slot_owner.to_string()
+        };
+        return Err(BadInput(format!(
+            "slot {} is not this node's: ProtocolState {ps} maps it to {found}, expected {signer} \
+             (SIGNER_ACCOUNT_ADDRESS); check SLOT_ID and the signer",
+            cfg.slot_id
+        ))
+        .into());
+    }
+    if !identity.signer_enabled {
+        return Err(BadInput(format!(
+            "signer {signer} of slot {} is not an enabled snapshotter on ProtocolState {ps} (allSnapshotters is false)",
+            cfg.slot_id
+        ))
+        .into());
+    }
+    tracing::info!("identity confirmed: slot {} belongs to {signer}", cfg.slot_id);
+    Ok(Some(()))
+}
+
+async fn handle_epoch(
+    cfg: &NodeConfig,
+    epoch: &Epoch,
+    head: u64,
+    anchor: &Anchor,
+    source: &HttpRpc,
+    dispatcher: &Dispatcher,
+    needs_blocks: bool,
+) -> Vec<Outcome> {
+    let every = |kind: OutcomeKind| {
+        let at = now_ms();
+        dispatcher
+            .projects
+            .iter()
+            .map(|p| Outcome {
+                project_type: p.project.project_type.clone(),
+                kind: kind.clone(),
+                snapshots: vec![],
+                started_at_ms: at,
+                finished_at_ms: at,
+            })
+            .collect::<Vec<_>>()
+    };
+    let age = head.saturating_sub(epoch.released_block);
+    if age > cfg.watch.submission_window {
+        return every(OutcomeKind::Missed(format!(
+            "released {age} anchor blocks ago, past the {}-block submission window",
+            cfg.watch.submission_window
+        )));
+    }
+    let total_slots = match anchor.total_slots().await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!("getTotalNodeCount is unavailable ({e}); computes see 0 total slots");
+            0
+        }
+    };
+    let blocks: Vec<BlockDetail> = if needs_blocks {
+        let mut delays = backoff();
+        let mut attempt = 1;
+        loop {
+            match preload::block_details(source, epoch.begin, epoch.end).await {
+                Ok(blocks) => break blocks,
+                Err(e) if attempt < PRELOAD_ATTEMPTS => {
+                    let delay = delays.next().unwrap_or(Duration::from_secs(5));
+                    tracing::warn!("epoch {}: preloading block details failed ({e}); retrying", epoch.epoch_id);
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) => return every(OutcomeKind::Failed(format!("preloading block details: {e}"))),
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let ctx = EpochContext {
+        epoch_id: epoch.epoch_id,
+        begin: epoch.begin,
+        end: epoch.end,
+        day_id: epoch.day_id,
+        slot_id: cfg.slot_id,
+        total_slots,
+        namespace: cfg.full_namespace().into(),
+        project_type: "".into(),
+    };
+    dispatcher.dispatch(&ctx, &blocks).await
+}
+
+fn log_outcome(epoch: &Epoch, o: &Outcome) {
+    let took = o.finished_at_ms.saturating_sub(o.started_at_ms);
+    let (id, project) = (epoch.epoch_id, &o.project_type);
+    match &o.kind {
+        OutcomeKind::Computed => {
+            tracing::info!("epoch {id} {project}: computed {} snapshot(s) in {took} ms", o.snapshots.len())
+        }
+        OutcomeKind::NotSelected => tracing::info!("epoch {id} {project}: not selected"),
+        OutcomeKind::Failed(e) => tracing::warn!("epoch {id} {project}: failed after {took} ms: {e}"),
+        OutcomeKind::Missed(e) => tracing::warn!("epoch {id} {project}: missed: {e}"),
+    }
+}
