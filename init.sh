@@ -24,17 +24,15 @@ need_rust() {
   command -v cargo >/dev/null || { echo "init.sh: cargo not found; install Rust (https://rustup.rs)" >&2; exit 2; }
 }
 
-need_devnet_tools() {
+need_devnet_world() {
   command -v npm >/dev/null || { echo "init.sh: npm not found; install Node.js 20+ (apt-get install nodejs npm)" >&2; exit 2; }
-  if [ ! -x devnet/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil ] || [ devnet/package-lock.json -nt devnet/node_modules ]; then
-    say "installing the pinned chain tooling (npm ci in devnet/)"
-    (cd devnet && npm ci --no-audit --no-fund)
-  fi
+  say "devnet world (npm-pinned anvil + Uniswap V3 + ProtocolState)"
+  devnet/build-world.sh --if-stale
 }
 
 run_tests() {
   need_rust
-  need_devnet_tools
+  need_devnet_world
   local ws
   say "formatting (cargo fmt --check)"
   for ws in "${WORKSPACES[@]}"; do (cd "$ws" && cargo fmt --all --check); done

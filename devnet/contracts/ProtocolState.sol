@@ -64,6 +64,17 @@ contract ProtocolState {
         emit EpochReleased(dataMarketAddress, epochId, begin, end, block.timestamp);
     }
 
+    /// Emits an EpochReleased log whose data is too short to decode, so tests
+    /// can check that a node skips it instead of failing.
+    function emitMalformedRelease(address dataMarketAddress) external onlyOwner {
+        bytes32 signature = EpochReleased.selector;
+        bytes32 market = bytes32(uint256(uint160(dataMarketAddress)));
+        assembly {
+            mstore(0, 7)
+            log3(0, 32, signature, market, 99)
+        }
+    }
+
     /// Starts the next day for a data market.
     function startDay(address dataMarketAddress) external onlyOwner returns (uint256 dayId) {
         dayId = ++currentDayId[dataMarketAddress];

@@ -11,6 +11,10 @@ use std::{
 
 use tempfile::TempDir;
 
+pub mod world;
+
+pub use world::{Manifest, World};
+
 /// The root of the lite-node checkout.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
@@ -170,13 +174,18 @@ impl Anvil {
     }
 
     pub fn start_with(args: &[&str]) -> Self {
-        use std::io::{BufRead, BufReader};
+        Self::start_on(0, args)
+    }
+
+    /// Starts anvil on `port` (0: the OS picks) with extra `args`.
+    pub fn start_on(port: u16, args: &[&str]) -> Self {
+        use std::io::{BufRead, BufReader, Read};
         let mut child = Command::new(anvil_bin())
-            .args(["--host", "127.0.0.1", "--port", "0"])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("anvil starts");
         let stdout = child.stdout.take().expect("stdout is piped");
@@ -193,7 +202,11 @@ impl Anvil {
             Ok(Some(port)) => port,
             other => {
                 let _ = child.kill();
-                panic!("anvil did not report its port: {other:?}");
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                panic!("anvil did not report its port ({other:?}): {err}");
             }
         };
         Self { child, port }
@@ -205,6 +218,139 @@ impl Anvil {
 }
 
 impl Drop for Anvil {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `lite-node run` child process against a world; killed on drop.
+pub struct RunningNode {
+    child: std::process::Child,
+    pub data: std::path::PathBuf,
+    pub stderr: std::path::PathBuf,
+}
+
+/// The environment of a node for `slot_id` of the loaded world.
+pub fn node_env(world_url: &str, manifest: &Manifest, slot_id: u64) -> Vec<(String, String)> {
+    let signer = manifest.slots.iter().find(|(s, _)| *s == slot_id).map(|(_, a)| a.clone()).unwrap_or_default();
+    let key = manifest.slots.iter().any(|(s, _)| *s == slot_id).then(|| manifest.signer_key(slot_id).to_owned());
+    let mut env = toolchain_env();
+    env.extend(
+        [
+            ("SOURCE_RPC_URL", world_url.to_owned()),
+            ("POWERLOOM_RPC_URL", world_url.to_owned()),
+            ("SIGNER_ACCOUNT_ADDRESS", signer),
+            ("SIGNER_ACCOUNT_PRIVATE_KEY", key.unwrap_or_else(|| format!("0x{}", "42".repeat(32)))),
+            ("SLOT_ID", slot_id.to_string()),
+            ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
+            ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
+            ("NAMESPACE", "UNISWAPV3".into()),
+            ("POWERLOOM_CHAIN", "devnet".into()),
+            ("SOURCE_CHAIN", "ETH".into()),
+            ("PROJECTS_CONFIG", workspace_root().join("projects.json").display().to_string()),
+            ("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir().display().to_string()),
+            ("LITE_NODE_START_BLOCK", manifest.head.to_string()),
+            ("LITE_NODE_POLL_INTERVAL_MS", "50".into()),
+            ("RUST_LOG", "info".into()),
+        ]
+        .map(|(k, v)| (k.to_owned(), v)),
+    );
+    env
+}
+
+impl RunningNode {
+    /// Starts `bin run` with `env` and data dir `data`.
+    pub fn start(bin: &Path, env: &[(String, String)], data: &Path) -> Self {
+        let stderr = data.with_extension(format!(
+            "stderr.{}",
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+        ));
+        let child = Command::new(bin)
+            .arg("run")
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("LITE_NODE_DATA_DIR", data)
+            .current_dir(data.parent().unwrap())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("lite-node run starts");
+        Self { child, data: data.to_path_buf(), stderr }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The journal's lines so far.
+    pub fn journal(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.data.join("state/epochs.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("journal lines are JSON"))
+            .collect()
+    }
+
+    /// Waits until the journal has `n` lines (panics with the log otherwise).
+    pub fn wait_for_journal(&mut self, n: usize) -> Vec<serde_json::Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let lines = self.journal();
+            if lines.len() >= n {
+                return lines;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("node exited ({status}) with {} journal lines; log:\n{}", lines.len(), self.log());
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "journal has {} of {n} lines; log:\n{}",
+                lines.len(),
+                self.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until the log contains `text`.
+    pub fn wait_for_log(&mut self, text: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while !self.log().contains(text) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("node exited ({status}) before logging `{text}`; log:\n{}", self.log());
+            }
+            assert!(std::time::Instant::now() < deadline, "no `{text}` in the log:\n{}", self.log());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the process to exit on its own; returns its exit code.
+    pub fn wait_exit(&mut self) -> i32 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(std::time::Instant::now() < deadline, "node did not exit; log:\n{}", self.log());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, then waits: the orderly stop.
+    pub fn stop(mut self) -> i32 {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        self.wait_exit()
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RunningNode {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

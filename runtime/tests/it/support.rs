@@ -10,7 +10,8 @@ use lite_node::{
     config::{ComputeConfig, EnvSnapshot},
 };
 use lite_node_plugin_api::EpochContext;
-use lite_node_testkit::{GitFixture, compute_target_dir, toolchain_env, workspace_root};
+pub use lite_node_testkit::node_env;
+use lite_node_testkit::{GitFixture, RunningNode, compute_target_dir, toolchain_env, workspace_root};
 use tempfile::TempDir;
 
 /// A `lite-node` invocation with its own data dir and a cleared environment.
@@ -130,4 +131,9 @@ pub fn epoch(epoch_id: u64) -> EpochContext {
         namespace: "devnet-TEST-ETH".into(),
         project_type: "faulty".into(),
     }
+}
+
+/// Starts `lite-node run` (this crate's binary) with `env` and data dir `data`.
+pub fn start_node(env: &[(String, String)], data: &Path) -> RunningNode {
+    RunningNode::start(Path::new(env!("CARGO_BIN_EXE_lite-node")), env, data)
 }

@@ -1,0 +1,133 @@
+//! `lite-node run` against the devnet world on a real anvil: epochs are
+//! dispatched once, in order, across restarts and RPC outages.
+
+use lite_node_testkit::World;
+use serde_json::Value;
+
+use crate::support::{node_env, start_node};
+
+fn ids(journal: &[Value]) -> Vec<u64> {
+    journal.iter().map(|l| l["epoch_id"].as_u64().unwrap()).collect()
+}
+
+#[test]
+fn five_released_epochs_reach_the_example_compute_once_in_order() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let mut node = start_node(&node_env(&world.url(), &world.manifest, 1), &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    world.start_day();
+    let released: Vec<(u64, u64)> = (0..5).map(|_| world.release_next_epoch()).collect();
+    let journal = node.wait_for_journal(5);
+    assert_eq!(ids(&journal), released.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+    for (line, (_, block)) in journal.iter().zip(&released) {
+        assert_eq!(line["project_type"], "blockDetails");
+        assert_eq!(line["outcome"], "computed", "{line}");
+        assert_eq!(line["snapshots"], 1);
+        assert_eq!(line["released_block"].as_u64(), Some(*block));
+    }
+    // Nothing more arrives: exactly those five.
+    world.mine(3);
+    let marker = world.release_next_epoch().0;
+    let journal = node.wait_for_journal(6);
+    assert_eq!(ids(&journal), [1, 2, 3, 4, 5, marker]);
+    assert_eq!(node.stop(), 0);
+}
+
+#[test]
+fn a_restart_resumes_at_the_next_unprocessed_epoch() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let env = node_env(&world.url(), &world.manifest, 2);
+    let dir = data.path().join("node");
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    world.release_next_epoch();
+    world.release_next_epoch();
+    node.wait_for_journal(2);
+    node.kill(); // a crash, not an orderly stop
+
+    world.release_next_epoch();
+    world.release_next_epoch();
+    let mut node = start_node(&env, &dir);
+    let journal = node.wait_for_journal(4);
+    assert!(node.log().contains("resuming after anchor block"), "{}", node.log());
+    world.release_next_epoch();
+    let journal_after = node.wait_for_journal(5);
+    assert_eq!(ids(&journal), [1, 2, 3, 4]);
+    assert_eq!(ids(&journal_after), [1, 2, 3, 4, 5], "no epoch processed twice or skipped");
+    assert_eq!(node.stop(), 0);
+}
+
+#[test]
+fn the_node_waits_for_an_anchor_that_is_down_at_start_then_catches_up() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let manifest = lite_node_testkit::Manifest::load();
+    let url = format!("http://127.0.0.1:{port}");
+    let data = tempfile::tempdir().unwrap();
+    let mut node = start_node(&node_env(&url, &manifest, 1), &data.path().join("node"));
+    node.wait_for_log("identity check: anchor RPC failed");
+
+    let world = World::load_on_port(port);
+    world.release_next_epoch();
+    world.release_next_epoch();
+    let journal = node.wait_for_journal(2);
+    assert_eq!(ids(&journal), [1, 2]);
+    world.release_next_epoch();
+    assert_eq!(ids(&node.wait_for_journal(3)), [1, 2, 3]);
+    assert_eq!(node.stop(), 0);
+}
+
+#[test]
+fn other_markets_and_malformed_logs_are_ignored_without_a_crash() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let mut node = start_node(&node_env(&world.url(), &world.manifest, 1), &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    let other = world.manifest.other_data_market.clone();
+    let head = world.head();
+    world.release_epoch_for(&other, head, head);
+    world.release_epoch_for(&other, head, head);
+    world.emit_malformed_release();
+    let (ours, _) = world.release_next_epoch();
+    let journal = node.wait_for_journal(1);
+    world.release_next_epoch();
+    let journal_after = node.wait_for_journal(2);
+    assert_eq!(ids(&journal), [ours]);
+    assert_eq!(ids(&journal_after), [ours, ours + 1], "the other market's epochs never show up");
+    assert!(node.log().contains("skipping a malformed ProtocolState log"), "{}", node.log());
+    assert_eq!(node.stop(), 0);
+}
+
+#[test]
+fn start_up_refuses_a_slot_that_is_not_this_signers() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    // Slot 9 is not registered.
+    let mut env = node_env(&world.url(), &world.manifest, 9);
+    let signer = world.manifest.slots[0].1.clone();
+    env.retain(|(k, _)| k != "SIGNER_ACCOUNT_ADDRESS");
+    env.push(("SIGNER_ACCOUNT_ADDRESS".into(), signer.clone()));
+    let mut node = start_node(&env, &data.path().join("a"));
+    assert_eq!(node.wait_exit(), 2, "{}", node.log());
+    let log = node.log();
+    assert!(log.contains("slot 9 is not this node's"), "{log}");
+    assert!(log.contains("0x0000000000000000000000000000000000000000 (the slot is not registered)"), "{log}");
+    assert!(log.contains(&format!("expected {signer}")), "{log}");
+
+    // Slot 2 belongs to another signer.
+    let mut env = node_env(&world.url(), &world.manifest, 2);
+    let slot2 = world.manifest.slots[1].1.clone();
+    env.retain(|(k, _)| k != "SIGNER_ACCOUNT_ADDRESS");
+    env.push(("SIGNER_ACCOUNT_ADDRESS".into(), signer.clone()));
+    let mut node = start_node(&env, &data.path().join("b"));
+    assert_eq!(node.wait_exit(), 2, "{}", node.log());
+    let log = node.log();
+    assert!(
+        log.contains(&format!(
+            "slot 2 is not this node's: ProtocolState {} maps it to {slot2}, expected {signer}",
+            world.manifest.protocol_state
+        )),
+        "{log}"
+    );
+}

@@ -1,0 +1,241 @@
+//! The local network's saved world on a real anvil, and the means to drive it:
+//! mine blocks, release epochs, start days, register slots, change the node
+//! count. Built by `devnet/build-world.sh` (`./init.sh test` runs it).
+
+use std::{path::PathBuf, time::Duration};
+
+use alloy::{
+    primitives::{Address, U256},
+    sol,
+    sol_types::SolCall,
+};
+use serde_json::{Value, json};
+
+use crate::{Anvil, workspace_root};
+
+sol! {
+    function releaseEpoch(address dataMarketAddress, uint256 begin, uint256 end) external returns (uint256);
+    function releaseEpochWithId(address dataMarketAddress, uint256 epochId, uint256 begin, uint256 end) external;
+    function emitMalformedRelease(address dataMarketAddress) external;
+    function startDay(address dataMarketAddress) external returns (uint256);
+    function registerSlot(uint256 slotId, address snapshotter) external;
+    function setSnapshotterEnabled(address snapshotter, bool enabled) external;
+    function setTotalNodeCount(uint256 n) external;
+}
+
+/// An anvil account of the world (public development keys).
+#[derive(Clone, Debug)]
+pub struct Account {
+    pub address: String,
+    pub private_key: String,
+}
+
+/// What `devnet/world/manifest.json` says.
+#[derive(Clone, Debug)]
+pub struct Manifest {
+    pub chain_id: u64,
+    /// The anchor head when the world was saved.
+    pub head: u64,
+    pub protocol_state: String,
+    pub data_market: String,
+    pub other_data_market: String,
+    pub accounts: Vec<Account>,
+    /// `(slot_id, signer address)` as registered.
+    pub slots: Vec<(u64, String)>,
+    pub pools: Vec<String>,
+    pub raw: Value,
+}
+
+/// `devnet/world/`.
+pub fn world_dir() -> PathBuf {
+    workspace_root().join("devnet").join("world")
+}
+
+impl Manifest {
+    pub fn load() -> Self {
+        let path = world_dir().join("manifest.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; build the world with devnet/build-world.sh", path.display()));
+        let raw: Value = serde_json::from_str(&text).unwrap();
+        let s = |k: &str| raw[k].as_str().unwrap_or_else(|| panic!("manifest has no {k}")).to_owned();
+        Self {
+            chain_id: raw["chainId"].as_u64().unwrap(),
+            head: raw["head"].as_u64().unwrap(),
+            protocol_state: s("protocolState"),
+            data_market: s("dataMarket"),
+            other_data_market: s("otherDataMarket"),
+            accounts: raw["accounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| Account {
+                    address: a["address"].as_str().unwrap().to_owned(),
+                    private_key: a["privateKey"].as_str().unwrap().to_owned(),
+                })
+                .collect(),
+            slots: raw["slots"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| (s["slotId"].as_u64().unwrap(), s["signer"].as_str().unwrap().to_owned()))
+                .collect(),
+            pools: raw["pools"].as_array().unwrap().iter().map(|p| p["address"].as_str().unwrap().to_owned()).collect(),
+            raw,
+        }
+    }
+
+    /// The private key of a registered slot's signer.
+    pub fn signer_key(&self, slot_id: u64) -> &str {
+        let (_, signer) = self.slots.iter().find(|(s, _)| *s == slot_id).expect("slot is registered");
+        &self
+            .accounts
+            .iter()
+            .find(|a| a.address.eq_ignore_ascii_case(signer))
+            .expect("signer is an account")
+            .private_key
+    }
+}
+
+/// The world loaded into a fresh anvil; anvil stops when this is dropped.
+#[derive(Debug)]
+pub struct World {
+    pub anvil: Anvil,
+    pub manifest: Manifest,
+    client: reqwest::blocking::Client,
+}
+
+impl World {
+    /// Loads the saved world on a port the OS picks.
+    pub fn load() -> Self {
+        Self::start(None)
+    }
+
+    /// Loads the saved world on `port` (for "the RPC comes back" tests).
+    pub fn load_on_port(port: u16) -> Self {
+        Self::start(Some(port))
+    }
+
+    fn start(port: Option<u16>) -> Self {
+        let manifest = Manifest::load();
+        let state = world_dir().join("state.json");
+        let anvil = Anvil::start_on(port.unwrap_or(0), &["--load-state", state.to_str().unwrap()]);
+        let world = Self { anvil, manifest, client: reqwest::blocking::Client::new() };
+        // Lost on --load-state: Uniswap's gas depends on timestamps moving.
+        world.rpc("anvil_setBlockTimestampInterval", json!([12]));
+        world
+    }
+
+    pub fn url(&self) -> String {
+        self.anvil.url()
+    }
+
+    /// One JSON-RPC call; panics on an error answer.
+    pub fn rpc(&self, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let text = self
+            .client
+            .post(self.url())
+            .json_body(&body)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .and_then(|r| r.text())
+            .unwrap_or_else(|e| panic!("{method}: {e}"));
+        let answer: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method}: {e}: {text}"));
+        if let Some(err) = answer.get("error") {
+            panic!("{method} failed: {err}");
+        }
+        answer["result"].clone()
+    }
+
+    pub fn head(&self) -> u64 {
+        hex_u64(&self.rpc("eth_blockNumber", json!([])))
+    }
+
+    pub fn mine(&self, blocks: u64) {
+        self.rpc("anvil_mine", json!([format!("0x{blocks:x}")]));
+    }
+
+    /// Sends a transaction from the deployer (ProtocolState's owner) to
+    /// ProtocolState and returns its receipt once mined.
+    pub fn transact(&self, data: Vec<u8>) -> Value {
+        let tx = json!({
+            "from": self.manifest.accounts[0].address,
+            "to": self.manifest.protocol_state,
+            "data": format!("0x{}", hex(&data)),
+            "gas": "0x4c4b40",
+        });
+        let hash = self.rpc("eth_sendTransaction", json!([tx]));
+        // anvil mines on arrival, but the receipt can trail the answer.
+        let receipt = crate::poll_until("the transaction's receipt", Duration::from_secs(30), || {
+            Some(self.rpc("eth_getTransactionReceipt", json!([hash]))).filter(|r| !r.is_null())
+        });
+        assert_eq!(receipt["status"], "0x1", "transaction reverted: {receipt}");
+        receipt
+    }
+
+    fn market(&self) -> Address {
+        self.manifest.data_market.parse().unwrap()
+    }
+
+    /// Releases the next epoch of our data market over `begin..=end`;
+    /// returns `(epoch_id, anchor block)`.
+    pub fn release_epoch(&self, begin: u64, end: u64) -> (u64, u64) {
+        self.release_epoch_for(&self.manifest.data_market.clone(), begin, end)
+    }
+
+    /// Releases the next epoch of any data market.
+    pub fn release_epoch_for(&self, market: &str, begin: u64, end: u64) -> (u64, u64) {
+        let call = releaseEpochCall {
+            dataMarketAddress: market.parse().unwrap(),
+            begin: U256::from(begin),
+            end: U256::from(end),
+        };
+        let receipt = self.transact(call.abi_encode());
+        let log = &receipt["logs"][0];
+        (hex_u64(&log["topics"][2]), hex_u64(&receipt["blockNumber"]))
+    }
+
+    /// Releases an epoch over the newest block (one-block epochs, as in BDS).
+    pub fn release_next_epoch(&self) -> (u64, u64) {
+        let head = self.head();
+        self.release_epoch(head, head)
+    }
+
+    pub fn emit_malformed_release(&self) {
+        self.transact(emitMalformedReleaseCall { dataMarketAddress: self.market() }.abi_encode());
+    }
+
+    pub fn start_day(&self) {
+        self.transact(startDayCall { dataMarketAddress: self.market() }.abi_encode());
+    }
+
+    pub fn register_slot(&self, slot_id: u64, snapshotter: &str) {
+        let call = registerSlotCall { slotId: U256::from(slot_id), snapshotter: snapshotter.parse().unwrap() };
+        self.transact(call.abi_encode());
+    }
+
+    pub fn set_total_node_count(&self, n: u64) {
+        self.transact(setTotalNodeCountCall { n: U256::from(n) }.abi_encode());
+    }
+}
+
+trait JsonBody {
+    fn json_body(self, body: &Value) -> Self;
+}
+
+impl JsonBody for reqwest::blocking::RequestBuilder {
+    fn json_body(self, body: &Value) -> Self {
+        self.header("content-type", "application/json").body(body.to_string())
+    }
+}
+
+/// A `0x…` quantity or 32-byte word as a number.
+pub fn hex_u64(v: &Value) -> u64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a hex string: {v}"));
+    let digits = s.trim_start_matches("0x").trim_start_matches('0');
+    if digits.is_empty() { 0 } else { u64::from_str_radix(digits, 16).unwrap_or_else(|e| panic!("{s}: {e}")) }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
