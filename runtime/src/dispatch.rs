@@ -121,7 +121,7 @@ impl Dispatcher {
             (result, host.reported())
         });
         let (kind, snapshots) = match tokio::time::timeout(self.timeout, worker).await {
-            Err(_) => (OutcomeKind::Failed(format!("timed out after {}s", self.timeout.as_secs())), vec![]),
+            Err(_) => (OutcomeKind::Failed(format!("timed out after {}s", self.timeout.as_secs_f64())), vec![]),
             Ok(Err(join)) => (OutcomeKind::Failed(format!("compute worker failed: {join}")), vec![]),
             Ok(Ok((Err(e), _))) => (OutcomeKind::Failed(e.into_string()), vec![]),
             Ok(Ok((Ok(snapshots), reported))) if snapshots.is_empty() => match reported {

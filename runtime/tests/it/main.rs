@@ -4,6 +4,7 @@
 mod assignments;
 mod check;
 mod compute_fetch;
+mod dispatch;
 mod node;
 mod plugins;
 mod rpc;

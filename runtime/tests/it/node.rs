@@ -131,3 +131,26 @@ fn start_up_refuses_a_slot_that_is_not_this_signers() {
         "{log}"
     );
 }
+
+#[test]
+fn after_downtime_epochs_within_the_window_are_computed_and_older_ones_counted_missed() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    env.push(("LITE_NODE_SUBMISSION_WINDOW_BLOCKS".into(), "20".into()));
+    let dir = data.path().join("node");
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    assert_eq!(node.stop(), 0);
+
+    let (late, _) = world.release_next_epoch();
+    world.mine(30);
+    let (fresh, _) = world.release_next_epoch();
+    let mut node = start_node(&env, &dir);
+    let journal = node.wait_for_journal(2);
+    assert_eq!(ids(&journal), [late, fresh]);
+    assert_eq!(journal[0]["outcome"], "missed");
+    assert!(journal[0]["error"].as_str().unwrap().contains("past the 20-block submission window"), "{}", journal[0]);
+    assert_eq!(journal[1]["outcome"], "computed");
+    assert_eq!(node.stop(), 0);
+}

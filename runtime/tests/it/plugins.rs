@@ -48,7 +48,7 @@ fn unknown_class_name_lists_what_the_library_exports() {
     let package = load_faulty(data.path());
     let err = package.new_processor("faulty", "Missing", "{}").err().unwrap().to_string();
     assert!(
-        err.contains("processor `Missing` is not exported by this library; it exports: PanickingProcessor, FailingProcessor, EchoProcessor, RpcProcessor"),
+        err.contains("processor `Missing` is not exported by this library; it exports: PanickingProcessor, FailingProcessor, EchoProcessor, RpcProcessor, SlowProcessor, SelectedButEmptyProcessor, IdleProcessor"),
         "{err}"
     );
     let err = package.new_processor("faulty", "EchoProcessor", r#"{"reject":true}"#).err().unwrap().to_string();

@@ -62,3 +62,21 @@ fn an_unconfigured_chain_and_bad_params_are_errors_not_panics() {
     let err = rpc.call("eth_getBalance", "not json").unwrap_err().to_string();
     assert!(err.starts_with("eth_getBalance: params are not JSON"), "{err}");
 }
+
+#[test]
+fn preloaded_block_details_match_the_chain_and_a_future_block_is_an_error() {
+    let world = lite_node_testkit::World::load();
+    let io = IoRuntime::new().unwrap();
+    let rpc = HttpRpc::new("source", vec![world.url()], Duration::from_secs(5), io).unwrap();
+    let head = world.head();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let blocks = rt.block_on(lite_node::epochs::preload::block_details(&rpc, head - 3, head)).unwrap();
+    assert_eq!(blocks.iter().map(|b| b.number).collect::<Vec<_>>(), (head - 3..=head).collect::<Vec<_>>());
+    for b in &blocks {
+        let chain = world.rpc("eth_getBlockByNumber", serde_json::json!([format!("0x{:x}", b.number), false]));
+        assert_eq!(b.hash.as_str(), chain["hash"].as_str().unwrap());
+        assert_eq!(b.timestamp, lite_node_testkit::world::hex_u64(&chain["timestamp"]));
+    }
+    let err = rt.block_on(lite_node::epochs::preload::block_details(&rpc, head, head + 1)).unwrap_err();
+    assert_eq!(err, format!("the source chain has no block {} yet", head + 1));
+}

@@ -6,7 +6,7 @@ use lite_node_plugin_api::{
 };
 
 export_compute_module! {
-    processors: [PANICKING, FAILING, ECHO, RPC],
+    processors: [PANICKING, FAILING, ECHO, RPC, SLOW, SELECTED_EMPTY, IDLE],
     assignments: always_panics,
 }
 
@@ -86,5 +86,72 @@ impl ComputeProcessor for Rpc {
             })
             .collect();
         Ok(vec![Snapshot::new("rpc", format!("{chain_id}|{}", batch.join("|")))])
+    }
+}
+
+/// Sleeps `{"sleep_ms": N}` and returns how many computes of this library
+/// were running at once, at most, as seen from inside (`{"max_running": M}`),
+/// so tests can check the node's concurrency bound without timing anything.
+pub const SLOW: ProcessorSpec = ProcessorSpec {
+    class_name: "SlowProcessor",
+    description: "sleeps, and reports the most computes it saw running at once",
+    new: |settings| {
+        let ms = settings
+            .split("\"sleep_ms\":")
+            .nth(1)
+            .and_then(|rest| rest.trim_start().split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .ok_or_else(|| "settings need {\"sleep_ms\": N}".to_owned())?;
+        Ok(Box::new(Slow(ms)))
+    },
+};
+
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static MAX_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+struct Slow(u64);
+
+impl ComputeProcessor for Slow {
+    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        host.report_selection(epoch.epoch_id, true, epoch.slot_id);
+        let now = RUNNING.fetch_add(1, SeqCst) + 1;
+        MAX_RUNNING.fetch_max(now, SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(self.0));
+        let max = MAX_RUNNING.load(SeqCst);
+        RUNNING.fetch_sub(1, SeqCst);
+        Ok(vec![Snapshot::new("slow", format!("{{\"max_running\":{max}}}"))])
+    }
+}
+
+/// Reports selection, then returns nothing: the PROTOCOL.md §9 failure.
+pub const SELECTED_EMPTY: ProcessorSpec = ProcessorSpec {
+    class_name: "SelectedButEmptyProcessor",
+    description: "reports selected, returns no snapshots",
+    new: |_| Ok(Box::new(SelectedEmpty)),
+};
+
+struct SelectedEmpty;
+
+impl ComputeProcessor for SelectedEmpty {
+    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+        host.report_selection(epoch.epoch_id, true, epoch.slot_id);
+        Ok(vec![])
+    }
+}
+
+/// Reports not selected and returns nothing: the quiet epoch.
+pub const IDLE: ProcessorSpec = ProcessorSpec {
+    class_name: "IdleProcessor",
+    description: "reports not selected, returns no snapshots",
+    new: |_| Ok(Box::new(Idle)),
+};
+
+struct Idle;
+
+impl ComputeProcessor for Idle {
+    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+        host.report_selection(epoch.epoch_id, false, epoch.slot_id);
+        Ok(vec![])
     }
 }
