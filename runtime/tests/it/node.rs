@@ -154,3 +154,25 @@ fn after_downtime_epochs_within_the_window_are_computed_and_older_ones_counted_m
     assert_eq!(journal[1]["outcome"], "computed");
     assert_eq!(node.stop(), 0);
 }
+
+#[test]
+fn a_reorged_release_is_noticed_and_never_dispatched_twice() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let mut node = start_node(&node_env(&world.url(), &world.manifest, 1), &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    let snapshot = world.rpc("evm_snapshot", serde_json::json!([]));
+    let (first, block) = world.release_next_epoch();
+    node.wait_for_journal(1);
+
+    // The release block is replaced: the same epoch id lands one block later.
+    world.rpc("evm_revert", serde_json::json!([snapshot]));
+    world.mine(1);
+    let (again, moved_to) = world.release_next_epoch();
+    assert_eq!((again, moved_to), (first, block + 1));
+    let (next, _) = world.release_next_epoch();
+    let journal = node.wait_for_journal(2);
+    assert_eq!(ids(&journal), [first, next], "epoch {first} is not dispatched again");
+    node.wait_for_log(&format!("reorg: epoch {first} was released in block {block}"));
+    assert_eq!(node.stop(), 0);
+}
