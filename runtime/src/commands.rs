@@ -70,6 +70,9 @@ fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Result
         for (class, description) in &lib.processors {
             writeln!(out, "  {class}  {description}")?;
         }
+        if lib.processors.is_empty() {
+            writeln!(out, "  (no processors)")?;
+        }
     }
     Ok(())
 }
