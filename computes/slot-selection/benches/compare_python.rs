@@ -7,19 +7,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lite_node_plugin_api::AssignmentRequest;
 use slot_selection::assignments;
 
-fn request(epoch_id: u64) -> AssignmentRequest {
-    AssignmentRequest {
-        epoch_id,
-        block_hash: format!("0x{}", "3c".repeat(32)).into(),
-        total_slots: 10_000,
-        pools: (0..100u32)
-            .map(|i| format!("0x{:040x}", u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15)).into())
-            .collect(),
-    }
-}
+#[path = "common.rs"]
+mod common;
+use common::request;
 
 fn median(runs: usize, mut f: impl FnMut()) -> Duration {
     let mut times: Vec<Duration> = (0..runs)
