@@ -9,7 +9,6 @@ use std::{
 
 use slot_selection::assignments;
 
-#[path = "common.rs"]
 mod common;
 use common::request;
 

@@ -7,7 +7,6 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use slot_selection::assignments;
 
-#[path = "common.rs"]
 mod common;
 use common::request;
 
