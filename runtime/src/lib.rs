@@ -14,5 +14,6 @@ pub mod journal;
 pub mod node;
 mod progress;
 pub mod repo;
+pub mod snapshot;
 
 pub use commands::{ExitStatus, exit_status};
