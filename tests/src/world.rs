@@ -14,6 +14,41 @@ use serde_json::{Value, json};
 use crate::{Anvil, workspace_root};
 
 sol! {
+    struct ExactInputSingleParams {
+        address tokenIn;
+        address tokenOut;
+        uint24 fee;
+        address recipient;
+        uint256 deadline;
+        uint256 amountIn;
+        uint256 amountOutMinimum;
+        uint160 sqrtPriceLimitX96;
+    }
+    function exactInputSingle(ExactInputSingleParams params) external returns (uint256);
+    struct IncreaseLiquidityParams {
+        uint256 tokenId;
+        uint256 amount0Desired;
+        uint256 amount1Desired;
+        uint256 amount0Min;
+        uint256 amount1Min;
+        uint256 deadline;
+    }
+    function increaseLiquidity(IncreaseLiquidityParams params) external returns (uint128, uint256, uint256);
+    struct DecreaseLiquidityParams {
+        uint256 tokenId;
+        uint128 liquidity;
+        uint256 amount0Min;
+        uint256 amount1Min;
+        uint256 deadline;
+    }
+    function decreaseLiquidity(DecreaseLiquidityParams params) external returns (uint256, uint256);
+    struct CollectParams {
+        uint256 tokenId;
+        address recipient;
+        uint128 amount0Max;
+        uint128 amount1Max;
+    }
+    function collect(CollectParams params) external returns (uint256, uint256);
     function releaseEpoch(address dataMarketAddress, uint256 begin, uint256 end) external returns (uint256);
     function releaseEpochWithId(address dataMarketAddress, uint256 epochId, uint256 begin, uint256 end) external;
     function emitMalformedRelease(address dataMarketAddress) external;
@@ -158,19 +193,47 @@ impl World {
     /// Sends a transaction from the deployer (ProtocolState's owner) to
     /// ProtocolState and returns its receipt once mined.
     pub fn transact(&self, data: Vec<u8>) -> Value {
+        self.transact_to(&self.manifest.protocol_state.clone(), data)
+    }
+
+    /// Sends a transaction from the deployer without waiting for it to be
+    /// mined (for several in one block with automine off); returns its hash.
+    pub fn send_to(&self, to: &str, data: Vec<u8>) -> Value {
         let tx = json!({
             "from": self.manifest.accounts[0].address,
-            "to": self.manifest.protocol_state,
+            "to": to,
             "data": format!("0x{}", hex(&data)),
-            "gas": "0x4c4b40",
+            "gas": "0xe4e1c0",
         });
-        let hash = self.rpc("eth_sendTransaction", json!([tx]));
-        // anvil mines on arrival, but the receipt can trail the answer.
+        self.rpc("eth_sendTransaction", json!([tx]))
+    }
+
+    /// Turns anvil's mine-on-arrival on or off; with it off, [`World::mine`]
+    /// puts everything sent since into one block.
+    pub fn set_automine(&self, on: bool) {
+        self.rpc("evm_setAutomine", json!([on]));
+    }
+
+    /// The receipt of a sent transaction, once mined; panics if it reverted.
+    pub fn receipt(&self, hash: &Value) -> Value {
         let receipt = crate::poll_until("the transaction's receipt", Duration::from_secs(30), || {
             Some(self.rpc("eth_getTransactionReceipt", json!([hash]))).filter(|r| !r.is_null())
         });
         assert_eq!(receipt["status"], "0x1", "transaction reverted: {receipt}");
         receipt
+    }
+
+    /// Sends a transaction from the deployer to `to`; returns its receipt.
+    pub fn transact_to(&self, to: &str, data: Vec<u8>) -> Value {
+        let tx = json!({
+            "from": self.manifest.accounts[0].address,
+            "to": to,
+            "data": format!("0x{}", hex(&data)),
+            "gas": "0xe4e1c0",
+        });
+        let hash = self.rpc("eth_sendTransaction", json!([tx]));
+        // anvil mines on arrival, but the receipt can trail the answer.
+        self.receipt(&hash)
     }
 
     fn market(&self) -> Address {
@@ -212,6 +275,78 @@ impl World {
     pub fn register_slot(&self, slot_id: u64, snapshotter: &str) {
         let call = registerSlotCall { slotId: U256::from(slot_id), snapshotter: snapshotter.parse().unwrap() };
         self.transact(call.abi_encode());
+    }
+
+    fn pool_field(&self, pool: usize, field: &str) -> String {
+        self.manifest.raw["pools"][pool][field]
+            .as_str()
+            .unwrap_or_else(|| panic!("pool {pool} has no {field}"))
+            .to_owned()
+    }
+
+    /// Calldata of a swap of `amount_in` raw units into pool `pool` (an index
+    /// into the manifest's pools), token0 → token1 when `zero_for_one`.
+    pub fn swap_call(&self, pool: usize, zero_for_one: bool, amount_in: u128) -> (String, Vec<u8>) {
+        let (t0, t1) = (self.pool_field(pool, "token0"), self.pool_field(pool, "token1"));
+        let (token_in, token_out) = if zero_for_one { (t0, t1) } else { (t1, t0) };
+        let params = ExactInputSingleParams {
+            tokenIn: token_in.parse().unwrap(),
+            tokenOut: token_out.parse().unwrap(),
+            fee: alloy::primitives::Uint::from(self.manifest.raw["pools"][pool]["fee"].as_u64().unwrap()),
+            recipient: self.manifest.accounts[0].address.parse().unwrap(),
+            deadline: U256::from(1u64 << 40),
+            amountIn: U256::from(amount_in),
+            amountOutMinimum: U256::ZERO,
+            sqrtPriceLimitX96: alloy::primitives::Uint::ZERO,
+        };
+        (self.manifest.raw["swapRouter"].as_str().unwrap().to_owned(), exactInputSingleCall { params }.abi_encode())
+    }
+
+    /// A swap, mined on its own.
+    pub fn swap(&self, pool: usize, zero_for_one: bool, amount_in: u128) -> Value {
+        let (to, data) = self.swap_call(pool, zero_for_one, amount_in);
+        self.transact_to(&to, data)
+    }
+
+    fn npm(&self) -> String {
+        self.manifest.raw["positionManager"].as_str().unwrap().to_owned()
+    }
+
+    /// Adds liquidity to the world's full-range position in pool `pool` (a
+    /// `Mint` on the pool).
+    pub fn add_liquidity(&self, pool: usize, amount0: u128, amount1: u128) -> Value {
+        let params = IncreaseLiquidityParams {
+            tokenId: U256::from(pool as u64 + 1),
+            amount0Desired: U256::from(amount0),
+            amount1Desired: U256::from(amount1),
+            amount0Min: U256::ZERO,
+            amount1Min: U256::ZERO,
+            deadline: U256::from(1u64 << 40),
+        };
+        self.transact_to(&self.npm(), increaseLiquidityCall { params }.abi_encode())
+    }
+
+    /// Removes `liquidity` from that position (a `Burn` on the pool).
+    pub fn remove_liquidity(&self, pool: usize, liquidity: u128) -> Value {
+        let params = DecreaseLiquidityParams {
+            tokenId: U256::from(pool as u64 + 1),
+            liquidity,
+            amount0Min: U256::ZERO,
+            amount1Min: U256::ZERO,
+            deadline: U256::from(1u64 << 40),
+        };
+        self.transact_to(&self.npm(), decreaseLiquidityCall { params }.abi_encode())
+    }
+
+    /// Collects what the position is owed (a `Collect` on the pool).
+    pub fn collect(&self, pool: usize) -> Value {
+        let params = CollectParams {
+            tokenId: U256::from(pool as u64 + 1),
+            recipient: self.manifest.accounts[0].address.parse().unwrap(),
+            amount0Max: u128::MAX,
+            amount1Max: u128::MAX,
+        };
+        self.transact_to(&self.npm(), collectCall { params }.abi_encode())
     }
 
     pub fn set_total_node_count(&self, n: u64) {

@@ -2,6 +2,7 @@
 //! for the crate (see STYLE.md 11). Shared fixtures come from the testkit.
 
 mod assignments;
+mod bds;
 mod check;
 mod compute_fetch;
 mod dispatch;

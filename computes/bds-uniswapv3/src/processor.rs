@@ -1,0 +1,410 @@
+//! `BaseSnapshotProcessor`: lite node (the pool this slot is assigned) and
+//! full node (every active pool, fetched in one batched round).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    sync::Mutex,
+};
+
+use lite_node_plugin_api::{
+    BlockDetail, Chain, ComputeProcessor, EpochContext, Host, ProcessorSpec, RpcCall, Snapshot,
+};
+use serde_json::{Map, Value, json};
+
+use crate::{
+    chain::{self, Call, Event, PoolEvent},
+    math::{self, MAX_DECIMALS, PRICE_DIGITS, Wide},
+};
+
+/// `class_name` `BaseSnapshotProcessor` in projects.json.
+pub const BASE_SNAPSHOT: ProcessorSpec = ProcessorSpec {
+    class_name: "BaseSnapshotProcessor",
+    description: "Uniswap V3 pool base snapshot (reserves, prices, volumes, fees) for the assigned pool, or every pool in full-node mode",
+    new: BaseSnapshotProcessor::from_settings,
+};
+
+/// The project's settings (its projects.json keys).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `pools`: active pool addresses, as the market lists them.
+    pub pools: Vec<String>,
+    /// `pools_file`: a file with one pool address per line.
+    pub pools_file: Option<PathBuf>,
+    /// `factory`: discover pools from this factory's `PoolCreated` logs.
+    pub factory: Option<String>,
+    /// `factory_start_block`: where discovery starts (default 0).
+    pub factory_start_block: u64,
+    /// `full_node`: snapshot every active pool every epoch.
+    pub full_node: bool,
+    /// `batch_pools` (default true): fetch all pools in one batched round;
+    /// false fetches pool by pool (slower; kept for comparison).
+    pub batch_pools: bool,
+}
+
+const KNOWN: [&str; 6] = ["pools", "pools_file", "factory", "factory_start_block", "full_node", "batch_pools"];
+
+fn address(v: &str, what: &str) -> Result<String, String> {
+    let h = v.strip_prefix("0x").unwrap_or("");
+    if h.len() == 40 && h.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(v.to_owned())
+    } else {
+        Err(format!("{what} `{v}` is not an address (0x + 40 hex digits)"))
+    }
+}
+
+impl Settings {
+    pub fn parse(json_text: &str) -> Result<Self, String> {
+        let v: Map<String, Value> =
+            serde_json::from_str(json_text).map_err(|e| format!("settings must be a JSON object: {e}"))?;
+        if let Some(k) = v.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+            return Err(format!("unknown setting `{k}`; known: {}", KNOWN.join(", ")));
+        }
+        let mut s = Settings { batch_pools: true, ..Settings::default() };
+        if let Some(p) = v.get("pools") {
+            let list = p.as_array().ok_or("`pools` must be a list of addresses")?;
+            for item in list {
+                s.pools.push(address(item.as_str().ok_or("`pools` must be a list of addresses")?, "pool")?);
+            }
+        }
+        if let Some(f) = v.get("pools_file") {
+            s.pools_file = Some(PathBuf::from(f.as_str().ok_or("`pools_file` must be a path")?));
+        }
+        if let Some(f) = v.get("factory") {
+            s.factory = Some(address(f.as_str().ok_or("`factory` must be an address")?, "factory")?.to_lowercase());
+        }
+        if let Some(b) = v.get("factory_start_block") {
+            s.factory_start_block = b.as_u64().ok_or("`factory_start_block` must be a block number")?;
+        }
+        for (key, slot) in [("full_node", &mut s.full_node), ("batch_pools", &mut s.batch_pools)] {
+            if let Some(b) = v.get(key) {
+                *slot = b.as_bool().ok_or_else(|| format!("`{key}` must be true or false"))?;
+            }
+        }
+        if s.pools.is_empty() && s.pools_file.is_none() && s.factory.is_none() {
+            return Err("no pools: set `pools`, `pools_file` or `factory`".into());
+        }
+        Ok(s)
+    }
+}
+
+/// What never changes about a pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PoolMeta {
+    token0: String,
+    token1: String,
+    fee: u32,
+    dec0: u32,
+    dec1: u32,
+}
+
+#[derive(Debug, Default)]
+struct Discovery {
+    next_block: u64,
+    pools: Vec<String>,
+}
+
+/// Snapshots Uniswap V3 pools.
+#[derive(Debug)]
+pub struct BaseSnapshotProcessor {
+    settings: Settings,
+    meta: Mutex<HashMap<String, PoolMeta>>,
+    decimals: Mutex<HashMap<String, u32>>,
+    discovery: Mutex<Discovery>,
+}
+
+impl BaseSnapshotProcessor {
+    pub fn new(settings: Settings) -> Self {
+        let discovery = Discovery { next_block: settings.factory_start_block, pools: Vec::new() };
+        Self { settings, meta: Mutex::default(), decimals: Mutex::default(), discovery: Mutex::new(discovery) }
+    }
+
+    pub fn from_settings(json_text: &str) -> Result<Box<dyn ComputeProcessor>, String> {
+        Ok(Box::new(Self::new(Settings::parse(json_text)?)))
+    }
+
+    /// Configured, listed and discovered pools, as given, sorted as Python
+    /// sorts strings (PROTOCOL.md §2), without duplicates.
+    pub fn active_pools(&self, host: &Host<'_>, up_to_block: u64) -> Result<Vec<String>, String> {
+        let mut pools = self.settings.pools.clone();
+        if let Some(file) = &self.settings.pools_file {
+            let text = std::fs::read_to_string(file).map_err(|e| format!("pools_file {}: {e}", file.display()))?;
+            for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+                pools.push(address(line, &format!("pools_file {} line", file.display()))?);
+            }
+        }
+        if let Some(factory) = &self.settings.factory {
+            let mut d = self.discovery.lock().unwrap_or_else(|p| p.into_inner());
+            if d.next_block <= up_to_block {
+                let found = chain::created_pools(host, factory, d.next_block, up_to_block)?;
+                d.pools.extend(found);
+                d.next_block = up_to_block + 1;
+            }
+            pools.extend(d.pools.iter().cloned());
+        }
+        pools.sort();
+        pools.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+        Ok(pools)
+    }
+
+    fn ensure_meta(&self, host: &Host<'_>, pools: &[String]) -> Result<HashMap<String, PoolMeta>, String> {
+        let missing: Vec<String> = {
+            let meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
+            pools.iter().filter(|p| !meta.contains_key(*p)).cloned().collect()
+        };
+        if !missing.is_empty() {
+            let calls: Vec<Call> = missing
+                .iter()
+                .flat_map(|p| {
+                    [(chain::TOKEN0, "token0()"), (chain::TOKEN1, "token1()"), (chain::FEE, "fee()")].map(
+                        |(data, what)| Call { pool: p.clone(), to: p.clone(), data: data.into(), block: None, what },
+                    )
+                })
+                .collect();
+            let answers = chain::eth_calls(host, &calls)?;
+            let mut partial = Vec::new();
+            for (p, words) in missing.iter().zip(answers.chunks(3)) {
+                let fee = chain::word(&words[2], 0);
+                if fee > Wide::from(1_000_000u32) {
+                    return Err(format!("pool {p}: fee() answered {fee}, more than 100%"));
+                }
+                partial.push((
+                    p.clone(),
+                    chain::address_word(&words[0], 0),
+                    chain::address_word(&words[1], 0),
+                    fee.to::<u32>(),
+                ));
+            }
+            let tokens: Vec<(String, String)> = {
+                let known = self.decimals.lock().unwrap_or_else(|p| p.into_inner());
+                let mut t: Vec<(String, String)> = partial
+                    .iter()
+                    .flat_map(|(p, t0, t1, _)| [(p.clone(), t0.clone()), (p.clone(), t1.clone())])
+                    .filter(|(_, t)| !known.contains_key(t))
+                    .collect();
+                t.sort_by(|a, b| a.1.cmp(&b.1));
+                t.dedup_by(|a, b| a.1 == b.1);
+                t
+            };
+            let calls: Vec<Call> = tokens
+                .iter()
+                .map(|(p, t)| Call {
+                    pool: p.clone(),
+                    to: t.clone(),
+                    data: chain::DECIMALS.into(),
+                    block: None,
+                    what: "decimals() of a token",
+                })
+                .collect();
+            let answers = chain::eth_calls(host, &calls)?;
+            let mut decimals = self.decimals.lock().unwrap_or_else(|p| p.into_inner());
+            for ((p, t), word) in tokens.iter().zip(answers) {
+                let d = chain::word(&word, 0);
+                if d > Wide::from(MAX_DECIMALS) {
+                    return Err(format!("pool {p}: token {t} has {d} decimals; at most {MAX_DECIMALS} are supported"));
+                }
+                decimals.insert(t.clone(), d.to::<u32>());
+            }
+            let mut meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
+            for (p, token0, token1, fee) in partial {
+                let (dec0, dec1) = (decimals[&token0], decimals[&token1]);
+                meta.insert(p, PoolMeta { token0, token1, fee, dec0, dec1 });
+            }
+        }
+        let meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(pools.iter().map(|p| (p.clone(), meta[p].clone())).collect())
+    }
+
+    /// Base snapshots of `pools` (lower-case) for the epoch: metadata, one
+    /// `eth_getLogs`, one batched round of state calls, then the arithmetic.
+    fn snapshot_pools(
+        &self,
+        host: &Host<'_>,
+        epoch: &EpochContext,
+        pools: &[String],
+        timestamps: &BTreeMap<u64, u64>,
+    ) -> Result<Vec<(String, Value)>, String> {
+        let meta = self.ensure_meta(host, pools)?;
+        let refs: Vec<&str> = pools.iter().map(String::as_str).collect();
+        let mut events = chain::pool_events(host, &refs, epoch.begin, epoch.end)?;
+        let blocks: Vec<u64> = (epoch.begin..=epoch.end).collect();
+        let mut calls = Vec::with_capacity(pools.len() * blocks.len() * 3);
+        for p in pools {
+            let m = &meta[p];
+            for &b in &blocks {
+                calls.push(Call {
+                    pool: p.clone(),
+                    to: p.clone(),
+                    data: chain::SLOT0.into(),
+                    block: Some(b),
+                    what: "slot0()",
+                });
+                let bal = chain::balance_of(p);
+                calls.push(Call {
+                    pool: p.clone(),
+                    to: m.token0.clone(),
+                    data: bal.clone(),
+                    block: Some(b),
+                    what: "token0.balanceOf(pool)",
+                });
+                calls.push(Call {
+                    pool: p.clone(),
+                    to: m.token1.clone(),
+                    data: bal,
+                    block: Some(b),
+                    what: "token1.balanceOf(pool)",
+                });
+            }
+        }
+        let answers = chain::eth_calls(host, &calls)?;
+        let per_pool = blocks.len() * 3;
+        let mut out = Vec::with_capacity(pools.len());
+        for (i, p) in pools.iter().enumerate() {
+            let state = &answers[i * per_pool..(i + 1) * per_pool];
+            let pool_events = events.remove(p).unwrap_or_default();
+            out.push((p.clone(), base_snapshot(p, &meta[p], epoch, &blocks, state, &pool_events, timestamps)?));
+        }
+        Ok(out)
+    }
+}
+
+/// One pool's snapshot from its fetched state and events.
+fn base_snapshot(
+    pool: &str,
+    m: &PoolMeta,
+    epoch: &EpochContext,
+    blocks: &[u64],
+    state: &[Vec<u8>],
+    events: &[PoolEvent],
+    timestamps: &BTreeMap<u64, u64>,
+) -> Result<Value, String> {
+    let (mut reserves0, mut reserves1, mut prices0, mut prices1, mut times) =
+        (Map::new(), Map::new(), Map::new(), Map::new(), Map::new());
+    let mut sqrt_at = BTreeMap::new();
+    for (k, &b) in blocks.iter().enumerate() {
+        let sqrt = chain::word(&state[3 * k], 0);
+        if sqrt.is_zero() {
+            return Err(format!("pool {pool}: slot0() at block {b} has no price (pool not initialized)"));
+        }
+        sqrt_at.insert(b, sqrt);
+        let key = b.to_string();
+        reserves0.insert(key.clone(), json!(math::decimal(chain::word(&state[3 * k + 1], 0), m.dec0)));
+        reserves1.insert(key.clone(), json!(math::decimal(chain::word(&state[3 * k + 2], 0), m.dec1)));
+        prices0.insert(key.clone(), json!(math::decimal(math::price0(sqrt, m.dec0, m.dec1), PRICE_DIGITS)));
+        prices1.insert(key.clone(), json!(math::decimal(math::price1(sqrt, m.dec0, m.dec1), PRICE_DIGITS)));
+        let ts = timestamps.get(&b).ok_or_else(|| format!("pool {pool}: no timestamp for block {b}"))?;
+        times.insert(key, json!(ts));
+    }
+    let mint_burn_scale = PRICE_DIGITS.max(m.dec1);
+    let (mut trade0, mut trade1, mut mb0, mut mb1, mut mb_value) =
+        (Wide::ZERO, Wide::ZERO, Wide::ZERO, Wide::ZERO, Wide::ZERO);
+    for e in events {
+        match &e.event {
+            Event::Swap { amount0, amount1 } => {
+                trade0 += amount0.1;
+                trade1 += amount1.1;
+            }
+            Event::Mint { amount0, amount1 } | Event::Burn { amount0, amount1 } => {
+                mb0 += *amount0;
+                mb1 += *amount1;
+                let sqrt = sqrt_at[&e.block];
+                mb_value += *amount1 * math::pow10(mint_burn_scale - m.dec1)
+                    + math::token0_in_token1(*amount0, sqrt, m.dec1, mint_burn_scale);
+            }
+            Event::Collect { .. } => {}
+        }
+    }
+    let fee = trade1 * Wide::from(m.fee);
+    Ok(json!({
+        "address": pool,
+        "epoch": {"begin": epoch.begin, "end": epoch.end},
+        "timestamps": times,
+        "token0": m.token0,
+        "token1": m.token1,
+        "token0Reserves": reserves0,
+        "token1Reserves": reserves1,
+        "token0Prices": prices0,
+        "token1Prices": prices1,
+        "token0TradeVolume": math::decimal(trade0, m.dec0),
+        "token1TradeVolume": math::decimal(trade1, m.dec1),
+        "token0MintBurnVolume": math::decimal(mb0, m.dec0),
+        "token1MintBurnVolume": math::decimal(mb1, m.dec1),
+        "totalTrade": math::decimal(trade1, m.dec1),
+        "totalFee": math::decimal(fee, m.dec1 + 6),
+        "totalTradeMintBurn": math::decimal(mb_value, mint_burn_scale),
+        "previousSnapshots": [],
+    }))
+}
+
+/// Block hashes and timestamps of `begin..=end`: preloaded when the project
+/// has `preload_tasks: ["block_details"]`, else fetched.
+fn block_details(host: &Host<'_>, epoch: &EpochContext) -> Result<Vec<BlockDetail>, String> {
+    let pre = host.block_details();
+    if !pre.is_empty() {
+        return Ok(pre);
+    }
+    let calls: Vec<RpcCall> = (epoch.begin..=epoch.end)
+        .map(|b| RpcCall {
+            method: "eth_getBlockByNumber".into(),
+            params_json: json!([format!("0x{b:x}"), false]).to_string().into(),
+        })
+        .collect();
+    let answers = host
+        .rpc_batch(Chain::Source, &calls)
+        .map_err(|e| format!("eth_getBlockByNumber {}..={}: {e}", epoch.begin, epoch.end))?;
+    (epoch.begin..=epoch.end)
+        .zip(answers)
+        .map(|(b, a)| {
+            let text = a.map_err(|e| format!("eth_getBlockByNumber {b}: {e}"))?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| format!("eth_getBlockByNumber {b}: {e}"))?;
+            let hash = v["hash"]
+                .as_str()
+                .ok_or_else(|| format!("eth_getBlockByNumber {b}: the source chain has no such block"))?;
+            let ts = v["timestamp"].as_str().and_then(|t| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok());
+            Ok(BlockDetail {
+                number: b,
+                hash: hash.into(),
+                timestamp: ts.ok_or_else(|| format!("eth_getBlockByNumber {b}: no timestamp"))?,
+            })
+        })
+        .collect()
+}
+
+impl ComputeProcessor for BaseSnapshotProcessor {
+    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+        let pools = self.active_pools(host, epoch.end)?;
+        if pools.is_empty() {
+            return Err("no active pools (the configured list is empty and discovery found none)".into());
+        }
+        let details = block_details(host, epoch)?;
+        let seed_block = details
+            .iter()
+            .find(|d| d.number == epoch.begin)
+            .ok_or_else(|| format!("no block details for block {}, the epoch's seed block", epoch.begin))?;
+        let timestamps: BTreeMap<u64, u64> = details.iter().map(|d| (d.number, d.timestamp)).collect();
+        let targets: Vec<String> = if self.settings.full_node {
+            host.report_selection(epoch.epoch_id, true, epoch.slot_id);
+            pools.clone()
+        } else {
+            match slot_selection::decide(epoch, host, &seed_block.hash, &pools)? {
+                None => return Ok(vec![]),
+                Some(pool) => vec![pool.to_owned()],
+            }
+        };
+        let lower: Vec<String> = targets.iter().map(|p| p.to_ascii_lowercase()).collect();
+        let computed = if self.settings.batch_pools {
+            self.snapshot_pools(host, epoch, &lower, &timestamps)?
+        } else {
+            let mut all = Vec::with_capacity(lower.len());
+            for p in &lower {
+                all.extend(self.snapshot_pools(host, epoch, std::slice::from_ref(p), &timestamps)?);
+            }
+            all
+        };
+        Ok(targets
+            .iter()
+            .zip(computed)
+            .map(|(given, (_, snapshot))| Snapshot::new(given.clone(), snapshot.to_string()))
+            .collect())
+    }
+}
