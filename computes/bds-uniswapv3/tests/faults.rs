@@ -1,0 +1,127 @@
+//! Bad RPC answers make the compute fail, naming the pool and the call; it
+//! never returns a partial snapshot. The chain here is a `TestHost` handler.
+
+use bds_uniswapv3::BaseSnapshotProcessor;
+use lite_node_plugin_api::{BlockDetail, Chain, ComputeProcessor, EpochContext, RpcError, testing::TestHost};
+use serde_json::{Value, json};
+
+const POOL: &str = "0x00000000000000000000000000000000000000aa";
+const T0: &str = "0x00000000000000000000000000000000000000b0";
+const T1: &str = "0x00000000000000000000000000000000000000b1";
+const SWAP: &str = "0xc42079f94a6350d7e6235f29174924f928cc2ac818eb64fed8004e115fbcca67";
+
+fn word(v: u128) -> String {
+    format!("{v:064x}")
+}
+
+fn address_word(a: &str) -> String {
+    format!("{:0>64}", &a[2..])
+}
+
+/// A healthy single-pool chain at block 100, with `fault` applied.
+fn host(fault: &'static str) -> TestHost {
+    let mut h = TestHost::with_blocks(vec![BlockDetail {
+        number: 100,
+        hash: format!("0x{}", "ab".repeat(32)).into(),
+        timestamp: 1_700_000_000,
+    }]);
+    h.rpc = Some(Box::new(move |chain: Chain, method: &str, params: &str| {
+        assert_eq!(chain, Chain::Source);
+        let p: Value = serde_json::from_str(params).unwrap();
+        let err = |code: i64, m: &str| Err(RpcError { code: Some(code).into(), message: m.into() });
+        match method {
+            "eth_getLogs" => {
+                let data = if fault == "truncated-log" {
+                    format!("0x{}", word(1))
+                } else {
+                    format!("0x{}", word(5).repeat(5))
+                };
+                if fault == "logs-error" {
+                    return err(-32005, "query returned more than 10000 results");
+                }
+                Ok(json!([{"address": POOL, "blockNumber": "0x64", "logIndex": "0x0", "topics": [SWAP], "data": data}])
+                    .to_string())
+            }
+            "eth_call" => {
+                let to = p[0]["to"].as_str().unwrap();
+                let data = p[0]["data"].as_str().unwrap();
+                let out = match (to, &data[..10]) {
+                    (POOL, "0x0dfe1681") => address_word(T0),
+                    (POOL, "0xd21220a7") => address_word(T1),
+                    (POOL, "0xddca3f43") => word(3000),
+                    (_, "0x313ce567") => word(18),
+                    (POOL, "0x3850c7bd") if fault == "missing-block" => return err(-32000, "header not found"),
+                    (POOL, "0x3850c7bd") => format!("{}{}", word(1 << 96), word(0).repeat(6)),
+                    (T1, "0x70a08231") if fault == "balance-error" => return err(-32603, "internal error"),
+                    (_, "0x70a08231") => word(10u128.pow(21)),
+                    other => panic!("unexpected call {other:?}"),
+                };
+                Ok(format!("\"0x{out}\""))
+            }
+            other => panic!("unexpected method {other}"),
+        }
+    }));
+    h
+}
+
+fn run(fault: &'static str) -> Result<Vec<lite_node_plugin_api::Snapshot>, String> {
+    let p = BaseSnapshotProcessor::from_settings(&json!({"pools": [POOL], "full_node": true}).to_string()).unwrap();
+    let epoch = EpochContext {
+        epoch_id: 3,
+        begin: 100,
+        end: 100,
+        day_id: 1,
+        slot_id: 1,
+        total_slots: 1,
+        namespace: "devnet-UNISWAPV3-ETH".into(),
+        project_type: "baseSnapshot".into(),
+    };
+    let h = host(fault);
+    p.compute(&epoch, &h.host())
+}
+
+#[test]
+fn a_healthy_chain_gives_one_snapshot() {
+    let out = run("none").unwrap();
+    assert_eq!(out.len(), 1);
+    let v: Value = serde_json::from_str(&out[0].json).unwrap();
+    assert_eq!(v["token0Prices"]["100"], "1.000000000000000000");
+    assert_eq!(v["token0TradeVolume"], "0.000000000000000005");
+    assert_eq!(v["token1Reserves"]["100"], "1000.000000000000000000");
+}
+
+#[test]
+fn each_bad_answer_is_an_error_naming_pool_and_call() {
+    let cases = [
+        ("missing-block", format!("pool {POOL}: eth_call slot0() at block 100: rpc error -32000: header not found")),
+        (
+            "balance-error",
+            format!("pool {POOL}: eth_call token1.balanceOf(pool) at block 100: rpc error -32603: internal error"),
+        ),
+        (
+            "truncated-log",
+            format!("pool {POOL}: eth_getLogs 100..=100: log 0 is truncated: 32 data bytes, expected 160"),
+        ),
+        (
+            "logs-error",
+            format!("pool {POOL}: eth_getLogs 100..=100: rpc error -32005: query returned more than 10000 results"),
+        ),
+    ];
+    for (fault, expected) in cases {
+        let err = run(fault).map(|s| s.len()).unwrap_err();
+        assert!(err.starts_with(&expected), "{fault}: {err}");
+    }
+}
+
+#[test]
+fn settings_are_checked() {
+    for (settings, expected) in [
+        (json!({}), "no pools: set `pools`, `pools_file` or `factory`"),
+        (json!({"pools": ["0x12"]}), "pool `0x12` is not an address"),
+        (json!({"pools": [POOL], "turbo": true}), "unknown setting `turbo`"),
+        (json!({"pools": [POOL], "full_node": "yes"}), "`full_node` must be true or false"),
+    ] {
+        let err = BaseSnapshotProcessor::from_settings(&settings.to_string()).err().unwrap();
+        assert!(err.starts_with(expected), "{settings}: {err}");
+    }
+}
