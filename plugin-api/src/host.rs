@@ -101,8 +101,20 @@ pub trait HostApi: Sync {
     fn block_details(&self) -> RVec<BlockDetail>;
 
     /// Writes a message into the node's log, attributed to the plugin.
-    #[sabi(last_prefix_field)]
     fn log(&self, level: LogLevel, message: RStr<'_>);
+
+    /// `(epoch_id, cid)` of the snapshots this node recently produced for
+    /// `data_source` in this project, oldest first.
+    #[sabi(last_prefix_field)]
+    fn previous_snapshots(&self, data_source: RStr<'_>) -> RVec<PreviousSnapshot>;
+}
+
+/// A snapshot the node produced earlier for the same project and data source.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct PreviousSnapshot {
+    pub epoch_id: u64,
+    pub cid: RString,
 }
 
 /// The host as it crosses the boundary: a borrowed trait object.
@@ -153,6 +165,15 @@ impl<'a> Host<'a> {
     /// Logs through the node at the given level.
     pub fn log(&self, level: LogLevel, message: &str) {
         self.inner.log(level, message.into());
+    }
+
+    /// `(epoch_id, cid)` the node recently produced for `data_source`, oldest first.
+    pub fn previous_snapshots(&self, data_source: &str) -> Vec<(u64, String)> {
+        self.inner
+            .previous_snapshots(data_source.into())
+            .into_iter()
+            .map(|p| (p.epoch_id, p.cid.into_string()))
+            .collect()
     }
 
     pub fn info(&self, message: &str) {

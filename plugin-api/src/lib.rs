@@ -30,7 +30,9 @@ pub mod testing;
 
 pub use epoch::{BlockDetail, EpochContext};
 pub use guard::{guarded, panic_message};
-pub use host::{Chain, Host, HostApi, HostApi_TO, HostRef, LogLevel, RpcCall, RpcError, SelectionReport};
+pub use host::{
+    Chain, Host, HostApi, HostApi_TO, HostRef, LogLevel, PreviousSnapshot, RpcCall, RpcError, SelectionReport,
+};
 pub use module::{
     __build_module, AssignmentFn as __AssignmentFn, AssignmentRequest, Assignments, ComputeModule, ComputeModuleRef,
     ProcessorInfo, SlotAssignment,

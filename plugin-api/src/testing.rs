@@ -8,7 +8,7 @@ use abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
 
 use crate::{
     epoch::BlockDetail,
-    host::{Chain, Host, HostApi, LogLevel, RpcCall, RpcError, SelectionReport},
+    host::{Chain, Host, HostApi, LogLevel, PreviousSnapshot, RpcCall, RpcError, SelectionReport},
 };
 
 /// Answers JSON-RPC calls in tests: `(chain, method, params_json) -> result JSON`.
@@ -23,6 +23,8 @@ pub struct TestHost {
     /// Every `report_selection(epoch_id, was_selected, slot_id)`, in order.
     pub reports: Mutex<Vec<(u64, bool, u64)>>,
     pub logs: Mutex<Vec<(LogLevel, String)>>,
+    /// What `previous_snapshots` answers: `(data_source, epoch_id, cid)`.
+    pub previous: Vec<(String, u64, String)>,
 }
 
 impl std::fmt::Debug for TestHost {
@@ -89,5 +91,13 @@ impl HostApi for TestHost {
 
     fn log(&self, level: LogLevel, message: RStr<'_>) {
         self.logs.lock().unwrap_or_else(|p| p.into_inner()).push((level, message.to_string()));
+    }
+
+    fn previous_snapshots(&self, data_source: RStr<'_>) -> RVec<PreviousSnapshot> {
+        self.previous
+            .iter()
+            .filter(|(ds, _, _)| ds.as_str() == data_source.as_str())
+            .map(|(_, epoch_id, cid)| PreviousSnapshot { epoch_id: *epoch_id, cid: cid.as_str().into() })
+            .collect()
     }
 }

@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 use crate::{
     compute::host::{RpcEndpoint, RuntimeHost, SelectionTracker},
     config::Project,
+    snapshot::{SnapshotStore, Stored, project_id},
 };
 
 /// A project and its processor instance.
@@ -50,6 +51,9 @@ pub struct Outcome {
     pub kind: OutcomeKind,
     /// `(data_source, snapshot JSON)` pairs.
     pub snapshots: Vec<(String, String)>,
+    /// The snapshots' canonical bytes as stored, with their project ids and
+    /// CIDs (when the dispatcher keeps a history).
+    pub stored: Vec<Stored>,
     /// When the compute was called and when it returned (Unix ms).
     pub started_at_ms: u64,
     pub finished_at_ms: u64,
@@ -69,6 +73,7 @@ pub struct Dispatcher {
     source: Option<Arc<dyn RpcEndpoint>>,
     anchor: Option<Arc<dyn RpcEndpoint>>,
     pub tracker: Arc<SelectionTracker>,
+    history: Option<(Arc<SnapshotStore>, String)>,
 }
 
 impl std::fmt::Debug for dyn RpcEndpoint {
@@ -94,7 +99,15 @@ impl Dispatcher {
             source,
             anchor,
             tracker,
+            history: None,
         }
+    }
+
+    /// Stores every computed snapshot (canonical bytes, CID) and lets
+    /// computes see their recent ones; `namespace` completes project ids.
+    pub fn with_history(mut self, store: Arc<SnapshotStore>, namespace: String) -> Self {
+        self.history = Some((store, namespace));
+        self
     }
 
     /// Runs every project for one epoch; returns their outcomes in project order.
@@ -109,8 +122,9 @@ impl Dispatcher {
         ctx.project_type = project_type.as_str().into();
         let blocks =
             if p.project.preload_tasks.iter().any(|t| t == "block_details") { blocks.to_vec() } else { vec![] };
-        let host =
+        let mut host =
             RuntimeHost::new(&project_type, self.source.clone(), self.anchor.clone(), self.tracker.clone(), blocks);
+        host.history = self.history.clone();
         let processor = p.processor.clone();
         let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
         let started_at_ms = now_ms();
@@ -136,7 +150,22 @@ impl Dispatcher {
                 snapshots.into_iter().map(|s| (s.data_source.into_string(), s.json.into_string())).collect(),
             ),
         };
-        Outcome { project_type, kind, snapshots, started_at_ms, finished_at_ms: now_ms() }
+        let finished_at_ms = now_ms();
+        let mut outcome = Outcome { project_type, kind, snapshots, stored: vec![], started_at_ms, finished_at_ms };
+        if let (OutcomeKind::Computed, Some((store, namespace))) = (&outcome.kind, &self.history) {
+            for (data_source, json) in &outcome.snapshots {
+                let id = project_id(&outcome.project_type, data_source, namespace);
+                match store.record(epoch_id, &id, json) {
+                    Ok(stored) => outcome.stored.push(stored),
+                    Err(e) => {
+                        outcome.kind = OutcomeKind::Failed(format!("snapshot for `{data_source}`: {e}"));
+                        outcome.stored.clear();
+                        break;
+                    }
+                }
+            }
+        }
+        outcome
     }
 
     /// Waits until no compute is running (timed-out ones included), at most `grace`.

@@ -26,6 +26,8 @@ pub struct Entry<'a> {
     pub outcome: &'static str,
     pub error: Option<&'a str>,
     pub snapshots: usize,
+    /// `{project_id, cid, path}` of each stored snapshot.
+    pub stored: Vec<serde_json::Value>,
     /// When the compute was called and returned (Unix ms).
     pub started_at_ms: u64,
     pub finished_at_ms: u64,
@@ -66,6 +68,11 @@ impl Journal {
             outcome: name,
             error,
             snapshots: outcome.snapshots.len(),
+            stored: outcome
+                .stored
+                .iter()
+                .map(|s| serde_json::json!({"project_id": s.project_id, "cid": s.cid, "path": s.path}))
+                .collect(),
             started_at_ms: outcome.started_at_ms,
             finished_at_ms: outcome.finished_at_ms,
         };

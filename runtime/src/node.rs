@@ -22,6 +22,7 @@ use crate::{
     dispatch::{Dispatcher, Outcome, OutcomeKind, ProjectProcessor, now_ms},
     epochs::{Epoch, Watcher, preload},
     journal::Journal,
+    snapshot::SnapshotStore,
 };
 
 /// How long shutdown waits for running computes.
@@ -90,6 +91,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         Some(source.clone() as Arc<dyn RpcEndpoint>),
         Some(anchor_for_host),
         tracker,
+    )
+    .with_history(
+        Arc::new(SnapshotStore::open(&data_dir).context("opening the snapshot store")?),
+        cfg.full_namespace(),
     );
     let mut watcher = Watcher::open(anchor.clone(), &data_dir, cfg.watch.clone())
         .with_context(|| format!("opening the epoch cursor in {}", data_dir.display()))?;
@@ -220,6 +225,7 @@ async fn handle_epoch(
                 project_type: p.project.project_type.clone(),
                 kind: kind.clone(),
                 snapshots: vec![],
+                stored: vec![],
                 started_at_ms: at,
                 finished_at_ms: at,
             })

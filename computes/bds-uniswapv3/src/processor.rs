@@ -262,7 +262,10 @@ impl BaseSnapshotProcessor {
         for (i, p) in pools.iter().enumerate() {
             let state = &answers[i * per_pool..(i + 1) * per_pool];
             let pool_events = events.remove(p).unwrap_or_default();
-            out.push((p.clone(), base_snapshot(p, &meta[p], epoch, &blocks, state, &pool_events, timestamps)?));
+            let mut snapshot = base_snapshot(p, &meta[p], epoch, &blocks, state, &pool_events, timestamps)?;
+            let previous: Vec<Value> = host.previous_snapshots(p).into_iter().map(|(e, cid)| json!([e, cid])).collect();
+            snapshot["previousSnapshots"] = Value::Array(previous);
+            out.push((p.clone(), snapshot));
         }
         Ok(out)
     }

@@ -2,7 +2,7 @@
 //! never returns a partial snapshot. The chain here is a `TestHost` handler.
 
 use bds_uniswapv3::BaseSnapshotProcessor;
-use lite_node_plugin_api::{BlockDetail, Chain, ComputeProcessor, EpochContext, RpcError, testing::TestHost};
+use lite_node_plugin_api::{BlockDetail, Chain, EpochContext, RpcError, testing::TestHost};
 use serde_json::{Value, json};
 
 const POOL: &str = "0x00000000000000000000000000000000000000aa";

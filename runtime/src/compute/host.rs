@@ -8,7 +8,9 @@ use std::{
 };
 
 use abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
-use lite_node_plugin_api::{BlockDetail, Chain, HostApi, LogLevel, RpcCall, RpcError, SelectionReport};
+use lite_node_plugin_api::{
+    BlockDetail, Chain, HostApi, LogLevel, PreviousSnapshot, RpcCall, RpcError, SelectionReport,
+};
 
 /// A JSON-RPC endpoint a processor can reach through the host.
 pub trait RpcEndpoint: Send + Sync {
@@ -44,6 +46,8 @@ pub struct RuntimeHost {
     pub blocks: Vec<BlockDetail>,
     /// What this compute call itself reported, `(epoch_id, was_selected)`.
     pub reported: Mutex<Option<(u64, bool)>>,
+    /// Where `previous_snapshots` looks, and the namespace of project ids.
+    pub history: Option<(Arc<crate::snapshot::SnapshotStore>, String)>,
 }
 
 impl RuntimeHost {
@@ -55,7 +59,7 @@ impl RuntimeHost {
         tracker: Arc<SelectionTracker>,
         blocks: Vec<BlockDetail>,
     ) -> Self {
-        Self { project: project.into(), source, anchor, tracker, blocks, reported: Mutex::new(None) }
+        Self { project: project.into(), source, anchor, tracker, blocks, reported: Mutex::new(None), history: None }
     }
 
     /// What this call reported to the tracker, if anything.
@@ -103,6 +107,12 @@ impl HostApi for RuntimeHost {
 
     fn block_details(&self) -> RVec<BlockDetail> {
         self.blocks.clone().into()
+    }
+
+    fn previous_snapshots(&self, data_source: RStr<'_>) -> RVec<PreviousSnapshot> {
+        let Some((store, namespace)) = &self.history else { return RVec::new() };
+        let id = crate::snapshot::project_id(&self.project, data_source.as_str(), namespace);
+        store.previous(&id).into_iter().map(|(epoch_id, cid)| PreviousSnapshot { epoch_id, cid: cid.into() }).collect()
     }
 
     fn log(&self, level: LogLevel, message: RStr<'_>) {

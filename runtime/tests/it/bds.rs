@@ -160,3 +160,52 @@ fn a_lite_node_snapshots_only_its_assigned_pool_or_nothing() {
         }
     }
 }
+
+#[test]
+fn previous_snapshots_are_the_nodes_own_recent_cids() {
+    use lite_node::{
+        config::Project,
+        dispatch::{Dispatcher, OutcomeKind, ProjectProcessor},
+        snapshot::SnapshotStore,
+    };
+    let world = World::load();
+    let (begin, end) = activity(&world);
+    let data_dir = tempfile::tempdir().unwrap();
+    let package = bundled(data_dir.path());
+    let pool = world.manifest.pools[0].clone();
+    let settings = json!({"pools": [pool], "full_node": true});
+    let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
+    let project = Project {
+        project_type: "baseSnapshot".into(),
+        module: "bds_uniswapv3".into(),
+        class_name: "BaseSnapshotProcessor".into(),
+        preload_tasks: vec!["block_details".into()],
+        settings: settings.as_object().unwrap().clone(),
+    };
+    let c = chain(&world);
+    let store = Arc::new(SnapshotStore::open(data_dir.path()).unwrap());
+    let dispatcher = Dispatcher::new(
+        vec![ProjectProcessor { project, processor: Arc::new(processor) }],
+        1,
+        Duration::from_secs(60),
+        Some(c.source.clone() as Arc<dyn RpcEndpoint>),
+        None,
+        Arc::new(SelectionTracker::default()),
+    )
+    .with_history(store.clone(), "devnet-UNISWAPV3-ETH".into());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let blocks = rt.block_on(preload::block_details(&c.source, begin, end)).unwrap();
+    let mut cids = Vec::new();
+    for epoch_id in [11u64, 12, 13] {
+        let outcomes = rt.block_on(dispatcher.dispatch(&context(epoch_id, begin, end, 1, 4), &blocks));
+        assert_eq!(outcomes[0].kind, OutcomeKind::Computed);
+        let stored = &outcomes[0].stored[0];
+        assert_eq!(stored.project_id, format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", pool.to_lowercase()));
+        let bytes = std::fs::read(&stored.path).unwrap();
+        assert_eq!(stored.cid, lite_node::snapshot::cid(&bytes), "the CID is of the exact bytes on disk");
+        let snapshot: Value = serde_json::from_slice(&bytes).unwrap();
+        let previous: Vec<Value> = cids.iter().map(|(e, c): &(u64, String)| json!([e, c])).collect();
+        assert_eq!(snapshot["previousSnapshots"], Value::Array(previous), "epoch {epoch_id}");
+        cids.push((epoch_id, stored.cid.clone()));
+    }
+}

@@ -125,7 +125,8 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
     );
     fs::write(api.path().join("Cargo.toml"), manifest).unwrap();
     let epoch = fs::read_to_string(api.path().join("src/epoch.rs")).unwrap();
-    let changed = epoch.replacen("pub timestamp: u64,\n}", "pub timestamp: u64,\n    pub base_fee: u64,\n}", 1);
+    let changed =
+        epoch.replacen("pub project_type: RString,\n}", "pub project_type: RString,\n    pub base_fee: u64,\n}", 1);
     assert_ne!(epoch, changed, "the fixture edit must apply");
     fs::write(api.path().join("src/epoch.rs"), changed).unwrap();
 
@@ -141,7 +142,7 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
         run.stderr
     );
     assert!(
-        run.stderr.contains("layouts differ: `BlockDetail` incompatible type size (expected 48, found 56)"),
+        run.stderr.contains("layouts differ: `EpochContext` incompatible type size (expected 112, found 120)"),
         "{}",
         run.stderr
     );
