@@ -88,7 +88,12 @@ pub fn world_dir() -> PathBuf {
 
 impl Manifest {
     pub fn load() -> Self {
-        let path = world_dir().join("manifest.json");
+        Self::load_from(&world_dir())
+    }
+
+    /// The manifest of a world saved in `dir`.
+    pub fn load_from(dir: &std::path::Path) -> Self {
+        let path = dir.join("manifest.json");
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e}; build the world with devnet/build-world.sh", path.display()));
         let raw: Value = serde_json::from_str(&text).unwrap();
@@ -151,9 +156,20 @@ impl World {
     }
 
     fn start(port: Option<u16>) -> Self {
-        let manifest = Manifest::load();
-        let state = world_dir().join("state.json");
-        let anvil = Anvil::start_on(port.unwrap_or(0), &["--load-state", state.to_str().unwrap()]);
+        Self::start_from(&world_dir(), port, &[])
+    }
+
+    /// Loads the world saved in `dir` (e.g. `devnet/world-1000`), with extra anvil arguments.
+    pub fn load_dir(dir: &std::path::Path, args: &[&str]) -> Self {
+        Self::start_from(dir, None, args)
+    }
+
+    fn start_from(dir: &std::path::Path, port: Option<u16>, extra: &[&str]) -> Self {
+        let manifest = Manifest::load_from(dir);
+        let state = dir.join("state.json");
+        let mut args = vec!["--load-state", state.to_str().unwrap()];
+        args.extend(extra);
+        let anvil = Anvil::start_on(port.unwrap_or(0), &args);
         let world = Self { anvil, manifest, client: reqwest::blocking::Client::new() };
         // Lost on --load-state: Uniswap's gas depends on timestamps moving.
         world.rpc("anvil_setBlockTimestampInterval", json!([12]));
@@ -199,11 +215,16 @@ impl World {
     /// Sends a transaction from the deployer without waiting for it to be
     /// mined (for several in one block with automine off); returns its hash.
     pub fn send_to(&self, to: &str, data: Vec<u8>) -> Value {
+        self.send_with_gas(to, data, 15_000_000)
+    }
+
+    /// As [`World::send_to`], with an explicit gas limit (many in one block).
+    pub fn send_with_gas(&self, to: &str, data: Vec<u8>, gas: u64) -> Value {
         let tx = json!({
             "from": self.manifest.accounts[0].address,
             "to": to,
             "data": format!("0x{}", hex(&data)),
-            "gas": "0xe4e1c0",
+            "gas": format!("0x{gas:x}"),
         });
         self.rpc("eth_sendTransaction", json!([tx]))
     }

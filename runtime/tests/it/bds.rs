@@ -209,3 +209,21 @@ fn previous_snapshots_are_the_nodes_own_recent_cids() {
         cids.push((epoch_id, stored.cid.clone()));
     }
 }
+
+#[test]
+fn pools_are_discovered_from_the_factory() {
+    let world = World::load();
+    let (begin, end) = activity(&world);
+    let data_dir = tempfile::tempdir().unwrap();
+    let package = bundled(data_dir.path());
+    let factory = world.manifest.raw["factory"].as_str().unwrap();
+    let settings = json!({"factory": factory, "full_node": true}).to_string();
+    let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings).unwrap();
+    let c = chain(&world);
+    let (h, _) = host(&c, begin, end);
+    let out = processor.compute(&context(5, begin, end, 1, 4), Host::to_ref(&h)).into_result().unwrap();
+    let mut expected: Vec<String> = world.manifest.pools.iter().map(|p| p.to_lowercase()).collect();
+    expected.sort();
+    let found: Vec<String> = out.iter().map(|s| s.data_source.to_string()).collect();
+    assert_eq!(found, expected, "every pool the factory created, sorted as the protocol sorts them");
+}
