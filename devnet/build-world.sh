@@ -40,9 +40,13 @@ node compile.js
 mkdir -p "$OUT"
 rm -f "$OUT/state.json.tmp" "$OUT/anvil.log"
 ANVIL=node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
-"$ANVIL" --host 127.0.0.1 --port 0 --timestamp 1700000000 --dump-state "$OUT/state.json.tmp" >"$OUT/anvil.log" 2>&1 &
+# anvil spills historical states under $HOME/.foundry; give it a throwaway
+# HOME, and keep no history (the saved world needs only the final state).
+ANVIL_HOME=$(mktemp -d)
+HOME="$ANVIL_HOME" "$ANVIL" --host 127.0.0.1 --port 0 --timestamp 1700000000 --prune-history \
+  --dump-state "$OUT/state.json.tmp" >"$OUT/anvil.log" 2>&1 &
 ANVIL_PID=$!
-trap 'kill $ANVIL_PID 2>/dev/null || true' EXIT
+trap 'kill $ANVIL_PID 2>/dev/null || true; rm -rf "$ANVIL_HOME"' EXIT
 PORT=""
 for _ in $(seq 1 500); do
   PORT=$(sed -n 's/^Listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$OUT/anvil.log")
@@ -56,6 +60,7 @@ node build-world.js --rpc "http://127.0.0.1:$PORT" --pools "$POOLS" --slots "$SL
 kill -TERM "$ANVIL_PID"
 wait "$ANVIL_PID" 2>/dev/null || true
 trap - EXIT
+rm -rf "$ANVIL_HOME"
 [ -s "$OUT/state.json.tmp" ] || { echo "devnet: anvil wrote no state" >&2; exit 1; }
 mv "$OUT/state.json.tmp" "$OUT/state.json"
 rm -f "$OUT/anvil.log"

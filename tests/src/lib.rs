@@ -162,10 +162,15 @@ pub fn anvil_bin() -> PathBuf {
 
 /// A real anvil on 127.0.0.1 and a port chosen by the OS; stopped on drop,
 /// also when the test panics.
+///
+/// anvil spills historical states to `$HOME/.foundry/anvil/tmp` and removes
+/// them only when it exits cleanly, so each instance gets its own HOME, a
+/// temporary directory removed with it: a killed anvil cannot fill the disk.
 #[derive(Debug)]
 pub struct Anvil {
     child: std::process::Child,
     pub port: u16,
+    _home: TempDir,
 }
 
 impl Anvil {
@@ -180,7 +185,9 @@ impl Anvil {
     /// Starts anvil on `port` (0: the OS picks) with extra `args`.
     pub fn start_on(port: u16, args: &[&str]) -> Self {
         use std::io::{BufRead, BufReader, Read};
+        let home = tempfile::tempdir().expect("a home for anvil");
         let mut child = Command::new(anvil_bin())
+            .env("HOME", home.path())
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(args)
             .stdin(std::process::Stdio::null())
@@ -209,7 +216,7 @@ impl Anvil {
                 panic!("anvil did not report its port ({other:?}): {err}");
             }
         };
-        Self { child, port }
+        Self { child, port, _home: home }
     }
 
     pub fn url(&self) -> String {
@@ -219,6 +226,15 @@ impl Anvil {
 
 impl Drop for Anvil {
     fn drop(&mut self) {
+        // SIGTERM first, so anvil cleans up after itself; SIGKILL if it lingers.
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
