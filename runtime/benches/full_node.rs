@@ -32,7 +32,9 @@ fn main() {
         dir.join("state.json").is_file(),
         "build the 1,000-pool world first: devnet/build-world.sh --pools 1000 --out world-1000"
     );
-    let world = World::load_dir(&dir, &["--disable-block-gas-limit"]);
+    let world = World::load_dir(&dir, &[]);
+    // The saved state carries a 30M block gas limit: room for ~230 swaps.
+    world.rpc("evm_setBlockGasLimit", json!(["0x3b9aca00"]));
     let pools = world.manifest.pools.clone();
     println!("world: {} pools", pools.len());
 
@@ -44,6 +46,13 @@ fn main() {
         sent.push(world.send_with_gas(&router, data, 400_000));
     }
     world.mine(1);
+    let head = world.head();
+    let mined = world.rpc("eth_getBlockByNumber", json!([format!("0x{head:x}"), false]));
+    println!(
+        "mined block {head} with {} transactions; pool: {}",
+        mined["transactions"].as_array().map_or(0, Vec::len),
+        world.rpc("txpool_status", json!([]))
+    );
     world.set_automine(true);
     let block = lite_node_testkit::world::hex_u64(&world.receipt(&sent[0])["blockNumber"]);
     for hash in &sent {
