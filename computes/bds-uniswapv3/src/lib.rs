@@ -24,6 +24,13 @@
 //!   `totalTradeMintBurn`: Σ (amount1 + amount0 valued at the block's pool
 //!   price) over mints and burns, in token1, 18 or more fractional digits.
 //! - `previousSnapshots`: `[[epoch, cid], …]` this node produced for the pool.
+//! - With a USD source configured (`usd: {stablecoins, pools}`, see `usd.rs`):
+//!   `token0PricesUSD`, `token1PricesUSD`, `token0ReservesUSD`,
+//!   `token1ReservesUSD` `{block: decimal}`; `token0TradeVolumeUSD`,
+//!   `token1TradeVolumeUSD`, `token0MintBurnVolumeUSD`,
+//!   `token1MintBurnVolumeUSD`, `totalTradeUSD`, `totalFeeUSD`,
+//!   `totalTradeMintBurnUSD` — each event valued at its block's price, 18
+//!   fractional digits, truncated per event.
 //!
 //! Token amounts carry exactly `decimals` fractional digits; all arithmetic is
 //! on integers and every value is serialized as a string.
@@ -31,6 +38,7 @@
 pub mod chain;
 pub mod math;
 mod processor;
+pub mod usd;
 
 pub use processor::{BASE_SNAPSHOT, BaseSnapshotProcessor, Settings};
 

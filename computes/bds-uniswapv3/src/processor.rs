@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 use crate::{
     chain::{self, Call, Event, PoolEvent},
     math::{self, MAX_DECIMALS, PRICE_DIGITS, Wide},
+    usd::{self, RoutePool, UsdSource},
 };
 
 /// `class_name` `BaseSnapshotProcessor` in projects.json.
@@ -40,9 +41,11 @@ pub struct Settings {
     /// `batch_pools` (default true): fetch all pools in one batched round;
     /// false fetches pool by pool (slower; kept for comparison).
     pub batch_pools: bool,
+    /// `usd`: where USD prices come from; without it no `…USD` field is emitted.
+    pub usd: Option<UsdSource>,
 }
 
-const KNOWN: [&str; 6] = ["pools", "pools_file", "factory", "factory_start_block", "full_node", "batch_pools"];
+const KNOWN: [&str; 7] = ["pools", "pools_file", "factory", "factory_start_block", "full_node", "batch_pools", "usd"];
 
 fn address(v: &str, what: &str) -> Result<String, String> {
     let h = v.strip_prefix("0x").unwrap_or("");
@@ -80,6 +83,9 @@ impl Settings {
             if let Some(b) = v.get(key) {
                 *slot = b.as_bool().ok_or_else(|| format!("`{key}` must be true or false"))?;
             }
+        }
+        if let Some(u) = v.get("usd") {
+            s.usd = Some(UsdSource::parse(u)?);
         }
         if s.pools.is_empty() && s.pools_file.is_none() && s.factory.is_none() {
             return Err("no pools: set `pools`, `pools_file` or `factory`".into());
@@ -224,7 +230,9 @@ impl BaseSnapshotProcessor {
         pools: &[String],
         timestamps: &BTreeMap<u64, u64>,
     ) -> Result<Vec<(String, Value)>, String> {
-        let meta = self.ensure_meta(host, pools)?;
+        let route_pools: Vec<String> = self.settings.usd.as_ref().map(|u| u.pools.clone()).unwrap_or_default();
+        let all: Vec<String> = pools.iter().chain(&route_pools).cloned().collect();
+        let meta = self.ensure_meta(host, &all)?;
         let refs: Vec<&str> = pools.iter().map(String::as_str).collect();
         let mut events = chain::pool_events(host, &refs, epoch.begin, epoch.end)?;
         let blocks: Vec<u64> = (epoch.begin..=epoch.end).collect();
@@ -256,13 +264,51 @@ impl BaseSnapshotProcessor {
                 });
             }
         }
+        for r in &route_pools {
+            for &b in &blocks {
+                calls.push(Call {
+                    pool: r.clone(),
+                    to: r.clone(),
+                    data: chain::SLOT0.into(),
+                    block: Some(b),
+                    what: "slot0() (USD route)",
+                });
+            }
+        }
         let answers = chain::eth_calls(host, &calls)?;
         let per_pool = blocks.len() * 3;
+        let route_answers = &answers[pools.len() * per_pool..];
+        let route_view = |p: &str, sqrt: BTreeMap<u64, Wide>| {
+            let m = &meta[p];
+            RoutePool { token0: m.token0.clone(), token1: m.token1.clone(), dec0: m.dec0, dec1: m.dec1, sqrt }
+        };
+        let routes: HashMap<String, RoutePool> = route_pools
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let sqrt = blocks
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &b)| (b, chain::word(&route_answers[i * blocks.len() + k], 0)))
+                    .collect();
+                (r.clone(), route_view(r, sqrt))
+            })
+            .collect();
+        if let Some((r, _)) = routes.iter().find(|(_, v)| v.sqrt.values().any(|s| s.is_zero())) {
+            return Err(format!("pool {r}: slot0() has no price (USD route pool not initialized)"));
+        }
         let mut out = Vec::with_capacity(pools.len());
         for (i, p) in pools.iter().enumerate() {
             let state = &answers[i * per_pool..(i + 1) * per_pool];
             let pool_events = events.remove(p).unwrap_or_default();
             let mut snapshot = base_snapshot(p, &meta[p], epoch, &blocks, state, &pool_events, timestamps)?;
+            if let Some(source) = &self.settings.usd {
+                let sqrt = blocks.iter().enumerate().map(|(k, &b)| (b, chain::word(&state[3 * k], 0))).collect();
+                let view = route_view(p, sqrt);
+                let usd0 = usd::token_usd(source, &routes, p, &view, &view.token0, &blocks)?;
+                let usd1 = usd::token_usd(source, &routes, p, &view, &view.token1, &blocks)?;
+                add_usd_fields(&mut snapshot, &meta[p], &blocks, state, &pool_events, &usd0, &usd1);
+            }
             let previous: Vec<Value> = host.previous_snapshots(p).into_iter().map(|(e, cid)| json!([e, cid])).collect();
             snapshot["previousSnapshots"] = Value::Array(previous);
             out.push((p.clone(), snapshot));
@@ -337,6 +383,59 @@ fn base_snapshot(
         "totalTradeMintBurn": math::decimal(mb_value, mint_burn_scale),
         "previousSnapshots": [],
     }))
+}
+
+/// The `…USD` fields (see the crate docs), from per-block USD prices.
+fn add_usd_fields(
+    snapshot: &mut Value,
+    m: &PoolMeta,
+    blocks: &[u64],
+    state: &[Vec<u8>],
+    events: &[PoolEvent],
+    usd0: &BTreeMap<u64, Wide>,
+    usd1: &BTreeMap<u64, Wide>,
+) {
+    let d = |v: Wide| math::decimal(v, PRICE_DIGITS);
+    let (mut p0, mut p1, mut r0, mut r1) = (Map::new(), Map::new(), Map::new(), Map::new());
+    for (k, &b) in blocks.iter().enumerate() {
+        let key = b.to_string();
+        p0.insert(key.clone(), json!(d(usd0[&b])));
+        p1.insert(key.clone(), json!(d(usd1[&b])));
+        r0.insert(key.clone(), json!(d(usd::value(chain::word(&state[3 * k + 1], 0), m.dec0, usd0[&b]))));
+        r1.insert(key, json!(d(usd::value(chain::word(&state[3 * k + 2], 0), m.dec1, usd1[&b]))));
+    }
+    let (mut t0, mut t1, mut mb0, mut mb1, mut fee) = (Wide::ZERO, Wide::ZERO, Wide::ZERO, Wide::ZERO, Wide::ZERO);
+    for e in events {
+        let (u0, u1) = (usd0[&e.block], usd1[&e.block]);
+        match &e.event {
+            Event::Swap { amount0, amount1 } => {
+                t0 += usd::value(amount0.1, m.dec0, u0);
+                t1 += usd::value(amount1.1, m.dec1, u1);
+                fee += usd::value(amount1.1 * Wide::from(m.fee), m.dec1 + 6, u1);
+            }
+            Event::Mint { amount0, amount1 } | Event::Burn { amount0, amount1 } => {
+                mb0 += usd::value(*amount0, m.dec0, u0);
+                mb1 += usd::value(*amount1, m.dec1, u1);
+            }
+            Event::Collect { .. } => {}
+        }
+    }
+    let fields = [
+        ("token0PricesUSD", Value::Object(p0)),
+        ("token1PricesUSD", Value::Object(p1)),
+        ("token0ReservesUSD", Value::Object(r0)),
+        ("token1ReservesUSD", Value::Object(r1)),
+        ("token0TradeVolumeUSD", json!(d(t0))),
+        ("token1TradeVolumeUSD", json!(d(t1))),
+        ("token0MintBurnVolumeUSD", json!(d(mb0))),
+        ("token1MintBurnVolumeUSD", json!(d(mb1))),
+        ("totalTradeUSD", json!(d(t1))),
+        ("totalFeeUSD", json!(d(fee))),
+        ("totalTradeMintBurnUSD", json!(d(mb0 + mb1))),
+    ];
+    for (k, v) in fields {
+        snapshot[k] = v;
+    }
 }
 
 /// Block hashes and timestamps of `begin..=end`: preloaded when the project

@@ -120,8 +120,31 @@ fn settings_are_checked() {
         (json!({"pools": ["0x12"]}), "pool `0x12` is not an address"),
         (json!({"pools": [POOL], "turbo": true}), "unknown setting `turbo`"),
         (json!({"pools": [POOL], "full_node": "yes"}), "`full_node` must be true or false"),
+        (json!({"pools": [POOL], "usd": {"stablecoins": []}}), "`usd.pools` must be a list"),
+        (json!({"pools": [POOL], "usd": {"stablecoins": [], "pools": []}}), "`usd.stablecoins` is empty"),
+        (json!({"pools": [POOL], "usd": {"stablecoins": ["0x1"], "pools": []}}), "`usd.stablecoins` has `\"0x1\"`"),
     ] {
         let err = BaseSnapshotProcessor::from_settings(&settings.to_string()).err().unwrap();
         assert!(err.starts_with(expected), "{settings}: {err}");
     }
+}
+
+#[test]
+fn a_token_without_a_usd_route_is_an_error_naming_it() {
+    let settings = json!({"pools": [POOL], "full_node": true,
+        "usd": {"stablecoins": ["0x00000000000000000000000000000000000000c0"], "pools": []}});
+    let p = BaseSnapshotProcessor::from_settings(&settings.to_string()).unwrap();
+    let epoch = EpochContext {
+        epoch_id: 3,
+        begin: 100,
+        end: 100,
+        day_id: 1,
+        slot_id: 1,
+        total_slots: 1,
+        namespace: "devnet-UNISWAPV3-ETH".into(),
+        project_type: "baseSnapshot".into(),
+    };
+    let h = host("none");
+    let err = p.compute(&epoch, &h.host()).map(|s| s.len()).unwrap_err();
+    assert!(err.starts_with(&format!("pool {POOL}: no USD price for token {T0}")), "{err}");
 }

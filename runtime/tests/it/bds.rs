@@ -47,9 +47,14 @@ fn activity(world: &World) -> (u64, u64) {
 }
 
 fn expected(world: &World, pool: &str, begin: u64, end: u64) -> Value {
+    expected_with(world, pool, begin, end, &[])
+}
+
+fn expected_with(world: &World, pool: &str, begin: u64, end: u64, usd: &[String]) -> Value {
     let out = Command::new("python3")
         .arg(data("bds_expected.py"))
         .args([world.url(), pool.to_owned(), begin.to_string(), end.to_string()])
+        .args(usd)
         .output()
         .expect("python3 runs");
     assert!(out.status.success(), "reference failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -226,4 +231,50 @@ fn pools_are_discovered_from_the_factory() {
     expected.sort();
     let found: Vec<String> = out.iter().map(|s| s.data_source.to_string()).collect();
     assert_eq!(found, expected, "every pool the factory created, sorted as the protocol sorts them");
+}
+
+#[test]
+fn usd_fields_appear_with_a_usd_source_and_match_exactly() {
+    let world = World::load();
+    let (begin, end) = activity(&world);
+    let data_dir = tempfile::tempdir().unwrap();
+    let package = bundled(data_dir.path());
+    let pools = world.manifest.pools.clone();
+    // The world's first token plays the stablecoin; its 0.3 % pools route prices.
+    let stable = world.manifest.raw["tokens"][0].as_str().unwrap().to_lowercase();
+    let routes: Vec<String> = world.manifest.raw["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["fee"] == 3000)
+        .filter(|p| [&p["token0"], &p["token1"]].iter().any(|t| t.as_str().unwrap().eq_ignore_ascii_case(&stable)))
+        .map(|p| p["address"].as_str().unwrap().to_lowercase())
+        .collect();
+    assert_eq!(routes.len(), 2, "two tokens to price through the stablecoin");
+    let settings = json!({"pools": pools, "full_node": true, "usd": {"stablecoins": [stable], "pools": routes}});
+    let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
+    let c = chain(&world);
+    let (h, _) = host(&c, begin, end);
+    let out = processor.compute(&context(9, begin, end, 1, 4), Host::to_ref(&h)).into_result().unwrap();
+    assert_eq!(out.len(), pools.len());
+    let usd_args = [stable.clone(), routes.join(",")];
+    for snapshot in &out {
+        let pool = snapshot.data_source.as_str();
+        let mut got: Value = serde_json::from_str(&snapshot.json).unwrap();
+        got.as_object_mut().unwrap().remove("previousSnapshots");
+        assert!(got.get("totalFeeUSD").is_some(), "USD fields present");
+        let mut want = expected_with(&world, pool, begin, end, &usd_args);
+        want.as_object_mut().unwrap().remove("logCounts");
+        assert_eq!(got, want, "pool {pool}");
+    }
+    // Without a source: no USD field at all.
+    let plain = package
+        .new_processor(
+            "bds_uniswapv3",
+            "BaseSnapshotProcessor",
+            &json!({"pools": [pools[0]], "full_node": true}).to_string(),
+        )
+        .unwrap();
+    let out = plain.compute(&context(9, begin, end, 1, 4), Host::to_ref(&h)).into_result().unwrap();
+    assert!(!out[0].json.contains("USD"), "{}", out[0].json);
 }
