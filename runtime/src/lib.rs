@@ -14,6 +14,7 @@ pub mod journal;
 pub mod node;
 mod progress;
 pub mod repo;
+pub mod signing;
 pub mod snapshot;
 
 pub use commands::{ExitStatus, exit_status};

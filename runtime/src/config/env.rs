@@ -94,6 +94,11 @@ impl SecretKey {
     pub fn bytes(&self) -> &[u8; 32] {
         &self.0
     }
+
+    /// A key from raw bytes, for tests.
+    pub fn for_tests(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
 }
 
 impl fmt::Debug for SecretKey {
@@ -271,6 +276,16 @@ impl NodeConfig {
                 0
             }
         };
+        if let (Some(key), true) = (&signer_key, problems.is_empty()) {
+            match alloy::signers::local::PrivateKeySigner::from_slice(key.bytes()) {
+                Ok(derived) if derived.address().to_string().eq_ignore_ascii_case(&signer_address) => {}
+                Ok(derived) => problems.push(format!(
+                    "SIGNER_ACCOUNT_PRIVATE_KEY belongs to {}, not to SIGNER_ACCOUNT_ADDRESS {signer_address}",
+                    derived.address()
+                )),
+                Err(_) => problems.push("SIGNER_ACCOUNT_PRIVATE_KEY is not a valid secp256k1 private key".into()),
+            }
+        }
         let text = |k: &str| env.get(k).unwrap_or_default().to_owned();
         for key in ["NAMESPACE", "POWERLOOM_CHAIN", "SOURCE_CHAIN"] {
             if env.get(key).is_some_and(|v| v.contains([':', ' '])) {
@@ -514,6 +529,19 @@ mod tests {
         assert!(!err.contains("secret-anyway"), "{err}");
         let cfg = NodeConfig::from_env(&EnvSnapshot::from_pairs(full_env())).unwrap();
         assert!(!format!("{cfg:?}").contains("ac0974bec"));
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_signers_is_refused() {
+        let mut env = full_env();
+        env.retain(|(k, _)| *k != "SIGNER_ACCOUNT_ADDRESS");
+        env.push(("SIGNER_ACCOUNT_ADDRESS", "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"));
+        let err = NodeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "SIGNER_ACCOUNT_PRIVATE_KEY belongs to 0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266, \
+             not to SIGNER_ACCOUNT_ADDRESS 0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+        );
     }
 
     #[test]

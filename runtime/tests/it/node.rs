@@ -106,8 +106,10 @@ fn start_up_refuses_a_slot_that_is_not_this_signers() {
     // Slot 9 is not registered.
     let mut env = node_env(&world.url(), &world.manifest, 9);
     let signer = world.manifest.slots[0].1.clone();
-    env.retain(|(k, _)| k != "SIGNER_ACCOUNT_ADDRESS");
+    let key = world.manifest.signer_key(1).to_owned();
+    env.retain(|(k, _)| k != "SIGNER_ACCOUNT_ADDRESS" && k != "SIGNER_ACCOUNT_PRIVATE_KEY");
     env.push(("SIGNER_ACCOUNT_ADDRESS".into(), signer.clone()));
+    env.push(("SIGNER_ACCOUNT_PRIVATE_KEY".into(), key.clone()));
     let mut node = start_node(&env, &data.path().join("a"));
     assert_eq!(node.wait_exit(), 2, "{}", node.log());
     let log = node.log();
@@ -118,8 +120,9 @@ fn start_up_refuses_a_slot_that_is_not_this_signers() {
     // Slot 2 belongs to another signer.
     let mut env = node_env(&world.url(), &world.manifest, 2);
     let slot2 = world.manifest.slots[1].1.clone();
-    env.retain(|(k, _)| k != "SIGNER_ACCOUNT_ADDRESS");
+    env.retain(|(k, _)| k != "SIGNER_ACCOUNT_ADDRESS" && k != "SIGNER_ACCOUNT_PRIVATE_KEY");
     env.push(("SIGNER_ACCOUNT_ADDRESS".into(), signer.clone()));
+    env.push(("SIGNER_ACCOUNT_PRIVATE_KEY".into(), key));
     let mut node = start_node(&env, &data.path().join("b"));
     assert_eq!(node.wait_exit(), 2, "{}", node.log());
     let log = node.log();

@@ -1,0 +1,166 @@
+//! EIP-712 signatures of snapshot submissions (PROTOCOL.md §5): domain
+//! `PowerloomProtocolContract` / `0.1` / anchor chain id / ProtocolState, struct
+//! `EIPRequest{slotId, deadline, snapshotCid, epochId, projectId}`; signatures
+//! are 65 bytes `r || s || v` with `v` in {27, 28}, hex without `0x`.
+
+use alloy::{
+    primitives::{Address, B256, Signature, U256},
+    signers::{SignerSync, local::PrivateKeySigner},
+    sol_types::{Eip712Domain, SolStruct, eip712_domain},
+};
+
+use crate::config::SecretKey;
+
+alloy::sol! {
+    /// The signed part of a submission.
+    #[derive(Debug, PartialEq, Eq)]
+    struct EIPRequest {
+        uint256 slotId;
+        uint256 deadline;
+        string snapshotCid;
+        uint256 epochId;
+        string projectId;
+    }
+}
+
+/// What one submission signs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub slot_id: u64,
+    pub deadline: u64,
+    pub snapshot_cid: String,
+    pub epoch_id: u64,
+    pub project_id: String,
+}
+
+impl Request {
+    fn typed(&self) -> EIPRequest {
+        EIPRequest {
+            slotId: U256::from(self.slot_id),
+            deadline: U256::from(self.deadline),
+            snapshotCid: self.snapshot_cid.clone(),
+            epochId: U256::from(self.epoch_id),
+            projectId: self.project_id.clone(),
+        }
+    }
+}
+
+/// The protocol's EIP-712 domain on one anchor chain.
+pub fn domain(chain_id: u64, protocol_state: Address) -> Eip712Domain {
+    eip712_domain! {
+        name: "PowerloomProtocolContract",
+        version: "0.1",
+        chain_id: chain_id,
+        verifying_contract: protocol_state,
+    }
+}
+
+/// The EIP-712 digest a submission's signature covers.
+pub fn digest(domain: &Eip712Domain, request: &Request) -> B256 {
+    request.typed().eip712_signing_hash(domain)
+}
+
+/// Signs submissions with the node's key. Never prints the key.
+pub struct Signer {
+    key: PrivateKeySigner,
+    domain: Eip712Domain,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer").field("address", &self.key.address()).finish_non_exhaustive()
+    }
+}
+
+impl Signer {
+    pub fn new(key: &SecretKey, chain_id: u64, protocol_state: Address) -> Result<Self, String> {
+        let key = PrivateKeySigner::from_slice(key.bytes())
+            .map_err(|_| "SIGNER_ACCOUNT_PRIVATE_KEY is not a valid secp256k1 key".to_owned())?;
+        Ok(Self { key, domain: domain(chain_id, protocol_state) })
+    }
+
+    pub fn address(&self) -> Address {
+        self.key.address()
+    }
+
+    /// `r || s || v` (v = 27 or 28) as hex without `0x`.
+    pub fn sign(&self, request: &Request) -> Result<String, String> {
+        let sig =
+            self.key.sign_hash_sync(&digest(&self.domain, request)).map_err(|e| format!("signing failed: {e}"))?;
+        Ok(signature_hex(&sig))
+    }
+}
+
+fn signature_hex(sig: &Signature) -> String {
+    let mut bytes = [0u8; 65];
+    bytes[..32].copy_from_slice(&sig.r().to_be_bytes::<32>());
+    bytes[32..64].copy_from_slice(&sig.s().to_be_bytes::<32>());
+    bytes[64] = 27 + u8::from(sig.v());
+    hex::encode(bytes)
+}
+
+/// The address that signed `request` under `domain`, from a hex signature
+/// (with or without `0x`, `v` as 27/28 or 0/1).
+pub fn recover(domain: &Eip712Domain, request: &Request, signature: &str) -> Result<Address, String> {
+    let raw = hex::decode(signature.trim_start_matches("0x")).map_err(|_| "signature is not hex".to_owned())?;
+    if raw.len() != 65 {
+        return Err(format!("signature is {} bytes, expected 65", raw.len()));
+    }
+    let parity = match raw[64] {
+        27 | 0 => false,
+        28 | 1 => true,
+        v => return Err(format!("signature v is {v}, expected 27 or 28")),
+    };
+    let sig = Signature::new(U256::from_be_slice(&raw[..32]), U256::from_be_slice(&raw[32..64]), parity);
+    sig.recover_address_from_prehash(&digest(domain, request)).map_err(|e| format!("cannot recover the signer: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vector() -> serde_json::Value {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/conformance/eip712_submission_vector.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn request_of(v: &serde_json::Value) -> (Eip712Domain, Request) {
+        let d = &v["domain"];
+        let m = &v["message"];
+        let domain = domain(d["chainId"].as_u64().unwrap(), d["verifyingContract"].as_str().unwrap().parse().unwrap());
+        let request = Request {
+            slot_id: m["slotId"].as_u64().unwrap(),
+            deadline: m["deadline"].as_u64().unwrap(),
+            snapshot_cid: m["snapshotCid"].as_str().unwrap().into(),
+            epoch_id: m["epochId"].as_u64().unwrap(),
+            project_id: m["projectId"].as_str().unwrap().into(),
+        };
+        (domain, request)
+    }
+
+    #[test]
+    fn the_network_vector_digest_and_signer_match() {
+        let v = vector();
+        let (domain, request) = request_of(&v);
+        assert_eq!(digest(&domain, &request).to_string(), v["digest"].as_str().unwrap());
+        let signer = recover(&domain, &request, v["signature"].as_str().unwrap()).unwrap();
+        assert_eq!(signer, v["expected_signer"].as_str().unwrap().parse::<Address>().unwrap());
+    }
+
+    #[test]
+    fn our_signatures_recover_to_our_address_and_tampering_does_not() {
+        let v = vector();
+        let (_, mut request) = request_of(&v);
+        let key = SecretKey::for_tests([7u8; 32]);
+        let ps: Address = "0x5FbDB2315678afecb367f032d93F642f64180aa3".parse().unwrap();
+        let signer = Signer::new(&key, 31337, ps).unwrap();
+        let sig = signer.sign(&request).unwrap();
+        assert_eq!(sig.len(), 130);
+        assert!(sig.ends_with("1b") || sig.ends_with("1c"), "v is 27 or 28: {sig}");
+        let domain = domain(31337, ps);
+        assert_eq!(recover(&domain, &request, &sig).unwrap(), signer.address());
+        request.deadline += 1;
+        assert_ne!(recover(&domain, &request, &sig).unwrap(), signer.address());
+        assert!(!format!("{signer:?}").contains("0707"), "the key never prints");
+    }
+}
