@@ -5,6 +5,7 @@
 //! lives here so tests can call it with their own environment.
 
 pub mod chain;
+pub mod collector;
 pub mod commands;
 pub mod compute;
 pub mod config;

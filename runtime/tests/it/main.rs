@@ -4,6 +4,7 @@
 mod assignments;
 mod bds;
 mod check;
+mod collector;
 mod compute_fetch;
 mod dispatch;
 mod node;

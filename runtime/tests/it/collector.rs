@@ -1,0 +1,156 @@
+//! The devnet collector and the submission client over real gRPC, against
+//! the devnet world's ProtocolState on anvil.
+
+use std::{sync::Arc, time::Duration};
+
+use lite_node::{
+    chain::{Anchor, HttpRpc, IoRuntime},
+    collector::{self, DevnetCollector, Ledger, Received, Verdict, proto},
+    config::SecretKey,
+    signing::{Request, Signer},
+};
+use lite_node_testkit::World;
+
+struct Setup {
+    world: World,
+    runtime: tokio::runtime::Runtime,
+    _io: IoRuntime,
+    anchor: Arc<Anchor>,
+    chain_id: u64,
+}
+
+fn setup() -> Setup {
+    let world = World::load();
+    let io = IoRuntime::new().unwrap();
+    let rpc = HttpRpc::new("anchor", vec![world.url()], Duration::from_secs(10), io.clone()).unwrap();
+    let anchor = Arc::new(Anchor::new(
+        rpc,
+        world.manifest.protocol_state.parse().unwrap(),
+        world.manifest.data_market.parse().unwrap(),
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let chain_id = world.manifest.chain_id;
+    Setup { world, runtime, _io: io, anchor, chain_id }
+}
+
+/// Starts a collector on `listener`; returns what it records.
+fn start_collector(s: &Setup, listener: std::net::TcpListener) -> Received {
+    let received = Received::default();
+    let collector = DevnetCollector { anchor: s.anchor.clone(), chain_id: s.chain_id, received: received.clone() };
+    listener.set_nonblocking(true).unwrap();
+    let _guard = s.runtime.enter();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    s.runtime.spawn(collector::serve(collector, listener, std::future::pending()));
+    received
+}
+
+fn submission(s: &Setup, slot_id: u64, key_slot: u64, deadline: u64) -> proto::SnapshotSubmission {
+    let key_hex = s.world.manifest.signer_key(key_slot).trim_start_matches("0x").to_owned();
+    let mut key = [0u8; 32];
+    hex::decode_to_slice(key_hex, &mut key).unwrap();
+    let signer = Signer::new(&SecretKey::for_tests(key), s.chain_id, s.anchor.protocol_state).unwrap();
+    let request = Request {
+        slot_id,
+        deadline,
+        snapshot_cid: "bafkreicecnx2gvntm6fbcrvnc336qze6st5u7qq7457igegamd3bzkx7ri".into(),
+        epoch_id: 3,
+        project_id: "blockDetails:devnet-UNISWAPV3-ETH".into(),
+    };
+    proto::SnapshotSubmission {
+        signature: signer.sign(&request).unwrap(),
+        request: Some(proto::Request {
+            slot_id,
+            deadline,
+            snapshot_cid: request.snapshot_cid,
+            epoch_id: request.epoch_id,
+            project_id: request.project_id,
+        }),
+        header: String::new(),
+        data_market: s.world.manifest.data_market.clone(),
+        node_version: Some("test".into()),
+        protocol_state: s.world.manifest.protocol_state.clone(),
+    }
+}
+
+#[test]
+fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_reason() {
+    let s = setup();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = collector::http_endpoint(listener.local_addr().unwrap());
+    let received = start_collector(&s, listener);
+    let head = s.world.head();
+    let cases = [
+        (submission(&s, 1, 1, head + 50), Verdict::Accepted, None),
+        (
+            submission(&s, 1, 2, head + 50),
+            Verdict::Rejected("collector answered `Failure`".into()),
+            Some("signature recovers to"),
+        ),
+        (submission(&s, 1, 1, head - 1), Verdict::Rejected("collector answered `Failure`".into()), Some("deadline")),
+        (
+            submission(&s, 9, 1, head + 50),
+            Verdict::Rejected("collector answered `Failure`".into()),
+            Some("slot 9 is not registered"),
+        ),
+    ];
+    for (n, (sub, want, reason)) in cases.into_iter().enumerate() {
+        let verdict = s.runtime.block_on(collector::submit(&endpoint, sub, async || true));
+        assert_eq!(verdict, want, "case {n}");
+        let recorded = received.lock().unwrap()[n].1.clone();
+        match reason {
+            None => assert_eq!(recorded, Ok(())),
+            Some(text) => assert!(recorded.as_ref().unwrap_err().contains(text), "case {n}: {recorded:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadline_the_miss_is_reported() {
+    let s = setup();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let head = s.world.head();
+    let sub = submission(&s, 1, 1, head + 50);
+
+    // Nothing listens and the deadline has passed: the miss is reported, not hidden.
+    let verdict = s.runtime.block_on(collector::submit(&endpoint, sub.clone(), {
+        let mut tries = 0;
+        async move || {
+            tries += 1;
+            tries <= 2
+        }
+    }));
+    assert!(
+        matches!(&verdict, Verdict::Unreachable(m) if m.contains("did not answer before the deadline")),
+        "{verdict:?}"
+    );
+
+    // The collector comes up while the client retries.
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = attempts.clone();
+    let target = endpoint.clone();
+    let pending = s.runtime.spawn(async move {
+        collector::submit(&target, sub, async move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            true
+        })
+        .await
+    });
+    lite_node_testkit::poll_until("a second attempt", Duration::from_secs(30), || {
+        (attempts.load(std::sync::atomic::Ordering::SeqCst) >= 2).then_some(())
+    });
+    let received = start_collector(&s, std::net::TcpListener::bind(("127.0.0.1", port)).unwrap());
+    assert_eq!(s.runtime.block_on(pending).unwrap(), Verdict::Accepted);
+    assert_eq!(received.lock().unwrap().len(), 1, "sent once it was back, and only once");
+}
+
+#[test]
+fn the_ledger_remembers_acknowledged_submissions_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    assert!(!ledger.contains(3, "p"));
+    ledger.record(3, "p", "bafy", "accepted").unwrap();
+    let reopened = Ledger::open(dir.path()).unwrap();
+    assert!(reopened.contains(3, "p"));
+    assert!(!reopened.contains(4, "p"));
+}
