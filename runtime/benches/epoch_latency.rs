@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use lite_node_testkit::{RunningNode, World, node_env};
+use lite_node_testkit::{RunningCollector, RunningNode, World, node_env};
 
 const EPOCHS: usize = 40;
 
@@ -17,8 +17,12 @@ fn now_ms() -> u64 {
 fn main() {
     let world = World::load();
     let data = tempfile::tempdir().unwrap();
-    let env = node_env(&world.url(), &world.manifest, 1);
-    let mut node = RunningNode::start(Path::new(env!("CARGO_BIN_EXE_lite-node")), &env, &data.path().join("node"));
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    let bin = Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let collector = RunningCollector::start(bin, &env);
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
+    let mut node = RunningNode::start(bin, &env, &data.path().join("node"));
     node.wait_for_log("watching ProtocolState");
     let mut latencies = Vec::with_capacity(EPOCHS);
     for n in 1..=EPOCHS {

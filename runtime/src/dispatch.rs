@@ -54,6 +54,8 @@ pub struct Outcome {
     /// The snapshots' canonical bytes as stored, with their project ids and
     /// CIDs (when the dispatcher keeps a history).
     pub stored: Vec<Stored>,
+    /// `(project id, verdict)` of each submission to the collector.
+    pub submissions: Vec<(String, String)>,
     /// When the compute was called and when it returned (Unix ms).
     pub started_at_ms: u64,
     pub finished_at_ms: u64,
@@ -151,7 +153,15 @@ impl Dispatcher {
             ),
         };
         let finished_at_ms = now_ms();
-        let mut outcome = Outcome { project_type, kind, snapshots, stored: vec![], started_at_ms, finished_at_ms };
+        let mut outcome = Outcome {
+            project_type,
+            kind,
+            snapshots,
+            stored: vec![],
+            submissions: vec![],
+            started_at_ms,
+            finished_at_ms,
+        };
         if let (OutcomeKind::Computed, Some((store, namespace))) = (&outcome.kind, &self.history) {
             for (data_source, json) in &outcome.snapshots {
                 let id = project_id(&outcome.project_type, data_source, namespace);

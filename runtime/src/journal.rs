@@ -28,6 +28,8 @@ pub struct Entry<'a> {
     pub snapshots: usize,
     /// `{project_id, cid, path}` of each stored snapshot.
     pub stored: Vec<serde_json::Value>,
+    /// `{project_id, verdict}` of each submission.
+    pub submissions: Vec<serde_json::Value>,
     /// When the compute was called and returned (Unix ms).
     pub started_at_ms: u64,
     pub finished_at_ms: u64,
@@ -72,6 +74,11 @@ impl Journal {
                 .stored
                 .iter()
                 .map(|s| serde_json::json!({"project_id": s.project_id, "cid": s.cid, "path": s.path}))
+                .collect(),
+            submissions: outcome
+                .submissions
+                .iter()
+                .map(|(p, v)| serde_json::json!({"project_id": p, "verdict": v}))
                 .collect(),
             started_at_ms: outcome.started_at_ms,
             finished_at_ms: outcome.finished_at_ms,

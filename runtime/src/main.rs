@@ -29,6 +29,25 @@ enum Command {
     /// The data market's slot assignment for one epoch, as JSON, computed by
     /// the configured compute package: which slots work it and on which pool.
     Assignments(AssignmentsArgs),
+    /// A collector for the local network: checks each submission's signer and
+    /// deadline against ProtocolState and answers Success or Failure.
+    Collector(CollectorArgs),
+}
+
+#[derive(clap::Args)]
+struct CollectorArgs {
+    /// Address to listen on (port 0: any free port; the chosen one is printed).
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    listen: std::net::SocketAddr,
+    /// Anchor chain JSON-RPC URL(s), comma-separated.
+    #[arg(long, value_name = "URL")]
+    anchor_rpc: String,
+    /// ProtocolState contract address.
+    #[arg(long, value_name = "ADDRESS")]
+    protocol_state: String,
+    /// Data market contract address.
+    #[arg(long, value_name = "ADDRESS")]
+    data_market: String,
 }
 
 #[derive(clap::Args)]
@@ -68,6 +87,41 @@ fn run_node(env: &EnvSnapshot) -> anyhow::Result<()> {
     runtime.block_on(lite_node::node::run(cfg, shutdown_signal()))
 }
 
+/// Runs the devnet collector until Ctrl-C or SIGTERM.
+fn run_collector(a: CollectorArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("collector").build()?;
+    runtime.block_on(async {
+        let io = lite_node::chain::IoRuntime::new()?;
+        let urls = a.anchor_rpc.split(',').map(str::to_owned).collect();
+        let rpc = lite_node::chain::HttpRpc::new("anchor", urls, std::time::Duration::from_secs(15), io)
+            .map_err(anyhow::Error::msg)?;
+        let bad = |what: &str| lite_node::commands::BadInput(format!("--{what} is not an address"));
+        let anchor = std::sync::Arc::new(lite_node::chain::Anchor::new(
+            rpc,
+            a.protocol_state.parse().map_err(|_| bad("protocol-state"))?,
+            a.data_market.parse().map_err(|_| bad("data-market"))?,
+        ));
+        let listener =
+            tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
+        println!("collector listening on {}", listener.local_addr()?);
+        use std::io::Write;
+        std::io::stdout().flush()?;
+        let chain_id = loop {
+            match anchor.rpc().call_value("eth_chainId", serde_json::json!([])).await {
+                Ok(v) => break u64::from_str_radix(v.as_str().unwrap_or("").trim_start_matches("0x"), 16)?,
+                Err(e) => {
+                    tracing::warn!("anchor RPC not answering ({e}); retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
+            }
+        };
+        let collector = lite_node::collector::DevnetCollector { anchor, chain_id, received: Default::default() };
+        lite_node::collector::serve(collector, listener, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
 async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(term) => term,
@@ -104,6 +158,7 @@ fn main() -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
         Command::Run => run_node(&env),
+        Command::Collector(a) => run_collector(a),
         Command::Check => commands::check(&env, &mut stdout),
         Command::Compute(ComputeCommand::Fetch) => commands::compute_show(&env, Fetch::Allowed, &mut stdout).map(drop),
         Command::Assignments(a) => commands::assignments(

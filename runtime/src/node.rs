@@ -13,6 +13,7 @@ use lite_node_plugin_api::{BlockDetail, EpochContext};
 
 use crate::{
     chain::{Anchor, HttpRpc, IoRuntime},
+    collector::{self, Ledger, Verdict, proto},
     commands::{BadInput, load_projects},
     compute::{
         self, Fetch, LoadedPackage,
@@ -22,6 +23,7 @@ use crate::{
     dispatch::{Dispatcher, Outcome, OutcomeKind, ProjectProcessor, now_ms},
     epochs::{Epoch, Watcher, preload},
     journal::Journal,
+    signing::{Request, Signer},
     snapshot::SnapshotStore,
 };
 
@@ -83,6 +85,20 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         return Ok(());
     };
 
+    let chain_id = {
+        let v = anchor
+            .rpc()
+            .call_value("eth_chainId", serde_json::json!([]))
+            .await
+            .context("reading the anchor chain id")?;
+        u64::from_str_radix(v.as_str().unwrap_or_default().trim_start_matches("0x"), 16)
+            .with_context(|| format!("eth_chainId answered {v}"))?
+    };
+    let submitter = Submitter {
+        signer: Signer::new(&cfg.signer_key, chain_id, protocol_state).map_err(BadInput)?,
+        ledger: Ledger::open(&data_dir).context("opening the submission ledger")?,
+        endpoint: format!("http://{}:{}", cfg.collector_host, cfg.collector_port),
+    };
     let tracker = Arc::new(SelectionTracker::default());
     let dispatcher = Dispatcher::new(
         processors,
@@ -136,7 +152,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             }
         };
         for epoch in &poll.epochs {
-            let outcomes = handle_epoch(&cfg, epoch, poll.head, &anchor, &source, &dispatcher, needs_blocks).await;
+            let mut outcomes = handle_epoch(&cfg, epoch, poll.head, &anchor, &source, &dispatcher, needs_blocks).await;
+            for outcome in &mut outcomes {
+                submitter.submit(&cfg, epoch, outcome, &anchor).await.context("recording a submission")?;
+            }
             for outcome in &outcomes {
                 log_outcome(epoch, outcome);
                 journal.record(epoch, outcome).with_context(|| format!("writing {}", journal.path().display()))?;
@@ -226,6 +245,7 @@ async fn handle_epoch(
                 kind: kind.clone(),
                 snapshots: vec![],
                 stored: vec![],
+                submissions: vec![],
                 started_at_ms: at,
                 finished_at_ms: at,
             })
@@ -274,6 +294,84 @@ async fn handle_epoch(
         project_type: "".into(),
     };
     dispatcher.dispatch(&ctx, &blocks).await
+}
+
+/// Signs and sends computed snapshots, once per (epoch, project id).
+struct Submitter {
+    signer: Signer,
+    ledger: Ledger,
+    endpoint: String,
+}
+
+impl Submitter {
+    async fn submit(&self, cfg: &NodeConfig, epoch: &Epoch, outcome: &mut Outcome, anchor: &Anchor) -> Result<()> {
+        if outcome.kind != OutcomeKind::Computed {
+            return Ok(());
+        }
+        let mut failures = Vec::new();
+        for stored in &outcome.stored {
+            let id = stored.project_id.clone();
+            if self.ledger.contains(epoch.epoch_id, &id) {
+                outcome.submissions.push((id, "already acknowledged".into()));
+                continue;
+            }
+            let (head, header) = loop {
+                let head = anchor.head().await;
+                let latest =
+                    anchor.rpc().call_value("eth_getBlockByNumber", serde_json::json!(["latest", false])).await;
+                match (head, latest) {
+                    (Ok(h), Ok(block)) => break (h, block["hash"].as_str().unwrap_or_default().to_owned()),
+                    (Err(e), _) | (_, Err(e)) => {
+                        tracing::warn!("anchor unavailable before submitting ({e}); retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            };
+            let deadline = head + cfg.watch.deadline_buffer;
+            let request = Request {
+                slot_id: cfg.slot_id,
+                deadline,
+                snapshot_cid: stored.cid.clone(),
+                epoch_id: epoch.epoch_id,
+                project_id: id.clone(),
+            };
+            let signature = self.signer.sign(&request).map_err(anyhow::Error::msg)?;
+            let submission = proto::SnapshotSubmission {
+                request: Some(proto::Request {
+                    slot_id: request.slot_id,
+                    deadline,
+                    snapshot_cid: request.snapshot_cid.clone(),
+                    epoch_id: request.epoch_id,
+                    project_id: id.clone(),
+                }),
+                signature,
+                header,
+                data_market: cfg.data_market.clone(),
+                node_version: Some(env!("CARGO_PKG_VERSION").into()),
+                protocol_state: cfg.protocol_state.clone(),
+            };
+            let verdict = collector::submit(&self.endpoint, submission, async || {
+                anchor.head().await.map(|h| h <= deadline).unwrap_or(true)
+            })
+            .await;
+            let text = match &verdict {
+                Verdict::Accepted => "accepted".to_owned(),
+                Verdict::Rejected(r) => format!("rejected: {r}"),
+                Verdict::Unreachable(r) => format!("missed: {r}"),
+            };
+            if !matches!(verdict, Verdict::Unreachable(_)) {
+                self.ledger.record(epoch.epoch_id, &id, &stored.cid, &text)?;
+            }
+            if verdict != Verdict::Accepted {
+                failures.push(format!("submission of {id}: {text}"));
+            }
+            outcome.submissions.push((id, text));
+        }
+        if !failures.is_empty() {
+            outcome.kind = OutcomeKind::Failed(failures.join("; "));
+        }
+        Ok(())
+    }
 }
 
 fn log_outcome(epoch: &Epoch, o: &Outcome) {

@@ -240,8 +240,59 @@ impl Drop for Anvil {
     }
 }
 
+/// A `lite-node collector` child process; killed on drop.
+#[derive(Debug)]
+pub struct RunningCollector {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl RunningCollector {
+    /// Starts `bin collector` on a free port, checking submissions against
+    /// the ProtocolState and data market named in a node's `env`.
+    pub fn start(bin: &Path, env: &[(String, String)]) -> Self {
+        use std::io::{BufRead, BufReader};
+        let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_default();
+        let mut child = Command::new(bin)
+            .args(["collector", "--listen", "127.0.0.1:0", "--anchor-rpc"])
+            .arg(get("POWERLOOM_RPC_URL"))
+            .args(["--protocol-state", &get("PROTOCOL_STATE_CONTRACT"), "--data-market", &get("DATA_MARKET_CONTRACT")])
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("lite-node collector starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("collector listening on ") {
+                    let _ = tx.send(addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()));
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Some(port)) => Self { child, port },
+            other => {
+                let _ = child.kill();
+                panic!("the collector did not report its port: {other:?}");
+            }
+        }
+    }
+}
+
+impl Drop for RunningCollector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A `lite-node run` child process against a world; killed on drop.
 pub struct RunningNode {
+    /// The collector this node submits to, when the test started one.
+    pub collector: Option<RunningCollector>,
     child: std::process::Child,
     pub data: std::path::PathBuf,
     pub stderr: std::path::PathBuf,
@@ -292,7 +343,7 @@ impl RunningNode {
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("lite-node run starts");
-        Self { child, data: data.to_path_buf(), stderr }
+        Self { collector: None, child, data: data.to_path_buf(), stderr }
     }
 
     pub fn log(&self) -> String {

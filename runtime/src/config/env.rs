@@ -188,6 +188,9 @@ pub struct WatchSettings {
     pub max_concurrent_computes: usize,
     /// Per JSON-RPC request (`LITE_NODE_RPC_TIMEOUT_SECS`, default 15).
     pub rpc_timeout: Duration,
+    /// A submission's deadline is the anchor head plus this many blocks
+    /// (`LITE_NODE_DEADLINE_BUFFER_BLOCKS`, default 30).
+    pub deadline_buffer: u64,
 }
 
 impl WatchSettings {
@@ -210,6 +213,7 @@ impl WatchSettings {
             compute_timeout: Duration::from_secs(number("LITE_NODE_COMPUTE_TIMEOUT_SECS", 60, 1)),
             max_concurrent_computes: number("LITE_NODE_MAX_CONCURRENT_COMPUTES", 4, 1) as usize,
             rpc_timeout: Duration::from_secs(number("LITE_NODE_RPC_TIMEOUT_SECS", 15, 1)),
+            deadline_buffer: number("LITE_NODE_DEADLINE_BUFFER_BLOCKS", 30, 1),
         }
     }
 }
@@ -228,6 +232,8 @@ pub struct NodeConfig {
     pub powerloom_chain: String,
     pub source_chain: String,
     pub collector_port: u16,
+    /// `LOCAL_COLLECTOR_HOST` (default `localhost`).
+    pub collector_host: String,
     pub projects: ProjectsSource,
     pub compute: ComputeConfig,
     pub watch: WatchSettings,
@@ -305,6 +311,7 @@ impl NodeConfig {
                 powerloom_chain: text("POWERLOOM_CHAIN"),
                 source_chain: text("SOURCE_CHAIN"),
                 collector_port,
+                collector_host: env.get("LOCAL_COLLECTOR_HOST").unwrap_or("localhost").to_owned(),
                 projects,
                 compute,
                 watch,

@@ -23,6 +23,7 @@ fn five_released_epochs_reach_the_example_compute_once_in_order() {
     for (line, (_, block)) in journal.iter().zip(&released) {
         assert_eq!(line["project_type"], "blockDetails");
         assert_eq!(line["outcome"], "computed", "{line}");
+        assert_eq!(line["submissions"][0]["verdict"], "accepted", "{line}");
         assert_eq!(line["snapshots"], 1);
         assert_eq!(line["released_block"].as_u64(), Some(*block));
     }

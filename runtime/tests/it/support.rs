@@ -11,7 +11,7 @@ use lite_node::{
 };
 use lite_node_plugin_api::EpochContext;
 pub use lite_node_testkit::node_env;
-use lite_node_testkit::{GitFixture, RunningNode, compute_target_dir, toolchain_env, workspace_root};
+use lite_node_testkit::{GitFixture, RunningCollector, RunningNode, compute_target_dir, toolchain_env, workspace_root};
 use tempfile::TempDir;
 
 /// A `lite-node` invocation with its own data dir and a cleared environment.
@@ -133,7 +133,15 @@ pub fn epoch(epoch_id: u64) -> EpochContext {
     }
 }
 
-/// Starts `lite-node run` (this crate's binary) with `env` and data dir `data`.
+/// Starts `lite-node run` (this crate's binary) with `env` and data dir
+/// `data`, and a `lite-node collector` for it to submit to.
 pub fn start_node(env: &[(String, String)], data: &Path) -> RunningNode {
-    RunningNode::start(Path::new(env!("CARGO_BIN_EXE_lite-node")), env, data)
+    let bin = Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let collector = RunningCollector::start(bin, env);
+    let mut env = env.to_vec();
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
+    let mut node = RunningNode::start(bin, &env, data);
+    node.collector = Some(collector);
+    node
 }
