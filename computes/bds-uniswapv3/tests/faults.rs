@@ -64,9 +64,8 @@ fn host(fault: &'static str) -> TestHost {
     h
 }
 
-fn run(fault: &'static str) -> Result<Vec<lite_node_plugin_api::Snapshot>, String> {
-    let p = BaseSnapshotProcessor::from_settings(&json!({"pools": [POOL], "full_node": true}).to_string()).unwrap();
-    let epoch = EpochContext {
+fn epoch() -> EpochContext {
+    EpochContext {
         epoch_id: 3,
         begin: 100,
         end: 100,
@@ -75,7 +74,12 @@ fn run(fault: &'static str) -> Result<Vec<lite_node_plugin_api::Snapshot>, Strin
         total_slots: 1,
         namespace: "devnet-UNISWAPV3-ETH".into(),
         project_type: "baseSnapshot".into(),
-    };
+    }
+}
+
+fn run(fault: &'static str) -> Result<Vec<lite_node_plugin_api::Snapshot>, String> {
+    let p = BaseSnapshotProcessor::from_settings(&json!({"pools": [POOL], "full_node": true}).to_string()).unwrap();
+    let epoch = epoch();
     let h = host(fault);
     p.compute(&epoch, &h.host())
 }
@@ -134,16 +138,7 @@ fn a_token_without_a_usd_route_is_an_error_naming_it() {
     let settings = json!({"pools": [POOL], "full_node": true,
         "usd": {"stablecoins": ["0x00000000000000000000000000000000000000c0"], "pools": []}});
     let p = BaseSnapshotProcessor::from_settings(&settings.to_string()).unwrap();
-    let epoch = EpochContext {
-        epoch_id: 3,
-        begin: 100,
-        end: 100,
-        day_id: 1,
-        slot_id: 1,
-        total_slots: 1,
-        namespace: "devnet-UNISWAPV3-ETH".into(),
-        project_type: "baseSnapshot".into(),
-    };
+    let epoch = epoch();
     let h = host("none");
     let err = p.compute(&epoch, &h.host()).map(|s| s.len()).unwrap_err();
     assert!(err.starts_with(&format!("pool {POOL}: no USD price for token {T0}")), "{err}");
