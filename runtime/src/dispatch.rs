@@ -54,8 +54,8 @@ pub struct Outcome {
     /// The snapshots' canonical bytes as stored, with their project ids and
     /// CIDs (when the dispatcher keeps a history).
     pub stored: Vec<Stored>,
-    /// `(project id, verdict)` of each submission to the collector.
-    pub submissions: Vec<(String, String)>,
+    /// `(project id, verdict, answered at Unix ms)` of each submission.
+    pub submissions: Vec<(String, String, u64)>,
     /// When the compute was called and when it returned (Unix ms).
     pub started_at_ms: u64,
     pub finished_at_ms: u64,

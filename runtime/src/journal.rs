@@ -28,7 +28,7 @@ pub struct Entry<'a> {
     pub snapshots: usize,
     /// `{project_id, cid, path}` of each stored snapshot.
     pub stored: Vec<serde_json::Value>,
-    /// `{project_id, verdict}` of each submission.
+    /// `{project_id, verdict, answered_at_ms}` of each submission.
     pub submissions: Vec<serde_json::Value>,
     /// When the compute was called and returned (Unix ms).
     pub started_at_ms: u64,
@@ -78,7 +78,7 @@ impl Journal {
             submissions: outcome
                 .submissions
                 .iter()
-                .map(|(p, v)| serde_json::json!({"project_id": p, "verdict": v}))
+                .map(|(p, v, at)| serde_json::json!({"project_id": p, "verdict": v, "answered_at_ms": at}))
                 .collect(),
             started_at_ms: outcome.started_at_ms,
             finished_at_ms: outcome.finished_at_ms,

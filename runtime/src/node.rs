@@ -312,7 +312,7 @@ impl Submitter {
         for stored in &outcome.stored {
             let id = stored.project_id.clone();
             if self.ledger.contains(epoch.epoch_id, &id) {
-                outcome.submissions.push((id, "already acknowledged".into()));
+                outcome.submissions.push((id, "already acknowledged".into(), now_ms()));
                 continue;
             }
             let (head, header) = loop {
@@ -365,7 +365,7 @@ impl Submitter {
             if verdict != Verdict::Accepted {
                 failures.push(format!("submission of {id}: {text}"));
             }
-            outcome.submissions.push((id, text));
+            outcome.submissions.push((id, text, now_ms()));
         }
         if !failures.is_empty() {
             outcome.kind = OutcomeKind::Failed(failures.join("; "));

@@ -350,6 +350,15 @@ impl RunningNode {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// Peak resident memory so far (`VmHWM`), in KiB.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     /// The journal's lines so far.
     pub fn journal(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self.data.join("state/epochs.jsonl"))
