@@ -179,12 +179,7 @@ impl DevnetCollector {
         if head > r.deadline {
             return Err(format!("deadline {} passed (anchor head {head})", r.deadline));
         }
-        let registered = self
-            .anchor
-            .identity(Address::ZERO, r.slot_id)
-            .await
-            .map_err(|e| format!("anchor unavailable: {e}"))?
-            .slot_owner;
+        let registered = self.anchor.slot_owner(r.slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))?;
         if registered == Address::ZERO {
             return Err(format!("slot {} is not registered", r.slot_id));
         }

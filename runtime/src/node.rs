@@ -315,17 +315,21 @@ impl Submitter {
                 outcome.submissions.push((id, "already acknowledged".into(), now_ms()));
                 continue;
             }
+            // One call gives both the head (for the deadline) and its hash (the header).
             let (head, header) = loop {
-                let head = anchor.head().await;
                 let latest =
                     anchor.rpc().call_value("eth_getBlockByNumber", serde_json::json!(["latest", false])).await;
-                match (head, latest) {
-                    (Ok(h), Ok(block)) => break (h, block["hash"].as_str().unwrap_or_default().to_owned()),
-                    (Err(e), _) | (_, Err(e)) => {
-                        tracing::warn!("anchor unavailable before submitting ({e}); retrying");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
+                let parsed = latest.map(|block| {
+                    let number =
+                        block["number"].as_str().and_then(|n| u64::from_str_radix(n.trim_start_matches("0x"), 16).ok());
+                    (number, block["hash"].as_str().unwrap_or_default().to_owned())
+                });
+                match parsed {
+                    Ok((Some(h), hash)) => break (h, hash),
+                    Ok((None, _)) => tracing::warn!("the anchor's latest block has no number; retrying"),
+                    Err(e) => tracing::warn!("anchor unavailable before submitting ({e}); retrying"),
                 }
+                tokio::time::sleep(Duration::from_millis(500)).await;
             };
             let deadline = head + cfg.watch.deadline_buffer;
             let request = Request {

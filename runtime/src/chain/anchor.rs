@@ -95,12 +95,15 @@ impl Anchor {
         let enabled = self.call(allSnapshottersCall { snapshotter: signer }.abi_encode(), "allSnapshotters").await?;
         let signer_enabled =
             allSnapshottersCall::abi_decode_returns(&enabled).map_err(|e| bad_answer("allSnapshotters", e))?;
+        Ok(Identity { signer_enabled, slot_owner: self.slot_owner(slot_id).await? })
+    }
+
+    /// `slotSnapshotterMapping(slot)`: the signer registered for a slot.
+    pub async fn slot_owner(&self, slot_id: u64) -> Result<Address, RpcError> {
         let owner = self
             .call(slotSnapshotterMappingCall { slotId: U256::from(slot_id) }.abi_encode(), "slotSnapshotterMapping")
             .await?;
-        let slot_owner = slotSnapshotterMappingCall::abi_decode_returns(&owner)
-            .map_err(|e| bad_answer("slotSnapshotterMapping", e))?;
-        Ok(Identity { signer_enabled, slot_owner })
+        slotSnapshotterMappingCall::abi_decode_returns(&owner).map_err(|e| bad_answer("slotSnapshotterMapping", e))
     }
 
     /// `getTotalNodeCount()`, cached for 30 s; when the call fails, the last
