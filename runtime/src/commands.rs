@@ -218,6 +218,18 @@ pub fn load_projects(source: &ProjectsSource, data_dir: &Path) -> Result<Project
     }
 }
 
+/// Pools given as `--pools P1,P2,…` and/or `--pools-file F` (one per line,
+/// `#` comments), in the order given.
+pub fn pool_list(listed: &[String], file: Option<&std::path::Path>) -> Result<Vec<String>> {
+    let mut pools: Vec<String> = listed.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
+    if let Some(file) = file {
+        let text = fs::read_to_string(file)
+            .map_err(|e| BadInput(format!("cannot read --pools-file {}: {e}", file.display())))?;
+        pools.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned));
+    }
+    Ok(pools)
+}
+
 /// What `lite-node assignments` is asked.
 #[derive(Clone, Debug)]
 pub struct AssignmentQuery {
@@ -254,12 +266,7 @@ struct SlotAnswer<'a> {
 /// `lite-node assignments`: the data market's slot assignment for one epoch,
 /// computed by the configured compute package, as JSON on `out`.
 pub fn assignments(env: &EnvSnapshot, query: &AssignmentQuery, out: &mut dyn Write) -> Result<()> {
-    let mut pools: Vec<String> = query.pools.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
-    if let Some(file) = &query.pools_file {
-        let text = fs::read_to_string(file)
-            .map_err(|e| BadInput(format!("cannot read --pools-file {}: {e}", file.display())))?;
-        pools.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned));
-    }
+    let pools = pool_list(&query.pools, query.pools_file.as_deref())?;
     let mut problems = Vec::new();
     let hex = query.block_hash.strip_prefix("0x").or_else(|| query.block_hash.strip_prefix("0X"));
     let hex = hex.unwrap_or(&query.block_hash);

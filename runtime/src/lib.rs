@@ -9,6 +9,7 @@ pub mod collector;
 pub mod commands;
 pub mod compute;
 pub mod config;
+pub mod devnet;
 pub mod dispatch;
 pub mod epochs;
 pub mod journal;

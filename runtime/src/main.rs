@@ -1,7 +1,7 @@
 //! The `lite-node` command: parses arguments, sets up logging, runs a verb
 //! from the library, and turns its outcome into an exit code.
 
-use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
 use lite_node::{ExitStatus, commands, compute::Fetch, config::EnvSnapshot, exit_status};
@@ -30,8 +30,46 @@ enum Command {
     /// the configured compute package: which slots work it and on which pool.
     Assignments(AssignmentsArgs),
     /// A collector for the local network: checks each submission's signer and
-    /// deadline against ProtocolState and answers Success or Failure.
+    /// deadline against ProtocolState and, given the active pools, that the
+    /// slot was selected for that epoch and pool; answers Success or Failure.
     Collector(CollectorArgs),
+    /// The whole network on this machine: anvil with Uniswap V3 pools and
+    /// ProtocolState, the collector, N nodes, activity and epoch releases.
+    Devnet(DevnetArgs),
+}
+
+#[derive(clap::Args)]
+struct DevnetArgs {
+    /// Lite nodes to run, one slot and signer each.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    nodes: u64,
+    /// getTotalNodeCount (default: --nodes); above N, some epochs select none of ours.
+    #[arg(long, value_name = "T")]
+    total_slots: Option<u64>,
+    /// Stop after N epochs (default: run until Ctrl-C).
+    #[arg(long, value_name = "N")]
+    epochs: Option<u64>,
+    /// Milliseconds between epoch releases.
+    #[arg(long, default_value_t = 2000, value_name = "MS")]
+    interval_ms: u64,
+    /// The nodes' anchor poll interval, milliseconds.
+    #[arg(long, default_value_t = 50, value_name = "MS")]
+    poll_ms: u64,
+    /// Seconds to wait for an epoch's submissions before the next release.
+    #[arg(long, default_value_t = 60, value_name = "S")]
+    epoch_timeout_secs: u64,
+    /// Write a machine-readable record of the run (domain, pools, epochs, every submission).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// The devnet directory (npm-installed anvil, the saved world, run state).
+    #[arg(long, default_value = "devnet", value_name = "DIR")]
+    devnet_dir: PathBuf,
+    /// Load this saved world instead of <devnet dir>/world.
+    #[arg(long, value_name = "DIR")]
+    world: Option<PathBuf>,
+    /// Where the run's logs, node data and snapshots go (default <devnet dir>/run; emptied at start).
+    #[arg(long, value_name = "DIR")]
+    run_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -48,6 +86,19 @@ struct CollectorArgs {
     /// Data market contract address.
     #[arg(long, value_name = "ADDRESS")]
     data_market: String,
+    /// Source chain JSON-RPC URL(s) for the epochs' seed blocks (default: the anchor's).
+    #[arg(long, value_name = "URL")]
+    source_rpc: Option<String>,
+    /// Active pools, comma-separated: turns on the selection check, with the
+    /// configured compute package's assignment rule.
+    #[arg(long, value_name = "P1,P2,…", value_delimiter = ',')]
+    pools: Vec<String>,
+    /// A file with one active pool address per line (as --pools).
+    #[arg(long, value_name = "F")]
+    pools_file: Option<PathBuf>,
+    /// Anchor block where EpochReleased lookups start.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    from_block: u64,
 }
 
 #[derive(clap::Args)]
@@ -88,23 +139,50 @@ fn run_node(env: &EnvSnapshot) -> anyhow::Result<()> {
 }
 
 /// Runs the devnet collector until Ctrl-C or SIGTERM.
-fn run_collector(a: CollectorArgs) -> anyhow::Result<()> {
+fn run_collector(a: CollectorArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
     use anyhow::Context;
+    use lite_node::{
+        chain::{Anchor, HttpRpc, IoRuntime},
+        collector::{DevnetCollector, SelectionCheck},
+        commands::BadInput,
+    };
+    use std::sync::Arc;
+    let pools = lite_node::commands::pool_list(&a.pools, a.pools_file.as_deref())?;
+    let package = if pools.is_empty() {
+        None
+    } else {
+        let cfg = lite_node::config::ComputeConfig::from_env(env)?;
+        let package = lite_node::compute::ensure(&cfg, lite_node::compute::Fetch::Allowed)?;
+        Some(Arc::new(lite_node::compute::LoadedPackage::load(package)?))
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("collector").build()?;
     runtime.block_on(async {
-        let io = lite_node::chain::IoRuntime::new()?;
-        let urls = a.anchor_rpc.split(',').map(str::to_owned).collect();
-        let rpc = lite_node::chain::HttpRpc::new("anchor", urls, std::time::Duration::from_secs(15), io)
-            .map_err(anyhow::Error::msg)?;
-        let bad = |what: &str| lite_node::commands::BadInput(format!("--{what} is not an address"));
-        let anchor = std::sync::Arc::new(lite_node::chain::Anchor::new(
-            rpc,
+        let io = IoRuntime::new()?;
+        let rpc = |role, urls: &str| {
+            HttpRpc::new(role, urls.split(',').map(str::to_owned).collect(), Duration::from_secs(15), io.clone())
+                .map_err(anyhow::Error::msg)
+        };
+        let bad = |what: &str| BadInput(format!("--{what} is not an address"));
+        let anchor = Arc::new(Anchor::new(
+            rpc("anchor", &a.anchor_rpc)?,
             a.protocol_state.parse().map_err(|_| bad("protocol-state"))?,
             a.data_market.parse().map_err(|_| bad("data-market"))?,
         ));
+        let selection = match package {
+            Some(package) => {
+                let source = Arc::new(rpc("source", a.source_rpc.as_deref().unwrap_or(&a.anchor_rpc))?);
+                let check = SelectionCheck::new(source, pools, package, a.from_block).map_err(BadInput)?;
+                Some(Arc::new(check))
+            }
+            None => None,
+        };
         let listener =
             tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
         println!("collector listening on {}", listener.local_addr()?);
+        match &selection {
+            Some(s) => println!("selection check on: {} active pools", s.pools().len()),
+            None => println!("selection check off: give --pools or --pools-file to check slot selection"),
+        }
         use std::io::Write;
         std::io::stdout().flush()?;
         let chain_id = loop {
@@ -112,14 +190,42 @@ fn run_collector(a: CollectorArgs) -> anyhow::Result<()> {
                 Ok(v) => break u64::from_str_radix(v.as_str().unwrap_or("").trim_start_matches("0x"), 16)?,
                 Err(e) => {
                     tracing::warn!("anchor RPC not answering ({e}); retrying");
-                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
         };
-        let collector = lite_node::collector::DevnetCollector { anchor, chain_id, received: Default::default() };
+        let collector = DevnetCollector { anchor, chain_id, received: Default::default(), selection };
         lite_node::collector::serve(collector, listener, shutdown_signal()).await?;
         Ok(())
     })
+}
+
+/// Runs the devnet until its epochs are done or Ctrl-C.
+fn run_devnet(a: DevnetArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
+    let opts = lite_node::devnet::Options {
+        devnet_dir: a.devnet_dir,
+        world: a.world,
+        nodes: a.nodes,
+        total_slots: a.total_slots,
+        epochs: a.epochs,
+        interval: Duration::from_millis(a.interval_ms),
+        poll_interval: Duration::from_millis(a.poll_ms),
+        epoch_timeout: Duration::from_secs(a.epoch_timeout_secs),
+        json: a.json,
+        run_dir: a.run_dir,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("devnet").build()?;
+    let summary =
+        runtime.block_on(lite_node::devnet::run(opts, env.clone(), &mut std::io::stdout(), shutdown_signal()))?;
+    if summary.ok() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "{} submission(s) rejected and {} selected slot(s) never answered",
+            summary.rejected,
+            summary.missing
+        )
+    }
 }
 
 async fn shutdown_signal() {
@@ -158,7 +264,8 @@ fn main() -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
         Command::Run => run_node(&env),
-        Command::Collector(a) => run_collector(a),
+        Command::Collector(a) => run_collector(a, &env),
+        Command::Devnet(a) => run_devnet(a, &env),
         Command::Check => commands::check(&env, &mut stdout),
         Command::Compute(ComputeCommand::Fetch) => commands::compute_show(&env, Fetch::Allowed, &mut stdout).map(drop),
         Command::Assignments(a) => commands::assignments(

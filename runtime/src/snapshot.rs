@@ -413,9 +413,9 @@ impl SnapshotStore {
     pub fn record(&self, epoch_id: u64, project_id: &str, json: &str) -> Result<Stored, String> {
         let bytes = canonical_json(json)?;
         let cid = cid(&bytes);
-        let dir = self.root.join(epoch_id.to_string());
-        let path = dir.join(format!("{}.json", project_id.replace(['/', '\\'], "_")));
-        write_atomic(&dir, &path, &bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        let path = snapshot_path(&self.root, epoch_id, project_id);
+        let dir = path.parent().expect("a snapshot path has a directory");
+        write_atomic(dir, &path, &bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
         let snapshot = {
             let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
             let list = recent.entry(project_id.to_owned()).or_default();
@@ -432,6 +432,12 @@ impl SnapshotStore {
             .map_err(|e| format!("writing {}: {e}", self.recent_path.display()))?;
         Ok(Stored { project_id: project_id.to_owned(), cid, path })
     }
+}
+
+/// Where the bytes of `project_id`'s snapshot of `epoch_id` are kept below
+/// `root` (`<data dir>/snapshots`).
+pub fn snapshot_path(root: &std::path::Path, epoch_id: u64, project_id: &str) -> std::path::PathBuf {
+    root.join(epoch_id.to_string()).join(format!("{}.json", project_id.replace(['/', '\\'], "_")))
 }
 
 fn write_atomic(dir: &std::path::Path, path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {

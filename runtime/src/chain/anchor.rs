@@ -157,6 +157,33 @@ impl Anchor {
         Ok(events)
     }
 
+    /// The `(begin, end)` our data market's epoch `epoch_id` was released
+    /// with, looked up by its indexed id from block `from`; `None` when no
+    /// such release exists.
+    pub async fn epoch_release(&self, epoch_id: u64, from: u64) -> Result<Option<(u64, u64)>, RpcError> {
+        let filter = json!([{
+            "address": self.protocol_state,
+            "fromBlock": format!("0x{from:x}"),
+            "toBlock": "latest",
+            "topics": [
+                EpochReleased::SIGNATURE_HASH,
+                B256::left_padding_from(self.data_market.as_slice()),
+                B256::from(U256::from(epoch_id)),
+            ],
+        }]);
+        let raw = self.rpc.call_value("eth_getLogs", filter).await?;
+        let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
+        for entry in entries {
+            if let Ok(Some(AnchorEvent { kind: EventKind::EpochReleased { epoch_id: id, begin, end, .. }, .. })) =
+                self.decode(entry)
+                && id == epoch_id
+            {
+                return Ok(Some((begin, end)));
+            }
+        }
+        Ok(None)
+    }
+
     fn decode(&self, entry: Value) -> Result<Option<AnchorEvent>, String> {
         let log: Log = serde_json::from_value(entry.clone()).map_err(|e| format!("{e}: {entry}"))?;
         if log.removed {

@@ -92,7 +92,7 @@ pub enum Fetch {
 
 /// Returns the built package for `cfg`, building it first when allowed.
 pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError> {
-    let root = cfg.data_dir.join("compute");
+    let root = cfg.cache_dir.clone();
     let api = match &cfg.plugin_api_dir {
         Some(dir) => {
             PluginApiSource::from_dir(dir).map_err(io(format!("LITE_NODE_PLUGIN_API_DIR {}", dir.display())))?

@@ -74,6 +74,17 @@ impl EnvSnapshot {
         self.vars.get(key).map(|v| v.trim()).filter(|v| !v.is_empty())
     }
 
+    /// This snapshot with `key` set to `value`.
+    pub fn with(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.vars.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// Every variable, for handing the same environment to a child process.
+    pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     fn flag(&self, key: &str, problems: &mut Vec<String>) -> bool {
         match self.get(key).map(str::to_ascii_lowercase).as_deref() {
             None | Some("false" | "0" | "no") => false,
@@ -148,6 +159,9 @@ pub struct ComputeConfig {
     /// Cargo target dir for compute builds (`LITE_NODE_COMPUTE_TARGET_DIR`,
     /// default `<data dir>/compute/target`).
     pub target_dir: PathBuf,
+    /// Where built packages are cached (`LITE_NODE_COMPUTE_CACHE_DIR`, default
+    /// `<data dir>/compute`); nodes on one machine may share it.
+    pub cache_dir: PathBuf,
     /// Build against this plugin-api source instead of the embedded one
     /// (`LITE_NODE_PLUGIN_API_DIR`; for interface development).
     pub plugin_api_dir: Option<PathBuf>,
@@ -350,6 +364,10 @@ impl ComputeConfig {
             .get("LITE_NODE_COMPUTE_TARGET_DIR")
             .map(|p| absolute(Path::new(p)))
             .unwrap_or_else(|| data_dir.join("compute").join("target"));
+        let cache_dir = env
+            .get("LITE_NODE_COMPUTE_CACHE_DIR")
+            .map(|p| absolute(Path::new(p)))
+            .unwrap_or_else(|| data_dir.join("compute"));
         let plugin_api_dir = env.get("LITE_NODE_PLUGIN_API_DIR").map(|p| absolute(Path::new(p)));
         if problems.is_empty() {
             Ok(Self {
@@ -357,6 +375,7 @@ impl ComputeConfig {
                 data_dir,
                 profile,
                 target_dir,
+                cache_dir,
                 plugin_api_dir,
                 cargo: PathBuf::from(env.get("LITE_NODE_CARGO").unwrap_or("cargo")),
                 rustc: PathBuf::from(env.get("RUSTC").unwrap_or("rustc")),

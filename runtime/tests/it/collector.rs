@@ -36,7 +36,8 @@ fn setup() -> Setup {
 /// Starts a collector on `listener`; returns what it records.
 fn start_collector(s: &Setup, listener: std::net::TcpListener) -> Received {
     let received = Received::default();
-    let collector = DevnetCollector { anchor: s.anchor.clone(), chain_id: s.chain_id, received: received.clone() };
+    let collector =
+        DevnetCollector { anchor: s.anchor.clone(), chain_id: s.chain_id, received: received.clone(), selection: None };
     listener.set_nonblocking(true).unwrap();
     let _guard = s.runtime.enter();
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
@@ -96,7 +97,7 @@ fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_rea
     for (n, (sub, want, reason)) in cases.into_iter().enumerate() {
         let verdict = s.runtime.block_on(collector::submit(&endpoint, sub, async || true));
         assert_eq!(verdict, want, "case {n}");
-        let recorded = received.lock().unwrap()[n].1.clone();
+        let recorded = received.lock().unwrap()[n].verdict.clone();
         match reason {
             None => assert_eq!(recorded, Ok(())),
             Some(text) => assert!(recorded.as_ref().unwrap_err().contains(text), "case {n}: {recorded:?}"),

@@ -1,0 +1,601 @@
+//! `lite-node devnet`: the whole network on this machine, on real parts.
+//!
+//! Loads the saved world (Uniswap V3 pools and ProtocolState, built by
+//! `devnet/build-world.sh`) into the npm-pinned anvil, registers one slot and
+//! signer per node, starts the collector (in this process, with every check:
+//! signer, deadline, selection), N `lite-node run` processes, and then, every
+//! interval, a swap (activity) and an epoch release. It prints one row per
+//! epoch, and can write everything needed to re-verify the run as JSON.
+
+mod process;
+mod record;
+pub mod world;
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    io::Write,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use alloy::{primitives::Address, signers::local::PrivateKeySigner};
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::json;
+
+use crate::{
+    chain::{Anchor, HttpRpc, IoRuntime},
+    collector::{self, DevnetCollector, EpochAssignment, Received, SelectionCheck},
+    commands::BadInput,
+    compute::{self, Fetch, LoadedPackage},
+    config::{ComputeConfig, EnvSnapshot},
+};
+use process::{AnvilProcess, Guarded, stop_all};
+use world::{Driver, Manifest};
+
+/// What `lite-node devnet` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The `devnet/` directory: world, npm-installed anvil, run directory.
+    pub devnet_dir: PathBuf,
+    /// The saved world to load (default `<devnet dir>/world`).
+    pub world: Option<PathBuf>,
+    pub nodes: u64,
+    /// `getTotalNodeCount` (default: the number of nodes).
+    pub total_slots: Option<u64>,
+    /// Stop after this many epochs (default: until Ctrl-C).
+    pub epochs: Option<u64>,
+    /// Time between epoch releases.
+    pub interval: Duration,
+    /// The nodes' anchor poll interval.
+    pub poll_interval: Duration,
+    /// How long to wait for an epoch's submissions before moving on.
+    pub epoch_timeout: Duration,
+    pub json: Option<PathBuf>,
+    /// Where the run's state goes (default `<devnet dir>/run`; emptied at start).
+    pub run_dir: Option<PathBuf>,
+}
+
+/// The outcome of a devnet run.
+#[derive(Debug)]
+pub struct Summary {
+    pub epochs: usize,
+    pub accepted: usize,
+    pub rejected: usize,
+    /// Selected slots whose submission never arrived.
+    pub missing: usize,
+    pub interrupted: bool,
+    /// Release → acknowledgement, milliseconds, sorted.
+    pub latencies_ms: Vec<f64>,
+    /// Peak resident memory per node, KiB.
+    pub peak_rss_kib: Vec<(u64, u64)>,
+}
+
+impl Summary {
+    pub fn ok(&self) -> bool {
+        self.rejected == 0 && self.missing == 0 && (self.epochs > 0 || self.interrupted)
+    }
+}
+
+/// One devnet node: its slot, signer and process.
+struct Node {
+    slot_id: u64,
+    signer: Address,
+    data_dir: PathBuf,
+    process: Guarded,
+    peak_rss_kib: Option<u64>,
+}
+
+/// One released epoch, as the devnet saw it.
+struct Released {
+    assignment: Arc<EpochAssignment>,
+    release_block: u64,
+    /// When the release transaction was sent (latency starts here).
+    sent_at: SystemTime,
+    /// Selected slots that belong to our nodes, with their pools.
+    expected: BTreeMap<u64, String>,
+}
+
+/// After Ctrl-C, how long the epoch in flight may take to finish.
+const FINISH_GRACE: Duration = Duration::from_secs(5);
+
+const ANVIL_BIN: &str = "node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil";
+
+/// Runs the devnet until `opts.epochs` epochs are done or `shutdown` completes.
+pub async fn run(
+    opts: Options,
+    env: EnvSnapshot,
+    out: &mut dyn Write,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Summary> {
+    tokio::pin!(shutdown);
+    let started = Instant::now();
+    let world_dir = opts.world.clone().unwrap_or_else(|| opts.devnet_dir.join("world"));
+    let anvil_bin = opts.devnet_dir.join(ANVIL_BIN);
+    check_options(&opts, &world_dir, &anvil_bin)?;
+    let manifest = Manifest::load(&world_dir)?;
+    let total_slots = opts.total_slots.unwrap_or(opts.nodes);
+
+    // One devnet per run directory at a time; the run directory starts empty.
+    let run_dir = std::path::absolute(opts.run_dir.clone().unwrap_or_else(|| opts.devnet_dir.join("run")))?;
+    let lock_path = run_dir.with_extension("lock");
+    if let Some(parent) = lock_path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let lock = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        bail!(BadInput(format!(
+            "another lite-node devnet is using {} (it holds {})",
+            run_dir.display(),
+            lock_path.display()
+        )));
+    }
+    if run_dir.exists() {
+        std::fs::remove_dir_all(&run_dir).with_context(|| format!("clearing {}", run_dir.display()))?;
+    }
+    std::fs::create_dir_all(&run_dir)?;
+
+    // The compute package: built once here, shared by the collector and every node.
+    let cache = std::path::absolute(opts.devnet_dir.join("cache"))?;
+    let mut compute_env = env.clone().with("LITE_NODE_DATA_DIR", run_dir.join("collector").display().to_string());
+    if env.get("LITE_NODE_COMPUTE_CACHE_DIR").is_none() {
+        compute_env = compute_env.with("LITE_NODE_COMPUTE_CACHE_DIR", cache.join("compute").display().to_string());
+    }
+    if env.get("LITE_NODE_COMPUTE_TARGET_DIR").is_none() {
+        compute_env = compute_env.with("LITE_NODE_COMPUTE_TARGET_DIR", cache.join("target").display().to_string());
+    }
+    let compute_cfg = ComputeConfig::from_env(&compute_env)?;
+    writeln!(out, "compute package: {}", describe_source(&compute_cfg))?;
+    let package = tokio::task::spawn_blocking(move || -> Result<LoadedPackage> {
+        Ok(LoadedPackage::load(compute::ensure(&compute_cfg, Fetch::Allowed)?)?)
+    })
+    .await??;
+    let package = Arc::new(package);
+    writeln!(out, "compute package {} ready", package.package.manifest.commit)?;
+
+    // The chain.
+    let anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
+    let url = anvil.url();
+    let io = IoRuntime::new()?;
+    let rpc = |role| HttpRpc::new(role, vec![url.clone()], Duration::from_secs(15), io.clone()).map_err(|e| anyhow!(e));
+    let driver = Driver { rpc: rpc("devnet")?, manifest: manifest.clone() };
+    // Lost on --load-state: Uniswap's gas depends on timestamps moving.
+    driver.call("anvil_setBlockTimestampInterval", json!([12])).await?;
+    let protocol_state: Address = manifest.protocol_state.parse()?;
+    let data_market: Address = manifest.data_market.parse()?;
+    let anchor = Arc::new(Anchor::new(rpc("anchor")?, protocol_state, data_market));
+
+    // Slots: the world's signers where it has them, derived keys beyond.
+    let mut slots = Vec::new();
+    for slot_id in 1..=opts.nodes {
+        let from_world = manifest.slots.iter().find(|s| s.slot_id == slot_id).and_then(|s| manifest.key_of(&s.signer));
+        let (key, registered) = match from_world {
+            Some(key) => (key.to_owned(), true),
+            None => (derived_key(slot_id), false),
+        };
+        let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("slot {slot_id}'s key: {e}"))?;
+        if !registered {
+            driver.register_slot(slot_id, signer.address()).await?;
+        }
+        slots.push((slot_id, signer.address(), key));
+    }
+    driver.set_total_node_count(total_slots).await?;
+    let start_block = driver.head().await?;
+    writeln!(
+        out,
+        "anvil on {url}: chain {}, ProtocolState {protocol_state}, {} pools, {} slots registered, getTotalNodeCount = {total_slots}",
+        manifest.chain_id,
+        manifest.pools.len(),
+        opts.nodes
+    )?;
+
+    // The collector, in this process.
+    let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
+    let selection =
+        Arc::new(SelectionCheck::new(Arc::new(rpc("source")?), pools.clone(), package.clone(), 0).map_err(BadInput)?);
+    let received = Received::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let collector_port = listener.local_addr()?.port();
+    let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(collector::serve(
+        DevnetCollector {
+            anchor: anchor.clone(),
+            chain_id: manifest.chain_id,
+            received: received.clone(),
+            selection: Some(selection.clone()),
+        },
+        listener,
+        async move {
+            let _ = collector_stopped.await;
+        },
+    ));
+    writeln!(out, "collector on 127.0.0.1:{collector_port} (checks signer, deadline and selection)")?;
+
+    // projects.json: the BDS base snapshot over the world's pools.
+    let projects = run_dir.join("projects.json");
+    let config = json!({"config": [{
+        "project_type": "baseSnapshot",
+        "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"},
+        "preload_tasks": ["block_details"],
+        "pools": pools,
+    }]});
+    std::fs::write(&projects, serde_json::to_vec_pretty(&config)?)?;
+
+    // The nodes.
+    let exe = std::env::current_exe().context("locating the lite-node binary")?;
+    let mut nodes = Vec::new();
+    for (slot_id, signer, key) in &slots {
+        let data_dir = run_dir.join(format!("node-{slot_id}"));
+        std::fs::create_dir_all(&data_dir)?;
+        let mut cmd = Command::new(&exe);
+        cmd.arg("run").env_clear().envs(compute_env.vars());
+        let vars = [
+            ("SOURCE_RPC_URL", url.clone()),
+            ("POWERLOOM_RPC_URL", url.clone()),
+            ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
+            ("SIGNER_ACCOUNT_PRIVATE_KEY", key.clone()),
+            ("SLOT_ID", slot_id.to_string()),
+            ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
+            ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
+            ("NAMESPACE", "UNISWAPV3".into()),
+            ("POWERLOOM_CHAIN", "devnet".into()),
+            ("SOURCE_CHAIN", "ETH".into()),
+            ("PROJECTS_CONFIG", projects.display().to_string()),
+            ("LITE_NODE_DATA_DIR", data_dir.display().to_string()),
+            ("LOCAL_COLLECTOR_HOST", "127.0.0.1".into()),
+            ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
+            ("LITE_NODE_START_BLOCK", start_block.to_string()),
+            ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
+            ("RUST_LOG", env.get("RUST_LOG").unwrap_or("info").to_owned()),
+        ];
+        cmd.envs(vars);
+        let log = run_dir.join(format!("node-{slot_id}.log"));
+        let process = Guarded::spawn(&format!("node {slot_id}"), &mut cmd, &log, false)?;
+        nodes.push(Node { slot_id: *slot_id, signer: *signer, data_dir, process, peak_rss_kib: None });
+    }
+    wait_until_watching(&mut nodes, &mut shutdown).await?;
+    writeln!(
+        out,
+        "{} nodes watching (logs in {}); first epoch in {:.1} s, then one every {:.1} s{}\n",
+        nodes.len(),
+        run_dir.display(),
+        opts.interval.as_secs_f64(),
+        opts.interval.as_secs_f64(),
+        if opts.epochs.is_none() { "; Ctrl-C stops" } else { "" }
+    )?;
+    let width = selected_width(opts.nodes);
+    writeln!(
+        out,
+        "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}",
+        "epoch", "block", "selected slots → pool", "accepted", "rejected", "latency"
+    )?;
+    out.flush()?;
+
+    // Epochs.
+    let mut released: Vec<Released> = Vec::new();
+    let mut interrupted = false;
+    let mut next_release = tokio::time::Instant::now() + opts.interval;
+    let mut failure: Option<anyhow::Error> = None;
+    let mut k: u64 = 0;
+    while opts.epochs.is_none_or(|n| k < n) {
+        tokio::select! {
+            _ = &mut shutdown => { interrupted = true; break }
+            _ = tokio::time::sleep_until(next_release) => {}
+        }
+        next_release = tokio::time::Instant::now() + opts.interval;
+        let epoch = release_one(&driver, &anchor, &selection, k, opts.nodes).await;
+        let epoch = match epoch {
+            Ok(e) => e,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        k += 1;
+        let mut deadline = tokio::time::Instant::now() + opts.epoch_timeout;
+        loop {
+            if arrived(&received, &epoch).len() >= epoch.expected.len() {
+                break;
+            }
+            if let Some(dead) = nodes.iter_mut().find_map(|n| n.process.exited().map(|s| (n.slot_id, s))) {
+                let node = nodes.iter().find(|n| n.slot_id == dead.0).expect("found above");
+                failure = Some(anyhow!(
+                    "node {} exited ({}); last lines of {}:\n{}",
+                    dead.0,
+                    dead.1,
+                    node.process.log.display(),
+                    node.process.log_tail(15)
+                ));
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                break;
+            }
+            if interrupted {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+            tokio::select! {
+                _ = &mut shutdown => {
+                    // Let the epoch in flight finish (the nodes are still running), briefly.
+                    interrupted = true;
+                    deadline = deadline.min(tokio::time::Instant::now() + FINISH_GRACE);
+                }
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+        }
+        for n in &mut nodes {
+            n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
+        }
+        writeln!(out, "{}", row(&epoch, &received, width))?;
+        out.flush()?;
+        released.push(epoch);
+        if interrupted || failure.is_some() {
+            break;
+        }
+    }
+
+    // Stop everything: nodes first (orderly), then the collector and anvil.
+    for n in &mut nodes {
+        n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
+    }
+    tokio::task::block_in_place(|| {
+        let mut procs: Vec<&mut Guarded> = nodes.iter_mut().map(|n| &mut n.process).collect();
+        stop_all(&mut procs, Duration::from_secs(30));
+    });
+    let _ = stop_collector.send(());
+    let _ = serving.await;
+    tokio::task::block_in_place(|| anvil.stop());
+
+    let seen = received.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let summary = summarize(&released, &seen, &nodes, interrupted);
+    writeln!(out, "\n{}", summary_text(&summary, started.elapsed()))?;
+    if let Some(path) = &opts.json {
+        let record = record::build(&manifest, &pools, &package, &released, &seen, &nodes, &summary);
+        let text = serde_json::to_vec_pretty(&record)?;
+        write_file_atomic(path, &text).with_context(|| format!("writing {}", path.display()))?;
+        writeln!(out, "record written to {}", path.display())?;
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(summary)
+}
+
+fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
+    let mut problems = Vec::new();
+    if opts.nodes == 0 {
+        problems.push("--nodes must be at least 1".to_owned());
+    }
+    if let Some(t) = opts.total_slots
+        && t < opts.nodes
+    {
+        problems.push(format!("--total-slots {t} is below --nodes {}: every node needs a slot", opts.nodes));
+    }
+    if opts.total_slots.unwrap_or(opts.nodes) > u64::from(u32::MAX) {
+        problems.push("--total-slots exceeds 2^32 - 1, the protocol's slot id range".into());
+    }
+    if opts.interval.is_zero() {
+        problems.push("--interval-ms must be above 0".into());
+    }
+    if !world.join("manifest.json").is_file() || !world.join("state.json").is_file() {
+        problems.push(format!(
+            "no devnet world in {}: build it with `devnet/build-world.sh` (./init.sh devnet does)",
+            world.display()
+        ));
+    }
+    if !anvil.is_file() {
+        problems.push(format!(
+            "anvil is not installed at {}: run `npm ci` in {} (./init.sh devnet does)",
+            anvil.display(),
+            opts.devnet_dir.display()
+        ));
+    }
+    if problems.is_empty() { Ok(()) } else { Err(crate::config::ConfigErrors { problems }.into()) }
+}
+
+fn describe_source(cfg: &ComputeConfig) -> String {
+    match &cfg.source {
+        crate::config::ComputeSource::Bundled(dir) => format!("bundled ({})", dir.display()),
+        crate::config::ComputeSource::Git { pin, .. } => {
+            format!("{} at {}", crate::config::redact_url(&pin.url), pin.commit.as_deref().unwrap_or("the branch tip"))
+        }
+    }
+}
+
+/// A signer key for a slot the saved world did not register (public:
+/// anyone can derive it, like anvil's own development keys).
+fn derived_key(slot_id: u64) -> String {
+    let key = alloy::primitives::keccak256(format!("lite-node devnet slot {slot_id}"));
+    format!("0x{}", hex::encode(key))
+}
+
+async fn wait_until_watching(
+    nodes: &mut [Node],
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut ready = 0;
+        for n in nodes.iter_mut() {
+            if let Some(status) = n.process.exited() {
+                bail!(
+                    "node {} exited at start ({status}); last lines of {}:\n{}",
+                    n.slot_id,
+                    n.process.log.display(),
+                    n.process.log_tail(15)
+                );
+            }
+            if std::fs::read_to_string(&n.process.log).is_ok_and(|l| l.contains("watching ProtocolState")) {
+                ready += 1;
+            }
+        }
+        if ready == nodes.len() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("only {ready} of {} nodes were watching after 120 s; see their logs", nodes.len());
+        }
+        tokio::select! {
+            _ = shutdown.as_mut() => bail!("interrupted while the nodes were starting"),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
+/// A swap (so snapshots have something to show), then the release of an
+/// epoch over the newest block.
+async fn release_one(
+    driver: &Driver,
+    anchor: &Anchor,
+    selection: &SelectionCheck,
+    k: u64,
+    nodes: u64,
+) -> Result<Released> {
+    let pool = (k as usize) % driver.manifest.pools.len();
+    driver.swap(pool, k.is_multiple_of(2), u128::from(1 + k % 9) * 10u128.pow(16)).await?;
+    let head = driver.head().await?;
+    let sent_at = SystemTime::now();
+    let (epoch_id, release_block) = driver.release_epoch(head, head).await?;
+    let assignment = selection.epoch(anchor, epoch_id).await.map_err(|e| anyhow!("epoch {epoch_id}: {e}"))?;
+    let expected = assignment.selected.iter().filter(|(s, _)| **s <= nodes).map(|(s, p)| (*s, p.clone())).collect();
+    Ok(Released { assignment, release_block, sent_at, expected })
+}
+
+/// What the collector has answered for `epoch` so far.
+fn arrived(received: &Received, epoch: &Released) -> Vec<collector::Seen> {
+    let seen = received.lock().unwrap_or_else(|p| p.into_inner());
+    seen.iter()
+        .filter(|s| s.submission.request.as_ref().is_some_and(|r| r.epoch_id == epoch.assignment.epoch_id))
+        .cloned()
+        .collect()
+}
+
+fn latency_ms(epoch: &Released, seen: &collector::Seen) -> f64 {
+    seen.answered_at.duration_since(epoch.sent_at).unwrap_or_default().as_secs_f64() * 1000.0
+}
+
+fn short(address: &str) -> String {
+    if address.len() > 12 {
+        format!("{}…{}", &address[..6], &address[address.len() - 4..])
+    } else {
+        address.to_owned()
+    }
+}
+
+/// Room for every node's "slot→pool" in the table (listed up to 6, counted beyond).
+fn selected_width(nodes: u64) -> usize {
+    (nodes.min(6) as usize * 16).max(22)
+}
+
+fn row(epoch: &Released, received: &Received, width: usize) -> String {
+    let seen = arrived(received, epoch);
+    let accepted = seen.iter().filter(|s| s.verdict.is_ok()).count();
+    let rejected = seen.len() - accepted;
+    let missing = epoch.expected.len().saturating_sub(accepted + rejected);
+    let selected = if epoch.expected.is_empty() {
+        "none of ours".to_owned()
+    } else if epoch.expected.len() > 6 {
+        format!("{} of our slots", epoch.expected.len())
+    } else {
+        epoch.expected.iter().map(|(s, p)| format!("{s}→{}", short(p))).collect::<Vec<_>>().join(" ")
+    };
+    let slowest =
+        seen.iter().map(|s| latency_ms(epoch, s)).fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
+    let latency = slowest.map_or("-".to_owned(), |l| format!("{l:.0} ms"));
+    let mut line = format!(
+        "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}",
+        epoch.assignment.epoch_id, epoch.release_block, selected, accepted, rejected, latency
+    );
+    if missing > 0 {
+        line.push_str(&format!("  ({missing} not answered in time)"));
+    }
+    for s in seen.iter().filter(|s| s.verdict.is_err()) {
+        let slot = s.submission.request.as_ref().map_or(0, |r| r.slot_id);
+        line.push_str(&format!("\n       rejected slot {slot}: {}", s.verdict.as_ref().unwrap_err()));
+    }
+    line
+}
+
+fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], interrupted: bool) -> Summary {
+    let mut accepted = 0;
+    let mut rejected = 0;
+    let mut missing = 0;
+    let mut latencies_ms = Vec::new();
+    for epoch in released {
+        let of_epoch: Vec<&collector::Seen> = seen
+            .iter()
+            .filter(|s| s.submission.request.as_ref().is_some_and(|r| r.epoch_id == epoch.assignment.epoch_id))
+            .collect();
+        for s in &of_epoch {
+            if s.verdict.is_ok() {
+                accepted += 1;
+                latencies_ms.push(latency_ms(epoch, s));
+            } else {
+                rejected += 1;
+            }
+        }
+        for slot in epoch.expected.keys() {
+            let answered = of_epoch.iter().any(|s| s.submission.request.as_ref().is_some_and(|r| r.slot_id == *slot));
+            if !answered {
+                missing += 1;
+            }
+        }
+    }
+    latencies_ms.sort_by(f64::total_cmp);
+    Summary {
+        epochs: released.len(),
+        accepted,
+        rejected,
+        missing,
+        interrupted,
+        latencies_ms,
+        peak_rss_kib: nodes.iter().filter_map(|n| n.peak_rss_kib.map(|r| (n.slot_id, r))).collect(),
+    }
+}
+
+/// The value at quantile `q` of sorted `values` (nearest rank).
+pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    Some(values[rank - 1])
+}
+
+fn summary_text(s: &Summary, took: Duration) -> String {
+    let ms = |q| quantile(&s.latencies_ms, q).map_or("-".to_owned(), |v| format!("{v:.0} ms"));
+    let rss = s
+        .peak_rss_kib
+        .iter()
+        .map(|(_, r)| *r)
+        .max()
+        .map_or("-".to_owned(), |r| format!("{:.1} MiB", r as f64 / 1024.0));
+    format!(
+        "{} epochs in {:.0} s{}: {} accepted, {} rejected, {} missing\n\
+         release → acknowledgement: median {}, p90 {}, p99 {}, max {}\n\
+         peak RSS of a node: {rss}",
+        s.epochs,
+        took.as_secs_f64(),
+        if s.interrupted { " (interrupted)" } else { "" },
+        s.accepted,
+        s.rejected,
+        s.missing,
+        ms(0.5),
+        ms(0.9),
+        ms(0.99),
+        ms(1.0),
+    )
+}
+
+fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}

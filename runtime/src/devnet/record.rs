@@ -1,0 +1,86 @@
+//! The machine-readable record of a devnet run (`--json FILE`): everything an
+//! observer needs to re-verify it independently — the EIP-712 domain, the
+//! active pools, each epoch's seed block hash and total slots, and every
+//! submission with its signature, CID, deadline and the exact snapshot bytes.
+
+use serde_json::{Value, json};
+
+use super::{Node, Released, Summary, quantile};
+use crate::{collector::Seen, compute::LoadedPackage, devnet::world::Manifest, snapshot::snapshot_path};
+
+pub(super) fn build(
+    manifest: &Manifest,
+    pools: &[String],
+    package: &LoadedPackage,
+    released: &[Released],
+    seen: &[Seen],
+    nodes: &[Node],
+    summary: &Summary,
+) -> Value {
+    let domain = crate::signing::domain(manifest.chain_id, manifest.protocol_state.parse().unwrap_or_default());
+    let epochs: Vec<Value> = released
+        .iter()
+        .map(|e| {
+            let a = &e.assignment;
+            let submissions: Vec<Value> = seen
+                .iter()
+                .filter_map(|s| s.submission.request.as_ref().map(|r| (s, r)))
+                .filter(|(_, r)| r.epoch_id == a.epoch_id)
+                .map(|(s, r)| {
+                    let node = nodes.iter().find(|n| n.slot_id == r.slot_id);
+                    let path = node.map(|n| snapshot_path(&n.data_dir.join("snapshots"), r.epoch_id, &r.project_id));
+                    json!({
+                        "slotId": r.slot_id,
+                        "signer": node.map(|n| n.signer.to_string()),
+                        "projectId": r.project_id,
+                        "snapshotCid": r.snapshot_cid,
+                        "signature": s.submission.signature,
+                        "deadline": r.deadline,
+                        "header": s.submission.header,
+                        "snapshotPath": path.map(|p| p.display().to_string()),
+                        "verdict": if s.verdict.is_ok() { "accepted" } else { "rejected" },
+                        "reason": s.verdict.as_ref().err(),
+                        "latencyMs": (super::latency_ms(e, s) * 1000.0).round() / 1000.0,
+                    })
+                })
+                .collect();
+            json!({
+                "epochId": a.epoch_id,
+                "begin": a.begin,
+                "end": a.end,
+                "releaseBlock": e.release_block,
+                "seedBlockHash": a.block_hash,
+                "totalSlots": a.total_slots,
+                "selected": a.selected.iter().map(|(s, p)| json!({"slotId": s, "pool": p})).collect::<Vec<_>>(),
+                "submissions": submissions,
+            })
+        })
+        .collect();
+    let ms = |q| quantile(&summary.latencies_ms, q);
+    json!({
+        "domain": {
+            "name": domain.name,
+            "version": domain.version,
+            "chainId": manifest.chain_id,
+            "verifyingContract": manifest.protocol_state,
+        },
+        "dataMarket": manifest.data_market,
+        "computePackage": package.package.manifest.commit,
+        "pools": pools,
+        "nodes": nodes.iter().map(|n| json!({
+            "slotId": n.slot_id,
+            "signer": n.signer.to_string(),
+            "dataDir": n.data_dir.display().to_string(),
+            "peakRssKiB": n.peak_rss_kib,
+        })).collect::<Vec<_>>(),
+        "epochs": epochs,
+        "summary": {
+            "epochs": summary.epochs,
+            "accepted": summary.accepted,
+            "rejected": summary.rejected,
+            "missing": summary.missing,
+            "interrupted": summary.interrupted,
+            "latencyMs": {"median": ms(0.5), "p90": ms(0.9), "p99": ms(0.99), "max": ms(1.0)},
+        },
+    })
+}
