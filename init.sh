@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # lite-node entry point and local helper.
 #
+#   ./init.sh devnet [ARGS]  the whole network on this machine: anvil with
+#                     Uniswap V3 and ProtocolState, the collector, 4 nodes
+#                     (ARGS go to `lite-node devnet`, e.g. --epochs 10 --json run.json)
 #   ./init.sh check   build lite-node, fetch/build the compute package, validate
 #                     (uses env.example for any variable not already set)
 #   ./init.sh test    everything CI runs: formatting, lints, all tests
 #
-# Operator start-up (no arguments) and the local network (`devnet`) come with
-# the container and devnet work; see README.md.
+# Operator start-up (no arguments) comes with the container work; see README.md.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -63,11 +65,23 @@ run_check() {
   "$bin" --env-file env.example check
 }
 
+run_devnet() {
+  need_rust
+  need_devnet_world
+  say "building lite-node (release)"
+  cargo build --release --locked -p lite-node
+  # Compute builds share the test suite's target dir: a second run is a cache hit.
+  export LITE_NODE_COMPUTE_TARGET_DIR="${LITE_NODE_COMPUTE_TARGET_DIR:-$CARGO_TARGET_DIR/compute-builds}"
+  say "lite-node devnet $*"
+  exec "$CARGO_TARGET_DIR/release/lite-node" devnet --devnet-dir "$ROOT/devnet" "$@"
+}
+
 case "${1:-}" in
   test) run_tests ;;
   check) run_check ;;
+  devnet) shift; run_devnet "$@" ;;
   *)
-    echo "usage: ./init.sh check | test" >&2
+    echo "usage: ./init.sh devnet [--epochs N --json FILE …] | check | test" >&2
     exit 2
     ;;
 esac

@@ -248,7 +248,7 @@ pub async fn run(
             ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
             ("LITE_NODE_START_BLOCK", start_block.to_string()),
             ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
-            ("RUST_LOG", env.get("RUST_LOG").unwrap_or("info").to_owned()),
+            ("RUST_LOG", node_log_filter(&env)),
         ];
         cmd.envs(vars);
         let log = run_dir.join(format!("node-{slot_id}.log"));
@@ -402,6 +402,15 @@ fn describe_source(cfg: &ComputeConfig) -> String {
         crate::config::ComputeSource::Git { pin, .. } => {
             format!("{} at {}", crate::config::redact_url(&pin.url), pin.commit.as_deref().unwrap_or("the branch tip"))
         }
+    }
+}
+
+/// The nodes log to files at `info` at least (start-up is detected from
+/// their logs); a more verbose `RUST_LOG` is passed on.
+fn node_log_filter(env: &EnvSnapshot) -> String {
+    match env.get("RUST_LOG") {
+        Some(f) if f.contains("debug") || f.contains("trace") => f.to_owned(),
+        _ => "info".to_owned(),
     }
 }
 

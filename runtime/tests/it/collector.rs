@@ -5,7 +5,9 @@ use std::{sync::Arc, time::Duration};
 
 use lite_node::{
     chain::{Anchor, HttpRpc, IoRuntime},
-    collector::{self, DevnetCollector, Ledger, Received, Verdict, proto},
+    collector::{self, DevnetCollector, Ledger, Received, SelectionCheck, Verdict, proto},
+    compute::{self as compute_pkg, Fetch, LoadedPackage},
+    config::{ComputeConfig, EnvSnapshot},
     config::SecretKey,
     signing::{Request, Signer},
 };
@@ -35,9 +37,16 @@ fn setup() -> Setup {
 
 /// Starts a collector on `listener`; returns what it records.
 fn start_collector(s: &Setup, listener: std::net::TcpListener) -> Received {
+    start_collector_with(s, listener, None)
+}
+
+fn start_collector_with(
+    s: &Setup,
+    listener: std::net::TcpListener,
+    selection: Option<Arc<SelectionCheck>>,
+) -> Received {
     let received = Received::default();
-    let collector =
-        DevnetCollector { anchor: s.anchor.clone(), chain_id: s.chain_id, received: received.clone(), selection: None };
+    let collector = DevnetCollector { anchor: s.anchor.clone(), chain_id: s.chain_id, received: received.clone(), selection };
     listener.set_nonblocking(true).unwrap();
     let _guard = s.runtime.enter();
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
@@ -46,6 +55,17 @@ fn start_collector(s: &Setup, listener: std::net::TcpListener) -> Received {
 }
 
 fn submission(s: &Setup, slot_id: u64, key_slot: u64, deadline: u64) -> proto::SnapshotSubmission {
+    submission_for(s, slot_id, key_slot, deadline, 3, "blockDetails:devnet-UNISWAPV3-ETH")
+}
+
+fn submission_for(
+    s: &Setup,
+    slot_id: u64,
+    key_slot: u64,
+    deadline: u64,
+    epoch_id: u64,
+    project_id: &str,
+) -> proto::SnapshotSubmission {
     let key_hex = s.world.manifest.signer_key(key_slot).trim_start_matches("0x").to_owned();
     let mut key = [0u8; 32];
     hex::decode_to_slice(key_hex, &mut key).unwrap();
@@ -54,8 +74,8 @@ fn submission(s: &Setup, slot_id: u64, key_slot: u64, deadline: u64) -> proto::S
         slot_id,
         deadline,
         snapshot_cid: "bafkreicecnx2gvntm6fbcrvnc336qze6st5u7qq7457igegamd3bzkx7ri".into(),
-        epoch_id: 3,
-        project_id: "blockDetails:devnet-UNISWAPV3-ETH".into(),
+        epoch_id,
+        project_id: project_id.into(),
     };
     proto::SnapshotSubmission {
         signature: signer.sign(&request).unwrap(),
@@ -154,4 +174,74 @@ fn the_ledger_remembers_acknowledged_submissions_across_restarts() {
     let reopened = Ledger::open(dir.path()).unwrap();
     assert!(reopened.contains(3, "p"));
     assert!(!reopened.contains(4, "p"));
+}
+
+/// The bundled compute package (its assignment rule), built or reused.
+fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
+    let mut env = lite_node_testkit::toolchain_env();
+    env.push(("LITE_NODE_DATA_DIR".into(), data_dir.display().to_string()));
+    env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), lite_node_testkit::compute_target_dir().display().to_string()));
+    let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
+    LoadedPackage::load(compute_pkg::ensure(&cfg, Fetch::Allowed).unwrap()).unwrap()
+}
+
+#[test]
+fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assigned() {
+    let s = setup();
+    let data = tempfile::tempdir().unwrap();
+    let pools = s.world.manifest.pools.clone();
+    let io = IoRuntime::new().unwrap();
+    let source = Arc::new(HttpRpc::new("source", vec![s.world.url()], Duration::from_secs(10), io).unwrap());
+    let check = Arc::new(SelectionCheck::new(source, pools.clone(), Arc::new(bundled(data.path())), 0).unwrap());
+    // 5,000 slots: 1,000 are selected per epoch, so each of our 4 with p = 0.2.
+    s.world.set_total_node_count(5000);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = collector::http_endpoint(listener.local_addr().unwrap());
+    let received = start_collector_with(&s, listener, Some(check.clone()));
+
+    // An epoch where one of the registered slots is selected and another is not.
+    let (epoch, chosen, idle) = (0..40)
+        .find_map(|_| {
+            s.world.mine(1);
+            let (epoch_id, _) = s.world.release_next_epoch();
+            let a = s.runtime.block_on(check.epoch(&s.anchor, epoch_id)).unwrap();
+            let chosen = (1..=4).find(|slot| a.selected.contains_key(slot))?;
+            let idle = (1..=4).find(|slot| !a.selected.contains_key(slot))?;
+            Some((a, chosen, idle))
+        })
+        .expect("within 40 epochs one of 4 slots is selected and another is not");
+    assert_eq!(epoch.total_slots, 5000);
+    assert_eq!(epoch.selected.len(), 1000);
+    let assigned = epoch.selected[&chosen].clone();
+    let other = pools.iter().find(|p| **p != assigned).unwrap().clone();
+    let project = |pool: &str| format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", pool.to_lowercase());
+    let head = s.world.head();
+    let e = epoch.epoch_id;
+    let cases = [
+        (submission_for(&s, chosen, chosen, head + 50, e, &project(&assigned)), None),
+        (submission_for(&s, chosen, chosen, head + 50, e, &project(&other)), Some(format!("was assigned pool {assigned}"))),
+        (submission_for(&s, idle, idle, head + 50, e, &project(&assigned)), Some(format!("slot {idle} was not selected"))),
+        (
+            submission_for(&s, chosen, chosen, head + 50, e, &project("0x00000000000000000000000000000000000000aa")),
+            Some("is not in the data market's active pool list".into()),
+        ),
+        (
+            submission_for(&s, chosen, chosen, head + 50, 9999, &project(&assigned)),
+            Some("epoch 9999 was never released".into()),
+        ),
+    ];
+    for (n, (sub, reason)) in cases.into_iter().enumerate() {
+        let verdict = s.runtime.block_on(collector::submit(&endpoint, sub, async || true));
+        let recorded = received.lock().unwrap()[n].verdict.clone();
+        match reason {
+            None => {
+                assert_eq!(verdict, Verdict::Accepted, "case {n}: {recorded:?}");
+                assert_eq!(recorded, Ok(()));
+            }
+            Some(text) => {
+                assert_eq!(verdict, Verdict::Rejected("collector answered `Failure`".into()), "case {n}");
+                assert!(recorded.as_ref().unwrap_err().contains(&text), "case {n}: {recorded:?}");
+            }
+        }
+    }
 }

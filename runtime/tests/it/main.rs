@@ -6,6 +6,7 @@ mod bds;
 mod check;
 mod collector;
 mod compute_fetch;
+mod devnet;
 mod dispatch;
 mod node;
 mod plugins;

@@ -1,0 +1,117 @@
+#!/usr/bin/env node
+// Re-verifies a `lite-node devnet --json FILE` record without the node's code:
+// every submission's EIP-712 signature (ethers), its snapshot bytes against the
+// CID (sha256 + CIDv1 raw, base32 written out here), and the slot selection
+// (PROTOCOL.md §2, reimplemented here from the text) — that each accepted
+// submission's slot was selected for that epoch and pool, that every selected
+// slot of the run's nodes was accepted, and that nothing was rejected.
+//
+//   node devnet/verify-record.js run.json
+//
+// Exit 0: all holds. Exit 1: each problem is printed.
+'use strict';
+const fs = require('fs');
+const crypto = require('crypto');
+const { ethers } = require('ethers');
+
+const SLOTS_PER_EPOCH = 1000n;
+
+function sha256(...parts) {
+  const h = crypto.createHash('sha256');
+  for (const p of parts) h.update(p);
+  return h.digest();
+}
+function be(n, bytes) {
+  const b = Buffer.alloc(bytes);
+  let v = BigInt(n);
+  for (let i = bytes - 1; i >= 0; i--) { b[i] = Number(v & 0xffn); v >>= 8n; }
+  return b;
+}
+const u64 = (buf) => buf.readBigUInt64BE(0);
+
+// Selected slots of an epoch and their pools (regular epochs; genesis is not used by the devnet).
+function selection(blockHash, epochId, totalSlots, pools) {
+  const seed = sha256(Buffer.from(blockHash.replace(/^0x/, ''), 'hex'), be(epochId, 8));
+  const total = BigInt(totalSlots);
+  const items = [];
+  for (let s = 1n; s <= total; s++) items.push(s);
+  const k = total < SLOTS_PER_EPOCH ? total : SLOTS_PER_EPOCH;
+  for (let i = 0n; i < k; i++) {
+    const r = sha256(seed, be(i, 4));
+    const j = i + (u64(r) % (total - i));
+    [items[Number(i)], items[Number(j)]] = [items[Number(j)], items[Number(i)]];
+  }
+  // Python's sorted() on strings: code-point order, which for ASCII is JS's default sort.
+  const sorted = [...pools].sort();
+  const out = new Map();
+  for (const slot of items.slice(0, Number(k))) {
+    const h = sha256(seed, be(slot, 4));
+    out.set(Number(slot), sorted[Number(u64(h) % BigInt(sorted.length))]);
+  }
+  return out;
+}
+
+function base32(bytes) {
+  const alphabet = 'abcdefghijklmnopqrstuvwxyz234567';
+  let bits = 0, value = 0, out = '';
+  for (const byte of bytes) {
+    value = (value << 8) | byte; bits += 8;
+    while (bits >= 5) { out += alphabet[(value >>> (bits - 5)) & 31]; bits -= 5; }
+  }
+  if (bits > 0) out += alphabet[(value << (5 - bits)) & 31];
+  return out;
+}
+// CIDv1, raw codec (0x55), sha2-256 multihash (0x12, 32 bytes), base32 with the `b` prefix.
+const cidOf = (bytes) => 'b' + base32(Buffer.concat([Buffer.from([0x01, 0x55, 0x12, 0x20]), sha256(bytes)]));
+
+function main() {
+  const file = process.argv[2];
+  if (!file) { console.error('usage: node verify-record.js RECORD.json'); process.exit(2); }
+  const record = JSON.parse(fs.readFileSync(file, 'utf8'));
+  const problems = [];
+  const d = record.domain;
+  const domain = { name: d.name, version: d.version, chainId: d.chainId, verifyingContract: d.verifyingContract };
+  const types = { EIPRequest: [
+    { name: 'slotId', type: 'uint256' }, { name: 'deadline', type: 'uint256' },
+    { name: 'snapshotCid', type: 'string' }, { name: 'epochId', type: 'uint256' },
+    { name: 'projectId', type: 'string' },
+  ] };
+  const signers = new Map(record.nodes.map((n) => [n.slotId, n.signer.toLowerCase()]));
+  let checked = 0;
+  for (const e of record.epochs) {
+    const where = `epoch ${e.epochId}`;
+    if (e.epochId === 0) { problems.push(`${where}: genesis selection is not re-checked here`); continue; }
+    const selected = selection(e.seedBlockHash, e.epochId, e.totalSlots, record.pools);
+    const listed = new Map(e.selected.map((s) => [s.slotId, s.pool]));
+    if (listed.size !== selected.size || [...selected].some(([s, p]) => listed.get(s) !== p)) {
+      problems.push(`${where}: the record's selection differs from the recomputed one`);
+    }
+    for (const s of e.submissions) {
+      const at = `${where} slot ${s.slotId} ${s.projectId}`;
+      checked++;
+      if (s.verdict !== 'accepted') problems.push(`${at}: ${s.verdict} (${s.reason})`);
+      const value = { slotId: s.slotId, deadline: s.deadline, snapshotCid: s.snapshotCid, epochId: e.epochId, projectId: s.projectId };
+      let recovered = '';
+      try { recovered = ethers.verifyTypedData(domain, types, value, '0x' + s.signature).toLowerCase(); } catch (err) { recovered = `unrecoverable (${err.shortMessage || err.message})`; }
+      if (recovered !== signers.get(s.slotId)) problems.push(`${at}: signature recovers to ${recovered}, not the slot's signer ${signers.get(s.slotId)}`);
+      let bytes = null;
+      try { bytes = fs.readFileSync(s.snapshotPath); } catch (err) { problems.push(`${at}: snapshot bytes unreadable: ${err.message}`); }
+      if (bytes && cidOf(bytes) !== s.snapshotCid) problems.push(`${at}: the snapshot's bytes hash to ${cidOf(bytes)}, not ${s.snapshotCid}`);
+      const pool = selected.get(s.slotId);
+      if (pool === undefined) problems.push(`${at}: slot ${s.slotId} was not selected`);
+      else if (!s.projectId.toLowerCase().includes(pool.toLowerCase())) problems.push(`${at}: slot ${s.slotId} was assigned ${pool}`);
+    }
+    for (const [slot, pool] of selected) {
+      if (!signers.has(slot)) continue;
+      const ok = e.submissions.some((s) => s.slotId === slot && s.verdict === 'accepted' && s.projectId.toLowerCase().includes(pool.toLowerCase()));
+      if (!ok) problems.push(`${where}: selected slot ${slot} (pool ${pool}) has no accepted submission`);
+    }
+  }
+  if (problems.length) {
+    for (const p of problems) console.log(`FAIL ${p}`);
+    process.exit(1);
+  }
+  console.log(`verified ${checked} submissions over ${record.epochs.length} epochs: signatures, CIDs and selection hold`);
+}
+
+main();

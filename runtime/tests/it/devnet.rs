@@ -1,0 +1,126 @@
+//! `lite-node devnet` end to end: the real binary starts anvil, the
+//! collector and its nodes; its record is re-verified by an independent
+//! JavaScript checker; Ctrl-C stops everything it started.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use lite_node_testkit::{compute_target_dir, poll_until, toolchain_env, workspace_root};
+use serde_json::Value;
+
+fn devnet(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lite-node"));
+    cmd.arg("devnet")
+        .arg("--devnet-dir")
+        .arg(workspace_root().join("devnet"))
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .args(["--interval-ms", "200"])
+        .args(args)
+        .env_clear()
+        .envs(toolchain_env())
+        .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+        .env("LITE_NODE_COMPUTE_CACHE_DIR", dir.join("cache"))
+        .env("RUST_LOG", "warn")
+        .current_dir(dir);
+    cmd
+}
+
+fn verify(record: &Path) -> std::process::Output {
+    Command::new("node").arg(workspace_root().join("devnet/verify-record.js")).arg(record).output().expect("node runs")
+}
+
+#[test]
+fn a_devnet_run_accepts_every_selected_slot_and_its_record_verifies_independently() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let out = devnet(dir.path(), &["--epochs", "3", "--nodes", "3", "--json", record.to_str().unwrap()])
+        .output()
+        .expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    // Three slots of three total: every slot is selected every epoch.
+    assert!(stdout.contains("3 epochs in"), "{stdout}");
+    assert!(stdout.contains("9 accepted, 0 rejected, 0 missing"), "{stdout}");
+    for epoch in 1..=3 {
+        assert!(stdout.lines().any(|l| l.trim_start().starts_with(&format!("{epoch} "))), "no row for {epoch}:\n{stdout}");
+    }
+
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert_eq!(json["domain"]["name"], "PowerloomProtocolContract");
+    assert_eq!(json["epochs"].as_array().unwrap().len(), 3);
+    assert_eq!(json["nodes"].as_array().unwrap().len(), 3);
+    for node in json["nodes"].as_array().unwrap() {
+        let kib = node["peakRssKiB"].as_u64().expect("peak RSS recorded");
+        assert!(kib > 1024, "{node}");
+    }
+    let verified = verify(&record);
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    assert!(String::from_utf8_lossy(&verified.stdout).contains("verified 9 submissions over 3 epochs"));
+
+    // The checker can fail: one byte of one snapshot changed.
+    let path = PathBuf::from(json["epochs"][1]["submissions"][0]["snapshotPath"].as_str().unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[0] = b' ';
+    std::fs::write(&path, bytes).unwrap();
+    let verified = verify(&record);
+    assert_eq!(verified.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&verified.stdout).contains("the snapshot's bytes hash to"));
+
+    // anvil's HOME (where it spills state) is gone with it.
+    assert!(!dir.path().join("run/anvil-home").exists());
+}
+
+#[test]
+fn ctrl_c_stops_the_devnet_and_everything_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = devnet(dir.path(), &["--nodes", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lite-node devnet starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let anvil_url = poll_until("the devnet's first epoch row", Duration::from_secs(180), || {
+        while let Ok(l) = rx.try_recv() {
+            lines.push(l);
+        }
+        let port = lines.iter().find_map(|l| l.strip_prefix("anvil on http://127.0.0.1:"))?.split(':').next()?;
+        let first_row = lines.iter().any(|l| l.trim_start().starts_with("1 "));
+        first_row.then(|| format!("127.0.0.1:{port}"))
+    });
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = poll_until("the devnet to exit", Duration::from_secs(60), || child.try_wait().unwrap());
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(5)) {
+        lines.push(l);
+    }
+    let text = lines.join("\n");
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(text.contains("(interrupted)"), "{text}");
+    assert!(std::net::TcpStream::connect(&anvil_url).is_err(), "anvil still listens on {anvil_url}");
+    for slot in 1..=2 {
+        let log = std::fs::read_to_string(dir.path().join(format!("run/node-{slot}.log"))).unwrap();
+        assert!(log.contains("shutting down"), "node {slot} was not stopped in order:\n{log}");
+    }
+    assert!(!dir.path().join("run/anvil-home").exists());
+}
+
+#[test]
+fn bad_devnet_options_are_named_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = devnet(dir.path(), &["--nodes", "3", "--total-slots", "2", "--world", "/nonexistent"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--total-slots 2 is below --nodes 3"), "{stderr}");
+    assert!(stderr.contains("no devnet world in /nonexistent") && stderr.contains("build-world.sh"), "{stderr}");
+}
