@@ -181,6 +181,8 @@ pub struct DevnetCollector {
     pub chain_id: u64,
     pub received: Received,
     pub selection: Option<Arc<SelectionCheck>>,
+    /// Print one line per verdict on stdout (the standalone `lite-node collector`).
+    pub announce: bool,
 }
 
 impl std::fmt::Debug for DevnetCollector {
@@ -209,6 +211,14 @@ impl DevnetCollector {
     }
 
     fn record(&self, submission: SnapshotSubmission, verdict: Result<(), String>) {
+        if self.announce {
+            let r = submission.request.clone().unwrap_or_default();
+            let what = format!("epoch {} slot {} {} {}", r.epoch_id, r.slot_id, r.project_id, r.snapshot_cid);
+            match &verdict {
+                Ok(()) => println!("accepted {what}"),
+                Err(reason) => println!("rejected {what}: {reason}"),
+            }
+        }
         let seen = Seen { submission, verdict, answered_at: SystemTime::now() };
         self.received.lock().unwrap_or_else(|p| p.into_inner()).push(seen);
     }

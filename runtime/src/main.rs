@@ -194,7 +194,7 @@ fn run_collector(a: CollectorArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
                 }
             }
         };
-        let collector = DevnetCollector { anchor, chain_id, received: Default::default(), selection };
+        let collector = DevnetCollector { anchor, chain_id, received: Default::default(), selection, announce: true };
         lite_node::collector::serve(collector, listener, shutdown_signal()).await?;
         Ok(())
     })
@@ -261,13 +261,16 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
 
-    let mut stdout = std::io::stdout().lock();
+    // Locked per command: the collector and the devnet print from other threads.
+    let stdout = || std::io::stdout().lock();
     let result = match cli.command {
         Command::Run => run_node(&env),
         Command::Collector(a) => run_collector(a, &env),
         Command::Devnet(a) => run_devnet(a, &env),
-        Command::Check => commands::check(&env, &mut stdout),
-        Command::Compute(ComputeCommand::Fetch) => commands::compute_show(&env, Fetch::Allowed, &mut stdout).map(drop),
+        Command::Check => commands::check(&env, &mut stdout()),
+        Command::Compute(ComputeCommand::Fetch) => {
+            commands::compute_show(&env, Fetch::Allowed, &mut stdout()).map(drop)
+        }
         Command::Assignments(a) => commands::assignments(
             &env,
             &commands::AssignmentQuery {
@@ -278,9 +281,11 @@ fn main() -> ExitCode {
                 pools_file: a.pools_file,
                 slot: a.slot,
             },
-            &mut stdout,
+            &mut stdout(),
         ),
-        Command::Compute(ComputeCommand::List) => commands::compute_show(&env, Fetch::CacheOnly, &mut stdout).map(drop),
+        Command::Compute(ComputeCommand::List) => {
+            commands::compute_show(&env, Fetch::CacheOnly, &mut stdout()).map(drop)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

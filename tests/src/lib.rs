@@ -245,18 +245,28 @@ impl Drop for Anvil {
 pub struct RunningCollector {
     child: std::process::Child,
     pub port: u16,
+    /// Its stdout so far: one `accepted …` or `rejected …: reason` line per submission.
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl RunningCollector {
     /// Starts `bin collector` on a free port, checking submissions against
     /// the ProtocolState and data market named in a node's `env`.
     pub fn start(bin: &Path, env: &[(String, String)]) -> Self {
+        Self::start_with(bin, env, 0, &[])
+    }
+
+    /// As [`RunningCollector::start`], on `port` (0: any) with extra arguments.
+    pub fn start_with(bin: &Path, env: &[(String, String)], port: u16, args: &[&str]) -> Self {
         use std::io::{BufRead, BufReader};
         let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_default();
         let mut child = Command::new(bin)
-            .args(["collector", "--listen", "127.0.0.1:0", "--anchor-rpc"])
+            .args(["collector", "--listen", &format!("127.0.0.1:{port}"), "--anchor-rpc"])
             .arg(get("POWERLOOM_RPC_URL"))
             .args(["--protocol-state", &get("PROTOCOL_STATE_CONTRACT"), "--data-market", &get("DATA_MARKET_CONTRACT")])
+            .args(args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "warn")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -265,20 +275,29 @@ impl RunningCollector {
             .expect("lite-node collector starts");
         let stdout = child.stdout.take().expect("stdout is piped");
         let (tx, rx) = std::sync::mpsc::channel();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(addr) = line.strip_prefix("collector listening on ") {
                     let _ = tx.send(addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()));
                 }
+                sink.lock().unwrap().push(line);
             }
         });
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(Some(port)) => Self { child, port },
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(Some(port)) => Self { child, port, lines },
             other => {
                 let _ = child.kill();
                 panic!("the collector did not report its port: {other:?}");
             }
         }
+    }
+
+    /// The `accepted …` / `rejected …` lines so far.
+    pub fn verdicts(&self) -> Vec<String> {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().filter(|l| l.starts_with("accepted ") || l.starts_with("rejected ")).cloned().collect()
     }
 }
 

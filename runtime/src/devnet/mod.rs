@@ -205,6 +205,7 @@ pub async fn run(
             chain_id: manifest.chain_id,
             received: received.clone(),
             selection: Some(selection.clone()),
+            announce: false,
         },
         listener,
         async move {

@@ -7,8 +7,8 @@ use lite_node::{
     chain::{Anchor, HttpRpc, IoRuntime},
     collector::{self, DevnetCollector, Ledger, Received, SelectionCheck, Verdict, proto},
     compute::{self as compute_pkg, Fetch, LoadedPackage},
-    config::{ComputeConfig, EnvSnapshot},
     config::SecretKey,
+    config::{ComputeConfig, EnvSnapshot},
     signing::{Request, Signer},
 };
 use lite_node_testkit::World;
@@ -46,7 +46,13 @@ fn start_collector_with(
     selection: Option<Arc<SelectionCheck>>,
 ) -> Received {
     let received = Received::default();
-    let collector = DevnetCollector { anchor: s.anchor.clone(), chain_id: s.chain_id, received: received.clone(), selection };
+    let collector = DevnetCollector {
+        anchor: s.anchor.clone(),
+        chain_id: s.chain_id,
+        received: received.clone(),
+        selection,
+        announce: false,
+    };
     listener.set_nonblocking(true).unwrap();
     let _guard = s.runtime.enter();
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
@@ -219,8 +225,14 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
     let e = epoch.epoch_id;
     let cases = [
         (submission_for(&s, chosen, chosen, head + 50, e, &project(&assigned)), None),
-        (submission_for(&s, chosen, chosen, head + 50, e, &project(&other)), Some(format!("was assigned pool {assigned}"))),
-        (submission_for(&s, idle, idle, head + 50, e, &project(&assigned)), Some(format!("slot {idle} was not selected"))),
+        (
+            submission_for(&s, chosen, chosen, head + 50, e, &project(&other)),
+            Some(format!("was assigned pool {assigned}")),
+        ),
+        (
+            submission_for(&s, idle, idle, head + 50, e, &project(&assigned)),
+            Some(format!("slot {idle} was not selected")),
+        ),
         (
             submission_for(&s, chosen, chosen, head + 50, e, &project("0x00000000000000000000000000000000000000aa")),
             Some("is not in the data market's active pool list".into()),

@@ -47,7 +47,10 @@ fn a_devnet_run_accepts_every_selected_slot_and_its_record_verifies_independentl
     assert!(stdout.contains("3 epochs in"), "{stdout}");
     assert!(stdout.contains("9 accepted, 0 rejected, 0 missing"), "{stdout}");
     for epoch in 1..=3 {
-        assert!(stdout.lines().any(|l| l.trim_start().starts_with(&format!("{epoch} "))), "no row for {epoch}:\n{stdout}");
+        assert!(
+            stdout.lines().any(|l| l.trim_start().starts_with(&format!("{epoch} "))),
+            "no row for {epoch}:\n{stdout}"
+        );
     }
 
     let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();

@@ -1,7 +1,7 @@
 //! `lite-node run` against the devnet world on a real anvil: epochs are
 //! dispatched once, in order, across restarts and RPC outages.
 
-use lite_node_testkit::World;
+use lite_node_testkit::{RunningCollector, RunningNode, World};
 use serde_json::Value;
 
 use crate::support::{node_env, start_node};
@@ -179,4 +179,115 @@ fn a_reorged_release_is_noticed_and_never_dispatched_twice() {
     assert_eq!(ids(&journal), [first, next], "epoch {first} is not dispatched again");
     node.wait_for_log(&format!("reorg: epoch {first} was released in block {block}"));
     assert_eq!(node.stop(), 0);
+}
+
+/// A node configured for the BDS base snapshot of `pools` (lite mode).
+fn bds_env(world: &World, slot: u64, dir: &std::path::Path, pools: &[String]) -> Vec<(String, String)> {
+    let projects = dir.join("projects.json");
+    let config = serde_json::json!({"config": [{
+        "project_type": "baseSnapshot",
+        "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"},
+        "preload_tasks": ["block_details"],
+        "pools": pools,
+    }]});
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(&projects, config.to_string()).unwrap();
+    let mut env = node_env(&world.url(), &world.manifest, slot);
+    env.retain(|(k, _)| k != "PROJECTS_CONFIG");
+    env.push(("PROJECTS_CONFIG".into(), projects.display().to_string()));
+    env.push(("LITE_NODE_DATA_DIR".into(), dir.join("collector").display().to_string()));
+    env
+}
+
+#[test]
+fn a_collector_failure_counts_as_a_failed_epoch_with_its_reason_and_is_not_resent() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let pools = &world.manifest.pools;
+    // The node snapshots pool 0; the market's list (the collector's) lacks it.
+    let env = bds_env(&world, 1, data.path(), &pools[..1]);
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let listed = pools[1..].join(",");
+    let collector = RunningCollector::start_with(bin, &env, 0, &["--pools", &listed]);
+    let mut env = env;
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
+    let mut node = RunningNode::start(bin, &env, &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    world.release_next_epoch();
+    let journal = node.wait_for_journal(1);
+    assert_eq!(journal[0]["outcome"], "failed", "{}", journal[0]);
+    let error = journal[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("rejected: collector answered `Failure`"), "{}", journal[0]);
+    let verdicts = collector.verdicts();
+    assert_eq!(verdicts.len(), 1, "{verdicts:?}");
+    assert!(verdicts[0].contains("is not in the data market's active pool list"), "{verdicts:?}");
+    assert!(node.log().contains("rejected: collector answered `Failure`"), "{}", node.log());
+
+    // A rejection is final: after a restart that recomputes the epoch, it is not sent again.
+    assert_eq!(node.stop(), 0);
+    remove_cursor(&data.path().join("node"));
+    let mut node = RunningNode::start(bin, &env, &data.path().join("node"));
+    let journal = node.wait_for_journal(2);
+    assert_eq!(journal[1]["submissions"][0]["verdict"], "already acknowledged", "{}", journal[1]);
+    assert_eq!(collector.verdicts().len(), 1);
+    assert_eq!(node.stop(), 0);
+}
+
+fn remove_cursor(data: &std::path::Path) {
+    let state = data.join("state");
+    for entry in std::fs::read_dir(&state).unwrap().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("cursor-") {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_restart_between_compute_and_acknowledgement_neither_loses_nor_duplicates_a_submission() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("node");
+    let env = bds_env(&world, 2, data.path(), &world.manifest.pools);
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut node_env = env.clone();
+    node_env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    node_env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
+
+    // Computed, but the collector is not there: the node keeps retrying; then it crashes.
+    let mut node = RunningNode::start(bin, &node_env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    let (epoch, _) = world.release_next_epoch();
+    node.wait_for_log(&format!("submitting to http://127.0.0.1:{port} failed"));
+    assert!(dir.join(format!("snapshots/{epoch}")).is_dir(), "the snapshot was computed");
+    node.kill();
+    assert!(node_journal(&dir).is_empty());
+
+    // The collector comes up; the restarted node recomputes and submits once.
+    let collector = RunningCollector::start_with(bin, &env, port, &[]);
+    let mut node = RunningNode::start(bin, &node_env, &dir);
+    let journal = node.wait_for_journal(1);
+    assert_eq!(journal[0]["epoch_id"].as_u64(), Some(epoch));
+    assert_eq!(journal[0]["submissions"][0]["verdict"], "accepted", "{}", journal[0]);
+    world.release_next_epoch();
+    node.wait_for_journal(2);
+    assert_eq!(node.stop(), 0);
+
+    // Acknowledged but the cursor not yet saved (a crash at that moment):
+    // the epochs are computed again, and nothing is sent twice.
+    remove_cursor(&dir);
+    let mut node = RunningNode::start(bin, &node_env, &dir);
+    let journal = node.wait_for_journal(4);
+    for line in &journal[2..] {
+        assert_eq!(line["submissions"][0]["verdict"], "already acknowledged", "{line}");
+    }
+    assert_eq!(node.stop(), 0);
+    let verdicts = collector.verdicts();
+    assert_eq!(verdicts.len(), 2, "one submission per epoch: {verdicts:?}");
+    assert!(verdicts.iter().all(|v| v.starts_with("accepted ")), "{verdicts:?}");
+}
+
+fn node_journal(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("state/epochs.jsonl")).unwrap_or_default().lines().map(str::to_owned).collect()
 }
