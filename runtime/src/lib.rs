@@ -12,6 +12,7 @@ pub mod config;
 pub mod devnet;
 pub mod dispatch;
 pub mod epochs;
+pub mod ipfs;
 pub mod journal;
 pub mod node;
 mod progress;

@@ -22,6 +22,7 @@ use crate::{
     config::NodeConfig,
     dispatch::{Dispatcher, Outcome, OutcomeKind, ProjectProcessor, now_ms},
     epochs::{Epoch, Watcher, preload},
+    ipfs::Ipfs,
     journal::Journal,
     signing::{Request, Signer},
     snapshot::SnapshotStore,
@@ -98,7 +99,11 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         signer: Signer::new(&cfg.signer_key, chain_id, protocol_state).map_err(BadInput)?,
         ledger: Ledger::open(&data_dir).context("opening the submission ledger")?,
         endpoint: format!("http://{}:{}", cfg.collector_host, cfg.collector_port),
+        ipfs: cfg.ipfs.as_ref().map(Ipfs::new).transpose().map_err(BadInput)?,
     };
+    if let Some(ipfs) = &cfg.ipfs {
+        tracing::info!("snapshots are also uploaded to IPFS at {}", crate::config::redact_url(&ipfs.url));
+    }
     let tracker = Arc::new(SelectionTracker::default());
     let dispatcher = Dispatcher::new(
         processors,
@@ -301,7 +306,11 @@ struct Submitter {
     signer: Signer,
     ledger: Ledger,
     endpoint: String,
+    ipfs: Option<Ipfs>,
 }
+
+/// Upload attempts per snapshot when IPFS is configured.
+const IPFS_ATTEMPTS: u32 = 3;
 
 impl Submitter {
     async fn submit(&self, cfg: &NodeConfig, epoch: &Epoch, outcome: &mut Outcome, anchor: &Anchor) -> Result<()> {
@@ -314,6 +323,19 @@ impl Submitter {
             if self.ledger.contains(epoch.epoch_id, &id) {
                 outcome.submissions.push((id, "already acknowledged".into(), now_ms()));
                 continue;
+            }
+            if let Some(ipfs) = &self.ipfs {
+                match upload(ipfs, stored).await {
+                    Ok(()) => {}
+                    Err(Upload::Mismatch(e)) => {
+                        failures.push(format!("{id}: {e}; not submitted"));
+                        outcome.submissions.push((id, format!("not submitted: {e}"), now_ms()));
+                        continue;
+                    }
+                    Err(Upload::Unavailable(e)) => {
+                        tracing::warn!("epoch {}: {e}; submitting the locally computed CID", epoch.epoch_id)
+                    }
+                }
             }
             // One call gives both the head (for the deadline) and its hash (the header).
             let (head, header) = loop {
@@ -375,6 +397,43 @@ impl Submitter {
             outcome.kind = OutcomeKind::Failed(failures.join("; "));
         }
         Ok(())
+    }
+}
+
+enum Upload {
+    /// IPFS could not be reached or refused (the CID is still the content's).
+    Unavailable(String),
+    /// IPFS stored the bytes under another CID than the node computed.
+    Mismatch(String),
+}
+
+/// Uploads a stored snapshot's exact bytes and checks the CID IPFS gives them.
+async fn upload(ipfs: &Ipfs, stored: &crate::snapshot::Stored) -> Result<(), Upload> {
+    let bytes = tokio::fs::read(&stored.path)
+        .await
+        .map_err(|e| Upload::Unavailable(format!("reading {}: {e}", stored.path.display())))?;
+    let name = stored.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut delay = Duration::from_millis(500);
+    let mut attempt = 1;
+    loop {
+        match ipfs.add(bytes.clone(), &name).await {
+            Ok(cid) if cid == stored.cid => return Ok(()),
+            Ok(cid) => {
+                return Err(Upload::Mismatch(format!(
+                    "IPFS stored the snapshot as {cid}, the node computed {}",
+                    stored.cid
+                )));
+            }
+            Err(e) if attempt >= IPFS_ATTEMPTS => {
+                return Err(Upload::Unavailable(format!("IPFS upload failed {attempt} times ({e})")));
+            }
+            Err(e) => {
+                tracing::debug!("IPFS upload attempt {attempt} failed ({e}); retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+        }
     }
 }
 

@@ -251,6 +251,57 @@ pub struct NodeConfig {
     pub projects: ProjectsSource,
     pub compute: ComputeConfig,
     pub watch: WatchSettings,
+    /// `IPFS_URL` (kubo's HTTP API), when snapshots are also uploaded.
+    pub ipfs: Option<IpfsConfig>,
+}
+
+/// Where snapshots are uploaded: a kubo HTTP API (`IPFS_URL`), with optional
+/// basic-auth credentials (`IPFS_API_KEY`, `IPFS_API_SECRET`) for a hosted one.
+#[derive(Clone)]
+pub struct IpfsConfig {
+    pub url: String,
+    pub api_key: Option<String>,
+    api_secret: Option<String>,
+}
+
+impl IpfsConfig {
+    pub fn new(url: &str) -> Self {
+        Self { url: url.to_owned(), api_key: None, api_secret: None }
+    }
+
+    pub fn api_secret(&self) -> Option<&str> {
+        self.api_secret.as_deref()
+    }
+
+    fn from_env(env: &EnvSnapshot, problems: &mut Vec<String>) -> Option<Self> {
+        let url = env.get("IPFS_URL")?;
+        match reqwest::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+            _ => problems.push(format!(
+                "IPFS_URL {} is not an http(s) URL (kubo's API, e.g. http://127.0.0.1:5001)",
+                redact_url(url)
+            )),
+        }
+        let (api_key, api_secret) = (env.get("IPFS_API_KEY"), env.get("IPFS_API_SECRET"));
+        if api_key.is_some() != api_secret.is_some() {
+            problems.push("IPFS_API_KEY and IPFS_API_SECRET go together: set both or neither".into());
+        }
+        Some(Self {
+            url: url.to_owned(),
+            api_key: api_key.map(str::to_owned),
+            api_secret: api_secret.map(str::to_owned),
+        })
+    }
+}
+
+impl fmt::Debug for IpfsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IpfsConfig")
+            .field("url", &redact_url(&self.url))
+            .field("api_key", &self.api_key)
+            .field("api_secret", &self.api_secret.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl NodeConfig {
@@ -273,6 +324,7 @@ impl NodeConfig {
         let compute = ComputeConfig::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
         let projects = ProjectsSource::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
         let watch = WatchSettings::from_env(env, &mut problems);
+        let ipfs = IpfsConfig::from_env(env, &mut problems);
 
         let source_rpc_urls = rpc_urls(env, "SOURCE_RPC_URL", &mut problems);
         let anchor_rpc_urls = rpc_urls(env, "POWERLOOM_RPC_URL", &mut problems);
@@ -329,6 +381,7 @@ impl NodeConfig {
                 projects,
                 compute,
                 watch,
+                ipfs,
             }),
             _ => Err(ConfigErrors { problems }),
         }

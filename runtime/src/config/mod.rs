@@ -9,7 +9,8 @@ mod env;
 mod projects;
 
 pub use env::{
-    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, NodeConfig, ProjectsSource, SecretKey, WatchSettings, redact_url,
+    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, ProjectsSource, SecretKey,
+    WatchSettings, redact_url,
 };
 pub use projects::{PRELOAD_TASKS, Project, Projects};
 
