@@ -10,6 +10,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use abi_stable::std_types::RString;
 use lite_node_plugin_api::{BlockDetail, EpochContext, Host, ProcessorBox};
 use tokio::sync::Semaphore;
 
@@ -49,6 +50,8 @@ pub enum OutcomeKind {
 pub struct Outcome {
     pub project_type: String,
     pub kind: OutcomeKind,
+    /// What this compute reported to the SlotSelectionTracker for this epoch.
+    pub selected: Option<bool>,
     /// `(data_source, snapshot JSON)` pairs.
     pub snapshots: Vec<(String, String)>,
     /// The snapshots' canonical bytes as stored, with their project ids and
@@ -76,6 +79,38 @@ pub struct Dispatcher {
     anchor: Option<Arc<dyn RpcEndpoint>>,
     pub tracker: Arc<SelectionTracker>,
     history: Option<(Arc<SnapshotStore>, String)>,
+    drill: Option<Drill>,
+}
+
+/// An alert drill (`LITE_NODE_DRILL`): when the slot is selected, the real
+/// compute runs and then its result is replaced, so an operator can see the
+/// whole failure and alert path without breaking anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drill {
+    /// The compute's result becomes an error.
+    ComputeError,
+    /// The compute's snapshots are dropped (the empty-return failure).
+    EmptyReturn,
+}
+
+impl Drill {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ComputeError => "compute-error",
+            Self::EmptyReturn => "empty-return",
+        }
+    }
+}
+
+impl std::str::FromStr for Drill {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "compute-error" => Ok(Self::ComputeError),
+            "empty-return" => Ok(Self::EmptyReturn),
+            other => Err(format!("unknown drill `{other}` (compute-error or empty-return)")),
+        }
+    }
 }
 
 impl std::fmt::Debug for dyn RpcEndpoint {
@@ -102,7 +137,14 @@ impl Dispatcher {
             anchor,
             tracker,
             history: None,
+            drill: None,
         }
+    }
+
+    /// Applies an alert drill to every selected compute.
+    pub fn with_drill(mut self, drill: Option<Drill>) -> Self {
+        self.drill = drill;
+        self
     }
 
     /// Stores every computed snapshot (canonical bytes, CID) and lets
@@ -136,7 +178,24 @@ impl Dispatcher {
             drop(permit);
             (result, host.reported())
         });
-        let (kind, snapshots) = match tokio::time::timeout(self.timeout, worker).await {
+        let mut answer = tokio::time::timeout(self.timeout, worker).await;
+        let mut selected = None;
+        if let Ok(Ok((result, reported))) = &mut answer {
+            selected = reported.filter(|(e, _)| *e == epoch_id).map(|(_, s)| s);
+            match (self.drill, selected) {
+                (Some(Drill::ComputeError), Some(true)) => {
+                    *result =
+                        Err(RString::from("drill (LITE_NODE_DRILL=compute-error): the compute's result was discarded"))
+                }
+                (Some(Drill::EmptyReturn), Some(true)) => {
+                    if let Ok(snapshots) = result {
+                        snapshots.clear();
+                    }
+                }
+                _ => {}
+            }
+        }
+        let (kind, snapshots) = match answer {
             Err(_) => (OutcomeKind::Failed(format!("timed out after {}s", self.timeout.as_secs_f64())), vec![]),
             Ok(Err(join)) => (OutcomeKind::Failed(format!("compute worker failed: {join}")), vec![]),
             Ok(Ok((Err(e), _))) => (OutcomeKind::Failed(e.into_string()), vec![]),
@@ -156,6 +215,7 @@ impl Dispatcher {
         let mut outcome = Outcome {
             project_type,
             kind,
+            selected,
             snapshots,
             stored: vec![],
             submissions: vec![],

@@ -4,6 +4,8 @@
 //! `main.rs` only parses the command line and sets up logging; every command
 //! lives here so tests can call it with their own environment.
 
+pub mod alerts;
+pub mod books;
 pub mod chain;
 pub mod collector;
 pub mod commands;
@@ -17,7 +19,9 @@ pub mod journal;
 pub mod node;
 mod progress;
 pub mod repo;
+pub mod safety;
 pub mod signing;
 pub mod snapshot;
+pub mod status;
 
 pub use commands::{ExitStatus, exit_status};

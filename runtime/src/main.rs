@@ -33,6 +33,9 @@ enum Command {
     /// deadline against ProtocolState and, given the active pools, that the
     /// slot was selected for that epoch and pool; answers Success or Failure.
     Collector(CollectorArgs),
+    /// Alert channels (Telegram bot, reporting service).
+    #[command(subcommand)]
+    Alert(AlertCommand),
     /// The whole network on this machine: anvil with Uniswap V3 pools and
     /// ProtocolState, the collector, N nodes, activity and epoch releases.
     Devnet(DevnetArgs),
@@ -70,6 +73,13 @@ struct DevnetArgs {
     /// Where the run's logs, node data and snapshots go (default <devnet dir>/run; emptied at start).
     #[arg(long, value_name = "DIR")]
     run_dir: Option<PathBuf>,
+    /// Alert drill on one slot: compute-error:SLOT or empty-return:SLOT (repeatable);
+    /// that node's compute fails, or returns nothing, whenever it is selected.
+    #[arg(long, value_name = "KIND:SLOT", value_parser = lite_node::devnet::parse_fault)]
+    fault: Vec<(u64, lite_node::dispatch::Drill)>,
+    /// Send the nodes' alerts to this Telegram Bot API (a placeholder bot token and chat id are supplied).
+    #[arg(long, value_name = "URL")]
+    telegram_api_url: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -121,6 +131,12 @@ struct AssignmentsArgs {
     /// Answer for this slot only.
     #[arg(long, value_name = "S")]
     slot: Option<u64>,
+}
+
+#[derive(Subcommand)]
+enum AlertCommand {
+    /// Send a test message through every configured channel and show each answer.
+    Test,
 }
 
 #[derive(Subcommand)]
@@ -213,6 +229,8 @@ fn run_devnet(a: DevnetArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
         epoch_timeout: Duration::from_secs(a.epoch_timeout_secs),
         json: a.json,
         run_dir: a.run_dir,
+        faults: a.fault,
+        telegram_api_url: a.telegram_api_url,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("devnet").build()?;
     let summary =
@@ -245,6 +263,7 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    lite_node::alerts::install_crypto_provider();
     let env = match cli.env_file.as_deref().map(|f| EnvSnapshot::from_process().with_env_file(f)) {
         None => EnvSnapshot::from_process(),
         Some(Ok(env)) => env,
@@ -267,6 +286,11 @@ fn main() -> ExitCode {
         Command::Run => run_node(&env),
         Command::Collector(a) => run_collector(a, &env),
         Command::Devnet(a) => run_devnet(a, &env),
+        Command::Alert(AlertCommand::Test) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(commands::alert_test(&env, &mut stdout()))),
         Command::Check => commands::check(&env, &mut stdout()),
         Command::Compute(ComputeCommand::Fetch) => {
             commands::compute_show(&env, Fetch::Allowed, &mut stdout()).map(drop)

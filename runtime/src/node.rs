@@ -4,7 +4,14 @@
 //! dispatches the epoch to every processor, records the outcomes, and only
 //! then advances the persisted cursor.
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use alloy::primitives::Address;
 use anyhow::{Context, Result};
@@ -12,6 +19,8 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use lite_node_plugin_api::{BlockDetail, EpochContext};
 
 use crate::{
+    alerts::{AlertKind, Alerter, Sender},
+    books::{Books, Notice},
     chain::{Anchor, HttpRpc, IoRuntime},
     collector::{self, Ledger, Verdict, proto},
     commands::{BadInput, load_projects},
@@ -24,8 +33,10 @@ use crate::{
     epochs::{Epoch, Watcher, preload},
     ipfs::Ipfs,
     journal::Journal,
+    safety::{self, Activity},
     signing::{Request, Signer},
     snapshot::SnapshotStore,
+    status::{Info, Metrics, NodeStatus},
 };
 
 /// How long shutdown waits for running computes.
@@ -70,9 +81,12 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         processors.iter().map(|p| p.project.project_type.as_str()).collect::<Vec<_>>().join(", ")
     );
 
+    let metrics = Metrics::default();
     let io = IoRuntime::new().context("starting the I/O runtime")?;
     let rpc = |role, urls: &Vec<String>| {
-        HttpRpc::new(role, urls.clone(), cfg.watch.rpc_timeout, io.clone()).map_err(|e| anyhow::anyhow!(e))
+        HttpRpc::new(role, urls.clone(), cfg.watch.rpc_timeout, io.clone())
+            .map(|r| r.count_errors(metrics.rpc_errors(role)))
+            .map_err(|e| anyhow::anyhow!(e))
     };
     let source = Arc::new(rpc("source", &cfg.source_rpc_urls)?);
     let anchor_for_host: Arc<dyn RpcEndpoint> = Arc::new(rpc("anchor", &cfg.anchor_rpc_urls)?);
@@ -81,10 +95,46 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let data_market: Address = cfg.data_market.parse().map_err(|e| BadInput(format!("DATA_MARKET_CONTRACT: {e}")))?;
     let anchor = Arc::new(Anchor::new(rpc("anchor", &cfg.anchor_rpc_urls)?, protocol_state, data_market));
 
+    let tracker = Arc::new(SelectionTracker::persistent(data_dir.join("state").join("slot_selection_status.json")));
+    let mut books = Books::open(&data_dir).context("opening the books")?;
+    let activity = Arc::new(Activity::default());
+    let status = Arc::new(NodeStatus {
+        info: Info {
+            slot_id: cfg.slot_id,
+            signer: cfg.signer_address.clone(),
+            data_market: cfg.data_market.clone(),
+            protocol_state: cfg.protocol_state.clone(),
+            namespace: cfg.full_namespace(),
+            compute_package: package.package.manifest.commit.clone(),
+            version: env!("CARGO_PKG_VERSION"),
+        },
+        activity: activity.clone(),
+        tracker: tracker.clone(),
+        books: Mutex::new(books.clone()),
+        metrics,
+        watching: AtomicBool::new(false),
+        stuck_after: cfg.safety.stuck_after,
+    });
+    let (stop_status, status_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(addr) = cfg.status_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| BadInput(format!("STATUS_PORT: cannot listen on {addr}: {e}")))?;
+        tracing::info!("status API on http://{} (/health, /status, /metrics)", listener.local_addr()?);
+        tokio::spawn(crate::status::serve(status.clone(), listener, async move {
+            let _ = status_stopped.await;
+        }));
+    }
+    let alerter = Alerter::start(&cfg.alerts, Sender { slot_id: cfg.slot_id, signer: cfg.signer_address.clone() })
+        .map_err(BadInput)?;
+
     let Some(()) = check_identity(&cfg, &anchor, &mut shutdown).await? else {
         tracing::info!("shutdown before the node started");
         return Ok(());
     };
+    if let Some(drill) = cfg.drill {
+        tracing::warn!("alert drill {drill:?} (LITE_NODE_DRILL): every selected compute's result will be replaced");
+    }
 
     let chain_id = {
         let v = anchor
@@ -104,7 +154,6 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     if let Some(ipfs) = &cfg.ipfs {
         tracing::info!("snapshots are also uploaded to IPFS at {}", crate::config::redact_url(&ipfs.url));
     }
-    let tracker = Arc::new(SelectionTracker::default());
     let dispatcher = Dispatcher::new(
         processors,
         cfg.watch.max_concurrent_computes,
@@ -113,6 +162,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         Some(anchor_for_host),
         tracker,
     )
+    .with_drill(cfg.drill)
     .with_history(
         Arc::new(SnapshotStore::open(&data_dir).context("opening the snapshot store")?),
         cfg.full_namespace(),
@@ -126,59 +176,142 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         cfg.watch.poll_interval.as_millis()
     );
 
-    let mut delays = backoff();
-    let mut failing = false;
-    'watch: loop {
-        let poll = tokio::select! {
-            _ = &mut shutdown => break 'watch,
-            poll = watcher.poll() => poll,
-        };
-        let poll = match poll {
-            Ok(poll) => {
-                if failing {
-                    tracing::info!("anchor RPC answers again");
-                    failing = false;
+    status.watching.store(true, Ordering::Relaxed);
+    activity.touch();
+    let watching = async {
+        let mut delays = backoff();
+        let mut failing = false;
+        'watch: loop {
+            let poll = tokio::select! {
+                _ = &mut shutdown => break 'watch,
+                poll = watcher.poll() => poll,
+            };
+            let poll = match poll {
+                Ok(poll) => {
+                    if failing {
+                        tracing::info!("anchor RPC answers again");
+                        failing = false;
+                    }
+                    delays = backoff();
+                    poll
                 }
-                delays = backoff();
-                poll
+                Err(e) => {
+                    let delay = delays.next().unwrap_or(Duration::from_secs(30));
+                    if !failing {
+                        tracing::warn!("polling the anchor chain failed ({e}); retrying with backoff");
+                    } else {
+                        tracing::debug!("anchor still failing ({e}); next try in {delay:?}");
+                    }
+                    failing = true;
+                    tokio::select! {
+                        _ = &mut shutdown => break 'watch,
+                        _ = tokio::time::sleep(delay) => continue 'watch,
+                    }
+                }
+            };
+            for epoch in &poll.epochs {
+                let seen_at = now_ms();
+                let mut outcomes =
+                    handle_epoch(&cfg, epoch, poll.head, &anchor, &source, &dispatcher, needs_blocks).await;
+                for outcome in &mut outcomes {
+                    submitter.submit(&cfg, epoch, outcome, &anchor).await.context("recording a submission")?;
+                }
+                for outcome in &outcomes {
+                    log_outcome(epoch, outcome);
+                    journal.record(epoch, outcome).with_context(|| format!("writing {}", journal.path().display()))?;
+                }
+                keep_books(&mut books, &status, &alerter, epoch, &outcomes, seen_at, &data_dir)?;
+                watcher.epoch_handled(epoch).context("saving the epoch cursor")?;
             }
-            Err(e) => {
-                let delay = delays.next().unwrap_or(Duration::from_secs(30));
-                if !failing {
-                    tracing::warn!("polling the anchor chain failed ({e}); retrying with backoff");
-                } else {
-                    tracing::debug!("anchor still failing ({e}); next try in {delay:?}");
-                }
-                failing = true;
+            watcher.scan_complete(poll.scanned_to).context("saving the epoch cursor")?;
+            if poll.epochs.is_empty() && poll.scanned_to >= poll.head {
                 tokio::select! {
                     _ = &mut shutdown => break 'watch,
-                    _ = tokio::time::sleep(delay) => continue 'watch,
+                    _ = tokio::time::sleep(cfg.watch.poll_interval) => {}
                 }
             }
-        };
-        for epoch in &poll.epochs {
-            let mut outcomes = handle_epoch(&cfg, epoch, poll.head, &anchor, &source, &dispatcher, needs_blocks).await;
-            for outcome in &mut outcomes {
-                submitter.submit(&cfg, epoch, outcome, &anchor).await.context("recording a submission")?;
-            }
-            for outcome in &outcomes {
-                log_outcome(epoch, outcome);
-                journal.record(epoch, outcome).with_context(|| format!("writing {}", journal.path().display()))?;
-            }
-            watcher.epoch_handled(epoch).context("saving the epoch cursor")?;
         }
-        watcher.scan_complete(poll.scanned_to).context("saving the epoch cursor")?;
-        if poll.epochs.is_empty() && poll.scanned_to >= poll.head {
-            tokio::select! {
-                _ = &mut shutdown => break 'watch,
-                _ = tokio::time::sleep(cfg.watch.poll_interval) => {}
-            }
-        }
+        Ok::<(), anyhow::Error>(())
+    };
+    let stuck = tokio::select! {
+        done = watching => { done?; None }
+        stuck = safety::watch(cfg.safety, &activity, |s| {
+            alerter.notify(
+                AlertKind::Unhealthy { idle: s.idle, checks: s.checks, exit_after: cfg.safety.exit_after },
+                &status.books.lock().unwrap_or_else(|p| p.into_inner()),
+            )
+        }) => Some(stuck),
+    };
+    status.watching.store(false, Ordering::Relaxed);
+    if let Some(stuck) = stuck {
+        let _ = stop_status.send(());
+        return Err(NodeStuck { idle: stuck.idle, checks: stuck.checks }.into());
     }
     tracing::info!("shutting down: waiting for running computes");
     watcher.flush().context("saving the epoch cursor")?;
     if !dispatcher.drain(DRAIN_GRACE).await {
         tracing::warn!("computes still running after {}s; exiting anyway", DRAIN_GRACE.as_secs());
+    }
+    let _ = stop_status.send(());
+    Ok(())
+}
+
+/// The safety net found the node stuck: it exits so its container restarts it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no epoch processed for {}s ({checks} stuck checks in a row): exiting for a restart",
+    idle.as_secs()
+)]
+pub struct NodeStuck {
+    pub idle: Duration,
+    pub checks: u32,
+}
+
+/// Counts one epoch in the books (saved before the epoch is marked handled),
+/// updates the status and metrics, and queues the alerts the books ask for.
+fn keep_books(
+    books: &mut Books,
+    status: &NodeStatus,
+    alerter: &Alerter,
+    epoch: &Epoch,
+    outcomes: &[Outcome],
+    seen_at_ms: u64,
+    data_dir: &std::path::Path,
+) -> Result<()> {
+    let notices = books.apply(epoch.epoch_id, outcomes);
+    books.save(data_dir).with_context(|| format!("writing {}", Books::path(data_dir).display()))?;
+    let m = &status.metrics;
+    m.epochs_seen.inc();
+    for o in outcomes {
+        m.count(&crate::books::verdict(o));
+        for (_, verdict, at) in &o.submissions {
+            if verdict == "accepted" {
+                m.submission_latency.observe(at.saturating_sub(seen_at_ms) as f64 / 1000.0);
+            }
+        }
+    }
+    *status.books.lock().unwrap_or_else(|p| p.into_inner()) = books.clone();
+    status.activity.touch();
+    for notice in notices {
+        let kind = match notice {
+            Notice::MissedSnapshot { epoch_id, project, error } => {
+                AlertKind::MissedSnapshot { epoch_id, project, error }
+            }
+            Notice::ThreeFailures { streak } => {
+                tracing::error!(
+                    "{} consecutive selected epochs failed (epochs {}); alerting",
+                    books.overall.consecutive_failures,
+                    streak.iter().map(|s| s.epoch_id.to_string()).collect::<Vec<_>>().join(", ")
+                );
+                AlertKind::ThreeFailures { streak }
+            }
+            Notice::Recovered { epoch_id, failures } => {
+                tracing::info!("epoch {epoch_id} succeeded after {failures} failed selected epochs");
+                AlertKind::Recovered { epoch_id, failures }
+            }
+        };
+        m.alerts.inc();
+        alerter.notify(kind, books);
     }
     Ok(())
 }
@@ -248,6 +381,7 @@ async fn handle_epoch(
             .map(|p| Outcome {
                 project_type: p.project.project_type.clone(),
                 kind: kind.clone(),
+                selected: None,
                 snapshots: vec![],
                 stored: vec![],
                 submissions: vec![],

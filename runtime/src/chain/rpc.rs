@@ -72,6 +72,8 @@ pub struct HttpRpc {
     io: IoRuntime,
     next_id: AtomicU64,
     preferred: Arc<AtomicUsize>,
+    /// Counts every failed request to one endpoint (for `/metrics`).
+    errors: Option<prometheus_client::metrics::counter::Counter>,
 }
 
 fn rpc_error(message: String) -> RpcError {
@@ -95,7 +97,14 @@ impl HttpRpc {
             io,
             next_id: AtomicU64::new(1),
             preferred: Arc::new(AtomicUsize::new(0)),
+            errors: None,
         })
+    }
+
+    /// Counts failed requests in `counter`.
+    pub fn count_errors(mut self, counter: prometheus_client::metrics::counter::Counter) -> Self {
+        self.errors = Some(counter);
+        self
     }
 
     /// Posts `body` to each endpoint in turn, from the last that worked,
@@ -105,6 +114,7 @@ impl HttpRpc {
         let client = self.client.clone();
         let preferred = self.preferred.clone();
         let role = self.role;
+        let errors = self.errors.clone();
         async move {
             let start = preferred.load(Ordering::Relaxed);
             let mut failures = Vec::new();
@@ -116,6 +126,9 @@ impl HttpRpc {
                         return Ok(value);
                     }
                     Err(e) => {
+                        if let Some(c) = &errors {
+                            c.inc();
+                        }
                         tracing::debug!("{role} RPC {}: {e}", redact_url(&urls[i]));
                         failures.push(format!("{}: {e}", redact_url(&urls[i])));
                     }

@@ -18,22 +18,63 @@ pub trait RpcEndpoint: Send + Sync {
     fn batch(&self, calls: &[RpcCall]) -> Result<Vec<Result<String, RpcError>>, RpcError>;
 }
 
-/// The SlotSelectionTracker: the last selection decision any compute reported.
+/// The SlotSelectionTracker: the last selection decision any compute
+/// reported. A persistent tracker keeps it in a file (the reference's
+/// `slot_selection_status` shape), so a restart still knows the last report.
 #[derive(Debug, Default)]
 pub struct SelectionTracker {
     last: Mutex<Option<SelectionReport>>,
+    path: Option<std::path::PathBuf>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedReport {
+    epoch_id: u64,
+    was_selected: bool,
+    slot_id: u64,
+    timestamp: u64,
 }
 
 impl SelectionTracker {
+    /// A tracker saved at `path`, starting from what it holds.
+    pub fn persistent(path: std::path::PathBuf) -> Self {
+        let last = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<SavedReport>(&b).ok()).map(|r| {
+            SelectionReport {
+                epoch_id: r.epoch_id,
+                was_selected: r.was_selected,
+                slot_id: r.slot_id,
+                timestamp: r.timestamp,
+            }
+        });
+        Self { last: Mutex::new(last), path: Some(path) }
+    }
+
     pub fn report(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
         let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let report = SelectionReport { epoch_id, was_selected, slot_id, timestamp };
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        *last = Some(report);
+        if let Some(path) = &self.path {
+            // Written under the lock, so the file never goes back in time.
+            let saved = SavedReport { epoch_id, was_selected, slot_id, timestamp };
+            if let Err(e) = save_atomic(path, &serde_json::to_vec(&saved).expect("plain data serializes")) {
+                tracing::warn!("saving the selection tracker to {}: {e}", path.display());
+            }
+        }
     }
 
     pub fn last(&self) -> Option<SelectionReport> {
         *self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+fn save_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// What one compute call sees of the node.

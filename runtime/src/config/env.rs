@@ -253,6 +253,12 @@ pub struct NodeConfig {
     pub watch: WatchSettings,
     /// `IPFS_URL` (kubo's HTTP API), when snapshots are also uploaded.
     pub ipfs: Option<IpfsConfig>,
+    pub alerts: super::AlertConfig,
+    pub safety: crate::safety::SafetySettings,
+    /// `STATUS_HOST:STATUS_PORT` for the status API, when `STATUS_PORT` is set.
+    pub status_addr: Option<std::net::SocketAddr>,
+    /// `LITE_NODE_DRILL`: an alert drill.
+    pub drill: Option<crate::dispatch::Drill>,
 }
 
 /// Where snapshots are uploaded: a kubo HTTP API (`IPFS_URL`), with optional
@@ -325,6 +331,28 @@ impl NodeConfig {
         let projects = ProjectsSource::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
         let watch = WatchSettings::from_env(env, &mut problems);
         let ipfs = IpfsConfig::from_env(env, &mut problems);
+        let alerts = super::AlertConfig::from_env(env).map_err(|e| problems.extend(e.problems)).unwrap_or_default();
+        let safety = safety_settings(env, &mut problems);
+        let status_addr = match env.get("STATUS_PORT").map(str::parse::<u16>) {
+            None => None,
+            Some(Ok(port)) => {
+                let host = env.get("STATUS_HOST").unwrap_or("0.0.0.0");
+                match host.parse::<std::net::IpAddr>() {
+                    Ok(ip) => Some(std::net::SocketAddr::new(ip, port)),
+                    Err(_) => {
+                        problems.push(format!("STATUS_HOST {host} is not an IP address (e.g. 0.0.0.0 or 127.0.0.1)"));
+                        None
+                    }
+                }
+            }
+            Some(Err(_)) => {
+                problems.push("STATUS_PORT must be a port number (0-65535; 0 picks a free one)".into());
+                None
+            }
+        };
+        let drill = env.get("LITE_NODE_DRILL").and_then(|d| {
+            d.parse::<crate::dispatch::Drill>().map_err(|e| problems.push(format!("LITE_NODE_DRILL: {e}"))).ok()
+        });
 
         let source_rpc_urls = rpc_urls(env, "SOURCE_RPC_URL", &mut problems);
         let anchor_rpc_urls = rpc_urls(env, "POWERLOOM_RPC_URL", &mut problems);
@@ -382,10 +410,37 @@ impl NodeConfig {
                 compute,
                 watch,
                 ipfs,
+                alerts,
+                safety,
+                status_addr,
+                drill,
             }),
             _ => Err(ConfigErrors { problems }),
         }
     }
+}
+
+fn safety_settings(env: &EnvSnapshot, problems: &mut Vec<String>) -> crate::safety::SafetySettings {
+    let d = crate::safety::SafetySettings::default();
+    let mut secs = |key: &str, default: Duration| match env.get(key).map(str::parse::<u64>) {
+        None => default,
+        Some(Ok(n)) if n > 0 => Duration::from_secs(n),
+        Some(_) => {
+            problems.push(format!("{key} must be a whole number of seconds above 0"));
+            default
+        }
+    };
+    let check_every = secs("LITE_NODE_SAFETY_CHECK_SECS", d.check_every);
+    let stuck_after = secs("LITE_NODE_STUCK_AFTER_SECS", d.stuck_after);
+    let exit_after = match env.get("LITE_NODE_STUCK_EXIT_AFTER_CHECKS").map(str::parse::<u32>) {
+        None => d.exit_after,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            problems.push("LITE_NODE_STUCK_EXIT_AFTER_CHECKS must be a whole number above 0".into());
+            d.exit_after
+        }
+    };
+    crate::safety::SafetySettings { check_every, stuck_after, exit_after }
 }
 
 impl ComputeConfig {

@@ -5,9 +5,11 @@
 //! file. Each loader reports *every* problem it finds at once, as a
 //! [`ConfigErrors`], which the command line maps to exit code 2.
 
+mod alerts;
 mod env;
 mod projects;
 
+pub use alerts::{AlertConfig, BotConfig};
 pub use env::{
     ComputeConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, ProjectsSource, SecretKey,
     WatchSettings, redact_url,

@@ -56,7 +56,23 @@ pub struct Options {
     pub json: Option<PathBuf>,
     /// Where the run's state goes (default `<devnet dir>/run`; emptied at start).
     pub run_dir: Option<PathBuf>,
+    /// Alert drills: `(slot, drill)`; that node's selected computes fail.
+    pub faults: Vec<(u64, crate::dispatch::Drill)>,
+    /// A Telegram Bot API for the nodes' alerts (placeholder token and chat).
+    pub telegram_api_url: Option<String>,
 }
+
+/// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`).
+pub fn parse_fault(s: &str) -> Result<(u64, crate::dispatch::Drill), String> {
+    let (kind, slot) =
+        s.split_once(':').ok_or_else(|| format!("--fault {s}: expected KIND:SLOT, e.g. compute-error:1"))?;
+    let slot = slot.parse::<u64>().map_err(|_| format!("--fault {s}: `{slot}` is not a slot number"))?;
+    Ok((slot, kind.parse()?))
+}
+
+/// The devnet's placeholder bot token and chat, sent to `--telegram-api-url`.
+pub const PLACEHOLDER_BOT_TOKEN: &str = "123456:devnet-placeholder-token";
+pub const PLACEHOLDER_CHAT_ID: &str = "1";
 
 /// The outcome of a devnet run.
 #[derive(Debug)]
@@ -96,6 +112,8 @@ struct Released {
     sent_at: SystemTime,
     /// Selected slots that belong to our nodes, with their pools.
     expected: BTreeMap<u64, String>,
+    /// Selected slots of ours running an alert drill (their failure is expected).
+    drills: Vec<u64>,
 }
 
 /// After Ctrl-C, how long the epoch in flight may take to finish.
@@ -252,6 +270,14 @@ pub async fn run(
             ("RUST_LOG", node_log_filter(&env)),
         ];
         cmd.envs(vars);
+        if let Some((_, drill)) = opts.faults.iter().find(|(s, _)| s == slot_id) {
+            cmd.env("LITE_NODE_DRILL", drill.as_str());
+        }
+        if let Some(url) = &opts.telegram_api_url {
+            cmd.env("TELEGRAM_API_URL", url)
+                .env("TELEGRAM_BOT_TOKEN", PLACEHOLDER_BOT_TOKEN)
+                .env("TELEGRAM_CHAT_ID", PLACEHOLDER_CHAT_ID);
+        }
         let log = run_dir.join(format!("node-{slot_id}.log"));
         let process = Guarded::spawn(&format!("node {slot_id}"), &mut cmd, &log, false)?;
         nodes.push(Node { slot_id: *slot_id, signer: *signer, data_dir, process, peak_rss_kib: None });
@@ -286,7 +312,7 @@ pub async fn run(
             _ = tokio::time::sleep_until(next_release) => {}
         }
         next_release = tokio::time::Instant::now() + opts.interval;
-        let epoch = release_one(&driver, &anchor, &selection, k, opts.nodes).await;
+        let epoch = release_one(&driver, &anchor, &selection, k, opts.nodes, &opts.faults).await;
         let epoch = match epoch {
             Ok(e) => e,
             Err(e) => {
@@ -378,6 +404,11 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
     if opts.total_slots.unwrap_or(opts.nodes) > u64::from(u32::MAX) {
         problems.push("--total-slots exceeds 2^32 - 1, the protocol's slot id range".into());
     }
+    for (slot, _) in &opts.faults {
+        if *slot == 0 || *slot > opts.nodes {
+            problems.push(format!("--fault slot {slot} is not one of the devnet's slots 1..={}", opts.nodes));
+        }
+    }
     if opts.interval.is_zero() {
         problems.push("--interval-ms must be above 0".into());
     }
@@ -463,6 +494,7 @@ async fn release_one(
     selection: &SelectionCheck,
     k: u64,
     nodes: u64,
+    faults: &[(u64, crate::dispatch::Drill)],
 ) -> Result<Released> {
     let pool = (k as usize) % driver.manifest.pools.len();
     driver.swap(pool, k.is_multiple_of(2), u128::from(1 + k % 9) * 10u128.pow(16)).await?;
@@ -470,8 +502,12 @@ async fn release_one(
     let sent_at = SystemTime::now();
     let (epoch_id, release_block) = driver.release_epoch(head, head).await?;
     let assignment = selection.epoch(anchor, epoch_id).await.map_err(|e| anyhow!("epoch {epoch_id}: {e}"))?;
-    let expected = assignment.selected.iter().filter(|(s, _)| **s <= nodes).map(|(s, p)| (*s, p.clone())).collect();
-    Ok(Released { assignment, release_block, sent_at, expected })
+    let ours = |s: &u64| *s <= nodes;
+    let drilled = |s: &u64| faults.iter().any(|(f, _)| f == s);
+    let expected =
+        assignment.selected.iter().filter(|(s, _)| ours(s) && !drilled(s)).map(|(s, p)| (*s, p.clone())).collect();
+    let drills = assignment.selected.keys().filter(|s| ours(s) && drilled(s)).copied().collect();
+    Ok(Released { assignment, release_block, sent_at, expected, drills })
 }
 
 /// What the collector has answered for `epoch` so far.
@@ -505,13 +541,15 @@ fn row(epoch: &Released, received: &Received, width: usize) -> String {
     let accepted = seen.iter().filter(|s| s.verdict.is_ok()).count();
     let rejected = seen.len() - accepted;
     let missing = epoch.expected.len().saturating_sub(accepted + rejected);
-    let selected = if epoch.expected.is_empty() {
+    let drills = epoch.drills.iter().map(|s| format!(" {s}→drill")).collect::<String>();
+    let selected = if epoch.expected.is_empty() && epoch.drills.is_empty() {
         "none of ours".to_owned()
     } else if epoch.expected.len() > 6 {
         format!("{} of our slots", epoch.expected.len())
     } else {
-        epoch.expected.iter().map(|(s, p)| format!("{s}→{}", short(p))).collect::<Vec<_>>().join(" ")
+        epoch.expected.iter().map(|(s, p)| format!("{s}→{}", short(p))).collect::<Vec<_>>().join(" ") + &drills
     };
+    let selected = selected.trim_start().to_owned();
     let slowest =
         seen.iter().map(|s| latency_ms(epoch, s)).fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
     let latency = slowest.map_or("-".to_owned(), |l| format!("{l:.0} ms"));

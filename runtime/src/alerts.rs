@@ -1,0 +1,423 @@
+//! Alerts to the operator: the Telegram Bot API (teloxide) and the protocol's
+//! reporting service (`/reportSnapshotIssue`, `/reportEpochProcessingIssue`
+//! with the reference node's message shapes).
+//!
+//! Epoch processing never waits for an alert: [`Alerter::notify`] puts it on
+//! a bounded queue (a full queue drops the newest and says so) and a
+//! background task delivers it, retrying while the API is down and waiting as
+//! long as a 429 asks. Failure alerts of the same kind obey the cooldown.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use serde_json::json;
+use teloxide::{
+    RequestError,
+    payloads::SendMessageSetters,
+    requests::Requester,
+    types::{ChatId, MessageId, Recipient, ThreadId},
+};
+use tokio::{sync::mpsc, time::Instant};
+
+use crate::{
+    books::{Books, StreakEntry},
+    config::{AlertConfig, BotConfig, redact_url},
+};
+
+/// Alerts waiting for delivery before new ones are dropped.
+const QUEUE: usize = 64;
+/// Longest wait between delivery attempts while an API is down.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Telegram's message limit is 4096 characters.
+const MAX_TEXT: usize = 4000;
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AlertKind {
+    /// Three (or more) consecutive selected epochs failed; once per streak.
+    ThreeFailures { streak: Vec<StreakEntry> },
+    /// A selected epoch succeeded after an alerted streak.
+    Recovered { epoch_id: u64, failures: u64 },
+    /// A selected project failed (cooldown applies).
+    MissedSnapshot { epoch_id: u64, project: String, error: String },
+    /// The safety net found no epoch processed for a while (cooldown applies).
+    Unhealthy { idle: Duration, checks: u32, exit_after: u32 },
+    /// `lite-node alert test`.
+    Test,
+}
+
+impl AlertKind {
+    /// The protocol's issue type.
+    pub fn issue_type(&self) -> &'static str {
+        match self {
+            Self::ThreeFailures { .. } | Self::MissedSnapshot { .. } => "MISSED_SNAPSHOT",
+            Self::Recovered { .. } => "SNAPSHOTTER_RECOVERED",
+            Self::Unhealthy { .. } => "UNHEALTHY_EPOCH_PROCESSING",
+            Self::Test => "LITE_NODE_TEST_MESSAGE",
+        }
+    }
+
+    fn cooled_down(&self) -> Option<&'static str> {
+        match self {
+            Self::MissedSnapshot { .. } => Some("missed-snapshot"),
+            Self::Unhealthy { .. } => Some("unhealthy"),
+            _ => None,
+        }
+    }
+}
+
+/// Who is alerting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sender {
+    pub slot_id: u64,
+    pub signer: String,
+}
+
+/// One alert, with the books as they stood.
+#[derive(Clone, Debug)]
+pub struct Alert {
+    pub kind: AlertKind,
+    pub from: Sender,
+    pub books: Books,
+    pub at_unix: u64,
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+}
+
+impl Alert {
+    /// The Telegram message.
+    pub fn text(&self) -> String {
+        let slot = self.from.slot_id;
+        let text = match &self.kind {
+            AlertKind::ThreeFailures { streak } => {
+                let mut t = format!(
+                    "⚠️ lite-node slot {slot} ({}): {} consecutive selected epochs failed\n",
+                    self.from.signer,
+                    self.books.overall.consecutive_failures.max(streak.len() as u64)
+                );
+                for s in streak {
+                    t.push_str(&format!("• epoch {}: {}\n", s.epoch_id, clip(&s.errors.join("; "), 400)));
+                }
+                t.push_str("No further alert until a selected epoch succeeds.");
+                t
+            }
+            AlertKind::Recovered { epoch_id, failures } => format!(
+                "✅ lite-node slot {slot}: epoch {epoch_id} succeeded after {failures} failed selected epoch(s)."
+            ),
+            AlertKind::MissedSnapshot { epoch_id, project, error } => {
+                format!("lite-node slot {slot}: MISSED_SNAPSHOT in epoch {epoch_id}, {project}: {}", clip(error, 600))
+            }
+            AlertKind::Unhealthy { idle, checks, exit_after } => format!(
+                "🔴 lite-node slot {slot}: UNHEALTHY_EPOCH_PROCESSING, no epoch processed for {} min \
+                 (stuck check {checks} of {exit_after}; the node exits for a restart after {exit_after}).",
+                idle.as_secs() / 60
+            ),
+            AlertKind::Test => {
+                format!("lite-node slot {slot} ({}): test message from `lite-node alert test`.", self.from.signer)
+            }
+        };
+        clip(&text, MAX_TEXT)
+    }
+
+    fn extra(&self) -> String {
+        match &self.kind {
+            AlertKind::MissedSnapshot { error, .. } => clip(error, 1000),
+            _ => self.text(),
+        }
+    }
+
+    /// The reporting service's endpoint and body, when it takes this kind.
+    fn report(&self, chat_id: &str) -> Option<(&'static str, serde_json::Value)> {
+        let (project, epoch) = match &self.kind {
+            AlertKind::MissedSnapshot { epoch_id, project, .. } => (project.clone(), epoch_id.to_string()),
+            AlertKind::ThreeFailures { streak } => {
+                (String::new(), streak.last().map(|s| s.epoch_id.to_string()).unwrap_or_default())
+            }
+            AlertKind::Unhealthy { .. } | AlertKind::Test => (String::new(), String::new()),
+            AlertKind::Recovered { .. } => return None,
+        };
+        let issue = json!({
+            "instanceID": self.from.signer,
+            "issueType": self.kind.issue_type(),
+            "projectID": project,
+            "epochId": epoch,
+            "timeOfReporting": self.at_unix.to_string(),
+            "extra": self.extra(),
+        });
+        if matches!(self.kind, AlertKind::Unhealthy { .. }) {
+            let body = json!({"chatId": chat_id, "slotId": self.from.slot_id, "issue": issue});
+            return Some(("/reportEpochProcessingIssue", body));
+        }
+        let b = &self.books;
+        let projects: Vec<_> = b
+            .projects
+            .iter()
+            .map(|(p, c)| {
+                json!({
+                    "projectId": p,
+                    "successfulSubmissions": c.selected_success,
+                    "incorrectSubmissions": 0,
+                    "missedSubmissions": c.selected_failure,
+                })
+            })
+            .collect();
+        let status = json!({
+            "totalSuccessfulSubmissions": b.overall.selected_success,
+            "totalIncorrectSubmissions": 0,
+            "totalMissedSubmissions": b.overall.selected_failure,
+            "consecutiveMissedSubmissions": b.overall.consecutive_failures,
+            "projects": projects,
+        });
+        Some((
+            "/reportSnapshotIssue",
+            json!({"chatId": chat_id, "slotId": self.from.slot_id, "issue": issue, "status": status}),
+        ))
+    }
+}
+
+/// Why a delivery did not happen.
+#[derive(Debug)]
+enum Failure {
+    /// Try again after this long (a 429's retry_after).
+    After(Duration, String),
+    /// Down or unreachable: back off and try again.
+    Transient(String),
+    /// Retrying cannot help (bad token, unknown chat, …).
+    Permanent(String),
+}
+
+/// One delivery channel.
+enum Channel {
+    Bot { bot: teloxide::Bot, chat: Recipient, thread: Option<ThreadId>, token: String, api: String },
+    Reporting { client: reqwest::Client, url: String, chat_id: String },
+}
+
+impl Channel {
+    fn name(&self) -> String {
+        match self {
+            Self::Bot { api, .. } => format!("telegram bot ({api})"),
+            Self::Reporting { url, .. } => format!("reporting service ({})", redact_url(url)),
+        }
+    }
+
+    async fn send(&self, alert: &Alert) -> Result<String, Failure> {
+        match self {
+            Self::Bot { bot, chat, thread, token, .. } => {
+                let mut request = bot.send_message(chat.clone(), alert.text());
+                if let Some(t) = thread {
+                    request = request.message_thread_id(*t);
+                }
+                let hide = |e: &dyn std::fmt::Display| e.to_string().replace(token.as_str(), "<token>");
+                match request.await {
+                    Ok(m) => Ok(format!("message {} sent to chat {}", m.id, m.chat.id)),
+                    Err(RequestError::RetryAfter(s)) => Err(Failure::After(
+                        Duration::from_secs(u64::from(s.seconds())),
+                        format!("rate limited: retry after {}s", s.seconds()),
+                    )),
+                    Err(e @ RequestError::Api(_)) => Err(Failure::Permanent(hide(&e))),
+                    Err(e) => Err(Failure::Transient(hide(&e))),
+                }
+            }
+            Self::Reporting { client, url, chat_id } => {
+                let Some((endpoint, body)) = alert.report(chat_id) else { return Ok("not a reported kind".into()) };
+                let response = client
+                    .post(format!("{url}{endpoint}"))
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .map_err(|e| Failure::Transient(e.without_url().to_string()))?;
+                let status = response.status();
+                let text = response.text().await.unwrap_or_default();
+                match status.as_u16() {
+                    200..=299 => Ok(format!("{endpoint} answered {status}")),
+                    429 => Err(Failure::After(Duration::from_secs(5), format!("{endpoint} answered 429"))),
+                    400..=499 => Err(Failure::Permanent(format!("{endpoint} answered {status}: {}", clip(&text, 200)))),
+                    _ => Err(Failure::Transient(format!("{endpoint} answered {status}: {}", clip(&text, 200)))),
+                }
+            }
+        }
+    }
+}
+
+/// Installs the process-wide TLS crypto provider once: teloxide (ring) and
+/// alloy/reqwest (aws-lc) both bring one, and rustls refuses to guess.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
+fn bot_channel(cfg: &BotConfig) -> Result<Channel, String> {
+    install_crypto_provider();
+    // teloxide's own HTTP client (its reqwest), with timeouts that suit alerts.
+    let client = teloxide::net::default_reqwest_settings()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| format!("telegram client: {e}"))?;
+    let mut bot = teloxide::Bot::with_client(cfg.token(), client);
+    let api = cfg.api_url.clone().unwrap_or_else(|| "https://api.telegram.org".into());
+    if let Some(url) = &cfg.api_url {
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("TELEGRAM_API_URL: {e}"))?;
+        bot = bot.set_api_url(parsed);
+    }
+    let chat = match cfg.chat.parse::<i64>() {
+        Ok(id) => Recipient::Id(ChatId(id)),
+        Err(_) => Recipient::ChannelUsername(cfg.chat.clone()),
+    };
+    let thread = cfg.thread_id.map(|t| ThreadId(MessageId(t)));
+    Ok(Channel::Bot { bot, chat, thread, token: cfg.token().to_owned(), api: redact_url(&api) })
+}
+
+fn channels(cfg: &AlertConfig) -> Result<Vec<Channel>, String> {
+    let mut out = Vec::new();
+    if let Some(bot) = &cfg.bot {
+        out.push(bot_channel(bot)?);
+    }
+    if let Some((url, chat_id)) = &cfg.reporting {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| format!("reporting client: {e}"))?;
+        out.push(Channel::Reporting { client, url: url.clone(), chat_id: chat_id.clone() });
+    }
+    Ok(out)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The node's alert queue.
+pub struct Alerter {
+    tx: Option<mpsc::Sender<Alert>>,
+    from: Sender,
+    cooldown: Duration,
+    last: Mutex<HashMap<&'static str, Instant>>,
+    /// Alerts handed to the queue, and dropped because it was full.
+    pub queued: std::sync::atomic::AtomicU64,
+    pub dropped: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for Alerter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Alerter").field("enabled", &self.tx.is_some()).field("from", &self.from).finish_non_exhaustive()
+    }
+}
+
+impl Alerter {
+    /// Starts the delivery task on the current runtime (nothing when no
+    /// channel is configured).
+    pub fn start(cfg: &AlertConfig, from: Sender) -> Result<Arc<Self>, String> {
+        let channels = channels(cfg)?;
+        let tx = if channels.is_empty() {
+            None
+        } else {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            tokio::spawn(deliver_all(channels, rx));
+            Some(tx)
+        };
+        Ok(Arc::new(Self {
+            tx,
+            from,
+            cooldown: cfg.cooldown,
+            last: Mutex::default(),
+            queued: Default::default(),
+            dropped: Default::default(),
+        }))
+    }
+
+    /// Queues an alert; never waits. Repeated failure alerts within the
+    /// cooldown are skipped.
+    pub fn notify(&self, kind: AlertKind, books: &Books) {
+        let Some(tx) = &self.tx else { return };
+        if let Some(key) = kind.cooled_down() {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.get(key).is_some_and(|at| at.elapsed() < self.cooldown) {
+                tracing::debug!(
+                    "{} alert skipped: within the {}s cooldown",
+                    kind.issue_type(),
+                    self.cooldown.as_secs()
+                );
+                return;
+            }
+            last.insert(key, Instant::now());
+        }
+        let alert = Alert { kind, from: self.from.clone(), books: books.clone(), at_unix: unix_now() };
+        match tx.try_send(alert) {
+            Ok(()) => {
+                self.queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    "alert queue full ({QUEUE} waiting): dropped a {} alert",
+                    e.into_inner().kind.issue_type()
+                );
+            }
+        }
+    }
+}
+
+async fn deliver_all(channels: Vec<Channel>, mut rx: mpsc::Receiver<Alert>) {
+    while let Some(alert) = rx.recv().await {
+        for channel in &channels {
+            deliver(channel, &alert).await;
+        }
+    }
+}
+
+async fn deliver(channel: &Channel, alert: &Alert) {
+    let mut delay = Duration::from_millis(250);
+    let mut warned = false;
+    loop {
+        match channel.send(alert).await {
+            Ok(what) => {
+                if warned {
+                    tracing::info!(
+                        "{} alert delivered through {} after retrying",
+                        alert.kind.issue_type(),
+                        channel.name()
+                    );
+                } else {
+                    tracing::debug!("{} alert: {what}", alert.kind.issue_type());
+                }
+                return;
+            }
+            Err(Failure::Permanent(e)) => {
+                tracing::error!("{} alert not deliverable through {}: {e}", alert.kind.issue_type(), channel.name());
+                return;
+            }
+            Err(Failure::After(wait, e)) => {
+                tracing::info!("{}: {e}; waiting {}s", channel.name(), wait.as_secs());
+                tokio::time::sleep(wait).await;
+            }
+            Err(Failure::Transient(e)) => {
+                if !warned {
+                    tracing::warn!("{} unavailable ({e}); retrying until it answers", channel.name());
+                    warned = true;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Sends one test message through every configured channel, once each:
+/// `(channel, what it answered or why it failed)`.
+pub async fn test(cfg: &AlertConfig, from: Sender) -> Result<Vec<(String, Result<String, String>)>, String> {
+    let alert = Alert { kind: AlertKind::Test, from, books: Books::default(), at_unix: unix_now() };
+    let mut results = Vec::new();
+    for channel in channels(cfg)? {
+        let result = channel.send(&alert).await.map_err(|f| match f {
+            Failure::After(_, e) | Failure::Transient(e) | Failure::Permanent(e) => e,
+        });
+        results.push((channel.name(), result));
+    }
+    Ok(results)
+}

@@ -1,0 +1,198 @@
+//! The status API (`STATUS_PORT`, axum): `/health` answers 200 only while
+//! epochs are being processed — not merely while the process is up —
+//! `/status` the books, the last selection and submission and the compute
+//! package, `/metrics` the Prometheus text format.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    extract::State,
+    http::{StatusCode, header},
+    response::IntoResponse,
+    routing::get,
+};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    registry::Registry,
+};
+use serde_json::json;
+
+use crate::{
+    books::{Books, Verdict},
+    compute::host::SelectionTracker,
+    safety::Activity,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChainLabel {
+    pub chain: String,
+}
+
+/// The node's Prometheus metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub epochs_seen: Counter,
+    pub selected_succeeded: Counter,
+    pub selected_failed: Counter,
+    pub not_selected: Counter,
+    pub missed: Counter,
+    /// Epoch seen → collector acknowledgement, seconds.
+    pub submission_latency: Histogram,
+    pub rpc_errors: Family<ChainLabel, Counter>,
+    pub alerts: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("lite_node");
+        let m = Self {
+            epochs_seen: Counter::default(),
+            selected_succeeded: Counter::default(),
+            selected_failed: Counter::default(),
+            not_selected: Counter::default(),
+            missed: Counter::default(),
+            submission_latency: Histogram::new([0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
+            rpc_errors: Family::default(),
+            alerts: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "epochs_seen",
+            "Epochs released for our data market that the node handled",
+            m.epochs_seen.clone(),
+        );
+        registry.register(
+            "epochs_selected_succeeded",
+            "Selected epochs computed and accepted",
+            m.selected_succeeded.clone(),
+        );
+        registry.register("epochs_selected_failed", "Selected epochs that failed", m.selected_failed.clone());
+        registry.register("epochs_not_selected", "Epochs in which the slot was not selected", m.not_selected.clone());
+        registry.register("epochs_missed", "Epochs older than the submission window when seen", m.missed.clone());
+        registry.register(
+            "submission_latency_seconds",
+            "From seeing an epoch to the collector's answer",
+            m.submission_latency.clone(),
+        );
+        registry.register("rpc_errors", "Failed JSON-RPC requests, per chain", m.rpc_errors.clone());
+        registry.register("alerts_queued", "Alerts handed to the delivery queue", m.alerts.clone());
+        Self { registry, ..m }
+    }
+}
+
+impl Metrics {
+    pub fn count(&self, verdict: &Verdict) {
+        match verdict {
+            Verdict::SelectedSuccess => self.selected_succeeded.inc(),
+            Verdict::SelectedFailure(_) => self.selected_failed.inc(),
+            Verdict::NotSelected => self.not_selected.inc(),
+            Verdict::Missed => self.missed.inc(),
+        };
+    }
+
+    /// A counter of failed requests for one chain's RPC.
+    pub fn rpc_errors(&self, chain: &str) -> Counter {
+        self.rpc_errors.get_or_create(&ChainLabel { chain: chain.to_owned() }).clone()
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        out
+    }
+}
+
+/// Facts about the node that do not change while it runs.
+#[derive(Clone, Debug)]
+pub struct Info {
+    pub slot_id: u64,
+    pub signer: String,
+    pub data_market: String,
+    pub protocol_state: String,
+    pub namespace: String,
+    pub compute_package: String,
+    pub version: &'static str,
+}
+
+/// What the status API reports, shared with the node's loop.
+#[derive(Debug)]
+pub struct NodeStatus {
+    pub info: Info,
+    pub activity: Arc<Activity>,
+    pub tracker: Arc<SelectionTracker>,
+    pub books: Mutex<Books>,
+    pub metrics: Metrics,
+    /// The node passed its identity check and watches the anchor chain.
+    pub watching: AtomicBool,
+    /// No epoch processed for longer than this: unhealthy.
+    pub stuck_after: Duration,
+}
+
+impl NodeStatus {
+    /// `Ok` while epochs are being processed, else why not.
+    pub fn health(&self) -> Result<String, String> {
+        if !self.watching.load(Ordering::Relaxed) {
+            return Err("starting: not watching the anchor chain yet".into());
+        }
+        let idle = self.activity.idle();
+        if idle > self.stuck_after {
+            let since = if self.activity.ever() { "no epoch processed" } else { "no epoch processed since start-up" };
+            return Err(format!("{since} for {}s (limit {}s)", idle.as_secs(), self.stuck_after.as_secs()));
+        }
+        Ok(format!("processing epochs (last {}s ago)", idle.as_secs()))
+    }
+}
+
+async fn health(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
+    match s.health() {
+        Ok(detail) => (StatusCode::OK, axum::Json(json!({"healthy": true, "detail": detail}))),
+        Err(detail) => (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"healthy": false, "detail": detail}))),
+    }
+}
+
+async fn status_json(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
+    let books = s.books.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let i = &s.info;
+    axum::Json(json!({
+        "slotId": i.slot_id,
+        "signer": i.signer,
+        "dataMarket": i.data_market,
+        "protocolState": i.protocol_state,
+        "namespace": i.namespace,
+        "computePackage": i.compute_package,
+        "version": i.version,
+        "healthy": s.health().is_ok(),
+        "health": s.health().unwrap_or_else(|e| e),
+        "lastSelection": s.tracker.last().map(|r| json!({
+            "epoch_id": r.epoch_id, "was_selected": r.was_selected, "slot_id": r.slot_id, "timestamp": r.timestamp,
+        })),
+        "books": books,
+    }))
+}
+
+async fn metrics(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+}
+
+/// Serves the status API on `listener` until `shutdown` completes.
+pub async fn serve(
+    status: Arc<NodeStatus>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/health", get(health))
+        .route("/status", get(status_json))
+        .route("/metrics", get(metrics))
+        .with_state(status);
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
