@@ -69,6 +69,17 @@ impl AlertKind {
     }
 }
 
+impl From<crate::books::Notice> for AlertKind {
+    fn from(n: crate::books::Notice) -> Self {
+        use crate::books::Notice;
+        match n {
+            Notice::MissedSnapshot { epoch_id, project, error } => Self::MissedSnapshot { epoch_id, project, error },
+            Notice::ThreeFailures { streak } => Self::ThreeFailures { streak },
+            Notice::Recovered { epoch_id, failures } => Self::Recovered { epoch_id, failures },
+        }
+    }
+}
+
 /// Who is alerting.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sender {
@@ -185,8 +196,10 @@ impl Alert {
 enum Failure {
     /// Try again after this long (a 429's retry_after).
     After(Duration, String),
-    /// Down or unreachable: back off and try again.
+    /// Down or unreachable: back off and try again, for as long as it takes.
     Transient(String),
+    /// An error the API does not classify: retried a few times, then dropped.
+    Unclear(String),
     /// Retrying cannot help (bad token, unknown chat, …).
     Permanent(String),
 }
@@ -219,6 +232,7 @@ impl Channel {
                         Duration::from_secs(u64::from(s.seconds())),
                         format!("rate limited: retry after {}s", s.seconds()),
                     )),
+                    Err(e @ RequestError::Api(teloxide::ApiError::Unknown(_))) => Err(Failure::Unclear(hide(&e))),
                     Err(e @ RequestError::Api(_)) => Err(Failure::Permanent(hide(&e))),
                     Err(e) => Err(Failure::Transient(hide(&e))),
                 }
@@ -371,40 +385,49 @@ async fn deliver_all(channels: Vec<Channel>, mut rx: mpsc::Receiver<Alert>) {
     }
 }
 
+/// Attempts at an alert the API answers with an unclassified error.
+const UNCLEAR_ATTEMPTS: u32 = 8;
+
 async fn deliver(channel: &Channel, alert: &Alert) {
+    let what = alert.kind.issue_type();
     let mut delay = Duration::from_millis(250);
     let mut warned = false;
+    let mut unclear = 0;
     loop {
-        match channel.send(alert).await {
-            Ok(what) => {
+        let error = match channel.send(alert).await {
+            Ok(answer) => {
                 if warned {
-                    tracing::info!(
-                        "{} alert delivered through {} after retrying",
-                        alert.kind.issue_type(),
-                        channel.name()
-                    );
+                    tracing::info!("{what} alert delivered through {} after retrying", channel.name());
                 } else {
-                    tracing::debug!("{} alert: {what}", alert.kind.issue_type());
+                    tracing::debug!("{what} alert: {answer}");
                 }
                 return;
             }
             Err(Failure::Permanent(e)) => {
-                tracing::error!("{} alert not deliverable through {}: {e}", alert.kind.issue_type(), channel.name());
+                tracing::error!("{what} alert not deliverable through {}: {e}", channel.name());
                 return;
             }
             Err(Failure::After(wait, e)) => {
                 tracing::info!("{}: {e}; waiting {}s", channel.name(), wait.as_secs());
                 tokio::time::sleep(wait).await;
+                continue;
             }
-            Err(Failure::Transient(e)) => {
-                if !warned {
-                    tracing::warn!("{} unavailable ({e}); retrying until it answers", channel.name());
-                    warned = true;
+            Err(Failure::Unclear(e)) => {
+                unclear += 1;
+                if unclear >= UNCLEAR_ATTEMPTS {
+                    tracing::error!("{what} alert dropped after {unclear} attempts through {}: {e}", channel.name());
+                    return;
                 }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(MAX_BACKOFF);
+                e
             }
+            Err(Failure::Transient(e)) => e,
+        };
+        if !warned {
+            tracing::warn!("{} unavailable ({error}); retrying until it answers", channel.name());
+            warned = true;
         }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_BACKOFF);
     }
 }
 
@@ -415,7 +438,7 @@ pub async fn test(cfg: &AlertConfig, from: Sender) -> Result<Vec<(String, Result
     let mut results = Vec::new();
     for channel in channels(cfg)? {
         let result = channel.send(&alert).await.map_err(|f| match f {
-            Failure::After(_, e) | Failure::Transient(e) | Failure::Permanent(e) => e,
+            Failure::After(_, e) | Failure::Transient(e) | Failure::Unclear(e) | Failure::Permanent(e) => e,
         });
         results.push((channel.name(), result));
     }

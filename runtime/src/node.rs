@@ -293,23 +293,18 @@ fn keep_books(
     *status.books.lock().unwrap_or_else(|p| p.into_inner()) = books.clone();
     status.activity.touch();
     for notice in notices {
-        let kind = match notice {
-            Notice::MissedSnapshot { epoch_id, project, error } => {
-                AlertKind::MissedSnapshot { epoch_id, project, error }
-            }
-            Notice::ThreeFailures { streak } => {
-                tracing::error!(
-                    "{} consecutive selected epochs failed (epochs {}); alerting",
-                    books.overall.consecutive_failures,
-                    streak.iter().map(|s| s.epoch_id.to_string()).collect::<Vec<_>>().join(", ")
-                );
-                AlertKind::ThreeFailures { streak }
-            }
+        match &notice {
+            Notice::ThreeFailures { streak } => tracing::error!(
+                "{} consecutive selected epochs failed (epochs {}); alerting",
+                books.overall.consecutive_failures,
+                streak.iter().map(|s| s.epoch_id.to_string()).collect::<Vec<_>>().join(", ")
+            ),
             Notice::Recovered { epoch_id, failures } => {
-                tracing::info!("epoch {epoch_id} succeeded after {failures} failed selected epochs");
-                AlertKind::Recovered { epoch_id, failures }
+                tracing::info!("epoch {epoch_id} succeeded after {failures} failed selected epochs")
             }
-        };
+            Notice::MissedSnapshot { .. } => {}
+        }
+        let kind = AlertKind::from(notice);
         m.alerts.inc();
         alerter.notify(kind, books);
     }

@@ -5,9 +5,13 @@ protocol's issue-reporting service, for tests and devnet drills.
     telegram_standin.py STORE_DIR [--port N]
 
 Prints "listening on PORT". Every request it accepts is appended to
-STORE_DIR/requests.jsonl as {"path", "body"}. Bot API: POST /bot<token>/<method>
+STORE_DIR/requests.jsonl as {"path", "body"}. While down it answers 502 with
+an HTML page, as a proxy in front of a down API does. Bot API: POST /bot<token>/<method>
 (sendMessage in any case) answers a Message like Telegram does. Reporting
 service: POST /reportSnapshotIssue and /reportEpochProcessingIssue.
+
+Refused requests (502 while down, 429, 401) go to STORE_DIR/refused.jsonl.
+A token containing "invalid" is refused with 401, as Telegram does.
 
 Control (not recorded): POST /control/down makes every other request fail
 with 502 until POST /control/up; POST /control/ratelimit?n=N&retry_after=S
@@ -50,16 +54,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(200, {"ok": True})
             return
         with LOCK:
-            if STATE["down"]:
-                self.answer(502, {"ok": False, "error_code": 502, "description": "Bad Gateway"})
-                return
             bot_call = url.path.startswith("/bot")
-            if bot_call and STATE["limit"] > 0:
+            refusal = None
+            if STATE["down"]:
+                refusal = (502, {"ok": False, "error_code": 502, "description": "Bad Gateway"})
+            elif bot_call and "invalid" in url.path:
+                refusal = (401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
+            elif bot_call and STATE["limit"] > 0:
                 STATE["limit"] -= 1
                 after = STATE["retry_after"]
-                self.answer(429, {"ok": False, "error_code": 429,
-                                  "description": f"Too Many Requests: retry after {after}",
-                                  "parameters": {"retry_after": after}})
+                refusal = (429, {"ok": False, "error_code": 429,
+                                 "description": f"Too Many Requests: retry after {after}",
+                                 "parameters": {"retry_after": after}})
+            if refusal:
+                with open(os.path.join(STORE, "refused.jsonl"), "a") as f:
+                    f.write(json.dumps({"path": url.path, "status": refusal[0], "at": time.time()}) + "\n")
+                if refusal[0] == 502:
+                    # What a proxy in front of a down API answers: a page, not JSON.
+                    page = b"<html><head><title>502 Bad Gateway</title></head><body>502 Bad Gateway</body></html>"
+                    self.send_response(502)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                else:
+                    self.answer(*refusal)
                 return
             try:
                 parsed = json.loads(body or b"{}")

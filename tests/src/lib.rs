@@ -9,6 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use serde_json::Value;
 use tempfile::TempDir;
 
 pub mod world;
@@ -446,6 +447,99 @@ impl RunningNode {
 }
 
 impl Drop for RunningNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `tests/data/telegram_standin.py`: a real HTTP server standing in for
+/// Telegram's Bot API and the reporting service; killed on drop.
+#[derive(Debug)]
+pub struct TelegramStandin {
+    child: std::process::Child,
+    pub port: u16,
+    store: TempDir,
+}
+
+impl TelegramStandin {
+    pub fn start() -> Self {
+        Self::start_on(0)
+    }
+
+    /// On `port` (0: any), e.g. to bring it back where a node expects it.
+    pub fn start_on(port: u16) -> Self {
+        use std::io::BufRead;
+        let store = tempfile::tempdir().unwrap();
+        let mut child = Command::new("python3")
+            .arg(data("telegram_standin.py"))
+            .arg(store.path())
+            .args(["--port", &port.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().strip_prefix("listening on ").and_then(|p| p.parse().ok()).expect("a port");
+        Self { child, port, store }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn lines(&self, file: &str) -> Vec<Value> {
+        fs::read_to_string(self.store.path().join(file))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Every accepted request so far: `{"path", "body"}`.
+    pub fn requests(&self) -> Vec<Value> {
+        self.lines("requests.jsonl")
+    }
+
+    /// The texts of the Bot API messages so far.
+    pub fn messages(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|r| r["path"].as_str().is_some_and(|p| p.starts_with("/bot")))
+            .map(|r| r["body"]["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Refused requests (while down, 429, 401): `{"path", "status"}`.
+    pub fn refused(&self) -> Vec<Value> {
+        self.lines("refused.jsonl")
+    }
+
+    fn control(&self, what: &str) {
+        let ok = reqwest::blocking::Client::new()
+            .post(format!("{}/control/{what}", self.url()))
+            .send()
+            .map(|r| r.status().is_success())
+            .unwrap_or(false);
+        assert!(ok, "the stand-in took /control/{what}");
+    }
+
+    /// Every request fails with 502 until [`TelegramStandin::up`].
+    pub fn down(&self) {
+        self.control("down");
+    }
+
+    pub fn up(&self) {
+        self.control("up");
+    }
+
+    /// The next `n` Bot API calls answer 429 with `retry_after` seconds.
+    pub fn rate_limit(&self, n: u32, retry_after: u32) {
+        self.control(&format!("ratelimit?n={n}&retry_after={retry_after}"));
+    }
+}
+
+impl Drop for TelegramStandin {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -127,3 +127,27 @@ fn bad_devnet_options_are_named_with_the_fix() {
     assert!(stderr.contains("--total-slots 2 is below --nodes 3"), "{stderr}");
     assert!(stderr.contains("no devnet world in /nonexistent") && stderr.contains("build-world.sh"), "{stderr}");
 }
+
+#[test]
+fn devnet_drills_deliver_exactly_one_three_failure_alert_per_drilled_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = lite_node_testkit::TelegramStandin::start();
+    let args =
+        ["--epochs", "6", "--fault", "compute-error:1", "--fault", "empty-return:2", "--telegram-api-url", &api.url()];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("1→drill") && stdout.contains("2→drill"), "the drilled slots are shown: {stdout}");
+    // The other two slots work normally: 6 epochs × 2.
+    assert!(stdout.contains("12 accepted, 0 rejected, 0 missing"), "{stdout}");
+    let alerts: Vec<String> =
+        api.messages().into_iter().filter(|m| m.contains("consecutive selected epochs failed")).collect();
+    assert_eq!(alerts.len(), 2, "{:?}", api.messages());
+    let of = |slot: &str| alerts.iter().filter(|a| a.contains(slot)).cloned().collect::<Vec<_>>();
+    let (one, two) = (of("slot 1 "), of("slot 2 "));
+    assert_eq!((one.len(), two.len()), (1, 1), "exactly one per slot: {alerts:?}");
+    assert!(one[0].contains("LITE_NODE_DRILL=compute-error"), "{}", one[0]);
+    assert!(two[0].contains("but returned no snapshots"), "the empty-return failure: {}", two[0]);
+    let request = &api.requests()[0];
+    assert!(request["path"].as_str().unwrap().starts_with("/bot123456:"), "{request}");
+}

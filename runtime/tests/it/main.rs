@@ -1,6 +1,7 @@
 //! Integration tests of the `lite-node` binary and library, one test binary
 //! for the crate (see STYLE.md 11). Shared fixtures come from the testkit.
 
+mod alerts;
 mod assignments;
 mod bds;
 mod check;

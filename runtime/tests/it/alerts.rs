@@ -1,0 +1,321 @@
+//! Alerts against a real local HTTP server standing in for Telegram's Bot
+//! API and the reporting service (`tests/data/telegram_standin.py`): the books
+//! drive the real delivery path, and whole nodes run alert drills.
+
+use std::time::Duration;
+
+use lite_node::{
+    alerts::{AlertKind, Alerter, Sender},
+    books::Books,
+    config::{AlertConfig, BotConfig},
+    dispatch::{Outcome, OutcomeKind},
+};
+use lite_node_testkit::{TelegramStandin, World, poll_until};
+use serde_json::Value;
+
+use crate::support::{node_env, start_node};
+
+fn outcome(kind: OutcomeKind, selected: Option<bool>) -> Outcome {
+    Outcome {
+        project_type: "baseSnapshot".into(),
+        kind,
+        selected,
+        snapshots: vec![],
+        stored: vec![],
+        submissions: vec![],
+        started_at_ms: 0,
+        finished_at_ms: 0,
+    }
+}
+
+fn failed(e: &str) -> Outcome {
+    outcome(OutcomeKind::Failed(e.into()), Some(true))
+}
+
+fn idle() -> Outcome {
+    outcome(OutcomeKind::NotSelected, Some(false))
+}
+
+fn succeeded() -> Outcome {
+    outcome(OutcomeKind::Computed, Some(true))
+}
+
+fn bot(api: &TelegramStandin, cooldown: Duration) -> AlertConfig {
+    let mut bot = BotConfig::new("123456:test-token", "42");
+    bot.api_url = Some(api.url());
+    bot.thread_id = Some(7);
+    AlertConfig { bot: Some(bot), reporting: None, cooldown }
+}
+
+fn alerts_of(api: &TelegramStandin, text: &str) -> Vec<String> {
+    api.messages().into_iter().filter(|m| m.contains(text)).collect()
+}
+
+#[test]
+fn the_streak_alerts_once_survives_idle_epochs_recovers_and_alerts_again_with_the_cooldown_kept() {
+    let api = TelegramStandin::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _guard = rt.enter();
+    let alerter = Alerter::start(
+        &bot(&api, Duration::from_secs(3600)),
+        Sender { slot_id: 7, signer: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into() },
+    )
+    .unwrap();
+    let mut books = Books::default();
+    let mut feed = |epoch: u64, o: Outcome| {
+        for notice in books.apply(epoch, &[o]) {
+            alerter.notify(AlertKind::from(notice), &books);
+        }
+    };
+    feed(10, failed("timed out after 60s"));
+    feed(11, idle());
+    feed(12, failed("rpc down"));
+    feed(13, idle());
+    feed(14, failed("selected for epoch 14 but returned no snapshots"));
+    let first = poll_until("the three-failure alert", Duration::from_secs(30), || {
+        alerts_of(&api, "consecutive selected epochs failed").pop()
+    });
+    assert!(first.contains("slot 7"), "{first}");
+    for epoch in ["epoch 10:", "epoch 12:", "epoch 14:"] {
+        assert!(first.contains(epoch), "{first}");
+    }
+    assert!(!first.contains("epoch 11") && !first.contains("epoch 13"), "not-selected epochs are not in the streak");
+    feed(15, failed("still down"));
+    feed(16, succeeded());
+    poll_until("the recovery note", Duration::from_secs(30), || alerts_of(&api, "succeeded after").pop());
+    for e in 17..=19 {
+        feed(e, failed("down again"));
+    }
+    poll_until("a second alert", Duration::from_secs(30), || {
+        (alerts_of(&api, "consecutive selected epochs failed").len() == 2).then_some(())
+    });
+    let recovery = alerts_of(&api, "succeeded after");
+    assert_eq!(recovery, ["✅ lite-node slot 7: epoch 16 succeeded after 4 failed selected epoch(s)."]);
+    // Failure reports obey the cooldown (one hour here): one for seven failures.
+    assert_eq!(alerts_of(&api, "MISSED_SNAPSHOT").len(), 1, "{:?}", api.messages());
+    assert_eq!(alerts_of(&api, "consecutive selected epochs failed").len(), 2);
+    // Sent to the configured chat and topic.
+    let request = &api.requests()[0]["body"];
+    assert_eq!(request["chat_id"], 42);
+    assert_eq!(request["message_thread_id"], 7);
+}
+
+#[test]
+fn a_rate_limit_is_waited_out_and_an_api_that_is_down_gets_the_alert_once_back() {
+    let api = TelegramStandin::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _guard = rt.enter();
+    let alerter = Alerter::start(&bot(&api, Duration::ZERO), Sender { slot_id: 3, signer: "0xabc".into() }).unwrap();
+    api.rate_limit(1, 1);
+    alerter.notify(AlertKind::Test, &Books::default());
+    let sent = poll_until("the message after the 429", Duration::from_secs(30), || api.messages().pop());
+    assert!(sent.contains("slot 3"), "{sent}");
+    let refused = api.refused();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["status"], 429);
+
+    api.down();
+    let before = std::time::Instant::now();
+    alerter.notify(AlertKind::Recovered { epoch_id: 5, failures: 3 }, &Books::default());
+    assert!(before.elapsed() < Duration::from_millis(100), "notify does not wait for delivery");
+    poll_until("a refused attempt while down", Duration::from_secs(30), || {
+        (api.refused().iter().filter(|r| r["status"] == 502).count() >= 2).then_some(())
+    });
+    assert_eq!(api.messages().len(), 1, "nothing delivered while down");
+    api.up();
+    poll_until("the alert once the API is back", Duration::from_secs(60), || {
+        api.messages().iter().any(|m| m.contains("epoch 5 succeeded")).then_some(())
+    });
+    assert_eq!(api.messages().len(), 2, "delivered exactly once");
+}
+
+/// A blockDetails node (selected every epoch) running an alert drill.
+fn drill_env(world: &World, slot: u64, extra: &[(&str, String)]) -> Vec<(String, String)> {
+    let mut env = node_env(&world.url(), &world.manifest, slot);
+    env.push(("LITE_NODE_DRILL".into(), "compute-error".into()));
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    env
+}
+
+#[test]
+fn a_node_keeps_processing_while_telegram_is_down_and_its_one_alert_arrives_when_it_is_back() {
+    let world = World::load();
+    let api = TelegramStandin::start();
+    api.down();
+    let data = tempfile::tempdir().unwrap();
+    let env = drill_env(
+        &world,
+        1,
+        &[
+            ("TELEGRAM_BOT_TOKEN", "123456:node-token".into()),
+            ("TELEGRAM_CHAT_ID", "-1001".into()),
+            ("TELEGRAM_API_URL", api.url()),
+            ("TELEGRAM_REPORTING_URL", api.url()),
+        ],
+    );
+    let mut node = start_node(&env, &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    for _ in 0..4 {
+        world.release_next_epoch();
+    }
+    let journal = node.wait_for_journal(4);
+    assert!(journal.iter().all(|l| l["outcome"] == "failed"), "{journal:?}");
+    assert!(api.messages().is_empty());
+    api.up();
+    let alert = poll_until("the three-failure alert", Duration::from_secs(90), || {
+        alerts_of(&api, "consecutive selected epochs failed").pop()
+    });
+    assert!(alert.contains("slot 1") && alert.contains("LITE_NODE_DRILL"), "{alert}");
+    for e in 1..=3 {
+        assert!(alert.contains(&format!("epoch {e}:")), "{alert}");
+    }
+    // The reporting service got the reference's shape, with the books.
+    let report = poll_until("a snapshot issue report", Duration::from_secs(30), || {
+        api.requests().into_iter().find(|r| r["path"] == "/reportSnapshotIssue")
+    });
+    let body = &report["body"];
+    assert_eq!(body["chatId"], "-1001");
+    assert_eq!(body["slotId"], 1);
+    assert_eq!(body["issue"]["issueType"], "MISSED_SNAPSHOT");
+    for key in ["instanceID", "projectID", "epochId", "timeOfReporting", "extra"] {
+        assert!(body["issue"].get(key).is_some(), "issue.{key} missing: {body}");
+    }
+    for key in ["totalSuccessfulSubmissions", "totalMissedSubmissions", "consecutiveMissedSubmissions", "projects"] {
+        assert!(body["status"].get(key).is_some(), "status.{key} missing: {body}");
+    }
+    assert_eq!(node.stop(), 0);
+    assert_eq!(alerts_of(&api, "consecutive selected epochs failed").len(), 1);
+    let books: Value =
+        serde_json::from_slice(&std::fs::read(data.path().join("node/state/books.json")).unwrap()).unwrap();
+    assert_eq!(books["overall"]["selected_failure"], 4);
+    assert_eq!(books["alerted"], true);
+    let tracker: Value =
+        serde_json::from_slice(&std::fs::read(data.path().join("node/state/slot_selection_status.json")).unwrap())
+            .unwrap();
+    assert_eq!(tracker["was_selected"], true);
+    assert_eq!(tracker["epoch_id"], 4);
+}
+
+fn status_port(log: &str) -> Option<u16> {
+    log.lines()
+        .find_map(|l| l.split("status API on http://").nth(1)?.split(' ').next()?.rsplit(':').next()?.parse().ok())
+}
+
+fn get(port: u16, path: &str) -> (u16, String) {
+    let r = reqwest::blocking::get(format!("http://127.0.0.1:{port}{path}")).unwrap();
+    (r.status().as_u16(), r.text().unwrap())
+}
+
+#[test]
+fn health_follows_epoch_processing_and_status_and_metrics_report_the_books() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let mut env = node_env(&world.url(), &world.manifest, 2);
+    env.push(("STATUS_PORT".into(), "0".into()));
+    env.push(("STATUS_HOST".into(), "127.0.0.1".into()));
+    env.push(("LITE_NODE_STUCK_AFTER_SECS".into(), "2".into()));
+    let mut node = start_node(&env, &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    let port = status_port(&node.log()).expect("the status port is logged");
+    world.release_next_epoch();
+    node.wait_for_journal(1);
+    poll_until("healthy while epochs are processed", Duration::from_secs(10), || {
+        (get(port, "/health").0 == 200).then_some(())
+    });
+    let (code, body) = poll_until("unhealthy once processing stalls", Duration::from_secs(30), || {
+        Some(get(port, "/health")).filter(|r| r.0 == 503)
+    });
+    assert_eq!(code, 503);
+    assert!(body.contains("no epoch processed for"), "{body}");
+    world.release_next_epoch();
+    poll_until("healthy again when it resumes", Duration::from_secs(30), || {
+        (get(port, "/health").0 == 200).then_some(())
+    });
+
+    let status: Value = serde_json::from_str(&get(port, "/status").1).unwrap();
+    assert_eq!(status["slotId"], 2);
+    assert_eq!(status["books"]["overall"]["selected_success"], 2);
+    assert_eq!(status["lastSelection"]["epoch_id"], 2);
+    assert_eq!(status["books"]["last_submission"]["verdict"], "accepted");
+    assert!(status["computePackage"].as_str().is_some_and(|c| !c.is_empty()));
+    let metrics = get(port, "/metrics").1;
+    for line in [
+        "lite_node_epochs_seen_total 2",
+        "lite_node_epochs_selected_succeeded_total 2",
+        "lite_node_epochs_selected_failed_total 0",
+        "lite_node_submission_latency_seconds_count 2",
+    ] {
+        assert!(metrics.contains(line), "no `{line}` in\n{metrics}");
+    }
+    assert_eq!(node.stop(), 0);
+}
+
+#[test]
+fn a_stuck_node_alerts_and_exits_with_code_3_after_three_checks() {
+    let world = World::load();
+    let api = TelegramStandin::start();
+    let data = tempfile::tempdir().unwrap();
+    let mut env = node_env(&world.url(), &world.manifest, 3);
+    for (k, v) in [
+        ("LITE_NODE_SAFETY_CHECK_SECS", "1".to_owned()),
+        ("LITE_NODE_STUCK_AFTER_SECS", "1".into()),
+        ("TELEGRAM_BOT_TOKEN", "123456:node-token".into()),
+        ("TELEGRAM_CHAT_ID", "5".into()),
+        ("TELEGRAM_API_URL", api.url()),
+        ("TELEGRAM_NOTIFICATION_COOLDOWN", "0".into()),
+    ] {
+        env.push((k.into(), v));
+    }
+    let mut node = start_node(&env, &data.path().join("node"));
+    assert_eq!(node.wait_exit(), 3, "{}", node.log());
+    assert!(node.log().contains("stuck checks in a row): exiting for a restart"), "{}", node.log());
+    poll_until("the unhealthy alerts", Duration::from_secs(30), || {
+        (alerts_of(&api, "UNHEALTHY_EPOCH_PROCESSING").len() >= 2).then_some(())
+    });
+}
+
+#[test]
+fn alert_test_reports_each_channel_and_names_the_failure() {
+    let api = TelegramStandin::start();
+    let bin = env!("CARGO_BIN_EXE_lite-node");
+    let run = |vars: &[(&str, String)]| {
+        let out = std::process::Command::new(bin)
+            .args(["alert", "test"])
+            .env_clear()
+            .envs(vars.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, _) = run(&[
+        ("TELEGRAM_BOT_TOKEN", "123456:secret-token".into()),
+        ("TELEGRAM_CHAT_ID", "77".into()),
+        ("TELEGRAM_API_URL", api.url()),
+        ("TELEGRAM_REPORTING_URL", api.url()),
+        ("SLOT_ID", "9".into()),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("ok   telegram bot") && stdout.contains("sent to chat 77"), "{stdout}");
+    assert!(stdout.contains("ok   reporting service"), "{stdout}");
+    assert!(api.messages().iter().any(|m| m.contains("slot 9") && m.contains("test message")));
+
+    let (code, stdout, _) = run(&[
+        ("TELEGRAM_BOT_TOKEN", "123456:invalid-token".into()),
+        ("TELEGRAM_CHAT_ID", "77".into()),
+        ("TELEGRAM_API_URL", api.url()),
+    ]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("fail telegram bot") && stdout.contains("Invalid bot token"), "{stdout}");
+    assert!(!stdout.contains("invalid-token"), "the token never appears: {stdout}");
+
+    let (code, _, stderr) = run(&[("TELEGRAM_BOT_TOKEN", "123456:x".into())]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("TELEGRAM_CHAT_ID is not"), "{stderr}");
+    let (code, _, stderr) = run(&[]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("no alert channel configured"), "{stderr}");
+}
