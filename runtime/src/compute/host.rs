@@ -167,3 +167,24 @@ impl HostApi for RuntimeHost {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SelectionTracker;
+
+    #[test]
+    fn a_persistent_tracker_keeps_the_last_report_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/slot_selection_status.json");
+        let tracker = SelectionTracker::persistent(path.clone());
+        assert_eq!(tracker.last(), None);
+        tracker.report(41, true, 7);
+        tracker.report(42, false, 7);
+        let again = SelectionTracker::persistent(path.clone());
+        let last = again.last().expect("the report survived");
+        assert_eq!((last.epoch_id, last.was_selected, last.slot_id), (42, false, 7));
+        let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(saved["epoch_id"], 42);
+        assert!(saved["timestamp"].as_u64().unwrap() > 1_700_000_000);
+    }
+}

@@ -244,6 +244,7 @@ fn health_follows_epoch_processing_and_status_and_metrics_report_the_books() {
         "lite_node_epochs_selected_succeeded_total 2",
         "lite_node_epochs_selected_failed_total 0",
         "lite_node_submission_latency_seconds_count 2",
+        "# TYPE lite_node_rpc_errors counter",
     ] {
         assert!(metrics.contains(line), "no `{line}` in\n{metrics}");
     }
