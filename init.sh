@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # lite-node entry point and local helper.
 #
+#   ./init.sh         operator start-up (the container's entrypoint): checks that
+#                     every required variable is set, fetches/builds the pinned
+#                     compute package (a cache hit is instant), runs
+#                     `lite-node check`, then `lite-node run`. If the node exits
+#                     with a failure, waits a random back-off (between
+#                     LITE_NODE_RESTART_BACKOFF_MIN_SECS and _MAX_SECS, 30-300 s)
+#                     before exiting, so a restart policy does not hammer the RPCs.
 #   ./init.sh devnet [ARGS]  the whole network on this machine: anvil with
 #                     Uniswap V3 and ProtocolState, the collector, 4 nodes
 #                     (ARGS go to `lite-node devnet`, e.g. --epochs 10 --json run.json)
 #   ./init.sh check   build lite-node, fetch/build the compute package, validate
 #                     (uses env.example for any variable not already set)
 #   ./init.sh test    everything CI runs: formatting, lints, all tests
-#
-# Operator start-up (no arguments) comes with the container work; see README.md.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -76,12 +81,80 @@ run_devnet() {
   exec "$CARGO_TARGET_DIR/release/lite-node" devnet --devnet-dir "$ROOT/devnet" "$@"
 }
 
+# The variables every node needs (runtime/src/config/env.rs REQUIRED; a test
+# keeps the two lists equal).
+REQUIRED_VARS=(SOURCE_RPC_URL SIGNER_ACCOUNT_ADDRESS SIGNER_ACCOUNT_PRIVATE_KEY SLOT_ID POWERLOOM_RPC_URL
+  PROTOCOL_STATE_CONTRACT DATA_MARKET_CONTRACT NAMESPACE POWERLOOM_CHAIN SOURCE_CHAIN)
+
+check_required_env() {
+  local missing=() v
+  for v in "${REQUIRED_VARS[@]}"; do
+    [ -n "${!v:-}" ] || missing+=("$v")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "init.sh: missing required environment variable(s): ${missing[*]}" >&2
+    echo "init.sh: set them (see env.example; with docker: --env-file) and start again" >&2
+    exit 2
+  fi
+}
+
+# The lite-node to run: $LITE_NODE_BIN, else one on PATH (the container's),
+# else this checkout's release build (built here if needed).
+node_binary() {
+  if [ -n "${LITE_NODE_BIN:-}" ]; then
+    echo "$LITE_NODE_BIN"
+  elif command -v lite-node >/dev/null; then
+    command -v lite-node
+  else
+    need_rust
+    say "building lite-node (release)" >&2
+    cargo build --release --locked -p lite-node >&2
+    echo "$CARGO_TARGET_DIR/release/lite-node"
+  fi
+}
+
+number_or() { [[ "${1:-}" =~ ^[0-9]+$ ]] && echo "$1" || echo "$2"; }
+
+run_operator() {
+  check_required_env
+  local bin
+  bin=$(node_binary)
+  say "compute package"
+  "$bin" compute fetch
+  say "checking configuration"
+  "$bin" check
+  say "starting lite-node run"
+  "$bin" run &
+  local child=$! code=0
+  # Stop requests go to the node, which finishes its epoch and exits 0.
+  trap 'kill -TERM "$child" 2>/dev/null || true' TERM INT
+  while true; do
+    code=0
+    wait "$child" || code=$?
+    kill -0 "$child" 2>/dev/null || break
+  done
+  trap - TERM INT
+  if [ "$code" -ne 0 ]; then
+    local min max pause
+    min=$(number_or "${LITE_NODE_RESTART_BACKOFF_MIN_SECS:-}" 30)
+    max=$(number_or "${LITE_NODE_RESTART_BACKOFF_MAX_SECS:-}" 300)
+    [ "$max" -ge "$min" ] || max=$min
+    pause=$((min + RANDOM % (max - min + 1)))
+    echo "init.sh: lite-node exited with code $code; waiting ${pause}s before exiting so a restart does not hammer the RPCs" >&2
+    trap 'exit "$code"' TERM INT
+    sleep "$pause" &
+    wait $! || true
+  fi
+  exit "$code"
+}
+
 case "${1:-}" in
+  "") run_operator ;;
   test) run_tests ;;
   check) run_check ;;
   devnet) shift; run_devnet "$@" ;;
   *)
-    echo "usage: ./init.sh devnet [--epochs N --json FILE …] | check | test" >&2
+    echo "usage: ./init.sh [devnet [--epochs N --json FILE …] | check | test]" >&2
     exit 2
     ;;
 esac

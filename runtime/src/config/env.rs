@@ -14,7 +14,8 @@ use super::ConfigErrors;
 
 /// The variables `lite-node run` cannot start without, in the order they are
 /// reported.
-const REQUIRED: &[&str] = &[
+/// The variables every node needs (PROTOCOL.md §7; `init.sh` checks the same list).
+pub const REQUIRED: &[&str] = &[
     "SOURCE_RPC_URL",
     "SIGNER_ACCOUNT_ADDRESS",
     "SIGNER_ACCOUNT_PRIVATE_KEY",

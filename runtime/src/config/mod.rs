@@ -11,7 +11,7 @@ mod projects;
 
 pub use alerts::{AlertConfig, BotConfig};
 pub use env::{
-    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, ProjectsSource, SecretKey,
+    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, ProjectsSource, REQUIRED, SecretKey,
     WatchSettings, redact_url,
 };
 pub use projects::{PRELOAD_TASKS, Project, Projects};

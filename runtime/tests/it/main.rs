@@ -9,6 +9,7 @@ mod collector;
 mod compute_fetch;
 mod devnet;
 mod dispatch;
+mod init_sh;
 mod node;
 mod plugins;
 mod rpc;
