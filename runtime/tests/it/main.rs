@@ -7,6 +7,7 @@ mod bds;
 mod check;
 mod collector;
 mod compute_fetch;
+mod container;
 mod devnet;
 mod dispatch;
 mod init_sh;

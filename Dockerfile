@@ -1,0 +1,58 @@
+# syntax=docker/dockerfile:1
+#
+# lite-node, as operators run it:
+#   docker build -t lite-node .
+#   docker run -d --env-file .env -v lite-node-data:/data -p 127.0.0.1:8002:8002 --restart unless-stopped lite-node
+# (docker-compose.yaml adds the protocol's local collector.)
+#
+# The runtime image keeps a minimal Rust toolchain: the node builds the data
+# market's compute package (pinned by SNAPSHOTTER_COMPUTE_REPO{,_BRANCH,_COMMIT})
+# against its own embedded plugin-api source, once per commit; the result is
+# cached on the /data volume, so a restart loads it in milliseconds.
+
+ARG RUST_IMAGE=rust:1.95.0-slim-bookworm
+
+FROM ${RUST_IMAGE} AS builder
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends pkg-config libssl-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock rustfmt.toml ./
+COPY proto proto
+COPY plugin-api plugin-api
+COPY runtime runtime
+COPY tests tests
+COPY computes computes
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p lite-node \
+ && install -D target/release/lite-node /out/lite-node
+# The bundled compute package's crates, so building it needs no network.
+RUN CARGO_HOME=/out/cargo-home cargo fetch --locked --manifest-path computes/Cargo.toml
+
+FROM ${RUST_IMAGE} AS runtime
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates git libssl3 curl \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --create-home --home-dir /home/lite --shell /usr/sbin/nologin lite \
+ && mkdir -p /data \
+ && chown lite:lite /data
+COPY --from=builder /out/lite-node /usr/local/bin/lite-node
+COPY --from=builder --chown=lite:lite /out/cargo-home /home/lite/.cargo
+WORKDIR /app
+COPY --chown=lite:lite init.sh projects.json env.example ./
+COPY --chown=lite:lite computes computes
+ENV LITE_NODE_DATA_DIR=/data \
+    PROJECTS_CONFIG=/app/projects.json \
+    CARGO_HOME=/home/lite/.cargo \
+    STATUS_PORT=8002 \
+    STATUS_HOST=0.0.0.0
+USER lite
+VOLUME ["/data"]
+EXPOSE 8002
+# Healthy only while epochs are processed; the first start may build the
+# compute package for several minutes.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=15m --retries=3 \
+  CMD curl -fsS "http://127.0.0.1:${STATUS_PORT}/health" >/dev/null || exit 1
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/app/init.sh"]
