@@ -129,14 +129,7 @@ impl Books {
     }
 
     pub fn save(&self, data_dir: &Path) -> io::Result<()> {
-        let path = Self::path(data_dir);
-        let dir = path.parent().expect("books have a directory");
-        std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        io::Write::write_all(&mut tmp, &serde_json::to_vec_pretty(self).map_err(io::Error::other)?)?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(&path).map_err(|e| e.error)?;
-        Ok(())
+        crate::atomic_file::write(&Self::path(data_dir), &serde_json::to_vec_pretty(self).map_err(io::Error::other)?)
     }
 
     /// Counts one epoch's outcomes; returns what should be reported.

@@ -5,6 +5,7 @@
 //! lives here so tests can call it with their own environment.
 
 pub mod alerts;
+pub mod atomic_file;
 pub mod books;
 pub mod chain;
 pub mod collector;

@@ -414,8 +414,7 @@ impl SnapshotStore {
         let bytes = canonical_json(json)?;
         let cid = cid(&bytes);
         let path = snapshot_path(&self.root, epoch_id, project_id);
-        let dir = path.parent().expect("a snapshot path has a directory");
-        write_atomic(dir, &path, &bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        crate::atomic_file::write(&path, &bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
         let snapshot = {
             let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
             let list = recent.entry(project_id.to_owned()).or_default();
@@ -427,8 +426,7 @@ impl SnapshotStore {
             }
             serde_json::to_vec_pretty(&*recent).expect("a map of strings serializes")
         };
-        let state = self.recent_path.parent().expect("state dir");
-        write_atomic(state, &self.recent_path, &snapshot)
+        crate::atomic_file::write(&self.recent_path, &snapshot)
             .map_err(|e| format!("writing {}: {e}", self.recent_path.display()))?;
         Ok(Stored { project_id: project_id.to_owned(), cid, path })
     }
@@ -438,16 +436,6 @@ impl SnapshotStore {
 /// `root` (`<data dir>/snapshots`).
 pub fn snapshot_path(root: &std::path::Path, epoch_id: u64, project_id: &str) -> std::path::PathBuf {
     root.join(epoch_id.to_string()).join(format!("{}.json", project_id.replace(['/', '\\'], "_")))
-}
-
-fn write_atomic(dir: &std::path::Path, path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 #[cfg(test)]

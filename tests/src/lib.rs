@@ -453,6 +453,58 @@ impl Drop for RunningNode {
     }
 }
 
+/// Starts one of the Python HTTP servers in `tests/data/` with its store
+/// directory; returns it and the port it printed (`listening on PORT`).
+fn python_server(script: &str, store: &Path, args: &[&str]) -> (std::process::Child, u16) {
+    use std::io::BufRead;
+    let mut child = Command::new("python3")
+        .arg(data(script))
+        .arg(store)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    match line.trim().strip_prefix("listening on ").and_then(|p| p.parse().ok()) {
+        Some(port) => (child, port),
+        None => {
+            let _ = child.kill();
+            panic!("{script} did not report its port: {line:?}");
+        }
+    }
+}
+
+/// `tests/data/kubo_standin.py`: a real HTTP server standing in for kubo's
+/// `/api/v0/add`, which stores uploads by the CID it computes; killed on drop.
+#[derive(Debug)]
+pub struct KuboStandin {
+    child: std::process::Child,
+    pub port: u16,
+    store: TempDir,
+}
+
+impl KuboStandin {
+    /// `args`: `--wrong-cid` answers another CID than the content's.
+    pub fn start(args: &[&str]) -> Self {
+        let store = tempfile::tempdir().unwrap();
+        let (child, port) = python_server("kubo_standin.py", store.path(), args);
+        Self { child, port, store }
+    }
+
+    /// Where uploads are kept (`<cid>` files and `queries.log`).
+    pub fn store(&self) -> &Path {
+        self.store.path()
+    }
+}
+
+impl Drop for KuboStandin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `tests/data/telegram_standin.py`: a real HTTP server standing in for
 /// Telegram's Bot API and the reporting service; killed on drop.
 #[derive(Debug)]
@@ -469,18 +521,8 @@ impl TelegramStandin {
 
     /// On `port` (0: any), e.g. to bring it back where a node expects it.
     pub fn start_on(port: u16) -> Self {
-        use std::io::BufRead;
         let store = tempfile::tempdir().unwrap();
-        let mut child = Command::new("python3")
-            .arg(data("telegram_standin.py"))
-            .arg(store.path())
-            .args(["--port", &port.to_string()])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let port = line.trim().strip_prefix("listening on ").and_then(|p| p.parse().ok()).expect("a port");
+        let (child, port) = python_server("telegram_standin.py", store.path(), &["--port", &port.to_string()]);
         Self { child, port, store }
     }
 

@@ -57,7 +57,8 @@ impl SelectionTracker {
         if let Some(path) = &self.path {
             // Written under the lock, so the file never goes back in time.
             let saved = SavedReport { epoch_id, was_selected, slot_id, timestamp };
-            if let Err(e) = save_atomic(path, &serde_json::to_vec(&saved).expect("plain data serializes")) {
+            if let Err(e) = crate::atomic_file::write(path, &serde_json::to_vec(&saved).expect("plain data serializes"))
+            {
                 tracing::warn!("saving the selection tracker to {}: {e}", path.display());
             }
         }
@@ -66,15 +67,6 @@ impl SelectionTracker {
     pub fn last(&self) -> Option<SelectionReport> {
         *self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-fn save_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, bytes)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 /// What one compute call sees of the node.

@@ -382,7 +382,7 @@ pub async fn run(
     if let Some(path) = &opts.json {
         let record = record::build(&manifest, &pools, &package, &released, &seen, &nodes, &summary);
         let text = serde_json::to_vec_pretty(&record)?;
-        write_file_atomic(path, &text).with_context(|| format!("writing {}", path.display()))?;
+        crate::atomic_file::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
         writeln!(out, "record written to {}", path.display())?;
     }
     if let Some(e) = failure {
@@ -636,14 +636,4 @@ fn summary_text(s: &Summary, took: Duration) -> String {
         ms(0.99),
         ms(1.0),
     )
-}
-
-fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }

@@ -66,13 +66,7 @@ impl Cursor {
 
     /// Writes atomically: a crash leaves the old cursor or the new one.
     pub fn save(&self, path: &Path) -> io::Result<()> {
-        let dir = path.parent().expect("cursor path has a parent");
-        fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        serde_json::to_writer_pretty(&mut tmp, self).map_err(io::Error::other)?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(path).map_err(|e| e.error)?;
-        Ok(())
+        crate::atomic_file::write(path, &serde_json::to_vec_pretty(self).map_err(io::Error::other)?)
     }
 
     /// Records a handled release.

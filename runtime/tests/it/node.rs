@@ -1,7 +1,7 @@
 //! `lite-node run` against the devnet world on a real anvil: epochs are
 //! dispatched once, in order, across restarts and RPC outages.
 
-use lite_node_testkit::{RunningCollector, RunningNode, World};
+use lite_node_testkit::{KuboStandin, RunningCollector, RunningNode, World};
 use serde_json::Value;
 
 use crate::support::{node_env, start_node};
@@ -292,43 +292,11 @@ fn node_journal(dir: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(dir.join("state/epochs.jsonl")).unwrap_or_default().lines().map(str::to_owned).collect()
 }
 
-/// The kubo stand-in (`tests/data/kubo_standin.py`); killed on drop.
-struct Kubo {
-    child: std::process::Child,
-    port: u16,
-    store: tempfile::TempDir,
-}
-
-impl Kubo {
-    fn start(args: &[&str]) -> Self {
-        use std::io::BufRead;
-        let store = tempfile::tempdir().unwrap();
-        let mut child = std::process::Command::new("python3")
-            .arg(lite_node_testkit::data("kubo_standin.py"))
-            .arg(store.path())
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let port = line.trim().strip_prefix("listening on ").and_then(|p| p.parse().ok()).expect("a port");
-        Self { child, port, store }
-    }
-}
-
-impl Drop for Kubo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn with_ipfs_configured_the_exact_bytes_are_uploaded_and_a_cid_mismatch_is_not_submitted() {
     let world = World::load();
     let data = tempfile::tempdir().unwrap();
-    let kubo = Kubo::start(&[]);
+    let kubo = KuboStandin::start(&[]);
     let mut env = node_env(&world.url(), &world.manifest, 1);
     env.push(("IPFS_URL".into(), format!("http://127.0.0.1:{}", kubo.port)));
     let dir = data.path().join("node");
@@ -340,13 +308,13 @@ fn with_ipfs_configured_the_exact_bytes_are_uploaded_and_a_cid_mismatch_is_not_s
     let snapshot = std::fs::read_dir(dir.join(format!("snapshots/{epoch}"))).unwrap().next().unwrap().unwrap().path();
     let bytes = std::fs::read(&snapshot).unwrap();
     let cid = lite_node::snapshot::cid(&bytes);
-    assert_eq!(std::fs::read(kubo.store.path().join(&cid)).unwrap(), bytes, "IPFS holds the exact bytes under the CID");
-    let queries = std::fs::read_to_string(kubo.store.path().join("queries.log")).unwrap();
+    assert_eq!(std::fs::read(kubo.store().join(&cid)).unwrap(), bytes, "IPFS holds the exact bytes under the CID");
+    let queries = std::fs::read_to_string(kubo.store().join("queries.log")).unwrap();
     assert!(queries.contains("cid-version=1") && queries.contains("raw-leaves=true"), "{queries}");
     assert_eq!(node.stop(), 0);
 
     // An IPFS that answers another CID: counted as a failure, nothing submitted.
-    let wrong = Kubo::start(&["--wrong-cid"]);
+    let wrong = KuboStandin::start(&["--wrong-cid"]);
     let mut env = node_env(&world.url(), &world.manifest, 2);
     env.push(("IPFS_URL".into(), format!("http://127.0.0.1:{}", wrong.port)));
     let mut node = start_node(&env, &data.path().join("node2"));

@@ -1,0 +1,15 @@
+//! Whole-file writes that a crash cannot tear: the bytes go to a temporary
+//! file in the same directory, are synced, then renamed over the target.
+
+use std::{io, path::Path};
+
+/// Writes `bytes` to `path` atomically, creating its directory.
+pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    io::Write::write_all(&mut tmp, bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
