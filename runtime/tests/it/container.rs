@@ -31,7 +31,7 @@ fn the_dockerfile_copies_what_exists_pins_its_images_and_runs_unprivileged() {
     assert_ne!(user, "root");
     assert!(lines.iter().any(|l| l.starts_with("VOLUME") && l.contains("/data")));
     assert!(docker.contains("HEALTHCHECK") && docker.contains("/health"));
-    assert!(lines.iter().any(|l| *l == r#"ENTRYPOINT ["/app/init.sh"]"#));
+    assert!(lines.contains(&r#"ENTRYPOINT ["/app/init.sh"]"#));
     assert!(docker.contains("LITE_NODE_DATA_DIR=/data"));
     let ignore = read(".dockerignore");
     for dir in ["target", "devnet/node_modules", ".git"] {
