@@ -4,8 +4,8 @@
 #   ./init.sh         operator start-up (the container's entrypoint): checks that
 #                     every required variable is set, fetches/builds the pinned
 #                     compute package (a cache hit is instant), runs
-#                     `lite-node check`, then `lite-node run`. If the node exits
-#                     with a failure, waits a random back-off (between
+#                     `lite-node check`, then `lite-node run`. If a step fails
+#                     (other than a configuration error, exit 2), waits a random back-off (between
 #                     LITE_NODE_RESTART_BACKOFF_MIN_SECS and _MAX_SECS, 30-300 s)
 #                     before exiting, so a restart policy does not hammer the RPCs.
 #   ./init.sh devnet [ARGS]  the whole network on this machine: anvil with
@@ -115,26 +115,35 @@ node_binary() {
 
 number_or() { [[ "${1:-}" =~ ^[0-9]+$ ]] && echo "$1" || echo "$2"; }
 
-run_operator() {
-  check_required_env
-  local bin
-  bin=$(node_binary)
-  say "compute package"
-  "$bin" compute fetch
-  say "checking configuration"
-  "$bin" check
-  say "starting lite-node run"
-  "$bin" run &
-  local child=$! code=0
-  # Stop requests go to the node, which finishes its epoch and exits 0.
-  trap 'kill -TERM "$child" 2>/dev/null || true' TERM INT
+# Runs "$@" in the background and waits for it, passing SIGTERM/SIGINT on
+# (bash as PID 1 would otherwise ignore them); sets CHILD_CODE and SIGNALLED.
+run_child() {
+  SIGNALLED=0
+  "$@" &
+  local child=$! code second
+  trap 'SIGNALLED=1; kill -TERM "$child" 2>/dev/null || true' TERM INT
   while true; do
     code=0
     wait "$child" || code=$?
-    kill -0 "$child" 2>/dev/null || break
+    kill -0 "$child" 2>/dev/null && continue
+    # A wait cut short by the trap returns 128+signal; the child's own status
+    # is still there to collect.
+    if [ "$SIGNALLED" = 1 ] && [ "$code" -gt 128 ]; then
+      second=0
+      wait "$child" 2>/dev/null || second=$?
+      [ "$second" -ne 127 ] && code=$second
+    fi
+    break
   done
   trap - TERM INT
-  if [ "$code" -ne 0 ]; then
+  CHILD_CODE=$code
+}
+
+# After a failure (not a configuration error, not an operator's stop), wait a
+# random back-off so a restart policy does not hammer the RPCs; then exit.
+finish() {
+  local code=$1
+  if [ "$code" -ne 0 ] && [ "$code" -ne 2 ] && [ "$SIGNALLED" = 0 ]; then
     local min max pause
     min=$(number_or "${LITE_NODE_RESTART_BACKOFF_MIN_SECS:-}" 30)
     max=$(number_or "${LITE_NODE_RESTART_BACKOFF_MAX_SECS:-}" 300)
@@ -146,6 +155,25 @@ run_operator() {
     wait $! || true
   fi
   exit "$code"
+}
+
+run_operator() {
+  check_required_env
+  local bin step
+  bin=$(node_binary)
+  for step in "compute fetch" check run; do
+    case "$step" in
+      "compute fetch") say "compute package" ;;
+      check) say "checking configuration" ;;
+      run) say "starting lite-node run" ;;
+    esac
+    # shellcheck disable=SC2086 # the step is two words on purpose
+    run_child "$bin" $step
+    if [ "$CHILD_CODE" -ne 0 ] || [ "$SIGNALLED" = 1 ]; then
+      finish "$CHILD_CODE"
+    fi
+  done
+  finish 0
 }
 
 case "${1:-}" in

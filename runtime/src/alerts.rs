@@ -27,7 +27,7 @@ use crate::{
     config::{AlertConfig, BotConfig, redact_url},
 };
 
-/// Alerts waiting for delivery before new ones are dropped.
+/// Alerts waiting for delivery, per channel, before new ones are dropped.
 const QUEUE: usize = 64;
 /// Longest wait between delivery attempts while an API is down.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -306,9 +306,10 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// The node's alert queue.
+/// The node's alert queues: one per channel, each with its own delivery
+/// task, so a channel that is down never holds up another.
 pub struct Alerter {
-    tx: Option<mpsc::Sender<Alert>>,
+    queues: Vec<(String, mpsc::Sender<Alert>)>,
     from: Sender,
     cooldown: Duration,
     last: Mutex<HashMap<&'static str, Instant>>,
@@ -319,7 +320,8 @@ pub struct Alerter {
 
 impl std::fmt::Debug for Alerter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Alerter").field("enabled", &self.tx.is_some()).field("from", &self.from).finish_non_exhaustive()
+        let channels: Vec<&str> = self.queues.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Alerter").field("channels", &channels).field("from", &self.from).finish_non_exhaustive()
     }
 }
 
@@ -327,16 +329,17 @@ impl Alerter {
     /// Starts the delivery task on the current runtime (nothing when no
     /// channel is configured).
     pub fn start(cfg: &AlertConfig, from: Sender) -> Result<Arc<Self>, String> {
-        let channels = channels(cfg)?;
-        let tx = if channels.is_empty() {
-            None
-        } else {
-            let (tx, rx) = mpsc::channel(QUEUE);
-            tokio::spawn(deliver_all(channels, rx));
-            Some(tx)
-        };
+        let queues = channels(cfg)?
+            .into_iter()
+            .map(|channel| {
+                let (tx, rx) = mpsc::channel(QUEUE);
+                let name = channel.name();
+                tokio::spawn(deliver_all(channel, rx));
+                (name, tx)
+            })
+            .collect();
         Ok(Arc::new(Self {
-            tx,
+            queues,
             from,
             cooldown: cfg.cooldown,
             last: Mutex::default(),
@@ -348,7 +351,9 @@ impl Alerter {
     /// Queues an alert; never waits. Repeated failure alerts within the
     /// cooldown are skipped.
     pub fn notify(&self, kind: AlertKind, books: &Books) {
-        let Some(tx) = &self.tx else { return };
+        if self.queues.is_empty() {
+            return;
+        }
         if let Some(key) = kind.cooled_down() {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
             if last.get(key).is_some_and(|at| at.elapsed() < self.cooldown) {
@@ -362,26 +367,24 @@ impl Alerter {
             last.insert(key, Instant::now());
         }
         let alert = Alert { kind, from: self.from.clone(), books: books.clone(), at_unix: unix_now() };
-        match tx.try_send(alert) {
-            Ok(()) => {
-                self.queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            Err(e) => {
-                self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(
-                    "alert queue full ({QUEUE} waiting): dropped a {} alert",
-                    e.into_inner().kind.issue_type()
-                );
+        for (name, tx) in &self.queues {
+            match tx.try_send(alert.clone()) {
+                Ok(()) => {
+                    self.queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e) => {
+                    self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let kind = e.into_inner().kind.issue_type();
+                    tracing::warn!("{name}: alert queue full ({QUEUE} waiting): dropped a {kind} alert");
+                }
             }
         }
     }
 }
 
-async fn deliver_all(channels: Vec<Channel>, mut rx: mpsc::Receiver<Alert>) {
+async fn deliver_all(channel: Channel, mut rx: mpsc::Receiver<Alert>) {
     while let Some(alert) = rx.recv().await {
-        for channel in &channels {
-            deliver(channel, &alert).await;
-        }
+        deliver(&channel, &alert).await;
     }
 }
 

@@ -28,6 +28,11 @@ pub struct Counts {
     /// Epochs released longer ago than the submission window (node down):
     /// counted, but they neither extend nor end a streak.
     pub missed: u64,
+    /// Failures before the compute reported its selection (preloading
+    /// failed, or it timed out first): the slot may not have been selected,
+    /// so no streak moves; if it lasts, the safety net sees no processing.
+    #[serde(default)]
+    pub failed_before_selection: u64,
     pub consecutive_failures: u64,
 }
 
@@ -66,6 +71,8 @@ pub enum Verdict {
     SelectedFailure(String),
     NotSelected,
     Missed,
+    /// Failed before the compute reported whether the slot was selected.
+    Unknown(String),
 }
 
 /// What the books ask to be told after an epoch.
@@ -86,6 +93,7 @@ pub fn verdict(o: &Outcome) -> Verdict {
         OutcomeKind::Computed => Verdict::SelectedSuccess,
         OutcomeKind::NotSelected => Verdict::NotSelected,
         OutcomeKind::Failed(_) if o.selected == Some(false) => Verdict::NotSelected,
+        OutcomeKind::Failed(e) if o.selected.is_none() => Verdict::Unknown(e.clone()),
         OutcomeKind::Failed(e) => Verdict::SelectedFailure(e.clone()),
         OutcomeKind::Missed(_) => Verdict::Missed,
     }
@@ -104,6 +112,7 @@ impl Counts {
             }
             Verdict::NotSelected => self.not_selected += 1,
             Verdict::Missed => self.missed += 1,
+            Verdict::Unknown(_) => self.failed_before_selection += 1,
         }
     }
 }
@@ -167,6 +176,11 @@ impl Books {
             Verdict::SelectedSuccess
         } else if !verdicts.is_empty() && verdicts.iter().all(|(_, v)| *v == Verdict::Missed) {
             Verdict::Missed
+        } else if let Some((_, v @ Verdict::Unknown(_))) =
+            verdicts.iter().find(|(_, v)| matches!(v, Verdict::Unknown(_)))
+            && !verdicts.iter().any(|(_, v)| *v == Verdict::NotSelected)
+        {
+            v.clone()
         } else {
             Verdict::NotSelected
         };
@@ -190,7 +204,7 @@ impl Books {
                 self.alerted = false;
                 self.streak.clear();
             }
-            Verdict::NotSelected | Verdict::Missed => {}
+            Verdict::NotSelected | Verdict::Missed | Verdict::Unknown(_) => {}
         }
         self.last_epoch = Some(epoch_id);
         notices
@@ -247,7 +261,7 @@ mod tests {
         assert_eq!(alerts(&b.apply(5, &[fail()])), 0, "latched");
         assert_eq!(
             b.overall,
-            Counts { selected_success: 0, selected_failure: 4, not_selected: 1, missed: 0, consecutive_failures: 4 }
+            Counts { selected_failure: 4, not_selected: 1, consecutive_failures: 4, ..Counts::default() }
         );
 
         let n = b.apply(6, &[ok()]);
@@ -268,6 +282,18 @@ mod tests {
         assert_eq!(b.overall.consecutive_failures, 1);
         assert_eq!(b.overall.not_selected, 1);
         assert_eq!(b.overall.missed, 1);
+    }
+
+    #[test]
+    fn a_failure_before_the_compute_reported_its_selection_moves_no_streak() {
+        let mut b = Books::default();
+        for e in 1..=5 {
+            let n = b.apply(e, &[outcome(OutcomeKind::Failed("preloading block details: rpc down".into()), None)]);
+            assert!(n.is_empty(), "{n:?}");
+        }
+        assert_eq!(b.overall.consecutive_failures, 0);
+        assert_eq!(b.overall.failed_before_selection, 5);
+        assert_eq!(b.projects["p"].failed_before_selection, 5);
     }
 
     #[test]

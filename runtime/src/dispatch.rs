@@ -169,19 +169,21 @@ impl Dispatcher {
         let mut host =
             RuntimeHost::new(&project_type, self.source.clone(), self.anchor.clone(), self.tracker.clone(), blocks);
         host.history = self.history.clone();
+        // Shared, so what the compute reported is known even if it times out.
+        let host = Arc::new(host);
+        let reported_by = host.clone();
         let processor = p.processor.clone();
         let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
         let started_at_ms = now_ms();
         let epoch_id = ctx.epoch_id;
         let worker = tokio::task::spawn_blocking(move || {
-            let result = processor.compute(&ctx, Host::to_ref(&host)).into_result();
+            let result = processor.compute(&ctx, Host::to_ref(&*host)).into_result();
             drop(permit);
             (result, host.reported())
         });
         let mut answer = tokio::time::timeout(self.timeout, worker).await;
-        let mut selected = None;
-        if let Ok(Ok((result, reported))) = &mut answer {
-            selected = reported.filter(|(e, _)| *e == epoch_id).map(|(_, s)| s);
+        let selected = reported_by.reported().filter(|(e, _)| *e == epoch_id).map(|(_, s)| s);
+        if let Ok(Ok((result, _))) = &mut answer {
             match (self.drill, selected) {
                 (Some(Drill::ComputeError), Some(true)) => {
                     *result =

@@ -151,7 +151,11 @@ enum ComputeCommand {
 fn run_node(env: &EnvSnapshot) -> anyhow::Result<()> {
     let cfg = lite_node::config::NodeConfig::from_env(env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("lite-node").build()?;
-    runtime.block_on(lite_node::node::run(cfg, shutdown_signal()))
+    let result = runtime.block_on(async { lite_node::node::run(cfg, shutdown_signals(false)).await });
+    // A compute that never returns must not keep the process alive: the
+    // safety net's exit and a stop both have to end it.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    result
 }
 
 /// Runs the devnet collector until Ctrl-C or SIGTERM.
@@ -211,7 +215,7 @@ fn run_collector(a: CollectorArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
             }
         };
         let collector = DevnetCollector { anchor, chain_id, received: Default::default(), selection, announce: true };
-        lite_node::collector::serve(collector, listener, shutdown_signal()).await?;
+        lite_node::collector::serve(collector, listener, shutdown_signals(false)).await?;
         Ok(())
     })
 }
@@ -233,8 +237,11 @@ fn run_devnet(a: DevnetArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
         telegram_api_url: a.telegram_api_url,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("devnet").build()?;
-    let summary =
-        runtime.block_on(lite_node::devnet::run(opts, env.clone(), &mut std::io::stdout(), shutdown_signal()))?;
+    let summary = runtime.block_on(async {
+        // Registered before anything starts: a Ctrl-C during set-up still stops every child.
+        let stop = shutdown_signals(true);
+        lite_node::devnet::run(opts, env.clone(), &mut std::io::stdout(), stop).await
+    })?;
     if summary.ok() {
         Ok(())
     } else {
@@ -246,18 +253,37 @@ fn run_devnet(a: DevnetArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
     }
 }
 
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
+/// The next delivery of a signal that is listened for; never, if it is not.
+async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Ctrl-C, SIGTERM and, with `hangup`, SIGHUP, registered at once (before
+/// anything is started), resolving when the first arrives. Must be called
+/// inside the runtime.
+fn shutdown_signals(hangup: bool) -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listen = |kind: SignalKind, name: &str| match signal(kind) {
+        Ok(s) => Some(s),
         Err(e) => {
-            tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the node");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+            tracing::warn!("cannot listen for {name} ({e})");
+            None
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C received"),
-        _ = term.recv() => tracing::info!("SIGTERM received"),
+    let mut int = listen(SignalKind::interrupt(), "SIGINT");
+    let mut term = listen(SignalKind::terminate(), "SIGTERM");
+    let mut hup = if hangup { listen(SignalKind::hangup(), "SIGHUP") } else { None };
+    async move {
+        tokio::select! {
+            _ = recv(&mut int) => tracing::info!("Ctrl-C received"),
+            _ = recv(&mut term) => tracing::info!("SIGTERM received"),
+            _ = recv(&mut hup) => tracing::info!("SIGHUP received"),
+        }
     }
 }
 

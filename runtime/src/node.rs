@@ -291,7 +291,15 @@ fn keep_books(
         }
     }
     *status.books.lock().unwrap_or_else(|p| p.into_inner()) = books.clone();
-    status.activity.touch();
+    // Processing means a compute ran (and reported, or returned): an epoch
+    // that failed before that (e.g. the source RPC is down) is no sign of
+    // life for the safety net and /health.
+    let ran = outcomes
+        .iter()
+        .any(|o| o.selected.is_some() || matches!(o.kind, OutcomeKind::Computed | OutcomeKind::NotSelected));
+    if ran {
+        status.activity.touch();
+    }
     for notice in notices {
         match &notice {
             Notice::ThreeFailures { streak } => tracing::error!(

@@ -45,6 +45,7 @@ pub struct Metrics {
     pub selected_failed: Counter,
     pub not_selected: Counter,
     pub missed: Counter,
+    pub failed_before_selection: Counter,
     /// Epoch seen → collector acknowledgement, seconds.
     pub submission_latency: Histogram,
     pub rpc_errors: Family<ChainLabel, Counter>,
@@ -60,6 +61,7 @@ impl Default for Metrics {
             selected_failed: Counter::default(),
             not_selected: Counter::default(),
             missed: Counter::default(),
+            failed_before_selection: Counter::default(),
             submission_latency: Histogram::new([0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
             rpc_errors: Family::default(),
             alerts: Counter::default(),
@@ -79,6 +81,11 @@ impl Default for Metrics {
         registry.register("epochs_not_selected", "Epochs in which the slot was not selected", m.not_selected.clone());
         registry.register("epochs_missed", "Epochs older than the submission window when seen", m.missed.clone());
         registry.register(
+            "epochs_failed_before_selection",
+            "Epochs that failed before the compute reported its selection",
+            m.failed_before_selection.clone(),
+        );
+        registry.register(
             "submission_latency_seconds",
             "From seeing an epoch to the collector's answer",
             m.submission_latency.clone(),
@@ -96,6 +103,7 @@ impl Metrics {
             Verdict::SelectedFailure(_) => self.selected_failed.inc(),
             Verdict::NotSelected => self.not_selected.inc(),
             Verdict::Missed => self.missed.inc(),
+            Verdict::Unknown(_) => self.failed_before_selection.inc(),
         };
     }
 

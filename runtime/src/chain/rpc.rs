@@ -19,7 +19,7 @@ use abi_stable::std_types::ROption;
 use lite_node_plugin_api::{RpcCall, RpcError};
 use serde_json::{Value, json};
 
-use crate::{compute::host::RpcEndpoint, config::redact_url};
+use crate::{compute::host::RpcEndpoint, config::redact_rpc_url};
 
 /// The node's I/O runtime: every network call of a processor runs here.
 #[derive(Debug, Clone)]
@@ -129,8 +129,8 @@ impl HttpRpc {
                         if let Some(c) = &errors {
                             c.inc();
                         }
-                        tracing::debug!("{role} RPC {}: {e}", redact_url(&urls[i]));
-                        failures.push(format!("{}: {e}", redact_url(&urls[i])));
+                        tracing::debug!("{role} RPC {}: {e}", redact_rpc_url(&urls[i]));
+                        failures.push(format!("{}: {e}", redact_rpc_url(&urls[i])));
                     }
                 }
             }

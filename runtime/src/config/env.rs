@@ -617,9 +617,31 @@ pub fn redact_url(url: &str) -> String {
     url.to_owned()
 }
 
+/// An RPC endpoint for messages: scheme, host and port only. Providers put
+/// API keys in the path (`/v3/<key>`) or the query, so neither is shown.
+pub fn redact_rpc_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => {
+            let host = u.host_str().unwrap_or("?");
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            let more = if u.path().len() > 1 || u.query().is_some() { "/…" } else { "" };
+            format!("{}://{host}{port}{more}", u.scheme())
+        }
+        Err(_) => "<unparsable URL>".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rpc_urls_are_shown_without_path_query_or_credentials() {
+        assert_eq!(redact_rpc_url("https://mainnet.infura.io/v3/0123abcd"), "https://mainnet.infura.io/…");
+        assert_eq!(redact_rpc_url("https://u:p@rpc.example:8545/?key=s3cret"), "https://rpc.example:8545/…");
+        assert_eq!(redact_rpc_url("http://127.0.0.1:8545"), "http://127.0.0.1:8545");
+        assert_eq!(redact_rpc_url("not a url s3cret"), "<unparsable URL>");
+    }
 
     fn full_env() -> Vec<(&'static str, &'static str)> {
         vec![

@@ -12,7 +12,7 @@ mod projects;
 pub use alerts::{AlertConfig, BotConfig};
 pub use env::{
     ComputeConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, ProjectsSource, REQUIRED, SecretKey,
-    WatchSettings, redact_url,
+    WatchSettings, redact_rpc_url, redact_url,
 };
 pub use projects::{PRELOAD_TASKS, Project, Projects};
 

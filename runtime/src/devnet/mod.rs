@@ -249,7 +249,9 @@ pub async fn run(
         let data_dir = run_dir.join(format!("node-{slot_id}"));
         std::fs::create_dir_all(&data_dir)?;
         let mut cmd = Command::new(&exe);
-        cmd.arg("run").env_clear().envs(compute_env.vars());
+        // Only the toolchain and compute-package variables: an operator's
+        // own alert channels, status port or drills must not reach devnet nodes.
+        cmd.arg("run").env_clear().envs(compute_env.vars().filter(|(k, _)| inherited(k)));
         let vars = [
             ("SOURCE_RPC_URL", url.clone()),
             ("POWERLOOM_RPC_URL", url.clone()),
@@ -435,6 +437,14 @@ fn describe_source(cfg: &ComputeConfig) -> String {
             format!("{} at {}", crate::config::redact_url(&pin.url), pin.commit.as_deref().unwrap_or("the branch tip"))
         }
     }
+}
+
+/// Variables a devnet node takes from the devnet's own environment.
+fn inherited(key: &str) -> bool {
+    const EXACT: [&str; 6] = ["PATH", "HOME", "TMPDIR", "RUSTC", "LITE_NODE_CARGO", "LITE_NODE_PLUGIN_API_DIR"];
+    const PREFIXES: [&str; 5] =
+        ["CARGO", "RUSTUP_", "LITE_NODE_COMPUTE_", "SNAPSHOTTER_COMPUTE_", "LITE_NODE_DATA_DIR"];
+    EXACT.contains(&key) || PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
 /// The nodes log to files at `info` at least (start-up is detected from

@@ -44,7 +44,9 @@ fn compose_runs_the_node_and_a_pinned_collector_from_the_env_file() {
     let compose = read("docker-compose.yaml");
     assert!(compose.contains("\n  collector:\n") && compose.contains("\n  lite-node:\n"), "{compose}");
     assert!(compose.contains("snapshotter-lite-local-collector:${LOCAL_COLLECTOR_IMAGE_TAG:?"), "the tag is required");
-    assert_eq!(compose.matches("env_file: .env").count(), 2);
+    assert_eq!(compose.matches("env_file: .env").count(), 1, "only the node reads the whole .env");
+    let collector = compose.split("\n  lite-node:\n").next().unwrap();
+    assert!(!collector.contains("TELEGRAM"), "alert tokens stay with the node");
     assert!(compose.contains("LOCAL_COLLECTOR_HOST: collector"));
     assert!(compose.contains("lite-node-data:/data"));
 }
