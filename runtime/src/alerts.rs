@@ -35,7 +35,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const MAX_TEXT: usize = 4000;
 
 /// What happened.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AlertKind {
     /// Three (or more) consecutive selected epochs failed; once per streak.
     ThreeFailures { streak: Vec<StreakEntry> },
@@ -60,6 +60,23 @@ impl AlertKind {
         }
     }
 
+    /// A name for log lines.
+    fn label(&self) -> &'static str {
+        match self {
+            Self::ThreeFailures { .. } => "three-failure",
+            Self::Recovered { .. } => "recovery",
+            Self::MissedSnapshot { .. } => "missed-snapshot",
+            Self::Unhealthy { .. } => "unhealthy",
+            Self::Test => "test",
+        }
+    }
+
+    /// The alerts the books latch: each is sent once, so it is kept on disk
+    /// until every channel has taken it.
+    fn latched(&self) -> bool {
+        matches!(self, Self::ThreeFailures { .. } | Self::Recovered { .. })
+    }
+
     fn cooled_down(&self) -> Option<&'static str> {
         match self {
             Self::MissedSnapshot { .. } => Some("missed-snapshot"),
@@ -81,14 +98,14 @@ impl From<crate::books::Notice> for AlertKind {
 }
 
 /// Who is alerting.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Sender {
     pub slot_id: u64,
     pub signer: String,
 }
 
 /// One alert, with the books as they stood.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Alert {
     pub kind: AlertKind,
     pub from: Sender,
@@ -309,7 +326,8 @@ fn unix_now() -> u64 {
 /// The node's alert queues: one per channel, each with its own delivery
 /// task, so a channel that is down never holds up another.
 pub struct Alerter {
-    queues: Vec<(String, mpsc::Sender<Alert>)>,
+    queues: Vec<(String, mpsc::Sender<Queued>)>,
+    pending: Arc<Pending>,
     from: Sender,
     cooldown: Duration,
     last: Mutex<HashMap<&'static str, Instant>>,
@@ -326,20 +344,33 @@ impl std::fmt::Debug for Alerter {
 }
 
 impl Alerter {
-    /// Starts the delivery task on the current runtime (nothing when no
-    /// channel is configured).
-    pub fn start(cfg: &AlertConfig, from: Sender) -> Result<Arc<Self>, String> {
-        let queues = channels(cfg)?
+    /// Starts the delivery tasks on the current runtime (none when no
+    /// channel is configured). With `pending_path`, latched alerts not yet
+    /// taken by every channel are kept there and sent again after a restart.
+    pub fn start(
+        cfg: &AlertConfig,
+        from: Sender,
+        pending_path: Option<std::path::PathBuf>,
+    ) -> Result<Arc<Self>, String> {
+        let pending = Arc::new(Pending::open(pending_path));
+        let queues: Vec<(String, mpsc::Sender<Queued>)> = channels(cfg)?
             .into_iter()
             .map(|channel| {
                 let (tx, rx) = mpsc::channel(QUEUE);
                 let name = channel.name();
-                tokio::spawn(deliver_all(channel, rx));
+                tokio::spawn(deliver_all(channel, rx, pending.clone()));
                 (name, tx)
             })
             .collect();
+        for entry in pending.entries() {
+            for (name, tx) in queues.iter().filter(|(n, _)| entry.remaining.contains(n)) {
+                tracing::info!("{name}: sending again the {} alert from before the restart", entry.alert.kind.label());
+                let _ = tx.try_send(Queued { id: Some(entry.id), alert: entry.alert.clone() });
+            }
+        }
         Ok(Arc::new(Self {
             queues,
+            pending,
             from,
             cooldown: cfg.cooldown,
             last: Mutex::default(),
@@ -367,14 +398,18 @@ impl Alerter {
             last.insert(key, Instant::now());
         }
         let alert = Alert { kind, from: self.from.clone(), books: books.clone(), at_unix: unix_now() };
+        let id = alert
+            .kind
+            .latched()
+            .then(|| self.pending.add(&alert, self.queues.iter().map(|(n, _)| n.clone()).collect()));
         for (name, tx) in &self.queues {
-            match tx.try_send(alert.clone()) {
+            match tx.try_send(Queued { id, alert: alert.clone() }) {
                 Ok(()) => {
                     self.queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 Err(e) => {
                     self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let kind = e.into_inner().kind.issue_type();
+                    let kind = e.into_inner().alert.kind.issue_type();
                     tracing::warn!("{name}: alert queue full ({QUEUE} waiting): dropped a {kind} alert");
                 }
             }
@@ -382,9 +417,74 @@ impl Alerter {
     }
 }
 
-async fn deliver_all(channel: Channel, mut rx: mpsc::Receiver<Alert>) {
-    while let Some(alert) = rx.recv().await {
-        deliver(&channel, &alert).await;
+/// An alert on a channel's queue; `id` when it is kept in [`Pending`].
+struct Queued {
+    id: Option<u64>,
+    alert: Alert,
+}
+
+async fn deliver_all(channel: Channel, mut rx: mpsc::Receiver<Queued>, pending: Arc<Pending>) {
+    let name = channel.name();
+    while let Some(q) = rx.recv().await {
+        deliver(&channel, &q.alert).await;
+        if let Some(id) = q.id {
+            pending.done(id, &name);
+        }
+    }
+}
+
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct PendingEntry {
+    id: u64,
+    alert: Alert,
+    /// Channels that have not taken it yet.
+    remaining: Vec<String>,
+}
+
+/// Latched alerts not yet delivered everywhere, kept in a file (written
+/// atomically on every change).
+struct Pending {
+    path: Option<std::path::PathBuf>,
+    entries: Mutex<Vec<PendingEntry>>,
+}
+
+impl Pending {
+    fn open(path: Option<std::path::PathBuf>) -> Self {
+        let entries = path
+            .as_ref()
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|b| serde_json::from_slice::<Vec<PendingEntry>>(&b).ok())
+            .unwrap_or_default();
+        Self { path, entries: Mutex::new(entries) }
+    }
+
+    fn entries(&self) -> Vec<PendingEntry> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn add(&self, alert: &Alert, channels: Vec<String>) -> u64 {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let id = entries.iter().map(|e| e.id + 1).max().unwrap_or(1);
+        entries.push(PendingEntry { id, alert: alert.clone(), remaining: channels });
+        self.save(&entries);
+        id
+    }
+
+    fn done(&self, id: u64, channel: &str) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for e in entries.iter_mut().filter(|e| e.id == id) {
+            e.remaining.retain(|c| c != channel);
+        }
+        entries.retain(|e| !e.remaining.is_empty());
+        self.save(&entries);
+    }
+
+    fn save(&self, entries: &[PendingEntry]) {
+        let Some(path) = &self.path else { return };
+        let bytes = serde_json::to_vec_pretty(entries).expect("alerts serialize");
+        if let Err(e) = crate::atomic_file::write(path, &bytes) {
+            tracing::warn!("saving pending alerts to {}: {e}", path.display());
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The node's books (PROTOCOL.md §9): per project and overall, selected and
 //! succeeded, selected and failed, not selected; the streak of consecutive
 //! selected failures, and the three-failure alert latched until a selected
-//! success. Kept in `<data dir>/state/books.json`, written atomically after
+//! success. Kept in `<data dir>/state/books-<market>.json`, written atomically after
 //! every epoch, so a restart neither forgets a streak nor alerts twice.
 
 use std::{
@@ -118,14 +118,19 @@ impl Counts {
 }
 
 impl Books {
-    pub fn path(data_dir: &Path) -> PathBuf {
-        data_dir.join("state").join("books.json")
+    /// The books of one ProtocolState and data market (like the cursor: a
+    /// node pointed at another market starts afresh).
+    pub fn path(data_dir: &Path, protocol_state: &str, data_market: &str) -> PathBuf {
+        data_dir.join("state").join(format!(
+            "books-{}-{}.json",
+            protocol_state.to_lowercase(),
+            data_market.to_lowercase()
+        ))
     }
 
-    /// The saved books, or empty ones.
-    pub fn open(data_dir: &Path) -> io::Result<Self> {
-        let path = Self::path(data_dir);
-        match std::fs::read(&path) {
+    /// The books saved at `path`, or empty ones.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        match std::fs::read(path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -137,12 +142,18 @@ impl Books {
         }
     }
 
-    pub fn save(&self, data_dir: &Path) -> io::Result<()> {
-        crate::atomic_file::write(&Self::path(data_dir), &serde_json::to_vec_pretty(self).map_err(io::Error::other)?)
+    pub fn save(&self, path: &Path) -> io::Result<()> {
+        crate::atomic_file::write(path, &serde_json::to_vec_pretty(self).map_err(io::Error::other)?)
     }
 
     /// Counts one epoch's outcomes; returns what should be reported.
     pub fn apply(&mut self, epoch_id: u64, outcomes: &[Outcome]) -> Vec<Notice> {
+        // Epochs come in order; one counted before a crash (the books are
+        // saved before the cursor) and computed again after it counts once.
+        if self.last_epoch.is_some_and(|last| epoch_id <= last) {
+            tracing::debug!("epoch {epoch_id} is already in the books");
+            return Vec::new();
+        }
         let mut notices = Vec::new();
         let verdicts: Vec<(String, Verdict)> = outcomes.iter().map(|o| (o.project_type.clone(), verdict(o))).collect();
         for (project, v) in &verdicts {
@@ -297,13 +308,24 @@ mod tests {
     }
 
     #[test]
+    fn an_epoch_computed_again_after_a_crash_is_counted_once() {
+        let mut b = Books::default();
+        b.apply(1, &[fail()]);
+        b.apply(2, &[fail()]);
+        assert!(b.apply(2, &[fail()]).is_empty());
+        assert_eq!(b.overall.selected_failure, 2);
+        assert_eq!(b.overall.consecutive_failures, 2);
+    }
+
+    #[test]
     fn the_books_survive_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let mut b = Books::default();
         b.apply(1, &[fail()]);
         b.apply(2, &[fail()]);
-        b.save(dir.path()).unwrap();
-        let mut again = Books::open(dir.path()).unwrap();
+        let path = Books::path(dir.path(), "0xPS", "0xDM");
+        b.save(&path).unwrap();
+        let mut again = Books::open(&path).unwrap();
         assert_eq!(again, b);
         assert_eq!(alerts(&again.apply(3, &[fail()])), 1, "the streak continued across the restart");
     }

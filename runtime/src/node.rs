@@ -96,7 +96,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let anchor = Arc::new(Anchor::new(rpc("anchor", &cfg.anchor_rpc_urls)?, protocol_state, data_market));
 
     let tracker = Arc::new(SelectionTracker::persistent(data_dir.join("state").join("slot_selection_status.json")));
-    let mut books = Books::open(&data_dir).context("opening the books")?;
+    let books_path = Books::path(&data_dir, &cfg.protocol_state, &cfg.data_market);
+    let mut books = Books::open(&books_path).context("opening the books")?;
     let activity = Arc::new(Activity::default());
     let status = Arc::new(NodeStatus {
         info: Info {
@@ -125,8 +126,12 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             let _ = status_stopped.await;
         }));
     }
-    let alerter = Alerter::start(&cfg.alerts, Sender { slot_id: cfg.slot_id, signer: cfg.signer_address.clone() })
-        .map_err(BadInput)?;
+    let alerter = Alerter::start(
+        &cfg.alerts,
+        Sender { slot_id: cfg.slot_id, signer: cfg.signer_address.clone() },
+        Some(data_dir.join("state").join("pending-alerts.json")),
+    )
+    .map_err(BadInput)?;
 
     let Some(()) = check_identity(&cfg, &anchor, &mut shutdown).await? else {
         tracing::info!("shutdown before the node started");
@@ -220,7 +225,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
                     log_outcome(epoch, outcome);
                     journal.record(epoch, outcome).with_context(|| format!("writing {}", journal.path().display()))?;
                 }
-                keep_books(&mut books, &status, &alerter, epoch, &outcomes, seen_at, &data_dir)?;
+                keep_books(&mut books, &status, &alerter, epoch, &outcomes, seen_at, &books_path)?;
                 watcher.epoch_handled(epoch).context("saving the epoch cursor")?;
             }
             watcher.scan_complete(poll.scanned_to).context("saving the epoch cursor")?;
@@ -276,10 +281,10 @@ fn keep_books(
     epoch: &Epoch,
     outcomes: &[Outcome],
     seen_at_ms: u64,
-    data_dir: &std::path::Path,
+    books_path: &std::path::Path,
 ) -> Result<()> {
     let notices = books.apply(epoch.epoch_id, outcomes);
-    books.save(data_dir).with_context(|| format!("writing {}", Books::path(data_dir).display()))?;
+    books.save(books_path).with_context(|| format!("writing {}", books_path.display()))?;
     let m = &status.metrics;
     m.epochs_seen.inc();
     for o in outcomes {

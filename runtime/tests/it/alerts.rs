@@ -59,6 +59,7 @@ fn the_streak_alerts_once_survives_idle_epochs_recovers_and_alerts_again_with_th
     let alerter = Alerter::start(
         &bot(&api, Duration::from_secs(3600)),
         Sender { slot_id: 7, signer: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into() },
+        None,
     )
     .unwrap();
     let mut books = Books::default();
@@ -105,7 +106,8 @@ fn a_rate_limit_is_waited_out_and_an_api_that_is_down_gets_the_alert_once_back()
     let api = TelegramStandin::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let _guard = rt.enter();
-    let alerter = Alerter::start(&bot(&api, Duration::ZERO), Sender { slot_id: 3, signer: "0xabc".into() }).unwrap();
+    let alerter =
+        Alerter::start(&bot(&api, Duration::ZERO), Sender { slot_id: 3, signer: "0xabc".into() }, None).unwrap();
     api.rate_limit(1, 1);
     alerter.notify(AlertKind::Test, &Books::default());
     let sent = poll_until("the message after the 429", Duration::from_secs(30), || api.messages().pop());
@@ -185,8 +187,15 @@ fn a_node_keeps_processing_while_telegram_is_down_and_its_one_alert_arrives_when
     }
     assert_eq!(node.stop(), 0);
     assert_eq!(alerts_of(&api, "consecutive selected epochs failed").len(), 1);
-    let books: Value =
-        serde_json::from_slice(&std::fs::read(data.path().join("node/state/books.json")).unwrap()).unwrap();
+    let books: Value = serde_json::from_slice(
+        &std::fs::read(lite_node::books::Books::path(
+            &data.path().join("node"),
+            &world.manifest.protocol_state,
+            &world.manifest.data_market,
+        ))
+        .unwrap(),
+    )
+    .unwrap();
     assert_eq!(books["overall"]["selected_failure"], 4);
     assert_eq!(books["alerted"], true);
     let tracker: Value =
@@ -319,4 +328,47 @@ fn alert_test_reports_each_channel_and_names_the_failure() {
     let (code, _, stderr) = run(&[]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("no alert channel configured"), "{stderr}");
+}
+
+#[test]
+fn a_latched_alert_not_yet_delivered_survives_a_restart_and_arrives_exactly_once() {
+    let world = World::load();
+    let api = TelegramStandin::start();
+    api.down();
+    let data = tempfile::tempdir().unwrap();
+    let env = drill_env(
+        &world,
+        2,
+        &[
+            ("TELEGRAM_BOT_TOKEN", "123456:node-token".into()),
+            ("TELEGRAM_CHAT_ID", "8".into()),
+            ("TELEGRAM_API_URL", api.url()),
+        ],
+    );
+    let dir = data.path().join("node");
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    for _ in 0..3 {
+        world.release_next_epoch();
+    }
+    node.wait_for_journal(3);
+    let pending = dir.join("state/pending-alerts.json");
+    poll_until("the latched alert kept on disk", Duration::from_secs(30), || {
+        std::fs::read_to_string(&pending).ok().filter(|t| t.contains("ThreeFailures"))
+    });
+    node.kill(); // before Telegram ever answered
+    api.up();
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("sending again the three-failure alert from before the restart");
+    let alert = poll_until("the alert after the restart", Duration::from_secs(60), || {
+        alerts_of(&api, "consecutive selected epochs failed").pop()
+    });
+    assert!(alert.contains("epoch 1:") && alert.contains("epoch 3:"), "{alert}");
+    poll_until("the pending file emptied", Duration::from_secs(30), || {
+        (std::fs::read_to_string(&pending).unwrap_or_default().trim() == "[]").then_some(())
+    });
+    world.release_next_epoch();
+    node.wait_for_journal(4);
+    assert_eq!(node.stop(), 0);
+    assert_eq!(alerts_of(&api, "consecutive selected epochs failed").len(), 1, "{:?}", api.messages());
 }
