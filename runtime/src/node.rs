@@ -39,8 +39,6 @@ use crate::{
     status::{Info, Metrics, NodeStatus},
 };
 
-/// How long shutdown waits for running computes.
-const DRAIN_GRACE: Duration = Duration::from_secs(30);
 /// Attempts at preloading an epoch's blocks (the source chain may lag).
 const PRELOAD_ATTEMPTS: usize = 5;
 
@@ -186,6 +184,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let watching = async {
         let mut delays = backoff();
         let mut failing = false;
+        let mut stopping = false;
         'watch: loop {
             let poll = tokio::select! {
                 _ = &mut shutdown => break 'watch,
@@ -216,17 +215,49 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             };
             for epoch in &poll.epochs {
                 let seen_at = now_ms();
-                let mut outcomes =
-                    handle_epoch(&cfg, epoch, poll.head, &anchor, &source, &dispatcher, needs_blocks).await;
-                for outcome in &mut outcomes {
-                    submitter.submit(&cfg, epoch, outcome, &anchor).await.context("recording a submission")?;
-                }
+                let work = async {
+                    let mut outcomes =
+                        handle_epoch(&cfg, epoch, poll.head, &anchor, &source, &dispatcher, needs_blocks).await;
+                    for outcome in &mut outcomes {
+                        submitter.submit(&cfg, epoch, outcome, &anchor).await.context("recording a submission")?;
+                    }
+                    Ok::<_, anyhow::Error>(outcomes)
+                };
+                tokio::pin!(work);
+                // A stop lets the epoch in flight finish, for a while: a
+                // submission waiting for an anchor that is down could wait
+                // forever. An abandoned epoch is computed again after the
+                // restart (the ledger keeps what was acknowledged).
+                let outcomes = tokio::select! {
+                    outcomes = &mut work => outcomes?,
+                    _ = &mut shutdown => {
+                        let grace = cfg.watch.stop_grace.as_secs();
+                        tracing::info!("stopping: letting epoch {} finish (at most {grace}s)", epoch.epoch_id);
+                        match tokio::time::timeout(cfg.watch.stop_grace, &mut work).await {
+                            Ok(outcomes) => {
+                                stopping = true;
+                                outcomes?
+                            }
+                            Err(_) => {
+                                tracing::warn!(
+                                    "epoch {} did not finish within {}s; it is processed again after the restart",
+                                    epoch.epoch_id,
+                                    cfg.watch.stop_grace.as_secs()
+                                );
+                                break 'watch;
+                            }
+                        }
+                    }
+                };
                 for outcome in &outcomes {
                     log_outcome(epoch, outcome);
                     journal.record(epoch, outcome).with_context(|| format!("writing {}", journal.path().display()))?;
                 }
                 keep_books(&mut books, &status, &alerter, epoch, &outcomes, seen_at, &books_path)?;
                 watcher.epoch_handled(epoch).context("saving the epoch cursor")?;
+                if stopping {
+                    break 'watch;
+                }
             }
             watcher.scan_complete(poll.scanned_to).context("saving the epoch cursor")?;
             if poll.epochs.is_empty() && poll.scanned_to >= poll.head {
@@ -254,8 +285,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     }
     tracing::info!("shutting down: waiting for running computes");
     watcher.flush().context("saving the epoch cursor")?;
-    if !dispatcher.drain(DRAIN_GRACE).await {
-        tracing::warn!("computes still running after {}s; exiting anyway", DRAIN_GRACE.as_secs());
+    if !dispatcher.drain(cfg.watch.stop_grace).await {
+        tracing::warn!("computes still running after {}s; exiting anyway", cfg.watch.stop_grace.as_secs());
     }
     let _ = stop_status.send(());
     Ok(())

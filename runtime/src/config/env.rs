@@ -206,6 +206,9 @@ pub struct WatchSettings {
     /// A submission's deadline is the anchor head plus this many blocks
     /// (`LITE_NODE_DEADLINE_BUFFER_BLOCKS`, default 30).
     pub deadline_buffer: u64,
+    /// On a stop, how long the epoch in flight and running computes may take
+    /// (`LITE_NODE_STOP_GRACE_SECS`, default 30).
+    pub stop_grace: Duration,
 }
 
 impl WatchSettings {
@@ -229,6 +232,7 @@ impl WatchSettings {
             max_concurrent_computes: number("LITE_NODE_MAX_CONCURRENT_COMPUTES", 4, 1) as usize,
             rpc_timeout: Duration::from_secs(number("LITE_NODE_RPC_TIMEOUT_SECS", 15, 1)),
             deadline_buffer: number("LITE_NODE_DEADLINE_BUFFER_BLOCKS", 30, 1),
+            stop_grace: Duration::from_secs(number("LITE_NODE_STOP_GRACE_SECS", 30, 1)),
         }
     }
 }

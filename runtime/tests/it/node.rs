@@ -46,6 +46,16 @@ fn a_restart_resumes_at_the_next_unprocessed_epoch() {
     world.release_next_epoch();
     world.release_next_epoch();
     node.wait_for_journal(2);
+    // Epoch 2 is handled once its cursor is saved (its journal line comes just
+    // before: a crash in between computes it again, which is by design).
+    lite_node_testkit::poll_until("the cursor at epoch 2", std::time::Duration::from_secs(30), || {
+        let cursor = std::fs::read_dir(dir.join("state"))
+            .ok()?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with("cursor-"))?;
+        let saved: Value = serde_json::from_slice(&std::fs::read(cursor.path()).ok()?).ok()?;
+        (saved["last_epoch"] == 2).then_some(())
+    });
     node.kill(); // a crash, not an orderly stop
 
     world.release_next_epoch();
@@ -325,4 +335,27 @@ fn with_ipfs_configured_the_exact_bytes_are_uploaded_and_a_cid_mismatch_is_not_s
     assert!(journal[0]["error"].as_str().unwrap().contains("IPFS stored the snapshot as"), "{}", journal[0]);
     assert!(node.collector.as_ref().unwrap().verdicts().is_empty(), "nothing was submitted");
     assert_eq!(node.stop(), 0);
+}
+
+#[test]
+fn a_stop_while_a_submission_waits_for_the_collector_ends_within_the_grace() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
+    env.push(("LITE_NODE_STOP_GRACE_SECS".into(), "2".into()));
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let dir = data.path().join("node");
+    let mut node = RunningNode::start(bin, &env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    world.release_next_epoch();
+    node.wait_for_log(&format!("submitting to http://127.0.0.1:{port} failed"));
+    let log_path = node.stderr.clone();
+    assert_eq!(node.stop(), 0);
+    let log = std::fs::read_to_string(log_path).unwrap();
+    assert!(log.contains("stopping: letting epoch 1 finish (at most 2s)"), "{log}");
+    assert!(log.contains("epoch 1 did not finish within 2s; it is processed again after the restart"), "{log}");
+    assert!(node_journal(&dir).is_empty(), "nothing recorded for the abandoned epoch");
 }
