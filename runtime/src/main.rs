@@ -177,6 +177,8 @@ fn run_collector(a: CollectorArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("collector").build()?;
     runtime.block_on(async {
+        let signals = shutdown_signals(false);
+        tokio::pin!(signals);
         let io = IoRuntime::new()?;
         let rpc = |role, urls: &str| {
             HttpRpc::new(role, urls.split(',').map(str::to_owned).collect(), Duration::from_secs(15), io.clone())
@@ -210,12 +212,29 @@ fn run_collector(a: CollectorArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
                 Ok(v) => break u64::from_str_radix(v.as_str().unwrap_or("").trim_start_matches("0x"), 16)?,
                 Err(e) => {
                     tracing::warn!("anchor RPC not answering ({e}); retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tokio::select! {
+                        _ = &mut signals => return Ok(()),
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    }
                 }
             }
         };
         let collector = DevnetCollector { anchor, chain_id, received: Default::default(), selection, announce: true };
-        lite_node::collector::serve(collector, listener, shutdown_signals(false)).await?;
+        // Stop accepting on a signal; connections still open after 5 s do not hold the exit.
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = lite_node::collector::serve(collector, listener, async {
+            let _ = stopped.await;
+        });
+        tokio::pin!(server);
+        tokio::select! {
+            served = &mut server => served?,
+            _ = &mut signals => {
+                let _ = stop.send(());
+                if tokio::time::timeout(Duration::from_secs(5), &mut server).await.is_err() {
+                    tracing::warn!("connections still open after 5 s; exiting");
+                }
+            }
+        }
         Ok(())
     })
 }
