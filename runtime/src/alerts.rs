@@ -331,9 +331,6 @@ pub struct Alerter {
     from: Sender,
     cooldown: Duration,
     last: Mutex<HashMap<&'static str, Instant>>,
-    /// Alerts handed to the queue, and dropped because it was full.
-    pub queued: std::sync::atomic::AtomicU64,
-    pub dropped: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Alerter {
@@ -368,22 +365,15 @@ impl Alerter {
                 let _ = tx.try_send(Queued { id: Some(entry.id), alert: entry.alert.clone() });
             }
         }
-        Ok(Arc::new(Self {
-            queues,
-            pending,
-            from,
-            cooldown: cfg.cooldown,
-            last: Mutex::default(),
-            queued: Default::default(),
-            dropped: Default::default(),
-        }))
+        Ok(Arc::new(Self { queues, pending, from, cooldown: cfg.cooldown, last: Mutex::default() }))
     }
 
-    /// Queues an alert; never waits. Repeated failure alerts within the
-    /// cooldown are skipped.
-    pub fn notify(&self, kind: AlertKind, books: &Books) {
+    /// Queues an alert on every channel; never waits. Repeated failure
+    /// alerts within the cooldown are skipped. Returns how many channel
+    /// queues took it.
+    pub fn notify(&self, kind: AlertKind, books: &Books) -> usize {
         if self.queues.is_empty() {
-            return;
+            return 0;
         }
         if let Some(key) = kind.cooled_down() {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
@@ -393,7 +383,7 @@ impl Alerter {
                     kind.issue_type(),
                     self.cooldown.as_secs()
                 );
-                return;
+                return 0;
             }
             last.insert(key, Instant::now());
         }
@@ -402,18 +392,17 @@ impl Alerter {
             .kind
             .latched()
             .then(|| self.pending.add(&alert, self.queues.iter().map(|(n, _)| n.clone()).collect()));
+        let mut taken = 0;
         for (name, tx) in &self.queues {
             match tx.try_send(Queued { id, alert: alert.clone() }) {
-                Ok(()) => {
-                    self.queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
+                Ok(()) => taken += 1,
                 Err(e) => {
-                    self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let kind = e.into_inner().alert.kind.issue_type();
                     tracing::warn!("{name}: alert queue full ({QUEUE} waiting): dropped a {kind} alert");
                 }
             }
         }
+        taken
     }
 }
 

@@ -272,10 +272,11 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let stuck = tokio::select! {
         done = watching => { done?; None }
         stuck = safety::watch(cfg.safety, &activity, |s| {
-            alerter.notify(
+            let taken = alerter.notify(
                 AlertKind::Unhealthy { idle: s.idle, checks: s.checks, exit_after: cfg.safety.exit_after },
                 &status.books.lock().unwrap_or_else(|p| p.into_inner()),
-            )
+            );
+            status.metrics.alerts.inc_by(taken as u64);
         }) => Some(stuck),
     };
     status.watching.store(false, Ordering::Relaxed);
@@ -349,8 +350,7 @@ fn keep_books(
             Notice::MissedSnapshot { .. } => {}
         }
         let kind = AlertKind::from(notice);
-        m.alerts.inc();
-        alerter.notify(kind, books);
+        m.alerts.inc_by(alerter.notify(kind, books) as u64);
     }
     Ok(())
 }

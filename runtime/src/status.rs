@@ -91,7 +91,7 @@ impl Default for Metrics {
             m.submission_latency.clone(),
         );
         registry.register("rpc_errors", "Failed JSON-RPC requests, per chain", m.rpc_errors.clone());
-        registry.register("alerts_queued", "Alerts handed to the delivery queue", m.alerts.clone());
+        registry.register("alerts_queued", "Alerts handed to a channel's delivery queue", m.alerts.clone());
         Self { registry, ..m }
     }
 }
