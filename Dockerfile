@@ -20,6 +20,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock rustfmt.toml ./
 COPY proto proto
 COPY plugin-api plugin-api
+COPY protocol protocol
 COPY runtime runtime
 COPY tests tests
 COPY computes computes

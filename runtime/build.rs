@@ -28,17 +28,6 @@ fn main() {
     fs::write(dest, out).expect("write generated file");
     println!("cargo:rerun-if-changed=../plugin-api/Cargo.toml");
     println!("cargo:rerun-if-changed=../plugin-api/src");
-    compile_proto(&manifest_dir);
-}
-
-/// The collector's gRPC interface, compiled with protox (pure Rust: no protoc
-/// needed on the machine).
-fn compile_proto(manifest_dir: &Path) {
-    let proto_dir = manifest_dir.join("..").join("proto");
-    let file = proto_dir.join("submission.proto");
-    let fds = protox::compile([&file], [&proto_dir]).expect("proto/submission.proto compiles");
-    tonic_prost_build::configure().compile_fds(fds).expect("gRPC code generates");
-    println!("cargo:rerun-if-changed=../proto/submission.proto");
 }
 
 fn collect(root: &Path, rel: &Path, files: &mut Vec<PathBuf>) {

@@ -2,10 +2,7 @@
 //! `proto/submission.proto`: the client a node submits with, and the server
 //! side the devnet collector implements.
 
-#[allow(clippy::all, missing_docs, rust_2018_idioms)] // generated code
-pub mod proto {
-    tonic::include_proto!("submission");
-}
+pub use lite_node_protocol::proto;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -22,11 +19,11 @@ use proto::{SnapshotSubmission, SubmissionResponse, submission_client::Submissio
 use serde::{Deserialize, Serialize};
 
 use lite_node_plugin_api::{AssignmentRequest, RpcError};
+use lite_node_protocol::eip712::{Request, domain, recover};
 
 use crate::{
     chain::{Anchor, HttpRpc},
     compute::LoadedPackage,
-    signing::{Request, domain, recover},
 };
 
 /// What the collector answered, or why nothing was.

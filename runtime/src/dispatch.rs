@@ -12,12 +12,13 @@ use std::{
 
 use abi_stable::std_types::RString;
 use lite_node_plugin_api::{BlockDetail, EpochContext, Host, ProcessorBox};
+use lite_node_protocol::project_id;
 use tokio::sync::Semaphore;
 
 use crate::{
     compute::host::{RpcEndpoint, RuntimeHost, SelectionTracker},
     config::Project,
-    snapshot::{SnapshotStore, Stored, project_id},
+    snapshots::{SnapshotStore, Stored},
 };
 
 /// A project and its processor instance.

@@ -21,8 +21,7 @@ pub mod node;
 mod progress;
 pub mod repo;
 pub mod safety;
-pub mod signing;
-pub mod snapshot;
+pub mod snapshots;
 pub mod status;
 
 pub use commands::{ExitStatus, exit_status};

@@ -17,6 +17,7 @@ use alloy::primitives::Address;
 use anyhow::{Context, Result};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use lite_node_plugin_api::{BlockDetail, EpochContext};
+use lite_node_protocol::eip712::{Request, Signer};
 
 use crate::{
     alerts::{AlertKind, Alerter, Sender},
@@ -34,8 +35,7 @@ use crate::{
     ipfs::Ipfs,
     journal::Journal,
     safety::{self, Activity},
-    signing::{Request, Signer},
-    snapshot::SnapshotStore,
+    snapshots::SnapshotStore,
     status::{Info, Metrics, NodeStatus},
 };
 
@@ -149,7 +149,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             .with_context(|| format!("eth_chainId answered {v}"))?
     };
     let submitter = Submitter {
-        signer: Signer::new(&cfg.signer_key, chain_id, protocol_state).map_err(BadInput)?,
+        signer: Signer::new(cfg.signer_key.bytes(), chain_id, protocol_state).map_err(BadInput)?,
         ledger: Ledger::open(&data_dir).context("opening the submission ledger")?,
         endpoint: format!("http://{}:{}", cfg.collector_host, cfg.collector_port),
         ipfs: cfg.ipfs.as_ref().map(Ipfs::new).transpose().map_err(BadInput)?,
@@ -581,7 +581,7 @@ enum Upload {
 }
 
 /// Uploads a stored snapshot's exact bytes and checks the CID IPFS gives them.
-async fn upload(ipfs: &Ipfs, stored: &crate::snapshot::Stored) -> Result<(), Upload> {
+async fn upload(ipfs: &Ipfs, stored: &crate::snapshots::Stored) -> Result<(), Upload> {
     let bytes = tokio::fs::read(&stored.path)
         .await
         .map_err(|e| Upload::Unavailable(format!("reading {}: {e}", stored.path.display())))?;

@@ -14,12 +14,11 @@ use alloy::{
 use lite_node_plugin_api::RpcError;
 use serde_json::{Value, json};
 
-use super::{
-    contracts::{
-        DayStartedEvent, EpochReleased, allSnapshottersCall, getTotalNodeCountCall, slotSnapshotterMappingCall,
-    },
-    rpc::HttpRpc,
+use lite_node_protocol::contracts::{
+    DayStartedEvent, EpochReleased, allSnapshottersCall, getTotalNodeCountCall, slotSnapshotterMappingCall,
 };
+
+use super::rpc::HttpRpc;
 
 /// How long `getTotalNodeCount()` is trusted (PROTOCOL.md §1).
 const TOTAL_SLOTS_TTL: Duration = Duration::from_secs(30);

@@ -3,7 +3,6 @@
 //! and ABI).
 
 pub mod anchor;
-pub mod contracts;
 pub mod rpc;
 
 pub use anchor::{Anchor, AnchorEvent, EventKind, Identity};

@@ -80,7 +80,7 @@ pub struct RuntimeHost {
     /// What this compute call itself reported, `(epoch_id, was_selected)`.
     pub reported: Mutex<Option<(u64, bool)>>,
     /// Where `previous_snapshots` looks, and the namespace of project ids.
-    pub history: Option<(Arc<crate::snapshot::SnapshotStore>, String)>,
+    pub history: Option<(Arc<crate::snapshots::SnapshotStore>, String)>,
 }
 
 impl RuntimeHost {
@@ -144,7 +144,7 @@ impl HostApi for RuntimeHost {
 
     fn previous_snapshots(&self, data_source: RStr<'_>) -> RVec<PreviousSnapshot> {
         let Some((store, namespace)) = &self.history else { return RVec::new() };
-        let id = crate::snapshot::project_id(&self.project, data_source.as_str(), namespace);
+        let id = lite_node_protocol::project_id(&self.project, data_source.as_str(), namespace);
         store.previous(&id).into_iter().map(|(epoch_id, cid)| PreviousSnapshot { epoch_id, cid: cid.into() }).collect()
     }
 

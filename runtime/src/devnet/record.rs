@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use super::{Node, Released, Summary, quantile};
-use crate::{collector::Seen, compute::LoadedPackage, devnet::world::Manifest, snapshot::snapshot_path};
+use crate::{collector::Seen, compute::LoadedPackage, devnet::world::Manifest, snapshots::snapshot_path};
 
 pub(super) fn build(
     manifest: &Manifest,
@@ -17,7 +17,8 @@ pub(super) fn build(
     nodes: &[Node],
     summary: &Summary,
 ) -> Value {
-    let domain = crate::signing::domain(manifest.chain_id, manifest.protocol_state.parse().unwrap_or_default());
+    let domain =
+        lite_node_protocol::eip712::domain(manifest.chain_id, manifest.protocol_state.parse().unwrap_or_default());
     let epochs: Vec<Value> = released
         .iter()
         .map(|e| {

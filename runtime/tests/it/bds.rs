@@ -171,7 +171,7 @@ fn previous_snapshots_are_the_nodes_own_recent_cids() {
     use lite_node::{
         config::Project,
         dispatch::{Dispatcher, OutcomeKind, ProjectProcessor},
-        snapshot::SnapshotStore,
+        snapshots::SnapshotStore,
     };
     let world = World::load();
     let (begin, end) = activity(&world);
@@ -207,7 +207,7 @@ fn previous_snapshots_are_the_nodes_own_recent_cids() {
         let stored = &outcomes[0].stored[0];
         assert_eq!(stored.project_id, format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", pool.to_lowercase()));
         let bytes = std::fs::read(&stored.path).unwrap();
-        assert_eq!(stored.cid, lite_node::snapshot::cid(&bytes), "the CID is of the exact bytes on disk");
+        assert_eq!(stored.cid, lite_node_protocol::cid(&bytes), "the CID is of the exact bytes on disk");
         let snapshot: Value = serde_json::from_slice(&bytes).unwrap();
         let previous: Vec<Value> = cids.iter().map(|(e, c): &(u64, String)| json!([e, c])).collect();
         assert_eq!(snapshot["previousSnapshots"], Value::Array(previous), "epoch {epoch_id}");

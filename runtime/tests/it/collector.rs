@@ -7,10 +7,9 @@ use lite_node::{
     chain::{Anchor, HttpRpc, IoRuntime},
     collector::{self, DevnetCollector, Ledger, Received, SelectionCheck, Verdict, proto},
     compute::{self as compute_pkg, Fetch, LoadedPackage},
-    config::SecretKey,
     config::{ComputeConfig, EnvSnapshot},
-    signing::{Request, Signer},
 };
+use lite_node_protocol::eip712::{Request, Signer};
 use lite_node_testkit::World;
 
 struct Setup {
@@ -75,7 +74,7 @@ fn submission_for(
     let key_hex = s.world.manifest.signer_key(key_slot).trim_start_matches("0x").to_owned();
     let mut key = [0u8; 32];
     hex::decode_to_slice(key_hex, &mut key).unwrap();
-    let signer = Signer::new(&SecretKey::for_tests(key), s.chain_id, s.anchor.protocol_state).unwrap();
+    let signer = Signer::new(&key, s.chain_id, s.anchor.protocol_state).unwrap();
     let request = Request {
         slot_id,
         deadline,

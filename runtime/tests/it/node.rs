@@ -317,7 +317,7 @@ fn with_ipfs_configured_the_exact_bytes_are_uploaded_and_a_cid_mismatch_is_not_s
     assert_eq!(journal[0]["submissions"][0]["verdict"], "accepted", "{}", journal[0]);
     let snapshot = std::fs::read_dir(dir.join(format!("snapshots/{epoch}"))).unwrap().next().unwrap().unwrap().path();
     let bytes = std::fs::read(&snapshot).unwrap();
-    let cid = lite_node::snapshot::cid(&bytes);
+    let cid = lite_node_protocol::cid(&bytes);
     assert_eq!(std::fs::read(kubo.store().join(&cid)).unwrap(), bytes, "IPFS holds the exact bytes under the CID");
     let queries = std::fs::read_to_string(kubo.store().join("queries.log")).unwrap();
     assert!(queries.contains("cid-version=1") && queries.contains("raw-leaves=true"), "{queries}");

@@ -1,5 +1,4 @@
-//! Snapshot bytes, CIDs and project ids exactly as the protocol defines them
-//! (PROTOCOL.md §3–4), shared by everything that submits or checks snapshots.
+//! Snapshot bytes exactly as the protocol defines them (docs/protocol.md §4).
 //!
 //! The bytes are what Python's `json.dumps(obj, sort_keys=True,
 //! separators=(",", ":"))` prints: no spaces, keys sorted, non-ASCII escaped
@@ -10,33 +9,6 @@
 
 use std::fmt::Write as _;
 
-use cid::{Cid, multihash::Multihash};
-use sha2::{Digest, Sha256};
-
-/// CIDv1 codec `raw`.
-const RAW: u64 = 0x55;
-/// Multihash code of sha2-256.
-const SHA2_256: u64 = 0x12;
-
-/// `{project_type}:{ds}:{ns}` per PROTOCOL.md §3: no data source →
-/// `{type}:{ns}`; `a_b` → both halves lower-cased.
-pub fn project_id(project_type: &str, data_source: &str, namespace: &str) -> String {
-    if data_source.is_empty() {
-        format!("{project_type}:{namespace}")
-    } else {
-        let ds: Vec<String> = data_source.split('_').map(str::to_lowercase).collect();
-        format!("{project_type}:{}:{namespace}", ds.join("_"))
-    }
-}
-
-/// The CID of snapshot bytes: CIDv1, raw, sha2-256, base32 (`bafkrei…`).
-pub fn cid(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let hash = Multihash::<64>::wrap(SHA2_256, &digest).expect("a 32-byte digest fits");
-    Cid::new_v1(RAW, hash).to_string()
-}
-
-/// Canonical bytes of a JSON document (see the module docs).
 pub fn canonical_json(text: &str) -> Result<Vec<u8>, String> {
     let mut parser = Parser { s: text.as_bytes(), i: 0 };
     parser.ws();
@@ -366,78 +338,6 @@ fn python_float_repr(f: f64) -> String {
     }
 }
 
-/// How many recent (epoch, CID) pairs are kept per project id.
-pub const RECENT_PER_PROJECT: usize = 5;
-
-/// The snapshots this node produced: their exact bytes under
-/// `<data dir>/snapshots/<epoch>/<project id>.json`, and the recent
-/// `(epoch, cid)` per project id in `<data dir>/state/recent-snapshots.json`
-/// (what computes see as `previousSnapshots`).
-#[derive(Debug)]
-pub struct SnapshotStore {
-    root: std::path::PathBuf,
-    recent_path: std::path::PathBuf,
-    recent: std::sync::Mutex<std::collections::BTreeMap<String, Vec<(u64, String)>>>,
-}
-
-/// A stored snapshot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stored {
-    pub project_id: String,
-    pub cid: String,
-    pub path: std::path::PathBuf,
-}
-
-impl SnapshotStore {
-    pub fn open(data_dir: &std::path::Path) -> std::io::Result<Self> {
-        let recent_path = data_dir.join("state").join("recent-snapshots.json");
-        let recent = match std::fs::read(&recent_path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("{} is not valid ({e}); move it away to start a new history", recent_path.display()),
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
-            Err(e) => return Err(e),
-        };
-        Ok(Self { root: data_dir.join("snapshots"), recent_path, recent: std::sync::Mutex::new(recent) })
-    }
-
-    /// Recent `(epoch, cid)` of a project id, oldest first.
-    pub fn previous(&self, project_id: &str) -> Vec<(u64, String)> {
-        self.recent.lock().unwrap_or_else(|p| p.into_inner()).get(project_id).cloned().unwrap_or_default()
-    }
-
-    /// Canonicalizes `json`, writes its bytes, records its CID.
-    pub fn record(&self, epoch_id: u64, project_id: &str, json: &str) -> Result<Stored, String> {
-        let bytes = canonical_json(json)?;
-        let cid = cid(&bytes);
-        let path = snapshot_path(&self.root, epoch_id, project_id);
-        crate::atomic_file::write(&path, &bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        let snapshot = {
-            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-            let list = recent.entry(project_id.to_owned()).or_default();
-            list.retain(|(e, _)| *e != epoch_id);
-            list.push((epoch_id, cid.clone()));
-            list.sort_by_key(|(e, _)| *e);
-            if list.len() > RECENT_PER_PROJECT {
-                list.drain(..list.len() - RECENT_PER_PROJECT);
-            }
-            serde_json::to_vec_pretty(&*recent).expect("a map of strings serializes")
-        };
-        crate::atomic_file::write(&self.recent_path, &snapshot)
-            .map_err(|e| format!("writing {}: {e}", self.recent_path.display()))?;
-        Ok(Stored { project_id: project_id.to_owned(), cid, path })
-    }
-}
-
-/// Where the bytes of `project_id`'s snapshot of `epoch_id` are kept below
-/// `root` (`<data dir>/snapshots`).
-pub fn snapshot_path(root: &std::path::Path, epoch_id: u64, project_id: &str) -> std::path::PathBuf {
-    root.join(epoch_id.to_string()).join(format!("{}.json", project_id.replace(['/', '\\'], "_")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,32 +380,6 @@ mod tests {
         assert_eq!(err, "snapshot JSON, line 2 column 10: invalid number");
         assert!(canonical_json("[1,]").is_err());
         assert!(canonical_json("{} x").unwrap_err().contains("trailing"));
-    }
-
-    #[test]
-    fn the_store_keeps_bytes_and_the_recent_cids() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SnapshotStore::open(dir.path()).unwrap();
-        for epoch in 1..=7 {
-            let s = store.record(epoch, "baseSnapshot:0xaa:ns", &format!("{{\"e\": {epoch}}}")).unwrap();
-            assert_eq!(std::fs::read(&s.path).unwrap(), format!("{{\"e\":{epoch}}}").into_bytes());
-            assert_eq!(s.cid, cid(&std::fs::read(&s.path).unwrap()));
-        }
-        let reopened = SnapshotStore::open(dir.path()).unwrap();
-        let recent = reopened.previous("baseSnapshot:0xaa:ns");
-        assert_eq!(recent.iter().map(|(e, _)| *e).collect::<Vec<_>>(), [3, 4, 5, 6, 7]);
-        assert!(reopened.previous("other").is_empty());
-        assert!(store.record(8, "p", "{not json").unwrap_err().contains("line 1 column 2"));
-    }
-
-    #[test]
-    fn project_ids() {
-        assert_eq!(
-            project_id("baseSnapshot", "0xAbC", "devnet-UNISWAPV3-ETH"),
-            "baseSnapshot:0xabc:devnet-UNISWAPV3-ETH"
-        );
-        assert_eq!(project_id("t", "", "ns"), "t:ns");
-        assert_eq!(project_id("t", "0xAA_0xBb", "ns"), "t:0xaa_0xbb:ns");
     }
 
     /// Differential check against CPython's own `json.dumps` on generated
@@ -584,7 +458,7 @@ mod tests {
             if case["name"] != "integer_keys_numeric_order" {
                 assert_eq!(canon(&messy), text, "{}", case["name"]);
             }
-            assert_eq!(cid(text.as_bytes()), case["cid"].as_str().unwrap(), "{}", case["name"]);
+            assert_eq!(crate::cid(text.as_bytes()), case["cid"].as_str().unwrap(), "{}", case["name"]);
         }
     }
 }

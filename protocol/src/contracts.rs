@@ -1,4 +1,5 @@
-//! ABI bindings for the ProtocolState contract the node reads (PROTOCOL.md §1).
+//! ABI bindings of ProtocolState as the protocol's participants read it
+//! (docs/protocol.md §1).
 
 alloy::sol! {
     event EpochReleased(

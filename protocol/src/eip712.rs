@@ -1,4 +1,4 @@
-//! EIP-712 signatures of snapshot submissions (PROTOCOL.md §5): domain
+//! EIP-712 signatures of snapshot submissions (docs/protocol.md §5): domain
 //! `PowerloomProtocolContract` / `0.1` / anchor chain id / ProtocolState, struct
 //! `EIPRequest{slotId, deadline, snapshotCid, epochId, projectId}`; signatures
 //! are 65 bytes `r || s || v` with `v` in {27, 28}, hex without `0x`.
@@ -8,8 +8,6 @@ use alloy::{
     signers::{SignerSync, local::PrivateKeySigner},
     sol_types::{Eip712Domain, SolStruct, eip712_domain},
 };
-
-use crate::config::SecretKey;
 
 alloy::sol! {
     /// The signed part of a submission.
@@ -73,8 +71,10 @@ impl std::fmt::Debug for Signer {
 }
 
 impl Signer {
-    pub fn new(key: &SecretKey, chain_id: u64, protocol_state: Address) -> Result<Self, String> {
-        let key = PrivateKeySigner::from_slice(key.bytes())
+    /// A signer for one anchor chain and ProtocolState; `key` is the raw
+    /// secp256k1 secret (the caller keeps it out of logs).
+    pub fn new(key: &[u8; 32], chain_id: u64, protocol_state: Address) -> Result<Self, String> {
+        let key = PrivateKeySigner::from_slice(key)
             .map_err(|_| "SIGNER_ACCOUNT_PRIVATE_KEY is not a valid secp256k1 key".to_owned())?;
         Ok(Self { key, domain: domain(chain_id, protocol_state) })
     }
@@ -151,9 +151,8 @@ mod tests {
     fn our_signatures_recover_to_our_address_and_tampering_does_not() {
         let v = vector();
         let (_, mut request) = request_of(&v);
-        let key = SecretKey::for_tests([7u8; 32]);
         let ps: Address = "0x5FbDB2315678afecb367f032d93F642f64180aa3".parse().unwrap();
-        let signer = Signer::new(&key, 31337, ps).unwrap();
+        let signer = Signer::new(&[7u8; 32], 31337, ps).unwrap();
         let sig = signer.sign(&request).unwrap();
         assert_eq!(sig.len(), 130);
         assert!(sig.ends_with("1b") || sig.ends_with("1c"), "v is 27 or 28: {sig}");

@@ -1,0 +1,12 @@
+//! The collector's gRPC interface (docs/protocol.md §6), generated from
+//! `proto/submission.proto`: the messages every submission travels in, the
+//! client a node submits with and the server trait collectors implement.
+
+#![allow(clippy::all, missing_docs, rust_2018_idioms)] // generated code
+
+tonic::include_proto!("submission");
+
+/// The collector's answer to an accepted submission.
+pub const SUCCESS: &str = "Success";
+/// The collector's answer to a refused submission.
+pub const FAILURE: &str = "Failure";

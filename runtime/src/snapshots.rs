@@ -1,0 +1,98 @@
+//! The snapshots this node produced: their exact canonical bytes on disk and
+//! the recent CIDs per project id, which computes read as
+//! `previousSnapshots`.
+
+use lite_node_protocol::{canonical_json, cid};
+
+/// How many recent (epoch, CID) pairs are kept per project id.
+pub const RECENT_PER_PROJECT: usize = 5;
+
+/// The snapshots this node produced: their exact bytes under
+/// `<data dir>/snapshots/<epoch>/<project id>.json`, and the recent
+/// `(epoch, cid)` per project id in `<data dir>/state/recent-snapshots.json`
+/// (what computes see as `previousSnapshots`).
+#[derive(Debug)]
+pub struct SnapshotStore {
+    root: std::path::PathBuf,
+    recent_path: std::path::PathBuf,
+    recent: std::sync::Mutex<std::collections::BTreeMap<String, Vec<(u64, String)>>>,
+}
+
+/// A stored snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub project_id: String,
+    pub cid: String,
+    pub path: std::path::PathBuf,
+}
+
+impl SnapshotStore {
+    pub fn open(data_dir: &std::path::Path) -> std::io::Result<Self> {
+        let recent_path = data_dir.join("state").join("recent-snapshots.json");
+        let recent = match std::fs::read(&recent_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{} is not valid ({e}); move it away to start a new history", recent_path.display()),
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+            Err(e) => return Err(e),
+        };
+        Ok(Self { root: data_dir.join("snapshots"), recent_path, recent: std::sync::Mutex::new(recent) })
+    }
+
+    /// Recent `(epoch, cid)` of a project id, oldest first.
+    pub fn previous(&self, project_id: &str) -> Vec<(u64, String)> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner()).get(project_id).cloned().unwrap_or_default()
+    }
+
+    /// Canonicalizes `json`, writes its bytes, records its CID.
+    pub fn record(&self, epoch_id: u64, project_id: &str, json: &str) -> Result<Stored, String> {
+        let bytes = canonical_json(json)?;
+        let cid = cid(&bytes);
+        let path = snapshot_path(&self.root, epoch_id, project_id);
+        crate::atomic_file::write(&path, &bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        let snapshot = {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            let list = recent.entry(project_id.to_owned()).or_default();
+            list.retain(|(e, _)| *e != epoch_id);
+            list.push((epoch_id, cid.clone()));
+            list.sort_by_key(|(e, _)| *e);
+            if list.len() > RECENT_PER_PROJECT {
+                list.drain(..list.len() - RECENT_PER_PROJECT);
+            }
+            serde_json::to_vec_pretty(&*recent).expect("a map of strings serializes")
+        };
+        crate::atomic_file::write(&self.recent_path, &snapshot)
+            .map_err(|e| format!("writing {}: {e}", self.recent_path.display()))?;
+        Ok(Stored { project_id: project_id.to_owned(), cid, path })
+    }
+}
+
+/// Where the bytes of `project_id`'s snapshot of `epoch_id` are kept below
+/// `root` (`<data dir>/snapshots`).
+pub fn snapshot_path(root: &std::path::Path, epoch_id: u64, project_id: &str) -> std::path::PathBuf {
+    root.join(epoch_id.to_string()).join(format!("{}.json", project_id.replace(['/', '\\'], "_")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_keeps_bytes_and_the_recent_cids() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::open(dir.path()).unwrap();
+        for epoch in 1..=7 {
+            let s = store.record(epoch, "baseSnapshot:0xaa:ns", &format!("{{\"e\": {epoch}}}")).unwrap();
+            assert_eq!(std::fs::read(&s.path).unwrap(), format!("{{\"e\":{epoch}}}").into_bytes());
+            assert_eq!(s.cid, cid(&std::fs::read(&s.path).unwrap()));
+        }
+        let reopened = SnapshotStore::open(dir.path()).unwrap();
+        let recent = reopened.previous("baseSnapshot:0xaa:ns");
+        assert_eq!(recent.iter().map(|(e, _)| *e).collect::<Vec<_>>(), [3, 4, 5, 6, 7]);
+        assert!(reopened.previous("other").is_empty());
+        assert!(store.record(8, "p", "{not json").unwrap_err().contains("line 1 column 2"));
+    }
+}
