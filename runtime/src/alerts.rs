@@ -276,10 +276,10 @@ impl Channel {
     }
 }
 
-/// Installs the process-wide TLS crypto provider once: teloxide (ring) and
-/// alloy/reqwest (aws-lc) both bring one, and rustls refuses to guess.
+/// Installs the process-wide TLS crypto provider once (ring, the only one in
+/// the tree), so no TLS user depends on rustls guessing it.
 pub fn install_crypto_provider() {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 fn bot_channel(cfg: &BotConfig) -> Result<Channel, String> {

@@ -8,10 +8,10 @@ use std::{
 
 use alloy::{
     primitives::{Address, B256, Bytes, U256},
-    rpc::types::Log,
     sol_types::{SolCall, SolEvent},
 };
 use lite_node_plugin_api::RpcError;
+use lite_node_protocol::parse_quantity;
 use serde_json::{Value, json};
 
 use lite_node_protocol::contracts::{
@@ -36,6 +36,19 @@ pub struct AnchorEvent {
 pub enum EventKind {
     EpochReleased { epoch_id: u64, begin: u64, end: u64, timestamp: u64 },
     DayStarted { day_id: u64 },
+}
+
+/// A log as `eth_getLogs` answers it: the fields the node reads.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RpcLog {
+    topics: Vec<B256>,
+    data: Bytes,
+    block_number: Option<String>,
+    block_hash: Option<B256>,
+    log_index: Option<String>,
+    #[serde(default)]
+    removed: bool,
 }
 
 /// What the registry says about this node's slot and signer.
@@ -184,7 +197,7 @@ impl Anchor {
     }
 
     fn decode(&self, entry: Value) -> Result<Option<AnchorEvent>, String> {
-        let log: Log = serde_json::from_value(entry.clone()).map_err(|e| format!("{e}: {entry}"))?;
+        let log: RpcLog = serde_json::from_value(entry.clone()).map_err(|e| format!("{e}: {entry}"))?;
         if log.removed {
             return Ok(None);
         }
@@ -192,11 +205,15 @@ impl Anchor {
         else {
             return Ok(None); // pending logs carry no position yet
         };
+        let (block_number, log_index) = (
+            parse_quantity(&block_number).map_err(|e| format!("blockNumber: {e}"))?,
+            parse_quantity(&log_index).map_err(|e| format!("logIndex: {e}"))?,
+        );
         let at = format!("block {block_number} log {log_index}");
-        let kind = match log.topic0() {
+        let kind = match log.topics.first() {
             Some(t) if *t == EpochReleased::SIGNATURE_HASH => {
-                let e =
-                    log.log_decode::<EpochReleased>().map_err(|e| format!("EpochReleased at {at}: {e}"))?.inner.data;
+                let e = EpochReleased::decode_raw_log(log.topics.iter().copied(), &log.data)
+                    .map_err(|e| format!("EpochReleased at {at}: {e}"))?;
                 if e.dataMarketAddress != self.data_market {
                     return Ok(None);
                 }
@@ -208,11 +225,8 @@ impl Anchor {
                 EventKind::EpochReleased { epoch_id, begin, end, timestamp: to_u64(e.timestamp, "timestamp")? }
             }
             Some(t) if *t == DayStartedEvent::SIGNATURE_HASH => {
-                let e = log
-                    .log_decode::<DayStartedEvent>()
-                    .map_err(|e| format!("DayStartedEvent at {at}: {e}"))?
-                    .inner
-                    .data;
+                let e = DayStartedEvent::decode_raw_log(log.topics.iter().copied(), &log.data)
+                    .map_err(|e| format!("DayStartedEvent at {at}: {e}"))?;
                 if e.dataMarketAddress != self.data_market {
                     return Ok(None);
                 }
