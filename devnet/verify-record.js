@@ -2,7 +2,7 @@
 // Re-verifies a `lite-node devnet --json FILE` record without the node's code:
 // every submission's EIP-712 signature (ethers), its snapshot bytes against the
 // CID (sha256 + CIDv1 raw, base32 written out here), and the slot selection
-// (PROTOCOL.md §2, reimplemented here from the text) — that each accepted
+// (docs/protocol.md §2, reimplemented here from the text) — that each accepted
 // submission's slot was selected for that epoch and pool, that every selected
 // slot of the run's nodes was accepted, and that nothing was rejected.
 //

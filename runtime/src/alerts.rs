@@ -22,15 +22,17 @@ use teloxide::{
 };
 use tokio::{sync::mpsc, time::Instant};
 
+use backon::Retryable;
+
 use crate::{
     books::{Books, StreakEntry},
     config::{AlertConfig, BotConfig, redact_url},
+    retry::Policy,
+    supervisor::Supervisor,
 };
 
 /// Alerts waiting for delivery, per channel, before new ones are dropped.
 const QUEUE: usize = 64;
-/// Longest wait between delivery attempts while an API is down.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Telegram's message limit is 4096 characters.
 const MAX_TEXT: usize = 4000;
 
@@ -348,6 +350,7 @@ impl Alerter {
         cfg: &AlertConfig,
         from: Sender,
         pending_path: Option<std::path::PathBuf>,
+        tasks: &mut Supervisor,
     ) -> Result<Arc<Self>, String> {
         let pending = Arc::new(Pending::open(pending_path));
         let queues: Vec<(String, mpsc::Sender<Queued>)> = channels(cfg)?
@@ -355,7 +358,12 @@ impl Alerter {
             .map(|channel| {
                 let (tx, rx) = mpsc::channel(QUEUE);
                 let name = channel.name();
-                tokio::spawn(deliver_all(channel, rx, pending.clone()));
+                let (channel, rx, pending) =
+                    (Arc::new(channel), Arc::new(tokio::sync::Mutex::new(rx)), pending.clone());
+                // A delivery task that panics is started again on the same queue.
+                tasks.spawn_restarting("alert delivery", move || {
+                    deliver_all(channel.clone(), rx.clone(), pending.clone())
+                });
                 (name, tx)
             })
             .collect();
@@ -412,14 +420,21 @@ struct Queued {
     alert: Alert,
 }
 
-async fn deliver_all(channel: Channel, mut rx: mpsc::Receiver<Queued>, pending: Arc<Pending>) {
+/// Delivers one channel's queue until the Alerter is dropped.
+async fn deliver_all(
+    channel: Arc<Channel>,
+    rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Queued>>>,
+    pending: Arc<Pending>,
+) -> anyhow::Result<()> {
     let name = channel.name();
+    let mut rx = rx.lock().await;
     while let Some(q) = rx.recv().await {
         deliver(&channel, &q.alert).await;
         if let Some(id) = q.id {
             pending.done(id, &name);
         }
     }
+    Ok(())
 }
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
@@ -480,46 +495,47 @@ impl Pending {
 /// Attempts at an alert the API answers with an unclassified error.
 const UNCLEAR_ATTEMPTS: u32 = 8;
 
+/// Sends one alert under [`Policy::ALERT`]: a rate limit's `retry_after` is
+/// waited out, a permanent refusal (bad token, unknown chat) drops it at once,
+/// an unclassified error after [`UNCLEAR_ATTEMPTS`].
 async fn deliver(channel: &Channel, alert: &Alert) {
     let what = alert.kind.issue_type();
-    let mut delay = Duration::from_millis(250);
-    let mut warned = false;
     let mut unclear = 0;
-    loop {
-        let error = match channel.send(alert).await {
-            Ok(answer) => {
-                if warned {
-                    tracing::info!("{what} alert delivered through {} after retrying", channel.name());
-                } else {
-                    tracing::debug!("{what} alert: {answer}");
-                }
-                return;
-            }
-            Err(Failure::Permanent(e)) => {
-                tracing::error!("{what} alert not deliverable through {}: {e}", channel.name());
-                return;
-            }
-            Err(Failure::After(wait, e)) => {
-                tracing::info!("{}: {e}; waiting {}s", channel.name(), wait.as_secs());
-                tokio::time::sleep(wait).await;
-                continue;
-            }
-            Err(Failure::Unclear(e)) => {
+    let mut warned = false;
+    let sent = (|| channel.send(alert))
+        .retry(Policy::ALERT.builder())
+        .sleep(tokio::time::sleep)
+        .when(|f: &Failure| match f {
+            Failure::Permanent(_) => false,
+            Failure::Unclear(_) => {
                 unclear += 1;
-                if unclear >= UNCLEAR_ATTEMPTS {
-                    tracing::error!("{what} alert dropped after {unclear} attempts through {}: {e}", channel.name());
-                    return;
-                }
-                e
+                unclear < UNCLEAR_ATTEMPTS
             }
-            Err(Failure::Transient(e)) => e,
-        };
-        if !warned {
-            tracing::warn!("{} unavailable ({error}); retrying until it answers", channel.name());
-            warned = true;
+            Failure::After(..) | Failure::Transient(_) => true,
+        })
+        .adjust(|f, wait| match f {
+            Failure::After(rate_limit, _) => Some(*rate_limit),
+            _ => wait,
+        })
+        .notify(|f: &Failure, wait| match f {
+            Failure::After(_, e) => tracing::info!("{}: {e}; waiting {}s", channel.name(), wait.as_secs()),
+            Failure::Transient(e) | Failure::Unclear(e) | Failure::Permanent(e) => {
+                if !warned {
+                    tracing::warn!("{} unavailable ({e}); retrying until it answers", channel.name());
+                    warned = true;
+                }
+            }
+        })
+        .await;
+    match sent {
+        Ok(answer) if warned => {
+            tracing::info!("{what} alert delivered through {} after retrying ({answer})", channel.name())
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(MAX_BACKOFF);
+        Ok(answer) => tracing::debug!("{what} alert: {answer}"),
+        Err(Failure::Permanent(e)) => tracing::error!("{what} alert not deliverable through {}: {e}", channel.name()),
+        Err(Failure::Unclear(e) | Failure::After(_, e) | Failure::Transient(e)) => {
+            tracing::error!("{what} alert dropped after {unclear} attempts through {}: {e}", channel.name())
+        }
     }
 }
 

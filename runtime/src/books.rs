@@ -1,4 +1,4 @@
-//! The node's books (PROTOCOL.md §9): per project and overall, selected and
+//! The node's books (docs/protocol.md §9): per project and overall, selected and
 //! succeeded, selected and failed, not selected; the streak of consecutive
 //! selected failures, and the three-failure alert latched until a selected
 //! success. Kept in `<data dir>/state/books-<market>.json`, written atomically after
@@ -163,12 +163,12 @@ impl Books {
             }
         }
         for o in outcomes {
-            if let Some((project_id, verdict, at)) = o.submissions.last() {
+            if let Some(s) = o.submissions.last() {
                 self.last_submission = Some(LastSubmission {
                     epoch_id,
-                    project_id: project_id.clone(),
-                    verdict: verdict.clone(),
-                    answered_at_ms: *at,
+                    project_id: s.project_id.clone(),
+                    verdict: s.status.to_string(),
+                    answered_at_ms: s.answered_at_ms,
                 });
             }
         }

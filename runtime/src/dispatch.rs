@@ -19,6 +19,7 @@ use crate::{
     compute::host::{RpcEndpoint, RuntimeHost, SelectionTracker},
     config::Project,
     snapshots::{SnapshotStore, Stored},
+    submission::Submission,
 };
 
 /// A project and its processor instance.
@@ -58,8 +59,8 @@ pub struct Outcome {
     /// The snapshots' canonical bytes as stored, with their project ids and
     /// CIDs (when the dispatcher keeps a history).
     pub stored: Vec<Stored>,
-    /// `(project id, verdict, answered at Unix ms)` of each submission.
-    pub submissions: Vec<(String, String, u64)>,
+    /// Each snapshot's submission, in order.
+    pub submissions: Vec<Submission>,
     /// When the compute was called and when it returned (Unix ms).
     pub started_at_ms: u64,
     pub finished_at_ms: u64,
@@ -155,6 +156,11 @@ impl Dispatcher {
         self
     }
 
+    /// Whether any project asked for block details to be preloaded.
+    pub fn needs_block_details(&self) -> bool {
+        self.projects.iter().any(|p| p.project.preload_tasks.iter().any(|t| t == "block_details"))
+    }
+
     /// Runs every project for one epoch; returns their outcomes in project order.
     pub async fn dispatch(&self, ctx: &EpochContext, blocks: &[BlockDetail]) -> Vec<Outcome> {
         let runs = self.projects.iter().map(|p| self.run_one(p, ctx, blocks));
@@ -203,7 +209,7 @@ impl Dispatcher {
             Ok(Err(join)) => (OutcomeKind::Failed(format!("compute worker failed: {join}")), vec![]),
             Ok(Ok((Err(e), _))) => (OutcomeKind::Failed(e.into_string()), vec![]),
             Ok(Ok((Ok(snapshots), reported))) if snapshots.is_empty() => match reported {
-                // PROTOCOL.md §9: nothing returned after selection is a failure.
+                // docs/protocol.md §9: nothing returned after selection is a failure.
                 Some((e, true)) if e == epoch_id => {
                     (OutcomeKind::Failed(format!("selected for epoch {epoch_id} but returned no snapshots")), vec![])
                 }

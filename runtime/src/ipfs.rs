@@ -1,5 +1,5 @@
 //! Optional snapshot upload to IPFS through kubo's HTTP API (`IPFS_URL`).
-//! The node computes every CID itself (PROTOCOL.md §4); the upload asks kubo
+//! The node computes every CID itself (docs/protocol.md §4); the upload asks kubo
 //! for the same encoding (CIDv1, raw leaves, sha2-256) and checks that kubo
 //! stored the bytes under exactly that CID.
 

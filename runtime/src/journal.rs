@@ -78,7 +78,9 @@ impl Journal {
             submissions: outcome
                 .submissions
                 .iter()
-                .map(|(p, v, at)| serde_json::json!({"project_id": p, "verdict": v, "answered_at_ms": at}))
+                .map(|s| {
+                    serde_json::json!({"project_id": s.project_id, "verdict": s.status.to_string(), "answered_at_ms": s.answered_at_ms})
+                })
                 .collect(),
             started_at_ms: outcome.started_at_ms,
             finished_at_ms: outcome.finished_at_ms,

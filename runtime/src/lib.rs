@@ -2,7 +2,8 @@
 //! epochs, and submits what it computes.
 //!
 //! `main.rs` only parses the command line and sets up logging; every command
-//! lives here so tests can call it with their own environment.
+//! lives in `commands` so tests can call it with their own environment. The
+//! code map is ARCHITECTURE.md.
 
 pub mod alerts;
 pub mod atomic_file;
@@ -15,13 +16,18 @@ pub mod config;
 pub mod devnet;
 pub mod dispatch;
 pub mod epochs;
+pub mod exit;
 pub mod ipfs;
 pub mod journal;
 pub mod node;
 mod progress;
 pub mod repo;
+pub mod retry;
 pub mod safety;
+pub mod signals;
 pub mod snapshots;
 pub mod status;
+pub mod submission;
+pub mod supervisor;
 
-pub use commands::{ExitStatus, exit_status};
+pub use exit::{ExitStatus, exit_status};

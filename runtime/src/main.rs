@@ -4,7 +4,12 @@
 use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
-use lite_node::{ExitStatus, commands, compute::Fetch, config::EnvSnapshot, exit_status};
+use lite_node::{
+    commands,
+    compute::Fetch,
+    config::EnvSnapshot,
+    exit::{ExitStatus, exit_status},
+};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -147,165 +152,6 @@ enum ComputeCommand {
     List,
 }
 
-/// Builds the async runtime and runs the node until Ctrl-C or SIGTERM.
-fn run_node(env: &EnvSnapshot) -> anyhow::Result<()> {
-    let cfg = lite_node::config::NodeConfig::from_env(env)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("lite-node").build()?;
-    let result = runtime.block_on(async { lite_node::node::run(cfg, shutdown_signals(false)).await });
-    // A compute that never returns must not keep the process alive: the
-    // safety net's exit and a stop both have to end it.
-    runtime.shutdown_timeout(Duration::from_secs(5));
-    result
-}
-
-/// Runs the devnet collector until Ctrl-C or SIGTERM.
-fn run_collector(a: CollectorArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
-    use anyhow::Context;
-    use lite_node::{
-        chain::{Anchor, HttpRpc, IoRuntime},
-        collector::{DevnetCollector, SelectionCheck},
-        commands::BadInput,
-    };
-    use std::sync::Arc;
-    let pools = lite_node::commands::pool_list(&a.pools, a.pools_file.as_deref())?;
-    let package = if pools.is_empty() {
-        None
-    } else {
-        let cfg = lite_node::config::ComputeConfig::from_env(env)?;
-        let package = lite_node::compute::ensure(&cfg, lite_node::compute::Fetch::Allowed)?;
-        Some(Arc::new(lite_node::compute::LoadedPackage::load(package)?))
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("collector").build()?;
-    runtime.block_on(async {
-        let signals = shutdown_signals(false);
-        tokio::pin!(signals);
-        let io = IoRuntime::new()?;
-        let rpc = |role, urls: &str| {
-            HttpRpc::new(role, urls.split(',').map(str::to_owned).collect(), Duration::from_secs(15), io.clone())
-                .map_err(anyhow::Error::msg)
-        };
-        let bad = |what: &str| BadInput(format!("--{what} is not an address"));
-        let anchor = Arc::new(Anchor::new(
-            rpc("anchor", &a.anchor_rpc)?,
-            a.protocol_state.parse().map_err(|_| bad("protocol-state"))?,
-            a.data_market.parse().map_err(|_| bad("data-market"))?,
-        ));
-        let selection = match package {
-            Some(package) => {
-                let source = Arc::new(rpc("source", a.source_rpc.as_deref().unwrap_or(&a.anchor_rpc))?);
-                let check = SelectionCheck::new(source, pools, package, a.from_block).map_err(BadInput)?;
-                Some(Arc::new(check))
-            }
-            None => None,
-        };
-        let listener =
-            tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
-        println!("collector listening on {}", listener.local_addr()?);
-        match &selection {
-            Some(s) => println!("selection check on: {} active pools", s.pools().len()),
-            None => println!("selection check off: give --pools or --pools-file to check slot selection"),
-        }
-        use std::io::Write;
-        std::io::stdout().flush()?;
-        let chain_id = loop {
-            match anchor.rpc().call_value("eth_chainId", serde_json::json!([])).await {
-                Ok(v) => break u64::from_str_radix(v.as_str().unwrap_or("").trim_start_matches("0x"), 16)?,
-                Err(e) => {
-                    tracing::warn!("anchor RPC not answering ({e}); retrying");
-                    tokio::select! {
-                        _ = &mut signals => return Ok(()),
-                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                    }
-                }
-            }
-        };
-        let collector = DevnetCollector { anchor, chain_id, received: Default::default(), selection, announce: true };
-        // Stop accepting on a signal; connections still open after 5 s do not hold the exit.
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = lite_node::collector::serve(collector, listener, async {
-            let _ = stopped.await;
-        });
-        tokio::pin!(server);
-        tokio::select! {
-            served = &mut server => served?,
-            _ = &mut signals => {
-                let _ = stop.send(());
-                if tokio::time::timeout(Duration::from_secs(5), &mut server).await.is_err() {
-                    tracing::warn!("connections still open after 5 s; exiting");
-                }
-            }
-        }
-        Ok(())
-    })
-}
-
-/// Runs the devnet until its epochs are done or Ctrl-C.
-fn run_devnet(a: DevnetArgs, env: &EnvSnapshot) -> anyhow::Result<()> {
-    let opts = lite_node::devnet::Options {
-        devnet_dir: a.devnet_dir,
-        world: a.world,
-        nodes: a.nodes,
-        total_slots: a.total_slots,
-        epochs: a.epochs,
-        interval: Duration::from_millis(a.interval_ms),
-        poll_interval: Duration::from_millis(a.poll_ms),
-        epoch_timeout: Duration::from_secs(a.epoch_timeout_secs),
-        json: a.json,
-        run_dir: a.run_dir,
-        faults: a.fault,
-        telegram_api_url: a.telegram_api_url,
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("devnet").build()?;
-    let summary = runtime.block_on(async {
-        // Registered before anything starts: a Ctrl-C during set-up still stops every child.
-        let stop = shutdown_signals(true);
-        lite_node::devnet::run(opts, env.clone(), &mut std::io::stdout(), stop).await
-    })?;
-    if summary.ok() {
-        Ok(())
-    } else {
-        anyhow::bail!(
-            "{} submission(s) rejected and {} selected slot(s) never answered",
-            summary.rejected,
-            summary.missing
-        )
-    }
-}
-
-/// The next delivery of a signal that is listened for; never, if it is not.
-async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
-    match signal {
-        Some(s) => {
-            s.recv().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// Ctrl-C, SIGTERM and, with `hangup`, SIGHUP, registered at once (before
-/// anything is started), resolving when the first arrives. Must be called
-/// inside the runtime.
-fn shutdown_signals(hangup: bool) -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let listen = |kind: SignalKind, name: &str| match signal(kind) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!("cannot listen for {name} ({e})");
-            None
-        }
-    };
-    let mut int = listen(SignalKind::interrupt(), "SIGINT");
-    let mut term = listen(SignalKind::terminate(), "SIGTERM");
-    let mut hup = if hangup { listen(SignalKind::hangup(), "SIGHUP") } else { None };
-    async move {
-        tokio::select! {
-            _ = recv(&mut int) => tracing::info!("Ctrl-C received"),
-            _ = recv(&mut term) => tracing::info!("SIGTERM received"),
-            _ = recv(&mut hup) => tracing::info!("SIGHUP received"),
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     lite_node::alerts::install_crypto_provider();
@@ -328,9 +174,37 @@ fn main() -> ExitCode {
     // Locked per command: the collector and the devnet print from other threads.
     let stdout = || std::io::stdout().lock();
     let result = match cli.command {
-        Command::Run => run_node(&env),
-        Command::Collector(a) => run_collector(a, &env),
-        Command::Devnet(a) => run_devnet(a, &env),
+        Command::Run => commands::run(&env),
+        Command::Collector(a) => commands::collector(
+            commands::CollectorOptions {
+                listen: a.listen,
+                anchor_rpc: a.anchor_rpc,
+                protocol_state: a.protocol_state,
+                data_market: a.data_market,
+                source_rpc: a.source_rpc,
+                pools: a.pools,
+                pools_file: a.pools_file,
+                from_block: a.from_block,
+            },
+            &env,
+        ),
+        Command::Devnet(a) => commands::devnet(
+            lite_node::devnet::Options {
+                devnet_dir: a.devnet_dir,
+                world: a.world,
+                nodes: a.nodes,
+                total_slots: a.total_slots,
+                epochs: a.epochs,
+                interval: Duration::from_millis(a.interval_ms),
+                poll_interval: Duration::from_millis(a.poll_ms),
+                epoch_timeout: Duration::from_secs(a.epoch_timeout_secs),
+                json: a.json,
+                run_dir: a.run_dir,
+                faults: a.fault,
+                telegram_api_url: a.telegram_api_url,
+            },
+            &env,
+        ),
         Command::Alert(AlertCommand::Test) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -1,4 +1,4 @@
-//! The safety net (PROTOCOL.md §9): every `check_every`, if the node has not
+//! The safety net (docs/protocol.md §9): every `check_every`, if the node has not
 //! processed an epoch (no selection report, no handled epoch) for longer than
 //! `stuck_after`, it is stuck: an `UNHEALTHY_EPOCH_PROCESSING` alert goes out,
 //! and after `exit_after` stuck checks in a row the node exits with
@@ -89,6 +89,17 @@ pub async fn watch(settings: SafetySettings, activity: &Activity, mut on_stuck: 
             in_a_row = 0;
         }
     }
+}
+
+/// The safety net found the node stuck: it exits so its container restarts it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no epoch processed for {}s ({checks} stuck checks in a row): exiting for a restart",
+    idle.as_secs()
+)]
+pub struct NodeStuck {
+    pub idle: Duration,
+    pub checks: u32,
 }
 
 #[cfg(test)]

@@ -130,7 +130,7 @@ impl BaseSnapshotProcessor {
     }
 
     /// Configured, listed and discovered pools, as given, sorted as Python
-    /// sorts strings (PROTOCOL.md §2), without duplicates.
+    /// sorts strings (docs/protocol.md §2), without duplicates.
     pub fn active_pools(&self, host: &Host<'_>, up_to_block: u64) -> Result<Vec<String>, String> {
         let mut pools = self.settings.pools.clone();
         if let Some(file) = &self.settings.pools_file {

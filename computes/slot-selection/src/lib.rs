@@ -1,6 +1,6 @@
 //! The BDS data market's slot selection: which slots work an epoch, and on
 //! which pool. Every node and every observer must compute the same answer bit
-//! for bit (PROTOCOL.md §2):
+//! for bit (docs/protocol.md §2):
 //!
 //! - `seed = sha256(block_hash || epoch_id as 8 bytes, big-endian)`;
 //! - a partial Fisher–Yates shuffle of `1..=total_slots` picks

@@ -11,7 +11,7 @@ use alloy::{
     sol_types::{SolCall, SolEvent},
 };
 use lite_node_plugin_api::RpcError;
-use lite_node_protocol::parse_quantity;
+use lite_node_protocol::{parse_quantity, to_quantity};
 use serde_json::{Value, json};
 
 use lite_node_protocol::contracts::{
@@ -20,7 +20,7 @@ use lite_node_protocol::contracts::{
 
 use super::rpc::HttpRpc;
 
-/// How long `getTotalNodeCount()` is trusted (PROTOCOL.md §1).
+/// How long `getTotalNodeCount()` is trusted (docs/protocol.md §1).
 const TOTAL_SLOTS_TTL: Duration = Duration::from_secs(30);
 
 /// An event of our data market on ProtocolState, with where it was mined.
@@ -72,11 +72,7 @@ fn bad_answer(what: &str, detail: impl std::fmt::Display) -> RpcError {
 }
 
 fn quantity(value: &Value, what: &str) -> Result<u64, RpcError> {
-    value
-        .as_str()
-        .and_then(|s| s.strip_prefix("0x"))
-        .and_then(|h| u64::from_str_radix(h, 16).ok())
-        .ok_or_else(|| bad_answer(what, value))
+    lite_node_protocol::quantity(value).map_err(|e| bad_answer(what, e))
 }
 
 fn to_u64(v: U256, what: &str) -> Result<u64, String> {
@@ -94,6 +90,11 @@ impl Anchor {
 
     pub async fn head(&self) -> Result<u64, RpcError> {
         quantity(&self.rpc.call_value("eth_blockNumber", json!([])).await?, "eth_blockNumber")
+    }
+
+    /// `eth_chainId`: the chain id EIP-712 signatures are bound to.
+    pub async fn chain_id(&self) -> Result<u64, RpcError> {
+        quantity(&self.rpc.call_value("eth_chainId", json!([])).await?, "eth_chainId")
     }
 
     async fn call(&self, data: Vec<u8>, what: &str) -> Result<Bytes, RpcError> {
@@ -151,8 +152,8 @@ impl Anchor {
         let market_topic = B256::left_padding_from(self.data_market.as_slice());
         let filter = json!([{
             "address": self.protocol_state,
-            "fromBlock": format!("0x{from:x}"),
-            "toBlock": format!("0x{to:x}"),
+            "fromBlock": to_quantity(from),
+            "toBlock": to_quantity(to),
             "topics": [[EpochReleased::SIGNATURE_HASH, DayStartedEvent::SIGNATURE_HASH], market_topic],
         }]);
         let raw = self.rpc.call_value("eth_getLogs", filter).await?;
@@ -175,7 +176,7 @@ impl Anchor {
     pub async fn epoch_release(&self, epoch_id: u64, from: u64) -> Result<Option<(u64, u64)>, RpcError> {
         let filter = json!([{
             "address": self.protocol_state,
-            "fromBlock": format!("0x{from:x}"),
+            "fromBlock": to_quantity(from),
             "toBlock": "latest",
             "topics": [
                 EpochReleased::SIGNATURE_HASH,

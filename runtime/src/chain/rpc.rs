@@ -17,9 +17,13 @@ use std::{
 
 use abi_stable::std_types::ROption;
 use lite_node_plugin_api::{RpcCall, RpcError};
+use reqwest::Url;
 use serde_json::{Value, json};
 
-use crate::{compute::host::RpcEndpoint, config::redact_rpc_url};
+use crate::{
+    compute::host::RpcEndpoint,
+    config::{parse_rpc_url, redact_rpc_url},
+};
 
 /// The node's I/O runtime: every network call of a processor runs here.
 #[derive(Debug, Clone)]
@@ -67,7 +71,7 @@ impl IoRuntime {
 pub struct HttpRpc {
     /// `source` or `anchor`, for messages.
     role: &'static str,
-    urls: Arc<Vec<String>>,
+    urls: Arc<Vec<Url>>,
     client: reqwest::Client,
     io: IoRuntime,
     next_id: AtomicU64,
@@ -81,7 +85,15 @@ fn rpc_error(message: String) -> RpcError {
 }
 
 impl HttpRpc {
+    /// Endpoints given as text (a tool's `--…-rpc` flag, a test's anvil):
+    /// each must be an http(s) URL.
     pub fn new(role: &'static str, urls: Vec<String>, timeout: Duration, io: IoRuntime) -> Result<Self, String> {
+        let urls = urls.iter().map(|u| parse_rpc_url(u)).collect::<Result<Vec<_>, _>>()?;
+        Self::from_urls(role, urls, timeout, io)
+    }
+
+    /// Endpoints already checked (the node's configuration).
+    pub fn from_urls(role: &'static str, urls: Vec<Url>, timeout: Duration, io: IoRuntime) -> Result<Self, String> {
         if urls.is_empty() {
             return Err(format!("no {role} RPC URL configured"));
         }
@@ -129,8 +141,8 @@ impl HttpRpc {
                         if let Some(c) = &errors {
                             c.inc();
                         }
-                        tracing::debug!("{role} RPC {}: {e}", redact_rpc_url(&urls[i]));
-                        failures.push(format!("{}: {e}", redact_rpc_url(&urls[i])));
+                        tracing::debug!("{role} RPC {}: {e}", redact_rpc_url(urls[i].as_str()));
+                        failures.push(format!("{}: {e}", redact_rpc_url(urls[i].as_str())));
                     }
                 }
             }
@@ -227,9 +239,9 @@ fn batch_results(response: Value, ids: &[u64], methods: &[&str]) -> Result<Vec<R
         .collect())
 }
 
-async fn post_once(client: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
+async fn post_once(client: &reqwest::Client, url: &Url, body: &Value) -> Result<Value, String> {
     let response = client
-        .post(url)
+        .post(url.clone())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body.to_string())
         .send()

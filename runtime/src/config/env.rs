@@ -1,6 +1,6 @@
 //! Environment variables → checked configuration.
 //!
-//! Names follow the reference node (PROTOCOL.md §7) so operators can switch
+//! Names follow the reference node (docs/protocol.md §7) so operators can switch
 //! over with their existing env files.
 
 use std::{
@@ -10,11 +10,14 @@ use std::{
     time::Duration,
 };
 
+use alloy::primitives::Address;
+use reqwest::Url;
+
 use super::ConfigErrors;
 
 /// The variables `lite-node run` cannot start without, in the order they are
 /// reported.
-/// The variables every node needs (PROTOCOL.md §7; `init.sh` checks the same list).
+/// The variables every node needs (docs/protocol.md §7; `init.sh` checks the same list).
 pub const REQUIRED: &[&str] = &[
     "SOURCE_RPC_URL",
     "SIGNER_ACCOUNT_ADDRESS",
@@ -240,13 +243,13 @@ impl WatchSettings {
 /// All the node needs to run.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
-    pub source_rpc_urls: Vec<String>,
-    pub anchor_rpc_urls: Vec<String>,
-    pub signer_address: String,
+    pub source_rpc_urls: Vec<Url>,
+    pub anchor_rpc_urls: Vec<Url>,
+    pub signer_address: Address,
     pub signer_key: SecretKey,
     pub slot_id: u64,
-    pub protocol_state: String,
-    pub data_market: String,
+    pub protocol_state: Address,
+    pub data_market: Address,
     pub namespace: String,
     pub powerloom_chain: String,
     pub source_chain: String,
@@ -316,7 +319,7 @@ impl fmt::Debug for IpfsConfig {
 }
 
 impl NodeConfig {
-    /// `{POWERLOOM_CHAIN}-{NAMESPACE}-{SOURCE_CHAIN}` (PROTOCOL.md §3).
+    /// `{POWERLOOM_CHAIN}-{NAMESPACE}-{SOURCE_CHAIN}` (docs/protocol.md §3).
     pub fn full_namespace(&self) -> String {
         format!("{}-{}-{}", self.powerloom_chain, self.namespace, self.source_chain)
     }
@@ -383,7 +386,7 @@ impl NodeConfig {
         };
         if let (Some(key), true) = (&signer_key, problems.is_empty()) {
             match alloy::signers::local::PrivateKeySigner::from_slice(key.bytes()) {
-                Ok(derived) if derived.address().to_string().eq_ignore_ascii_case(&signer_address) => {}
+                Ok(derived) if derived.address() == signer_address => {}
                 Ok(derived) => problems.push(format!(
                     "SIGNER_ACCOUNT_PRIVATE_KEY belongs to {}, not to SIGNER_ACCOUNT_ADDRESS {signer_address}",
                     derived.address()
@@ -559,34 +562,34 @@ fn git_pin(env: &EnvSnapshot, prefix: &str, url: &str, allow_unpinned: bool, pro
     GitPin { url: url.to_owned(), branch, commit }
 }
 
-fn rpc_urls(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> Vec<String> {
+fn rpc_urls(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> Vec<Url> {
     let Some(value) = env.get(key) else {
         return Vec::new();
     };
-    let urls: Vec<String> = value.split(',').map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()).collect();
-    for u in &urls {
-        let ok = ["http://", "https://", "ws://", "wss://"]
-            .iter()
-            .any(|s| u.len() > s.len() && u.to_ascii_lowercase().starts_with(s));
-        if !ok {
-            problems.push(format!(
-                "{key} has `{}`, which is not an http(s) or ws(s) URL; separate several URLs with commas",
-                redact_url(u)
-            ));
+    let mut urls = Vec::new();
+    for text in value.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        match parse_rpc_url(text) {
+            Ok(url) => urls.push(url),
+            Err(e) => problems.push(format!("{key} has {e}; separate several URLs with commas")),
         }
     }
     urls
 }
 
-fn address(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> String {
+/// An address variable, checked once (a missing one is reported by the
+/// required list; the zero address stands in until the problems are shown).
+fn address(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> Address {
     let Some(value) = env.get(key) else {
-        return String::new();
+        return Address::ZERO;
     };
     let hex = value.strip_prefix("0x").or_else(|| value.strip_prefix("0X")).unwrap_or("");
-    if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        problems.push(format!("{key}={value} is not an address: expected 0x followed by 40 hex digits"));
+    match hex.parse::<Address>() {
+        Ok(address) if hex.len() == 40 => address,
+        _ => {
+            problems.push(format!("{key}={value} is not an address: expected 0x followed by 40 hex digits"));
+            Address::ZERO
+        }
     }
-    value.to_owned()
 }
 
 fn secret_key(env: &EnvSnapshot, problems: &mut Vec<String>) -> Option<SecretKey> {
@@ -619,6 +622,17 @@ pub fn redact_url(url: &str) -> String {
         }
     }
     url.to_owned()
+}
+
+/// An RPC endpoint's URL: http, https, ws or wss, with a host. The error
+/// shows the URL without its path and query (providers put keys there).
+pub fn parse_rpc_url(text: &str) -> Result<Url, String> {
+    let shown = || redact_rpc_url(text);
+    let url = Url::parse(text.trim()).map_err(|e| format!("`{}` is not a URL ({e})", shown()))?;
+    if !matches!(url.scheme(), "http" | "https" | "ws" | "wss") || url.host_str().is_none() {
+        return Err(format!("`{}` is not an http(s) or ws(s) URL", shown()));
+    }
+    Ok(url)
 }
 
 /// An RPC endpoint for messages: scheme, host and port only. Providers put

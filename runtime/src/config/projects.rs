@@ -1,15 +1,18 @@
-//! projects.json (Powerloom schema, PROTOCOL.md §8) → checked projects.
+//! projects.json (Powerloom schema, docs/protocol.md §8) → checked projects.
 //!
 //! `processor.module` names a library of the compute package and
 //! `processor.class_name` a processor it exports. Keys of an entry besides
 //! `project_type`, `processor` and `preload_tasks` are the processor's
 //! settings, handed to it as a JSON object.
 
-use std::path::Path;
+use std::{fs, path::Path};
+
+use anyhow::{Context, Result};
 
 use serde_json::{Map, Value};
 
-use super::ConfigErrors;
+use super::{ConfigErrors, ProjectsSource};
+use crate::repo;
 
 /// Preload tasks the runtime knows how to run before computes are called.
 pub const PRELOAD_TASKS: &[&str] = &["block_details"];
@@ -158,6 +161,43 @@ fn strip_position(e: &serde_json::Error) -> String {
     match text.rfind(" at line ") {
         Some(i) => text[..i].to_owned(),
         None => text,
+    }
+}
+
+/// Reads projects.json from its file, or from its pinned repository (fetched
+/// once per commit into `<data dir>/config/<commit>/`).
+pub fn load_projects(source: &ProjectsSource, data_dir: &Path) -> Result<Projects> {
+    match source {
+        ProjectsSource::File(path) => Ok(Projects::load(path)?),
+        ProjectsSource::Git { pin, file } => {
+            let root = data_dir.join("config");
+            let cached = pin.commit.as_ref().map(|c| root.join(c));
+            let dir = match cached {
+                Some(dir) if dir.join(file).is_file() => dir,
+                _ => {
+                    fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+                    let staging = tempfile::Builder::new().prefix(".staging-").tempdir_in(&root)?;
+                    let src = staging.path().join("repo");
+                    let commit = repo::checkout(pin, &src, "projects config")?;
+                    let dir = root.join(&commit);
+                    if !dir.join(file).is_file() {
+                        if !src.join(file).is_file() {
+                            return Err(ConfigErrors::one(format!(
+                                "{} has no {} at commit {commit} (set PROJECTS_CONFIG to its path in the repository)",
+                                pin.describe(),
+                                file.display()
+                            ))
+                            .into());
+                        }
+                        let _ = fs::remove_dir_all(&dir);
+                        fs::rename(&src, &dir)
+                            .with_context(|| format!("moving the projects config to {}", dir.display()))?;
+                    }
+                    dir
+                }
+            };
+            Ok(Projects::load(&dir.join(file))?)
+        }
     }
 }
 

@@ -28,9 +28,9 @@ use serde_json::json;
 use crate::{
     chain::{Anchor, HttpRpc, IoRuntime},
     collector::{self, DevnetCollector, EpochAssignment, Received, SelectionCheck},
-    commands::BadInput,
     compute::{self, Fetch, LoadedPackage},
     config::{ComputeConfig, EnvSnapshot},
+    exit::BadInput,
 };
 use process::{AnvilProcess, Guarded, stop_all};
 use world::{Driver, Manifest};

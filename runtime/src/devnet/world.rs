@@ -95,9 +95,7 @@ pub struct Driver {
 }
 
 fn quantity(v: &Value) -> Result<u64> {
-    let s = v.as_str().ok_or_else(|| anyhow!("expected a hex quantity, got {v}"))?;
-    let digits = s.trim_start_matches("0x");
-    if digits.is_empty() { Ok(0) } else { Ok(u64::from_str_radix(digits, 16)?) }
+    Ok(lite_node_protocol::quantity(v)?)
 }
 
 impl Driver {

@@ -2,6 +2,7 @@
 //! of an epoch, fetched in batches before computes run.
 
 use lite_node_plugin_api::BlockDetail;
+use lite_node_protocol::{parse_quantity, to_quantity};
 use serde_json::{Value, json};
 
 use crate::chain::HttpRpc;
@@ -17,7 +18,7 @@ pub async fn block_details(source: &HttpRpc, begin: u64, end: u64) -> Result<Vec
     while from <= end {
         let to = end.min(from + BATCH - 1);
         let calls: Vec<(&str, Value)> =
-            (from..=to).map(|n| ("eth_getBlockByNumber", json!([format!("0x{n:x}"), false]))).collect();
+            (from..=to).map(|n| ("eth_getBlockByNumber", json!([to_quantity(n), false]))).collect();
         let answers = source.batch_values(&calls).await.map_err(|e| format!("fetching blocks {from}..={to}: {e}"))?;
         for (n, answer) in (from..=to).zip(answers) {
             let block = answer.map_err(|e| format!("block {n}: {e}"))?;
@@ -33,8 +34,7 @@ fn parse(n: u64, block: &Value) -> Result<BlockDetail, String> {
         return Err(format!("the source chain has no block {n} yet"));
     }
     let field = |name: &str| block.get(name).and_then(Value::as_str).ok_or_else(|| format!("block {n} has no {name}"));
-    let number = u64::from_str_radix(field("number")?.trim_start_matches("0x"), 16)
-        .map_err(|e| format!("block {n}: bad number: {e}"))?;
+    let number = parse_quantity(field("number")?).map_err(|e| format!("block {n}: bad number: {e}"))?;
     if number != n {
         return Err(format!("asked for block {n}, the source chain answered block {number}"));
     }
@@ -42,8 +42,7 @@ fn parse(n: u64, block: &Value) -> Result<BlockDetail, String> {
     if hash.len() != 66 || !hash.starts_with("0x") {
         return Err(format!("block {n}: bad hash {hash}"));
     }
-    let timestamp = u64::from_str_radix(field("timestamp")?.trim_start_matches("0x"), 16)
-        .map_err(|e| format!("block {n}: bad timestamp: {e}"))?;
+    let timestamp = parse_quantity(field("timestamp")?).map_err(|e| format!("block {n}: bad timestamp: {e}"))?;
     Ok(BlockDetail { number, hash: hash.into(), timestamp })
 }
 

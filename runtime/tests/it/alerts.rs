@@ -9,6 +9,7 @@ use lite_node::{
     books::Books,
     config::{AlertConfig, BotConfig},
     dispatch::{Outcome, OutcomeKind},
+    supervisor::Supervisor,
 };
 use lite_node_testkit::{TelegramStandin, World, poll_until};
 use serde_json::Value;
@@ -56,10 +57,12 @@ fn the_streak_alerts_once_survives_idle_epochs_recovers_and_alerts_again_with_th
     let api = TelegramStandin::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let _guard = rt.enter();
+    let mut tasks = Supervisor::new();
     let alerter = Alerter::start(
         &bot(&api, Duration::from_secs(3600)),
         Sender { slot_id: 7, signer: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into() },
         None,
+        &mut tasks,
     )
     .unwrap();
     let mut books = Books::default();
@@ -106,8 +109,10 @@ fn a_rate_limit_is_waited_out_and_an_api_that_is_down_gets_the_alert_once_back()
     let api = TelegramStandin::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let _guard = rt.enter();
+    let mut tasks = Supervisor::new();
     let alerter =
-        Alerter::start(&bot(&api, Duration::ZERO), Sender { slot_id: 3, signer: "0xabc".into() }, None).unwrap();
+        Alerter::start(&bot(&api, Duration::ZERO), Sender { slot_id: 3, signer: "0xabc".into() }, None, &mut tasks)
+            .unwrap();
     api.rate_limit(1, 1);
     alerter.notify(AlertKind::Test, &Books::default());
     let sent = poll_until("the message after the 429", Duration::from_secs(30), || api.messages().pop());

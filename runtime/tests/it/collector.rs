@@ -5,11 +5,15 @@ use std::{sync::Arc, time::Duration};
 
 use lite_node::{
     chain::{Anchor, HttpRpc, IoRuntime},
-    collector::{self, DevnetCollector, Ledger, Received, SelectionCheck, Verdict, proto},
+    collector::{self, DevnetCollector, Received, SelectionCheck},
     compute::{self as compute_pkg, Fetch, LoadedPackage},
     config::{ComputeConfig, EnvSnapshot},
+    submission::{self, Ledger, Verdict},
 };
-use lite_node_protocol::eip712::{Request, Signer};
+use lite_node_protocol::{
+    eip712::{Request, Signer},
+    proto,
+};
 use lite_node_testkit::World;
 
 struct Setup {
@@ -102,7 +106,7 @@ fn submission_for(
 fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_reason() {
     let s = setup();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = collector::http_endpoint(listener.local_addr().unwrap());
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
     let received = start_collector(&s, listener);
     let head = s.world.head();
     let cases = [
@@ -120,7 +124,7 @@ fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_rea
         ),
     ];
     for (n, (sub, want, reason)) in cases.into_iter().enumerate() {
-        let verdict = s.runtime.block_on(collector::submit(&endpoint, sub, async || true));
+        let verdict = s.runtime.block_on(submission::submit(&endpoint, sub, async || true));
         assert_eq!(verdict, want, "case {n}");
         let recorded = received.lock().unwrap()[n].verdict.clone();
         match reason {
@@ -139,7 +143,7 @@ fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadlin
     let sub = submission(&s, 1, 1, head + 50);
 
     // Nothing listens and the deadline has passed: the miss is reported, not hidden.
-    let verdict = s.runtime.block_on(collector::submit(&endpoint, sub.clone(), {
+    let verdict = s.runtime.block_on(submission::submit(&endpoint, sub.clone(), {
         let mut tries = 0;
         async move || {
             tries += 1;
@@ -156,7 +160,7 @@ fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadlin
     let counter = attempts.clone();
     let target = endpoint.clone();
     let pending = s.runtime.spawn(async move {
-        collector::submit(&target, sub, async move || {
+        submission::submit(&target, sub, async move || {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             true
         })
@@ -201,7 +205,7 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
     // 5,000 slots: 1,000 are selected per epoch, so each of our 4 with p = 0.2.
     s.world.set_total_node_count(5000);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = collector::http_endpoint(listener.local_addr().unwrap());
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
     let received = start_collector_with(&s, listener, Some(check.clone()));
 
     // An epoch where one of the registered slots is selected and another is not.
@@ -242,7 +246,7 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
         ),
     ];
     for (n, (sub, reason)) in cases.into_iter().enumerate() {
-        let verdict = s.runtime.block_on(collector::submit(&endpoint, sub, async || true));
+        let verdict = s.runtime.block_on(submission::submit(&endpoint, sub, async || true));
         let recorded = received.lock().unwrap()[n].verdict.clone();
         match reason {
             None => {

@@ -1,4 +1,4 @@
-//! Dispatch through the real loader: outcomes per PROTOCOL.md §9, a timeout
+//! Dispatch through the real loader: outcomes per docs/protocol.md §9, a timeout
 //! per compute, a bound on concurrent computes, and draining.
 
 use std::{sync::Arc, time::Duration};

@@ -124,7 +124,7 @@ impl ComputeProcessor for Slow {
     }
 }
 
-/// Reports selection, then returns nothing: the PROTOCOL.md §9 failure.
+/// Reports selection, then returns nothing: the docs/protocol.md §9 failure.
 pub const SELECTED_EMPTY: ProcessorSpec = ProcessorSpec {
     class_name: "SelectedButEmptyProcessor",
     description: "reports selected, returns no snapshots",

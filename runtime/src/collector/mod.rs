@@ -1,0 +1,154 @@
+//! The devnet collector behind `lite-node collector` and `lite-node devnet`:
+//! the collector's gRPC service (docs/protocol.md §6) checking every
+//! submission — the signature recovers to the slot's registered signer, the
+//! deadline has not passed, and (with a [`SelectionCheck`]) the slot was
+//! selected for that epoch and pool — and recording each verdict with its
+//! reason. The node's own side of submitting is `crate::submission`.
+
+mod selection;
+
+use std::{
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
+
+use alloy::primitives::Address;
+use lite_node_protocol::{
+    eip712::{Request, domain, recover},
+    proto::{self, SnapshotSubmission, SubmissionResponse},
+};
+
+pub use selection::{EpochAssignment, SelectionCheck};
+
+/// Checks a submission's signature against the slot's expected signer.
+pub fn signature_is_from(
+    submission: &SnapshotSubmission,
+    chain_id: u64,
+    protocol_state: Address,
+    signer: Address,
+) -> Result<(), String> {
+    let r = submission.request.as_ref().ok_or("the submission has no request")?;
+    let request = Request {
+        slot_id: r.slot_id,
+        deadline: r.deadline,
+        snapshot_cid: r.snapshot_cid.clone(),
+        epoch_id: r.epoch_id,
+        project_id: r.project_id.clone(),
+    };
+    let found = recover(&domain(chain_id, protocol_state), &request, &submission.signature)?;
+    if found == signer {
+        Ok(())
+    } else {
+        Err(format!("signature recovers to {found}, slot {} belongs to {signer}", r.slot_id))
+    }
+}
+
+/// One submission as the collector saw it: what came, the verdict (with the
+/// reason for a rejection), and when it was answered.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub submission: SnapshotSubmission,
+    pub verdict: Result<(), String>,
+    pub answered_at: SystemTime,
+}
+
+/// Shared record of what a collector saw.
+pub type Received = Arc<Mutex<Vec<Seen>>>;
+
+/// A collector for the local network: checks every submission (the signature
+/// recovers to the slot's registered signer; the deadline has not passed;
+/// with a [`SelectionCheck`], the slot was selected for that epoch and pool)
+/// and records each verdict with its reason.
+pub struct DevnetCollector {
+    pub anchor: Arc<crate::chain::Anchor>,
+    pub chain_id: u64,
+    pub received: Received,
+    pub selection: Option<Arc<SelectionCheck>>,
+    /// Print one line per verdict on stdout (the standalone `lite-node collector`).
+    pub announce: bool,
+}
+
+impl std::fmt::Debug for DevnetCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevnetCollector").field("chain_id", &self.chain_id).finish_non_exhaustive()
+    }
+}
+
+impl DevnetCollector {
+    async fn verdict(&self, s: &SnapshotSubmission) -> Result<(), String> {
+        let r = s.request.as_ref().ok_or("the submission has no request")?;
+        let head = self.anchor.head().await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        if head > r.deadline {
+            return Err(format!("deadline {} passed (anchor head {head})", r.deadline));
+        }
+        let registered = self.anchor.slot_owner(r.slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        if registered == Address::ZERO {
+            return Err(format!("slot {} is not registered", r.slot_id));
+        }
+        signature_is_from(s, self.chain_id, self.anchor.protocol_state, registered)?;
+        if let Some(selection) = &self.selection {
+            let epoch = selection.epoch(&self.anchor, r.epoch_id).await?;
+            selection.check(&epoch, r.slot_id, &r.project_id)?;
+        }
+        Ok(())
+    }
+
+    fn record(&self, submission: SnapshotSubmission, verdict: Result<(), String>) {
+        if self.announce {
+            let r = submission.request.clone().unwrap_or_default();
+            let what = format!("epoch {} slot {} {} {}", r.epoch_id, r.slot_id, r.project_id, r.snapshot_cid);
+            match &verdict {
+                Ok(()) => println!("accepted {what}"),
+                Err(reason) => println!("rejected {what}: {reason}"),
+            }
+        }
+        let seen = Seen { submission, verdict, answered_at: SystemTime::now() };
+        self.received.lock().unwrap_or_else(|p| p.into_inner()).push(seen);
+    }
+}
+
+#[tonic::async_trait]
+impl proto::submission_server::Submission for DevnetCollector {
+    async fn submit_snapshot(
+        &self,
+        request: tonic::Request<SnapshotSubmission>,
+    ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
+        let s = request.into_inner();
+        let verdict = self.verdict(&s).await;
+        let message = if verdict.is_ok() { proto::SUCCESS } else { proto::FAILURE };
+        if let Err(reason) = &verdict {
+            tracing::info!("rejected a submission: {reason}");
+        }
+        self.record(s, verdict);
+        Ok(tonic::Response::new(SubmissionResponse { message: message.into() }))
+    }
+
+    async fn submit_snapshot_simulation(
+        &self,
+        request: tonic::Request<tonic::Streaming<SnapshotSubmission>>,
+    ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
+        let mut stream = request.into_inner();
+        let mut all_ok = true;
+        while let Some(s) = stream.message().await? {
+            let verdict = self.verdict(&s).await;
+            all_ok &= verdict.is_ok();
+            self.record(s, verdict);
+        }
+        Ok(tonic::Response::new(SubmissionResponse {
+            message: if all_ok { proto::SUCCESS } else { proto::FAILURE }.into(),
+        }))
+    }
+}
+
+/// Serves `collector` on `listener` until `shutdown` completes.
+pub async fn serve(
+    collector: DevnetCollector,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tonic::transport::Server::builder()
+        .add_service(proto::submission_server::SubmissionServer::new(collector))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}

@@ -1,0 +1,40 @@
+//! `lite-node alert test`: a test message through every configured channel.
+
+use std::io::Write;
+
+use anyhow::Result;
+
+use crate::{config::EnvSnapshot, exit::BadInput};
+
+/// `lite-node alert test`: one test message through every configured alert
+/// channel; a line per channel with what it answered or why it failed.
+pub async fn alert_test(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+    let cfg = crate::config::AlertConfig::from_env(env)?;
+    if !cfg.any() {
+        return Err(BadInput(
+            "no alert channel configured: set TELEGRAM_BOT_TOKEN and TELEGRAM_CHAT_ID \
+             (TELEGRAM_API_URL for a self-hosted Bot API), or TELEGRAM_REPORTING_URL and TELEGRAM_CHAT_ID"
+                .into(),
+        )
+        .into());
+    }
+    let from = crate::alerts::Sender {
+        slot_id: env.get("SLOT_ID").and_then(|s| s.parse().ok()).unwrap_or(0),
+        signer: env.get("SIGNER_ACCOUNT_ADDRESS").unwrap_or("unknown signer").to_owned(),
+    };
+    let results = crate::alerts::test(&cfg, from).await.map_err(BadInput)?;
+    let mut failed = 0;
+    for (channel, result) in &results {
+        match result {
+            Ok(answer) => writeln!(out, "ok   {channel}: {answer}")?,
+            Err(e) => {
+                failed += 1;
+                writeln!(out, "fail {channel}: {e}")?;
+            }
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} alert channel(s) failed", results.len());
+    }
+    Ok(())
+}

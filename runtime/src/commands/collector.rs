@@ -1,0 +1,98 @@
+//! `lite-node collector`: the devnet collector (`crate::collector`) on its
+//! own runtime, until Ctrl-C or SIGTERM.
+
+use std::{io::Write, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context;
+
+use super::pool_list;
+use crate::{
+    chain::{Anchor, HttpRpc, IoRuntime},
+    collector::{DevnetCollector, SelectionCheck},
+    compute::{self, Fetch, LoadedPackage},
+    config::{ComputeConfig, EnvSnapshot},
+    exit::BadInput,
+    retry::{Policy, retry},
+    signals::shutdown_signals,
+};
+
+/// What `lite-node collector` is given.
+#[derive(Clone, Debug)]
+pub struct CollectorOptions {
+    pub listen: SocketAddr,
+    pub anchor_rpc: String,
+    pub protocol_state: String,
+    pub data_market: String,
+    pub source_rpc: Option<String>,
+    pub pools: Vec<String>,
+    pub pools_file: Option<PathBuf>,
+    pub from_block: u64,
+}
+
+/// Connections still open this long after a stop do not hold the exit.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs the devnet collector until Ctrl-C or SIGTERM.
+pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
+    let pools = pool_list(&a.pools, a.pools_file.as_deref())?;
+    let package = if pools.is_empty() {
+        None
+    } else {
+        let cfg = ComputeConfig::from_env(env)?;
+        Some(Arc::new(LoadedPackage::load(compute::ensure(&cfg, Fetch::Allowed)?)?))
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("collector").build()?;
+    runtime.block_on(async {
+        let signals = shutdown_signals(false);
+        tokio::pin!(signals);
+        let io = IoRuntime::new()?;
+        let rpc = |role, urls: &str| {
+            HttpRpc::new(role, urls.split(',').map(str::to_owned).collect(), Duration::from_secs(15), io.clone())
+                .map_err(|e| BadInput(format!("--{role}-rpc: {e}")))
+        };
+        let address = |what: &str, text: &str| {
+            text.parse().map_err(|_| BadInput(format!("--{what} {text} is not an address (0x and 40 hex digits)")))
+        };
+        let anchor = Arc::new(Anchor::new(
+            rpc("anchor", &a.anchor_rpc)?,
+            address("protocol-state", &a.protocol_state)?,
+            address("data-market", &a.data_market)?,
+        ));
+        let selection = match package {
+            Some(package) => {
+                let source = Arc::new(rpc("source", a.source_rpc.as_deref().unwrap_or(&a.anchor_rpc))?);
+                let check = SelectionCheck::new(source, pools, package, a.from_block).map_err(BadInput)?;
+                Some(Arc::new(check))
+            }
+            None => None,
+        };
+        let listener =
+            tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
+        println!("collector listening on {}", listener.local_addr()?);
+        match &selection {
+            Some(s) => println!("selection check on: {} active pools", s.pools().len()),
+            None => println!("selection check off: give --pools or --pools-file to check slot selection"),
+        }
+        std::io::stdout().flush()?;
+        let chain_id = tokio::select! {
+            _ = &mut signals => return Ok(()),
+            id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
+        };
+        let collector = DevnetCollector { anchor, chain_id, received: Default::default(), selection, announce: true };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = crate::collector::serve(collector, listener, async {
+            let _ = stopped.await;
+        });
+        tokio::pin!(server);
+        tokio::select! {
+            served = &mut server => served?,
+            _ = &mut signals => {
+                let _ = stop.send(());
+                if tokio::time::timeout(CLOSE_GRACE, &mut server).await.is_err() {
+                    tracing::warn!("connections still open after {}s; exiting", CLOSE_GRACE.as_secs());
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,17 @@
+//! `lite-node run`: the node on its own multi-threaded runtime until Ctrl-C
+//! or SIGTERM.
+
+use std::time::Duration;
+
+use crate::{config::EnvSnapshot, signals::shutdown_signals};
+
+/// Builds the async runtime and runs the node until a stop signal.
+pub fn run(env: &EnvSnapshot) -> anyhow::Result<()> {
+    let cfg = crate::config::NodeConfig::from_env(env)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("lite-node").build()?;
+    let result = runtime.block_on(async { crate::node::run(cfg, shutdown_signals(false)).await });
+    // A compute that never returns must not keep the process alive: the
+    // safety net's exit and a stop both have to end it.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    result
+}

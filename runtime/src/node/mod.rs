@@ -1,0 +1,245 @@
+//! `lite-node run`: start-up, then the main loop until a stop, a stuck node
+//! or an error.
+//!
+//! Start-up loads the compute package and one processor per project, starts
+//! the status API and the alert channels (under the [`Supervisor`]), checks
+//! this node's identity on the anchor chain, and opens the cursor, journal,
+//! ledger and books. Then [`epoch_loop::run`] drives polling and each epoch's
+//! [`work::EpochWork`], while the safety net watches that epochs are being
+//! processed.
+
+pub mod epoch_loop;
+mod identity;
+pub mod work;
+
+use std::{
+    future::Future,
+    sync::{Arc, Mutex, atomic::Ordering},
+};
+
+use anyhow::{Context, Result};
+use lite_node_protocol::eip712::Signer;
+
+use self::{
+    epoch_loop::{Epochs, Exit, Timing},
+    identity::check_identity,
+    work::EpochWork,
+};
+use crate::{
+    alerts::{AlertKind, Alerter, Sender},
+    books::Books,
+    chain::{Anchor, HttpRpc, IoRuntime},
+    compute::{
+        self, Fetch, LoadedPackage,
+        host::{RpcEndpoint, SelectionTracker},
+    },
+    config::{NodeConfig, load_projects},
+    dispatch::{Dispatcher, ProjectProcessor},
+    epochs::{Epoch, Watcher, watcher::Poll},
+    exit::BadInput,
+    ipfs::Ipfs,
+    journal::Journal,
+    retry::{Policy, retry},
+    safety::{self, Activity, NodeStuck},
+    snapshots::SnapshotStore,
+    status::{Info, Metrics, NodeStatus},
+    submission::{Ledger, Submitter},
+    supervisor::Supervisor,
+};
+
+/// The watcher is the main loop's anchor side.
+impl Epochs for Watcher {
+    type Error = lite_node_plugin_api::RpcError;
+
+    fn poll(&mut self) -> impl Future<Output = Result<Poll, Self::Error>> {
+        Watcher::poll(self)
+    }
+
+    fn epoch_handled(&mut self, epoch: &Epoch) -> Result<()> {
+        Watcher::epoch_handled(self, epoch).context("saving the epoch cursor")
+    }
+
+    fn scan_complete(&mut self, scanned_to: u64) -> Result<()> {
+        Watcher::scan_complete(self, scanned_to).context("saving the epoch cursor")
+    }
+}
+
+/// Runs the node until `shutdown` completes.
+pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
+    tokio::pin!(shutdown);
+    let data_dir = cfg.compute.data_dir.clone();
+    let (projects, package) = {
+        let cfg = cfg.clone();
+        tokio::task::spawn_blocking(move || -> Result<_> {
+            let projects = load_projects(&cfg.projects, &cfg.compute.data_dir)?;
+            let package = LoadedPackage::load(compute::ensure(&cfg.compute, Fetch::Allowed)?)?;
+            Ok((projects, package))
+        })
+        .await
+        .context("loading the compute package")??
+    };
+    let mut processors = Vec::new();
+    for project in projects.projects {
+        let settings = serde_json::Value::Object(project.settings.clone()).to_string();
+        let processor = package
+            .new_processor(&project.module, &project.class_name, &settings)
+            .map_err(|e| BadInput(format!("project {}: {e}", project.project_type)))?;
+        processors.push(ProjectProcessor { project, processor: Arc::new(processor) });
+    }
+    tracing::info!(
+        "compute package {} loaded: {}",
+        package.package.manifest.commit,
+        processors.iter().map(|p| p.project.project_type.as_str()).collect::<Vec<_>>().join(", ")
+    );
+
+    let metrics = Metrics::default();
+    let io = IoRuntime::new().context("starting the I/O runtime")?;
+    let rpc = |role, urls: &Vec<reqwest::Url>| {
+        HttpRpc::from_urls(role, urls.clone(), cfg.watch.rpc_timeout, io.clone())
+            .map(|r| r.count_errors(metrics.rpc_errors(role)))
+            .map_err(|e| anyhow::anyhow!(e))
+    };
+    let source = Arc::new(rpc("source", &cfg.source_rpc_urls)?);
+    let anchor_for_host: Arc<dyn RpcEndpoint> = Arc::new(rpc("anchor", &cfg.anchor_rpc_urls)?);
+    let (protocol_state, data_market, signer) = (cfg.protocol_state, cfg.data_market, cfg.signer_address);
+    let anchor = Arc::new(Anchor::new(rpc("anchor", &cfg.anchor_rpc_urls)?, protocol_state, data_market));
+
+    let tracker = Arc::new(SelectionTracker::persistent(data_dir.join("state").join("slot_selection_status.json")));
+    let books_path = Books::path(&data_dir, &protocol_state.to_string(), &data_market.to_string());
+    let books = Books::open(&books_path).context("opening the books")?;
+    let activity = Arc::new(Activity::default());
+    let status = Arc::new(NodeStatus {
+        info: Info {
+            slot_id: cfg.slot_id,
+            signer: signer.to_string(),
+            data_market: data_market.to_string(),
+            protocol_state: protocol_state.to_string(),
+            namespace: cfg.full_namespace(),
+            compute_package: package.package.manifest.commit.clone(),
+            version: env!("CARGO_PKG_VERSION"),
+        },
+        activity: activity.clone(),
+        tracker: tracker.clone(),
+        books: Mutex::new(books.clone()),
+        metrics,
+        watching: Default::default(),
+        stuck_after: cfg.safety.stuck_after,
+    });
+    let mut tasks = Supervisor::new();
+    if let Some(addr) = cfg.status_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| BadInput(format!("STATUS_PORT: cannot listen on {addr}: {e}")))?;
+        tracing::info!("status API on http://{} (/health, /status, /metrics)", listener.local_addr()?);
+        let serving = crate::status::serve(status.clone(), listener, std::future::pending());
+        tasks.spawn_critical("status API", async move { Ok(serving.await?) });
+    }
+    let alerter = Alerter::start(
+        &cfg.alerts,
+        Sender { slot_id: cfg.slot_id, signer: signer.to_string() },
+        Some(data_dir.join("state").join("pending-alerts.json")),
+        &mut tasks,
+    )
+    .map_err(BadInput)?;
+
+    // The identity check waits while the anchor does not answer; a wrong slot
+    // or signer is the operator's to fix.
+    let identity =
+        retry(Policy::CHAIN, "identity check: anchor RPC", || check_identity(&anchor, signer, cfg.slot_id), |_| true);
+    tokio::select! {
+        _ = &mut shutdown => {
+            tracing::info!("shutdown before the node started");
+            return Ok(());
+        }
+        checked = identity => checked??,
+    }
+    if let Some(drill) = cfg.drill {
+        tracing::warn!("alert drill {drill:?} (LITE_NODE_DRILL): every selected compute's result will be replaced");
+    }
+    let chain_id = anchor.chain_id().await.context("reading the anchor chain id")?;
+    let submitter = Submitter {
+        signer: Signer::new(cfg.signer_key.bytes(), chain_id, protocol_state).map_err(BadInput)?,
+        ledger: Ledger::open(&data_dir).context("opening the submission ledger")?,
+        endpoint: format!("http://{}:{}", cfg.collector_host, cfg.collector_port),
+        ipfs: cfg.ipfs.as_ref().map(Ipfs::new).transpose().map_err(BadInput)?,
+        slot_id: cfg.slot_id,
+        deadline_buffer: cfg.watch.deadline_buffer,
+        data_market: data_market.to_string(),
+        protocol_state: protocol_state.to_string(),
+    };
+    if let Some(ipfs) = &cfg.ipfs {
+        tracing::info!("snapshots are also uploaded to IPFS at {}", crate::config::redact_url(&ipfs.url));
+    }
+    let dispatcher = Dispatcher::new(
+        processors,
+        cfg.watch.max_concurrent_computes,
+        cfg.watch.compute_timeout,
+        Some(source.clone() as Arc<dyn RpcEndpoint>),
+        Some(anchor_for_host),
+        tracker,
+    )
+    .with_drill(cfg.drill)
+    .with_history(
+        Arc::new(SnapshotStore::open(&data_dir).context("opening the snapshot store")?),
+        cfg.full_namespace(),
+    );
+    let mut watcher = Watcher::open(anchor.clone(), &data_dir, cfg.watch.clone())
+        .with_context(|| format!("opening the epoch cursor in {}", data_dir.display()))?;
+    let mut work = EpochWork {
+        anchor,
+        source,
+        dispatcher,
+        submitter,
+        journal: Journal::open(&data_dir).context("opening the epoch journal")?,
+        books,
+        books_path,
+        status: status.clone(),
+        alerter: alerter.clone(),
+        slot_id: cfg.slot_id,
+        namespace: cfg.full_namespace(),
+        submission_window: cfg.watch.submission_window,
+    };
+    tracing::info!(
+        "watching ProtocolState {protocol_state} for data market {data_market} every {} ms",
+        cfg.watch.poll_interval.as_millis()
+    );
+
+    status.watching.store(true, Ordering::Relaxed);
+    activity.touch();
+    let timing = Timing { poll_interval: cfg.watch.poll_interval, stop_grace: cfg.watch.stop_grace };
+    let on_stuck = |s: safety::Stuck| {
+        let taken = alerter.notify(
+            AlertKind::Unhealthy { idle: s.idle, checks: s.checks, exit_after: cfg.safety.exit_after },
+            &status.books.lock().unwrap_or_else(|p| p.into_inner()),
+        );
+        status.metrics.alerts.inc_by(taken as u64);
+    };
+    let ended = tokio::select! {
+        exit = epoch_loop::run(&mut watcher, &mut work, timing, shutdown) => Ended::Loop(exit?),
+        stuck = safety::watch(cfg.safety, &activity, on_stuck) => Ended::Stuck(stuck),
+        failed = tasks.failed() => Ended::Task(failed),
+    };
+    status.watching.store(false, Ordering::Relaxed);
+    match ended {
+        Ended::Stuck(stuck) => Err(NodeStuck { idle: stuck.idle, checks: stuck.checks }.into()),
+        Ended::Task(failed) => Err(failed.into()),
+        Ended::Loop(exit) => {
+            if let Exit::Abandoned { epoch_id } = exit {
+                tracing::info!("epoch {epoch_id} was abandoned at the stop; it is worked again after the restart");
+            }
+            tracing::info!("shutting down: waiting for running computes");
+            watcher.flush().context("saving the epoch cursor")?;
+            if !work.dispatcher.drain(cfg.watch.stop_grace).await {
+                tracing::warn!("computes still running after {}s; exiting anyway", cfg.watch.stop_grace.as_secs());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// How `run` left the main loop.
+enum Ended {
+    Loop(Exit),
+    Stuck(safety::Stuck),
+    Task(crate::supervisor::TaskFailed),
+}

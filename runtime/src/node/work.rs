@@ -1,0 +1,185 @@
+//! One epoch's work as the node does it, behind the main loop's [`Work`]:
+//! past the submission window → missed; otherwise preload block details,
+//! dispatch to every project's processor, submit what was computed — then
+//! record it all (journal, books, status, alerts) before the cursor moves.
+
+use std::{path::PathBuf, sync::Arc};
+
+use lite_node_plugin_api::{BlockDetail, EpochContext};
+
+use super::epoch_loop::Work;
+use crate::{
+    alerts::{AlertKind, Alerter},
+    books::{Books, Notice},
+    chain::{Anchor, HttpRpc},
+    dispatch::{Dispatcher, Outcome, OutcomeKind, now_ms},
+    epochs::{Epoch, preload},
+    journal::Journal,
+    retry::{Policy, retry},
+    status::NodeStatus,
+    submission::Submitter,
+};
+
+/// What the node needs to work and record epochs.
+#[derive(Debug)]
+pub struct EpochWork {
+    pub anchor: Arc<Anchor>,
+    pub source: Arc<HttpRpc>,
+    pub dispatcher: Dispatcher,
+    pub submitter: Submitter,
+    pub journal: Journal,
+    pub books: Books,
+    pub books_path: PathBuf,
+    pub status: Arc<NodeStatus>,
+    pub alerter: Arc<Alerter>,
+    pub slot_id: u64,
+    pub namespace: String,
+    /// Anchor blocks after its release within which an epoch is still worked.
+    pub submission_window: u64,
+}
+
+/// An epoch's outcomes, one per project, and when the node saw the epoch.
+#[derive(Debug)]
+pub struct Worked {
+    pub outcomes: Vec<Outcome>,
+    pub seen_at_ms: u64,
+}
+
+impl Work for EpochWork {
+    type Outcomes = Worked;
+
+    async fn work(&self, epoch: &Epoch, head: u64) -> anyhow::Result<Worked> {
+        let seen_at_ms = now_ms();
+        let mut outcomes = self.compute(epoch, head).await;
+        for outcome in &mut outcomes {
+            self.submitter.submit(epoch, outcome, &self.anchor).await?;
+        }
+        Ok(Worked { outcomes, seen_at_ms })
+    }
+
+    fn record(&mut self, epoch: &Epoch, worked: Worked) -> anyhow::Result<()> {
+        for outcome in &worked.outcomes {
+            log_outcome(epoch, outcome);
+            self.journal
+                .record(epoch, outcome)
+                .map_err(|e| anyhow::anyhow!("writing {}: {e}", self.journal.path().display()))?;
+        }
+        self.keep_books(epoch, &worked)
+    }
+}
+
+impl EpochWork {
+    /// Every project's outcome for `epoch`, computed (not yet submitted).
+    async fn compute(&self, epoch: &Epoch, head: u64) -> Vec<Outcome> {
+        let age = head.saturating_sub(epoch.released_block);
+        if age > self.submission_window {
+            return self.every(OutcomeKind::Missed(format!(
+                "released {age} anchor blocks ago, past the {}-block submission window",
+                self.submission_window
+            )));
+        }
+        let total_slots = match self.anchor.total_slots().await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("getTotalNodeCount is unavailable ({e}); computes see 0 total slots");
+                0
+            }
+        };
+        let blocks: Vec<BlockDetail> = if self.dispatcher.needs_block_details() {
+            let what = format!("epoch {}: preloading block details", epoch.epoch_id);
+            let fetch = || preload::block_details(&self.source, epoch.begin, epoch.end);
+            match retry(Policy::PRELOAD, what, fetch, |_| true).await {
+                Ok(blocks) => blocks,
+                Err(e) => return self.every(OutcomeKind::Failed(format!("preloading block details: {e}"))),
+            }
+        } else {
+            Vec::new()
+        };
+        let ctx = EpochContext {
+            epoch_id: epoch.epoch_id,
+            begin: epoch.begin,
+            end: epoch.end,
+            day_id: epoch.day_id,
+            slot_id: self.slot_id,
+            total_slots,
+            namespace: self.namespace.as_str().into(),
+            project_type: "".into(),
+        };
+        self.dispatcher.dispatch(&ctx, &blocks).await
+    }
+
+    /// The same outcome for every project (an epoch not computed at all).
+    fn every(&self, kind: OutcomeKind) -> Vec<Outcome> {
+        let at = now_ms();
+        self.dispatcher
+            .projects
+            .iter()
+            .map(|p| Outcome {
+                project_type: p.project.project_type.clone(),
+                kind: kind.clone(),
+                selected: None,
+                snapshots: vec![],
+                stored: vec![],
+                submissions: vec![],
+                started_at_ms: at,
+                finished_at_ms: at,
+            })
+            .collect()
+    }
+
+    /// Counts one epoch in the books (saved before the epoch is marked
+    /// handled), updates the status and metrics, and queues the alerts the
+    /// books ask for.
+    fn keep_books(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
+        let (books, status) = (&mut self.books, &self.status);
+        let notices = books.apply(epoch.epoch_id, &worked.outcomes);
+        books.save(&self.books_path).map_err(|e| anyhow::anyhow!("writing {}: {e}", self.books_path.display()))?;
+        let m = &status.metrics;
+        m.epochs_seen.inc();
+        for o in &worked.outcomes {
+            m.count(&crate::books::verdict(o));
+            for s in o.submissions.iter().filter(|s| s.status.is_accepted()) {
+                m.submission_latency.observe(s.answered_at_ms.saturating_sub(worked.seen_at_ms) as f64 / 1000.0);
+            }
+        }
+        *status.books.lock().unwrap_or_else(|p| p.into_inner()) = books.clone();
+        // Processing means a compute ran (and reported, or returned): an epoch
+        // that failed before that (e.g. the source RPC is down) is no sign of
+        // life for the safety net and /health.
+        let ran = worked
+            .outcomes
+            .iter()
+            .any(|o| o.selected.is_some() || matches!(o.kind, OutcomeKind::Computed | OutcomeKind::NotSelected));
+        if ran {
+            status.activity.touch();
+        }
+        for notice in notices {
+            match &notice {
+                Notice::ThreeFailures { streak } => tracing::error!(
+                    "{} consecutive selected epochs failed (epochs {}); alerting",
+                    books.overall.consecutive_failures,
+                    streak.iter().map(|s| s.epoch_id.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+                Notice::Recovered { epoch_id, failures } => {
+                    tracing::info!("epoch {epoch_id} succeeded after {failures} failed selected epochs")
+                }
+                Notice::MissedSnapshot { .. } => {}
+            }
+            m.alerts.inc_by(self.alerter.notify(AlertKind::from(notice), books) as u64);
+        }
+        Ok(())
+    }
+}
+
+fn log_outcome(epoch: &Epoch, o: &Outcome) {
+    let took = o.finished_at_ms.saturating_sub(o.started_at_ms);
+    let (id, project) = (epoch.epoch_id, &o.project_type);
+    match &o.kind {
+        OutcomeKind::Computed => {
+            tracing::info!("epoch {id} {project}: computed {} snapshot(s) in {took} ms", o.snapshots.len())
+        }
+        OutcomeKind::NotSelected => tracing::info!("epoch {id} {project}: not selected"),
+        OutcomeKind::Failed(e) => tracing::warn!("epoch {id} {project}: failed after {took} ms: {e}"),
+        OutcomeKind::Missed(e) => tracing::warn!("epoch {id} {project}: missed: {e}"),
+    }
+}

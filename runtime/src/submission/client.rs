@@ -1,0 +1,68 @@
+//! One submission to the collector over gRPC (docs/protocol.md §6), retried
+//! under [`Policy::COLLECTOR`] while the collector cannot be reached and the
+//! submission's deadline holds.
+
+use std::time::Duration;
+
+use lite_node_protocol::proto::{self, SnapshotSubmission, SubmissionResponse, submission_client::SubmissionClient};
+
+use crate::retry::Policy;
+
+/// What the collector answered, or why nothing was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    /// The collector answered `Failure` (or anything but `Success`).
+    Rejected(String),
+    /// No answer before the deadline.
+    Unreachable(String),
+}
+
+/// How long one attempt may take.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends one submission, retrying while the collector cannot be reached and
+/// `still_in_time()` holds.
+pub async fn submit(
+    endpoint: &str,
+    submission: SnapshotSubmission,
+    mut still_in_time: impl AsyncFnMut() -> bool,
+) -> Verdict {
+    let mut delays = Policy::COLLECTOR.delays();
+    let mut last_error = String::new();
+    let mut failures = 0u32;
+    loop {
+        if !still_in_time().await {
+            return Verdict::Unreachable(format!(
+                "collector {endpoint} did not answer before the deadline ({last_error})"
+            ));
+        }
+        let attempt = async {
+            let mut client = SubmissionClient::connect(endpoint.to_owned()).await.map_err(|e| e.to_string())?;
+            let answer = client
+                .submit_snapshot(submission.clone())
+                .await
+                .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
+            Ok::<SubmissionResponse, String>(answer.into_inner())
+        };
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
+            Ok(Ok(r)) if r.message == proto::SUCCESS => return Verdict::Accepted,
+            Ok(Ok(r)) => return Verdict::Rejected(format!("collector answered `{}`", r.message)),
+            Ok(Err(e)) => last_error = e,
+            Err(_) => last_error = format!("timed out after {}s", ATTEMPT_TIMEOUT.as_secs()),
+        }
+        let wait = delays.next().unwrap_or(Policy::COLLECTOR.max);
+        failures += 1;
+        if failures == 1 {
+            tracing::warn!("submitting to {endpoint} failed ({last_error}); retrying in {wait:?}");
+        } else {
+            tracing::debug!("submitting to {endpoint} still failing ({last_error}); next try in {wait:?}");
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// A listening address, as a gRPC endpoint.
+pub fn http_endpoint(addr: std::net::SocketAddr) -> String {
+    format!("http://{addr}")
+}
