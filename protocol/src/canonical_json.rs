@@ -7,7 +7,7 @@
 //! their exact digits: integers as written, however large; fractions as
 //! Python's `repr(float)` would print them.
 
-use std::fmt::Write as _;
+use std::{borrow::Cow, fmt::Write as _};
 
 pub fn canonical_json(text: &str) -> Result<Vec<u8>, String> {
     let mut parser = Parser { s: text.as_bytes(), i: 0 };
@@ -22,14 +22,14 @@ pub fn canonical_json(text: &str) -> Result<Vec<u8>, String> {
     Ok(out.into_bytes())
 }
 
-enum Json {
+enum Json<'a> {
     Null,
     Bool(bool),
-    Int(String),
+    Int(Cow<'a, str>),
     Float(f64),
-    Str(String),
-    Array(Vec<Json>),
-    Object(Vec<(String, Json)>),
+    Str(Cow<'a, str>),
+    Array(Vec<Json<'a>>),
+    Object(Vec<(Cow<'a, str>, Json<'a>)>),
 }
 
 const MAX_DEPTH: usize = 128;
@@ -39,7 +39,7 @@ struct Parser<'a> {
     i: usize,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn error(&self, what: &str) -> String {
         let before = &self.s[..self.i.min(self.s.len())];
         let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
@@ -62,7 +62,7 @@ impl Parser<'_> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<Json, String> {
+    fn value(&mut self, depth: usize) -> Result<Json<'a>, String> {
         if depth > MAX_DEPTH {
             return Err(self.error("nested too deeply"));
         }
@@ -79,9 +79,9 @@ impl Parser<'_> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Json, String> {
+    fn object(&mut self, depth: usize) -> Result<Json<'a>, String> {
         self.i += 1;
-        let mut fields: Vec<(String, Json)> = Vec::new();
+        let mut fields: Vec<(Cow<'a, str>, Json<'a>)> = Vec::new();
         self.ws();
         if self.eat("}") {
             return Ok(Json::Object(fields));
@@ -98,21 +98,19 @@ impl Parser<'_> {
             }
             self.ws();
             let value = self.value(depth + 1)?;
-            // Python keeps the last of duplicate keys.
-            fields.retain(|(k, _)| *k != key);
             fields.push((key, value));
             self.ws();
             if self.eat(",") {
                 continue;
             }
             if self.eat("}") {
-                return Ok(Json::Object(fields));
+                return Ok(Json::Object(last_of_each_key(fields)));
             }
             return Err(self.error("expected ',' or '}'"));
         }
     }
 
-    fn array(&mut self, depth: usize) -> Result<Json, String> {
+    fn array(&mut self, depth: usize) -> Result<Json<'a>, String> {
         self.i += 1;
         let mut items = Vec::new();
         self.ws();
@@ -133,7 +131,7 @@ impl Parser<'_> {
         }
     }
 
-    fn number(&mut self) -> Result<Json, String> {
+    fn number(&mut self) -> Result<Json<'a>, String> {
         let start = self.i;
         self.eat("-");
         let digits = |p: &mut Self| {
@@ -167,7 +165,7 @@ impl Parser<'_> {
         }
         let text = std::str::from_utf8(&self.s[start..self.i]).expect("ASCII");
         if is_int {
-            Ok(Json::Int(if text == "-0" { "0".to_owned() } else { text.to_owned() }))
+            Ok(Json::Int(Cow::Borrowed(if text == "-0" { "0" } else { text })))
         } else {
             let f: f64 = text.parse().map_err(|_| self.error("invalid number"))?;
             if !f.is_finite() {
@@ -177,15 +175,27 @@ impl Parser<'_> {
         }
     }
 
-    fn string(&mut self) -> Result<String, String> {
+    /// A string value or key: borrowed from the document when it has no
+    /// escapes (most do), built otherwise.
+    fn string(&mut self) -> Result<Cow<'a, str>, String> {
         self.i += 1;
-        let mut out = String::new();
+        let start = self.i;
+        while self.s.get(self.i).is_some_and(|&b| b != b'"' && b != b'\\' && b >= 0x20) {
+            self.i += 1;
+        }
+        if self.s.get(self.i) == Some(&b'"') {
+            let run = std::str::from_utf8(&self.s[start..self.i]).map_err(|_| self.error("invalid UTF-8"))?;
+            self.i += 1;
+            return Ok(Cow::Borrowed(run));
+        }
+        let mut out =
+            String::from(std::str::from_utf8(&self.s[start..self.i]).map_err(|_| self.error("invalid UTF-8"))?);
         loop {
             let Some(&b) = self.s.get(self.i) else { return Err(self.error("unterminated string")) };
             match b {
                 b'"' => {
                     self.i += 1;
-                    return Ok(out);
+                    return Ok(Cow::Owned(out));
                 }
                 b'\\' => {
                     self.i += 1;
@@ -218,10 +228,15 @@ impl Parser<'_> {
                 }
                 0..=0x1f => return Err(self.error("control character in string")),
                 _ => {
-                    let rest = std::str::from_utf8(&self.s[self.i..]).map_err(|_| self.error("invalid UTF-8"))?;
-                    let c = rest.chars().next().expect("not empty");
-                    out.push(c);
-                    self.i += c.len_utf8();
+                    // A run of ordinary characters at once: it ends at an
+                    // ASCII delimiter, so it is whole characters, and each
+                    // byte is looked at once (the document is linear to read).
+                    let start = self.i;
+                    while self.s.get(self.i).is_some_and(|&b| b != b'"' && b != b'\\' && b >= 0x20) {
+                        self.i += 1;
+                    }
+                    let run = std::str::from_utf8(&self.s[start..self.i]).map_err(|_| self.error("invalid UTF-8"))?;
+                    out.push_str(run);
                 }
             }
         }
@@ -236,7 +251,21 @@ impl Parser<'_> {
     }
 }
 
-fn write_value(v: &Json, out: &mut String) -> Result<(), String> {
+/// Python keeps the last of duplicate keys; without duplicates (the usual
+/// case) the fields come back as they are. Linear in the number of fields.
+fn last_of_each_key<'a>(fields: Vec<(Cow<'a, str>, Json<'a>)>) -> Vec<(Cow<'a, str>, Json<'a>)> {
+    let mut seen = std::collections::HashSet::with_capacity(fields.len());
+    if fields.iter().all(|(k, _)| seen.insert(k.as_ref())) {
+        return fields;
+    }
+    let mut seen = std::collections::HashSet::with_capacity(fields.len());
+    let mut kept: Vec<(Cow<'a, str>, Json<'a>)> =
+        fields.into_iter().rev().filter(|(k, _)| seen.insert(k.clone())).collect();
+    kept.reverse();
+    kept
+}
+
+fn write_value(v: &Json<'_>, out: &mut String) -> Result<(), String> {
     match v {
         Json::Null => out.push_str("null"),
         Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -254,7 +283,7 @@ fn write_value(v: &Json, out: &mut String) -> Result<(), String> {
             out.push(']');
         }
         Json::Object(fields) => {
-            let mut sorted: Vec<&(String, Json)> = fields.iter().collect();
+            let mut sorted: Vec<&(Cow<'_, str>, Json<'_>)> = fields.iter().collect();
             let numeric: Option<Vec<i128>> = fields.iter().map(|(k, _)| integer_key(k)).collect();
             match numeric {
                 Some(keys) if !keys.is_empty() => {
@@ -291,6 +320,13 @@ fn integer_key(k: &str) -> Option<i128> {
 
 fn write_string(s: &str, out: &mut String) {
     out.push('"');
+    // Printable ASCII without quotes or backslashes (keys, numbers as
+    // strings, addresses: nearly everything) is copied as it is.
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -358,6 +394,11 @@ mod tests {
         );
         assert_eq!(canon(r#""a\/b\"\\\n\u0001\u007f""#), "\"a/b\\\"\\\\\\n\\u0001\u{7f}\"");
         assert_eq!(canon(r#"{"a":1,"a":2}"#), r#"{"a":2}"#, "the last duplicate wins, as in Python");
+        assert_eq!(canon(r#"{"b":1,"a":2,"b":3,"a":4,"c":5}"#), r#"{"a":4,"b":3,"c":5}"#);
+        assert_eq!(
+            canon(r#"["plain run\tthen é and \"q\"", "\u00e9x"]"#),
+            r#"["plain run\tthen \u00e9 and \"q\"","\u00e9x"]"#
+        );
     }
 
     #[test]
