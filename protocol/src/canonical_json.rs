@@ -336,7 +336,7 @@ fn write_string(s: &str, out: &mut String) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7e && (c as u32) != 0x7f => {
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
                     let _ = write!(out, "\\u{unit:04x}");
@@ -392,7 +392,11 @@ mod tests {
             canon("[123456789012345678901234567890, -0, 1.0, 1e-7, 2.5e20, 0.1]"),
             "[123456789012345678901234567890,0,1.0,1e-07,2.5e+20,0.1]"
         );
-        assert_eq!(canon(r#""a\/b\"\\\n\u0001\u007f""#), "\"a/b\\\"\\\\\\n\\u0001\u{7f}\"");
+        assert_eq!(
+            canon(r#""a\/b\"\\\n\u0001\u007f""#),
+            r#""a/b\"\\\n\u0001\u007f""#,
+            "DEL is escaped, as Python does"
+        );
         assert_eq!(canon(r#"{"a":1,"a":2}"#), r#"{"a":2}"#, "the last duplicate wins, as in Python");
         assert_eq!(canon(r#"{"b":1,"a":2,"b":3,"a":4,"c":5}"#), r#"{"a":4,"b":3,"c":5}"#);
         assert_eq!(
@@ -435,8 +439,23 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        let alphabet =
-            ["a", "Z", "é", "€", "🦄", r"\\", r#"\""#, r"\n", r"\u0007", " ", "0", "中", r"\ud83d\ude00", "/"];
+        let alphabet = [
+            "a",
+            "Z",
+            "é",
+            "€",
+            "🦄",
+            r"\\",
+            r#"\""#,
+            r"\n",
+            r"\u0007",
+            " ",
+            "0",
+            "中",
+            r"\ud83d\ude00",
+            "/",
+            "\u{7f}",
+        ];
         let mut docs = Vec::new();
         for _ in 0..300 {
             let mut doc = String::from("{\"k\":[");
