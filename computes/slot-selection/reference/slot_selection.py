@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A straightforward Python implementation of the BDS slot selection
-(PROTOCOL.md section 2), written from the protocol text.
+(docs/protocol.md §2), written from the protocol text.
 
 It is the independent check for the Rust crate (tests feed it inputs and
 compare every field) and the baseline its benchmark compares against.
