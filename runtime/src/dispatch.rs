@@ -176,6 +176,7 @@ impl Dispatcher {
         let mut host =
             RuntimeHost::new(&project_type, self.source.clone(), self.anchor.clone(), self.tracker.clone(), blocks);
         host.history = self.history.clone();
+        host.epoch_id = ctx.epoch_id;
         // Shared, so what the compute reported is known even if it times out.
         let host = Arc::new(host);
         let reported_by = host.clone();

@@ -170,6 +170,9 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
+    for warning in env.warnings() {
+        tracing::warn!("{warning}");
+    }
 
     // Locked per command: the collector and the devnet print from other threads.
     let stdout = || std::io::stdout().lock();

@@ -7,6 +7,11 @@ use lite_node_protocol::{canonical_json, cid};
 /// How many recent (epoch, CID) pairs are kept per project id.
 pub const RECENT_PER_PROJECT: usize = 5;
 
+/// How many are kept on disk: more than are shown, so an epoch computed
+/// again (after a crash before its cursor moved) sees exactly the history it
+/// saw the first time, its own earlier entry left out.
+const KEPT_PER_PROJECT: usize = 2 * RECENT_PER_PROJECT;
+
 /// The snapshots this node produced: their exact bytes under
 /// `<data dir>/snapshots/<epoch>/<project id>.json`, and the recent
 /// `(epoch, cid)` per project id in `<data dir>/state/recent-snapshots.json`
@@ -43,8 +48,13 @@ impl SnapshotStore {
     }
 
     /// Recent `(epoch, cid)` of a project id, oldest first.
-    pub fn previous(&self, project_id: &str) -> Vec<(u64, String)> {
-        self.recent.lock().unwrap_or_else(|p| p.into_inner()).get(project_id).cloned().unwrap_or_default()
+    /// The last [`RECENT_PER_PROJECT`] `(epoch, cid)` of a project id from
+    /// epochs before `epoch_id`, oldest first.
+    pub fn previous(&self, project_id: &str, epoch_id: u64) -> Vec<(u64, String)> {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let earlier: Vec<(u64, String)> =
+            recent.get(project_id).into_iter().flatten().filter(|(e, _)| *e < epoch_id).cloned().collect();
+        earlier[earlier.len().saturating_sub(RECENT_PER_PROJECT)..].to_vec()
     }
 
     /// Canonicalizes `json`, writes its bytes, records its CID.
@@ -59,8 +69,8 @@ impl SnapshotStore {
             list.retain(|(e, _)| *e != epoch_id);
             list.push((epoch_id, cid.clone()));
             list.sort_by_key(|(e, _)| *e);
-            if list.len() > RECENT_PER_PROJECT {
-                list.drain(..list.len() - RECENT_PER_PROJECT);
+            if list.len() > KEPT_PER_PROJECT {
+                list.drain(..list.len() - KEPT_PER_PROJECT);
             }
             serde_json::to_vec_pretty(&*recent).expect("a map of strings serializes")
         };
@@ -90,9 +100,27 @@ mod tests {
             assert_eq!(s.cid, cid(&std::fs::read(&s.path).unwrap()));
         }
         let reopened = SnapshotStore::open(dir.path()).unwrap();
-        let recent = reopened.previous("baseSnapshot:0xaa:ns");
+        let recent = reopened.previous("baseSnapshot:0xaa:ns", 8);
         assert_eq!(recent.iter().map(|(e, _)| *e).collect::<Vec<_>>(), [3, 4, 5, 6, 7]);
-        assert!(reopened.previous("other").is_empty());
+        assert!(reopened.previous("other", 8).is_empty());
         assert!(store.record(8, "p", "{not json").unwrap_err().contains("line 1 column 2"));
+    }
+
+    #[test]
+    fn an_epoch_computed_again_sees_the_history_it_saw_the_first_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::open(dir.path()).unwrap();
+        let id = "baseSnapshot:0xaa:ns";
+        for epoch in 1..=6 {
+            store.record(epoch, id, &format!("{{\"e\": {epoch}}}")).unwrap();
+        }
+        let first = store.previous(id, 7);
+        assert_eq!(first.iter().map(|(e, _)| *e).collect::<Vec<_>>(), [2, 3, 4, 5, 6]);
+        // Epoch 7 is computed and stored, then (after a crash before its
+        // cursor moved) computed again: its own entry is not its history.
+        store.record(7, id, "{\"e\": 7}").unwrap();
+        assert_eq!(store.previous(id, 7), first);
+        let reopened = SnapshotStore::open(dir.path()).unwrap();
+        assert_eq!(reopened.previous(id, 7), first, "also after a restart");
     }
 }

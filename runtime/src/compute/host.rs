@@ -81,6 +81,8 @@ pub struct RuntimeHost {
     pub reported: Mutex<Option<(u64, bool)>>,
     /// Where `previous_snapshots` looks, and the namespace of project ids.
     pub history: Option<(Arc<crate::snapshots::SnapshotStore>, String)>,
+    /// The epoch being computed: `previous_snapshots` answers only earlier ones.
+    pub epoch_id: u64,
 }
 
 impl RuntimeHost {
@@ -92,7 +94,16 @@ impl RuntimeHost {
         tracker: Arc<SelectionTracker>,
         blocks: Vec<BlockDetail>,
     ) -> Self {
-        Self { project: project.into(), source, anchor, tracker, blocks, reported: Mutex::new(None), history: None }
+        Self {
+            project: project.into(),
+            source,
+            anchor,
+            tracker,
+            blocks,
+            reported: Mutex::new(None),
+            history: None,
+            epoch_id: 0,
+        }
     }
 
     /// What this call reported to the tracker, if anything.
@@ -145,7 +156,11 @@ impl HostApi for RuntimeHost {
     fn previous_snapshots(&self, data_source: RStr<'_>) -> RVec<PreviousSnapshot> {
         let Some((store, namespace)) = &self.history else { return RVec::new() };
         let id = lite_node_protocol::project_id(&self.project, data_source.as_str(), namespace);
-        store.previous(&id).into_iter().map(|(epoch_id, cid)| PreviousSnapshot { epoch_id, cid: cid.into() }).collect()
+        store
+            .previous(&id, self.epoch_id)
+            .into_iter()
+            .map(|(epoch_id, cid)| PreviousSnapshot { epoch_id, cid: cid.into() })
+            .collect()
     }
 
     fn log(&self, level: LogLevel, message: RStr<'_>) {

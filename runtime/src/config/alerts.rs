@@ -73,8 +73,11 @@ impl AlertConfig {
         let chat = env.get("TELEGRAM_CHAT_ID");
         if let Some(c) = chat {
             let numeric = c.strip_prefix('-').unwrap_or(c);
+            // A channel's public username: 5 to 32 letters, digits or underscores.
+            let username = c.strip_prefix('@').unwrap_or_default();
             let ok = (!numeric.is_empty() && numeric.bytes().all(|b| b.is_ascii_digit()))
-                || (c.starts_with('@') && c.len() > 1);
+                || ((5..=32).contains(&username.len())
+                    && username.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
             if !ok {
                 problems.push(format!("TELEGRAM_CHAT_ID {c} is neither a numeric chat id nor an @channelusername"));
             }

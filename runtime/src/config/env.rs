@@ -35,6 +35,9 @@ pub const REQUIRED: &[&str] = &[
 #[derive(Clone, Default)]
 pub struct EnvSnapshot {
     vars: BTreeMap<String, String>,
+    /// What reading an env file found worth a warning (a repeated key), for
+    /// the log once it is set up.
+    warnings: Vec<String>,
 }
 
 impl EnvSnapshot {
@@ -44,34 +47,49 @@ impl EnvSnapshot {
     }
 
     pub fn from_pairs<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
-        Self { vars: pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect() }
+        Self { vars: pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect(), warnings: Vec::new() }
     }
 
-    /// Adds the `KEY=VALUE` lines of an env file for keys not already set
-    /// (the process environment wins, as with `docker --env-file` overrides).
+    /// Adds the variables of an env file, read as dotenv reads them (quotes,
+    /// `export`, `# comments` after a value), for keys not already set: the
+    /// process environment wins, as with `docker --env-file` overrides. A key
+    /// repeated in the file takes its last value, as Docker does, with a
+    /// warning. A line that cannot be read is named by its number (never
+    /// echoed: it may hold the signer key).
     pub fn with_env_file(mut self, path: &Path) -> Result<Self, ConfigErrors> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigErrors::one(format!("cannot read env file {}: {e}", path.display())))?;
         let mut problems = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
+        let mut from_file: BTreeMap<String, (String, usize)> = BTreeMap::new();
+        for item in dotenvy::from_read_iter(text.as_bytes()) {
+            match item {
+                Ok((key, value)) => {
+                    let entry = from_file.entry(key).or_insert_with(|| (String::new(), 0));
+                    *entry = (value, entry.1 + 1);
+                }
+                Err(dotenvy::Error::LineParse(line, _)) => {
+                    let n = text.lines().position(|l| l.trim() == line.trim()).map_or(0, |i| i + 1);
+                    problems.push(format!(
+                        "{}:{n}: cannot read this line: expected KEY=VALUE (quote a value with spaces)",
+                        path.display()
+                    ));
+                }
+                Err(e) => problems.push(format!("env file {}: {e}", path.display())),
             }
-            let line = line.strip_prefix("export ").unwrap_or(line);
-            let Some((key, value)) = line.split_once('=') else {
-                problems.push(format!("{}:{}: expected KEY=VALUE", path.display(), n + 1));
-                continue;
-            };
-            let value = value.trim();
-            let value = value
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
-                .unwrap_or(value);
-            self.vars.entry(key.trim().to_owned()).or_insert_with(|| value.to_owned());
+        }
+        for (key, (value, times)) in from_file {
+            if times > 1 {
+                self.warnings
+                    .push(format!("env file {}: {key} is set {times} times; the last value is used", path.display()));
+            }
+            self.vars.entry(key).or_insert(value);
         }
         if problems.is_empty() { Ok(self) } else { Err(ConfigErrors { problems }) }
+    }
+
+    /// Warnings from reading env files (shown once logging is set up).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
@@ -652,6 +670,44 @@ pub fn redact_rpc_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_files_are_read_as_dotenv_reads_them_and_a_repeated_key_takes_its_last_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(".env");
+        std::fs::write(
+            &file,
+            "# the node's settings\n\
+             LITE_NODE_POLL_INTERVAL_MS=500   # anchor poll interval\n\
+             TELEGRAM_CHAT_ID=123 # the operator's chat\n\
+             QUOTED=\"a # not a comment\"\n\
+             export EXPORTED=yes\n\
+             REPEATED=first\n\
+             REPEATED=second\n\
+             FROM_PROCESS=file\n",
+        )
+        .unwrap();
+        let env = EnvSnapshot::from_pairs([("FROM_PROCESS", "process")]).with_env_file(&file).unwrap();
+        assert_eq!(env.get("LITE_NODE_POLL_INTERVAL_MS"), Some("500"), "an inline comment is not part of the value");
+        assert_eq!(env.get("TELEGRAM_CHAT_ID"), Some("123"));
+        assert_eq!(env.get("QUOTED"), Some("a # not a comment"));
+        assert_eq!(env.get("EXPORTED"), Some("yes"));
+        assert_eq!(env.get("REPEATED"), Some("second"), "the last value, as docker --env-file");
+        assert_eq!(env.get("FROM_PROCESS"), Some("process"), "the process environment wins");
+        assert_eq!(env.warnings().len(), 1, "{:?}", env.warnings());
+        assert!(env.warnings()[0].contains("REPEATED is set 2 times"), "{:?}", env.warnings());
+    }
+
+    #[test]
+    fn an_unreadable_env_file_line_is_named_by_number_and_never_echoed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(".env");
+        std::fs::write(&file, "A=1\nSIGNER_ACCOUNT_PRIVATE_KEY 0xac0974bec39a17e36ba4a6b4d238ff944bacb478\n").unwrap();
+        let Err(err) = EnvSnapshot::default().with_env_file(&file) else { panic!("a line without = is an error") };
+        let err = err.to_string();
+        assert!(err.contains(".env:2: cannot read this line"), "{err}");
+        assert!(!err.contains("ac0974bec"), "the line is not echoed: {err}");
+    }
 
     #[test]
     fn rpc_urls_are_shown_without_path_query_or_credentials() {
