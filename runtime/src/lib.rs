@@ -13,6 +13,7 @@ pub mod collector;
 pub mod commands;
 pub mod compute;
 pub mod config;
+pub mod data_dir;
 pub mod devnet;
 pub mod dispatch;
 pub mod epochs;

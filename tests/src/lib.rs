@@ -370,6 +370,11 @@ impl RunningNode {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// The node's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Peak resident memory so far (`VmHWM`), in KiB.
     pub fn peak_rss_kib(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;

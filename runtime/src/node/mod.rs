@@ -34,6 +34,7 @@ use crate::{
         host::{RpcEndpoint, SelectionTracker},
     },
     config::{NodeConfig, load_projects},
+    data_dir::DataDirLock,
     dispatch::{Dispatcher, ProjectProcessor},
     epochs::{Epoch, Watcher, watcher::Poll},
     exit::BadInput,
@@ -68,6 +69,8 @@ impl Epochs for Watcher {
 pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
     tokio::pin!(shutdown);
     let data_dir = cfg.compute.data_dir.clone();
+    // Held until the node ends: a second node on this data dir refuses to start.
+    let _lock = DataDirLock::acquire(&data_dir)?;
     let (projects, package) = {
         let cfg = cfg.clone();
         tokio::task::spawn_blocking(move || -> Result<_> {

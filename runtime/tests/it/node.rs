@@ -359,3 +359,27 @@ fn a_stop_while_a_submission_waits_for_the_collector_ends_within_the_grace() {
     assert!(log.contains("epoch 1 did not finish within 2s; it is processed again after the restart"), "{log}");
     assert!(node_journal(&dir).is_empty(), "nothing recorded for the abandoned epoch");
 }
+
+#[test]
+fn a_second_node_on_the_same_data_dir_refuses_to_start_naming_the_first_and_nothing_is_sent_twice() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("node");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    let collector = RunningCollector::start(bin, &env);
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
+    let mut first = RunningNode::start(bin, &env, &dir);
+    first.wait_for_log("watching ProtocolState");
+    let mut second = RunningNode::start(bin, &env, &dir);
+    assert_eq!(second.wait_exit(), 2, "{}", second.log());
+    let log = second.log();
+    assert!(log.contains(&format!("in use by another lite-node (process {} holds", first.pid())), "{log}");
+    assert!(log.contains("LITE_NODE_DATA_DIR"), "{log}");
+
+    let (epoch, _) = world.release_next_epoch();
+    assert_eq!(ids(&first.wait_for_journal(1)), [epoch]);
+    assert_eq!(collector.verdicts().len(), 1, "one submission: {:?}", collector.verdicts());
+    assert_eq!(first.stop(), 0);
+}
