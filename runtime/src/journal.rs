@@ -46,6 +46,7 @@ impl Journal {
     pub fn open(data_dir: &Path) -> io::Result<Self> {
         let path = data_dir.join("state").join("epochs.jsonl");
         fs::create_dir_all(path.parent().expect("journal path has a parent"))?;
+        crate::jsonl::repair(&path)?;
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         Ok(Self { path, file })
     }

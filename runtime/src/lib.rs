@@ -20,6 +20,7 @@ pub mod epochs;
 pub mod exit;
 pub mod ipfs;
 pub mod journal;
+pub mod jsonl;
 pub mod node;
 mod progress;
 pub mod repo;

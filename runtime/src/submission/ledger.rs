@@ -31,6 +31,7 @@ struct LedgerLine {
 impl Ledger {
     pub fn open(data_dir: &Path) -> io::Result<Self> {
         let path = data_dir.join("state").join("submissions.jsonl");
+        crate::jsonl::repair(&path)?;
         let mut done = BTreeSet::new();
         if let Ok(text) = std::fs::read_to_string(&path) {
             for (n, line) in text.lines().enumerate() {

@@ -383,3 +383,48 @@ fn a_second_node_on_the_same_data_dir_refuses_to_start_naming_the_first_and_noth
     assert_eq!(collector.verdicts().len(), 1, "one submission: {:?}", collector.verdicts());
     assert_eq!(first.stop(), 0);
 }
+
+/// A crash (or a full disk) mid-write leaves a torn last line in the ledger
+/// and the journal: every later start keeps the complete records, drops the
+/// fragment, and runs; nothing is submitted twice.
+#[test]
+fn torn_last_lines_in_the_ledger_and_journal_are_mended_at_every_start() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("node");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    let collector = RunningCollector::start(bin, &env);
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
+    let tear = |name: &str, fragment: &str| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(dir.join("state").join(name)).unwrap();
+        f.write_all(fragment.as_bytes()).unwrap();
+    };
+
+    let mut node = RunningNode::start(bin, &env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    world.release_next_epoch();
+    node.wait_for_journal(1);
+    assert_eq!(node.stop(), 0);
+    tear("submissions.jsonl", "{\"epoch_id\":2,\"project_id\":\"blockDe");
+    tear("epochs.jsonl", "{\"epoch_id\":2,\"be");
+
+    // Twice: the start after the mended one used to refuse to run.
+    for round in 2..=3u64 {
+        let mut node = RunningNode::start(bin, &env, &dir);
+        node.wait_for_log("watching ProtocolState");
+        world.release_next_epoch();
+        let journal = node.wait_for_journal(round as usize);
+        assert_eq!(ids(&journal), (1..=round).collect::<Vec<_>>(), "complete records kept, fragment gone");
+        if round == 2 {
+            assert!(node.log().contains("dropped a torn last line"), "{}", node.log());
+        }
+        assert_eq!(node.stop(), 0);
+    }
+    let ledger = std::fs::read_to_string(dir.join("state/submissions.jsonl")).unwrap();
+    assert_eq!(ledger.lines().count(), 3, "{ledger}");
+    assert!(ledger.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "{ledger}");
+    assert_eq!(collector.verdicts().len(), 3, "one submission per epoch: {:?}", collector.verdicts());
+}
