@@ -143,6 +143,9 @@ pub struct NodeStatus {
     pub watching: AtomicBool,
     /// No epoch processed for longer than this: unhealthy.
     pub stuck_after: Duration,
+    /// Why the last epoch could not even be computed (the total slots never
+    /// known, block details unavailable): unhealthy until an epoch runs.
+    pub last_epoch_problem: Mutex<Option<String>>,
 }
 
 impl NodeStatus {
@@ -150,6 +153,9 @@ impl NodeStatus {
     pub fn health(&self) -> Result<String, String> {
         if !self.watching.load(Ordering::Relaxed) {
             return Err("starting: not watching the anchor chain yet".into());
+        }
+        if let Some(problem) = self.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            return Err(problem.clone());
         }
         let idle = self.activity.idle();
         if idle > self.stuck_after {

@@ -510,6 +510,41 @@ impl Drop for KuboStandin {
     }
 }
 
+/// A JSON-RPC proxy in front of `upstream` that refuses every `eth_call`
+/// whose data starts with one of `selectors` (`0x` + 8 hex digits), as a
+/// provider that cannot answer that call would (`tests/data/rpc_filter.py`).
+pub struct RpcFilter {
+    child: std::process::Child,
+    pub port: u16,
+    store: TempDir,
+}
+
+impl RpcFilter {
+    pub fn start(upstream: &str, selectors: &[&str]) -> Self {
+        let store = tempfile::tempdir().unwrap();
+        let mut args = vec![upstream];
+        args.extend_from_slice(selectors);
+        let (child, port) = python_server("rpc_filter.py", store.path(), &args);
+        Self { child, port, store }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// How many calls it refused so far.
+    pub fn refused(&self) -> usize {
+        std::fs::read_to_string(self.store.path().join("refused")).map(|s| s.lines().count()).unwrap_or(0)
+    }
+}
+
+impl Drop for RpcFilter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `tests/data/telegram_standin.py`: a real HTTP server standing in for
 /// Telegram's Bot API and the reporting service; killed on drop.
 #[derive(Debug)]

@@ -127,6 +127,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         metrics,
         watching: Default::default(),
         stuck_after: cfg.safety.stuck_after,
+        last_epoch_problem: Default::default(),
     });
     let mut tasks = Supervisor::new();
     if let Some(addr) = cfg.status_addr {

@@ -78,11 +78,14 @@ impl EpochWork {
                 self.submission_window
             )));
         }
+        // Without the total no compute can know whether this slot works the
+        // epoch: a failure (before selection), never a silent "not selected".
         let total_slots = match self.anchor.total_slots().await {
             Ok(n) => n,
             Err(e) => {
-                tracing::warn!("getTotalNodeCount is unavailable ({e}); computes see 0 total slots");
-                0
+                return self.every(OutcomeKind::Failed(format!(
+                    "the total slot count is unknown: getTotalNodeCount has not answered since start-up ({e})"
+                )));
             }
         };
         let blocks: Vec<BlockDetail> = if self.dispatcher.needs_block_details() {
@@ -153,6 +156,13 @@ impl EpochWork {
         if ran {
             status.activity.touch();
         }
+        let problem = worked.outcomes.iter().find_map(|o| match &o.kind {
+            OutcomeKind::Failed(e) if o.selected.is_none() && !ran => {
+                Some(format!("epoch {} could not be computed: {e}", epoch.epoch_id))
+            }
+            _ => None,
+        });
+        *status.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
         for notice in notices {
             match &notice {
                 Notice::ThreeFailures { streak } => tracing::error!(

@@ -377,3 +377,41 @@ fn a_latched_alert_not_yet_delivered_survives_a_restart_and_arrives_exactly_once
     assert_eq!(node.stop(), 0);
     assert_eq!(alerts_of(&api, "consecutive selected epochs failed").len(), 1, "{:?}", api.messages());
 }
+
+/// getTotalNodeCount never answers (the provider refuses the call): no
+/// compute can know whether the slot works the epoch, so the epoch is a
+/// failure before selection — counted, and /health says so at once — never a
+/// silent "not selected".
+#[test]
+fn an_unknown_total_slot_count_fails_the_epoch_and_turns_health_unhealthy() {
+    use alloy::sol_types::SolCall;
+    let world = World::load();
+    let selector = format!("0x{}", hex::encode(lite_node_protocol::contracts::getTotalNodeCountCall::SELECTOR));
+    let anchor = lite_node_testkit::RpcFilter::start(&world.url(), &[&selector]);
+    let data = tempfile::tempdir().unwrap();
+    let mut env = node_env(&world.url(), &world.manifest, 2);
+    for (k, v) in env.iter_mut() {
+        if k == "POWERLOOM_RPC_URL" {
+            *v = anchor.url();
+        }
+    }
+    env.push(("STATUS_PORT".into(), "0".into()));
+    env.push(("STATUS_HOST".into(), "127.0.0.1".into()));
+    let mut node = start_node(&env, &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    let port = status_port(&node.log()).expect("the status port is logged");
+    world.release_next_epoch();
+    let journal = node.wait_for_journal(1);
+    assert_eq!(journal[0]["outcome"], "failed", "{}", journal[0]);
+    let error = journal[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("total slot count is unknown"), "{error}");
+    assert!(anchor.refused() > 0);
+    let (code, body) = get(port, "/health");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("could not be computed") && body.contains("getTotalNodeCount"), "{body}");
+    let status: Value = serde_json::from_str(&get(port, "/status").1).unwrap();
+    assert_eq!(status["books"]["overall"]["not_selected"], 0, "never booked as not selected: {status}");
+    let metrics = get(port, "/metrics").1;
+    assert!(metrics.contains("lite_node_epochs_failed_before_selection_total 1"), "{metrics}");
+    assert_eq!(node.stop(), 0);
+}
