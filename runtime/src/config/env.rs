@@ -642,13 +642,20 @@ pub fn redact_url(url: &str) -> String {
     url.to_owned()
 }
 
-/// An RPC endpoint's URL: http, https, ws or wss, with a host. The error
+/// An RPC endpoint's URL: http or https, with a host (WebSocket endpoints
+/// are refused by name until the node can use them). The error
 /// shows the URL without its path and query (providers put keys there).
 pub fn parse_rpc_url(text: &str) -> Result<Url, String> {
     let shown = || redact_rpc_url(text);
     let url = Url::parse(text.trim()).map_err(|e| format!("`{}` is not a URL ({e})", shown()))?;
-    if !matches!(url.scheme(), "http" | "https" | "ws" | "wss") || url.host_str().is_none() {
-        return Err(format!("`{}` is not an http(s) or ws(s) URL", shown()));
+    if matches!(url.scheme(), "ws" | "wss") {
+        return Err(format!(
+            "`{}`, a WebSocket endpoint: not supported yet, give the provider's http(s) URL",
+            shown()
+        ));
+    }
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!("`{}` is not an http(s) URL", shown()));
     }
     Ok(url)
 }
@@ -670,6 +677,17 @@ pub fn redact_rpc_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn websocket_rpc_urls_are_refused_by_name_until_they_can_be_used() {
+        let mut pairs = full_env();
+        pairs.retain(|(k, _)| *k != "POWERLOOM_RPC_URL");
+        pairs.push(("POWERLOOM_RPC_URL", "wss://anchor.example/v1/s3cret"));
+        let err = NodeConfig::from_env(&EnvSnapshot::from_pairs(pairs)).unwrap_err().to_string();
+        assert!(err.contains("POWERLOOM_RPC_URL has `wss://anchor.example/…`, a WebSocket endpoint"), "{err}");
+        assert!(err.contains("http(s) URL"), "says what to give instead: {err}");
+        assert!(!err.contains("s3cret"), "{err}");
+    }
 
     #[test]
     fn env_files_are_read_as_dotenv_reads_them_and_a_repeated_key_takes_its_last_value() {
