@@ -164,12 +164,19 @@ fn main() -> ExitCode {
         }
     };
     let filter = env.get("RUST_LOG").unwrap_or("info");
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+        .with_target(false);
+    // LOG_FORMAT=json: one JSON object per line, for operators who ship logs.
+    match env.get("LOG_FORMAT").map(str::to_ascii_lowercase).as_deref() {
+        None | Some("text") => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        Some("json") => logs.json().with_ansi(false).init(),
+        Some(other) => {
+            eprintln!("error: LOG_FORMAT={other} is not a log format: use text (the default) or json");
+            return ExitCode::from(ExitStatus::BadConfig as u8);
+        }
+    }
     for warning in env.warnings() {
         tracing::warn!("{warning}");
     }

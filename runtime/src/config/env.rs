@@ -649,10 +649,7 @@ pub fn parse_rpc_url(text: &str) -> Result<Url, String> {
     let shown = || redact_rpc_url(text);
     let url = Url::parse(text.trim()).map_err(|e| format!("`{}` is not a URL ({e})", shown()))?;
     if matches!(url.scheme(), "ws" | "wss") {
-        return Err(format!(
-            "`{}`, a WebSocket endpoint: not supported yet, give the provider's http(s) URL",
-            shown()
-        ));
+        return Err(format!("`{}`, a WebSocket endpoint: not supported yet, give the provider's http(s) URL", shown()));
     }
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!("`{}` is not an http(s) URL", shown()));
@@ -702,16 +699,16 @@ mod tests {
              export EXPORTED=yes\n\
              REPEATED=first\n\
              REPEATED=second\n\
-             FROM_PROCESS=file\n",
+             NAMESPACE=file\n",
         )
         .unwrap();
-        let env = EnvSnapshot::from_pairs([("FROM_PROCESS", "process")]).with_env_file(&file).unwrap();
+        let env = EnvSnapshot::from_pairs([("NAMESPACE", "process")]).with_env_file(&file).unwrap();
         assert_eq!(env.get("LITE_NODE_POLL_INTERVAL_MS"), Some("500"), "an inline comment is not part of the value");
         assert_eq!(env.get("TELEGRAM_CHAT_ID"), Some("123"));
         assert_eq!(env.get("QUOTED"), Some("a # not a comment"));
         assert_eq!(env.get("EXPORTED"), Some("yes"));
         assert_eq!(env.get("REPEATED"), Some("second"), "the last value, as docker --env-file");
-        assert_eq!(env.get("FROM_PROCESS"), Some("process"), "the process environment wins");
+        assert_eq!(env.get("NAMESPACE"), Some("process"), "the process environment wins");
         assert_eq!(env.warnings().len(), 1, "{:?}", env.warnings());
         assert!(env.warnings()[0].contains("REPEATED is set 2 times"), "{:?}", env.warnings());
     }

@@ -61,12 +61,16 @@ impl Submitter {
     async fn submit_one(&self, epoch: &Epoch, stored: &Stored, anchor: &Anchor) -> anyhow::Result<Status> {
         let id = &stored.project_id;
         if self.ledger.contains(epoch.epoch_id, id) {
+            tracing::info!("epoch {} {id}: already submitted before a restart; not sent again", epoch.epoch_id);
             return Ok(Status::AlreadyAcknowledged);
         }
         if let Some(ipfs) = &self.ipfs {
             match upload(ipfs, stored).await {
                 Ok(()) => {}
-                Err(Upload::Mismatch(e)) => return Ok(Status::NotSubmitted(e)),
+                Err(Upload::Mismatch(e)) => {
+                    tracing::warn!("epoch {} {id}: not submitted: {e}", epoch.epoch_id);
+                    return Ok(Status::NotSubmitted(e));
+                }
                 Err(Upload::Unavailable(e)) => {
                     tracing::warn!("epoch {}: {e}; submitting the locally computed CID", epoch.epoch_id)
                 }
@@ -104,6 +108,11 @@ impl Submitter {
             Verdict::Rejected(r) => Status::Rejected(r),
             Verdict::Unreachable(r) => Status::Missed(r),
         };
+        let (epoch_id, cid) = (epoch.epoch_id, &stored.cid);
+        match &status {
+            Status::Accepted => tracing::info!("epoch {epoch_id} {id}: submission accepted ({cid})"),
+            other => tracing::warn!("epoch {epoch_id} {id}: submission {other} ({cid})"),
+        }
         if !matches!(status, Status::Missed(_)) {
             self.ledger
                 .record(epoch.epoch_id, id, &stored.cid, &status.to_string())

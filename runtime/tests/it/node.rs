@@ -428,3 +428,35 @@ fn torn_last_lines_in_the_ledger_and_journal_are_mended_at_every_start() {
     assert!(ledger.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "{ledger}");
     assert_eq!(collector.verdicts().len(), 3, "one submission per epoch: {:?}", collector.verdicts());
 }
+
+/// Each submission's verdict is one INFO line at the default level; with
+/// LOG_FORMAT=json every log line is a JSON object.
+#[test]
+fn each_verdict_is_logged_and_log_format_json_writes_json_lines() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    env.push(("LOG_FORMAT".into(), "json".into()));
+    let mut node = start_node(&env, &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    let (epoch, _) = world.release_next_epoch();
+    node.wait_for_journal(1);
+    let stderr = node.stderr.clone();
+    assert_eq!(node.stop(), 0);
+    let lines: Vec<Value> = std::fs::read_to_string(&stderr)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {l}")))
+        .collect();
+    let verdict = lines
+        .iter()
+        .find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("submission accepted")))
+        .unwrap_or_else(|| panic!("no verdict line in {lines:?}"));
+    assert_eq!(verdict["level"], "INFO");
+    assert!(verdict["fields"]["message"].as_str().unwrap().starts_with(&format!("epoch {epoch} blockDetails")));
+
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let bad = std::process::Command::new(bin).arg("check").env("LOG_FORMAT", "xml").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("LOG_FORMAT=xml is not a log format"));
+}
