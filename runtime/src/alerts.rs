@@ -487,7 +487,7 @@ impl Pending {
         let Some(path) = &self.path else { return };
         let bytes = serde_json::to_vec_pretty(entries).expect("alerts serialize");
         if let Err(e) = crate::atomic_file::write(path, &bytes) {
-            tracing::warn!("saving pending alerts to {}: {e}", path.display());
+            tracing::warn!("saving pending alerts: {e}");
         }
     }
 }

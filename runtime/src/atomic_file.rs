@@ -3,8 +3,13 @@
 
 use std::{io, path::Path};
 
-/// Writes `bytes` to `path` atomically, creating its directory.
+/// Writes `bytes` to `path` atomically, creating its directory. The error
+/// names the path (a full disk or a read-only data dir must say where).
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_whole(path, bytes).map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", path.display())))
+}
+
+fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;

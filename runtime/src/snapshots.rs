@@ -62,7 +62,7 @@ impl SnapshotStore {
         let bytes = canonical_json(json)?;
         let cid = cid(&bytes);
         let path = snapshot_path(&self.root, epoch_id, project_id);
-        crate::atomic_file::write(&path, &bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        crate::atomic_file::write(&path, &bytes).map_err(|e| e.to_string())?;
         let snapshot = {
             let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
             let list = recent.entry(project_id.to_owned()).or_default();
@@ -74,8 +74,7 @@ impl SnapshotStore {
             }
             serde_json::to_vec_pretty(&*recent).expect("a map of strings serializes")
         };
-        crate::atomic_file::write(&self.recent_path, &snapshot)
-            .map_err(|e| format!("writing {}: {e}", self.recent_path.display()))?;
+        crate::atomic_file::write(&self.recent_path, &snapshot).map_err(|e| e.to_string())?;
         Ok(Stored { project_id: project_id.to_owned(), cid, path })
     }
 }

@@ -146,6 +146,9 @@ pub struct NodeStatus {
     /// Why the last epoch could not even be computed (the total slots never
     /// known, block details unavailable): unhealthy until an epoch runs.
     pub last_epoch_problem: Mutex<Option<String>>,
+    /// What the main loop keeps retrying right now (the anchor, writing
+    /// state), by kind: unhealthy while any is.
+    pub troubles: Mutex<std::collections::BTreeMap<&'static str, String>>,
 }
 
 impl NodeStatus {
@@ -153,6 +156,9 @@ impl NodeStatus {
     pub fn health(&self) -> Result<String, String> {
         if !self.watching.load(Ordering::Relaxed) {
             return Err("starting: not watching the anchor chain yet".into());
+        }
+        if let Some(problem) = self.troubles.lock().unwrap_or_else(|p| p.into_inner()).values().next() {
+            return Err(problem.clone());
         }
         if let Some(problem) = self.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             return Err(problem.clone());

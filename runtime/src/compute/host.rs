@@ -59,7 +59,7 @@ impl SelectionTracker {
             let saved = SavedReport { epoch_id, was_selected, slot_id, timestamp };
             if let Err(e) = crate::atomic_file::write(path, &serde_json::to_vec(&saved).expect("plain data serializes"))
             {
-                tracing::warn!("saving the selection tracker to {}: {e}", path.display());
+                tracing::warn!("saving the selection tracker: {e}");
             }
         }
     }

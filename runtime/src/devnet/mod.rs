@@ -384,7 +384,7 @@ pub async fn run(
     if let Some(path) = &opts.json {
         let record = record::build(&manifest, &pools, &package, &released, &seen, &nodes, &summary);
         let text = serde_json::to_vec_pretty(&record)?;
-        crate::atomic_file::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
+        crate::atomic_file::write(path, &text)?;
         writeln!(out, "record written to {}", path.display())?;
     }
     if let Some(e) = failure {

@@ -60,7 +60,7 @@ impl Cursor {
                 )
             }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => Err(io::Error::new(e.kind(), format!("reading {}: {e}", path.display()))),
         }
     }
 

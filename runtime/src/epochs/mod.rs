@@ -6,4 +6,4 @@ pub mod preload;
 pub mod watcher;
 
 pub use cursor::Cursor;
-pub use watcher::{Epoch, Poll, Watcher};
+pub use watcher::{Epoch, Poll, PollError, Watcher};

@@ -80,7 +80,7 @@ impl Watcher {
     }
 
     /// One poll: new epochs in chain order, not yet handled.
-    pub async fn poll(&mut self) -> Result<Poll, RpcError> {
+    pub async fn poll(&mut self) -> Result<Poll, PollError> {
         let head = self.anchor.head().await?;
         let cursor = match &mut self.cursor {
             Some(c) => c,
@@ -88,7 +88,7 @@ impl Watcher {
                 let start = self.settings.start_block.unwrap_or(head);
                 tracing::info!("no saved cursor: watching from anchor block {start}");
                 let c = Cursor { scanned_to: start.saturating_sub(1), floor: start, ..Cursor::default() };
-                c.save(&self.path).map_err(|e| io_error(&self.path, e))?;
+                c.save(&self.path).map_err(|e| PollError::State(format!("saving the epoch cursor: {e}")))?;
                 self.cursor.insert(c)
             }
         };
@@ -186,6 +186,25 @@ impl Watcher {
     }
 }
 
-fn io_error(path: &std::path::Path, e: io::Error) -> RpcError {
-    RpcError { code: None.into(), message: format!("cannot save the cursor {}: {e}", path.display()).into() }
+/// Why a poll failed: the anchor did not answer, or the node's own state
+/// could not be written (a full or read-only disk).
+#[derive(Debug)]
+pub enum PollError {
+    Anchor(RpcError),
+    State(String),
+}
+
+impl From<RpcError> for PollError {
+    fn from(e: RpcError) -> Self {
+        Self::Anchor(e)
+    }
+}
+
+impl std::fmt::Display for PollError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Anchor(e) => write!(f, "{e}"),
+            Self::State(e) => f.write_str(e),
+        }
+    }
 }

@@ -12,15 +12,14 @@ use std::{future::Future, time::Duration};
 use backon::ExponentialBackoff;
 
 use crate::{
-    epochs::{Epoch, Poll},
+    epochs::{Epoch, Poll, PollError},
     retry::Policy,
 };
 
 /// The anchor side: released epochs in order, and the persisted cursor.
 pub trait Epochs {
-    type Error: std::fmt::Display;
     /// New releases since the last poll (or nothing new).
-    fn poll(&mut self) -> impl Future<Output = Result<Poll, Self::Error>>;
+    fn poll(&mut self) -> impl Future<Output = Result<Poll, PollError>>;
     /// `epoch` has an outcome for every project: it is never handed out again.
     fn epoch_handled(&mut self, epoch: &Epoch) -> anyhow::Result<()>;
     /// Every epoch released up to `scanned_to` has been handled.
@@ -33,17 +32,25 @@ pub trait Work {
     /// Computes and submits `epoch` (released while the anchor head was `head`).
     fn work(&self, epoch: &Epoch, head: u64) -> impl Future<Output = anyhow::Result<Self::Outcomes>>;
     /// Keeps what `work` produced (journal, books, status); runs before the
-    /// cursor passes the epoch.
-    fn record(&mut self, epoch: &Epoch, outcomes: Self::Outcomes) -> anyhow::Result<()>;
+    /// cursor passes the epoch, and again if it failed.
+    fn record(&mut self, epoch: &Epoch, outcomes: &Self::Outcomes) -> anyhow::Result<()>;
+    /// Something the loop keeps retrying (the anchor, writing state) started
+    /// failing (`Some`, why) or cleared (`None`).
+    fn trouble(&self, _what: &'static str, _problem: Option<String>) {}
 }
 
 /// Where the loop is.
 #[derive(Debug)]
-enum State {
+enum State<O> {
     /// Asking the anchor for new releases.
     Polling,
     /// Working the polled epochs, the `next` one now.
     Working { poll: Poll, next: usize },
+    /// The `next` epoch was worked; its outcomes are being recorded
+    /// (`recorded`: done, the cursor is next), retried while that fails.
+    Recording { poll: Poll, next: usize, outcomes: O, recorded: bool, stop: bool },
+    /// Every polled epoch is handled; the scan position is being saved.
+    Completing(Poll),
     /// Waiting before the next poll: caught up, or the anchor failed.
     Waiting(Duration),
     /// Out of the loop.
@@ -57,7 +64,8 @@ pub enum Exit {
     /// finished within the grace.
     Stopped,
     /// A stop was asked and the epoch in flight did not finish within the
-    /// grace: it is not marked handled, so it is worked again after a restart.
+    /// grace (or could not be recorded): it is not marked handled, so it is
+    /// worked again after a restart.
     Abandoned { epoch_id: u64 },
 }
 
@@ -70,8 +78,10 @@ pub struct Timing {
     pub stop_grace: Duration,
 }
 
-/// Runs the loop until `shutdown` completes (see [`Exit`]) or recording an
-/// epoch fails (the error).
+/// Runs the loop until `shutdown` completes (see [`Exit`]) or an epoch's
+/// work fails. A failing anchor, or state that cannot be written (a full or
+/// read-only disk), is retried with backoff and reported to
+/// [`Work::trouble`] until it clears.
 pub async fn run<E: Epochs, W: Work>(
     epochs: &mut E,
     work: &mut W,
@@ -79,7 +89,8 @@ pub async fn run<E: Epochs, W: Work>(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<Exit> {
     tokio::pin!(shutdown);
-    let mut anchor = AnchorHealth::default();
+    let mut anchor = Trouble::new("polling the anchor chain");
+    let mut disk = Trouble::new("saving the node's state");
     let mut state = State::Polling;
     loop {
         state = match state {
@@ -87,31 +98,59 @@ pub async fn run<E: Epochs, W: Work>(
                 _ = &mut shutdown => State::Done(Exit::Stopped),
                 poll = epochs.poll() => match poll {
                     Ok(poll) => {
-                        anchor.answered();
+                        anchor.cleared(work);
                         State::Working { poll, next: 0 }
                     }
-                    Err(e) => State::Waiting(anchor.failed(&e)),
+                    Err(PollError::Anchor(e)) => State::Waiting(anchor.failed(work, &e)),
+                    Err(PollError::State(e)) => State::Waiting(disk.failed(work, &e)),
                 },
             },
-            State::Working { poll, next } if next == poll.epochs.len() => {
-                epochs.scan_complete(poll.scanned_to)?;
-                if poll.epochs.is_empty() && poll.scanned_to >= poll.head {
-                    State::Waiting(timing.poll_interval)
-                } else {
-                    State::Polling
-                }
-            }
+            State::Working { poll, next } if next == poll.epochs.len() => State::Completing(poll),
             State::Working { poll, next } => {
                 let epoch = &poll.epochs[next];
                 match work_with_grace(work, epoch, poll.head, timing.stop_grace, &mut shutdown).await {
                     Worked::Done(outcomes, stop) => {
-                        work.record(epoch, outcomes?)?;
-                        epochs.epoch_handled(epoch)?;
-                        if stop { State::Done(Exit::Stopped) } else { State::Working { poll, next: next + 1 } }
+                        State::Recording { outcomes: outcomes?, poll, next, recorded: false, stop }
                     }
                     Worked::Abandoned => State::Done(Exit::Abandoned { epoch_id: epoch.epoch_id }),
                 }
             }
+            State::Recording { poll, next, outcomes, recorded, stop } => {
+                let epoch = &poll.epochs[next];
+                let step = if recorded { Ok(()) } else { work.record(epoch, &outcomes) };
+                let recorded = step.is_ok();
+                match step.and_then(|()| epochs.epoch_handled(epoch)) {
+                    Ok(()) => {
+                        disk.cleared(work);
+                        if stop { State::Done(Exit::Stopped) } else { State::Working { poll, next: next + 1 } }
+                    }
+                    Err(e) => {
+                        let wait = disk.failed(work, &format!("{e:#}"));
+                        let epoch_id = epoch.epoch_id;
+                        tokio::select! {
+                            _ = &mut shutdown => State::Done(Exit::Abandoned { epoch_id }),
+                            _ = tokio::time::sleep(wait) => State::Recording { poll, next, outcomes, recorded, stop },
+                        }
+                    }
+                }
+            }
+            State::Completing(poll) => match epochs.scan_complete(poll.scanned_to) {
+                Ok(()) => {
+                    disk.cleared(work);
+                    if poll.epochs.is_empty() && poll.scanned_to >= poll.head {
+                        State::Waiting(timing.poll_interval)
+                    } else {
+                        State::Polling
+                    }
+                }
+                Err(e) => {
+                    let wait = disk.failed(work, &format!("{e:#}"));
+                    tokio::select! {
+                        _ = &mut shutdown => State::Done(Exit::Stopped),
+                        _ = tokio::time::sleep(wait) => State::Completing(poll),
+                    }
+                }
+            },
             State::Waiting(wait) => tokio::select! {
                 _ = &mut shutdown => State::Done(Exit::Stopped),
                 _ = tokio::time::sleep(wait) => State::Polling,
@@ -158,36 +197,37 @@ async fn work_with_grace<W: Work>(
     }
 }
 
-/// The anchor's answers to polling: the backoff while it fails, and one
-/// warning per outage rather than one per attempt.
-struct AnchorHealth {
+/// One kind of failure the loop retries: its backoff, one warning per
+/// outage rather than one per attempt, and the report to [`Work::trouble`].
+struct Trouble {
+    what: &'static str,
     delays: ExponentialBackoff,
     failing: bool,
 }
 
-impl Default for AnchorHealth {
-    fn default() -> Self {
-        Self { delays: Policy::CHAIN.delays(), failing: false }
+impl Trouble {
+    fn new(what: &'static str) -> Self {
+        Self { what, delays: Policy::CHAIN.delays(), failing: false }
     }
-}
 
-impl AnchorHealth {
-    fn answered(&mut self) {
+    fn cleared(&mut self, work: &impl Work) {
         if self.failing {
-            tracing::info!("anchor RPC answers again");
+            tracing::info!("{} works again", self.what);
             self.failing = false;
+            work.trouble(self.what, None);
         }
         self.delays = Policy::CHAIN.delays();
     }
 
-    fn failed(&mut self, e: &impl std::fmt::Display) -> Duration {
+    fn failed(&mut self, work: &impl Work, e: &impl std::fmt::Display) -> Duration {
         let wait = self.delays.next().unwrap_or(Policy::CHAIN.max);
         if self.failing {
-            tracing::debug!("anchor still failing ({e}); next try in {wait:?}");
+            tracing::debug!("{} still failing ({e}); next try in {wait:?}", self.what);
         } else {
-            tracing::warn!("polling the anchor chain failed ({e}); retrying with backoff");
+            tracing::warn!("{} failed ({e}); retrying with backoff", self.what);
             self.failing = true;
         }
+        work.trouble(self.what, Some(format!("{} failed: {e}", self.what)));
         wait
     }
 }
@@ -200,6 +240,7 @@ mod tests {
     };
 
     use super::*;
+    use lite_node_plugin_api::RpcError;
 
     fn epoch(id: u64) -> Epoch {
         Epoch {
@@ -213,7 +254,7 @@ mod tests {
         }
     }
 
-    fn poll(ids: &[u64], head: u64, scanned_to: u64) -> Result<Poll, String> {
+    fn poll(ids: &[u64], head: u64, scanned_to: u64) -> Result<Poll, PollError> {
         Ok(Poll { epochs: ids.iter().map(|&id| epoch(id)).collect(), head, scanned_to })
     }
 
@@ -221,13 +262,12 @@ mod tests {
     type Log = Arc<Mutex<Vec<String>>>;
 
     struct FakeAnchor {
-        polls: VecDeque<Result<Poll, String>>,
+        polls: VecDeque<Result<Poll, PollError>>,
         log: Log,
     }
 
     impl Epochs for FakeAnchor {
-        type Error = String;
-        async fn poll(&mut self) -> Result<Poll, String> {
+        async fn poll(&mut self) -> Result<Poll, PollError> {
             match self.polls.pop_front() {
                 Some(p) => {
                     self.log.lock().unwrap().push(match &p {
@@ -253,7 +293,8 @@ mod tests {
         log: Log,
         /// How long working each epoch takes.
         takes: Duration,
-        fail_record: Option<u64>,
+        /// Recording this epoch fails this many times first.
+        fail_record: Option<(u64, u32)>,
     }
 
     impl Work for FakeWork {
@@ -263,19 +304,31 @@ mod tests {
             tokio::time::sleep(self.takes).await;
             Ok(epoch.epoch_id)
         }
-        fn record(&mut self, epoch: &Epoch, outcomes: u64) -> anyhow::Result<()> {
-            assert_eq!(outcomes, epoch.epoch_id);
-            if self.fail_record == Some(epoch.epoch_id) {
-                anyhow::bail!("disk full writing the journal");
+        fn record(&mut self, epoch: &Epoch, outcomes: &u64) -> anyhow::Result<()> {
+            assert_eq!(*outcomes, epoch.epoch_id);
+            if let Some((id, left)) = &mut self.fail_record
+                && *id == epoch.epoch_id
+                && *left > 0
+            {
+                *left -= 1;
+                self.log.lock().unwrap().push(format!("record {id} failed"));
+                anyhow::bail!("writing /data/state/epochs.jsonl: No space left on device");
             }
             self.log.lock().unwrap().push(format!("record {}", epoch.epoch_id));
             Ok(())
+        }
+        fn trouble(&self, what: &'static str, problem: Option<String>) {
+            let line = match problem {
+                Some(p) => format!("trouble: {p}"),
+                None => format!("cleared: {what}"),
+            };
+            self.log.lock().unwrap().push(line);
         }
     }
 
     const TIMING: Timing = Timing { poll_interval: Duration::from_millis(50), stop_grace: Duration::from_secs(30) };
 
-    fn fakes(polls: Vec<Result<Poll, String>>, takes: Duration) -> (FakeAnchor, FakeWork, Log) {
+    fn fakes(polls: Vec<Result<Poll, PollError>>, takes: Duration) -> (FakeAnchor, FakeWork, Log) {
         let log = Log::default();
         (
             FakeAnchor { polls: polls.into(), log: log.clone() },
@@ -313,17 +366,22 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_failing_anchor_is_polled_again_with_backoff_and_nothing_is_worked_meanwhile() {
-        let polls = vec![Err("connection refused".into()), Err("connection refused".into()), poll(&[7], 30, 30)];
+        let refused = || Err(PollError::Anchor(RpcError { code: None.into(), message: "connection refused".into() }));
+        let polls = vec![refused(), refused(), poll(&[7], 30, 30)];
         let (mut anchor, mut work, log) = fakes(polls, Duration::ZERO);
         let started = tokio::time::Instant::now();
-        run(&mut anchor, &mut work, TIMING, after_lines(log.clone(), 6)).await.unwrap();
+        run(&mut anchor, &mut work, TIMING, after_lines(log.clone(), 9)).await.unwrap();
         let lines = log.lock().unwrap().clone();
+        let trouble = "trouble: polling the anchor chain failed: connection refused";
         assert_eq!(
-            lines[..6],
+            lines[..9],
             [
                 "poll error connection refused",
+                trouble,
                 "poll error connection refused",
+                trouble,
                 "poll [7]",
+                "cleared: polling the anchor chain",
                 "work 7",
                 "record 7",
                 "handled 7"
@@ -360,12 +418,42 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_failure_to_record_an_epoch_is_an_error_and_the_cursor_stays() {
+    async fn state_that_cannot_be_written_is_retried_reported_and_the_cursor_waits_for_it() {
         let (mut anchor, mut work, log) = fakes(vec![poll(&[1, 2], 9, 9)], Duration::ZERO);
-        work.fail_record = Some(2);
-        let err = run(&mut anchor, &mut work, TIMING, std::future::pending()).await.unwrap_err();
-        assert!(err.to_string().contains("disk full"), "{err}");
-        assert_eq!(*log.lock().unwrap(), ["poll [1, 2]", "work 1", "record 1", "handled 1", "work 2"]);
+        work.fail_record = Some((2, 2));
+        let exit = run(&mut anchor, &mut work, TIMING, after_lines(log.clone(), 13)).await.unwrap();
+        assert_eq!(exit, Exit::Stopped);
+        let lines = log.lock().unwrap().clone();
+        let trouble =
+            "trouble: saving the node's state failed: writing /data/state/epochs.jsonl: No space left on device";
+        assert_eq!(
+            lines[..13],
+            [
+                "poll [1, 2]",
+                "work 1",
+                "record 1",
+                "handled 1",
+                "work 2",
+                "record 2 failed",
+                trouble,
+                "record 2 failed",
+                trouble,
+                "record 2",
+                "handled 2",
+                "cleared: saving the node's state",
+                "scanned to 9",
+            ],
+            "worked once, recorded when the disk allows, then handled"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_while_state_cannot_be_written_abandons_the_epoch_unhandled() {
+        let (mut anchor, mut work, log) = fakes(vec![poll(&[4], 9, 9)], Duration::ZERO);
+        work.fail_record = Some((4, u32::MAX));
+        let exit = run(&mut anchor, &mut work, TIMING, after_lines(log.clone(), 6)).await.unwrap();
+        assert_eq!(exit, Exit::Abandoned { epoch_id: 4 });
+        assert!(!log.lock().unwrap().iter().any(|l| l.starts_with("handled")), "{:?}", log.lock().unwrap());
     }
 
     #[tokio::test(start_paused = true)]

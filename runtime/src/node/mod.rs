@@ -36,7 +36,7 @@ use crate::{
     config::{NodeConfig, load_projects},
     data_dir::DataDirLock,
     dispatch::{Dispatcher, ProjectProcessor},
-    epochs::{Epoch, Watcher, watcher::Poll},
+    epochs::{Epoch, Poll, PollError, Watcher},
     exit::BadInput,
     ipfs::Ipfs,
     journal::Journal,
@@ -50,9 +50,7 @@ use crate::{
 
 /// The watcher is the main loop's anchor side.
 impl Epochs for Watcher {
-    type Error = lite_node_plugin_api::RpcError;
-
-    fn poll(&mut self) -> impl Future<Output = Result<Poll, Self::Error>> {
+    fn poll(&mut self) -> impl Future<Output = Result<Poll, PollError>> {
         Watcher::poll(self)
     }
 
@@ -128,6 +126,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         watching: Default::default(),
         stuck_after: cfg.safety.stuck_after,
         last_epoch_problem: Default::default(),
+        troubles: Default::default(),
     });
     let mut tasks = Supervisor::new();
     if let Some(addr) = cfg.status_addr {

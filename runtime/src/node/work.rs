@@ -57,14 +57,26 @@ impl Work for EpochWork {
         Ok(Worked { outcomes, seen_at_ms })
     }
 
-    fn record(&mut self, epoch: &Epoch, worked: Worked) -> anyhow::Result<()> {
+    fn record(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
         for outcome in &worked.outcomes {
             log_outcome(epoch, outcome);
             self.journal
                 .record(epoch, outcome)
                 .map_err(|e| anyhow::anyhow!("writing {}: {e}", self.journal.path().display()))?;
         }
-        self.keep_books(epoch, &worked)
+        self.keep_books(epoch, worked)
+    }
+
+    fn trouble(&self, what: &'static str, problem: Option<String>) {
+        let mut troubles = self.status.troubles.lock().unwrap_or_else(|p| p.into_inner());
+        match problem {
+            Some(p) => {
+                troubles.insert(what, p);
+            }
+            None => {
+                troubles.remove(what);
+            }
+        }
     }
 }
 
@@ -136,7 +148,7 @@ impl EpochWork {
     fn keep_books(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
         let (books, status) = (&mut self.books, &self.status);
         let notices = books.apply(epoch.epoch_id, &worked.outcomes);
-        books.save(&self.books_path).map_err(|e| anyhow::anyhow!("writing {}: {e}", self.books_path.display()))?;
+        books.save(&self.books_path)?;
         let m = &status.metrics;
         m.epochs_seen.inc();
         for o in &worked.outcomes {

@@ -58,14 +58,23 @@ impl Ledger {
     }
 
     /// Records an acknowledged submission (written and synced before returning).
+    /// A write that fails part-way is cut back, so a retry appends a whole
+    /// line; the error names the file.
     pub fn record(&self, epoch_id: u64, project_id: &str, cid: &str, verdict: &str) -> io::Result<()> {
-        std::fs::create_dir_all(self.path.parent().expect("ledger has a parent"))?;
         let line = LedgerLine { epoch_id, project_id: project_id.into(), cid: cid.into(), verdict: verdict.into() };
         let mut bytes = serde_json::to_vec(&line).map_err(io::Error::other)?;
         bytes.push(b'\n');
-        let mut f = OpenOptions::new().create(true).append(true).open(&self.path)?;
-        f.write_all(&bytes)?;
-        f.sync_data()?;
+        let append = || -> io::Result<()> {
+            std::fs::create_dir_all(self.path.parent().expect("ledger has a parent"))?;
+            let mut f = OpenOptions::new().create(true).append(true).open(&self.path)?;
+            let before = f.metadata()?.len();
+            let written = f.write_all(&bytes).and_then(|()| f.sync_data());
+            if written.is_err() {
+                let _ = f.set_len(before);
+            }
+            written
+        };
+        append().map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", self.path.display())))?;
         self.done.lock().unwrap_or_else(|p| p.into_inner()).insert((epoch_id, project_id.to_owned()));
         Ok(())
     }

@@ -114,9 +114,12 @@ impl Submitter {
             other => tracing::warn!("epoch {epoch_id} {id}: submission {other} ({cid})"),
         }
         if !matches!(status, Status::Missed(_)) {
-            self.ledger
-                .record(epoch.epoch_id, id, &stored.cid, &status.to_string())
-                .map_err(|e| anyhow::anyhow!("recording a submission in the ledger: {e}"))?;
+            // The collector has answered: until the ledger holds it, a restart
+            // would send it again, so this waits for the disk (a stop
+            // abandons the epoch after its grace).
+            let verdict = status.to_string();
+            let write = || async { self.ledger.record(epoch.epoch_id, id, &stored.cid, &verdict) };
+            retry(Policy::CHAIN, "recording a submission in the ledger", write, |_| true).await?;
         }
         Ok(status)
     }

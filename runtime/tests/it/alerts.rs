@@ -415,3 +415,46 @@ fn an_unknown_total_slot_count_fails_the_epoch_and_turns_health_unhealthy() {
     assert!(metrics.contains("lite_node_epochs_failed_before_selection_total 1"), "{metrics}");
     assert_eq!(node.stop(), 0);
 }
+
+/// The node's state cannot be written mid-run (here the cursor's path is
+/// taken by a directory, which fails for root too): the error names the
+/// file, /health turns unhealthy with it at once, and once the path is free
+/// again the epoch is handled — recorded once, nothing lost.
+#[test]
+fn state_that_cannot_be_written_is_named_and_unhealthy_until_it_clears() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("node");
+    let m = &world.manifest;
+    let cursor = dir.join("state").join(format!(
+        "cursor-{}-{}.json",
+        m.protocol_state.to_lowercase(),
+        m.data_market.to_lowercase()
+    ));
+    let mut env = node_env(&world.url(), &world.manifest, 2);
+    env.push(("STATUS_PORT".into(), "0".into()));
+    env.push(("STATUS_HOST".into(), "127.0.0.1".into()));
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    let port = status_port(&node.log()).expect("the status port is logged");
+    poll_until("the first cursor", Duration::from_secs(30), || cursor.is_file().then_some(()));
+    std::fs::remove_file(&cursor).unwrap();
+    std::fs::create_dir_all(cursor.join("in-the-way")).unwrap();
+
+    world.release_next_epoch();
+    node.wait_for_log("saving the node's state failed");
+    let log = node.log();
+    assert!(log.contains(&format!("writing {}", cursor.display())), "names the file: {log}");
+    assert!(!log.contains("polling the anchor chain failed"), "not blamed on the anchor: {log}");
+    let (code, body) = get(port, "/health");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("saving the node's state failed") && body.contains("cursor-"), "{body}");
+
+    std::fs::remove_dir_all(&cursor).unwrap();
+    node.wait_for_log("saving the node's state works again");
+    poll_until("healthy again", Duration::from_secs(30), || (get(port, "/health").0 == 200).then_some(()));
+    assert_eq!(node.journal().len(), 1, "recorded once");
+    let saved: Value = serde_json::from_slice(&std::fs::read(&cursor).unwrap()).unwrap();
+    assert_eq!(saved["last_epoch"], 1);
+    assert_eq!(node.stop(), 0);
+}
