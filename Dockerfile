@@ -47,7 +47,11 @@ ENV LITE_NODE_DATA_DIR=/data \
     PROJECTS_CONFIG=/app/projects.json \
     CARGO_HOME=/home/lite/.cargo \
     STATUS_PORT=8002 \
-    STATUS_HOST=0.0.0.0
+    STATUS_HOST=0.0.0.0 \
+    LITE_NODE_STOP_GRACE_SECS=8
+# A stop takes at most LITE_NODE_STOP_GRACE_SECS (+ well under a second):
+# 8 s fits `docker stop`'s default 10 s; docker-compose.yaml gives 60 s and
+# sets 45 s (keep it under the stop timeout you give the container). An epoch still in flight then is computed again after the restart.
 USER lite
 VOLUME ["/data"]
 EXPOSE 8002

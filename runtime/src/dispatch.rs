@@ -1,9 +1,12 @@
 //! Dispatch: one epoch goes to every project's processor on a blocking
 //! worker, with a per-compute timeout and a bound on concurrent computes.
 //!
-//! A compute that times out keeps its worker (a thread cannot be stopped) and
-//! its permit until it really returns, so slow plugins cannot pile up more
-//! threads than the bound. [`Dispatcher::drain`] waits for all of them.
+//! A compute that times out keeps its worker thread (a thread cannot be
+//! stopped) but gives back its permit, so a hung compute never holds up other
+//! projects or later epochs; it is counted as *hung* until it really returns.
+//! The count is watched ([`Dispatcher::hung`]): `/health` reports hung
+//! computes, and the node exits for a restart when too many pile up.
+//! [`Dispatcher::drain`] waits for the running (not hung) computes.
 
 use std::{
     sync::Arc,
@@ -13,6 +16,8 @@ use std::{
 use abi_stable::std_types::RString;
 use lite_node_plugin_api::{BlockDetail, EpochContext, Host, ProcessorBox};
 use lite_node_protocol::project_id;
+use std::sync::atomic::Ordering::SeqCst;
+
 use tokio::sync::Semaphore;
 
 use crate::{
@@ -66,6 +71,10 @@ pub struct Outcome {
     pub finished_at_ms: u64,
 }
 
+const RUNNING: u8 = 0;
+const DONE: u8 = 1;
+const HUNG: u8 = 2;
+
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -76,6 +85,8 @@ pub struct Dispatcher {
     pub projects: Vec<ProjectProcessor>,
     permits: Arc<Semaphore>,
     max_concurrent: usize,
+    /// Computes past their timeout that have not returned yet.
+    hung: Arc<tokio::sync::watch::Sender<usize>>,
     timeout: Duration,
     source: Option<Arc<dyn RpcEndpoint>>,
     anchor: Option<Arc<dyn RpcEndpoint>>,
@@ -134,6 +145,7 @@ impl Dispatcher {
             projects,
             permits: Arc::new(Semaphore::new(max_concurrent)),
             max_concurrent,
+            hung: Arc::new(tokio::sync::watch::Sender::new(0)),
             timeout,
             source,
             anchor,
@@ -167,7 +179,8 @@ impl Dispatcher {
         futures_util::future::join_all(runs).await
     }
 
-    async fn run_one(&self, p: &ProjectProcessor, ctx: &EpochContext, blocks: &[BlockDetail]) -> Outcome {
+    /// Runs one project for one epoch.
+    pub async fn run_one(&self, p: &ProjectProcessor, ctx: &EpochContext, blocks: &[BlockDetail]) -> Outcome {
         let project_type = p.project.project_type.clone();
         let mut ctx = ctx.clone();
         ctx.project_type = project_type.as_str().into();
@@ -184,12 +197,26 @@ impl Dispatcher {
         let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
         let started_at_ms = now_ms();
         let epoch_id = ctx.epoch_id;
+        // RUNNING until one side settles it: the worker (DONE) or the timeout (HUNG).
+        let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
+        let (worker_state, hung) = (state.clone(), self.hung.clone());
         let worker = tokio::task::spawn_blocking(move || {
             let result = processor.compute(&ctx, Host::to_ref(&*host)).into_result();
-            drop(permit);
+            if worker_state.compare_exchange(RUNNING, DONE, SeqCst, SeqCst).is_err() {
+                hung.send_modify(|n| *n = n.saturating_sub(1));
+            }
             (result, host.reported())
         });
         let mut answer = tokio::time::timeout(self.timeout, worker).await;
+        if answer.is_err() && state.compare_exchange(RUNNING, HUNG, SeqCst, SeqCst).is_ok() {
+            self.hung.send_modify(|n| *n += 1);
+            tracing::warn!(
+                "epoch {epoch_id} {project_type}: the compute did not return within {}s; its thread is left \
+                 running (hung) and other computes go on",
+                self.timeout.as_secs_f64()
+            );
+        }
+        drop(permit);
         let selected = reported_by.reported().filter(|(e, _)| *e == epoch_id).map(|(_, s)| s);
         if let Ok(Ok((result, _))) = &mut answer {
             match (self.drill, selected) {
@@ -248,7 +275,12 @@ impl Dispatcher {
         outcome
     }
 
-    /// Waits until no compute is running (timed-out ones included), at most `grace`.
+    /// Computes past their timeout that have not returned, as a watch.
+    pub fn hung(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.hung.subscribe()
+    }
+
+    /// Waits until no compute is running (hung ones aside), at most `grace`.
     pub async fn drain(&self, grace: Duration) -> bool {
         let all = self.max_concurrent as u32;
         matches!(tokio::time::timeout(grace, self.permits.acquire_many(all)).await, Ok(Ok(_)))

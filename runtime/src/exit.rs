@@ -14,6 +14,18 @@ pub enum ExitStatus {
     /// The safety net found the node stuck (no epoch processed for too long):
     /// restart it.
     Stuck = 3,
+    /// Computes hung past their timeout piled up to
+    /// `LITE_NODE_MAX_HUNG_COMPUTES`: restart it to reclaim their threads.
+    HungComputes = 4,
+}
+
+/// Computes hung past their timeout reached the bound: the node exits so its
+/// container restarts it (their threads cannot be stopped otherwise).
+#[derive(Debug, thiserror::Error)]
+#[error("{hung} computes hung past their timeout (LITE_NODE_MAX_HUNG_COMPUTES is {bound}): exiting for a restart")]
+pub struct ComputesHung {
+    pub hung: usize,
+    pub bound: usize,
 }
 
 /// Marks an error as the operator's to fix (exit code 2).
@@ -26,6 +38,9 @@ pub struct BadInput(pub String);
 pub fn exit_status(err: &anyhow::Error) -> ExitStatus {
     if err.chain().any(|c| c.is::<NodeStuck>()) {
         return ExitStatus::Stuck;
+    }
+    if err.chain().any(|c| c.is::<ComputesHung>()) {
+        return ExitStatus::HungComputes;
     }
     let bad = err.chain().any(|c| {
         c.is::<ConfigErrors>()

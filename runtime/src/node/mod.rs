@@ -37,7 +37,7 @@ use crate::{
     data_dir::DataDirLock,
     dispatch::{Dispatcher, ProjectProcessor},
     epochs::{Epoch, Poll, PollError, Watcher},
-    exit::BadInput,
+    exit::{BadInput, ComputesHung},
     ipfs::Ipfs,
     journal::Journal,
     retry::{Policy, retry},
@@ -63,8 +63,15 @@ impl Epochs for Watcher {
     }
 }
 
-/// Runs the node until `shutdown` completes.
+/// Runs the node until `shutdown` completes. A stop takes at most
+/// `LITE_NODE_STOP_GRACE_SECS` from the signal, everything included: the
+/// epoch in flight, then running computes (a hung one is not waited for).
 pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let stopped_at = std::sync::OnceLock::new();
+    let shutdown = async {
+        shutdown.await;
+        let _ = stopped_at.set(tokio::time::Instant::now());
+    };
     tokio::pin!(shutdown);
     let data_dir = cfg.compute.data_dir.clone();
     // Held until the node ends: a second node on this data dir refuses to start.
@@ -217,23 +224,52 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         );
         status.metrics.alerts.inc_by(taken as u64);
     };
+    // Hung computes: /health says so while there are any; at the bound the
+    // node exits for a restart.
+    let mut hung = work.dispatcher.hung();
+    let hung_status = status.clone();
+    tasks.spawn_critical("hung compute watch", {
+        let mut hung = work.dispatcher.hung();
+        async move {
+            loop {
+                let n = *hung.borrow_and_update();
+                {
+                    let mut troubles = hung_status.troubles.lock().unwrap_or_else(|p| p.into_inner());
+                    if n == 0 {
+                        troubles.remove("computes");
+                    } else {
+                        troubles.insert("computes", format!("{n} compute(s) hung past their timeout"));
+                    }
+                }
+                hung.changed().await?;
+            }
+        }
+    });
+    let max_hung = cfg.watch.max_hung_computes;
     let ended = tokio::select! {
         exit = epoch_loop::run(&mut watcher, &mut work, timing, shutdown) => Ended::Loop(exit?),
         stuck = safety::watch(cfg.safety, &activity, on_stuck) => Ended::Stuck(stuck),
         failed = tasks.failed() => Ended::Task(failed),
+        n = hung.wait_for(|n| *n >= max_hung) => Ended::Hung(n.map(|n| *n).unwrap_or(max_hung)),
     };
     status.watching.store(false, Ordering::Relaxed);
     match ended {
         Ended::Stuck(stuck) => Err(NodeStuck { idle: stuck.idle, checks: stuck.checks }.into()),
         Ended::Task(failed) => Err(failed.into()),
+        Ended::Hung(n) => Err(ComputesHung { hung: n, bound: max_hung }.into()),
         Ended::Loop(exit) => {
             if let Exit::Abandoned { epoch_id } = exit {
                 tracing::info!("epoch {epoch_id} was abandoned at the stop; it is worked again after the restart");
             }
             tracing::info!("shutting down: waiting for running computes");
             watcher.flush().context("saving the epoch cursor")?;
-            if !work.dispatcher.drain(cfg.watch.stop_grace).await {
-                tracing::warn!("computes still running after {}s; exiting anyway", cfg.watch.stop_grace.as_secs());
+            let left =
+                stopped_at.get().map_or(cfg.watch.stop_grace, |at| cfg.watch.stop_grace.saturating_sub(at.elapsed()));
+            if !work.dispatcher.drain(left).await {
+                tracing::warn!(
+                    "computes still running {}s after the stop; exiting anyway (their epoch is computed again after the restart)",
+                    cfg.watch.stop_grace.as_secs()
+                );
             }
             Ok(())
         }
@@ -245,4 +281,5 @@ enum Ended {
     Loop(Exit),
     Stuck(safety::Stuck),
     Task(crate::supervisor::TaskFailed),
+    Hung(usize),
 }

@@ -48,12 +48,23 @@ pub struct Worked {
 impl Work for EpochWork {
     type Outcomes = Worked;
 
+    /// Each project's snapshots are signed and submitted as soon as that
+    /// project's compute returns: a slow project delays only itself.
     async fn work(&self, epoch: &Epoch, head: u64) -> anyhow::Result<Worked> {
         let seen_at_ms = now_ms();
-        let mut outcomes = self.compute(epoch, head).await;
-        for outcome in &mut outcomes {
-            self.submitter.submit(epoch, outcome, &self.anchor).await?;
-        }
+        let (ctx, blocks) = match self.prepare(epoch, head).await {
+            Ok(prepared) => prepared,
+            Err(outcomes) => return Ok(Worked { outcomes, seen_at_ms }),
+        };
+        let runs = self.dispatcher.projects.iter().map(|p| {
+            let (ctx, blocks) = (&ctx, &blocks);
+            async move {
+                let mut outcome = self.dispatcher.run_one(p, ctx, blocks).await;
+                self.submitter.submit(epoch, &mut outcome, &self.anchor).await?;
+                Ok::<_, anyhow::Error>(outcome)
+            }
+        });
+        let outcomes = futures_util::future::try_join_all(runs).await?;
         Ok(Worked { outcomes, seen_at_ms })
     }
 
@@ -81,23 +92,24 @@ impl Work for EpochWork {
 }
 
 impl EpochWork {
-    /// Every project's outcome for `epoch`, computed (not yet submitted).
-    async fn compute(&self, epoch: &Epoch, head: u64) -> Vec<Outcome> {
+    /// What every compute of `epoch` is given — or, when the epoch cannot be
+    /// computed at all, every project's outcome.
+    async fn prepare(&self, epoch: &Epoch, head: u64) -> Result<(EpochContext, Vec<BlockDetail>), Vec<Outcome>> {
         let age = head.saturating_sub(epoch.released_block);
         if age > self.submission_window {
-            return self.every(OutcomeKind::Missed(format!(
+            return Err(self.every(OutcomeKind::Missed(format!(
                 "released {age} anchor blocks ago, past the {}-block submission window",
                 self.submission_window
-            )));
+            ))));
         }
         // Without the total no compute can know whether this slot works the
         // epoch: a failure (before selection), never a silent "not selected".
         let total_slots = match self.anchor.total_slots().await {
             Ok(n) => n,
             Err(e) => {
-                return self.every(OutcomeKind::Failed(format!(
+                return Err(self.every(OutcomeKind::Failed(format!(
                     "the total slot count is unknown: getTotalNodeCount has not answered since start-up ({e})"
-                )));
+                ))));
             }
         };
         let blocks: Vec<BlockDetail> = if self.dispatcher.needs_block_details() {
@@ -105,7 +117,7 @@ impl EpochWork {
             let fetch = || preload::block_details(&self.source, epoch.begin, epoch.end);
             match retry(Policy::PRELOAD, what, fetch, |_| true).await {
                 Ok(blocks) => blocks,
-                Err(e) => return self.every(OutcomeKind::Failed(format!("preloading block details: {e}"))),
+                Err(e) => return Err(self.every(OutcomeKind::Failed(format!("preloading block details: {e}")))),
             }
         } else {
             Vec::new()
@@ -120,7 +132,7 @@ impl EpochWork {
             namespace: self.namespace.as_str().into(),
             project_type: "".into(),
         };
-        self.dispatcher.dispatch(&ctx, &blocks).await
+        Ok((ctx, blocks))
     }
 
     /// The same outcome for every project (an epoch not computed at all).

@@ -75,16 +75,30 @@ fn concurrent_computes_stay_within_the_bound() {
     }
 }
 
+/// A compute past its timeout gives its permit back (other projects and
+/// later epochs go on), is counted hung until it really returns, and a stop
+/// does not wait for it.
 #[test]
-fn a_slow_compute_times_out_and_is_drained_before_shutdown() {
+fn a_timed_out_compute_frees_its_permit_and_is_counted_hung_until_it_returns() {
     let data = tempfile::tempdir().unwrap();
     let package = load_faulty(data.path());
-    let projects = vec![project(&package, "slow", "SlowProcessor", json!({"sleep_ms": 1500}))];
+    let projects = vec![
+        project(&package, "slow", "SlowProcessor", json!({"sleep_ms": 1500})),
+        project(&package, "echo", "EchoProcessor", json!({"k": 2})),
+    ];
+    // One permit: before, the hung compute kept it and `echo` never ran.
     let d = Dispatcher::new(projects, 1, Duration::from_millis(200), None, None, Arc::new(SelectionTracker::default()));
     let rt = runtime();
+    let hung = d.hung();
     let outcomes = rt.block_on(d.dispatch(&epoch(1), &[]));
     assert_eq!(outcomes[0].kind, OutcomeKind::Failed("timed out after 0.2s".into()));
-    // The worker still runs and holds its permit; draining waits for it.
-    assert!(!rt.block_on(d.drain(Duration::from_millis(10))), "the timed-out compute is still running");
-    assert!(rt.block_on(d.drain(Duration::from_secs(30))), "drained once the compute returned");
+    assert_eq!(outcomes[1].kind, OutcomeKind::Computed, "the other project ran");
+    assert_eq!(*hung.borrow(), 1);
+    assert!(rt.block_on(d.drain(Duration::from_millis(10))), "a stop does not wait for the hung compute");
+    let next = rt.block_on(d.run_one(&d.projects[1], &epoch(2), &[]));
+    assert_eq!(next.kind, OutcomeKind::Computed, "a later epoch runs at once");
+    let mut hung = hung;
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), hung.wait_for(|n| *n == 0)).await.unwrap().unwrap();
+    });
 }

@@ -460,3 +460,67 @@ fn each_verdict_is_logged_and_log_format_json_writes_json_lines() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("LOG_FORMAT=xml is not a log format"));
 }
+
+/// A compute that never returns: the other project of that epoch is
+/// submitted as soon as it is computed (not after the timeout), later epochs
+/// still run (the permit side is in `dispatch.rs`), /health says so at once,
+/// and when hung computes reach LITE_NODE_MAX_HUNG_COMPUTES the node exits
+/// with code 4 for a restart.
+#[test]
+fn a_hung_compute_holds_up_nothing_else_and_too_many_end_the_node_with_code_4() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let repo = crate::support::faulty_repo();
+    let projects = data.path().join("projects.json");
+    std::fs::write(
+        &projects,
+        serde_json::json!({"config": [
+            {"project_type": "hangs", "processor": {"module": "faulty", "class_name": "SlowProcessor"},
+             "preload_tasks": [], "sleep_ms": 600_000},
+            {"project_type": "echo", "processor": {"module": "faulty", "class_name": "EchoProcessor"},
+             "preload_tasks": [], "k": 1},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    env.retain(|(k, _)| k != "PROJECTS_CONFIG");
+    for (k, v) in [
+        ("PROJECTS_CONFIG", projects.display().to_string()),
+        ("SNAPSHOTTER_COMPUTE_REPO", repo.url()),
+        ("SNAPSHOTTER_COMPUTE_REPO_BRANCH", repo.branch.clone()),
+        ("SNAPSHOTTER_COMPUTE_REPO_COMMIT", repo.commit.clone()),
+        ("LITE_NODE_COMPUTE_TIMEOUT_SECS", "1".into()),
+        ("LITE_NODE_MAX_HUNG_COMPUTES", "2".into()),
+        ("STATUS_PORT", "0".into()),
+        ("STATUS_HOST", "127.0.0.1".into()),
+    ] {
+        env.push((k.into(), v));
+    }
+    let mut node = start_node(&env, &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    world.release_next_epoch();
+    let journal = node.wait_for_journal(2);
+    let of = |p: &str| journal.iter().find(|l| l["project_type"] == p).unwrap().clone();
+    let (hangs, echo) = (of("hangs"), of("echo"));
+    assert_eq!(hangs["outcome"], "failed", "{hangs}");
+    assert!(hangs["error"].as_str().unwrap().contains("timed out after 1s"), "{hangs}");
+    assert_eq!(echo["outcome"], "computed", "{echo}");
+    assert_eq!(echo["submissions"][0]["verdict"], "accepted", "{echo}");
+    let answered = echo["submissions"][0]["answered_at_ms"].as_u64().unwrap();
+    assert!(answered < hangs["finished_at_ms"].as_u64().unwrap(), "submitted before the slow project gave up");
+    let port = node
+        .log()
+        .lines()
+        .find_map(|l| {
+            l.split("status API on http://").nth(1)?.split(' ').next()?.rsplit(':').next()?.parse::<u16>().ok()
+        })
+        .unwrap();
+    let health = reqwest::blocking::get(format!("http://127.0.0.1:{port}/health")).unwrap();
+    assert_eq!(health.status().as_u16(), 503);
+    assert!(health.text().unwrap().contains("1 compute(s) hung past their timeout"));
+
+    world.release_next_epoch();
+    assert_eq!(node.wait_exit(), 4, "{}", node.log());
+    assert!(node.log().contains("LITE_NODE_MAX_HUNG_COMPUTES is 2"), "{}", node.log());
+}
