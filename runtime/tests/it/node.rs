@@ -461,17 +461,11 @@ fn each_verdict_is_logged_and_log_format_json_writes_json_lines() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("LOG_FORMAT=xml is not a log format"));
 }
 
-/// A compute that never returns: the other project of that epoch is
-/// submitted as soon as it is computed (not after the timeout), later epochs
-/// still run (the permit side is in `dispatch.rs`), /health says so at once,
-/// and when hung computes reach LITE_NODE_MAX_HUNG_COMPUTES the node exits
-/// with code 4 for a restart.
-#[test]
-fn a_hung_compute_holds_up_nothing_else_and_too_many_end_the_node_with_code_4() {
-    let world = World::load();
-    let data = tempfile::tempdir().unwrap();
+/// A node whose first project sleeps ten minutes and whose second echoes,
+/// from the faulty fixture package, with extra settings.
+fn node_with_a_sleeper(world: &World, data: &std::path::Path, extra: &[(&str, &str)]) -> RunningNode {
     let repo = crate::support::faulty_repo();
-    let projects = data.path().join("projects.json");
+    let projects = data.join("projects.json");
     std::fs::write(
         &projects,
         serde_json::json!({"config": [
@@ -485,20 +479,47 @@ fn a_hung_compute_holds_up_nothing_else_and_too_many_end_the_node_with_code_4() 
     .unwrap();
     let mut env = node_env(&world.url(), &world.manifest, 1);
     env.retain(|(k, _)| k != "PROJECTS_CONFIG");
-    for (k, v) in [
-        ("PROJECTS_CONFIG", projects.display().to_string()),
-        ("SNAPSHOTTER_COMPUTE_REPO", repo.url()),
-        ("SNAPSHOTTER_COMPUTE_REPO_BRANCH", repo.branch.clone()),
-        ("SNAPSHOTTER_COMPUTE_REPO_COMMIT", repo.commit.clone()),
-        ("LITE_NODE_COMPUTE_TIMEOUT_SECS", "1".into()),
-        ("LITE_NODE_MAX_HUNG_COMPUTES", "2".into()),
-        ("STATUS_PORT", "0".into()),
-        ("STATUS_HOST", "127.0.0.1".into()),
-    ] {
-        env.push((k.into(), v));
-    }
-    let mut node = start_node(&env, &data.path().join("node"));
+    env.push(("PROJECTS_CONFIG".into(), projects.display().to_string()));
+    env.push(("SNAPSHOTTER_COMPUTE_REPO".into(), repo.url()));
+    env.push(("SNAPSHOTTER_COMPUTE_REPO_BRANCH".into(), repo.branch.clone()));
+    env.push(("SNAPSHOTTER_COMPUTE_REPO_COMMIT".into(), repo.commit.clone()));
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut node = start_node(&env, &data.join("node"));
     node.wait_for_log("watching ProtocolState");
+    node
+}
+
+/// SIGTERM while a compute runs on: the whole stop takes the stop grace,
+/// not the grace twice over plus the runtime's own wait.
+#[test]
+fn a_stop_with_a_compute_still_running_ends_within_the_stop_grace() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let mut node = node_with_a_sleeper(&world, data.path(), &[("LITE_NODE_STOP_GRACE_SECS", "2")]);
+    world.release_next_epoch();
+    node.wait_for_log("submission accepted");
+    let asked = std::time::Instant::now();
+    assert_eq!(node.stop(), 0);
+    let took = asked.elapsed();
+    assert!(took < std::time::Duration::from_millis(3500), "stopped in {took:?}, grace 2 s");
+}
+
+/// A compute that never returns: the other project of that epoch is
+/// submitted as soon as it is computed (not after the timeout), later epochs
+/// still run (the permit side is in `dispatch.rs`), /health says so at once,
+/// and when hung computes reach LITE_NODE_MAX_HUNG_COMPUTES the node exits
+/// with code 4 for a restart.
+#[test]
+fn a_hung_compute_holds_up_nothing_else_and_too_many_end_the_node_with_code_4() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let extra = [
+        ("LITE_NODE_COMPUTE_TIMEOUT_SECS", "1"),
+        ("LITE_NODE_MAX_HUNG_COMPUTES", "2"),
+        ("STATUS_PORT", "0"),
+        ("STATUS_HOST", "127.0.0.1"),
+    ];
+    let mut node = node_with_a_sleeper(&world, data.path(), &extra);
     world.release_next_epoch();
     let journal = node.wait_for_journal(2);
     let of = |p: &str| journal.iter().find(|l| l["project_type"] == p).unwrap().clone();
