@@ -13,6 +13,7 @@ pub mod eip712;
 pub mod project_id;
 pub mod proto;
 pub mod quantity;
+pub mod submission;
 
 pub use canonical_json::canonical_json;
 pub use cid::cid;

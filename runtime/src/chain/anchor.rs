@@ -51,6 +51,15 @@ struct RpcLog {
     removed: bool,
 }
 
+/// An epoch's release: its source-chain blocks and the anchor block it was
+/// released in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub begin: u64,
+    pub end: u64,
+    pub block_number: u64,
+}
+
 /// What the registry says about this node's slot and signer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Identity {
@@ -170,10 +179,9 @@ impl Anchor {
         Ok(events)
     }
 
-    /// The `(begin, end)` our data market's epoch `epoch_id` was released
-    /// with, looked up by its indexed id from block `from`; `None` when no
-    /// such release exists.
-    pub async fn epoch_release(&self, epoch_id: u64, from: u64) -> Result<Option<(u64, u64)>, RpcError> {
+    /// How our data market's epoch `epoch_id` was released, looked up by its
+    /// indexed id from block `from`; `None` when no such release exists.
+    pub async fn epoch_release(&self, epoch_id: u64, from: u64) -> Result<Option<Release>, RpcError> {
         let filter = json!([{
             "address": self.protocol_state,
             "fromBlock": to_quantity(from),
@@ -187,11 +195,14 @@ impl Anchor {
         let raw = self.rpc.call_value("eth_getLogs", filter).await?;
         let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
         for entry in entries {
-            if let Ok(Some(AnchorEvent { kind: EventKind::EpochReleased { epoch_id: id, begin, end, .. }, .. })) =
-                self.decode(entry)
+            if let Ok(Some(AnchorEvent {
+                kind: EventKind::EpochReleased { epoch_id: id, begin, end, .. },
+                block_number,
+                ..
+            })) = self.decode(entry)
                 && id == epoch_id
             {
-                return Ok(Some((begin, end)));
+                return Ok(Some(Release { begin, end, block_number }));
             }
         }
         Ok(None)

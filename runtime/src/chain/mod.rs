@@ -5,5 +5,5 @@
 pub mod anchor;
 pub mod rpc;
 
-pub use anchor::{Anchor, AnchorEvent, EventKind, Identity};
+pub use anchor::{Anchor, AnchorEvent, EventKind, Identity, Release};
 pub use rpc::{HttpRpc, IoRuntime};

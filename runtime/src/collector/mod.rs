@@ -8,6 +8,7 @@
 mod selection;
 
 use std::{
+    collections::BTreeMap,
     sync::{Arc, Mutex},
     time::SystemTime,
 };
@@ -16,7 +17,10 @@ use alloy::primitives::Address;
 use lite_node_protocol::{
     eip712::{Request, domain, recover},
     proto::{self, SnapshotSubmission, SubmissionResponse},
+    submission::{Scope, check_form},
 };
+
+use crate::chain::Release;
 
 pub use selection::{EpochAssignment, SelectionCheck};
 
@@ -55,10 +59,18 @@ pub struct Seen {
 /// Shared record of what a collector saw.
 pub type Received = Arc<Mutex<Vec<Seen>>>;
 
-/// A collector for the local network: checks every submission (the signature
-/// recovers to the slot's registered signer; the deadline has not passed;
-/// with a [`SelectionCheck`], the slot was selected for that epoch and pool)
-/// and records each verdict with its reason.
+/// Anchor blocks after an epoch's release within which a submission's
+/// deadline must fall: the node's submission window (100) plus its deadline
+/// buffer (30). A later deadline would keep a signed submission replayable.
+pub const DEADLINE_AFTER_RELEASE: u64 = 130;
+
+/// A collector for the local network: checks every submission — its form
+/// (`protocol::submission::check_form`: a CID, a project id, our data market
+/// and ProtocolState), an epoch that was released, a deadline within
+/// [`DEADLINE_AFTER_RELEASE`] of that release and not passed, the signature
+/// recovering to the slot's registered signer, and, with a
+/// [`SelectionCheck`], the slot selected for that epoch and pool — and
+/// records each verdict with its reason.
 pub struct DevnetCollector {
     pub anchor: Arc<crate::chain::Anchor>,
     pub chain_id: u64,
@@ -66,6 +78,9 @@ pub struct DevnetCollector {
     pub selection: Option<Arc<SelectionCheck>>,
     /// Print one line per verdict on stdout (the standalone `lite-node collector`).
     pub announce: bool,
+    /// Where EpochReleased lookups start on the anchor chain.
+    pub from_block: u64,
+    releases: tokio::sync::Mutex<BTreeMap<u64, Release>>,
 }
 
 impl std::fmt::Debug for DevnetCollector {
@@ -75,8 +90,48 @@ impl std::fmt::Debug for DevnetCollector {
 }
 
 impl DevnetCollector {
+    /// A collector for `anchor`'s ProtocolState and data market on chain
+    /// `chain_id`, without a selection check, silent.
+    pub fn new(anchor: Arc<crate::chain::Anchor>, chain_id: u64) -> Self {
+        Self {
+            anchor,
+            chain_id,
+            received: Received::default(),
+            selection: None,
+            announce: false,
+            from_block: 0,
+            releases: Default::default(),
+        }
+    }
+
+    /// How `epoch_id` was released (kept once found); an epoch never released
+    /// for this data market is refused.
+    async fn release(&self, epoch_id: u64) -> Result<Release, String> {
+        if let Some(known) = self.releases.lock().await.get(&epoch_id) {
+            return Ok(*known);
+        }
+        let release = self
+            .anchor
+            .epoch_release(epoch_id, self.from_block)
+            .await
+            .map_err(|e| format!("anchor unavailable: {e}"))?
+            .ok_or_else(|| format!("epoch {epoch_id} was never released for this data market"))?;
+        self.releases.lock().await.insert(epoch_id, release);
+        Ok(release)
+    }
+
     async fn verdict(&self, s: &SnapshotSubmission) -> Result<(), String> {
-        let r = s.request.as_ref().ok_or("the submission has no request")?;
+        let scope = Scope { data_market: self.anchor.data_market, protocol_state: self.anchor.protocol_state };
+        let r = check_form(s, &scope)?;
+        let release = self.release(r.epoch_id).await?;
+        let latest = release.block_number.saturating_add(DEADLINE_AFTER_RELEASE);
+        if r.deadline > latest {
+            return Err(format!(
+                "deadline {} is past block {latest}: epoch {} was released in block {}, and a submission is valid \
+                 for at most {DEADLINE_AFTER_RELEASE} blocks after that",
+                r.deadline, r.epoch_id, release.block_number
+            ));
+        }
         let head = self.anchor.head().await.map_err(|e| format!("anchor unavailable: {e}"))?;
         if head > r.deadline {
             return Err(format!("deadline {} passed (anchor head {head})", r.deadline));
@@ -87,7 +142,7 @@ impl DevnetCollector {
         }
         signature_is_from(s, self.chain_id, self.anchor.protocol_state, registered)?;
         if let Some(selection) = &self.selection {
-            let epoch = selection.epoch(&self.anchor, r.epoch_id).await?;
+            let epoch = selection.epoch(&self.anchor, r.epoch_id, release).await?;
             selection.check(&epoch, r.slot_id, &r.project_id)?;
         }
         Ok(())

@@ -8,7 +8,7 @@ use lite_node_plugin_api::{AssignmentRequest, RpcError};
 use lite_node_protocol::to_quantity;
 
 use crate::{
-    chain::{Anchor, HttpRpc},
+    chain::{Anchor, HttpRpc, Release},
     compute::LoadedPackage,
 };
 
@@ -33,8 +33,6 @@ pub struct SelectionCheck {
     pools: Vec<String>,
     package: Arc<LoadedPackage>,
     library: usize,
-    /// Where EpochReleased lookups start on the anchor chain.
-    from_block: u64,
     epochs: tokio::sync::Mutex<BTreeMap<u64, Arc<EpochAssignment>>>,
 }
 
@@ -47,12 +45,7 @@ impl std::fmt::Debug for SelectionCheck {
 impl SelectionCheck {
     /// A check with the active `pools`, the source chain the seed blocks are
     /// read from, and a package that implements the assignment rule.
-    pub fn new(
-        source: Arc<HttpRpc>,
-        pools: Vec<String>,
-        package: Arc<LoadedPackage>,
-        from_block: u64,
-    ) -> Result<Self, String> {
+    pub fn new(source: Arc<HttpRpc>, pools: Vec<String>, package: Arc<LoadedPackage>) -> Result<Self, String> {
         if pools.is_empty() {
             return Err("the selection check needs the active pool list".into());
         }
@@ -62,7 +55,7 @@ impl SelectionCheck {
                 package.package.manifest.commit
             )
         })?;
-        Ok(Self { source, pools, package, library, from_block, epochs: Default::default() })
+        Ok(Self { source, pools, package, library, epochs: Default::default() })
     }
 
     pub fn pools(&self) -> &[String] {
@@ -71,16 +64,17 @@ impl SelectionCheck {
 
     /// The assignment of `epoch_id`: its release, seed block, the total slots
     /// now, and the rule's answer (kept once computed).
-    pub async fn epoch(&self, anchor: &Anchor, epoch_id: u64) -> Result<Arc<EpochAssignment>, String> {
+    pub async fn epoch(
+        &self,
+        anchor: &Anchor,
+        epoch_id: u64,
+        release: Release,
+    ) -> Result<Arc<EpochAssignment>, String> {
         if let Some(known) = self.epochs.lock().await.get(&epoch_id) {
             return Ok(known.clone());
         }
         let unavailable = |what: &str, e: RpcError| format!("{what} unavailable: {e}");
-        let (begin, end) = anchor
-            .epoch_release(epoch_id, self.from_block)
-            .await
-            .map_err(|e| unavailable("anchor", e))?
-            .ok_or_else(|| format!("epoch {epoch_id} was never released for this data market"))?;
+        let Release { begin, end, .. } = release;
         let block = self
             .source
             .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(begin), false]))

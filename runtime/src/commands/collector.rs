@@ -61,7 +61,7 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         let selection = match package {
             Some(package) => {
                 let source = Arc::new(rpc("source", a.source_rpc.as_deref().unwrap_or(&a.anchor_rpc))?);
-                let check = SelectionCheck::new(source, pools, package, a.from_block).map_err(BadInput)?;
+                let check = SelectionCheck::new(source, pools, package).map_err(BadInput)?;
                 Some(Arc::new(check))
             }
             None => None,
@@ -78,7 +78,8 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             _ = &mut signals => return Ok(()),
             id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
         };
-        let collector = DevnetCollector { anchor, chain_id, received: Default::default(), selection, announce: true };
+        let mut collector = DevnetCollector::new(anchor, chain_id);
+        (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = crate::collector::serve(collector, listener, async {
             let _ = stopped.await;

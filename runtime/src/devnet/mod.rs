@@ -212,18 +212,16 @@ pub async fn run(
     // The collector, in this process.
     let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
     let selection =
-        Arc::new(SelectionCheck::new(Arc::new(rpc("source")?), pools.clone(), package.clone(), 0).map_err(BadInput)?);
+        Arc::new(SelectionCheck::new(Arc::new(rpc("source")?), pools.clone(), package.clone()).map_err(BadInput)?);
     let received = Received::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let collector_port = listener.local_addr()?.port();
     let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(collector::serve(
-        DevnetCollector {
-            anchor: anchor.clone(),
-            chain_id: manifest.chain_id,
-            received: received.clone(),
-            selection: Some(selection.clone()),
-            announce: false,
+        {
+            let mut collector = DevnetCollector::new(anchor.clone(), manifest.chain_id);
+            (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
+            collector
         },
         listener,
         async move {
@@ -511,7 +509,8 @@ async fn release_one(
     let head = driver.head().await?;
     let sent_at = SystemTime::now();
     let (epoch_id, release_block) = driver.release_epoch(head, head).await?;
-    let assignment = selection.epoch(anchor, epoch_id).await.map_err(|e| anyhow!("epoch {epoch_id}: {e}"))?;
+    let release = crate::chain::Release { begin: head, end: head, block_number: release_block };
+    let assignment = selection.epoch(anchor, epoch_id, release).await.map_err(|e| anyhow!("epoch {epoch_id}: {e}"))?;
     let ours = |s: &u64| *s <= nodes;
     let drilled = |s: &u64| faults.iter().any(|(f, _)| f == s);
     let expected =

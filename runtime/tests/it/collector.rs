@@ -35,6 +35,10 @@ fn setup() -> Setup {
     ));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let chain_id = world.manifest.chain_id;
+    // Submissions name epoch 3: the collector refuses epochs never released.
+    for _ in 0..3 {
+        world.release_next_epoch();
+    }
     Setup { world, runtime, _io: io, anchor, chain_id }
 }
 
@@ -49,13 +53,8 @@ fn start_collector_with(
     selection: Option<Arc<SelectionCheck>>,
 ) -> Received {
     let received = Received::default();
-    let collector = DevnetCollector {
-        anchor: s.anchor.clone(),
-        chain_id: s.chain_id,
-        received: received.clone(),
-        selection,
-        announce: false,
-    };
+    let mut collector = DevnetCollector::new(s.anchor.clone(), s.chain_id);
+    (collector.received, collector.selection) = (received.clone(), selection);
     listener.set_nonblocking(true).unwrap();
     let _guard = s.runtime.enter();
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
@@ -102,6 +101,14 @@ fn submission_for(
     }
 }
 
+fn with(
+    mut s: proto::SnapshotSubmission,
+    edit: impl FnOnce(&mut proto::SnapshotSubmission),
+) -> proto::SnapshotSubmission {
+    edit(&mut s);
+    s
+}
+
 #[test]
 fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_reason() {
     let s = setup();
@@ -121,6 +128,39 @@ fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_rea
             submission(&s, 9, 1, head + 50),
             Verdict::Rejected("collector answered `Failure`".into()),
             Some("slot 9 is not registered"),
+        ),
+        // Correctly signed, wrong content:
+        (
+            submission_for(&s, 1, 1, head + 50, 999, "blockDetails:devnet-UNISWAPV3-ETH"),
+            Verdict::Rejected("collector answered `Failure`".into()),
+            Some("epoch 999 was never released for this data market"),
+        ),
+        (
+            submission(&s, 1, 1, u64::MAX),
+            Verdict::Rejected("collector answered `Failure`".into()),
+            Some("is past block"),
+        ),
+        (
+            with(submission(&s, 1, 1, head + 50), |m| m.request.as_mut().unwrap().snapshot_cid = "Qm-nope".into()),
+            Verdict::Rejected("collector answered `Failure`".into()),
+            Some("snapshotCid `Qm-nope` is not a CID"),
+        ),
+        (
+            submission_for(&s, 1, 1, head + 50, 3, "no-colons-here"),
+            Verdict::Rejected("collector answered `Failure`".into()),
+            Some("projectId `no-colons-here` is not"),
+        ),
+        (
+            with(submission(&s, 1, 1, head + 50), |m| m.data_market = s.world.manifest.other_data_market.clone()),
+            Verdict::Rejected("collector answered `Failure`".into()),
+            Some("dataMarket"),
+        ),
+        (
+            with(submission(&s, 1, 1, head + 50), |m| {
+                m.protocol_state = "0x0000000000000000000000000000000000000001".into()
+            }),
+            Verdict::Rejected("collector answered `Failure`".into()),
+            Some("protocolState 0x0000000000000000000000000000000000000001 is not this collector's"),
         ),
     ];
     for (n, (sub, want, reason)) in cases.into_iter().enumerate() {
@@ -201,7 +241,7 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
     let pools = s.world.manifest.pools.clone();
     let io = IoRuntime::new().unwrap();
     let source = Arc::new(HttpRpc::new("source", vec![s.world.url()], Duration::from_secs(10), io).unwrap());
-    let check = Arc::new(SelectionCheck::new(source, pools.clone(), Arc::new(bundled(data.path())), 0).unwrap());
+    let check = Arc::new(SelectionCheck::new(source, pools.clone(), Arc::new(bundled(data.path()))).unwrap());
     // 5,000 slots: 1,000 are selected per epoch, so each of our 4 with p = 0.2.
     s.world.set_total_node_count(5000);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -213,7 +253,8 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
         .find_map(|_| {
             s.world.mine(1);
             let (epoch_id, _) = s.world.release_next_epoch();
-            let a = s.runtime.block_on(check.epoch(&s.anchor, epoch_id)).unwrap();
+            let release = s.runtime.block_on(s.anchor.epoch_release(epoch_id, 0)).unwrap().unwrap();
+            let a = s.runtime.block_on(check.epoch(&s.anchor, epoch_id, release)).unwrap();
             let chosen = (1..=4).find(|slot| a.selected.contains_key(slot))?;
             let idle = (1..=4).find(|slot| !a.selected.contains_key(slot))?;
             Some((a, chosen, idle))
