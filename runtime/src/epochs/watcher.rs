@@ -15,6 +15,7 @@ use std::{
 };
 
 use lite_node_plugin_api::RpcError;
+use lite_node_protocol::to_quantity;
 
 use super::cursor::{Cursor, SeenRelease};
 use crate::{
@@ -50,6 +51,10 @@ pub struct Poll {
     pub scanned_to: u64,
 }
 
+/// Blocks the head may fall behind the last handled release in a reorg
+/// before the saved position is taken for another chain's.
+const REORG_SLACK: u64 = 2;
+
 /// Watches one data market's ProtocolState.
 #[derive(Debug)]
 pub struct Watcher {
@@ -79,9 +84,57 @@ impl Watcher {
         self.cursor.as_ref()
     }
 
+    /// Refuses a saved position that cannot belong to this anchor chain (a
+    /// devnet or testnet reset, or another chain's data dir): the chain's
+    /// head is behind the last release this node handled, or the block of
+    /// that release now has another hash.
+    pub async fn check_chain(&self) -> Result<(), PollError> {
+        let Some(cursor) = &self.cursor else { return Ok(()) };
+        let head = self.anchor.head().await?;
+        self.ahead_of(cursor, head)?;
+        let Some(last) = cursor.recent.last() else { return Ok(()) };
+        let block = self
+            .anchor
+            .rpc()
+            .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(last.block_number), false]))
+            .await?;
+        match block["hash"].as_str() {
+            Some(hash) if !hash.eq_ignore_ascii_case(&last.block_hash) => Err(self.foreign(format!(
+                "epoch {} was released in block {} ({}), but that block is now {hash}",
+                last.epoch_id, last.block_number, last.block_hash
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The head is behind the saved position by more than a reorg would
+    /// explain.
+    fn ahead_of(&self, cursor: &Cursor, head: u64) -> Result<(), PollError> {
+        let last_release = cursor.recent.last().map_or(0, |r| r.block_number);
+        if cursor.scanned_to > head + self.settings.confirmations || last_release > head + REORG_SLACK {
+            return Err(self.foreign(format!(
+                "it saved anchor block {} (last release in block {last_release}), the chain's head is {head}",
+                cursor.scanned_to
+            )));
+        }
+        Ok(())
+    }
+
+    fn foreign(&self, what: String) -> PollError {
+        PollError::Foreign(format!(
+            "the saved epoch cursor {} is not from this anchor chain: {what}. If the chain was reset (a devnet or \
+             testnet), move {} away (or give the node a fresh LITE_NODE_DATA_DIR) to start over",
+            self.path.display(),
+            self.path.parent().map_or_else(|| self.path.display().to_string(), |p| p.display().to_string())
+        ))
+    }
+
     /// One poll: new epochs in chain order, not yet handled.
     pub async fn poll(&mut self) -> Result<Poll, PollError> {
         let head = self.anchor.head().await?;
+        if let Some(cursor) = &self.cursor {
+            self.ahead_of(cursor, head)?;
+        }
         let cursor = match &mut self.cursor {
             Some(c) => c,
             None => {
@@ -192,6 +245,8 @@ impl Watcher {
 pub enum PollError {
     Anchor(RpcError),
     State(String),
+    /// The saved position belongs to another chain: the operator's to fix.
+    Foreign(String),
 }
 
 impl From<RpcError> for PollError {
@@ -204,7 +259,7 @@ impl std::fmt::Display for PollError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Anchor(e) => write!(f, "{e}"),
-            Self::State(e) => f.write_str(e),
+            Self::State(e) | Self::Foreign(e) => f.write_str(e),
         }
     }
 }

@@ -13,6 +13,7 @@ use backon::ExponentialBackoff;
 
 use crate::{
     epochs::{Epoch, Poll, PollError},
+    exit::BadInput,
     retry::Policy,
 };
 
@@ -103,6 +104,7 @@ pub async fn run<E: Epochs, W: Work>(
                     }
                     Err(PollError::Anchor(e)) => State::Waiting(anchor.failed(work, &e)),
                     Err(PollError::State(e)) => State::Waiting(disk.failed(work, &e)),
+                    Err(PollError::Foreign(e)) => return Err(BadInput(e).into()),
                 },
             },
             State::Working { poll, next } if next == poll.epochs.len() => State::Completing(poll),

@@ -195,6 +195,20 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     );
     let mut watcher = Watcher::open(anchor.clone(), &data_dir, cfg.watch.clone())
         .with_context(|| format!("opening the epoch cursor in {}", data_dir.display()))?;
+    // A data dir from another chain (a reset devnet or testnet) would sit
+    // idle without a word: refuse it with the fix.
+    let checked = retry(
+        Policy::CHAIN,
+        "checking the saved position against the anchor chain",
+        || watcher.check_chain(),
+        |e| !matches!(e, PollError::Foreign(_)),
+    );
+    tokio::select! {
+        _ = &mut shutdown => return Ok(()),
+        checked = checked => if let Err(e) = checked {
+            return Err(BadInput(e.to_string()).into());
+        },
+    }
     let mut work = EpochWork {
         anchor,
         source,

@@ -545,3 +545,32 @@ fn a_hung_compute_holds_up_nothing_else_and_too_many_end_the_node_with_code_4() 
     assert_eq!(node.wait_exit(), 4, "{}", node.log());
     assert!(node.log().contains("LITE_NODE_MAX_HUNG_COMPUTES is 2"), "{}", node.log());
 }
+
+/// The anchor chain was reset under a data dir (a fresh devnet from the same
+/// saved world): the saved position cannot be this chain's, so the node
+/// refuses to start (exit 2) with the fix instead of sitting idle — whether
+/// the new chain is still behind the old one or has grown past it.
+#[test]
+fn a_data_dir_from_another_chain_is_refused_with_the_fix() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("node");
+    {
+        let world = World::load();
+        let mut node = start_node(&node_env(&world.url(), &world.manifest, 1), &dir);
+        node.wait_for_log("watching ProtocolState");
+        for _ in 0..3 {
+            world.release_next_epoch();
+        }
+        node.wait_for_journal(3);
+        assert_eq!(node.stop(), 0);
+    }
+    for grown in [0, 20] {
+        let world = World::load();
+        world.mine(grown);
+        let mut node = start_node(&node_env(&world.url(), &world.manifest, 1), &dir);
+        assert_eq!(node.wait_exit(), 2, "{}", node.log());
+        let log = node.log();
+        assert!(log.contains("is not from this anchor chain"), "chain grown by {grown}: {log}");
+        assert!(log.contains("LITE_NODE_DATA_DIR"), "says how to start over: {log}");
+    }
+}
