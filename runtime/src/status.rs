@@ -20,7 +20,7 @@ use axum::{
 };
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 use serde_json::json;
@@ -50,6 +50,16 @@ pub struct Metrics {
     pub submission_latency: Histogram,
     pub rpc_errors: Family<ChainLabel, Counter>,
     pub alerts: Counter,
+    /// Submissions that ended without the collector's acceptance.
+    pub submission_failures: Counter,
+    /// Attempts at a submission that failed and were retried.
+    pub submission_retries: Counter,
+    /// The newest epoch the node saw released.
+    pub last_epoch_seen: Gauge,
+    /// The anchor chain's head at the last poll.
+    pub anchor_head: Gauge,
+    /// Anchor blocks between the head and what the node has scanned.
+    pub anchor_lag_blocks: Gauge,
 }
 
 impl Default for Metrics {
@@ -65,6 +75,11 @@ impl Default for Metrics {
             submission_latency: Histogram::new([0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
             rpc_errors: Family::default(),
             alerts: Counter::default(),
+            submission_failures: Counter::default(),
+            submission_retries: Counter::default(),
+            last_epoch_seen: Gauge::default(),
+            anchor_head: Gauge::default(),
+            anchor_lag_blocks: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -92,6 +107,23 @@ impl Default for Metrics {
         );
         registry.register("rpc_errors", "Failed JSON-RPC requests, per chain", m.rpc_errors.clone());
         registry.register("alerts_queued", "Alerts handed to a channel's delivery queue", m.alerts.clone());
+        registry.register(
+            "submission_failures",
+            "Submissions rejected, missed or not sent",
+            m.submission_failures.clone(),
+        );
+        registry.register(
+            "submission_retries",
+            "Submission attempts that failed and were retried",
+            m.submission_retries.clone(),
+        );
+        registry.register("last_epoch_seen", "The newest epoch seen released", m.last_epoch_seen.clone());
+        registry.register("anchor_head", "The anchor chain's head at the last poll", m.anchor_head.clone());
+        registry.register(
+            "anchor_lag_blocks",
+            "Anchor blocks between the head and the node's scan position",
+            m.anchor_lag_blocks.clone(),
+        );
         Self { registry, ..m }
     }
 }
@@ -146,9 +178,34 @@ pub struct NodeStatus {
     /// Why the last epoch could not even be computed (the total slots never
     /// known, block details unavailable): unhealthy until an epoch runs.
     pub last_epoch_problem: Mutex<Option<String>>,
-    /// What the main loop keeps retrying right now (the anchor, writing
-    /// state), by kind: unhealthy while any is.
-    pub troubles: Mutex<std::collections::BTreeMap<&'static str, String>>,
+    /// What is failing right now (the anchor, writing state, the collector,
+    /// hung computes), by kind: unhealthy while any is.
+    pub troubles: Arc<Troubles>,
+}
+
+/// What is failing right now, by kind, shared by the rooms that notice it.
+#[derive(Debug, Default)]
+pub struct Troubles(Mutex<std::collections::BTreeMap<&'static str, String>>);
+
+impl Troubles {
+    /// `what` is failing (`Some`, why) or works again (`None`).
+    pub fn set(&self, what: &'static str, problem: Option<String>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match problem {
+            Some(p) => {
+                map.insert(what, p);
+            }
+            None => {
+                map.remove(what);
+            }
+        }
+    }
+
+    /// Every current problem, joined.
+    pub fn current(&self) -> Option<String> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        (!map.is_empty()).then(|| map.values().cloned().collect::<Vec<_>>().join("; "))
+    }
 }
 
 impl NodeStatus {
@@ -157,8 +214,8 @@ impl NodeStatus {
         if !self.watching.load(Ordering::Relaxed) {
             return Err("starting: not watching the anchor chain yet".into());
         }
-        if let Some(problem) = self.troubles.lock().unwrap_or_else(|p| p.into_inner()).values().next() {
-            return Err(problem.clone());
+        if let Some(problem) = self.troubles.current() {
+            return Err(problem);
         }
         if let Some(problem) = self.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             return Err(problem.clone());

@@ -38,6 +38,8 @@ pub trait Work {
     /// Something the loop keeps retrying (the anchor, writing state) started
     /// failing (`Some`, why) or cleared (`None`).
     fn trouble(&self, _what: &'static str, _problem: Option<String>) {}
+    /// The anchor answered a poll (its head, what it scanned, what was new).
+    fn polled(&mut self, _poll: &Poll) {}
 }
 
 /// Where the loop is.
@@ -100,6 +102,7 @@ pub async fn run<E: Epochs, W: Work>(
                 poll = epochs.poll() => match poll {
                     Ok(poll) => {
                         anchor.cleared(work);
+                        work.polled(&poll);
                         State::Working { poll, next: 0 }
                     }
                     Err(PollError::Anchor(e)) => State::Waiting(anchor.failed(work, &e)),

@@ -176,6 +176,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         deadline_buffer: cfg.watch.deadline_buffer,
         data_market: data_market.to_string(),
         protocol_state: protocol_state.to_string(),
+        status: status.clone(),
     };
     if let Some(ipfs) = &cfg.ipfs {
         tracing::info!("snapshots are also uploaded to IPFS at {}", crate::config::redact_url(&ipfs.url));
@@ -222,6 +223,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         slot_id: cfg.slot_id,
         namespace: cfg.full_namespace(),
         submission_window: cfg.watch.submission_window,
+        anchor_stall_after: cfg.watch.anchor_stall_after,
+        head_since: None,
     };
     tracing::info!(
         "watching ProtocolState {protocol_state} for data market {data_market} every {} ms",
@@ -247,14 +250,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         async move {
             loop {
                 let n = *hung.borrow_and_update();
-                {
-                    let mut troubles = hung_status.troubles.lock().unwrap_or_else(|p| p.into_inner());
-                    if n == 0 {
-                        troubles.remove("computes");
-                    } else {
-                        troubles.insert("computes", format!("{n} compute(s) hung past their timeout"));
-                    }
-                }
+                let problem = (n > 0).then(|| format!("{n} compute(s) hung past their timeout"));
+                hung_status.troubles.set("computes", problem);
                 hung.changed().await?;
             }
         }

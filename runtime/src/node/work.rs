@@ -13,7 +13,7 @@ use crate::{
     books::{Books, Notice},
     chain::{Anchor, HttpRpc},
     dispatch::{Dispatcher, Outcome, OutcomeKind, now_ms},
-    epochs::{Epoch, preload},
+    epochs::{Epoch, Poll, preload},
     journal::Journal,
     retry::{Policy, retry},
     status::NodeStatus,
@@ -36,6 +36,10 @@ pub struct EpochWork {
     pub namespace: String,
     /// Anchor blocks after its release within which an epoch is still worked.
     pub submission_window: u64,
+    /// A head that has not moved for this long is a stalled anchor.
+    pub anchor_stall_after: std::time::Duration,
+    /// The anchor head at the last polls, and since when it has been that.
+    pub head_since: Option<(u64, tokio::time::Instant)>,
 }
 
 /// An epoch's outcomes, one per project, and when the node saw the epoch.
@@ -79,15 +83,30 @@ impl Work for EpochWork {
     }
 
     fn trouble(&self, what: &'static str, problem: Option<String>) {
-        let mut troubles = self.status.troubles.lock().unwrap_or_else(|p| p.into_inner());
-        match problem {
-            Some(p) => {
-                troubles.insert(what, p);
-            }
-            None => {
-                troubles.remove(what);
-            }
+        self.status.troubles.set(what, problem);
+    }
+
+    fn polled(&mut self, poll: &Poll) {
+        let m = &self.status.metrics;
+        m.anchor_head.set(poll.head as i64);
+        m.anchor_lag_blocks.set(poll.head.saturating_sub(poll.scanned_to) as i64);
+        if let Some(newest) = poll.epochs.last() {
+            m.last_epoch_seen.set(newest.epoch_id as i64);
         }
+        // A head that does not move: no epoch can be released, nothing submitted.
+        let now = tokio::time::Instant::now();
+        match self.head_since {
+            Some((head, _)) if head != poll.head => self.head_since = Some((poll.head, now)),
+            None => self.head_since = Some((poll.head, now)),
+            _ => {}
+        }
+        let stalled = self.head_since.filter(|(_, since)| since.elapsed() > self.anchor_stall_after);
+        self.status.troubles.set(
+            "anchor head",
+            stalled.map(|(head, since)| {
+                format!("the anchor chain's head has been stuck at block {head} for {}s", since.elapsed().as_secs())
+            }),
+        );
     }
 }
 

@@ -22,11 +22,12 @@ pub enum Verdict {
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Sends one submission, retrying while the collector cannot be reached and
-/// `still_in_time()` holds.
+/// `still_in_time()` holds; `retrying` hears each failed attempt's error.
 pub async fn submit(
     endpoint: &str,
     submission: SnapshotSubmission,
     mut still_in_time: impl AsyncFnMut() -> bool,
+    mut retrying: impl FnMut(&str),
 ) -> Verdict {
     let mut delays = Policy::COLLECTOR.delays();
     let mut last_error = String::new();
@@ -52,6 +53,7 @@ pub async fn submit(
             Err(_) => last_error = format!("timed out after {}s", ATTEMPT_TIMEOUT.as_secs()),
         }
         let wait = delays.next().unwrap_or(Policy::COLLECTOR.max);
+        retrying(&last_error);
         failures += 1;
         if failures == 1 {
             tracing::warn!("submitting to {endpoint} failed ({last_error}); retrying in {wait:?}");

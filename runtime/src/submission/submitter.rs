@@ -8,6 +8,8 @@ use lite_node_protocol::{
     proto, quantity,
 };
 
+use std::sync::Arc;
+
 use super::{Ledger, Status, Submission, Verdict, submit};
 use crate::{
     chain::Anchor,
@@ -16,6 +18,7 @@ use crate::{
     ipfs::Ipfs,
     retry::{Policy, retry},
     snapshots::Stored,
+    status::NodeStatus,
 };
 
 /// Signs and sends computed snapshots, once per (epoch, project id).
@@ -31,6 +34,8 @@ pub struct Submitter {
     pub deadline_buffer: u64,
     pub data_market: String,
     pub protocol_state: String,
+    /// Where a collector that cannot be reached shows (`/health`, metrics).
+    pub status: Arc<NodeStatus>,
 }
 
 impl Submitter {
@@ -100,9 +105,24 @@ impl Submitter {
             node_version: Some(env!("CARGO_PKG_VERSION").into()),
             protocol_state: self.protocol_state.clone(),
         };
-        let verdict =
-            submit(&self.endpoint, submission, async || anchor.head().await.map(|h| h <= deadline).unwrap_or(true))
-                .await;
+        let troubles = &self.status.troubles;
+        let metrics = &self.status.metrics;
+        let verdict = submit(
+            &self.endpoint,
+            submission,
+            async || anchor.head().await.map(|h| h <= deadline).unwrap_or(true),
+            |error: &str| {
+                metrics.submission_retries.inc();
+                troubles.set("collector", Some(format!("submitting to {} failed: {error}", self.endpoint)));
+            },
+        )
+        .await;
+        if !matches!(verdict, Verdict::Unreachable(_)) {
+            troubles.set("collector", None);
+        }
+        if verdict != Verdict::Accepted {
+            metrics.submission_failures.inc();
+        }
         let status = match verdict {
             Verdict::Accepted => Status::Accepted,
             Verdict::Rejected(r) => Status::Rejected(r),

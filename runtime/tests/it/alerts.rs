@@ -458,3 +458,51 @@ fn state_that_cannot_be_written_is_named_and_unhealthy_until_it_clears() {
     assert_eq!(saved["last_epoch"], 1);
     assert_eq!(node.stop(), 0);
 }
+
+/// /health follows submissions, not only computes: while the collector cannot
+/// be reached it is unhealthy at once (and /metrics counts the retries), and
+/// an anchor whose head stops moving is unhealthy after
+/// LITE_NODE_ANCHOR_STALL_SECS; both clear when the cause does.
+#[test]
+fn health_reflects_an_unreachable_collector_and_a_stalled_anchor() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut env = node_env(&world.url(), &world.manifest, 2);
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
+    env.push(("STATUS_PORT".into(), "0".into()));
+    env.push(("STATUS_HOST".into(), "127.0.0.1".into()));
+    env.push(("LITE_NODE_ANCHOR_STALL_SECS".into(), "2".into()));
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let mut node = lite_node_testkit::RunningNode::start(bin, &env, &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    let status = status_port(&node.log()).expect("the status port is logged");
+
+    // The anchor's head does not move (anvil mines only on transactions).
+    let (_, body) = poll_until("unhealthy: the anchor is stalled", Duration::from_secs(30), || {
+        Some(get(status, "/health")).filter(|r| r.0 == 503)
+    });
+    assert!(body.contains("the anchor chain's head has been stuck at block"), "{body}");
+
+    // A release moves the head; the collector is down, so the submission waits.
+    world.release_next_epoch();
+    let (_, body) = poll_until("unhealthy: the collector is unreachable", Duration::from_secs(30), || {
+        Some(get(status, "/health")).filter(|r| r.0 == 503 && r.1.contains("submitting to"))
+    });
+    assert!(body.contains(&format!("submitting to http://127.0.0.1:{port} failed")), "{body}");
+    assert!(!body.contains("stuck at block"), "the head moved: {body}");
+    let metrics = get(status, "/metrics").1;
+    assert!(!metrics.contains("lite_node_submission_retries_total 0\n"), "{metrics}");
+    assert!(metrics.contains("lite_node_last_epoch_seen 1"), "{metrics}");
+    assert!(metrics.contains("lite_node_anchor_lag_blocks"), "{metrics}");
+
+    // The collector comes up: the submission goes through and /health clears.
+    let collector = lite_node_testkit::RunningCollector::start_with(bin, &env, port, &[]);
+    node.wait_for_journal(1);
+    assert_eq!(collector.verdicts().len(), 1, "{:?}", collector.verdicts());
+    world.release_next_epoch();
+    node.wait_for_journal(2);
+    poll_until("healthy again", Duration::from_secs(30), || (get(status, "/health").0 == 200).then_some(()));
+    assert_eq!(node.stop(), 0);
+}

@@ -164,7 +164,7 @@ fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_rea
         ),
     ];
     for (n, (sub, want, reason)) in cases.into_iter().enumerate() {
-        let verdict = s.runtime.block_on(submission::submit(&endpoint, sub, async || true));
+        let verdict = s.runtime.block_on(submission::submit(&endpoint, sub, async || true, |_| {}));
         assert_eq!(verdict, want, "case {n}");
         let recorded = received.lock().unwrap()[n].verdict.clone();
         match reason {
@@ -183,13 +183,18 @@ fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadlin
     let sub = submission(&s, 1, 1, head + 50);
 
     // Nothing listens and the deadline has passed: the miss is reported, not hidden.
-    let verdict = s.runtime.block_on(submission::submit(&endpoint, sub.clone(), {
-        let mut tries = 0;
-        async move || {
-            tries += 1;
-            tries <= 2
-        }
-    }));
+    let verdict = s.runtime.block_on(submission::submit(
+        &endpoint,
+        sub.clone(),
+        {
+            let mut tries = 0;
+            async move || {
+                tries += 1;
+                tries <= 2
+            }
+        },
+        |_| {},
+    ));
     assert!(
         matches!(&verdict, Verdict::Unreachable(m) if m.contains("did not answer before the deadline")),
         "{verdict:?}"
@@ -200,10 +205,15 @@ fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadlin
     let counter = attempts.clone();
     let target = endpoint.clone();
     let pending = s.runtime.spawn(async move {
-        submission::submit(&target, sub, async move || {
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            true
-        })
+        submission::submit(
+            &target,
+            sub,
+            async move || {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                true
+            },
+            |_| {},
+        )
         .await
     });
     lite_node_testkit::poll_until("a second attempt", Duration::from_secs(30), || {
@@ -287,7 +297,7 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
         ),
     ];
     for (n, (sub, reason)) in cases.into_iter().enumerate() {
-        let verdict = s.runtime.block_on(submission::submit(&endpoint, sub, async || true));
+        let verdict = s.runtime.block_on(submission::submit(&endpoint, sub, async || true, |_| {}));
         let recorded = received.lock().unwrap()[n].verdict.clone();
         match reason {
             None => {
