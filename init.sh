@@ -12,7 +12,8 @@
 #                     Uniswap V3 and ProtocolState, the collector, 4 nodes
 #                     (ARGS go to `lite-node devnet`, e.g. --epochs 10 --json run.json)
 #   ./init.sh check   build lite-node, fetch/build the compute package, validate
-#                     (uses env.example for any variable not already set)
+#                     offline (uses env.example for any variable not already set);
+#                     `lite-node check` also reaches the RPCs, slot and collector
 #   ./init.sh test    everything CI runs: formatting, lints, all tests
 set -euo pipefail
 
@@ -67,7 +68,7 @@ run_check() {
   say "fetching and building the compute package"
   "$bin" --env-file env.example compute fetch
   say "checking configuration"
-  "$bin" --env-file env.example check
+  "$bin" --env-file env.example check --offline
 }
 
 run_devnet() {
@@ -161,10 +162,12 @@ run_operator() {
   check_required_env
   local bin step
   bin=$(node_binary)
-  for step in "compute fetch" check run; do
+  # The configuration is checked offline: `lite-node run` itself waits for
+  # RPCs and a collector that are not up yet (and /health says so).
+  for step in "compute fetch" "check --offline" run; do
     case "$step" in
       "compute fetch") say "compute package" ;;
-      check) say "checking configuration" ;;
+      "check --offline") say "checking configuration" ;;
       run) say "starting lite-node run" ;;
     esac
     # shellcheck disable=SC2086 # the step is two words on purpose

@@ -26,8 +26,13 @@ struct Cli {
 enum Command {
     /// Run the node: watch the anchor chain and compute every released epoch.
     Run,
-    /// Validate environment, projects.json and the compute package without running.
-    Check,
+    /// Validate environment, projects.json and the compute package without
+    /// running, then reach the RPCs, ProtocolState, the slot and the collector.
+    Check {
+        /// Skip the network checks (configuration and compute package only).
+        #[arg(long)]
+        offline: bool,
+    },
     /// Work with the compute package.
     #[command(subcommand)]
     Compute(ComputeCommand),
@@ -220,7 +225,7 @@ fn main() -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(commands::alert_test(&env, &mut stdout()))),
-        Command::Check => commands::check(&env, &mut stdout()),
+        Command::Check { offline } => commands::check(&env, offline, &mut stdout()),
         Command::Compute(ComputeCommand::Fetch) => {
             commands::compute_show(&env, Fetch::Allowed, &mut stdout()).map(drop)
         }

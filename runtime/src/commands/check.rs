@@ -1,19 +1,26 @@
 //! `lite-node check`: everything that can be checked without running, one
-//! line per check.
+//! line per check — the configuration, projects.json and the compute package,
+//! then (unless `--offline`) the network: both chains' RPCs and chain ids,
+//! ProtocolState, the slot's registered signer, and the collector.
 
-use std::io::Write;
+use std::{io::Write, time::Duration};
 
 use anyhow::Result;
+use lite_node_protocol::{proto::submission_client::SubmissionClient, quantity};
+use serde_json::json;
 
 use crate::{
+    chain::{Anchor, HttpRpc, IoRuntime},
     compute::{self, Fetch, LoadedPackage},
-    config::{ComputeConfig, EnvSnapshot, NodeConfig, ProjectsSource, load_projects},
+    config::{ComputeConfig, EnvSnapshot, NodeConfig, ProjectsSource, load_projects, redact_rpc_url},
     exit::{BadInput, ExitStatus, exit_status},
+    node::check_identity,
 };
 
 /// `lite-node check`: validates everything that can be checked without
-/// running, one line per check; fails when any check fails.
-pub fn check(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+/// running, one line per check; fails when any check fails (exit 2 when the
+/// configuration is what is wrong, 1 when something cannot be reached).
+pub fn check(env: &EnvSnapshot, offline: bool, out: &mut dyn Write) -> Result<()> {
     let mut failed = 0usize;
     let mut bad_config = false;
     let mut line = |ok: bool, what: &str, detail: &str, out: &mut dyn Write| -> std::io::Result<()> {
@@ -108,9 +115,110 @@ pub fn check(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
         }
         _ => line(false, "processors", "skipped: needs valid projects and a loadable compute package", out)?,
     }
+    if let (Ok(cfg), false) = (&node, offline) {
+        for reached in network(cfg)? {
+            bad_config |= !reached.ok && reached.bad_config;
+            line(reached.ok, &reached.what, &reached.detail, out)?;
+        }
+    }
     if failed == 0 {
         return Ok(());
     }
     let summary = format!("{failed} check(s) failed");
     if bad_config { Err(BadInput(summary).into()) } else { Err(anyhow::anyhow!(summary)) }
+}
+
+/// One network check's line.
+struct Reached {
+    ok: bool,
+    what: String,
+    detail: String,
+    /// A failure the operator fixes in the configuration (exit 2).
+    bad_config: bool,
+}
+
+/// How long each network check may take.
+const NETWORK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The checks that need the network: each chain answers (with its chain id
+/// and head), ProtocolState has code, the slot belongs to the signer, and the
+/// collector accepts a connection.
+fn network(cfg: &NodeConfig) -> Result<Vec<Reached>> {
+    let io = IoRuntime::new()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let mut lines = Vec::new();
+        let mut reached = |ok: bool, what: String, detail: String, bad_config: bool| {
+            lines.push(Reached { ok, what, detail, bad_config })
+        };
+        let rpc = |role, urls: &Vec<reqwest::Url>| HttpRpc::from_urls(role, urls.clone(), NETWORK_TIMEOUT, io.clone());
+        let shown =
+            |urls: &Vec<reqwest::Url>| urls.iter().map(|u| redact_rpc_url(u.as_str())).collect::<Vec<_>>().join(", ");
+        for (role, urls) in [("source", &cfg.source_rpc_urls), ("anchor", &cfg.anchor_rpc_urls)] {
+            let what = format!("{role} RPC");
+            let answer = async {
+                let rpc = rpc(role, urls)?;
+                let chain = quantity(&rpc.call_value("eth_chainId", json!([])).await.map_err(|e| e.to_string())?)
+                    .map_err(|e| format!("eth_chainId: {e}"))?;
+                let head = quantity(&rpc.call_value("eth_blockNumber", json!([])).await.map_err(|e| e.to_string())?)
+                    .map_err(|e| format!("eth_blockNumber: {e}"))?;
+                Ok::<_, String>((chain, head))
+            };
+            match answer.await {
+                Ok((chain, head)) => {
+                    reached(true, what, format!("chain id {chain}, head {head} ({})", shown(urls)), false)
+                }
+                Err(e) => reached(false, what, format!("{e} ({})", shown(urls)), false),
+            }
+        }
+        let anchor = Anchor::new(
+            rpc("anchor", &cfg.anchor_rpc_urls).map_err(anyhow::Error::msg)?,
+            cfg.protocol_state,
+            cfg.data_market,
+        );
+        match anchor.rpc().call_value("eth_getCode", json!([cfg.protocol_state, "latest"])).await {
+            Ok(code) if code.as_str().is_some_and(|c| c.len() > 2) => {
+                reached(true, "ProtocolState".into(), format!("contract at {}", cfg.protocol_state), false)
+            }
+            Ok(_) => reached(
+                false,
+                "ProtocolState".into(),
+                format!(
+                    "no contract at {} on the anchor chain: check PROTOCOL_STATE_CONTRACT and POWERLOOM_RPC_URL",
+                    cfg.protocol_state
+                ),
+                true,
+            ),
+            Err(e) => reached(false, "ProtocolState".into(), e.to_string(), false),
+        }
+        let slot = format!("slot {}", cfg.slot_id);
+        match check_identity(&anchor, cfg.signer_address, cfg.slot_id).await {
+            Ok(Ok(())) => reached(
+                true,
+                slot,
+                format!("registered to {} (SIGNER_ACCOUNT_ADDRESS), an enabled snapshotter", cfg.signer_address),
+                false,
+            ),
+            Ok(Err(bad)) => reached(false, slot, bad.to_string(), true),
+            Err(e) => reached(false, slot, format!("the anchor did not answer: {e}"), false),
+        }
+        let endpoint = format!("http://{}:{}", cfg.collector_host, cfg.collector_port);
+        let connect = tokio::time::timeout(NETWORK_TIMEOUT, SubmissionClient::connect(endpoint.clone())).await;
+        match connect {
+            Ok(Ok(_)) => reached(true, "collector".into(), format!("{endpoint} accepts connections"), false),
+            Ok(Err(e)) => reached(
+                false,
+                "collector".into(),
+                format!("{endpoint}: {e} (is it running? LOCAL_COLLECTOR_HOST, LOCAL_COLLECTOR_PORT)"),
+                false,
+            ),
+            Err(_) => reached(
+                false,
+                "collector".into(),
+                format!("{endpoint}: no answer in {}s", NETWORK_TIMEOUT.as_secs()),
+                false,
+            ),
+        }
+        Ok(lines)
+    })
 }

@@ -10,6 +10,7 @@
 
 pub mod epoch_loop;
 mod identity;
+pub use identity::check_identity;
 pub mod work;
 
 use std::{
@@ -22,7 +23,6 @@ use lite_node_protocol::eip712::Signer;
 
 use self::{
     epoch_loop::{Epochs, Exit, Timing},
-    identity::check_identity,
     work::EpochWork,
 };
 use crate::{

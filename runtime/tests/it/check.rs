@@ -1,4 +1,5 @@
-//! `lite-node check`: configuration problems reported all at once, exit 2.
+//! `lite-node check`: configuration problems reported all at once, exit 2;
+//! and the network: RPCs, ProtocolState, the slot, the collector.
 
 use std::fs;
 
@@ -33,8 +34,9 @@ fn missing_environment_names_every_variable_in_one_run() {
 fn env_example_passes_check_with_the_bundled_package() {
     let node = Node::new().env("PROJECTS_CONFIG", workspace_root().join("projects.json").display().to_string());
     let env_file = workspace_root().join("env.example");
-    let run = node.run(&["--env-file", env_file.to_str().unwrap(), "check"]);
+    let run = node.run(&["--env-file", env_file.to_str().unwrap(), "check", "--offline"]);
     run.assert_ok();
+    assert!(!run.stdout.contains("RPC"), "--offline reaches nothing: {}", run.stdout);
     assert!(run.stdout.contains("ok   processor blockDetails: block_details::BlockDetailsProcessor"), "{}", run.stdout);
     assert!(!run.stdout.contains("ac0974bec") && !run.stderr.contains("ac0974bec"), "the signer key leaked");
 }
@@ -70,14 +72,66 @@ fn projects_json_comes_from_a_pinned_config_repo_once() {
         .env("SNAPSHOT_CONFIG_REPO", repo.url())
         .env("SNAPSHOT_CONFIG_REPO_BRANCH", repo.branch.clone())
         .env("SNAPSHOT_CONFIG_REPO_COMMIT", repo.commit.clone());
-    let run = node.run(&["--env-file", env_file.to_str().unwrap(), "check"]);
+    let run = node.run(&["--env-file", env_file.to_str().unwrap(), "check", "--offline"]);
     run.assert_ok();
     assert!(run.stdout.contains("ok   projects: 1 project(s): blockDetails"), "{}", run.stdout);
     assert!(node.data_dir().join("config").join(&repo.commit).join("projects.json").is_file());
 
     let bogus = "fedcba9876543210fedcba9876543210fedcba98";
-    let run = node.env("SNAPSHOT_CONFIG_REPO_COMMIT", bogus).run(&["--env-file", env_file.to_str().unwrap(), "check"]);
+    let run = node.env("SNAPSHOT_CONFIG_REPO_COMMIT", bogus).run(&[
+        "--env-file",
+        env_file.to_str().unwrap(),
+        "check",
+        "--offline",
+    ]);
     assert_eq!(run.code, 2, "{run:?}");
     let expected = format!("FAIL projects: commit {bogus} not found on {} (branch main)", repo.url());
     assert!(run.stdout.contains(&expected), "{}", run.stdout);
+}
+
+/// Against the devnet world on a real anvil: every network check says ok with
+/// a collector up; a slot registered to another signer is bad configuration
+/// (exit 2); an RPC or collector that cannot be reached fails (exit 1) — all
+/// of which the offline check would have passed.
+#[test]
+fn the_network_checks_reach_the_rpcs_the_slot_and_the_collector() {
+    let world = lite_node_testkit::World::load();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let base = lite_node_testkit::node_env(&world.url(), &world.manifest, 1);
+    let collector = lite_node_testkit::RunningCollector::start(bin, &base);
+    let node = |extra: &[(&str, String)]| {
+        let mut node = Node::new();
+        for (k, v) in base.iter().filter(|(k, _)| k != "LITE_NODE_DATA_DIR") {
+            node = node.env(k, v.clone());
+        }
+        node = node.env("LOCAL_COLLECTOR_HOST", "127.0.0.1").env("LOCAL_COLLECTOR_PORT", collector.port.to_string());
+        for (k, v) in extra {
+            node = node.env(k, v.clone());
+        }
+        node
+    };
+
+    let run = node(&[]).run(&["check"]);
+    run.assert_ok();
+    for line in [
+        format!("ok   source RPC: chain id {}", world.manifest.chain_id),
+        format!("ok   anchor RPC: chain id {}", world.manifest.chain_id),
+        "ok   ProtocolState: contract at".to_owned(),
+        "ok   slot 1: registered to".to_owned(),
+        "ok   collector: http://127.0.0.1:".to_owned(),
+    ] {
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+
+    let run = node(&[("SLOT_ID", "2".into())]).run(&["check"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stdout.contains("FAIL slot 2: slot 2 is not this node's"), "{}", run.stdout);
+    assert_eq!(node(&[("SLOT_ID", "2".into())]).run(&["check", "--offline"]).code, 0, "offline cannot tell");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let down = format!("http://127.0.0.1:{closed}");
+    let run = node(&[("SOURCE_RPC_URL", down.clone()), ("LOCAL_COLLECTOR_PORT", closed.to_string())]).run(&["check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stdout.contains("FAIL source RPC: every source RPC endpoint failed"), "{}", run.stdout);
+    assert!(run.stdout.contains(&format!("FAIL collector: {down}")), "{}", run.stdout);
 }
