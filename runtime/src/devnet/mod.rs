@@ -181,8 +181,8 @@ pub async fn run(
     let driver = Driver { rpc: rpc("devnet")?, manifest: manifest.clone() };
     // Lost on --load-state: Uniswap's gas depends on timestamps moving.
     driver.call("anvil_setBlockTimestampInterval", json!([12])).await?;
-    let protocol_state: Address = manifest.protocol_state.parse()?;
-    let data_market: Address = manifest.data_market.parse()?;
+    let protocol_state = world::address(&manifest.protocol_state, "protocolState")?;
+    let data_market = world::address(&manifest.data_market, "dataMarket")?;
     let anchor = Arc::new(Anchor::new(rpc("anchor")?, protocol_state, data_market));
 
     // Slots: the world's signers where it has them, derived keys beyond.

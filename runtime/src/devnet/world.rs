@@ -94,6 +94,15 @@ pub struct Driver {
     pub manifest: Manifest,
 }
 
+/// An address from the world's manifest; a bad one names the field.
+pub fn address(text: &str, field: &str) -> Result<Address> {
+    text.parse().with_context(|| {
+        format!(
+            "the devnet world's manifest: {field} `{text}` is not an address (rebuild it with devnet/build-world.sh)"
+        )
+    })
+}
+
 fn quantity(v: &Value) -> Result<u64> {
     Ok(lite_node_protocol::quantity(v)?)
 }
@@ -145,7 +154,7 @@ impl Driver {
     /// Releases the next epoch of our data market over `begin..=end`;
     /// returns `(epoch id, anchor block of the release)`.
     pub async fn release_epoch(&self, begin: u64, end: u64) -> Result<(u64, u64)> {
-        let market: Address = self.manifest.data_market.parse()?;
+        let market = address(&self.manifest.data_market, "dataMarket")?;
         let call = releaseEpochCall { dataMarketAddress: market, begin: U256::from(begin), end: U256::from(end) };
         let receipt = self.transact(&self.protocol_state(), call.abi_encode(), "releaseEpoch").await?;
         let log = &receipt["logs"][0];
@@ -168,10 +177,10 @@ impl Driver {
         let p = &self.manifest.pools[pool];
         let (token_in, token_out) = if zero_for_one { (&p.token0, &p.token1) } else { (&p.token1, &p.token0) };
         let params = ExactInputSingleParams {
-            tokenIn: token_in.parse()?,
-            tokenOut: token_out.parse()?,
+            tokenIn: address(token_in, "a pool's token")?,
+            tokenOut: address(token_out, "a pool's token")?,
             fee: Uint::from(p.fee),
-            recipient: self.manifest.deployer.parse()?,
+            recipient: address(&self.manifest.deployer, "deployer")?,
             deadline: U256::from(1u64 << 40),
             amountIn: U256::from(amount_in),
             amountOutMinimum: U256::ZERO,

@@ -574,3 +574,17 @@ fn a_data_dir_from_another_chain_is_refused_with_the_fix() {
         assert!(log.contains("LITE_NODE_DATA_DIR"), "says how to start over: {log}");
     }
 }
+
+/// A data dir that cannot be used (here a file stands where it should be;
+/// a read-only mount fails the same way) stops the node with the path named.
+#[test]
+fn a_data_dir_that_cannot_be_used_is_named_in_the_error() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let not_a_dir = data.path().join("data");
+    std::fs::write(&not_a_dir, "a file").unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let mut node = RunningNode::start(bin, &node_env(&world.url(), &world.manifest, 1), &not_a_dir);
+    assert_eq!(node.wait_exit(), 1, "{}", node.log());
+    assert!(node.log().contains(&format!("creating the data dir {}", not_a_dir.display())), "{}", node.log());
+}
