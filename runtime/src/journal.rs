@@ -55,6 +55,19 @@ impl Journal {
         &self.path
     }
 
+    /// Drops the lines of epochs before `first_kept` (and appends to the
+    /// rewritten file from then on).
+    pub fn prune(&mut self, first_kept: u64) -> io::Result<usize> {
+        let dropped = crate::jsonl::keep_epochs_from(&self.path, first_kept)?;
+        if dropped > 0 {
+            self.file = OpenOptions::new()
+                .append(true)
+                .open(&self.path)
+                .map_err(|e| io::Error::new(e.kind(), format!("reopening {}: {e}", self.path.display())))?;
+        }
+        Ok(dropped)
+    }
+
     pub fn record(&mut self, epoch: &Epoch, outcome: &Outcome) -> io::Result<()> {
         let (name, error) = match &outcome.kind {
             OutcomeKind::Computed => ("computed", None),

@@ -78,6 +78,39 @@ fn mend(path: &Path) -> io::Result<Repair> {
     Ok(repair)
 }
 
+/// Keeps only the records of epochs from `first_kept` on (records carry an
+/// `epoch_id`); the file is rewritten atomically, so a crash leaves either
+/// the old or the new one. Returns how many records were dropped.
+pub fn keep_epochs_from(path: &Path, first_kept: u64) -> io::Result<usize> {
+    retain_lines(path, |v| v["epoch_id"].as_u64().is_none_or(|e| e >= first_kept))
+}
+
+/// Keeps only the records `keep` says yes to (a line that is not JSON is
+/// kept), rewriting the file atomically when any goes. Returns how many
+/// records were dropped.
+pub fn retain_lines(path: &Path, keep: impl Fn(&serde_json::Value) -> bool) -> io::Result<usize> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("pruning {}: {e}", path.display()));
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(named(e)),
+    };
+    let (mut kept, mut dropped) = (Vec::new(), 0);
+    for line in io::BufRead::lines(io::BufReader::new(file)) {
+        let line = line.map_err(named)?;
+        if serde_json::from_str::<serde_json::Value>(&line).is_ok_and(|v| !keep(&v)) {
+            dropped += 1;
+        } else {
+            kept.extend_from_slice(line.as_bytes());
+            kept.push(b'\n');
+        }
+    }
+    if dropped > 0 {
+        crate::atomic_file::write(path, &kept)?;
+    }
+    Ok(dropped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +147,19 @@ mod tests {
         let (_dir, only) = file_with(b"{\"torn");
         assert_eq!(repair(&only).unwrap(), Repair::FragmentDropped(6));
         assert_eq!(std::fs::read(&only).unwrap(), b"");
+    }
+
+    #[test]
+    fn old_epochs_are_dropped_and_the_rest_kept_in_order() {
+        let (_dir, path) =
+            file_with(b"{\"epoch_id\":1}\n{\"epoch_id\":2,\"x\":1}\n{\"epoch_id\":3}\n{\"epoch_id\":2,\"x\":2}\n");
+        assert_eq!(keep_epochs_from(&path, 2).unwrap(), 1);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"{\"epoch_id\":2,\"x\":1}\n{\"epoch_id\":3}\n{\"epoch_id\":2,\"x\":2}\n"
+        );
+        assert_eq!(keep_epochs_from(&path, 0).unwrap(), 0, "nothing older: untouched");
+        assert_eq!(keep_epochs_from(&path.with_extension("absent"), 5).unwrap(), 0);
     }
 
     #[test]

@@ -79,6 +79,25 @@ impl SnapshotStore {
     }
 }
 
+impl SnapshotStore {
+    /// Removes the stored bytes of epochs before `first_kept`; returns how
+    /// many epochs' directories went.
+    pub fn prune(&self, first_kept: u64) -> std::io::Result<usize> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return Ok(0) };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let old = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok()).is_some_and(|e| e < first_kept);
+            if old {
+                let path = entry.path();
+                std::fs::remove_dir_all(&path)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("removing {}: {e}", path.display())))?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
 /// Where the bytes of `project_id`'s snapshot of `epoch_id` are kept below
 /// `root` (`<data dir>/snapshots`).
 pub fn snapshot_path(root: &std::path::Path, epoch_id: u64, project_id: &str) -> std::path::PathBuf {

@@ -90,6 +90,35 @@ pub enum Fetch {
     CacheOnly,
 }
 
+/// Marks `package` as used now (`<package>/last-used`), so pruning on a host
+/// whose nodes share the cache keeps it.
+pub fn mark_used(package: &Package) -> std::io::Result<()> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    crate::atomic_file::write(&package.dir.join("last-used"), now.to_string().as_bytes())
+}
+
+/// Removes cached packages other than `keep` that no node has used for
+/// `unused_for` (under the build lock, so never one being published; skipped
+/// while another node builds). Returns the removed directories.
+pub fn prune_unused(cache_dir: &Path, keep: &Path, unused_for: std::time::Duration) -> std::io::Result<Vec<PathBuf>> {
+    let packages = cache_dir.join("packages");
+    let Ok(entries) = fs::read_dir(&packages) else { return Ok(Vec::new()) };
+    let lock = fs::File::create(cache_dir.join("build.lock"))?;
+    if lock.try_lock().is_err() {
+        return Ok(Vec::new());
+    }
+    let mut removed = Vec::new();
+    for dir in entries.flatten().map(|e| e.path()).filter(|d| d.is_dir() && d != keep) {
+        let used = fs::metadata(dir.join("last-used")).or_else(|_| fs::metadata(&dir)).and_then(|m| m.modified());
+        if used.is_ok_and(|t| t.elapsed().is_ok_and(|age| age > unused_for)) {
+            fs::remove_dir_all(&dir)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("removing {}: {e}", dir.display())))?;
+            removed.push(dir);
+        }
+    }
+    Ok(removed)
+}
+
 /// Returns the built package for `cfg`, building it first when allowed.
 pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError> {
     let root = cfg.cache_dir.clone();

@@ -228,6 +228,9 @@ pub struct WatchSettings {
     /// An anchor head that has not moved for this long makes the node
     /// unhealthy (`LITE_NODE_ANCHOR_STALL_SECS`, default 120).
     pub anchor_stall_after: Duration,
+    /// Epochs whose snapshots, journal lines and ledger entries are kept
+    /// (`LITE_NODE_RETAIN_EPOCHS`, default 1000); older ones are pruned.
+    pub retain_epochs: u64,
     /// Per JSON-RPC request (`LITE_NODE_RPC_TIMEOUT_SECS`, default 15).
     pub rpc_timeout: Duration,
     /// A submission's deadline is the anchor head plus this many blocks
@@ -259,6 +262,7 @@ impl WatchSettings {
             max_concurrent_computes: number("LITE_NODE_MAX_CONCURRENT_COMPUTES", 4, 1) as usize,
             max_hung_computes: number("LITE_NODE_MAX_HUNG_COMPUTES", 4, 1) as usize,
             anchor_stall_after: Duration::from_secs(number("LITE_NODE_ANCHOR_STALL_SECS", 120, 1)),
+            retain_epochs: number("LITE_NODE_RETAIN_EPOCHS", 1000, 1),
             rpc_timeout: Duration::from_secs(number("LITE_NODE_RPC_TIMEOUT_SECS", 15, 1)),
             deadline_buffer: number("LITE_NODE_DEADLINE_BUFFER_BLOCKS", 30, 1),
             stop_grace: Duration::from_secs(number("LITE_NODE_STOP_GRACE_SECS", 30, 1)),

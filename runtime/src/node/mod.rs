@@ -63,6 +63,9 @@ impl Epochs for Watcher {
     }
 }
 
+/// A cached compute package no node has loaded for this long is removed.
+const PACKAGE_UNUSED_FOR: std::time::Duration = std::time::Duration::from_secs(14 * 24 * 3600);
+
 /// Runs the node until `shutdown` completes. A stop takes at most
 /// `LITE_NODE_STOP_GRACE_SECS` from the signal, everything included: the
 /// epoch in flight, then running computes (a hung one is not waited for).
@@ -81,6 +84,15 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         tokio::task::spawn_blocking(move || -> Result<_> {
             let projects = load_projects(&cfg.projects, &cfg.compute.data_dir)?;
             let package = LoadedPackage::load(compute::ensure(&cfg.compute, Fetch::Allowed)?)?;
+            // Packages no node on this cache has used for a while go.
+            let pruned = compute::mark_used(&package.package)
+                .and_then(|()| compute::prune_unused(&cfg.compute.cache_dir, &package.package.dir, PACKAGE_UNUSED_FOR));
+            match pruned {
+                Ok(removed) => {
+                    removed.iter().for_each(|d| tracing::info!("removed the unused compute package {}", d.display()))
+                }
+                Err(e) => tracing::warn!("pruning unused compute packages: {e}"),
+            }
             Ok((projects, package))
         })
         .await
@@ -181,6 +193,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     if let Some(ipfs) = &cfg.ipfs {
         tracing::info!("snapshots are also uploaded to IPFS at {}", crate::config::redact_url(&ipfs.url));
     }
+    let store = Arc::new(SnapshotStore::open(&data_dir).context("opening the snapshot store")?);
     let dispatcher = Dispatcher::new(
         processors,
         cfg.watch.max_concurrent_computes,
@@ -190,10 +203,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         tracker,
     )
     .with_drill(cfg.drill)
-    .with_history(
-        Arc::new(SnapshotStore::open(&data_dir).context("opening the snapshot store")?),
-        cfg.full_namespace(),
-    );
+    .with_history(store.clone(), cfg.full_namespace());
     let mut watcher = Watcher::open(anchor.clone(), &data_dir, cfg.watch.clone())
         .with_context(|| format!("opening the epoch cursor in {}", data_dir.display()))?;
     // A data dir from another chain (a reset devnet or testnet) would sit
@@ -225,6 +235,9 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         submission_window: cfg.watch.submission_window,
         anchor_stall_after: cfg.watch.anchor_stall_after,
         head_since: None,
+        store,
+        retain_epochs: cfg.watch.retain_epochs,
+        prune_at: 0,
     };
     tracing::info!(
         "watching ProtocolState {protocol_state} for data market {data_market} every {} ms",

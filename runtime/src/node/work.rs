@@ -16,6 +16,7 @@ use crate::{
     epochs::{Epoch, Poll, preload},
     journal::Journal,
     retry::{Policy, retry},
+    snapshots::SnapshotStore,
     status::NodeStatus,
     submission::Submitter,
 };
@@ -40,6 +41,12 @@ pub struct EpochWork {
     pub anchor_stall_after: std::time::Duration,
     /// The anchor head at the last polls, and since when it has been that.
     pub head_since: Option<(u64, tokio::time::Instant)>,
+    /// The stored snapshots' bytes (pruned with the journal and the ledger).
+    pub store: Arc<SnapshotStore>,
+    /// Epochs kept on disk (`LITE_NODE_RETAIN_EPOCHS`).
+    pub retain_epochs: u64,
+    /// The epoch at which the next pruning runs.
+    pub prune_at: u64,
 }
 
 /// An epoch's outcomes, one per project, and when the node saw the epoch.
@@ -79,7 +86,11 @@ impl Work for EpochWork {
                 .record(epoch, outcome)
                 .map_err(|e| anyhow::anyhow!("writing {}: {e}", self.journal.path().display()))?;
         }
-        self.keep_books(epoch, worked)
+        self.keep_books(epoch, worked)?;
+        if epoch.epoch_id >= self.prune_at {
+            self.prune(epoch.epoch_id);
+        }
+        Ok(())
     }
 
     fn trouble(&self, what: &'static str, problem: Option<String>) {
@@ -171,6 +182,35 @@ impl EpochWork {
                 finished_at_ms: at,
             })
             .collect()
+    }
+
+    /// Keeps the last `retain_epochs` epochs on disk: journal lines and
+    /// ledger entries here, snapshot files in the background; then waits half
+    /// a retention before the next round, so files stay within 1.5 times it.
+    /// A failure only warns: the epoch itself is recorded.
+    fn prune(&mut self, epoch_id: u64) {
+        let first_kept = (epoch_id + 1).saturating_sub(self.retain_epochs);
+        self.prune_at = epoch_id + (self.retain_epochs / 2).max(1);
+        if first_kept == 0 {
+            return;
+        }
+        match self.journal.prune(first_kept) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("pruned {n} journal line(s) of epochs before {first_kept}"),
+            Err(e) => tracing::warn!("{e}"),
+        }
+        let window_floor = self.head_since.map_or(0, |(head, _)| head).saturating_sub(self.submission_window);
+        match self.submitter.ledger.prune(first_kept, window_floor) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("pruned {n} ledger entr(ies) of epochs before {first_kept}"),
+            Err(e) => tracing::warn!("{e}"),
+        }
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || match store.prune(first_kept) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("pruned the snapshots of {n} epoch(s) before {first_kept}"),
+            Err(e) => tracing::warn!("{e}"),
+        });
     }
 
     /// Counts one epoch in the books (saved before the epoch is marked

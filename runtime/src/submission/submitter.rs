@@ -138,7 +138,8 @@ impl Submitter {
             // would send it again, so this waits for the disk (a stop
             // abandons the epoch after its grace).
             let verdict = status.to_string();
-            let write = || async { self.ledger.record(epoch.epoch_id, id, &stored.cid, &verdict) };
+            let write =
+                || async { self.ledger.record(epoch.epoch_id, epoch.released_block, id, &stored.cid, &verdict) };
             retry(Policy::CHAIN, "recording a submission in the ledger", write, |_| true).await?;
         }
         Ok(status)

@@ -229,7 +229,7 @@ fn the_ledger_remembers_acknowledged_submissions_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(dir.path()).unwrap();
     assert!(!ledger.contains(3, "p"));
-    ledger.record(3, "p", "bafy", "accepted").unwrap();
+    ledger.record(3, 40, "p", "bafy", "accepted").unwrap();
     let reopened = Ledger::open(dir.path()).unwrap();
     assert!(reopened.contains(3, "p"));
     assert!(!reopened.contains(4, "p"));

@@ -588,3 +588,63 @@ fn a_data_dir_that_cannot_be_used_is_named_in_the_error() {
     assert_eq!(node.wait_exit(), 1, "{}", node.log());
     assert!(node.log().contains(&format!("creating the data dir {}", not_a_dir.display())), "{}", node.log());
 }
+
+/// Many epochs past LITE_NODE_RETAIN_EPOCHS leave only the retained ones on
+/// disk (snapshots, journal, ledger — the ledger keeps whatever is still in
+/// the submission window), and a restart that computes every epoch again
+/// (a lost cursor, an old start block) still sends nothing twice.
+#[test]
+fn the_data_dir_stays_bounded_and_a_restart_still_refuses_a_double_submission() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("node");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    env.push(("LITE_NODE_RETAIN_EPOCHS".into(), "3".into()));
+    env.push(("LITE_NODE_SUBMISSION_WINDOW_BLOCKS".into(), "5".into()));
+    let collector = RunningCollector::start(bin, &env);
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
+    let m = &world.manifest;
+    let cursor = dir
+        .join("state")
+        .join(format!("cursor-{}-{}.json", m.protocol_state.to_lowercase(), m.data_market.to_lowercase()));
+    let handled = |n: u64| {
+        lite_node_testkit::poll_until(&format!("epoch {n} handled"), std::time::Duration::from_secs(60), || {
+            let saved: Value = serde_json::from_slice(&std::fs::read(&cursor).ok()?).ok()?;
+            (saved["last_epoch"].as_u64() >= Some(n)).then_some(())
+        })
+    };
+
+    let mut node = RunningNode::start(bin, &env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    for n in 1..=12 {
+        world.release_next_epoch();
+        handled(n);
+    }
+    let epochs_in = |file: &str| -> Vec<u64> {
+        let text = std::fs::read_to_string(dir.join("state").join(file)).unwrap();
+        text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["epoch_id"].as_u64().unwrap()).collect()
+    };
+    assert_eq!(epochs_in("epochs.jsonl"), [10, 11, 12], "the journal keeps three epochs");
+    let ledger = epochs_in("submissions.jsonl");
+    assert!(ledger.len() <= 6 && ledger.ends_with(&[10, 11, 12]), "three epochs, and the window's: {ledger:?}");
+    let snapshot_dirs = || std::fs::read_dir(dir.join("snapshots")).unwrap().count();
+    lite_node_testkit::poll_until("snapshots pruned", std::time::Duration::from_secs(30), || {
+        (snapshot_dirs() <= 3).then_some(())
+    });
+    assert_eq!(collector.verdicts().len(), 12);
+
+    // A crash that loses the cursor: every epoch is computed again from the
+    // start block. Those past the window are missed, the rest refused by the
+    // ledger: no submission is sent twice.
+    node.kill();
+    std::fs::remove_file(&cursor).unwrap();
+    let mut node = RunningNode::start(bin, &env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    handled(12);
+    let log = node.log();
+    assert!(log.contains("already submitted before a restart"), "{log}");
+    assert_eq!(collector.verdicts().len(), 12, "nothing sent twice: {:?}", collector.verdicts());
+    assert_eq!(node.stop(), 0);
+}
