@@ -83,10 +83,12 @@ struct DevnetArgs {
     /// Where the run's logs, node data and snapshots go (default <devnet dir>/run; emptied at start).
     #[arg(long, value_name = "DIR")]
     run_dir: Option<PathBuf>,
-    /// Alert drill on one slot: compute-error:SLOT or empty-return:SLOT (repeatable);
-    /// that node's compute fails, or returns nothing, whenever it is selected.
+    /// A drill (repeatable): compute-error:SLOT or empty-return:SLOT — that
+    /// node's compute fails, or returns nothing, whenever it is selected;
+    /// kill-node:SLOT@EPOCH — that node is SIGKILLed after the epoch's
+    /// release and restarted by the devnet.
     #[arg(long, value_name = "KIND:SLOT", value_parser = lite_node::devnet::parse_fault)]
-    fault: Vec<(u64, lite_node::dispatch::Drill)>,
+    fault: Vec<lite_node::devnet::Fault>,
     /// Send the nodes' alerts to this Telegram Bot API (a placeholder bot token and chat id are supplied).
     #[arg(long, value_name = "URL")]
     telegram_api_url: Option<String>,
@@ -215,7 +217,22 @@ fn main() -> ExitCode {
                 epoch_timeout: Duration::from_secs(a.epoch_timeout_secs),
                 json: a.json,
                 run_dir: a.run_dir,
-                faults: a.fault,
+                faults: a
+                    .fault
+                    .iter()
+                    .filter_map(|f| match f {
+                        lite_node::devnet::Fault::Drill(slot, drill) => Some((*slot, *drill)),
+                        _ => None,
+                    })
+                    .collect(),
+                kills: a
+                    .fault
+                    .iter()
+                    .filter_map(|f| match f {
+                        lite_node::devnet::Fault::KillNode { slot, epoch } => Some((*slot, *epoch)),
+                        _ => None,
+                    })
+                    .collect(),
                 telegram_api_url: a.telegram_api_url,
             },
             &env,

@@ -31,6 +31,7 @@ use crate::{
     compute::{self, Fetch, LoadedPackage},
     config::{ComputeConfig, EnvSnapshot},
     exit::BadInput,
+    retry::{Policy, retry},
 };
 use process::{AnvilProcess, Guarded, stop_all};
 use world::{Driver, Manifest};
@@ -58,17 +59,40 @@ pub struct Options {
     pub run_dir: Option<PathBuf>,
     /// Alert drills: `(slot, drill)`; that node's selected computes fail.
     pub faults: Vec<(u64, crate::dispatch::Drill)>,
+    /// `(slot, epoch)`: that node is SIGKILLed right after that epoch's
+    /// release (`--fault kill-node:SLOT@EPOCH`); the devnet restarts it.
+    pub kills: Vec<(u64, u64)>,
     /// A Telegram Bot API for the nodes' alerts (placeholder token and chat).
     pub telegram_api_url: Option<String>,
 }
 
-/// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`).
-pub fn parse_fault(s: &str) -> Result<(u64, crate::dispatch::Drill), String> {
-    let (kind, slot) =
-        s.split_once(':').ok_or_else(|| format!("--fault {s}: expected KIND:SLOT, e.g. compute-error:1"))?;
-    let slot = slot.parse::<u64>().map_err(|_| format!("--fault {s}: `{slot}` is not a slot number"))?;
-    Ok((slot, kind.parse()?))
+/// A `--fault` drill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `compute-error:SLOT`, `empty-return:SLOT`: that node's selected computes fail.
+    Drill(u64, crate::dispatch::Drill),
+    /// `kill-node:SLOT@EPOCH`: that node is SIGKILLed right after the epoch's release.
+    KillNode { slot: u64, epoch: u64 },
 }
+
+/// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`) or
+/// `kill-node:SLOT@EPOCH`.
+pub fn parse_fault(s: &str) -> Result<Fault, String> {
+    let (kind, rest) = s
+        .split_once(':')
+        .ok_or_else(|| format!("--fault {s}: expected KIND:SLOT (e.g. compute-error:1) or kill-node:SLOT@EPOCH"))?;
+    let number = |n: &str, what: &str| n.parse::<u64>().map_err(|_| format!("--fault {s}: `{n}` is not {what}"));
+    if kind == "kill-node" {
+        let (slot, epoch) =
+            rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected kill-node:SLOT@EPOCH"))?;
+        return Ok(Fault::KillNode { slot: number(slot, "a slot number")?, epoch: number(epoch, "an epoch id")? });
+    }
+    let drill = kind.parse().map_err(|e: String| format!("{e}, or kill-node:SLOT@EPOCH"))?;
+    Ok(Fault::Drill(number(rest, "a slot number")?, drill))
+}
+
+/// How often the devnet restarts one node that keeps dying before it gives up.
+const MAX_RESTARTS: u32 = 3;
 
 /// The devnet's placeholder bot token and chat, sent to `--telegram-api-url`.
 pub const PLACEHOLDER_BOT_TOKEN: &str = "123456:devnet-placeholder-token";
@@ -87,21 +111,36 @@ pub struct Summary {
     pub latencies_ms: Vec<f64>,
     /// Peak resident memory per node, KiB.
     pub peak_rss_kib: Vec<(u64, u64)>,
+    /// Submissions accepted more than once for the same slot, epoch and project.
+    pub duplicates: usize,
+    /// Nodes the devnet restarted after they died.
+    pub restarts: u32,
 }
 
 impl Summary {
     pub fn ok(&self) -> bool {
-        self.rejected == 0 && self.missing == 0 && (self.epochs > 0 || self.interrupted)
+        self.rejected == 0 && self.missing == 0 && self.duplicates == 0 && (self.epochs > 0 || self.interrupted)
     }
 }
 
-/// One devnet node: its slot, signer and process.
+/// One devnet node: its slot, signer and process, and how to start it again.
 struct Node {
     slot_id: u64,
     signer: Address,
     data_dir: PathBuf,
     process: Guarded,
     peak_rss_kib: Option<u64>,
+    /// The child's whole environment.
+    env: Vec<(String, String)>,
+    restarts: u32,
+}
+
+impl Node {
+    fn spawn(exe: &Path, slot_id: u64, env: &[(String, String)], log: &Path) -> Result<Guarded> {
+        let mut cmd = Command::new(exe);
+        cmd.arg("run").env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        Guarded::spawn(&format!("node {slot_id}"), &mut cmd, log, false)
+    }
 }
 
 /// One released epoch, as the devnet saw it.
@@ -115,6 +154,9 @@ struct Released {
     /// Selected slots of ours running an alert drill (their failure is expected).
     drills: Vec<u64>,
 }
+
+/// How long the devnet waits for a stalled anvil.
+const STALL_LIMIT: Duration = Duration::from_secs(120);
 
 /// After Ctrl-C, how long the epoch in flight may take to finish.
 const FINISH_GRACE: Duration = Duration::from_secs(5);
@@ -246,10 +288,10 @@ pub async fn run(
     for (slot_id, signer, key) in &slots {
         let data_dir = run_dir.join(format!("node-{slot_id}"));
         std::fs::create_dir_all(&data_dir)?;
-        let mut cmd = Command::new(&exe);
         // Only the toolchain and compute-package variables: an operator's
         // own alert channels, status port or drills must not reach devnet nodes.
-        cmd.arg("run").env_clear().envs(compute_env.vars().filter(|(k, _)| inherited(k)));
+        let mut node_env: Vec<(String, String)> =
+            compute_env.vars().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
         let vars = [
             ("SOURCE_RPC_URL", url.clone()),
             ("POWERLOOM_RPC_URL", url.clone()),
@@ -269,18 +311,26 @@ pub async fn run(
             ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
             ("RUST_LOG", node_log_filter(&env)),
         ];
-        cmd.envs(vars);
+        node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
         if let Some((_, drill)) = opts.faults.iter().find(|(s, _)| s == slot_id) {
-            cmd.env("LITE_NODE_DRILL", drill.as_str());
+            node_env.push(("LITE_NODE_DRILL".into(), drill.as_str().into()));
         }
         if let Some(url) = &opts.telegram_api_url {
-            cmd.env("TELEGRAM_API_URL", url)
-                .env("TELEGRAM_BOT_TOKEN", PLACEHOLDER_BOT_TOKEN)
-                .env("TELEGRAM_CHAT_ID", PLACEHOLDER_CHAT_ID);
+            node_env.push(("TELEGRAM_API_URL".into(), url.clone()));
+            node_env.push(("TELEGRAM_BOT_TOKEN".into(), PLACEHOLDER_BOT_TOKEN.into()));
+            node_env.push(("TELEGRAM_CHAT_ID".into(), PLACEHOLDER_CHAT_ID.into()));
         }
         let log = run_dir.join(format!("node-{slot_id}.log"));
-        let process = Guarded::spawn(&format!("node {slot_id}"), &mut cmd, &log, false)?;
-        nodes.push(Node { slot_id: *slot_id, signer: *signer, data_dir, process, peak_rss_kib: None });
+        let process = Node::spawn(&exe, *slot_id, &node_env, &log)?;
+        nodes.push(Node {
+            slot_id: *slot_id,
+            signer: *signer,
+            data_dir,
+            process,
+            peak_rss_kib: None,
+            env: node_env,
+            restarts: 0,
+        });
     }
     wait_until_watching(&mut nodes, &mut shutdown).await?;
     writeln!(
@@ -312,30 +362,62 @@ pub async fn run(
             _ = tokio::time::sleep_until(next_release) => {}
         }
         next_release = tokio::time::Instant::now() + opts.interval;
-        let epoch = release_one(&driver, &anchor, &selection, k, opts.nodes, &opts.faults).await;
-        let epoch = match epoch {
-            Ok(e) => e,
-            Err(e) => {
+        // A stalled anvil is waited out (two minutes at most), not a reason
+        // to tear the network down.
+        let release = retry(
+            Policy::CHAIN,
+            "the devnet's swap and release",
+            || release_one(&driver, &anchor, &selection, k, opts.nodes, &opts.faults),
+            |_| true,
+        );
+        let epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => {
                 failure = Some(e);
+                break;
+            }
+            Err(_) => {
+                failure = Some(anyhow!("anvil did not answer for {}s", STALL_LIMIT.as_secs()));
                 break;
             }
         };
         k += 1;
+        for (slot, _) in opts.kills.iter().filter(|(_, e)| *e == epoch.assignment.epoch_id) {
+            if let Some(node) = nodes.iter_mut().find(|n| n.slot_id == *slot) {
+                tracing::info!("drill: SIGKILL to node {slot} after epoch {}'s release", epoch.assignment.epoch_id);
+                node.process.kill();
+            }
+        }
         let mut deadline = tokio::time::Instant::now() + opts.epoch_timeout;
         loop {
             if arrived(&received, &epoch).len() >= epoch.expected.len() {
                 break;
             }
-            if let Some(dead) = nodes.iter_mut().find_map(|n| n.process.exited().map(|s| (n.slot_id, s))) {
-                let node = nodes.iter().find(|n| n.slot_id == dead.0).expect("found above");
-                failure = Some(anyhow!(
-                    "node {} exited ({}); last lines of {}:\n{}",
-                    dead.0,
-                    dead.1,
-                    node.process.log.display(),
-                    node.process.log_tail(15)
-                ));
-                break;
+            // A node that died is started again on its data dir: it rejoins
+            // where its cursor is, and its ledger keeps it from sending twice.
+            let dead = nodes.iter_mut().find_map(|n| n.process.exited().map(|status| (n.slot_id, status)));
+            if let Some((slot_id, status)) = dead {
+                let node = nodes.iter_mut().find(|n| n.slot_id == slot_id).expect("found above");
+                if node.restarts >= MAX_RESTARTS {
+                    failure = Some(anyhow!(
+                        "node {} exited ({status}) after {} restarts; last lines of {}:\n{}",
+                        node.slot_id,
+                        node.restarts,
+                        node.process.log.display(),
+                        node.process.log_tail(15)
+                    ));
+                    break;
+                }
+                tracing::warn!("node {} exited ({status}); restarting it", node.slot_id);
+                node.restarts += 1;
+                let log = node.process.log.clone();
+                match Node::spawn(&exe, node.slot_id, &node.env, &log) {
+                    Ok(process) => node.process = process,
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
             }
             if tokio::time::Instant::now() > deadline {
                 break;
@@ -404,7 +486,7 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
     if opts.total_slots.unwrap_or(opts.nodes) > u64::from(u32::MAX) {
         problems.push("--total-slots exceeds 2^32 - 1, the protocol's slot id range".into());
     }
-    for (slot, _) in &opts.faults {
+    for slot in opts.faults.iter().map(|(s, _)| s).chain(opts.kills.iter().map(|(s, _)| s)) {
         if *slot == 0 || *slot > opts.nodes {
             problems.push(format!("--fault slot {slot} is not one of the devnet's slots 1..={}", opts.nodes));
         }
@@ -602,6 +684,14 @@ fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], in
         }
     }
     latencies_ms.sort_by(f64::total_cmp);
+    // The same slot, epoch and project accepted twice: a double submission.
+    let mut once = std::collections::BTreeSet::new();
+    let duplicates = seen
+        .iter()
+        .filter(|s| s.verdict.is_ok())
+        .filter_map(|s| s.submission.request.as_ref())
+        .filter(|r| !once.insert((r.slot_id, r.epoch_id, r.project_id.clone())))
+        .count();
     Summary {
         epochs: released.len(),
         accepted,
@@ -610,6 +700,8 @@ fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], in
         interrupted,
         latencies_ms,
         peak_rss_kib: nodes.iter().filter_map(|n| n.peak_rss_kib.map(|r| (n.slot_id, r))).collect(),
+        duplicates,
+        restarts: nodes.iter().map(|n| n.restarts).sum(),
     }
 }
 
@@ -630,8 +722,12 @@ fn summary_text(s: &Summary, took: Duration) -> String {
         .map(|(_, r)| *r)
         .max()
         .map_or("-".to_owned(), |r| format!("{:.1} MiB", r as f64 / 1024.0));
+    let extra = match (s.duplicates, s.restarts) {
+        (0, 0) => String::new(),
+        (d, r) => format!(", {d} duplicate(s), {r} node restart(s)"),
+    };
     format!(
-        "{} epochs in {:.0} s{}: {} accepted, {} rejected, {} missing\n\
+        "{} epochs in {:.0} s{}: {} accepted, {} rejected, {} missing{extra}\n\
          release → acknowledgement: median {}, p90 {}, p99 {}, max {}\n\
          peak RSS of a node: {rss}",
         s.epochs,

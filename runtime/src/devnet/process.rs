@@ -25,7 +25,12 @@ pub struct Guarded {
 impl Guarded {
     /// Spawns `cmd` (stdin closed; stderr, and stdout unless piped, to `log`).
     pub fn spawn(name: &str, cmd: &mut Command, log: &Path, pipe_stdout: bool) -> Result<Self> {
-        let file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        // Appended: a node restarted by the devnet keeps one log.
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
         let stdout = if pipe_stdout { Stdio::piped() } else { Stdio::from(file.try_clone()?) };
         let child = cmd
             .process_group(0)
@@ -51,6 +56,12 @@ impl Guarded {
         {
             let _ = kill_process(pid, signal);
         }
+    }
+
+    /// SIGKILL: a crash, for drills.
+    pub fn kill(&mut self) {
+        self.signal(Signal::KILL);
+        let _ = self.child.wait();
     }
 
     /// Peak resident memory so far (`VmHWM`), in KiB; `None` once exited.

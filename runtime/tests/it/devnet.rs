@@ -151,3 +151,25 @@ fn devnet_drills_deliver_exactly_one_three_failure_alert_per_drilled_slot() {
     let request = &api.requests()[0];
     assert!(request["path"].as_str().unwrap().starts_with("/bot123456:"), "{request}");
 }
+
+/// The devnet survives its own drill: node 2 is SIGKILLed right after epoch
+/// 5's release, the devnet restarts it, it rejoins where its cursor was and
+/// submits what it owes — nothing twice — and the record re-verifies.
+#[test]
+fn a_killed_node_is_restarted_and_rejoins_without_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let args = ["--epochs", "8", "--nodes", "3", "--fault", "kill-node:2@5", "--json", record.to_str().unwrap()];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("24 accepted, 0 rejected, 0 missing, 0 duplicate(s), 1 node restart(s)"), "{stdout}");
+    let log = std::fs::read_to_string(dir.path().join("run/node-2.log")).unwrap();
+    assert!(log.matches("watching ProtocolState").count() >= 2, "node 2 started twice:\n{log}");
+    let verified = verify(&record);
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+
+    let bad = devnet(dir.path(), &["--fault", "kill-node:2"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected kill-node:SLOT@EPOCH"));
+}

@@ -606,9 +606,11 @@ fn the_data_dir_stays_bounded_and_a_restart_still_refuses_a_double_submission() 
     env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
     env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
     let m = &world.manifest;
-    let cursor = dir
-        .join("state")
-        .join(format!("cursor-{}-{}.json", m.protocol_state.to_lowercase(), m.data_market.to_lowercase()));
+    let cursor = dir.join("state").join(format!(
+        "cursor-{}-{}.json",
+        m.protocol_state.to_lowercase(),
+        m.data_market.to_lowercase()
+    ));
     let handled = |n: u64| {
         lite_node_testkit::poll_until(&format!("epoch {n} handled"), std::time::Duration::from_secs(60), || {
             let saved: Value = serde_json::from_slice(&std::fs::read(&cursor).ok()?).ok()?;
