@@ -86,7 +86,8 @@ struct DevnetArgs {
     /// A drill (repeatable): compute-error:SLOT or empty-return:SLOT — that
     /// node's compute fails, or returns nothing, whenever it is selected;
     /// kill-node:SLOT@EPOCH — that node is SIGKILLed after the epoch's
-    /// release and restarted by the devnet.
+    /// release and restarted by the devnet; stall-anvil:SECS@EPOCH — anvil
+    /// stops answering for SECS after the epoch's release.
     #[arg(long, value_name = "KIND:SLOT", value_parser = lite_node::devnet::parse_fault)]
     fault: Vec<lite_node::devnet::Fault>,
     /// Send the nodes' alerts to this Telegram Bot API (a placeholder bot token and chat id are supplied).
@@ -230,6 +231,14 @@ fn main() -> ExitCode {
                     .iter()
                     .filter_map(|f| match f {
                         lite_node::devnet::Fault::KillNode { slot, epoch } => Some((*slot, *epoch)),
+                        _ => None,
+                    })
+                    .collect(),
+                stalls: a
+                    .fault
+                    .iter()
+                    .filter_map(|f| match f {
+                        lite_node::devnet::Fault::StallAnvil { secs, epoch } => Some((*secs, *epoch)),
                         _ => None,
                     })
                     .collect(),

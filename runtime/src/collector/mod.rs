@@ -59,6 +59,29 @@ pub struct Seen {
 /// Shared record of what a collector saw.
 pub type Received = Arc<Mutex<Vec<Seen>>>;
 
+/// Why a submission was not accepted: its own fault (answered `Failure`,
+/// recorded with the reason), or the collector's chain could not be read
+/// (answered with gRPC `UNAVAILABLE`, not recorded: the node tries again).
+#[derive(Debug)]
+pub enum Refused {
+    Rejected(String),
+    Unavailable(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Rejected(r) | Self::Unavailable(r) => f.write_str(r),
+        }
+    }
+}
+
+impl From<String> for Refused {
+    fn from(reason: String) -> Self {
+        Self::Rejected(reason)
+    }
+}
+
 /// Anchor blocks after an epoch's release within which a submission's
 /// deadline must fall: the node's submission window (100) plus its deadline
 /// buffer (30). A later deadline would keep a signed submission replayable.
@@ -106,7 +129,7 @@ impl DevnetCollector {
 
     /// How `epoch_id` was released (kept once found); an epoch never released
     /// for this data market is refused.
-    async fn release(&self, epoch_id: u64) -> Result<Release, String> {
+    async fn release(&self, epoch_id: u64) -> Result<Release, Refused> {
         if let Some(known) = self.releases.lock().await.get(&epoch_id) {
             return Ok(*known);
         }
@@ -114,31 +137,35 @@ impl DevnetCollector {
             .anchor
             .epoch_release(epoch_id, self.from_block)
             .await
-            .map_err(|e| format!("anchor unavailable: {e}"))?
-            .ok_or_else(|| format!("epoch {epoch_id} was never released for this data market"))?;
+            .map_err(|e| Refused::Unavailable(format!("anchor unavailable: {e}")))?
+            .ok_or_else(|| Refused::Rejected(format!("epoch {epoch_id} was never released for this data market")))?;
         self.releases.lock().await.insert(epoch_id, release);
         Ok(release)
     }
 
-    async fn verdict(&self, s: &SnapshotSubmission) -> Result<(), String> {
+    async fn verdict(&self, s: &SnapshotSubmission) -> Result<(), Refused> {
         let scope = Scope { data_market: self.anchor.data_market, protocol_state: self.anchor.protocol_state };
         let r = check_form(s, &scope)?;
         let release = self.release(r.epoch_id).await?;
         let latest = release.block_number.saturating_add(DEADLINE_AFTER_RELEASE);
         if r.deadline > latest {
-            return Err(format!(
+            return Err(Refused::Rejected(format!(
                 "deadline {} is past block {latest}: epoch {} was released in block {}, and a submission is valid \
                  for at most {DEADLINE_AFTER_RELEASE} blocks after that",
                 r.deadline, r.epoch_id, release.block_number
-            ));
+            )));
         }
-        let head = self.anchor.head().await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        let head = self.anchor.head().await.map_err(|e| Refused::Unavailable(format!("anchor unavailable: {e}")))?;
         if head > r.deadline {
-            return Err(format!("deadline {} passed (anchor head {head})", r.deadline));
+            return Err(Refused::Rejected(format!("deadline {} passed (anchor head {head})", r.deadline)));
         }
-        let registered = self.anchor.slot_owner(r.slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        let registered = self
+            .anchor
+            .slot_owner(r.slot_id)
+            .await
+            .map_err(|e| Refused::Unavailable(format!("anchor unavailable: {e}")))?;
         if registered == Address::ZERO {
-            return Err(format!("slot {} is not registered", r.slot_id));
+            return Err(Refused::Rejected(format!("slot {} is not registered", r.slot_id)));
         }
         signature_is_from(s, self.chain_id, self.anchor.protocol_state, registered)?;
         if let Some(selection) = &self.selection {
@@ -169,11 +196,18 @@ impl proto::submission_server::Submission for DevnetCollector {
         request: tonic::Request<SnapshotSubmission>,
     ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
         let s = request.into_inner();
-        let verdict = self.verdict(&s).await;
+        let verdict = match self.verdict(&s).await {
+            Ok(()) => Ok(()),
+            Err(Refused::Rejected(reason)) => {
+                tracing::info!("rejected a submission: {reason}");
+                Err(reason)
+            }
+            Err(Refused::Unavailable(reason)) => {
+                tracing::warn!("cannot check a submission now ({reason}); asking the node to retry");
+                return Err(tonic::Status::unavailable(reason));
+            }
+        };
         let message = if verdict.is_ok() { proto::SUCCESS } else { proto::FAILURE };
-        if let Err(reason) = &verdict {
-            tracing::info!("rejected a submission: {reason}");
-        }
         self.record(s, verdict);
         Ok(tonic::Response::new(SubmissionResponse { message: message.into() }))
     }
@@ -185,7 +219,11 @@ impl proto::submission_server::Submission for DevnetCollector {
         let mut stream = request.into_inner();
         let mut all_ok = true;
         while let Some(s) = stream.message().await? {
-            let verdict = self.verdict(&s).await;
+            let verdict = match self.verdict(&s).await {
+                Ok(()) => Ok(()),
+                Err(Refused::Rejected(reason)) => Err(reason),
+                Err(Refused::Unavailable(reason)) => return Err(tonic::Status::unavailable(reason)),
+            };
             all_ok &= verdict.is_ok();
             self.record(s, verdict);
         }

@@ -9,6 +9,7 @@ use lite_node_protocol::to_quantity;
 
 use crate::{
     chain::{Anchor, HttpRpc, Release},
+    collector::Refused,
     compute::LoadedPackage,
 };
 
@@ -69,11 +70,11 @@ impl SelectionCheck {
         anchor: &Anchor,
         epoch_id: u64,
         release: Release,
-    ) -> Result<Arc<EpochAssignment>, String> {
+    ) -> Result<Arc<EpochAssignment>, Refused> {
         if let Some(known) = self.epochs.lock().await.get(&epoch_id) {
             return Ok(known.clone());
         }
-        let unavailable = |what: &str, e: RpcError| format!("{what} unavailable: {e}");
+        let unavailable = |what: &str, e: RpcError| Refused::Unavailable(format!("{what} unavailable: {e}"));
         let Release { begin, end, .. } = release;
         let block = self
             .source
@@ -82,7 +83,9 @@ impl SelectionCheck {
             .map_err(|e| unavailable("source chain", e))?;
         let block_hash = block["hash"]
             .as_str()
-            .ok_or_else(|| format!("the source chain has no block {begin} (epoch {epoch_id}'s seed block)"))?
+            .ok_or_else(|| {
+                Refused::Unavailable(format!("the source chain has no block {begin} (epoch {epoch_id}'s seed block)"))
+            })?
             .to_owned();
         let total_slots = anchor.total_slots().await.map_err(|e| unavailable("anchor", e))?;
         let library = &self.package.libraries[self.library];

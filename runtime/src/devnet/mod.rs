@@ -62,6 +62,9 @@ pub struct Options {
     /// `(slot, epoch)`: that node is SIGKILLed right after that epoch's
     /// release (`--fault kill-node:SLOT@EPOCH`); the devnet restarts it.
     pub kills: Vec<(u64, u64)>,
+    /// `(seconds, epoch)`: anvil stops answering for that long right after
+    /// that epoch's release (`--fault stall-anvil:SECS@EPOCH`).
+    pub stalls: Vec<(u64, u64)>,
     /// A Telegram Bot API for the nodes' alerts (placeholder token and chat).
     pub telegram_api_url: Option<String>,
 }
@@ -73,6 +76,8 @@ pub enum Fault {
     Drill(u64, crate::dispatch::Drill),
     /// `kill-node:SLOT@EPOCH`: that node is SIGKILLed right after the epoch's release.
     KillNode { slot: u64, epoch: u64 },
+    /// `stall-anvil:SECS@EPOCH`: anvil stops answering for SECS right after the epoch's release.
+    StallAnvil { secs: u64, epoch: u64 },
 }
 
 /// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`) or
@@ -87,7 +92,14 @@ pub fn parse_fault(s: &str) -> Result<Fault, String> {
             rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected kill-node:SLOT@EPOCH"))?;
         return Ok(Fault::KillNode { slot: number(slot, "a slot number")?, epoch: number(epoch, "an epoch id")? });
     }
-    let drill = kind.parse().map_err(|e: String| format!("{e}, or kill-node:SLOT@EPOCH"))?;
+    if kind == "stall-anvil" {
+        let (secs, epoch) =
+            rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected stall-anvil:SECONDS@EPOCH"))?;
+        let (secs, epoch) = (number(secs, "a number of seconds")?, number(epoch, "an epoch id")?);
+        return Ok(Fault::StallAnvil { secs, epoch });
+    }
+    let drill =
+        kind.parse().map_err(|e: String| format!("{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH"))?;
     Ok(Fault::Drill(number(rest, "a slot number")?, drill))
 }
 
@@ -216,7 +228,7 @@ pub async fn run(
     writeln!(out, "compute package {} ready", package.package.manifest.commit)?;
 
     // The chain.
-    let anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
+    let mut anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
     let url = anvil.url();
     let io = IoRuntime::new()?;
     let rpc = |role| HttpRpc::new(role, vec![url.clone()], Duration::from_secs(15), io.clone()).map_err(|e| anyhow!(e));
@@ -382,6 +394,10 @@ pub async fn run(
             }
         };
         k += 1;
+        for (secs, _) in opts.stalls.iter().filter(|(_, e)| *e == epoch.assignment.epoch_id) {
+            tracing::info!("drill: anvil stalls for {secs}s after epoch {}'s release", epoch.assignment.epoch_id);
+            anvil.process.stall(Duration::from_secs(*secs));
+        }
         for (slot, _) in opts.kills.iter().filter(|(_, e)| *e == epoch.assignment.epoch_id) {
             if let Some(node) = nodes.iter_mut().find(|n| n.slot_id == *slot) {
                 tracing::info!("drill: SIGKILL to node {slot} after epoch {}'s release", epoch.assignment.epoch_id);

@@ -58,6 +58,20 @@ impl Guarded {
         }
     }
 
+    /// SIGSTOP now, SIGCONT after `pause` (in the background): a process
+    /// that stops answering for a while, for drills.
+    pub fn stall(&mut self, pause: Duration) {
+        if self.exited().is_some() {
+            return;
+        }
+        let Some(pid) = Pid::from_raw(self.child.id() as i32) else { return };
+        let _ = kill_process(pid, Signal::STOP);
+        std::thread::spawn(move || {
+            std::thread::sleep(pause);
+            let _ = kill_process(pid, Signal::CONT);
+        });
+    }
+
     /// SIGKILL: a crash, for drills.
     pub fn kill(&mut self) {
         self.signal(Signal::KILL);

@@ -173,3 +173,16 @@ fn a_killed_node_is_restarted_and_rejoins_without_a_duplicate() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected kill-node:SLOT@EPOCH"));
 }
+
+/// Anvil stops answering for 16 s (past every 15 s RPC timeout) right after
+/// epoch 3's release: the driver, the collector and the nodes wait it out,
+/// and every selected slot is still accepted, once.
+#[test]
+fn a_stalled_anvil_is_waited_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--epochs", "5", "--nodes", "3", "--fault", "stall-anvil:16@3"];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("15 accepted, 0 rejected, 0 missing"), "{stdout}");
+}
