@@ -135,3 +135,25 @@ impl AlertConfig {
         if problems.is_empty() { Ok(Self { bot, reporting, cooldown }) } else { Err(ConfigErrors { problems }) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(id: &str) -> Result<AlertConfig, ConfigErrors> {
+        AlertConfig::from_env(&EnvSnapshot::from_pairs([("TELEGRAM_BOT_TOKEN", "1:t"), ("TELEGRAM_CHAT_ID", id)]))
+    }
+
+    /// Checked at start, not when the first alert fails: a numeric id or a
+    /// channel's public @username (5 to 32 letters, digits, underscores).
+    #[test]
+    fn telegram_chat_ids_are_checked_at_start() {
+        for good in ["123", "-1001234567890", "@my_channel"] {
+            assert!(chat(good).is_ok(), "{good}");
+        }
+        for bad in ["123 # the operator's chat", "@ab", "@has space", "@bad#name", "chat"] {
+            let err = chat(bad).unwrap_err().to_string();
+            assert!(err.contains("is neither a numeric chat id nor an @channelusername"), "{bad}: {err}");
+        }
+    }
+}
