@@ -218,30 +218,7 @@ fn main() -> ExitCode {
                 epoch_timeout: Duration::from_secs(a.epoch_timeout_secs),
                 json: a.json,
                 run_dir: a.run_dir,
-                faults: a
-                    .fault
-                    .iter()
-                    .filter_map(|f| match f {
-                        lite_node::devnet::Fault::Drill(slot, drill) => Some((*slot, *drill)),
-                        _ => None,
-                    })
-                    .collect(),
-                kills: a
-                    .fault
-                    .iter()
-                    .filter_map(|f| match f {
-                        lite_node::devnet::Fault::KillNode { slot, epoch } => Some((*slot, *epoch)),
-                        _ => None,
-                    })
-                    .collect(),
-                stalls: a
-                    .fault
-                    .iter()
-                    .filter_map(|f| match f {
-                        lite_node::devnet::Fault::StallAnvil { secs, epoch } => Some((*secs, *epoch)),
-                        _ => None,
-                    })
-                    .collect(),
+                faults: a.fault,
                 telegram_api_url: a.telegram_api_url,
             },
             &env,

@@ -58,13 +58,7 @@ pub struct Options {
     /// Where the run's state goes (default `<devnet dir>/run`; emptied at start).
     pub run_dir: Option<PathBuf>,
     /// Alert drills: `(slot, drill)`; that node's selected computes fail.
-    pub faults: Vec<(u64, crate::dispatch::Drill)>,
-    /// `(slot, epoch)`: that node is SIGKILLed right after that epoch's
-    /// release (`--fault kill-node:SLOT@EPOCH`); the devnet restarts it.
-    pub kills: Vec<(u64, u64)>,
-    /// `(seconds, epoch)`: anvil stops answering for that long right after
-    /// that epoch's release (`--fault stall-anvil:SECS@EPOCH`).
-    pub stalls: Vec<(u64, u64)>,
+    pub faults: Vec<Fault>,
     /// A Telegram Bot API for the nodes' alerts (placeholder token and chat).
     pub telegram_api_url: Option<String>,
 }
@@ -101,6 +95,26 @@ pub fn parse_fault(s: &str) -> Result<Fault, String> {
     let drill =
         kind.parse().map_err(|e: String| format!("{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH"))?;
     Ok(Fault::Drill(number(rest, "a slot number")?, drill))
+}
+
+impl Fault {
+    /// The slot a drill is on, if it is on one.
+    fn slot(&self) -> Option<u64> {
+        match *self {
+            Self::Drill(slot, _) | Self::KillNode { slot, .. } => Some(slot),
+            Self::StallAnvil { .. } => None,
+        }
+    }
+}
+
+impl Options {
+    /// The alert drills, `(slot, drill)`.
+    fn drills(&self) -> impl Iterator<Item = (u64, crate::dispatch::Drill)> + '_ {
+        self.faults.iter().filter_map(|f| match *f {
+            Fault::Drill(slot, drill) => Some((slot, drill)),
+            _ => None,
+        })
+    }
 }
 
 /// How often the devnet restarts one node that keeps dying before it gives up.
@@ -324,7 +338,7 @@ pub async fn run(
             ("RUST_LOG", node_log_filter(&env)),
         ];
         node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
-        if let Some((_, drill)) = opts.faults.iter().find(|(s, _)| s == slot_id) {
+        if let Some((_, drill)) = opts.drills().find(|(s, _)| s == slot_id) {
             node_env.push(("LITE_NODE_DRILL".into(), drill.as_str().into()));
         }
         if let Some(url) = &opts.telegram_api_url {
@@ -374,12 +388,13 @@ pub async fn run(
             _ = tokio::time::sleep_until(next_release) => {}
         }
         next_release = tokio::time::Instant::now() + opts.interval;
+        let drills: Vec<_> = opts.drills().collect();
         // A stalled anvil is waited out (two minutes at most), not a reason
         // to tear the network down.
         let release = retry(
             Policy::CHAIN,
             "the devnet's swap and release",
-            || release_one(&driver, &anchor, &selection, k, opts.nodes, &opts.faults),
+            || release_one(&driver, &anchor, &selection, k, opts.nodes, &drills),
             |_| true,
         );
         let epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
@@ -394,14 +409,19 @@ pub async fn run(
             }
         };
         k += 1;
-        for (secs, _) in opts.stalls.iter().filter(|(_, e)| *e == epoch.assignment.epoch_id) {
-            tracing::info!("drill: anvil stalls for {secs}s after epoch {}'s release", epoch.assignment.epoch_id);
-            anvil.process.stall(Duration::from_secs(*secs));
-        }
-        for (slot, _) in opts.kills.iter().filter(|(_, e)| *e == epoch.assignment.epoch_id) {
-            if let Some(node) = nodes.iter_mut().find(|n| n.slot_id == *slot) {
-                tracing::info!("drill: SIGKILL to node {slot} after epoch {}'s release", epoch.assignment.epoch_id);
-                node.process.kill();
+        for fault in &opts.faults {
+            match *fault {
+                Fault::StallAnvil { secs, epoch: e } if e == epoch.assignment.epoch_id => {
+                    tracing::info!("drill: anvil stalls for {secs}s after epoch {e}'s release");
+                    anvil.process.stall(Duration::from_secs(secs));
+                }
+                Fault::KillNode { slot, epoch: e } if e == epoch.assignment.epoch_id => {
+                    if let Some(node) = nodes.iter_mut().find(|n| n.slot_id == slot) {
+                        tracing::info!("drill: SIGKILL to node {slot} after epoch {e}'s release");
+                        node.process.kill();
+                    }
+                }
+                _ => {}
             }
         }
         let mut deadline = tokio::time::Instant::now() + opts.epoch_timeout;
@@ -502,8 +522,8 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
     if opts.total_slots.unwrap_or(opts.nodes) > u64::from(u32::MAX) {
         problems.push("--total-slots exceeds 2^32 - 1, the protocol's slot id range".into());
     }
-    for slot in opts.faults.iter().map(|(s, _)| s).chain(opts.kills.iter().map(|(s, _)| s)) {
-        if *slot == 0 || *slot > opts.nodes {
+    for slot in opts.faults.iter().filter_map(Fault::slot) {
+        if slot == 0 || slot > opts.nodes {
             problems.push(format!("--fault slot {slot} is not one of the devnet's slots 1..={}", opts.nodes));
         }
     }

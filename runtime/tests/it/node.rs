@@ -367,9 +367,7 @@ fn a_second_node_on_the_same_data_dir_refuses_to_start_naming_the_first_and_noth
     let dir = data.path().join("node");
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
     let mut env = node_env(&world.url(), &world.manifest, 1);
-    let collector = RunningCollector::start(bin, &env);
-    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
-    env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
+    let collector = crate::support::with_collector(&mut env);
     let mut first = RunningNode::start(bin, &env, &dir);
     first.wait_for_log("watching ProtocolState");
     let mut second = RunningNode::start(bin, &env, &dir);
@@ -394,9 +392,7 @@ fn torn_last_lines_in_the_ledger_and_journal_are_mended_at_every_start() {
     let dir = data.path().join("node");
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
     let mut env = node_env(&world.url(), &world.manifest, 1);
-    let collector = RunningCollector::start(bin, &env);
-    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
-    env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
+    let collector = crate::support::with_collector(&mut env);
     let tear = |name: &str, fragment: &str| {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new().append(true).open(dir.join("state").join(name)).unwrap();
@@ -602,9 +598,7 @@ fn the_data_dir_stays_bounded_and_a_restart_still_refuses_a_double_submission() 
     let mut env = node_env(&world.url(), &world.manifest, 1);
     env.push(("LITE_NODE_RETAIN_EPOCHS".into(), "3".into()));
     env.push(("LITE_NODE_SUBMISSION_WINDOW_BLOCKS".into(), "5".into()));
-    let collector = RunningCollector::start(bin, &env);
-    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
-    env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
+    let collector = crate::support::with_collector(&mut env);
     let m = &world.manifest;
     let cursor = dir.join("state").join(format!(
         "cursor-{}-{}.json",

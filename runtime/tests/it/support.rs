@@ -135,13 +135,18 @@ pub fn epoch(epoch_id: u64) -> EpochContext {
 
 /// Starts `lite-node run` (this crate's binary) with `env` and data dir
 /// `data`, and a `lite-node collector` for it to submit to.
-pub fn start_node(env: &[(String, String)], data: &Path) -> RunningNode {
-    let bin = Path::new(env!("CARGO_BIN_EXE_lite-node"));
-    let collector = RunningCollector::start(bin, env);
-    let mut env = env.to_vec();
+/// Starts a collector for the node environment `env` and points `env` at it.
+pub fn with_collector(env: &mut Vec<(String, String)>) -> RunningCollector {
+    let collector = RunningCollector::start(Path::new(env!("CARGO_BIN_EXE_lite-node")), env);
     env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
     env.push(("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()));
-    let mut node = RunningNode::start(bin, &env, data);
+    collector
+}
+
+pub fn start_node(env: &[(String, String)], data: &Path) -> RunningNode {
+    let mut env = env.to_vec();
+    let collector = with_collector(&mut env);
+    let mut node = RunningNode::start(Path::new(env!("CARGO_BIN_EXE_lite-node")), &env, data);
     node.collector = Some(collector);
     node
 }
