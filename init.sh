@@ -38,9 +38,22 @@ need_devnet_world() {
   devnet/build-world.sh --if-stale
 }
 
+# The validator's tests run real redis-server processes (Debian's package).
+need_redis() {
+  command -v redis-server >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing redis-server (Debian package, for the validator's tests)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    echo "init.sh: redis-server not found; install it (e.g. sudo apt-get install redis-server)" >&2
+    exit 2
+  fi
+}
+
 run_tests() {
   need_rust
   need_devnet_world
+  need_redis
   local ws
   say "formatting (cargo fmt --check)"
   for ws in "${WORKSPACES[@]}"; do (cd "$ws" && cargo fmt --all --check); done

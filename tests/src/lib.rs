@@ -627,3 +627,57 @@ impl Drop for TelegramStandin {
         let _ = self.child.wait();
     }
 }
+
+/// A real `redis-server` on a free loopback port with a throwaway directory,
+/// no persistence unless asked; stopped on drop.
+pub struct RedisServer {
+    child: std::process::Child,
+    pub port: u16,
+    dir: TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With extra `redis-server` arguments (e.g. `["--appendonly", "yes"]`).
+    pub fn start_with(args: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Self::spawn(port, tempfile::tempdir().unwrap(), args)
+    }
+
+    fn spawn(port: u16, dir: TempDir, args: &[&str]) -> Self {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--dir"])
+            .arg(dir.path())
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server runs (./init.sh test installs it)");
+        poll_until("redis-server answering", std::time::Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        Self { child, port, dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills it and starts it again on the same port and directory (an
+    /// append-only file there is replayed).
+    pub fn restart(mut self, args: &[&str]) -> Self {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        Self::spawn(self.port, dir, args)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,243 @@
+//! Every Redis key the validator pipeline uses, named exactly as seed 001
+//! gives it (`../shared/seeds/001_862d6aa23184e043.txt`): the builders the
+//! components call, and [`SCHEMA`], the table of patterns, types and TTLs
+//! that tests check what was written against.
+//!
+//! Keys the seed namespaces start with `{protocol}:{market}:` — the
+//! ProtocolState and data market addresses, lower-case hex with `0x`.
+
+use std::time::Duration;
+
+/// A Redis value type, as `TYPE key` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyType {
+    String,
+    List,
+    Set,
+    ZSet,
+    Hash,
+}
+
+impl KeyType {
+    /// The name `TYPE` answers.
+    pub fn redis_name(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::List => "list",
+            Self::Set => "set",
+            Self::ZSet => "zset",
+            Self::Hash => "hash",
+        }
+    }
+}
+
+/// How long a key lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ttl {
+    /// No expiry (queues, timelines pruned by the state tracker).
+    None,
+    /// Set when written.
+    Fixed(Duration),
+    /// Set once the epoch's submission window closes.
+    AfterWindowClose(Duration),
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// `processingSubmission:{id}`: a submission a dequeuer worker is on.
+pub const PROCESSING_TTL: Duration = Duration::from_secs(5 * 60);
+/// `epoch:{id}:state`.
+pub const EPOCH_STATE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// `epoch:{id}:window` and `epoch:{id}:processed`, after the window closes.
+pub const WINDOW_CLOSED_TTL: Duration = HOUR;
+/// `batch:part:{epochId}:{partId}`.
+pub const BATCH_PART_TTL: Duration = Duration::from_secs(2 * 3600);
+/// `metrics:submissions:metadata:{entityId}`.
+pub const SUBMISSION_METADATA_TTL: Duration = DAY;
+
+/// One row of the seed's key table: a pattern with `{placeholders}`.
+#[derive(Clone, Copy, Debug)]
+pub struct KeySpec {
+    pub pattern: &'static str,
+    pub kind: KeyType,
+    pub ttl: Ttl,
+}
+
+const fn spec(pattern: &'static str, kind: KeyType, ttl: Ttl) -> KeySpec {
+    KeySpec { pattern, kind, ttl }
+}
+
+/// The keys of seed 001 this validator writes, with their types and TTLs.
+pub const SCHEMA: &[KeySpec] = &[
+    spec("{protocol}:{market}:submissionQueue", KeyType::List, Ttl::None),
+    // Ours, not the seed's: where BLMOVE puts a taken item until its worker
+    // acknowledges it (the seed's dequeuer BRPOPs, and a crash loses the item).
+    spec("{protocol}:{market}:submissionQueue:processing", KeyType::List, Ttl::None),
+    spec("processingSubmission:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
+    spec("{protocol}:{market}:processed:{sequencerId}:{submissionId}", KeyType::Hash, Ttl::None),
+    spec("{protocol}:{market}:epoch:{epochId}:processed", KeyType::Set, Ttl::AfterWindowClose(WINDOW_CLOSED_TTL)),
+    spec("{protocol}:{market}:EpochProcessed({epochId})", KeyType::Set, Ttl::None),
+    spec("{protocol}:{market}:epoch:{epochId}:window", KeyType::String, Ttl::AfterWindowClose(WINDOW_CLOSED_TTL)),
+    spec("{protocol}:{market}:epoch:{epochId}:state", KeyType::Hash, Ttl::Fixed(EPOCH_STATE_TTL)),
+    spec("{protocol}:{market}:finalizationQueue", KeyType::List, Ttl::None),
+    spec("{protocol}:{market}:batch:part:{epochId}:{partId}", KeyType::String, Ttl::Fixed(BATCH_PART_TTL)),
+    spec("{protocol}:{market}:epoch:{epochId}:parts:completed", KeyType::String, Ttl::None),
+    spec("{protocol}:{market}:epoch:{epochId}:parts:total", KeyType::String, Ttl::None),
+    spec("{protocol}:{market}:epoch:{epochId}:parts:ready", KeyType::String, Ttl::None),
+    spec("{protocol}:{market}:aggregationQueue", KeyType::List, Ttl::None),
+    spec("{protocol}:{market}:finalized:{epochId}", KeyType::String, Ttl::None),
+    spec("{protocol}:{market}:outgoing:broadcast:batch", KeyType::List, Ttl::None),
+    spec("{protocol}:{market}:epochs:active", KeyType::Set, Ttl::None),
+    spec("ActiveEpochs()", KeyType::Set, Ttl::None),
+    spec("{protocol}:{market}:dashboard:summary", KeyType::String, Ttl::Fixed(MINUTE)),
+    spec("{protocol}:{market}:stats:current", KeyType::Hash, Ttl::Fixed(MINUTE)),
+    spec("{protocol}:{market}:metrics:participation", KeyType::String, Ttl::Fixed(Duration::from_secs(300))),
+    spec("{protocol}:{market}:metrics:current_epoch", KeyType::String, Ttl::Fixed(Duration::from_secs(30))),
+    spec("{protocol}:{market}:metrics:epochs:timeline", KeyType::ZSet, Ttl::None),
+    spec("{protocol}:{market}:metrics:batches:timeline", KeyType::ZSet, Ttl::None),
+    spec("{protocol}:{market}:metrics:submissions:timeline", KeyType::ZSet, Ttl::None),
+    spec(
+        "{protocol}:{market}:metrics:submissions:metadata:{entityId}",
+        KeyType::String,
+        Ttl::Fixed(SUBMISSION_METADATA_TTL),
+    ),
+    spec("{protocol}:{market}:metrics:validations:timeline", KeyType::ZSet, Ttl::None),
+    spec("{protocol}:{market}:metrics:validator:{validatorId}:batches", KeyType::ZSet, Ttl::None),
+];
+
+/// The spec a concrete key matches (placeholders match any text without a
+/// `:`, or any text for the last one), if any.
+pub fn spec_of(key: &str) -> Option<&'static KeySpec> {
+    SCHEMA.iter().find(|s| matches(s.pattern, key))
+}
+
+fn matches(pattern: &str, key: &str) -> bool {
+    let Some(open) = pattern.find('{') else { return pattern == key };
+    let close = open + pattern[open..].find('}').expect("placeholders are closed");
+    let (literal, rest) = (&pattern[..open], &pattern[close + 1..]);
+    let Some(tail) = key.strip_prefix(literal) else { return false };
+    if rest.is_empty() {
+        return !tail.is_empty();
+    }
+    // The placeholder takes the shortest run after which the rest matches.
+    (1..=tail.len()).filter(|&n| tail.is_char_boundary(n)).any(|n| {
+        let (value, after) = tail.split_at(n);
+        !value.is_empty() && matches(rest, after)
+    })
+}
+
+/// The key names of one protocol and data market.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// `protocol` and `market` as the seed's `{protocol}:{market}` namespace.
+    pub fn new(protocol: &str, market: &str) -> Self {
+        Self { prefix: format!("{}:{}:", protocol.to_ascii_lowercase(), market.to_ascii_lowercase()) }
+    }
+
+    fn ns(&self, rest: &str) -> String {
+        format!("{}{rest}", self.prefix)
+    }
+
+    pub fn submission_queue(&self) -> String {
+        self.ns("submissionQueue")
+    }
+
+    /// Where a dequeuer worker moves an item it is working on (`BLMOVE`), so
+    /// a crash loses nothing.
+    pub fn submission_processing(&self) -> String {
+        self.ns("submissionQueue:processing")
+    }
+
+    pub fn processing_submission(id: &str) -> String {
+        format!("processingSubmission:{id}")
+    }
+
+    pub fn processed(&self, sequencer_id: &str, submission_id: &str) -> String {
+        self.ns(&format!("processed:{sequencer_id}:{submission_id}"))
+    }
+
+    pub fn epoch_processed(&self, epoch_id: u64) -> String {
+        self.ns(&format!("epoch:{epoch_id}:processed"))
+    }
+
+    /// `EpochProcessed({epochId})`, namespaced as the seed's deterministic
+    /// aggregation section gives it.
+    pub fn epoch_processed_set(&self, epoch_id: u64) -> String {
+        self.ns(&format!("EpochProcessed({epoch_id})"))
+    }
+
+    pub fn epoch_window(&self, epoch_id: u64) -> String {
+        self.ns(&format!("epoch:{epoch_id}:window"))
+    }
+
+    pub fn epoch_state(&self, epoch_id: u64) -> String {
+        self.ns(&format!("epoch:{epoch_id}:state"))
+    }
+
+    pub fn finalization_queue(&self) -> String {
+        self.ns("finalizationQueue")
+    }
+
+    pub fn finalized(&self, epoch_id: u64) -> String {
+        self.ns(&format!("finalized:{epoch_id}"))
+    }
+
+    pub fn epochs_active(&self) -> String {
+        self.ns("epochs:active")
+    }
+
+    pub fn epochs_timeline(&self) -> String {
+        self.ns("metrics:epochs:timeline")
+    }
+
+    pub fn submissions_timeline(&self) -> String {
+        self.ns("metrics:submissions:timeline")
+    }
+
+    pub fn validations_timeline(&self) -> String {
+        self.ns("metrics:validations:timeline")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builder_names_a_key_of_the_schema_with_its_type() {
+        let k = Keys::new("0xAbC", "0xDeF");
+        let expect = [
+            (k.submission_queue(), KeyType::List),
+            (k.submission_processing(), KeyType::List),
+            (Keys::processing_submission("s-1"), KeyType::String),
+            (k.processed("seq", "s-1"), KeyType::Hash),
+            (k.epoch_processed(7), KeyType::Set),
+            (k.epoch_processed_set(7), KeyType::Set),
+            (k.epoch_window(7), KeyType::String),
+            (k.epoch_state(7), KeyType::Hash),
+            (k.finalization_queue(), KeyType::List),
+            (k.finalized(7), KeyType::String),
+            (k.epochs_active(), KeyType::Set),
+            (k.epochs_timeline(), KeyType::ZSet),
+            (k.submissions_timeline(), KeyType::ZSet),
+            (k.validations_timeline(), KeyType::ZSet),
+        ];
+        for (key, kind) in expect {
+            let spec = spec_of(&key).unwrap_or_else(|| panic!("{key} is in no row of the schema"));
+            assert_eq!(spec.kind, kind, "{key} ({})", spec.pattern);
+        }
+        assert_eq!(k.submission_queue(), "0xabc:0xdef:submissionQueue", "namespaced in lower case");
+        assert_eq!(
+            spec_of("0xabc:0xdef:epoch:7:window").unwrap().pattern,
+            "{protocol}:{market}:epoch:{epochId}:window"
+        );
+        assert!(spec_of("0xabc:0xdef:somethingElse").is_none());
+        assert!(spec_of("processingSubmission:").is_none(), "a placeholder is never empty");
+    }
+}

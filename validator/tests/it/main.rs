@@ -1,0 +1,3 @@
+//! The validator against real `redis-server` processes.
+
+mod queue;
