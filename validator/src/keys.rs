@@ -200,6 +200,10 @@ impl Keys {
         self.ns("metrics:submissions:timeline")
     }
 
+    pub fn submission_metadata(&self, entity_id: &str) -> String {
+        self.ns(&format!("metrics:submissions:metadata:{entity_id}"))
+    }
+
     pub fn validations_timeline(&self) -> String {
         self.ns("metrics:validations:timeline")
     }

@@ -4,9 +4,10 @@
 //! seed 001 gives them (`keys`), so each component can run in its own
 //! process. Depends on the protocol crate, never on the node's internals.
 //!
-//! Built so far: the key schema (`keys`) and the reliable work queue
-//! (`queue`) every component's intake rests on.
+//! Built so far: the key schema (`keys`), the reliable work queue (`queue`)
+//! every component's intake rests on, and the gateway (`gateway`).
 
+pub mod gateway;
 pub mod keys;
 pub mod queue;
 

@@ -1,3 +1,4 @@
 //! The validator against real `redis-server` processes.
 
+mod gateway;
 mod queue;
