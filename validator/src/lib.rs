@@ -5,8 +5,10 @@
 //! process. Depends on the protocol crate, never on the node's internals.
 //!
 //! Built so far: the key schema (`keys`), the reliable work queue (`queue`)
-//! every component's intake rests on, and the gateway (`gateway`).
+//! every component's intake rests on, the gateway (`gateway`), and the
+//! level-1 consensus rules (`consensus`).
 
+pub mod consensus;
 pub mod gateway;
 pub mod keys;
 pub mod queue;

@@ -1,0 +1,150 @@
+//! The validator's level-1 consensus on one epoch: per project, the CID with
+//! the most votes of distinct slots, and the root of the batch.
+//!
+//! - **One vote per slot.** A slot that names a second, different CID for the
+//!   same project in the same epoch keeps its first vote; the second is an
+//!   [`Equivocation`]. (The protocol's validator counts votes per
+//!   submission, so such a slot votes twice.)
+//! - **Ties are decided by a rule, not by chance:** among CIDs with the most
+//!   votes, the smallest in byte order wins. (The protocol's validator takes
+//!   the first maximum in Go's random map order.)
+//! - **The root** is the SHA-256 of `projectId:cid,` for every project,
+//!   sorted by project id (byte order), as lower-case hex. (The protocol's
+//!   validator hashes the same pairs in map order, so two runs disagree.)
+
+use std::collections::{BTreeMap, btree_map::Entry};
+
+use sha2::{Digest, Sha256};
+
+/// One slot's vote: it submitted `cid` for `project_id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vote {
+    pub slot_id: u64,
+    pub project_id: String,
+    pub cid: String,
+}
+
+/// A slot that named two different CIDs for one project.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Equivocation {
+    pub slot_id: u64,
+    pub project_id: String,
+    /// The vote that counts.
+    pub first: String,
+    /// The one that does not.
+    pub second: String,
+}
+
+/// One project's finalized CID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finalized {
+    pub cid: String,
+    /// Distinct slots that voted for it.
+    pub votes: u64,
+    /// Distinct slots that voted on the project at all.
+    pub voters: u64,
+}
+
+/// An epoch's tally.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Per project id, in byte order.
+    pub projects: BTreeMap<String, Finalized>,
+    pub equivocations: Vec<Equivocation>,
+}
+
+/// Counts `votes` (in the order they were received).
+pub fn tally(votes: impl IntoIterator<Item = Vote>) -> Tally {
+    // project → slot → its first CID
+    let mut ballots: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
+    let mut equivocations = Vec::new();
+    for v in votes {
+        match ballots.entry(v.project_id.clone()).or_default().entry(v.slot_id) {
+            Entry::Vacant(e) => {
+                e.insert(v.cid);
+            }
+            Entry::Occupied(e) if *e.get() != v.cid => equivocations.push(Equivocation {
+                slot_id: v.slot_id,
+                project_id: v.project_id,
+                first: e.get().clone(),
+                second: v.cid,
+            }),
+            Entry::Occupied(_) => {} // the same vote again: a duplicate, counted once
+        }
+    }
+    let projects = ballots
+        .into_iter()
+        .map(|(project, by_slot)| {
+            let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+            for cid in by_slot.values() {
+                *counts.entry(cid.as_str()).or_default() += 1;
+            }
+            // BTreeMap iterates CIDs in byte order; `max_by_key` keeps the
+            // last maximum, so compare on (votes, reversed order).
+            let (cid, votes) = counts
+                .iter()
+                .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+                .map(|(c, n)| ((*c).to_owned(), *n))
+                .expect("a project has at least one vote");
+            (project, Finalized { cid, votes, voters: by_slot.len() as u64 })
+        })
+        .collect();
+    Tally { projects, equivocations }
+}
+
+/// The batch root over `(project id, cid)` pairs (see the module docs).
+pub fn root(projects: &BTreeMap<String, Finalized>) -> String {
+    let mut hasher = Sha256::new();
+    for (project, f) in projects {
+        hasher.update(project.as_bytes());
+        hasher.update(b":");
+        hasher.update(f.cid.as_bytes());
+        hasher.update(b",");
+    }
+    hex::encode(hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vote(slot_id: u64, project: &str, cid: &str) -> Vote {
+        Vote { slot_id, project_id: project.into(), cid: cid.into() }
+    }
+
+    #[test]
+    fn the_most_voted_cid_wins_each_slot_votes_once_and_equivocation_is_recorded() {
+        let t = tally([
+            vote(1, "p", "bafyA"),
+            vote(2, "p", "bafyB"),
+            vote(3, "p", "bafyB"),
+            vote(1, "p", "bafyB"), // slot 1 changes its mind: not a second vote
+            vote(2, "p", "bafyB"), // a duplicate: counted once
+            vote(4, "q", "bafyC"),
+        ]);
+        assert_eq!(t.projects["p"], Finalized { cid: "bafyB".into(), votes: 2, voters: 3 });
+        assert_eq!(t.projects["q"], Finalized { cid: "bafyC".into(), votes: 1, voters: 1 });
+        assert_eq!(
+            t.equivocations,
+            [Equivocation { slot_id: 1, project_id: "p".into(), first: "bafyA".into(), second: "bafyB".into() }]
+        );
+    }
+
+    #[test]
+    fn a_tie_goes_to_the_smallest_cid_whatever_the_order_of_arrival() {
+        let forward = tally([vote(1, "p", "bafyZ"), vote(2, "p", "bafyA"), vote(3, "p", "bafyM")]);
+        let backward = tally([vote(3, "p", "bafyM"), vote(2, "p", "bafyA"), vote(1, "p", "bafyZ")]);
+        assert_eq!(forward.projects["p"].cid, "bafyA");
+        assert_eq!(forward, backward);
+    }
+
+    #[test]
+    fn the_root_hashes_sorted_pairs_and_does_not_depend_on_arrival() {
+        let a = tally([vote(1, "b:x", "bafy2"), vote(1, "a:x", "bafy1")]);
+        let b = tally([vote(1, "a:x", "bafy1"), vote(1, "b:x", "bafy2")]);
+        assert_eq!(root(&a.projects), root(&b.projects));
+        let expected = hex::encode(Sha256::digest(b"a:x:bafy1,b:x:bafy2,"));
+        assert_eq!(root(&a.projects), expected);
+        assert_ne!(root(&a.projects), root(&tally([vote(1, "a:x", "bafy1")]).projects));
+    }
+}
