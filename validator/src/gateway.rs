@@ -48,6 +48,34 @@ pub fn encode(s: &SnapshotSubmission, received_at: u64, peer: &str) -> serde_jso
     })
 }
 
+/// A submission read back from Redis, with when it arrived; `Err` names
+/// what is wrong with a payload that is not one.
+pub fn decode(payload: &str) -> Result<(SnapshotSubmission, u64), String> {
+    let v: serde_json::Value = serde_json::from_str(payload).map_err(|e| format!("not JSON: {e}"))?;
+    let r = v.get("request").filter(|r| r.is_object()).ok_or("no request object")?;
+    let text = |o: &serde_json::Value, k: &str| -> Result<String, String> {
+        o.get(k).and_then(|x| x.as_str()).map(str::to_owned).ok_or_else(|| format!("`{k}` is not text"))
+    };
+    let number = |o: &serde_json::Value, k: &str| -> Result<u64, String> {
+        o.get(k).and_then(serde_json::Value::as_u64).ok_or_else(|| format!("`{k}` is not a whole number"))
+    };
+    let submission = SnapshotSubmission {
+        request: Some(proto::Request {
+            slot_id: number(r, "slotId")?,
+            deadline: number(r, "deadline")?,
+            snapshot_cid: text(r, "snapshotCid")?,
+            epoch_id: number(r, "epochId")?,
+            project_id: text(r, "projectId")?,
+        }),
+        signature: text(&v, "signature")?,
+        header: v.get("header").and_then(|x| x.as_str()).unwrap_or_default().to_owned(),
+        data_market: text(&v, "dataMarket")?,
+        node_version: v.get("nodeVersion").and_then(|x| x.as_str()).map(str::to_owned),
+        protocol_state: text(&v, "protocolState")?,
+    };
+    Ok((submission, v.get("receivedAt").and_then(serde_json::Value::as_u64).unwrap_or(0)))
+}
+
 impl Gateway {
     pub fn new(conn: ConnectionManager, keys: Keys) -> Self {
         Self { conn, keys }
@@ -77,6 +105,8 @@ impl Gateway {
             .zadd(self.keys.submissions_timeline(), &entity, secs)
             .ignore()
             .set_ex(self.keys.submission_metadata(&entity), metadata.to_string(), SUBMISSION_METADATA_TTL.as_secs())
+            .ignore()
+            .hincr(self.keys.counters(), "received", 1)
             .ignore()
             .query_async::<()>(&mut conn)
             .await

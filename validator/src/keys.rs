@@ -54,6 +54,8 @@ pub const EPOCH_STATE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const WINDOW_CLOSED_TTL: Duration = HOUR;
 /// `batch:part:{epochId}:{partId}`.
 pub const BATCH_PART_TTL: Duration = Duration::from_secs(2 * 3600);
+/// `anchor:head`: a head older than this is no head (the monitor is gone).
+pub const ANCHOR_HEAD_TTL: Duration = Duration::from_secs(120);
 /// `metrics:submissions:metadata:{entityId}`.
 pub const SUBMISSION_METADATA_TTL: Duration = DAY;
 
@@ -82,6 +84,27 @@ pub const SCHEMA: &[KeySpec] = &[
     spec("{protocol}:{market}:epoch:{epochId}:window", KeyType::String, Ttl::AfterWindowClose(WINDOW_CLOSED_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:state", KeyType::Hash, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:finalizationQueue", KeyType::List, Ttl::None),
+    // Ours: the finalizer's and the aggregator's queues are reliable too.
+    spec("{protocol}:{market}:finalizationQueue:processing", KeyType::List, Ttl::None),
+    spec("{protocol}:{market}:finalizationQueue:processing:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
+    spec("{protocol}:{market}:aggregationQueue:processing", KeyType::List, Ttl::None),
+    spec("{protocol}:{market}:aggregationQueue:processing:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
+    // Ours: each slot's vote per project in an epoch (`{slotId}:{projectId}`
+    // → CID), the filter every dequeuer shares for duplicates and
+    // equivocation, and what the finalizer counts.
+    spec("{protocol}:{market}:epoch:{epochId}:votes", KeyType::Hash, Ttl::Fixed(EPOCH_STATE_TTL)),
+    // Ours: each rejected submission with its reason, and the pipeline's
+    // counters (received, accepted, rejected:{reason}) shared by every process.
+    spec("{protocol}:{market}:epoch:{epochId}:rejections", KeyType::Hash, Ttl::Fixed(EPOCH_STATE_TTL)),
+    spec("{protocol}:{market}:metrics:counters", KeyType::Hash, Ttl::None),
+    // Ours: the anchor head as the event monitor last saw it (the dequeuer
+    // checks deadlines against it), and the epochs whose window is open, by
+    // the anchor block it closes at.
+    spec("{protocol}:{market}:anchor:head", KeyType::String, Ttl::Fixed(ANCHOR_HEAD_TTL)),
+    spec("{protocol}:{market}:epochs:closing", KeyType::ZSet, Ttl::None),
+    // Ours: bumped by the event monitor on every `SlotRegistered`; a dequeuer
+    // that sees it change forgets the signers it cached.
+    spec("{protocol}:{market}:slots:generation", KeyType::String, Ttl::None),
     spec("{protocol}:{market}:batch:part:{epochId}:{partId}", KeyType::String, Ttl::Fixed(BATCH_PART_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:parts:completed", KeyType::String, Ttl::None),
     spec("{protocol}:{market}:epoch:{epochId}:parts:total", KeyType::String, Ttl::None),
@@ -90,7 +113,11 @@ pub const SCHEMA: &[KeySpec] = &[
     spec("{protocol}:{market}:finalized:{epochId}", KeyType::String, Ttl::None),
     spec("{protocol}:{market}:outgoing:broadcast:batch", KeyType::List, Ttl::None),
     spec("{protocol}:{market}:epochs:active", KeyType::Set, Ttl::None),
-    spec("ActiveEpochs()", KeyType::Set, Ttl::None),
+    spec("{protocol}:{market}:epochs:gaps", KeyType::ZSet, Ttl::Fixed(DAY)),
+    // The seed names it `ActiveEpochs()` in its key table and
+    // `{protocol}:{market}:ActiveEpochs` in the event monitor's list; the
+    // namespaced name keeps two data markets on one Redis apart.
+    spec("{protocol}:{market}:ActiveEpochs", KeyType::Set, Ttl::None),
     spec("{protocol}:{market}:dashboard:summary", KeyType::String, Ttl::Fixed(MINUTE)),
     spec("{protocol}:{market}:stats:current", KeyType::Hash, Ttl::Fixed(MINUTE)),
     spec("{protocol}:{market}:metrics:participation", KeyType::String, Ttl::Fixed(Duration::from_secs(300))),
@@ -182,6 +209,94 @@ impl Keys {
 
     pub fn finalization_queue(&self) -> String {
         self.ns("finalizationQueue")
+    }
+
+    pub fn finalization_processing(&self) -> String {
+        self.ns("finalizationQueue:processing")
+    }
+
+    pub fn aggregation_queue(&self) -> String {
+        self.ns("aggregationQueue")
+    }
+
+    pub fn aggregation_processing(&self) -> String {
+        self.ns("aggregationQueue:processing")
+    }
+
+    pub fn votes(&self, epoch_id: u64) -> String {
+        self.ns(&format!("epoch:{epoch_id}:votes"))
+    }
+
+    pub fn rejections(&self, epoch_id: u64) -> String {
+        self.ns(&format!("epoch:{epoch_id}:rejections"))
+    }
+
+    pub fn counters(&self) -> String {
+        self.ns("metrics:counters")
+    }
+
+    pub fn anchor_head(&self) -> String {
+        self.ns("anchor:head")
+    }
+
+    pub fn slots_generation(&self) -> String {
+        self.ns("slots:generation")
+    }
+
+    pub fn epochs_closing(&self) -> String {
+        self.ns("epochs:closing")
+    }
+
+    pub fn batch_part(&self, epoch_id: u64, part_id: u64) -> String {
+        self.ns(&format!("batch:part:{epoch_id}:{part_id}"))
+    }
+
+    pub fn parts_completed(&self, epoch_id: u64) -> String {
+        self.ns(&format!("epoch:{epoch_id}:parts:completed"))
+    }
+
+    pub fn parts_total(&self, epoch_id: u64) -> String {
+        self.ns(&format!("epoch:{epoch_id}:parts:total"))
+    }
+
+    pub fn parts_ready(&self, epoch_id: u64) -> String {
+        self.ns(&format!("epoch:{epoch_id}:parts:ready"))
+    }
+
+    pub fn outgoing_batches(&self) -> String {
+        self.ns("outgoing:broadcast:batch")
+    }
+
+    pub fn batches_timeline(&self) -> String {
+        self.ns("metrics:batches:timeline")
+    }
+
+    pub fn validator_batches(&self, validator_id: &str) -> String {
+        self.ns(&format!("metrics:validator:{validator_id}:batches"))
+    }
+
+    pub fn active_epochs(&self) -> String {
+        self.ns("ActiveEpochs")
+    }
+
+    pub fn epochs_gaps(&self) -> String {
+        self.ns("epochs:gaps")
+    }
+
+    pub fn dashboard_summary(&self) -> String {
+        self.ns("dashboard:summary")
+    }
+
+    pub fn stats_current(&self) -> String {
+        self.ns("stats:current")
+    }
+
+    pub fn participation(&self) -> String {
+        self.ns("metrics:participation")
+    }
+
+    pub fn current_epoch(&self) -> String {
+        self.ns("metrics:current_epoch")
     }
 
     pub fn finalized(&self, epoch_id: u64) -> String {

@@ -2,16 +2,97 @@
 //! gateway, are checked by dequeuer workers, finalized per epoch and
 //! aggregated into the validator's batch, all through Redis keys named as
 //! seed 001 gives them (`keys`), so each component can run in its own
-//! process. Depends on the protocol crate, never on the node's internals.
+//! process. Depends on the protocol crate, never on the node's internals:
+//! what it must know of the chains comes through the [`chain::Chain`] trait.
 //!
-//! Built so far: the key schema (`keys`), the reliable work queue (`queue`)
-//! every component's intake rests on, the gateway (`gateway`), and the
-//! level-1 consensus rules (`consensus`).
+//! - `gateway`: the collector's gRPC service, queueing each submission;
+//! - `dequeuer`: the checks, and one verdict per submission;
+//! - `monitor`: each epoch's submission window, opened and closed in anchor
+//!   blocks;
+//! - `finalizer` and `aggregator`: the epoch's consensus (`consensus`) in
+//!   parts, and the validator's level-1 batch;
+//! - `tracker`: the dashboards and gap detection; `api`: the read-only
+//!   monitor API;
+//! - `queue`: the reliable queue each component's intake rests on.
 
+pub mod aggregator;
+pub mod chain;
 pub mod consensus;
+pub mod dequeuer;
+pub mod finalizer;
 pub mod gateway;
 pub mod keys;
+pub mod monitor;
 pub mod queue;
 
 pub use keys::Keys;
 pub use queue::ReliableQueue;
+
+use lite_node_protocol::submission::Scope;
+
+/// The data market a validator serves, and who it is.
+#[derive(Clone, Debug)]
+pub struct Market {
+    pub keys: Keys,
+    pub scope: Scope,
+    /// The anchor chain's id (the EIP-712 domain).
+    pub chain_id: u64,
+    /// This validator's id: the `sequencerId` of its processed keys, and its
+    /// batches' author.
+    pub validator_id: String,
+    /// Anchor blocks after a release within which a signed deadline must
+    /// fall (the node's submission window plus its deadline buffer: 130).
+    pub deadline_after_release: u64,
+    /// Anchor blocks an epoch's submission window stays open after its
+    /// release (at least `deadline_after_release`, so no submission with a
+    /// valid deadline is cut off; the devnet uses fewer).
+    pub window_blocks: u64,
+}
+
+impl Market {
+    pub fn new(scope: Scope, chain_id: u64, validator_id: impl Into<String>) -> Self {
+        Self {
+            keys: Keys::new(&scope.protocol_state.to_string(), &scope.data_market.to_string()),
+            scope,
+            chain_id,
+            validator_id: validator_id.into(),
+            deadline_after_release: 130,
+            window_blocks: 130,
+        }
+    }
+}
+
+/// Seconds since the Unix epoch (timeline scores and state timestamps).
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+/// A connection to Redis for one worker. Operations time out after 10 s
+/// (longer than any blocking take waits); a broken connection is
+/// re-established on the next command. A worker that blocks on a queue
+/// needs a connection of its own: Redis answers a connection's commands in
+/// order, so a blocked take would hold up everything else sent on it.
+pub async fn connect(client: &redis::Client) -> redis::RedisResult<redis::aio::ConnectionManager> {
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_secs(10)))
+        .set_connection_timeout(Some(std::time::Duration::from_secs(2)));
+    redis::aio::ConnectionManager::new_with_config(client.clone(), config).await
+}
+
+/// [`connect`], retried every 2 s until Redis answers (a worker starting
+/// before Redis, or while it restarts).
+pub async fn connect_retrying(client: &redis::Client, who: &str) -> redis::aio::ConnectionManager {
+    let mut warned = false;
+    loop {
+        match connect(client).await {
+            Ok(c) => return c,
+            Err(e) => {
+                if !warned {
+                    tracing::warn!("{who}: Redis unreachable ({e}); retrying every 2 s");
+                    warned = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
+        }
+    }
+}

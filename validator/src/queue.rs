@@ -7,11 +7,20 @@
 //!
 //! Each taken item is also marked `processingSubmission:{id}` with a 5-minute
 //! TTL while its worker is on it; an item on the processing list whose mark
-//! has expired belongs to a worker that is gone.
+//! has expired belongs to a worker that is gone. The mark's id is the SHA-1
+//! of the item, which Redis computes itself (`redis.sha1hex`), so a batch is
+//! moved and marked in one atomic script. It only names the mark; the
+//! submission's own id is [`item_id`] (SHA-256).
+//!
+//! Delivery is at least once: an item can come back after its worker did
+//! the work but died before acknowledging it (or, rarely, when a recovery
+//! runs between a blocking take and its mark). Consumers make handling
+//! idempotent by the item's id, which is how the dequeuer counts every
+//! submission exactly once.
 
 use std::time::Duration;
 
-use redis::{AsyncCommands, Direction, aio::ConnectionManager};
+use redis::{AsyncCommands, Direction, Script, aio::ConnectionManager};
 
 use crate::keys::{Keys, PROCESSING_TTL};
 
@@ -21,6 +30,8 @@ pub struct ReliableQueue {
     conn: ConnectionManager,
     queue: String,
     processing: String,
+    /// The mark key without its id.
+    mark_prefix: String,
 }
 
 impl std::fmt::Debug for ReliableQueue {
@@ -35,16 +46,54 @@ pub struct Taken {
     pub payload: String,
 }
 
-/// The id an item is marked and deduplicated by: the SHA-256 of its bytes.
+/// The id an item is known by (a submission's `submissionId`): the SHA-256
+/// of its bytes.
 pub fn item_id(payload: &str) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(payload.as_bytes()))
 }
 
+/// The id of an item's `processingSubmission:{id}` mark: the SHA-1 of its
+/// bytes, as `redis.sha1hex` computes it inside the take script.
+pub fn mark_id(payload: &str) -> String {
+    sha1_smol::Sha1::from(payload.as_bytes()).digest().to_string()
+}
+
+/// Moves up to ARGV[1] items from KEYS[1] to KEYS[2], marking each
+/// `{ARGV[3]}{sha1}` for ARGV[2] seconds; returns them oldest first.
+const TAKE_BATCH: &str = r"
+local items = {}
+for i = 1, tonumber(ARGV[1]) do
+  local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  if not item then break end
+  redis.call('SET', ARGV[3] .. redis.sha1hex(item), '1', 'EX', ARGV[2])
+  items[#items + 1] = item
+end
+return items
+";
+
 impl ReliableQueue {
+    fn mark(&self, payload: &str) -> String {
+        format!("{}{}", self.mark_prefix, mark_id(payload))
+    }
+
     /// The submission queue of `keys`.
     pub fn submissions(conn: ConnectionManager, keys: &Keys) -> Self {
-        Self { conn, queue: keys.submission_queue(), processing: keys.submission_processing() }
+        let mark_prefix = Keys::processing_submission("");
+        Self { conn, queue: keys.submission_queue(), processing: keys.submission_processing(), mark_prefix }
+    }
+
+    /// The finalizer's queue of `keys` (epochs whose window closed, and
+    /// parts of them).
+    pub fn finalization(conn: ConnectionManager, keys: &Keys) -> Self {
+        let (queue, processing) = (keys.finalization_queue(), keys.finalization_processing());
+        Self { conn, mark_prefix: format!("{processing}:"), queue, processing }
+    }
+
+    /// The level-1 aggregator's queue of `keys`.
+    pub fn aggregation(conn: ConnectionManager, keys: &Keys) -> Self {
+        let (queue, processing) = (keys.aggregation_queue(), keys.aggregation_processing());
+        Self { conn, mark_prefix: format!("{processing}:"), queue, processing }
     }
 
     /// Adds an item (LPUSH: the oldest is taken first).
@@ -59,22 +108,73 @@ impl ReliableQueue {
         let payload: Option<String> =
             conn.blmove(&self.queue, &self.processing, Direction::Right, Direction::Left, wait.as_secs_f64()).await?;
         let Some(payload) = payload else { return Ok(None) };
-        let mark = Keys::processing_submission(&item_id(&payload));
+        let mark = self.mark(&payload);
         conn.set_ex::<_, _, ()>(mark, "1", PROCESSING_TTL.as_secs()).await?;
         Ok(Some(Taken { payload }))
     }
 
+    /// Takes up to `max` items without waiting (none when the queue is
+    /// empty), moved and marked atomically, oldest first.
+    pub async fn take_batch(&self, max: usize) -> redis::RedisResult<Vec<Taken>> {
+        static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(TAKE_BATCH));
+        let mut conn = self.conn.clone();
+        let items: Vec<String> = SCRIPT
+            .key(&self.queue)
+            .key(&self.processing)
+            .arg(max)
+            .arg(PROCESSING_TTL.as_secs())
+            .arg(&self.mark_prefix)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(items.into_iter().map(|payload| Taken { payload }).collect())
+    }
+
+    /// Takes a batch: at once what is there (up to `max`), else waits up to
+    /// `wait` for one item.
+    pub async fn take_some(&self, max: usize, wait: Duration) -> redis::RedisResult<Vec<Taken>> {
+        let batch = self.take_batch(max).await?;
+        if !batch.is_empty() {
+            return Ok(batch);
+        }
+        Ok(self.take(wait).await?.into_iter().collect())
+    }
+
     /// The item is fully handled: off the processing list, mark removed.
     pub async fn ack(&self, taken: &Taken) -> redis::RedisResult<()> {
+        self.ack_all(std::slice::from_ref(taken)).await
+    }
+
+    /// Acknowledges several items in one transaction.
+    pub async fn ack_all(&self, taken: &[Taken]) -> redis::RedisResult<()> {
+        if taken.is_empty() {
+            return Ok(());
+        }
         let mut conn = self.conn.clone();
-        redis::pipe()
-            .atomic()
-            .lrem(&self.processing, 1, &taken.payload)
-            .ignore()
-            .del(Keys::processing_submission(&item_id(&taken.payload)))
-            .ignore()
-            .query_async::<()>(&mut conn)
-            .await
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for t in taken {
+            pipe.lrem(&self.processing, 1, &t.payload).ignore();
+            pipe.del(self.mark(&t.payload)).ignore();
+        }
+        pipe.query_async::<()>(&mut conn).await
+    }
+
+    /// Gives items back untouched (their worker cannot handle them now, for
+    /// example because the chain is unreachable): to the head of the queue,
+    /// marks removed.
+    pub async fn give_back(&self, taken: &[Taken]) -> redis::RedisResult<()> {
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for t in taken {
+            pipe.lrem(&self.processing, 1, &t.payload).ignore();
+            pipe.rpush(&self.queue, &t.payload).ignore();
+            pipe.del(self.mark(&t.payload)).ignore();
+        }
+        pipe.query_async::<()>(&mut conn).await
     }
 
     /// Puts back on the queue every item on the processing list that no live
@@ -86,7 +186,7 @@ impl ReliableQueue {
         let held: Vec<String> = conn.lrange(&self.processing, 0, -1).await?;
         let mut moved = 0;
         for payload in held {
-            let marked: bool = conn.exists(Keys::processing_submission(&item_id(&payload))).await?;
+            let marked: bool = conn.exists(self.mark(&payload)).await?;
             if marked {
                 continue;
             }

@@ -1,4 +1,5 @@
 //! The validator against real `redis-server` processes.
 
 mod gateway;
+mod pipeline;
 mod queue;

@@ -1,0 +1,203 @@
+//! The level-1 aggregator: once an epoch's parts are ready
+//! (`aggregationQueue`), merges them into the validator's batch and writes
+//! `finalized:{epochId}`, queues it for broadcast
+//! (`outgoing:broadcast:batch`), and notes it on the batches timeline and
+//! this validator's — in one script guarded by `finalized:{epochId}`, so an
+//! epoch is finalized once.
+//!
+//! The batch (docs/protocol.md §11): per project, in project-id order, the
+//! winning CID and its votes; the `root` over the sorted `(projectId, cid)`
+//! pairs (`consensus::root`); and the batch's own CID — CIDv1 raw sha2-256 of
+//! the canonical JSON of `{epochId, projects: [{projectId, snapshotCid,
+//! votes}], root}`.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
+
+use lite_node_protocol::{canonical_json::canonical_json, cid::cid};
+use redis::{AsyncCommands, Script, aio::ConnectionManager};
+use serde_json::{Value, json};
+
+use crate::{
+    Market,
+    consensus::{self, Finalized},
+    finalizer::recover_every,
+    now_secs,
+    queue::ReliableQueue,
+};
+
+/// Batches kept on `outgoing:broadcast:batch` for the P2P gateway (the
+/// network of validators takes them from there); older ones are trimmed.
+pub const OUTGOING_KEPT: isize = 1_000;
+
+const FINALIZE: &str = r"
+-- KEYS: finalized, outgoing, batches timeline, validator batches, state,
+--       epochs:active, ActiveEpochs
+-- ARGV: batch, broadcast message, epoch, now, kept
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+redis.call('LPUSH', KEYS[2], ARGV[2])
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
+redis.call('ZADD', KEYS[3], ARGV[4], 'local:' .. ARGV[3])
+redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3])
+redis.call('HSET', KEYS[5], 'level1_status', 'completed', 'level1_completed_at', ARGV[4],
+  'phase', 'level2_aggregation', 'last_updated', ARGV[4])
+redis.call('SREM', KEYS[6], ARGV[3])
+redis.call('SREM', KEYS[7], ARGV[3])
+return 1
+";
+
+static FINALIZE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FINALIZE));
+
+/// A validator's level-1 batch of one epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub epoch_id: u64,
+    pub projects: BTreeMap<String, Finalized>,
+    pub root: String,
+}
+
+impl Batch {
+    /// The content the batch's CID is taken over.
+    pub fn content(&self) -> Value {
+        let projects: Vec<Value> = self
+            .projects
+            .iter()
+            .map(|(p, f)| json!({"projectId": p, "snapshotCid": f.cid, "votes": f.votes}))
+            .collect();
+        json!({"epochId": self.epoch_id, "projects": projects, "root": self.root})
+    }
+
+    /// The batch's CID (CIDv1 raw, sha2-256, of the canonical JSON).
+    pub fn cid(&self) -> String {
+        let bytes = canonical_json(&self.content().to_string()).expect("serde_json writes valid JSON");
+        cid(&bytes)
+    }
+}
+
+/// Level-1 aggregator workers.
+#[derive(Clone)]
+pub struct Aggregator {
+    market: Arc<Market>,
+    conn: ConnectionManager,
+    queue: ReliableQueue,
+}
+
+impl Aggregator {
+    pub fn new(market: Arc<Market>, conn: ConnectionManager) -> Self {
+        let queue = ReliableQueue::aggregation(conn.clone(), &market.keys);
+        Self { market, conn, queue }
+    }
+
+    /// Runs until `stop`, its worker on its own connection from `client`.
+    pub async fn run(self, client: redis::Client, stop: impl std::future::Future<Output = ()> + Send) {
+        let mut tasks = tokio::task::JoinSet::new();
+        let me = self.clone();
+        tasks.spawn(async move {
+            let w = Self { conn: crate::connect_retrying(&client, "aggregator").await, ..me };
+            let w = Self { queue: ReliableQueue::aggregation(w.conn.clone(), &w.market.keys), ..w };
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                match w.step(Duration::from_secs(1)).await {
+                    Ok(_) => backoff = Duration::from_millis(100),
+                    Err(e) => {
+                        tracing::warn!("aggregator: {e}; retrying in {backoff:?}");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+        });
+        tasks.spawn(recover_every(self.queue.clone(), "aggregator"));
+        stop.await;
+        tasks.shutdown().await;
+    }
+
+    /// Takes one epoch whose parts are ready (waiting up to `wait`) and
+    /// finalizes it; false when there was none.
+    pub async fn step(&self, wait: Duration) -> Result<bool, String> {
+        let Some(taken) = self.queue.take(wait).await.map_err(|e| format!("redis: {e}"))? else {
+            return Ok(false);
+        };
+        let item: Value = serde_json::from_str(&taken.payload).unwrap_or(Value::Null);
+        match (item["epoch_id"].as_u64(), item["parts_completed"].as_u64()) {
+            (Some(e), Some(parts)) => self.aggregate(e, parts).await.map_err(|err| format!("epoch {e}: {err}"))?,
+            _ => tracing::warn!("aggregator: dropping `{}`, which is not an aggregation item", taken.payload),
+        }
+        self.queue.ack(&taken).await.map_err(|e| format!("redis: {e}"))?;
+        Ok(true)
+    }
+
+    async fn aggregate(&self, epoch_id: u64, parts: u64) -> Result<(), String> {
+        let k = &self.market.keys;
+        let mut conn = self.conn.clone();
+        let keys: Vec<String> = (0..parts).map(|i| k.batch_part(epoch_id, i)).collect();
+        let bodies: Vec<Option<String>> = if keys.is_empty() {
+            Vec::new()
+        } else {
+            redis::cmd("MGET").arg(&keys).query_async(&mut conn).await.map_err(|e| format!("redis: {e}"))?
+        };
+        let mut projects = BTreeMap::new();
+        for (i, body) in bodies.into_iter().enumerate() {
+            let Some(body) = body else {
+                // Parts live 2 hours: only an epoch left far behind loses one.
+                let _: () = conn
+                    .hset_multiple(k.epoch_state(epoch_id), &[("level1_status", "failed"), ("phase", "failed")])
+                    .await
+                    .map_err(|e| format!("redis: {e}"))?;
+                tracing::error!("epoch {epoch_id}: part {i} of {parts} expired before aggregation; level 1 failed");
+                return Ok(());
+            };
+            let part: Value = serde_json::from_str(&body).map_err(|e| format!("part {i} is not JSON: {e}"))?;
+            for (project, f) in part["projects"].as_object().into_iter().flatten() {
+                projects.insert(
+                    project.clone(),
+                    Finalized {
+                        cid: f["cid"].as_str().unwrap_or_default().to_owned(),
+                        votes: f["votes"].as_u64().unwrap_or(0),
+                        voters: f["voters"].as_u64().unwrap_or(0),
+                    },
+                );
+            }
+        }
+        let root = consensus::root(&projects);
+        let batch = Batch { epoch_id, projects, root };
+        let batch_cid = batch.cid();
+        let now = now_secs();
+        let stored = json!({
+            "epoch_id": epoch_id,
+            "validator_id": self.market.validator_id,
+            "batch_cid": batch_cid,
+            "root": batch.root,
+            "projects": batch.content()["projects"],
+            "finalized_at": now,
+        });
+        let message = json!({"type": "finalized_batch", "data": stored});
+        let fresh: i64 = FINALIZE_SCRIPT
+            .key(k.finalized(epoch_id))
+            .key(k.outgoing_batches())
+            .key(k.batches_timeline())
+            .key(k.validator_batches(&self.market.validator_id))
+            .key(k.epoch_state(epoch_id))
+            .key(k.epochs_active())
+            .key(k.active_epochs())
+            .arg(stored.to_string())
+            .arg(message.to_string())
+            .arg(epoch_id)
+            .arg(now)
+            .arg(OUTGOING_KEPT)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| format!("redis: {e}"))?;
+        if fresh == 1 {
+            tracing::info!(
+                "epoch {epoch_id}: finalized {} projects, batch {batch_cid}, root {}",
+                batch.projects.len(),
+                batch.root
+            );
+        }
+        Ok(())
+    }
+}

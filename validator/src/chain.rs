@@ -1,0 +1,46 @@
+//! What the validator needs to know of the chains, as a trait: the
+//! validator crate does not read chains itself. `lite-node validator`
+//! implements it on the node's anchor client and the compute package's
+//! assignment rule; tests implement it on a table.
+
+use std::future::Future;
+
+use alloy::primitives::Address;
+
+/// An epoch as the event monitor recorded it (`epoch:{id}:state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpochFacts {
+    pub epoch_id: u64,
+    /// Anchor block the epoch was released in.
+    pub release_block: u64,
+    /// Source-chain blocks the epoch covers.
+    pub begin: u64,
+    pub end: u64,
+}
+
+/// Whether a slot may submit a project in an epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    Selected,
+    /// The slot was not selected for the epoch.
+    NotSelected(String),
+    /// The slot was selected, for another pool.
+    WrongPool(String),
+}
+
+/// The chain reads the dequeuer makes. `Err` means the chain could not be
+/// read (the submission is given back and tried again), never that the
+/// submission is wrong.
+pub trait Chain: Send + Sync + 'static {
+    /// The signer registered for `slot_id`; `Address::ZERO` when none is.
+    fn signer(&self, slot_id: u64) -> impl Future<Output = Result<Address, String>> + Send;
+
+    /// The compute package's assignment rule for `epoch`, applied to
+    /// `slot_id` and `project_id`.
+    fn selection(
+        &self,
+        epoch: EpochFacts,
+        slot_id: u64,
+        project_id: &str,
+    ) -> impl Future<Output = Result<Selection, String>> + Send;
+}

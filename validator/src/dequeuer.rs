@@ -1,0 +1,605 @@
+//! The dequeuer: takes submissions off `submissionQueue` in batches, checks
+//! each, and commits the verdict — accepted into
+//! `processed:{sequencerId}:{submissionId}`, `epoch:{id}:processed`,
+//! `EpochProcessed({id})` and the validations timeline, or rejected with its
+//! [`Reason`] — before acknowledging it. Several workers (tasks or
+//! processes) share the queue.
+//!
+//! **Exactly once.** The queue delivers at least once (`queue`); every
+//! commit is a script that first asks whether this submission id already
+//! has a verdict, so a submission redelivered after a crash is acknowledged
+//! without being counted again.
+//!
+//! **One vote per slot.** The first CID a slot names for a project in an
+//! epoch is its vote (`epoch:{id}:votes`, shared by every worker and
+//! replica); the same CID again is a `duplicate`, another CID is an
+//! `equivocation`. The window is checked again inside the commit, so a
+//! submission is never accepted after the event monitor closed its window
+//! (and handed the epoch to the finalizer).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, LazyLock, Mutex},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use alloy::primitives::Address;
+use lite_node_protocol::{eip712, proto::SnapshotSubmission, submission::check_form};
+use redis::{Script, aio::ConnectionManager};
+use serde_json::json;
+
+use crate::{
+    Market,
+    chain::{Chain, EpochFacts, Selection},
+    gateway,
+    keys::EPOCH_STATE_TTL,
+    queue::{ReliableQueue, Taken, item_id},
+};
+
+/// Why a submission was rejected: the label it is counted under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// Not a submission at all (not JSON, fields missing or mistyped).
+    Malformed,
+    /// A submission whose content is wrong: no CID, a bad project id, another
+    /// data market or ProtocolState.
+    BadForm,
+    /// The epoch was never released here (or so long ago its state is gone).
+    UnknownEpoch,
+    WindowClosed,
+    /// The signed deadline is further from the release than a node may sign.
+    DeadlineTooFar,
+    DeadlinePassed,
+    UnregisteredSlot,
+    BadSignature,
+    WrongSigner,
+    NotSelected,
+    WrongPool,
+    Duplicate,
+    Equivocation,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 13] = [
+        Self::Malformed,
+        Self::BadForm,
+        Self::UnknownEpoch,
+        Self::WindowClosed,
+        Self::DeadlineTooFar,
+        Self::DeadlinePassed,
+        Self::UnregisteredSlot,
+        Self::BadSignature,
+        Self::WrongSigner,
+        Self::NotSelected,
+        Self::WrongPool,
+        Self::Duplicate,
+        Self::Equivocation,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Malformed => "malformed",
+            Self::BadForm => "bad_form",
+            Self::UnknownEpoch => "unknown_epoch",
+            Self::WindowClosed => "window_closed",
+            Self::DeadlineTooFar => "deadline_too_far",
+            Self::DeadlinePassed => "deadline_passed",
+            Self::UnregisteredSlot => "unregistered_slot",
+            Self::BadSignature => "bad_signature",
+            Self::WrongSigner => "wrong_signer",
+            Self::NotSelected => "not_selected",
+            Self::WrongPool => "wrong_pool",
+            Self::Duplicate => "duplicate",
+            Self::Equivocation => "equivocation",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+/// What became of one submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    Rejected(Reason, String),
+    /// It already had a verdict (redelivered after a crash): nothing counted.
+    Again,
+}
+
+/// How a dequeuer works.
+#[derive(Clone, Copy, Debug)]
+pub struct DequeuerSettings {
+    /// Submissions taken per round trip.
+    pub batch: usize,
+    /// Worker tasks in this process.
+    pub workers: usize,
+    /// How often held items of dead workers are put back.
+    pub recover_every: Duration,
+}
+
+impl Default for DequeuerSettings {
+    fn default() -> Self {
+        Self { batch: 256, workers: 4, recover_every: Duration::from_secs(30) }
+    }
+}
+
+/// How long a slot's signer is trusted without a `SlotRegistered` telling
+/// otherwise (a safety net: the event monitor bumps `slots:generation` on
+/// every registration, which empties the cache at once).
+const SIGNER_TTL: Duration = Duration::from_secs(600);
+
+/// Checks and commits submissions; cheap to clone (one per worker task).
+pub struct Dequeuer<C> {
+    market: Arc<Market>,
+    chain: Arc<C>,
+    conn: ConnectionManager,
+    queue: ReliableQueue,
+    domain: Arc<alloy::sol_types::Eip712Domain>,
+    signers: Arc<Mutex<Signers>>,
+    epochs: Arc<Mutex<BTreeMap<u64, EpochFacts>>>,
+}
+
+impl<C> Clone for Dequeuer<C> {
+    fn clone(&self) -> Self {
+        Self {
+            market: self.market.clone(),
+            chain: self.chain.clone(),
+            conn: self.conn.clone(),
+            queue: self.queue.clone(),
+            domain: self.domain.clone(),
+            signers: self.signers.clone(),
+            epochs: self.epochs.clone(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Signers {
+    generation: Option<String>,
+    by_slot: HashMap<u64, (Address, Instant)>,
+}
+
+/// A submission that passed the checks made before the chain is asked.
+struct Candidate {
+    id: String,
+    submission: SnapshotSubmission,
+    received_at: u64,
+    epoch: EpochFacts,
+}
+
+/// What a batch's first read found: per epoch its window and facts, the
+/// anchor head, the signer generation.
+struct Snapshot {
+    windows: BTreeMap<u64, (Option<String>, Option<EpochFacts>)>,
+    head: Option<u64>,
+}
+
+const ACCEPT: &str = r"
+-- KEYS: votes, processed, epoch processed, EpochProcessed, validations
+--       timeline, counters, rejections, window
+-- ARGV: vote field, cid, submission id, now, ttl, rejection record
+--       (reason filled here), then processed hash field/value pairs
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('HEXISTS', KEYS[7], ARGV[3]) == 1 then
+  return 'again'
+end
+local function reject(reason)
+  local record = cjson.decode(ARGV[6])
+  record['reason'] = reason
+  redis.call('HSET', KEYS[7], ARGV[3], cjson.encode(record))
+  redis.call('EXPIRE', KEYS[7], ARGV[5])
+  redis.call('HINCRBY', KEYS[6], 'rejected:' .. reason, 1)
+  return reason
+end
+if redis.call('GET', KEYS[8]) ~= 'open' then
+  return reject('window_closed')
+end
+local prev = redis.call('HGET', KEYS[1], ARGV[1])
+if prev then
+  if prev == ARGV[2] then return reject('duplicate') end
+  return reject('equivocation')
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+local fields = {}
+for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('SADD', KEYS[3], ARGV[3])
+redis.call('SADD', KEYS[4], ARGV[3])
+redis.call('ZADD', KEYS[5], ARGV[4], ARGV[3])
+redis.call('HINCRBY', KEYS[6], 'accepted', 1)
+return 'accepted'
+";
+
+const REJECT: &str = r"
+-- KEYS: rejections, counters, processed   ARGV: submission id, reason, record, ttl
+if redis.call('EXISTS', KEYS[3]) == 1 then return 'again' end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then return 'again' end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('HINCRBY', KEYS[2], 'rejected:' .. ARGV[2], 1)
+return ARGV[2]
+";
+
+static ACCEPT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACCEPT));
+static REJECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REJECT));
+
+fn now() -> Duration {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
+}
+
+impl<C: Chain> Dequeuer<C> {
+    pub fn new(market: Arc<Market>, chain: Arc<C>, conn: ConnectionManager) -> Self {
+        let queue = ReliableQueue::submissions(conn.clone(), &market.keys);
+        let domain = Arc::new(eip712::domain(market.chain_id, market.scope.protocol_state));
+        Self { market, chain, conn, queue, domain, signers: Default::default(), epochs: Default::default() }
+    }
+
+    pub fn queue(&self) -> &ReliableQueue {
+        &self.queue
+    }
+
+    /// The same dequeuer on another connection.
+    pub fn with_conn(&self, conn: ConnectionManager) -> Self {
+        Self { queue: ReliableQueue::submissions(conn.clone(), &self.market.keys), conn, ..self.clone() }
+    }
+
+    /// Runs `settings.workers` workers, each on its own connection from
+    /// `client`, and the periodic recovery until `stop` resolves. Redis
+    /// errors are logged and retried; none ends a worker.
+    pub async fn run(
+        self,
+        client: redis::Client,
+        settings: DequeuerSettings,
+        stop: impl std::future::Future<Output = ()> + Send,
+    ) {
+        match self.queue.recover().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("dequeuer: {n} submissions held by a worker that is gone put back on the queue"),
+            Err(e) => tracing::warn!("dequeuer: cannot recover held submissions yet ({e})"),
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..settings.workers.max(1) {
+            let (me, client) = (self.clone(), client.clone());
+            tasks.spawn(async move {
+                let worker = me.with_conn(crate::connect_retrying(&client, "dequeuer").await);
+                worker.work(settings.batch).await
+            });
+        }
+        let recoverer = self.clone();
+        tasks.spawn(async move {
+            let mut every = tokio::time::interval(settings.recover_every);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                match recoverer.queue.recover().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::warn!("dequeuer: {n} submissions of a dead worker put back on the queue"),
+                    Err(e) => tracing::warn!("dequeuer: recovery failed ({e}); trying again later"),
+                }
+            }
+        });
+        stop.await;
+        tasks.shutdown().await;
+    }
+
+    async fn work(&self, batch: usize) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.round(batch, Duration::from_secs(1)).await {
+                Ok(_) => backoff = Duration::from_millis(100),
+                Err(e) => {
+                    tracing::warn!("dequeuer: {e}; retrying in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// One round: takes up to `batch` submissions (waiting up to `wait` for
+    /// one), checks and commits them, acknowledges them; returns the
+    /// verdicts in order. On a Redis or chain error the batch is given back.
+    pub async fn round(&self, batch: usize, wait: Duration) -> Result<Vec<Verdict>, String> {
+        let taken = self.queue.take_some(batch, wait).await.map_err(|e| format!("redis: {e}"))?;
+        if taken.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.handle(&taken).await {
+            Ok(verdicts) => {
+                self.queue.ack_all(&taken).await.map_err(|e| format!("redis: {e}"))?;
+                Ok(verdicts)
+            }
+            Err(e) => {
+                if let Err(back) = self.queue.give_back(&taken).await {
+                    tracing::warn!("dequeuer: cannot give back {} submissions ({back}); recovery will", taken.len());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn handle(&self, taken: &[Taken]) -> Result<Vec<Verdict>, String> {
+        // Decode and check the form; gather the epochs to read.
+        let mut early: Vec<Option<(Reason, String)>> = Vec::with_capacity(taken.len());
+        let mut decoded = Vec::with_capacity(taken.len());
+        for t in taken {
+            match gateway::decode(&t.payload) {
+                Ok((s, at)) => match check_form(&s, &self.market.scope) {
+                    Ok(_) => {
+                        early.push(None);
+                        decoded.push(Some((s, at)));
+                    }
+                    Err(why) => {
+                        early.push(Some((Reason::BadForm, why)));
+                        decoded.push(Some((s, at)));
+                    }
+                },
+                Err(why) => {
+                    early.push(Some((Reason::Malformed, why)));
+                    decoded.push(None);
+                }
+            }
+        }
+        let epoch_ids: Vec<u64> = decoded
+            .iter()
+            .flatten()
+            .filter_map(|(s, _)| s.request.as_ref().map(|r| r.epoch_id))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let snapshot = self.read(&epoch_ids).await?;
+
+        let mut verdicts = Vec::with_capacity(taken.len());
+        let mut commits = redis::pipe();
+        for ((t, early), decoded) in taken.iter().zip(early).zip(decoded) {
+            let id = item_id(&t.payload);
+            let outcome = match (early, decoded) {
+                (Some((reason, why)), d) => Err((reason, why, d)),
+                (None, Some((s, at))) => match self.check(&snapshot, s, at, id.clone()).await? {
+                    Ok(c) => Ok(c),
+                    Err((reason, why, s)) => Err((reason, why, Some((s, at)))),
+                },
+                (None, None) => unreachable!("a submission without a decoding error was decoded"),
+            };
+            match outcome {
+                Ok(c) => {
+                    self.add_accept(&mut commits, &c);
+                    verdicts.push(Verdict::Accepted);
+                }
+                Err((reason, why, s)) => {
+                    self.add_reject(&mut commits, &id, reason, &why, s.as_ref().map(|(s, _)| s));
+                    verdicts.push(Verdict::Rejected(reason, why));
+                }
+            }
+        }
+        let mut conn = self.conn.clone();
+        let answers: Vec<String> = match commits.query_async(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                // A restarted Redis forgot the scripts; nothing ran.
+                load_scripts(&mut conn).await.map_err(|e| format!("redis: {e}"))?;
+                commits.query_async(&mut conn).await.map_err(|e| format!("redis: {e}"))?
+            }
+            other => other.map_err(|e| format!("redis: {e}"))?,
+        };
+        for (verdict, answer) in verdicts.iter_mut().zip(answers) {
+            *verdict = match answer.as_str() {
+                "accepted" => Verdict::Accepted,
+                "again" => Verdict::Again,
+                other => match (Reason::parse(other), &*verdict) {
+                    (Some(r), Verdict::Rejected(_, why)) => Verdict::Rejected(r, why.clone()),
+                    (Some(r), _) => Verdict::Rejected(r, commit_reason(r)),
+                    (None, _) => return Err(format!("the commit script answered `{other}`")),
+                },
+            };
+        }
+        Ok(verdicts)
+    }
+
+    /// Per epoch its window and facts (facts cached once known), the anchor
+    /// head, and the signer generation (a change empties the signer cache).
+    async fn read(&self, epoch_ids: &[u64]) -> Result<Snapshot, String> {
+        let keys = &self.market.keys;
+        let mut pipe = redis::pipe();
+        pipe.get(keys.anchor_head()).get(keys.slots_generation());
+        for &e in epoch_ids {
+            pipe.get(keys.epoch_window(e));
+            pipe.cmd("HMGET").arg(keys.epoch_state(e)).arg("release_block").arg("begin").arg("end");
+        }
+        let mut conn = self.conn.clone();
+        let values: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(|e| format!("redis: {e}"))?;
+        let mut values = values.into_iter();
+        let head: Option<u64> = redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).ok().flatten();
+        let generation: Option<String> =
+            redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).ok().flatten();
+        {
+            let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
+            if signers.generation != generation {
+                signers.by_slot.clear();
+                signers.generation = generation;
+            }
+        }
+        let mut windows = BTreeMap::new();
+        for &e in epoch_ids {
+            let window: Option<String> =
+                redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).ok().flatten();
+            let facts: Vec<Option<u64>> =
+                redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).unwrap_or_default();
+            let facts = match facts.as_slice() {
+                [Some(release_block), Some(begin), Some(end)] => {
+                    Some(EpochFacts { epoch_id: e, release_block: *release_block, begin: *begin, end: *end })
+                }
+                _ => self.epochs.lock().unwrap_or_else(|p| p.into_inner()).get(&e).copied(),
+            };
+            if let Some(f) = facts {
+                self.epochs.lock().unwrap_or_else(|p| p.into_inner()).insert(e, f);
+            }
+            windows.insert(e, (window, facts));
+        }
+        Ok(Snapshot { windows, head })
+    }
+
+    /// The checks after the form: window, deadline, signer, selection.
+    /// `Err` is the chain unreachable; `Ok(Err)` a rejection.
+    #[allow(clippy::type_complexity)]
+    async fn check(
+        &self,
+        snapshot: &Snapshot,
+        s: SnapshotSubmission,
+        received_at: u64,
+        id: String,
+    ) -> Result<Result<Candidate, (Reason, String, SnapshotSubmission)>, String> {
+        let r = s.request.clone().expect("checked by check_form");
+        let reject = |reason, why: String| Ok(Err((reason, why, s.clone())));
+        let (window, facts) = snapshot.windows.get(&r.epoch_id).cloned().unwrap_or((None, None));
+        let Some(epoch) = facts else {
+            return reject(
+                Reason::UnknownEpoch,
+                format!("epoch {} was not released for this data market (or its state expired)", r.epoch_id),
+            );
+        };
+        if window.as_deref() != Some("open") {
+            return reject(Reason::WindowClosed, format!("epoch {}'s submission window is closed", r.epoch_id));
+        }
+        let latest = epoch.release_block.saturating_add(self.market.deadline_after_release);
+        if r.deadline > latest {
+            return reject(
+                Reason::DeadlineTooFar,
+                format!(
+                    "deadline {} is past block {latest} (release block {} + {})",
+                    r.deadline, epoch.release_block, self.market.deadline_after_release
+                ),
+            );
+        }
+        let head = snapshot.head.ok_or("no anchor head in Redis: is the event monitor running?")?;
+        if head > r.deadline {
+            return reject(Reason::DeadlinePassed, format!("deadline {} passed (anchor head {head})", r.deadline));
+        }
+        let request = eip712::Request {
+            slot_id: r.slot_id,
+            deadline: r.deadline,
+            snapshot_cid: r.snapshot_cid.clone(),
+            epoch_id: r.epoch_id,
+            project_id: r.project_id.clone(),
+        };
+        let found = match eip712::recover(&self.domain, &request, &s.signature) {
+            Ok(a) => a,
+            Err(why) => return reject(Reason::BadSignature, why),
+        };
+        let mut registered = self.signer(r.slot_id, false).await?;
+        if registered != found && registered != Address::ZERO {
+            // Perhaps re-registered since it was cached: ask the chain once.
+            registered = self.signer(r.slot_id, true).await?;
+        }
+        if registered == Address::ZERO {
+            return reject(Reason::UnregisteredSlot, format!("slot {} is not registered", r.slot_id));
+        }
+        if registered != found {
+            return reject(
+                Reason::WrongSigner,
+                format!("signature recovers to {found}, slot {} belongs to {registered}", r.slot_id),
+            );
+        }
+        match self.chain.selection(epoch, r.slot_id, &r.project_id).await? {
+            Selection::Selected => {}
+            Selection::NotSelected(why) => return reject(Reason::NotSelected, why),
+            Selection::WrongPool(why) => return reject(Reason::WrongPool, why),
+        }
+        Ok(Ok(Candidate { id, submission: s, received_at, epoch }))
+    }
+
+    async fn signer(&self, slot_id: u64, fresh: bool) -> Result<Address, String> {
+        if !fresh {
+            let signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((a, at)) = signers.by_slot.get(&slot_id)
+                && at.elapsed() < SIGNER_TTL
+            {
+                return Ok(*a);
+            }
+        }
+        let a = self.chain.signer(slot_id).await?;
+        self.signers.lock().unwrap_or_else(|p| p.into_inner()).by_slot.insert(slot_id, (a, Instant::now()));
+        Ok(a)
+    }
+
+    fn add_accept(&self, pipe: &mut redis::Pipeline, c: &Candidate) {
+        let k = &self.market.keys;
+        let r = c.submission.request.as_ref().expect("checked");
+        let e = c.epoch.epoch_id;
+        let record = json!({
+            "slot_id": r.slot_id, "project_id": r.project_id, "snapshot_cid": r.snapshot_cid,
+            "at": now().as_secs(),
+        });
+        let now_ms = now().as_millis().to_string();
+        let mut inv = ACCEPT_SCRIPT.prepare_invoke();
+        inv.key(k.votes(e))
+            .key(k.processed(&self.market.validator_id, &c.id))
+            .key(k.epoch_processed(e))
+            .key(k.epoch_processed_set(e))
+            .key(k.validations_timeline())
+            .key(k.counters())
+            .key(k.rejections(e))
+            .key(k.epoch_window(e))
+            .arg(format!("{}:{}", r.slot_id, r.project_id))
+            .arg(&r.snapshot_cid)
+            .arg(&c.id)
+            .arg(now().as_secs())
+            .arg(EPOCH_STATE_TTL.as_secs())
+            .arg(record.to_string());
+        for (field, value) in [
+            ("submission_id", c.id.clone()),
+            ("epoch_id", e.to_string()),
+            ("slot_id", r.slot_id.to_string()),
+            ("project_id", r.project_id.clone()),
+            ("snapshot_cid", r.snapshot_cid.clone()),
+            ("deadline", r.deadline.to_string()),
+            ("signature", c.submission.signature.clone()),
+            ("received_at", c.received_at.to_string()),
+            ("validated_at", now_ms.clone()),
+        ] {
+            inv.arg(field).arg(value);
+        }
+        pipe.invoke_script(&inv);
+    }
+
+    fn add_reject(
+        &self,
+        pipe: &mut redis::Pipeline,
+        id: &str,
+        reason: Reason,
+        why: &str,
+        s: Option<&SnapshotSubmission>,
+    ) {
+        let k = &self.market.keys;
+        let r = s.and_then(|s| s.request.clone()).unwrap_or_default();
+        let record = json!({
+            "slot_id": r.slot_id, "project_id": r.project_id, "snapshot_cid": r.snapshot_cid,
+            "reason": reason.as_str(), "detail": why, "at": now().as_secs(),
+        });
+        let mut inv = REJECT_SCRIPT.prepare_invoke();
+        inv.key(k.rejections(r.epoch_id))
+            .key(k.counters())
+            .key(k.processed(&self.market.validator_id, id))
+            .arg(id)
+            .arg(reason.as_str())
+            .arg(record.to_string())
+            .arg(EPOCH_STATE_TTL.as_secs());
+        pipe.invoke_script(&inv);
+    }
+}
+
+/// Loads the commit scripts into Redis (EVALSHA needs them there).
+pub async fn load_scripts(conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+    ACCEPT_SCRIPT.prepare_invoke().load_async(conn).await?;
+    REJECT_SCRIPT.prepare_invoke().load_async(conn).await?;
+    Ok(())
+}
+
+fn commit_reason(r: Reason) -> String {
+    match r {
+        Reason::Duplicate => "this slot already submitted this CID for the project in this epoch".into(),
+        Reason::Equivocation => "this slot already submitted another CID for the project in this epoch".into(),
+        Reason::WindowClosed => "the submission window closed while it was checked".into(),
+        other => other.as_str().into(),
+    }
+}

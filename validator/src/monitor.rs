@@ -1,0 +1,144 @@
+//! The event monitor's side in Redis: each released epoch's submission
+//! window, opened at its release and closed in **anchor blocks**
+//! (`window_blocks` after the release block), never by a wall-clock timer.
+//! Whoever follows the chain (`lite-node validator`, with the node's epoch
+//! watcher) calls [`Monitor::released`] for each `EpochReleased`,
+//! [`Monitor::head`] for each new anchor head, and
+//! [`Monitor::slot_registered`] for each `SlotRegistered`.
+//!
+//! Opening writes `epoch:{id}:window` = `open`, `epoch:{id}:state` (7 days),
+//! `ActiveEpochs`, `epochs:active`, `open:{id}` on the epochs timeline.
+//! Closing sets the window `closed` (1 hour), gives `epoch:{id}:processed`
+//! its hour, notes `close:{id}`, and pushes the epoch onto
+//! `finalizationQueue` — in one script, so a close happens once however
+//! many monitors run or restart.
+
+use std::sync::{Arc, LazyLock};
+
+use redis::{AsyncCommands, Script, aio::ConnectionManager};
+
+use crate::{
+    Market,
+    keys::{ANCHOR_HEAD_TTL, EPOCH_STATE_TTL, WINDOW_CLOSED_TTL},
+    now_secs,
+};
+
+const OPEN: &str = r"
+-- KEYS: window, state, ActiveEpochs, epochs:active, epochs timeline, closing
+-- ARGV: epoch, release block, begin, end, closing block, now, state ttl
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('SET', KEYS[1], 'open')
+redis.call('HSET', KEYS[2],
+  'epoch_id', ARGV[1], 'release_block', ARGV[2], 'begin', ARGV[3], 'end', ARGV[4],
+  'window_status', 'open', 'window_opened_at', ARGV[6], 'window_closes_block', ARGV[5],
+  'phase', 'submission', 'submissions_count', '0',
+  'level1_status', 'pending', 'level2_status', 'pending', 'onchain_status', 'pending',
+  'last_updated', ARGV[6])
+redis.call('EXPIRE', KEYS[2], ARGV[7])
+redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[6], 'open:' .. ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
+return 1
+";
+
+const CLOSE: &str = r"
+-- KEYS: window, state, epoch processed, closing, epochs timeline, finalizationQueue
+-- ARGV: epoch, now, closed ttl
+if redis.call('ZREM', KEYS[4], ARGV[1]) == 0 then return 0 end
+redis.call('SET', KEYS[1], 'closed', 'EX', ARGV[3])
+redis.call('HSET', KEYS[2], 'window_status', 'closed', 'window_closes_at', ARGV[2],
+  'phase', 'level1_finalization', 'submissions_count', redis.call('SCARD', KEYS[3]), 'last_updated', ARGV[2])
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+redis.call('ZADD', KEYS[5], ARGV[2], 'close:' .. ARGV[1])
+redis.call('LPUSH', KEYS[6], ARGV[1])
+return 1
+";
+
+static OPEN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(OPEN));
+static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLOSE));
+
+/// Opens and closes submission windows.
+#[derive(Clone)]
+pub struct Monitor {
+    market: Arc<Market>,
+    conn: ConnectionManager,
+}
+
+impl std::fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Monitor").field("keys", &self.market.keys).finish_non_exhaustive()
+    }
+}
+
+impl Monitor {
+    pub fn new(market: Arc<Market>, conn: ConnectionManager) -> Self {
+        Self { market, conn }
+    }
+
+    /// Epoch `epoch_id` was released in anchor block `release_block` for
+    /// source blocks `begin..=end`: opens its window (once; a release seen
+    /// again, after a restart or a reorg, changes nothing). True when opened.
+    pub async fn released(&self, epoch_id: u64, release_block: u64, begin: u64, end: u64) -> redis::RedisResult<bool> {
+        let k = &self.market.keys;
+        let closes = release_block.saturating_add(self.market.window_blocks);
+        let opened: i64 = OPEN_SCRIPT
+            .key(k.epoch_window(epoch_id))
+            .key(k.epoch_state(epoch_id))
+            .key(k.active_epochs())
+            .key(k.epochs_active())
+            .key(k.epochs_timeline())
+            .key(k.epochs_closing())
+            .arg(epoch_id)
+            .arg(release_block)
+            .arg(begin)
+            .arg(end)
+            .arg(closes)
+            .arg(now_secs())
+            .arg(EPOCH_STATE_TTL.as_secs())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        if opened == 1 {
+            tracing::info!(
+                "epoch {epoch_id}: window open (released in block {release_block}, closes at block {closes})"
+            );
+        }
+        Ok(opened == 1)
+    }
+
+    /// The anchor chain's head is `head`: recorded for the dequeuers'
+    /// deadline checks, and every window that closes at or before it is
+    /// closed and its epoch queued for finalization. Returns the epochs
+    /// closed now.
+    pub async fn head(&self, head: u64) -> redis::RedisResult<Vec<u64>> {
+        let k = &self.market.keys;
+        let mut conn = self.conn.clone();
+        conn.set_ex::<_, _, ()>(k.anchor_head(), head, ANCHOR_HEAD_TTL.as_secs()).await?;
+        let due: Vec<u64> = conn.zrangebyscore(k.epochs_closing(), "-inf", head).await?;
+        let mut closed = Vec::new();
+        for epoch_id in due {
+            let done: i64 = CLOSE_SCRIPT
+                .key(k.epoch_window(epoch_id))
+                .key(k.epoch_state(epoch_id))
+                .key(k.epoch_processed(epoch_id))
+                .key(k.epochs_closing())
+                .key(k.epochs_timeline())
+                .key(k.finalization_queue())
+                .arg(epoch_id)
+                .arg(now_secs())
+                .arg(WINDOW_CLOSED_TTL.as_secs())
+                .invoke_async(&mut conn)
+                .await?;
+            if done == 1 {
+                tracing::info!("epoch {epoch_id}: window closed at anchor block {head}; queued for finalization");
+                closed.push(epoch_id);
+            }
+        }
+        Ok(closed)
+    }
+
+    /// A slot was (re)registered: dequeuers forget the signers they cached.
+    pub async fn slot_registered(&self) -> redis::RedisResult<()> {
+        self.conn.clone().incr::<_, _, ()>(self.market.keys.slots_generation(), 1).await
+    }
+}

@@ -1,0 +1,352 @@
+//! The whole pipeline against a real redis-server: submissions through the
+//! gateway, the monitor's window, the dequeuer's checks (each rejection
+//! reason counted), the finalizer in parts and the aggregator's batch; then
+//! every key written is checked against seed 001's table.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use alloy::primitives::Address;
+use lite_node_protocol::{
+    eip712::{Request, Signer},
+    proto,
+    submission::Scope,
+};
+use lite_node_testkit::RedisServer;
+use lite_node_validator::{
+    Market,
+    aggregator::{Aggregator, Batch},
+    chain::{Chain, EpochFacts, Selection},
+    consensus::Finalized,
+    dequeuer::{Dequeuer, Reason, Verdict},
+    finalizer::Finalizer,
+    gateway::Gateway,
+    keys::{self, Ttl},
+    monitor::Monitor,
+};
+use redis::{AsyncCommands, aio::ConnectionManager};
+
+const CHAIN_ID: u64 = 31337;
+const POOL_A: &str = "0x00000000000000000000000000000000000000aa";
+const POOL_B: &str = "0x00000000000000000000000000000000000000bb";
+
+fn cids() -> (String, String, String) {
+    let c = |s: &str| lite_node_protocol::cid::cid(s.as_bytes());
+    (c("snapshot a"), c("snapshot b"), c("snapshot c"))
+}
+
+/// The chain as a table: registered signers, and per epoch the selected
+/// slots and their pools.
+struct TableChain {
+    signers: HashMap<u64, Address>,
+    selected: BTreeMap<u64, String>,
+}
+
+impl Chain for TableChain {
+    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        Ok(self.signers.get(&slot_id).copied().unwrap_or(Address::ZERO))
+    }
+
+    async fn selection(&self, epoch: EpochFacts, slot_id: u64, project_id: &str) -> Result<Selection, String> {
+        match self.selected.get(&slot_id) {
+            None => Ok(Selection::NotSelected(format!("slot {slot_id} not selected in {}", epoch.epoch_id))),
+            // Only projects whose data source is a pool are scoped by it.
+            Some(pool) if project_id.contains(pool.as_str()) || !project_id.contains("0x") => Ok(Selection::Selected),
+            Some(pool) => Ok(Selection::WrongPool(format!("slot {slot_id} was assigned {pool}"))),
+        }
+    }
+}
+
+fn key(slot: u64) -> [u8; 32] {
+    let mut k = [0u8; 32];
+    k[31] = slot as u8;
+    k[0] = 1;
+    k
+}
+
+struct World {
+    _server: RedisServer,
+    conn: ConnectionManager,
+    market: Arc<Market>,
+    gateway: Gateway,
+    monitor: Monitor,
+    dequeuer: Dequeuer<TableChain>,
+    finalizer: Finalizer,
+    aggregator: Aggregator,
+}
+
+fn scope() -> Scope {
+    Scope {
+        data_market: "0x0000000000000000000000000000000000000d01".parse().unwrap(),
+        protocol_state: "0x0000000000000000000000000000000000000501".parse().unwrap(),
+    }
+}
+
+async fn world(part_size: usize) -> World {
+    let server = RedisServer::start();
+    let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
+    let mut market = Market::new(scope(), CHAIN_ID, "validator-1");
+    market.window_blocks = 10;
+    let market = Arc::new(market);
+    let signers = (1..=8).map(|s| (s, Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap().address()));
+    let chain = TableChain {
+        signers: signers.collect(),
+        selected: [(1, POOL_A), (2, POOL_A), (3, POOL_A), (4, POOL_B), (5, POOL_A), (6, POOL_A), (7, POOL_A)]
+            .into_iter()
+            .map(|(s, p)| (s, p.to_owned()))
+            .collect(),
+    };
+    World {
+        gateway: Gateway::new(conn.clone(), market.keys.clone()),
+        monitor: Monitor::new(market.clone(), conn.clone()),
+        dequeuer: Dequeuer::new(market.clone(), Arc::new(chain), conn.clone()),
+        finalizer: Finalizer::new(market.clone(), conn.clone(), part_size),
+        aggregator: Aggregator::new(market.clone(), conn.clone()),
+        market,
+        conn,
+        _server: server,
+    }
+}
+
+fn project(pool: &str) -> String {
+    format!("baseSnapshot:{pool}:devnet-UNISWAPV3-ETH")
+}
+
+/// A submission signed by `signer_slot`'s key.
+fn signed(
+    slot: u64,
+    signer_slot: u64,
+    epoch: u64,
+    project: &str,
+    cid: &str,
+    deadline: u64,
+) -> proto::SnapshotSubmission {
+    let signer = Signer::new(&key(signer_slot), CHAIN_ID, scope().protocol_state).unwrap();
+    let request =
+        Request { slot_id: slot, deadline, snapshot_cid: cid.into(), epoch_id: epoch, project_id: project.into() };
+    proto::SnapshotSubmission {
+        signature: signer.sign(&request).unwrap(),
+        request: Some(proto::Request {
+            slot_id: slot,
+            deadline,
+            snapshot_cid: cid.into(),
+            epoch_id: epoch,
+            project_id: project.into(),
+        }),
+        header: String::new(),
+        data_market: scope().data_market.to_string(),
+        node_version: Some("test".into()),
+        protocol_state: scope().protocol_state.to_string(),
+    }
+}
+
+impl World {
+    async fn submit(&self, s: proto::SnapshotSubmission) {
+        self.gateway.accept(&s, "test").await.unwrap();
+    }
+
+    /// Dequeuer rounds until the queue is empty; every verdict, in order.
+    async fn drain(&self) -> Vec<Verdict> {
+        let mut all = Vec::new();
+        loop {
+            let v = self.dequeuer.round(64, Duration::from_millis(50)).await.unwrap();
+            if v.is_empty() {
+                return all;
+            }
+            all.extend(v);
+        }
+    }
+
+    /// Finalizer and aggregator steps until both queues are empty.
+    async fn finalize(&self) {
+        while self.finalizer.step(Duration::from_millis(100)).await.unwrap() {}
+        while self.aggregator.step(Duration::from_millis(100)).await.unwrap() {}
+    }
+
+    async fn finalized(&self, epoch: u64) -> serde_json::Value {
+        let body: String = self.conn.clone().get(self.market.keys.finalized(epoch)).await.unwrap();
+        serde_json::from_str(&body).unwrap()
+    }
+
+    async fn counters(&self) -> BTreeMap<String, u64> {
+        self.conn.clone().hgetall(self.market.keys.counters()).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_seed() {
+    let w = world(250).await;
+    let (p_a, p_b) = (project(POOL_A), project(POOL_B));
+    let (cid_a, cid_b, cid_c) = cids();
+    assert!(w.monitor.released(5, 100, 1000, 1000).await.unwrap());
+    assert!(!w.monitor.released(5, 100, 1000, 1000).await.unwrap(), "a release seen again opens nothing");
+    assert!(w.monitor.head(101).await.unwrap().is_empty());
+
+    // Votes: A from slots 1, 2 and 5; B from slot 3; slot 4 on pool B.
+    for (slot, cid) in [(1, &cid_a), (2, &cid_a), (3, &cid_b), (5, &cid_a)] {
+        w.submit(signed(slot, slot, 5, &p_a, cid, 120)).await;
+    }
+    w.submit(signed(4, 4, 5, &p_b, &cid_c, 120)).await;
+    // One of each rejection.
+    let mut garbled = signed(6, 6, 5, &p_a, &cid_a, 120);
+    garbled.signature = "11".repeat(65);
+    w.submit(garbled).await; // bad_signature
+    w.submit(signed(6, 7, 5, &p_a, &cid_a, 120)).await; // wrong_signer
+    w.submit(signed(6, 6, 5, &p_a, &cid_a, 100)).await; // deadline_passed (head 101)
+    w.submit(signed(6, 6, 5, &p_a, &cid_a, 231)).await; // deadline_too_far (100 + 130 < 231)
+    w.submit(signed(8, 8, 5, &p_a, &cid_a, 120)).await; // not_selected
+    w.submit(signed(7, 7, 5, &p_b, &cid_a, 120)).await; // wrong_pool
+    w.submit(signed(1, 1, 5, &p_a, &cid_a, 121)).await; // duplicate (the same CID, signed anew)
+    w.submit(signed(2, 2, 5, &p_a, &cid_c, 121)).await; // equivocation
+    w.submit(signed(9, 9, 5, &p_a, &cid_a, 120)).await; // unregistered_slot
+    w.submit(signed(6, 6, 99, &p_a, &cid_a, 120)).await; // unknown_epoch
+    w.submit(signed(6, 6, 5, &p_a, "not-a-cid", 120)).await; // bad_form
+    lite_node_validator::ReliableQueue::submissions(w.conn.clone(), &w.market.keys)
+        .push("{\"this is\": \"not a submission\"}")
+        .await
+        .unwrap(); // malformed
+
+    let verdicts = w.drain().await;
+    assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Accepted).count(), 5, "{verdicts:#?}");
+    let counters = w.counters().await;
+    assert_eq!(counters.get("accepted"), Some(&5));
+    assert_eq!(counters.get("received"), Some(&16), "the gateway counted what it queued");
+    for reason in Reason::ALL.into_iter().filter(|r| *r != Reason::WindowClosed) {
+        assert_eq!(counters.get(&format!("rejected:{}", reason.as_str())), Some(&1), "{reason:?}: {counters:?}");
+    }
+
+    // The window closes in anchor blocks: not at 109, at 110.
+    assert!(w.monitor.head(109).await.unwrap().is_empty());
+    w.submit(signed(6, 6, 5, &p_a, &cid_a, 120)).await;
+    assert_eq!(w.monitor.head(110).await.unwrap(), [5]);
+    assert_eq!(w.monitor.head(111).await.unwrap(), Vec::<u64>::new(), "closed once");
+    let late = w.drain().await;
+    assert!(matches!(late.as_slice(), [Verdict::Rejected(Reason::WindowClosed, _)]), "{late:?}");
+
+    w.finalize().await;
+    let batch = w.finalized(5).await;
+    let projects = &batch["projects"];
+    assert_eq!(projects.as_array().unwrap().len(), 2, "{batch}");
+    assert_eq!(projects[0]["projectId"], p_a);
+    assert_eq!(projects[0]["snapshotCid"], cid_a.as_str());
+    assert_eq!(projects[0]["votes"], 3, "slot 2's second CID is not a second vote");
+    assert_eq!(projects[1]["projectId"], p_b);
+    assert_eq!(projects[1]["votes"], 1);
+    let expected = Batch {
+        epoch_id: 5,
+        projects: [
+            (p_a.clone(), Finalized { cid: cid_a.clone(), votes: 3, voters: 4 }),
+            (p_b.clone(), Finalized { cid: cid_c.clone(), votes: 1, voters: 1 }),
+        ]
+        .into(),
+        root: String::new(),
+    };
+    let expected = Batch { root: lite_node_validator::consensus::root(&expected.projects), ..expected };
+    assert_eq!(batch["root"], expected.root);
+    assert_eq!(batch["batch_cid"], expected.cid());
+    let state: HashMap<String, String> = w.conn.clone().hgetall(w.market.keys.epoch_state(5)).await.unwrap();
+    assert_eq!(state["window_status"], "closed");
+    assert_eq!(state["level1_status"], "completed");
+    assert_eq!(state["submissions_count"], "5");
+    let broadcast: Vec<String> = w.conn.clone().lrange(w.market.keys.outgoing_batches(), 0, -1).await.unwrap();
+    assert_eq!(broadcast.len(), 1);
+    assert!(broadcast[0].contains(&expected.cid()), "{}", broadcast[0]);
+
+    audit_keys(&w).await;
+}
+
+/// Every key in Redis is one of seed 001's (or ours, listed with them),
+/// with the type and TTL the table gives.
+async fn audit_keys(w: &World) {
+    let mut conn = w.conn.clone();
+    let mut iter: redis::AsyncIter<'_, String> = conn.scan().await.unwrap();
+    let mut names = Vec::new();
+    while let Some(k) = iter.next_item().await {
+        names.push(k.unwrap());
+    }
+    drop(iter);
+    assert!(names.len() > 20, "{names:?}");
+    for name in names {
+        let spec = keys::spec_of(&name).unwrap_or_else(|| panic!("{name} is in no row of the schema"));
+        let kind: String = redis::cmd("TYPE").arg(&name).query_async(&mut conn).await.unwrap();
+        assert_eq!(kind, spec.kind.redis_name(), "{name} ({})", spec.pattern);
+        let ttl: i64 = conn.ttl(&name).await.unwrap();
+        match spec.ttl {
+            Ttl::None => assert_eq!(ttl, -1, "{name} should not expire"),
+            Ttl::Fixed(d) => assert!(ttl > 0 && ttl <= d.as_secs() as i64, "{name}: ttl {ttl}, expected ≤ {d:?}"),
+            Ttl::AfterWindowClose(d) => {
+                let window_closed = name.contains(":epoch:5:");
+                if window_closed {
+                    assert!(ttl > 0 && ttl <= d.as_secs() as i64, "{name}: ttl {ttl} after the close");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_submission_redelivered_after_a_crash_is_counted_once() {
+    let w = world(250).await;
+    let (cid_a, _, _) = cids();
+    w.monitor.released(5, 100, 1000, 1000).await.unwrap();
+    w.monitor.head(101).await.unwrap();
+    for slot in [1, 2, 3] {
+        w.submit(signed(slot, slot, 5, &project(POOL_A), &cid_a, 120)).await;
+    }
+    w.submit(signed(8, 8, 5, &project(POOL_A), &cid_a, 120)).await; // rejected: not selected
+    let queue = lite_node_validator::ReliableQueue::submissions(w.conn.clone(), &w.market.keys);
+    // A worker takes everything, commits its verdicts, and dies before
+    // acknowledging: the items are still held when their marks expire.
+    let taken = queue.take_batch(10).await.unwrap();
+    assert_eq!(taken.len(), 4);
+    queue.give_back(&taken).await.unwrap();
+    assert_eq!(w.drain().await.len(), 4);
+    for t in &taken {
+        queue.push(&t.payload).await.unwrap(); // delivered again
+    }
+    let again = w.drain().await;
+    assert_eq!(again, vec![Verdict::Again; 4], "a verdict is never given twice");
+    let counters = w.counters().await;
+    assert_eq!(counters.get("accepted"), Some(&3));
+    assert_eq!(counters.get("rejected:not_selected"), Some(&1));
+    assert_eq!(counters.get("rejected:duplicate"), None);
+}
+
+#[tokio::test]
+async fn parts_and_ties_give_the_same_batch_whatever_the_order_and_the_part_size() {
+    // Seven projects, each with a tie between two CIDs: the smallest wins.
+    let projects: Vec<String> = (0..7).map(|i| format!("baseSnapshot:tie{i}:devnet")).collect();
+    let (cid_a, cid_b, _) = cids();
+    let smallest = cid_a.clone().min(cid_b.clone());
+    let mut batches = Vec::new();
+    for (part_size, forward) in [(250, true), (2, false), (3, true)] {
+        let w = world(part_size).await;
+        w.monitor.released(9, 50, 1, 1).await.unwrap();
+        w.monitor.head(51).await.unwrap();
+        let mut order: Vec<(u64, &str)> = vec![(6, cid_b.as_str()), (7, cid_a.as_str())];
+        if !forward {
+            order.reverse();
+        }
+        for p in &projects {
+            for (slot, cid) in &order {
+                w.submit(signed(*slot, *slot, 9, p, cid, 70)).await;
+            }
+        }
+        assert_eq!(w.drain().await.iter().filter(|v| **v == Verdict::Accepted).count(), 14);
+        w.monitor.head(60).await.unwrap();
+        w.finalize().await;
+        let parts: Option<u64> = w.conn.clone().get(w.market.keys.parts_total(9)).await.unwrap();
+        assert_eq!(parts, Some(7u64.div_ceil(part_size as u64)));
+        let mut batch = w.finalized(9).await;
+        for p in batch["projects"].as_array().unwrap() {
+            assert_eq!(p["snapshotCid"], smallest.as_str(), "a tie goes to the smallest CID");
+        }
+        batch.as_object_mut().unwrap().remove("finalized_at");
+        batches.push(batch);
+    }
+    assert_eq!(batches[0], batches[1]);
+    assert_eq!(batches[0], batches[2]);
+}
