@@ -35,15 +35,17 @@ pub const OUTGOING_KEPT: isize = 1_000;
 
 const FINALIZE: &str = r"
 -- KEYS: finalized, outgoing, batches timeline, validator batches, state,
---       epochs:active, ActiveEpochs
--- ARGV: batch, broadcast message, epoch, now, kept
+--       epochs:active, ActiveEpochs, counters
+-- ARGV: batch, broadcast message, epoch, now, kept, latency from the close (ms)
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
 redis.call('LPUSH', KEYS[2], ARGV[2])
 redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
 redis.call('ZADD', KEYS[3], ARGV[4], 'local:' .. ARGV[3])
 redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3])
 redis.call('HSET', KEYS[5], 'level1_status', 'completed', 'level1_completed_at', ARGV[4],
-  'phase', 'level2_aggregation', 'last_updated', ARGV[4])
+  'phase', 'level2_aggregation', 'level1_latency_ms', ARGV[6], 'last_updated', ARGV[4])
+redis.call('HINCRBY', KEYS[8], 'finalized', 1)
+redis.call('HINCRBY', KEYS[8], 'finalization_latency_ms_sum', ARGV[6])
 redis.call('SREM', KEYS[6], ARGV[3])
 redis.call('SREM', KEYS[7], ARGV[3])
 return 1
@@ -175,6 +177,9 @@ impl Aggregator {
             "finalized_at": now,
         });
         let message = json!({"type": "finalized_batch", "data": stored});
+        let closed_at: Option<u64> =
+            conn.hget(k.epoch_state(epoch_id), "window_closed_at_ms").await.map_err(|e| format!("redis: {e}"))?;
+        let latency = closed_at.map_or(0, |at| crate::now_millis().saturating_sub(at));
         let fresh: i64 = FINALIZE_SCRIPT
             .key(k.finalized(epoch_id))
             .key(k.outgoing_batches())
@@ -183,17 +188,20 @@ impl Aggregator {
             .key(k.epoch_state(epoch_id))
             .key(k.epochs_active())
             .key(k.active_epochs())
+            .key(k.counters())
             .arg(stored.to_string())
             .arg(message.to_string())
             .arg(epoch_id)
             .arg(now)
             .arg(OUTGOING_KEPT)
+            .arg(latency)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| format!("redis: {e}"))?;
         if fresh == 1 {
             tracing::info!(
-                "epoch {epoch_id}: finalized {} projects, batch {batch_cid}, root {}",
+                "epoch {epoch_id}: finalized {} projects in {latency} ms from the window's close, batch {batch_cid}, \
+                 root {}",
                 batch.projects.len(),
                 batch.root
             );

@@ -16,6 +16,7 @@
 //! - `queue`: the reliable queue each component's intake rests on.
 
 pub mod aggregator;
+pub mod api;
 pub mod chain;
 pub mod consensus;
 pub mod dequeuer;
@@ -24,6 +25,7 @@ pub mod gateway;
 pub mod keys;
 pub mod monitor;
 pub mod queue;
+pub mod tracker;
 
 pub use keys::Keys;
 pub use queue::ReliableQueue;
@@ -60,6 +62,11 @@ impl Market {
             window_blocks: 130,
         }
     }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_millis() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
 /// Seconds since the Unix epoch (timeline scores and state timestamps).

@@ -44,11 +44,12 @@ return 1
 
 const CLOSE: &str = r"
 -- KEYS: window, state, epoch processed, closing, epochs timeline, finalizationQueue
--- ARGV: epoch, now, closed ttl
+-- ARGV: epoch, now, closed ttl, now in ms
 if redis.call('ZREM', KEYS[4], ARGV[1]) == 0 then return 0 end
 redis.call('SET', KEYS[1], 'closed', 'EX', ARGV[3])
 redis.call('HSET', KEYS[2], 'window_status', 'closed', 'window_closes_at', ARGV[2],
-  'phase', 'level1_finalization', 'submissions_count', redis.call('SCARD', KEYS[3]), 'last_updated', ARGV[2])
+  'window_closed_at_ms', ARGV[4], 'phase', 'level1_finalization',
+  'submissions_count', redis.call('SCARD', KEYS[3]), 'last_updated', ARGV[2])
 redis.call('EXPIRE', KEYS[3], ARGV[3])
 redis.call('ZADD', KEYS[5], ARGV[2], 'close:' .. ARGV[1])
 redis.call('LPUSH', KEYS[6], ARGV[1])
@@ -127,6 +128,7 @@ impl Monitor {
                 .arg(epoch_id)
                 .arg(now_secs())
                 .arg(WINDOW_CLOSED_TTL.as_secs())
+                .arg(crate::now_millis())
                 .invoke_async(&mut conn)
                 .await?;
             if done == 1 {

@@ -255,7 +255,59 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     assert_eq!(broadcast.len(), 1);
     assert!(broadcast[0].contains(&expected.cid()), "{}", broadcast[0]);
 
+    // Epoch 6 is open: the tracker's views and the monitor API.
+    w.monitor.released(6, 111, 1001, 1001).await.unwrap();
+    let tracker = lite_node_validator::tracker::Tracker::new(w.market.clone(), w.conn.clone());
+    tracker.current_epoch().await.unwrap();
+    let dashboard = tracker.dashboard().await.unwrap();
+    assert_eq!(dashboard["submissions_accepted"], 5);
+    assert_eq!(dashboard["submissions_rejected"], 13, "one of each reason");
+    assert_eq!(dashboard["batches_1m"], 1);
+    assert_eq!(tracker.participation().await.unwrap()["epochs_participated_24h"], 1);
+    assert!(tracker.gaps().await.unwrap().is_empty(), "epoch 5 was finalized");
+    api_answers(&w, &cid_a).await;
+
     audit_keys(&w).await;
+}
+
+async fn api_answers(w: &World, cid_a: &str) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(lite_node_validator::api::serve(w.market.clone(), w.conn.clone(), listener, std::future::pending()));
+    let get = |path: &str| {
+        let url = format!("{base}{path}");
+        async move {
+            let r = reqwest::get(&url).await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, body) = get("/epochs/5").await;
+    assert_eq!(status, 200, "{body}");
+    let epoch: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(epoch["accepted"], 5);
+    assert_eq!(epoch["finalized"]["projects"][0]["snapshotCid"], cid_a);
+    let (_, body) = get("/epochs/5/submissions").await;
+    let subs: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(subs["accepted"].as_array().unwrap().len(), 5);
+    assert!(subs["rejected"].as_array().unwrap().iter().any(|r| r["reason"] == "equivocation"), "{body}");
+    let (_, body) = get("/epochs/active").await;
+    assert!(body.contains("\"epoch_id\":6") && !body.contains("\"epoch_id\":5"), "{body}");
+    assert_eq!(get("/epochs/404").await.0, 404);
+    assert_eq!(get("/health").await.0, 200);
+    let (_, body) = get("/epochs/gaps").await;
+    assert_eq!(body, "{\"gaps\":[]}");
+    let (_, metrics) = get("/metrics").await;
+    for line in [
+        "validator_submissions_accepted_total 5",
+        "validator_submissions_rejected_total{reason=\"equivocation\"} 1",
+        "validator_submissions_rejected_total{reason=\"window_closed\"} 1",
+        "validator_queue_depth{queue=\"submissions\"} 0",
+        "validator_epochs_finalized_total 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    assert!(get("/dashboard").await.1.contains("\"submissions_accepted\":5"));
+    assert!(get("/participation").await.1.contains("\"epochs_participated_24h\":1"));
 }
 
 /// Every key in Redis is one of seed 001's (or ours, listed with them),

@@ -1,0 +1,241 @@
+//! The monitor API (read-only, axum): what the pipeline did, from Redis.
+//!
+//! | path | answer |
+//! |---|---|
+//! | `/epochs/active` | epochs whose window is open or whose level 1 runs, with their state |
+//! | `/epochs/{id}` | the epoch's state, counts and finalized batch |
+//! | `/epochs/{id}/submissions` | accepted submissions and rejections with reasons |
+//! | `/epochs/gaps` | epochs closed without a level-1 batch |
+//! | `/dashboard` | the state tracker's summary (computed now if it has expired) |
+//! | `/participation` | 24-hour participation |
+//! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why |
+//! | `/metrics` | Prometheus text: received, accepted, rejected by reason, queue depths, finalization latency |
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+use redis::{AsyncCommands, aio::ConnectionManager};
+use serde_json::{Value, json};
+
+use crate::{Market, dequeuer::Reason, tracker::Tracker};
+
+#[derive(Clone)]
+struct Api {
+    market: Arc<Market>,
+    conn: ConnectionManager,
+    tracker: Tracker,
+}
+
+/// The API's routes.
+pub fn router(market: Arc<Market>, conn: ConnectionManager) -> Router {
+    let tracker = Tracker::new(market.clone(), conn.clone());
+    Router::new()
+        .route("/epochs/active", get(active))
+        .route("/epochs/gaps", get(gaps))
+        .route("/epochs/{id}", get(epoch))
+        .route("/epochs/{id}/submissions", get(submissions))
+        .route("/dashboard", get(dashboard))
+        .route("/participation", get(participation))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .with_state(Api { market, conn, tracker })
+}
+
+/// Serves the API on `listener` until `stop`.
+pub async fn serve(
+    market: Arc<Market>,
+    conn: ConnectionManager,
+    listener: tokio::net::TcpListener,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(market, conn)).with_graceful_shutdown(stop).await
+}
+
+type Answer = Result<Response, (StatusCode, String)>;
+
+fn unavailable(e: redis::RedisError) -> (StatusCode, String) {
+    (StatusCode::SERVICE_UNAVAILABLE, format!("Redis unavailable: {e}\n"))
+}
+
+fn parsed(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+async fn state_of(api: &Api, epoch_id: u64) -> redis::RedisResult<BTreeMap<String, String>> {
+    api.conn.clone().hgetall(api.market.keys.epoch_state(epoch_id)).await
+}
+
+async fn active(State(api): State<Api>) -> Answer {
+    let mut ids: Vec<u64> = api.conn.clone().smembers(api.market.keys.epochs_active()).await.map_err(unavailable)?;
+    ids.sort_unstable();
+    let mut epochs = Vec::new();
+    for id in ids {
+        let state = state_of(&api, id).await.map_err(unavailable)?;
+        if !state.is_empty() {
+            epochs.push(json!({"epoch_id": id, "state": state}));
+        }
+    }
+    Ok(Json(json!({"epochs": epochs})).into_response())
+}
+
+async fn epoch(State(api): State<Api>, Path(id): Path<u64>) -> Answer {
+    let k = &api.market.keys;
+    let mut conn = api.conn.clone();
+    let state = state_of(&api, id).await.map_err(unavailable)?;
+    let finalized: Option<String> = conn.get(k.finalized(id)).await.map_err(unavailable)?;
+    if state.is_empty() && finalized.is_none() {
+        return Err((StatusCode::NOT_FOUND, format!("epoch {id} is not known here (never released, or pruned)\n")));
+    }
+    let accepted: u64 = conn.scard(k.epoch_processed_set(id)).await.map_err(unavailable)?;
+    let rejected: u64 = conn.hlen(k.rejections(id)).await.map_err(unavailable)?;
+    Ok(Json(json!({
+        "epoch_id": id,
+        "state": state,
+        "accepted": accepted,
+        "rejected": rejected,
+        "finalized": finalized.as_deref().map(parsed),
+    }))
+    .into_response())
+}
+
+async fn submissions(State(api): State<Api>, Path(id): Path<u64>) -> Answer {
+    let k = &api.market.keys;
+    let mut conn = api.conn.clone();
+    let mut ids: Vec<String> = conn.smembers(k.epoch_processed_set(id)).await.map_err(unavailable)?;
+    ids.sort();
+    let mut pipe = redis::pipe();
+    for sid in &ids {
+        pipe.hgetall(k.processed(&api.market.validator_id, sid));
+    }
+    let accepted: Vec<BTreeMap<String, String>> =
+        if ids.is_empty() { Vec::new() } else { pipe.query_async(&mut conn).await.map_err(unavailable)? };
+    let rejections: BTreeMap<String, String> = conn.hgetall(k.rejections(id)).await.map_err(unavailable)?;
+    let rejected: Vec<Value> = rejections
+        .into_iter()
+        .map(|(sid, record)| {
+            let mut v = parsed(&record);
+            if let Value::Object(o) = &mut v {
+                o.insert("submission_id".into(), sid.into());
+            }
+            v
+        })
+        .collect();
+    Ok(Json(json!({"epoch_id": id, "accepted": accepted, "rejected": rejected})).into_response())
+}
+
+async fn gaps(State(api): State<Api>) -> Answer {
+    let gaps: Vec<(String, u64)> =
+        api.conn.clone().zrange_withscores(api.market.keys.epochs_gaps(), 0, -1).await.map_err(unavailable)?;
+    let gaps: Vec<Value> = gaps
+        .into_iter()
+        .map(|(m, at)| {
+            let (epoch, kind) = m.split_once(':').unwrap_or((&m, ""));
+            json!({"epoch_id": epoch.parse::<u64>().ok(), "gap": kind, "detected_at": at})
+        })
+        .collect();
+    Ok(Json(json!({"gaps": gaps})).into_response())
+}
+
+async fn dashboard(State(api): State<Api>) -> Answer {
+    let kept: Option<String> = api.conn.clone().get(api.market.keys.dashboard_summary()).await.map_err(unavailable)?;
+    let value = match kept {
+        Some(text) => parsed(&text),
+        None => api.tracker.dashboard().await.map_err(unavailable)?,
+    };
+    Ok(Json(value).into_response())
+}
+
+async fn participation(State(api): State<Api>) -> Answer {
+    let kept: Option<String> = api.conn.clone().get(api.market.keys.participation()).await.map_err(unavailable)?;
+    let value = match kept {
+        Some(text) => parsed(&text),
+        None => api.tracker.participation().await.map_err(unavailable)?,
+    };
+    Ok(Json(value).into_response())
+}
+
+async fn health(State(api): State<Api>) -> Response {
+    let mut conn = api.conn.clone();
+    let mut problems = Vec::new();
+    let head: redis::RedisResult<Option<u64>> = conn.get(api.market.keys.anchor_head()).await;
+    match &head {
+        Err(e) => problems.push(format!("Redis unavailable: {e}")),
+        Ok(None) => problems
+            .push("no fresh anchor head: the event monitor is not running or cannot reach the anchor chain".to_owned()),
+        Ok(Some(_)) => {}
+    }
+    let depth: u64 = conn.llen(api.market.keys.submission_queue()).await.unwrap_or(0);
+    let status = if problems.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = json!({
+        "status": if problems.is_empty() { "ok" } else { "unhealthy" },
+        "problems": problems,
+        "anchor_head": head.ok().flatten(),
+        "queue_depth": depth,
+    });
+    (status, Json(body)).into_response()
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabel {
+    queue: String,
+}
+
+async fn metrics(State(api): State<Api>) -> Answer {
+    let k = &api.market.keys;
+    let mut conn = api.conn.clone();
+    let counters: BTreeMap<String, u64> = conn.hgetall(k.counters()).await.map_err(unavailable)?;
+    let depths: Vec<u64> = redis::pipe()
+        .llen(k.submission_queue())
+        .llen(k.submission_processing())
+        .llen(k.finalization_queue())
+        .llen(k.aggregation_queue())
+        .query_async(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    let count = |name: &str| counters.get(name).copied().unwrap_or(0);
+    let mut registry = Registry::with_prefix("validator");
+    let counter = |v: u64| {
+        let c = Counter::<u64>::default();
+        c.inc_by(v);
+        c
+    };
+    registry.register("submissions_received", "Submissions the gateway queued", counter(count("received")));
+    registry.register("submissions_accepted", "Submissions that passed every check", counter(count("accepted")));
+    let rejected = Family::<ReasonLabel, Counter>::default();
+    for r in Reason::ALL {
+        rejected
+            .get_or_create(&ReasonLabel { reason: r.as_str().into() })
+            .inc_by(count(&format!("rejected:{}", r.as_str())));
+    }
+    registry.register("submissions_rejected", "Submissions rejected, by reason", rejected);
+    let queues = Family::<QueueLabel, Gauge>::default();
+    for (name, depth) in ["submissions", "submissions_processing", "finalization", "aggregation"].iter().zip(&depths) {
+        queues.get_or_create(&QueueLabel { queue: (*name).into() }).set(*depth as i64);
+    }
+    registry.register("queue_depth", "Items waiting (or held) on each queue", queues);
+    registry.register("epochs_finalized", "Epochs this validator finalized", counter(count("finalized")));
+    registry.register(
+        "finalization_latency_milliseconds_sum",
+        "Sum over finalized epochs of the time from the window's close to the finalized batch",
+        counter(count("finalization_latency_ms_sum")),
+    );
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry).expect("writing to a String");
+    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response())
+}

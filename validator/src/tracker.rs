@@ -1,0 +1,279 @@
+//! The state tracker: pre-computed views for the monitor API and
+//! dashboards, gap detection, and the daily pruning — all from the timelines
+//! and sets the other components write, never by `SCAN`.
+//!
+//! | key | every | TTL |
+//! |---|---|---|
+//! | `metrics:current_epoch` | 15 s | 30 s |
+//! | `dashboard:summary`, `stats:current` | 30 s | 60 s |
+//! | `metrics:participation` | 150 s | 300 s |
+//! | `epochs:gaps` (+ `submissions_count` of active epochs) | 30 s | 24 h, members older than 1 h dropped |
+//! | pruning | at start, then daily | — |
+//!
+//! Pruning drops timeline entries older than [`RETENTION`] and, for the
+//! epochs whose `open:` entry goes, the keys the seed gives no TTL that
+//! belong to one epoch: `finalized:{epochId}`, `EpochProcessed({epochId})`
+//! with each `processed:{sequencerId}:{submissionId}` it lists, and the
+//! parts counters. Without it those grow by one set per epoch forever.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use redis::{AsyncCommands, aio::ConnectionManager};
+use serde_json::{Value, json};
+
+use crate::{Market, now_secs};
+
+/// How long timelines and finished epochs' keys are kept.
+pub const RETENTION: Duration = Duration::from_secs(2 * 24 * 3600);
+/// An epoch whose window closed this long ago without a level-1 batch is a
+/// gap.
+pub const GAP_AFTER: Duration = Duration::from_secs(120);
+
+/// Writes the tracker's keys.
+#[derive(Clone)]
+pub struct Tracker {
+    market: Arc<Market>,
+    conn: ConnectionManager,
+}
+
+impl Tracker {
+    pub fn new(market: Arc<Market>, conn: ConnectionManager) -> Self {
+        Self { market, conn }
+    }
+
+    /// Runs the schedule above until `stop`; Redis errors are logged and the
+    /// next tick tries again.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()> + Send) {
+        let work = async {
+            let mut tick: u64 = 0;
+            let mut last_prune = None::<tokio::time::Instant>;
+            let mut every = tokio::time::interval(Duration::from_secs(15));
+            loop {
+                every.tick().await;
+                let mut jobs: Vec<(&str, redis::RedisResult<()>)> = vec![("current epoch", self.current_epoch().await)];
+                if tick.is_multiple_of(2) {
+                    jobs.push(("dashboard", self.dashboard().await.map(|_| ())));
+                    jobs.push(("gaps", self.gaps().await.map(|_| ())));
+                }
+                if tick.is_multiple_of(10) {
+                    jobs.push(("participation", self.participation().await.map(|_| ())));
+                }
+                if last_prune.is_none_or(|at: tokio::time::Instant| at.elapsed() >= Duration::from_secs(24 * 3600)) {
+                    let pruned = self.prune(now_secs().saturating_sub(RETENTION.as_secs())).await;
+                    if pruned.is_ok() {
+                        last_prune = Some(tokio::time::Instant::now());
+                    }
+                    jobs.push(("pruning", pruned.map(|_| ())));
+                }
+                for (what, result) in jobs {
+                    if let Err(e) = result {
+                        tracing::warn!("state tracker: {what} not updated ({e}); next tick tries again");
+                    }
+                }
+                tick += 1;
+            }
+        };
+        tokio::select! {
+            () = work => {}
+            () = stop => {}
+        }
+    }
+
+    /// Timeline entries in the last `secs`.
+    async fn count_since(&self, key: &str, secs: u64, prefix: Option<&str>) -> redis::RedisResult<u64> {
+        let from = now_secs().saturating_sub(secs);
+        let mut conn = self.conn.clone();
+        match prefix {
+            None => conn.zcount(key, from, "+inf").await,
+            Some(p) => {
+                let members: Vec<String> = conn.zrangebyscore(key, from, "+inf").await?;
+                Ok(members.iter().filter(|m| m.starts_with(p)).count() as u64)
+            }
+        }
+    }
+
+    /// The dashboard summary, written as `dashboard:summary` (JSON) and
+    /// `stats:current` (hash), and returned.
+    pub async fn dashboard(&self) -> redis::RedisResult<Value> {
+        let k = &self.market.keys;
+        let epochs = k.epochs_timeline();
+        let (epochs_1m, epochs_5m) =
+            (self.count_since(&epochs, 60, Some("open:")).await?, self.count_since(&epochs, 300, Some("open:")).await?);
+        let batches = k.batches_timeline();
+        let (batches_1m, batches_5m) =
+            (self.count_since(&batches, 60, None).await?, self.count_since(&batches, 300, None).await?);
+        let subs = k.submissions_timeline();
+        let (submissions_1m, submissions_5m) =
+            (self.count_since(&subs, 60, None).await?, self.count_since(&subs, 300, None).await?);
+        let vals = k.validations_timeline();
+        let (validations_1m, validations_5m) =
+            (self.count_since(&vals, 60, None).await?, self.count_since(&vals, 300, None).await?);
+        let ours = self.count_since(&k.validator_batches(&self.market.validator_id), 300, None).await?;
+        let mut conn = self.conn.clone();
+        let counters: BTreeMap<String, u64> = conn.hgetall(k.counters()).await?;
+        let queued: u64 = conn.llen(k.submission_queue()).await?;
+        let active: Vec<u64> = conn.smembers(k.epochs_active()).await?;
+        let summary = json!({
+            "active_validators": u64::from(ours > 0),
+            "active_epochs": active.len(),
+            "epochs_1m": epochs_1m, "epochs_5m": epochs_5m,
+            "batches_1m": batches_1m, "batches_5m": batches_5m,
+            "submissions_1m": submissions_1m, "submissions_5m": submissions_5m,
+            "validations_1m": validations_1m, "validations_5m": validations_5m,
+            "epochs_rate": epochs_5m as f64 / 5.0, "batch_rate": batches_5m as f64 / 5.0,
+            "submissions_received": counters.get("received").copied().unwrap_or(0),
+            "submissions_accepted": counters.get("accepted").copied().unwrap_or(0),
+            "submissions_rejected": counters.iter().filter(|(k, _)| k.starts_with("rejected:")).map(|(_, v)| v).sum::<u64>(),
+            "queue_depth": queued,
+            "updated_at": now_secs(),
+        });
+        let fields: Vec<(String, String)> =
+            summary.as_object().expect("an object").iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+        redis::pipe()
+            .atomic()
+            .set_ex(k.dashboard_summary(), summary.to_string(), 60)
+            .ignore()
+            .del(k.stats_current())
+            .ignore()
+            .hset_multiple(k.stats_current(), &fields)
+            .ignore()
+            .expire(k.stats_current(), 60)
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await?;
+        Ok(summary)
+    }
+
+    /// 24-hour participation, written as `metrics:participation` and
+    /// returned. Level 2 (the validators' network) is not built yet: its
+    /// inclusions are 0.
+    pub async fn participation(&self) -> redis::RedisResult<Value> {
+        let k = &self.market.keys;
+        let day = 24 * 3600;
+        let total = self.count_since(&k.epochs_timeline(), day, Some("open:")).await?;
+        let participated = self.count_since(&k.validator_batches(&self.market.validator_id), day, None).await?;
+        let level1 = self.count_since(&k.batches_timeline(), day, Some("local:")).await?;
+        let rate = if total == 0 { 0.0 } else { participated as f64 / total as f64 };
+        let value = json!({
+            "validator_id": self.market.validator_id,
+            "epochs_total_24h": total,
+            "epochs_participated_24h": participated,
+            "level1_batches_24h": level1,
+            "level2_inclusions_24h": 0,
+            "participation_rate": rate,
+            "inclusion_rate": 0.0,
+            "updated_at": now_secs(),
+        });
+        self.conn.clone().set_ex::<_, _, ()>(k.participation(), value.to_string(), 300).await?;
+        Ok(value)
+    }
+
+    /// The newest active epoch's phase and progress, as
+    /// `metrics:current_epoch` (windows are counted in anchor blocks).
+    pub async fn current_epoch(&self) -> redis::RedisResult<()> {
+        let k = &self.market.keys;
+        let mut conn = self.conn.clone();
+        let active: Vec<u64> = conn.smembers(k.epochs_active()).await?;
+        let Some(&epoch_id) = active.iter().max() else { return Ok(()) };
+        let state: BTreeMap<String, String> = conn.hgetall(k.epoch_state(epoch_id)).await?;
+        let head: Option<u64> = conn.get(k.anchor_head()).await?;
+        let submissions: u64 = conn.scard(k.epoch_processed(epoch_id)).await?;
+        let closes: Option<u64> = state.get("window_closes_block").and_then(|v| v.parse().ok());
+        let value = json!({
+            "epoch_id": epoch_id,
+            "phase": state.get("phase"),
+            "window_status": state.get("window_status"),
+            "window_duration_blocks": self.market.window_blocks,
+            "blocks_remaining": closes.zip(head).map(|(c, h)| c.saturating_sub(h)),
+            "anchor_head": head,
+            "submissions_received": submissions,
+            "updated_at": now_secs(),
+        });
+        conn.set_ex::<_, _, ()>(k.current_epoch(), value.to_string(), 30).await
+    }
+
+    /// Records epochs whose window closed more than [`GAP_AFTER`] ago
+    /// without a level-1 batch (`{epochId}:missing_level1`), drops gaps
+    /// since filled and those older than an hour, refreshes active epochs'
+    /// `submissions_count`. Returns the gaps now listed.
+    pub async fn gaps(&self) -> redis::RedisResult<Vec<String>> {
+        let k = &self.market.keys;
+        let mut conn = self.conn.clone();
+        let now = now_secs();
+        // Gaps older than an hour are dropped, so only the last hour's closes matter.
+        let members: Vec<(String, u64)> =
+            conn.zrangebyscore_withscores(k.epochs_timeline(), now.saturating_sub(3600), "+inf").await?;
+        let closes: Vec<(u64, u64)> =
+            members.into_iter().filter_map(|(m, at)| Some((m.strip_prefix("close:")?.parse().ok()?, at))).collect();
+        let mut exists = redis::pipe();
+        for (epoch_id, _) in &closes {
+            exists.exists(k.finalized(*epoch_id));
+        }
+        let finalized: Vec<bool> = if closes.is_empty() { Vec::new() } else { exists.query_async(&mut conn).await? };
+        let mut gaps = redis::pipe();
+        for ((epoch_id, at), finalized) in closes.into_iter().zip(finalized) {
+            let gap = format!("{epoch_id}:missing_level1");
+            if finalized {
+                gaps.zrem(k.epochs_gaps(), &gap).ignore();
+            } else if at + GAP_AFTER.as_secs() <= now {
+                gaps.zadd(k.epochs_gaps(), &gap, now).ignore();
+            }
+        }
+        gaps.zrembyscore(k.epochs_gaps(), "-inf", now.saturating_sub(3600)).ignore();
+        gaps.expire(k.epochs_gaps(), 24 * 3600).ignore();
+        let active: Vec<u64> = conn.smembers(k.epochs_active()).await?;
+        for e in active {
+            let n: u64 = conn.scard(k.epoch_processed(e)).await?;
+            let exists: bool = conn.exists(k.epoch_state(e)).await?;
+            if exists {
+                gaps.hset(k.epoch_state(e), "submissions_count", n).ignore();
+            }
+        }
+        gaps.query_async::<()>(&mut conn).await?;
+        conn.zrange(k.epochs_gaps(), 0, -1).await
+    }
+
+    /// Drops what is older than `cutoff` (Unix seconds): timeline entries,
+    /// and the no-TTL keys of epochs opened before it. Returns the epochs
+    /// whose keys were dropped.
+    pub async fn prune(&self, cutoff: u64) -> redis::RedisResult<Vec<u64>> {
+        let k = &self.market.keys;
+        let mut conn = self.conn.clone();
+        let old: Vec<String> = conn.zrangebyscore(k.epochs_timeline(), "-inf", cutoff).await?;
+        let epochs: Vec<u64> =
+            old.iter().filter_map(|m| m.strip_prefix("open:").and_then(|e| e.parse().ok())).collect();
+        for &e in &epochs {
+            let ids: Vec<String> = conn.smembers(k.epoch_processed_set(e)).await?;
+            let mut pipe = redis::pipe();
+            for chunk in ids.chunks(500) {
+                let keys: Vec<String> = chunk.iter().map(|id| k.processed(&self.market.validator_id, id)).collect();
+                pipe.del(keys).ignore();
+            }
+            pipe.del(&[
+                k.epoch_processed_set(e),
+                k.finalized(e),
+                k.parts_total(e),
+                k.parts_completed(e),
+                k.parts_ready(e),
+            ])
+            .ignore();
+            pipe.srem(k.epochs_active(), e).ignore().srem(k.active_epochs(), e).ignore();
+            pipe.query_async::<()>(&mut conn).await?;
+        }
+        let mut pipe = redis::pipe();
+        for timeline in [
+            k.epochs_timeline(),
+            k.batches_timeline(),
+            k.submissions_timeline(),
+            k.validations_timeline(),
+            k.validator_batches(&self.market.validator_id),
+        ] {
+            pipe.zrembyscore(timeline, "-inf", cutoff).ignore();
+        }
+        pipe.query_async::<()>(&mut conn).await?;
+        if !epochs.is_empty() {
+            tracing::info!("state tracker: pruned {} epochs older than the retention", epochs.len());
+        }
+        Ok(epochs)
+    }
+}
