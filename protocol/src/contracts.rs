@@ -10,6 +10,7 @@ alloy::sol! {
         uint256 timestamp
     );
     event DayStartedEvent(address indexed dataMarketAddress, uint256 dayId, uint256 timestamp);
+    event SlotRegistered(uint256 indexed slotId, address indexed snapshotter);
 
     function getTotalNodeCount() external view returns (uint256);
     function slotSnapshotterMapping(uint256 slotId) external view returns (address);

@@ -43,6 +43,11 @@ enum Command {
     /// deadline against ProtocolState and, given the active pools, that the
     /// slot was selected for that epoch and pool; answers Success or Failure.
     Collector(CollectorArgs),
+    /// The receiving end: a validator on Redis. Its gateway takes submissions
+    /// as the collector does; dequeuers check them, each epoch's window opens
+    /// and closes in anchor blocks, and every epoch is finalized into this
+    /// validator's batch; a read-only API shows it all.
+    Validator(ValidatorArgs),
     /// Alert channels (Telegram bot, reporting service).
     #[command(subcommand)]
     Alert(AlertCommand),
@@ -125,6 +130,66 @@ struct CollectorArgs {
 }
 
 #[derive(clap::Args)]
+struct ValidatorArgs {
+    /// Components to run in this process, comma-separated (default: all).
+    /// Running them one per process (e.g. several dequeuers) is the same
+    /// pipeline: they meet in Redis.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "C,…")]
+    components: Vec<commands::Component>,
+    /// Redis the components share.
+    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// This validator's id (its batches' author, the sequencer id of its keys).
+    #[arg(long, value_name = "ID", default_value = "validator-1")]
+    validator_id: String,
+    /// Where the gateway listens for submissions (gRPC).
+    #[arg(long, default_value = "127.0.0.1:50052")]
+    listen: std::net::SocketAddr,
+    /// Where the monitor API listens (HTTP).
+    #[arg(long, default_value = "127.0.0.1:9091")]
+    api_listen: std::net::SocketAddr,
+    /// Anchor chain JSON-RPC URL(s), comma-separated.
+    #[arg(long, value_name = "URL")]
+    anchor_rpc: String,
+    /// ProtocolState contract address.
+    #[arg(long, value_name = "ADDRESS")]
+    protocol_state: String,
+    /// Data market contract address.
+    #[arg(long, value_name = "ADDRESS")]
+    data_market: String,
+    /// Source chain JSON-RPC URL(s) for the epochs' seed blocks (default: the anchor's).
+    #[arg(long, value_name = "URL")]
+    source_rpc: Option<String>,
+    /// The data market's active pools, comma-separated (the dequeuer's
+    /// selection check, with the configured compute package's rule).
+    #[arg(long, value_name = "P1,P2,…", value_delimiter = ',')]
+    pools: Vec<String>,
+    /// A file with one active pool address per line (as --pools).
+    #[arg(long, value_name = "F")]
+    pools_file: Option<PathBuf>,
+    /// Anchor block the event monitor starts at without a saved cursor
+    /// (default: the head).
+    #[arg(long, value_name = "N")]
+    from_block: Option<u64>,
+    /// Anchor blocks each epoch's submission window stays open after its
+    /// release (130: every deadline a node may sign).
+    #[arg(long, value_name = "N", default_value_t = 130)]
+    window_blocks: u64,
+    /// Dequeuer workers in this process.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    workers: usize,
+    /// Projects per finalization part.
+    #[arg(long, value_name = "N", default_value_t = lite_node_validator::finalizer::PART_SIZE)]
+    part_size: usize,
+    /// The event monitor's cursor (locked: one monitor per directory).
+    #[arg(long, value_name = "DIR", default_value = "validator-data")]
+    data_dir: PathBuf,
+    /// How often the event monitor polls the anchor chain.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    poll_ms: u64,
+}
+
+#[derive(clap::Args)]
 struct AssignmentsArgs {
     /// Epoch id.
     #[arg(long, value_name = "E")]
@@ -203,6 +268,28 @@ fn main() -> ExitCode {
                 pools: a.pools,
                 pools_file: a.pools_file,
                 from_block: a.from_block,
+            },
+            &env,
+        ),
+        Command::Validator(a) => commands::validator(
+            commands::ValidatorOptions {
+                components: a.components,
+                redis_url: a.redis_url,
+                validator_id: a.validator_id,
+                listen: a.listen,
+                api_listen: a.api_listen,
+                anchor_rpc: a.anchor_rpc,
+                protocol_state: a.protocol_state,
+                data_market: a.data_market,
+                source_rpc: a.source_rpc,
+                pools: a.pools,
+                pools_file: a.pools_file,
+                from_block: a.from_block,
+                window_blocks: a.window_blocks,
+                workers: a.workers,
+                part_size: a.part_size,
+                data_dir: a.data_dir,
+                poll_interval: Duration::from_millis(a.poll_ms.max(10)),
             },
             &env,
         ),

@@ -95,11 +95,13 @@ impl Aggregator {
 
     /// Runs until `stop`, its worker on its own connection from `client`.
     pub async fn run(self, client: redis::Client, stop: impl std::future::Future<Output = ()> + Send) {
+        let this = Self { queue: self.queue.clone().owned_by(&crate::queue::instance_id()), ..self };
         let mut tasks = tokio::task::JoinSet::new();
-        let me = self.clone();
+        tasks.spawn(this.queue.clone().keep_beating());
+        let me = this.clone();
         tasks.spawn(async move {
-            let w = Self { conn: crate::connect_retrying(&client, "aggregator").await, ..me };
-            let w = Self { queue: ReliableQueue::aggregation(w.conn.clone(), &w.market.keys), ..w };
+            let conn = crate::connect_retrying(&client, "aggregator").await;
+            let w = Self { queue: me.queue.with_conn(conn.clone()), conn, ..me };
             let mut backoff = Duration::from_millis(100);
             loop {
                 match w.step(Duration::from_secs(1)).await {
@@ -112,7 +114,7 @@ impl Aggregator {
                 }
             }
         });
-        tasks.spawn(recover_every(self.queue.clone(), "aggregator"));
+        tasks.spawn(recover_every(this.queue.clone(), "aggregator", crate::finalizer::RECOVER_EVERY));
         stop.await;
         tasks.shutdown().await;
     }

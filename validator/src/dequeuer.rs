@@ -121,7 +121,7 @@ pub struct DequeuerSettings {
 
 impl Default for DequeuerSettings {
     fn default() -> Self {
-        Self { batch: 256, workers: 4, recover_every: Duration::from_secs(30) }
+        Self { batch: 256, workers: 4, recover_every: crate::finalizer::RECOVER_EVERY }
     }
 }
 
@@ -241,7 +241,7 @@ impl<C: Chain> Dequeuer<C> {
 
     /// The same dequeuer on another connection.
     pub fn with_conn(&self, conn: ConnectionManager) -> Self {
-        Self { queue: ReliableQueue::submissions(conn.clone(), &self.market.keys), conn, ..self.clone() }
+        Self { queue: self.queue.with_conn(conn.clone()), conn, ..self.clone() }
     }
 
     /// Runs `settings.workers` workers, each on its own connection from
@@ -253,32 +253,25 @@ impl<C: Chain> Dequeuer<C> {
         settings: DequeuerSettings,
         stop: impl std::future::Future<Output = ()> + Send,
     ) {
-        match self.queue.recover().await {
+        let this = Self { queue: self.queue.clone().owned_by(&crate::queue::instance_id()), ..self };
+        if let Err(e) = this.queue.beat().await {
+            tracing::warn!("dequeuer: Redis unreachable at start ({e}); the workers retry");
+        }
+        match this.queue.recover().await {
             Ok(0) => {}
             Ok(n) => tracing::info!("dequeuer: {n} submissions held by a worker that is gone put back on the queue"),
             Err(e) => tracing::warn!("dequeuer: cannot recover held submissions yet ({e})"),
         }
         let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(this.queue.clone().keep_beating());
         for _ in 0..settings.workers.max(1) {
-            let (me, client) = (self.clone(), client.clone());
+            let (me, client) = (this.clone(), client.clone());
             tasks.spawn(async move {
                 let worker = me.with_conn(crate::connect_retrying(&client, "dequeuer").await);
                 worker.work(settings.batch).await
             });
         }
-        let recoverer = self.clone();
-        tasks.spawn(async move {
-            let mut every = tokio::time::interval(settings.recover_every);
-            every.tick().await;
-            loop {
-                every.tick().await;
-                match recoverer.queue.recover().await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::warn!("dequeuer: {n} submissions of a dead worker put back on the queue"),
-                    Err(e) => tracing::warn!("dequeuer: recovery failed ({e}); trying again later"),
-                }
-            }
-        });
+        tasks.spawn(crate::finalizer::recover_every(this.queue.clone(), "dequeuer", settings.recover_every));
         stop.await;
         tasks.shutdown().await;
     }

@@ -93,20 +93,21 @@ impl Finalizer {
 
     /// The same finalizer on another connection.
     pub fn with_conn(&self, conn: ConnectionManager) -> Self {
-        Self { queue: ReliableQueue::finalization(conn.clone(), &self.market.keys), conn, ..self.clone() }
+        Self { queue: self.queue.with_conn(conn.clone()), conn, ..self.clone() }
     }
 
     /// Runs `workers` workers, each on its own connection from `client`,
     /// until `stop`; held items of dead workers are put back at start and
     /// every 30 s.
     pub async fn run(self, client: redis::Client, workers: usize, stop: impl std::future::Future<Output = ()> + Send) {
+        let this = Self { queue: self.queue.clone().owned_by(&crate::queue::instance_id()), ..self };
         let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(this.queue.clone().keep_beating());
         for _ in 0..workers.max(1) {
-            let (me, client) = (self.clone(), client.clone());
+            let (me, client) = (this.clone(), client.clone());
             tasks.spawn(async move { me.with_conn(crate::connect_retrying(&client, "finalizer").await).work().await });
         }
-        let q = self.queue.clone();
-        tasks.spawn(recover_every(q, "finalizer"));
+        tasks.spawn(recover_every(this.queue.clone(), "finalizer", RECOVER_EVERY));
         stop.await;
         tasks.shutdown().await;
     }
@@ -204,9 +205,13 @@ impl Finalizer {
     }
 }
 
-/// Puts back what dead workers held, at start and every 30 s.
-pub(crate) async fn recover_every(q: ReliableQueue, who: &'static str) {
-    let mut every = tokio::time::interval(Duration::from_secs(30));
+/// How often held items of dead workers are looked for (a dead worker's
+/// heartbeat is gone within 15 s).
+pub const RECOVER_EVERY: Duration = Duration::from_secs(10);
+
+/// Puts back what dead workers held, at once and then every `period`.
+pub(crate) async fn recover_every(q: ReliableQueue, who: &'static str, period: Duration) {
+    let mut every = tokio::time::interval(period);
     loop {
         every.tick().await;
         match q.recover().await {

@@ -78,6 +78,9 @@ pub const SCHEMA: &[KeySpec] = &[
     // acknowledges it (the seed's dequeuer BRPOPs, and a crash loses the item).
     spec("{protocol}:{market}:submissionQueue:processing", KeyType::List, Ttl::None),
     spec("processingSubmission:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
+    // Ours: a worker process's heartbeat; what a worker without one holds is
+    // recovered at once, not after its marks' 5 minutes.
+    spec("{protocol}:{market}:worker:{instanceId}", KeyType::String, Ttl::Fixed(crate::queue::HEARTBEAT_TTL)),
     spec("{protocol}:{market}:processed:{sequencerId}:{submissionId}", KeyType::Hash, Ttl::None),
     spec("{protocol}:{market}:epoch:{epochId}:processed", KeyType::Set, Ttl::AfterWindowClose(WINDOW_CLOSED_TTL)),
     spec("{protocol}:{market}:EpochProcessed({epochId})", KeyType::Set, Ttl::None),
@@ -183,6 +186,10 @@ impl Keys {
 
     pub fn processing_submission(id: &str) -> String {
         format!("processingSubmission:{id}")
+    }
+
+    pub fn worker(&self, instance_id: &str) -> String {
+        self.ns(&format!("worker:{instance_id}"))
     }
 
     pub fn processed(&self, sequencer_id: &str, submission_id: &str) -> String {

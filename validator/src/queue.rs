@@ -32,6 +32,12 @@ pub struct ReliableQueue {
     processing: String,
     /// The mark key without its id.
     mark_prefix: String,
+    /// The heartbeat key without the owner.
+    heartbeat_prefix: String,
+    /// Who this queue's takes are marked as (a worker process's instance
+    /// id, kept alive by [`ReliableQueue::beat`]); unowned marks say `1`
+    /// and count as live until they expire.
+    owner: Option<std::sync::Arc<str>>,
 }
 
 impl std::fmt::Debug for ReliableQueue {
@@ -60,40 +66,100 @@ pub fn mark_id(payload: &str) -> String {
 }
 
 /// Moves up to ARGV[1] items from KEYS[1] to KEYS[2], marking each
-/// `{ARGV[3]}{sha1}` for ARGV[2] seconds; returns them oldest first.
+/// `{ARGV[3]}{sha1}` = ARGV[4] for ARGV[2] seconds; returns them oldest
+/// first.
 const TAKE_BATCH: &str = r"
 local items = {}
 for i = 1, tonumber(ARGV[1]) do
   local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
   if not item then break end
-  redis.call('SET', ARGV[3] .. redis.sha1hex(item), '1', 'EX', ARGV[2])
+  redis.call('SET', ARGV[3] .. redis.sha1hex(item), ARGV[4], 'EX', ARGV[2])
   items[#items + 1] = item
 end
 return items
 ";
+
+/// Puts one held item back (KEYS: processing, queue, mark; ARGV: item),
+/// if it is still held: atomic, so a recoverer dying half-way loses nothing.
+const RECOVER_ONE: &str = r"
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[3])
+return 1
+";
+
+/// A worker's heartbeat lives this long; it is renewed every third of it.
+pub const HEARTBEAT_TTL: Duration = Duration::from_secs(15);
+
+/// A fresh id for this process's workers: pid and start time.
+pub fn instance_id() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("{}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff)
+}
 
 impl ReliableQueue {
     fn mark(&self, payload: &str) -> String {
         format!("{}{}", self.mark_prefix, mark_id(payload))
     }
 
+    fn mark_value(&self) -> &str {
+        self.owner.as_deref().unwrap_or("1")
+    }
+
+    fn new(conn: ConnectionManager, keys: &Keys, queue: String, processing: String, mark_prefix: String) -> Self {
+        Self { conn, queue, processing, mark_prefix, heartbeat_prefix: keys.worker(""), owner: None }
+    }
+
+    /// Marks this queue's takes as `owner`'s: a worker whose heartbeat
+    /// ([`ReliableQueue::beat`]) has stopped holds nothing, so what it held
+    /// is recovered within [`HEARTBEAT_TTL`] of its death instead of the
+    /// marks' 5 minutes.
+    pub fn owned_by(mut self, owner: &str) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// The same queue (and owner) on another connection.
+    pub fn with_conn(&self, conn: ConnectionManager) -> Self {
+        Self { conn, ..self.clone() }
+    }
+
+    /// Renews the owner's heartbeat every third of [`HEARTBEAT_TTL`],
+    /// forever (run it beside the workers).
+    pub async fn keep_beating(self) {
+        let mut every = tokio::time::interval(HEARTBEAT_TTL / 3);
+        loop {
+            every.tick().await;
+            if let Err(e) = self.beat().await {
+                tracing::warn!("worker heartbeat not renewed ({e}); retrying");
+            }
+        }
+    }
+
+    /// Renews the owner's heartbeat (a no-op for an unowned queue).
+    pub async fn beat(&self) -> redis::RedisResult<()> {
+        let Some(owner) = &self.owner else { return Ok(()) };
+        let key = format!("{}{owner}", self.heartbeat_prefix);
+        self.conn.clone().set_ex(key, crate::now_secs(), HEARTBEAT_TTL.as_secs()).await
+    }
+
     /// The submission queue of `keys`.
     pub fn submissions(conn: ConnectionManager, keys: &Keys) -> Self {
         let mark_prefix = Keys::processing_submission("");
-        Self { conn, queue: keys.submission_queue(), processing: keys.submission_processing(), mark_prefix }
+        Self::new(conn, keys, keys.submission_queue(), keys.submission_processing(), mark_prefix)
     }
 
     /// The finalizer's queue of `keys` (epochs whose window closed, and
     /// parts of them).
     pub fn finalization(conn: ConnectionManager, keys: &Keys) -> Self {
         let (queue, processing) = (keys.finalization_queue(), keys.finalization_processing());
-        Self { conn, mark_prefix: format!("{processing}:"), queue, processing }
+        Self::new(conn, keys, queue, processing.clone(), format!("{processing}:"))
     }
 
     /// The level-1 aggregator's queue of `keys`.
     pub fn aggregation(conn: ConnectionManager, keys: &Keys) -> Self {
         let (queue, processing) = (keys.aggregation_queue(), keys.aggregation_processing());
-        Self { conn, mark_prefix: format!("{processing}:"), queue, processing }
+        Self::new(conn, keys, queue, processing.clone(), format!("{processing}:"))
     }
 
     /// Adds an item (LPUSH: the oldest is taken first).
@@ -109,7 +175,7 @@ impl ReliableQueue {
             conn.blmove(&self.queue, &self.processing, Direction::Right, Direction::Left, wait.as_secs_f64()).await?;
         let Some(payload) = payload else { return Ok(None) };
         let mark = self.mark(&payload);
-        conn.set_ex::<_, _, ()>(mark, "1", PROCESSING_TTL.as_secs()).await?;
+        conn.set_ex::<_, _, ()>(mark, self.mark_value(), PROCESSING_TTL.as_secs()).await?;
         Ok(Some(Taken { payload }))
     }
 
@@ -124,6 +190,7 @@ impl ReliableQueue {
             .arg(max)
             .arg(PROCESSING_TTL.as_secs())
             .arg(&self.mark_prefix)
+            .arg(self.mark_value())
             .invoke_async(&mut conn)
             .await?;
         Ok(items.into_iter().map(|payload| Taken { payload }).collect())
@@ -178,24 +245,29 @@ impl ReliableQueue {
     }
 
     /// Puts back on the queue every item on the processing list that no live
-    /// worker holds (its mark expired, or it was never marked because the
-    /// worker died between the move and the mark); returns how many. Run at
-    /// start and periodically.
+    /// worker holds — its mark expired, its owner's heartbeat stopped, or it
+    /// was never marked because the worker died between the move and the
+    /// mark; returns how many. Run at start and periodically.
     pub async fn recover(&self) -> redis::RedisResult<usize> {
+        static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(RECOVER_ONE));
         let mut conn = self.conn.clone();
         let held: Vec<String> = conn.lrange(&self.processing, 0, -1).await?;
         let mut moved = 0;
         for payload in held {
-            let marked: bool = conn.exists(self.mark(&payload)).await?;
-            if marked {
+            let mark = self.mark(&payload);
+            let owner: Option<String> = conn.get(&mark).await?;
+            let live = match owner.as_deref() {
+                None => false,
+                Some("1") => true,
+                Some(owner) => conn.exists(format!("{}{owner}", self.heartbeat_prefix)).await?,
+            };
+            if live {
                 continue;
             }
             // Only if it is still there: another recoverer may have moved it.
-            let removed: i64 = conn.lrem(&self.processing, 1, &payload).await?;
-            if removed > 0 {
-                conn.rpush::<_, _, ()>(&self.queue, &payload).await?;
-                moved += 1;
-            }
+            let n: i64 =
+                SCRIPT.key(&self.processing).key(&self.queue).key(&mark).arg(&payload).invoke_async(&mut conn).await?;
+            moved += n as usize;
         }
         Ok(moved)
     }

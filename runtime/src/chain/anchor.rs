@@ -15,7 +15,8 @@ use lite_node_protocol::{parse_quantity, to_quantity};
 use serde_json::{Value, json};
 
 use lite_node_protocol::contracts::{
-    DayStartedEvent, EpochReleased, allSnapshottersCall, getTotalNodeCountCall, slotSnapshotterMappingCall,
+    DayStartedEvent, EpochReleased, SlotRegistered, allSnapshottersCall, getTotalNodeCountCall,
+    slotSnapshotterMappingCall,
 };
 
 use super::rpc::HttpRpc;
@@ -177,6 +178,32 @@ impl Anchor {
         }
         events.sort_by_key(|e| (e.block_number, e.log_index));
         Ok(events)
+    }
+
+    /// Slots (re)registered on ProtocolState in `from..=to` (`SlotRegistered`),
+    /// in chain order. A log without the slot in its topics is skipped.
+    pub async fn slot_registrations(&self, from: u64, to: u64) -> Result<Vec<u64>, RpcError> {
+        let filter = json!([{
+            "address": self.protocol_state,
+            "fromBlock": to_quantity(from),
+            "toBlock": to_quantity(to),
+            "topics": [SlotRegistered::SIGNATURE_HASH],
+        }]);
+        let raw = self.rpc.call_value("eth_getLogs", filter).await?;
+        let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
+        let mut slots = Vec::new();
+        for entry in entries {
+            let Ok(log) = serde_json::from_value::<RpcLog>(entry) else { continue };
+            if log.removed {
+                continue;
+            }
+            if let Ok(e) = SlotRegistered::decode_raw_log(log.topics.iter().copied(), &log.data)
+                && let Ok(slot) = to_u64(e.slotId, "slot id")
+            {
+                slots.push(slot);
+            }
+        }
+        Ok(slots)
     }
 
     /// How our data market's epoch `epoch_id` was released, looked up by its

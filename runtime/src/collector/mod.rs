@@ -22,7 +22,7 @@ use lite_node_protocol::{
 
 use crate::chain::Release;
 
-pub use selection::{EpochAssignment, SelectionCheck};
+pub use selection::{EpochAssignment, Refusal, SelectionCheck};
 
 /// Checks a submission's signature against the slot's expected signer.
 pub fn signature_is_from(

@@ -111,7 +111,7 @@ impl SelectionCheck {
     /// Whether `slot_id` may submit `project_id` in `epoch`. Projects whose
     /// data source is an address (a pool) need the slot selected and assigned
     /// exactly that pool; other projects are not scoped by the assignment.
-    pub fn check(&self, epoch: &EpochAssignment, slot_id: u64, project_id: &str) -> Result<(), String> {
+    pub fn check(&self, epoch: &EpochAssignment, slot_id: u64, project_id: &str) -> Result<(), Refusal> {
         let parts: Vec<&str> = project_id.split(':').collect();
         let sources: Vec<&str> = match parts.as_slice() {
             [_, ds, _] => ds.split('_').collect(),
@@ -124,19 +124,40 @@ impl SelectionCheck {
         let e = epoch.epoch_id;
         for a in &addresses {
             if !self.pools.iter().any(|p| p.eq_ignore_ascii_case(a)) {
-                return Err(format!("{project_id}: pool {a} is not in the data market's active pool list"));
+                return Err(Refusal::WrongPool(format!(
+                    "{project_id}: pool {a} is not in the data market's active pool list"
+                )));
             }
         }
         let Some(assigned) = epoch.selected.get(&slot_id) else {
-            return Err(format!(
+            return Err(Refusal::NotSelected(format!(
                 "slot {slot_id} was not selected in epoch {e} (seed block {}, {} total slots)",
                 epoch.block_hash, epoch.total_slots
-            ));
+            )));
         };
         if !addresses.iter().any(|a| a.eq_ignore_ascii_case(assigned)) {
-            return Err(format!("slot {slot_id} was assigned pool {assigned} in epoch {e}, not {project_id}"));
+            return Err(Refusal::WrongPool(format!(
+                "slot {slot_id} was assigned pool {assigned} in epoch {e}, not {project_id}"
+            )));
         }
         Ok(())
+    }
+}
+
+/// Why the selection check refuses a submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The slot was not selected for the epoch.
+    NotSelected(String),
+    /// The project names a pool the slot was not assigned (or no active pool).
+    WrongPool(String),
+}
+
+impl From<Refusal> for Refused {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::NotSelected(why) | Refusal::WrongPool(why) => Refused::Rejected(why),
+        }
     }
 }
 
