@@ -42,7 +42,7 @@ need_devnet_world() {
 need_redis() {
   command -v redis-server >/dev/null && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing redis-server (Debian package, for the validator's tests)"
+    say "installing redis-server (Debian package, for the validator)"
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
   else
     echo "init.sh: redis-server not found; install it (e.g. sudo apt-get install redis-server)" >&2
@@ -87,6 +87,8 @@ run_check() {
 run_devnet() {
   need_rust
   need_devnet_world
+  # A devnet with a validator runs its own redis-server.
+  case " $* " in *" --validators"*) need_redis ;; esac
   say "building lite-node (release)"
   cargo build --release --locked -p lite-node
   # Compute builds share the test suite's target dir: a second run is a cache hit.

@@ -5,6 +5,10 @@
 // (docs/protocol.md §2, reimplemented here from the text) — that each accepted
 // submission's slot was selected for that epoch and pool, that every selected
 // slot of the run's nodes was accepted, and that nothing was rejected.
+// With a validator (`--validators 1`), also its finalized batch of each epoch
+// (docs/protocol.md §11, reimplemented here): that it accepted every submission
+// the collector accepted, and — from those submissions alone — each project's
+// winning CID and votes, the root over the sorted pairs, and the batch's CID.
 //
 //   node devnet/verify-record.js run.json
 //
@@ -64,6 +68,50 @@ function base32(bytes) {
 // CIDv1, raw codec (0x55), sha2-256 multihash (0x12, 32 bytes), base32 with the `b` prefix.
 const cidOf = (bytes) => 'b' + base32(Buffer.concat([Buffer.from([0x01, 0x55, 0x12, 0x20]), sha256(bytes)]));
 
+// The validator's level-1 batch of an epoch, from the submissions it accepted:
+// one vote per slot and project, the most-voted CID (ties: the smallest), the
+// root sha256 over `projectId:cid,` sorted by project id, and the CID of the
+// canonical JSON of {epochId, projects: [{projectId, snapshotCid, votes}], root}.
+function batchOf(epochId, submissions) {
+  const ballots = new Map();
+  for (const s of submissions) {
+    if (!ballots.has(s.projectId)) ballots.set(s.projectId, new Map());
+    const bySlot = ballots.get(s.projectId);
+    if (!bySlot.has(s.slotId)) bySlot.set(s.slotId, s.snapshotCid);
+  }
+  const projects = [];
+  for (const projectId of [...ballots.keys()].sort()) {
+    const counts = new Map();
+    for (const cid of ballots.get(projectId).values()) counts.set(cid, (counts.get(cid) || 0) + 1);
+    let best = null;
+    for (const [cid, votes] of counts) {
+      if (!best || votes > best.votes || (votes === best.votes && cid < best.snapshotCid)) best = { snapshotCid: cid, votes };
+    }
+    projects.push({ projectId, snapshotCid: best.snapshotCid, votes: best.votes });
+  }
+  const root = sha256(projects.map((p) => `${p.projectId}:${p.snapshotCid},`).join('')).toString('hex');
+  const content = JSON.stringify({ epochId, projects, root });
+  return { projects, root, batchCid: cidOf(Buffer.from(content)) };
+}
+
+function checkFinalized(e, problems) {
+  const where = `epoch ${e.epochId} (validator)`;
+  if (!e.finalized) { problems.push(`${where}: no finalized batch`); return 0; }
+  for (const s of e.submissions) {
+    if (s.verdict === 'accepted' && s.validatorVerdict !== 'accepted') {
+      problems.push(`${where}: slot ${s.slotId} ${s.projectId}: the collector accepted it, the validator says ${s.validatorVerdict}`);
+    }
+  }
+  const mine = batchOf(e.epochId, e.submissions.filter((s) => s.validatorVerdict === 'accepted'));
+  const theirs = e.finalized;
+  const got = (theirs.projects || []).map((p) => `${p.projectId}=${p.snapshotCid}×${p.votes}`).join(' ');
+  const want = mine.projects.map((p) => `${p.projectId}=${p.snapshotCid}×${p.votes}`).join(' ');
+  if (got !== want) problems.push(`${where}: finalized ${got || '(nothing)'}, recomputed ${want || '(nothing)'}`);
+  if (theirs.root !== mine.root) problems.push(`${where}: root ${theirs.root}, recomputed ${mine.root}`);
+  if (theirs.batch_cid !== mine.batchCid) problems.push(`${where}: batch CID ${theirs.batch_cid}, recomputed ${mine.batchCid}`);
+  return mine.projects.length;
+}
+
 function main() {
   const file = process.argv[2];
   if (!file) { console.error('usage: node verify-record.js RECORD.json'); process.exit(2); }
@@ -78,7 +126,10 @@ function main() {
   ] };
   const signers = new Map(record.nodes.map((n) => [n.slotId, n.signer.toLowerCase()]));
   let checked = 0;
+  let finalized = 0;
+  const withValidator = record.epochs.some((e) => 'finalized' in e && e.finalized !== undefined && e.finalized !== null) || record.summary.finalized != null;
   for (const e of record.epochs) {
+    if (withValidator) { checkFinalized(e, problems); finalized++; }
     const where = `epoch ${e.epochId}`;
     if (e.epochId === 0) { problems.push(`${where}: genesis selection is not re-checked here`); continue; }
     const selected = selection(e.seedBlockHash, e.epochId, e.totalSlots, record.pools);
@@ -111,7 +162,8 @@ function main() {
     for (const p of problems) console.log(`FAIL ${p}`);
     process.exit(1);
   }
-  console.log(`verified ${checked} submissions over ${record.epochs.length} epochs: signatures, CIDs and selection hold`);
+  const batches = withValidator ? `; ${finalized} finalized batches recomputed (votes, root, batch CID)` : '';
+  console.log(`verified ${checked} submissions over ${record.epochs.length} epochs: signatures, CIDs and selection hold${batches}`);
 }
 
 main();

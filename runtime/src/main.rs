@@ -98,6 +98,11 @@ struct DevnetArgs {
     /// Send the nodes' alerts to this Telegram Bot API (a placeholder bot token and chat id are supplied).
     #[arg(long, value_name = "URL")]
     telegram_api_url: Option<String>,
+    /// Validators behind the collector (0 or 1): each has its own Redis and
+    /// `lite-node validator` process, finalizes every epoch, and the table
+    /// and --json record show its batches.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    validators: u64,
 }
 
 #[derive(clap::Args)]
@@ -307,6 +312,7 @@ fn main() -> ExitCode {
                 run_dir: a.run_dir,
                 faults: a.fault,
                 telegram_api_url: a.telegram_api_url,
+                validators: a.validators,
             },
             &env,
         ),

@@ -106,6 +106,17 @@ pub enum Verdict {
     Rejected(Reason, String),
     /// It already had a verdict (redelivered after a crash): nothing counted.
     Again,
+    /// Its epoch is not open here yet, but may be: the release can reach a
+    /// node before this validator's event monitor. Put back on the queue
+    /// until the epoch opens or the anchor head passes its deadline.
+    Deferred,
+}
+
+/// What the checks made of one submission.
+enum Checked {
+    Pass(Candidate),
+    Reject(Reason, String, SnapshotSubmission),
+    Defer,
 }
 
 /// How a dequeuer works.
@@ -300,7 +311,16 @@ impl<C: Chain> Dequeuer<C> {
         }
         match self.handle(&taken).await {
             Ok(verdicts) => {
-                self.queue.ack_all(&taken).await.map_err(|e| format!("redis: {e}"))?;
+                let (later, done): (Vec<_>, Vec<_>) =
+                    taken.into_iter().zip(&verdicts).partition(|(_, v)| **v == Verdict::Deferred);
+                let done: Vec<Taken> = done.into_iter().map(|(t, _)| t).collect();
+                let later: Vec<Taken> = later.into_iter().map(|(t, _)| t).collect();
+                self.queue.ack_all(&done).await.map_err(|e| format!("redis: {e}"))?;
+                self.queue.defer(&later).await.map_err(|e| format!("redis: {e}"))?;
+                if done.is_empty() && !later.is_empty() {
+                    // Only submissions for epochs not open yet: let the monitor catch up.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 Ok(verdicts)
             }
             Err(e) => {
@@ -350,8 +370,12 @@ impl<C: Chain> Dequeuer<C> {
             let outcome = match (early, decoded) {
                 (Some((reason, why)), d) => Err((reason, why, d)),
                 (None, Some((s, at))) => match self.check(&snapshot, s, at, id.clone()).await? {
-                    Ok(c) => Ok(c),
-                    Err((reason, why, s)) => Err((reason, why, Some((s, at)))),
+                    Checked::Pass(c) => Ok(c),
+                    Checked::Reject(reason, why, s) => Err((reason, why, Some((s, at)))),
+                    Checked::Defer => {
+                        verdicts.push(Verdict::Deferred);
+                        continue;
+                    }
                 },
                 (None, None) => unreachable!("a submission without a decoding error was decoded"),
             };
@@ -366,6 +390,9 @@ impl<C: Chain> Dequeuer<C> {
                 }
             }
         }
+        if verdicts.iter().all(|v| *v == Verdict::Deferred) {
+            return Ok(verdicts);
+        }
         let mut conn = self.conn.clone();
         let answers: Vec<String> = match commits.query_async(&mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
@@ -375,7 +402,7 @@ impl<C: Chain> Dequeuer<C> {
             }
             other => other.map_err(|e| format!("redis: {e}"))?,
         };
-        for (verdict, answer) in verdicts.iter_mut().zip(answers) {
+        for (verdict, answer) in verdicts.iter_mut().filter(|v| **v != Verdict::Deferred).zip(answers) {
             *verdict = match answer.as_str() {
                 "accepted" => Verdict::Accepted,
                 "again" => Verdict::Again,
@@ -433,19 +460,27 @@ impl<C: Chain> Dequeuer<C> {
     }
 
     /// The checks after the form: window, deadline, signer, selection.
-    /// `Err` is the chain unreachable; `Ok(Err)` a rejection.
-    #[allow(clippy::type_complexity)]
+    /// `Err` is the chain unreachable.
     async fn check(
         &self,
         snapshot: &Snapshot,
         s: SnapshotSubmission,
         received_at: u64,
         id: String,
-    ) -> Result<Result<Candidate, (Reason, String, SnapshotSubmission)>, String> {
+    ) -> Result<Checked, String> {
         let r = s.request.clone().expect("checked by check_form");
-        let reject = |reason, why: String| Ok(Err((reason, why, s.clone())));
+        let reject = |reason, why: String| Ok(Checked::Reject(reason, why, s.clone()));
         let (window, facts) = snapshot.windows.get(&r.epoch_id).cloned().unwrap_or((None, None));
         let Some(epoch) = facts else {
+            // Perhaps released but not seen here yet: a deadline still ahead
+            // of the head (and no further than a node may sign from a release
+            // at or before it) keeps the submission waiting.
+            if let Some(head) = snapshot.head
+                && r.deadline >= head
+                && r.deadline <= head.saturating_add(self.market.deadline_after_release)
+            {
+                return Ok(Checked::Defer);
+            }
             return reject(
                 Reason::UnknownEpoch,
                 format!("epoch {} was not released for this data market (or its state expired)", r.epoch_id),
@@ -498,7 +533,7 @@ impl<C: Chain> Dequeuer<C> {
             Selection::NotSelected(why) => return reject(Reason::NotSelected, why),
             Selection::WrongPool(why) => return reject(Reason::WrongPool, why),
         }
-        Ok(Ok(Candidate { id, submission: s, received_at, epoch }))
+        Ok(Checked::Pass(Candidate { id, submission: s, received_at, epoch }))
     }
 
     async fn signer(&self, slot_id: u64, fresh: bool) -> Result<Address, String> {

@@ -226,6 +226,23 @@ impl ReliableQueue {
         pipe.query_async::<()>(&mut conn).await
     }
 
+    /// Puts items back at the end of the queue (to be taken after what is
+    /// waiting now), marks removed: for items that must wait.
+    pub async fn defer(&self, taken: &[Taken]) -> redis::RedisResult<()> {
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for t in taken {
+            pipe.lrem(&self.processing, 1, &t.payload).ignore();
+            pipe.lpush(&self.queue, &t.payload).ignore();
+            pipe.del(self.mark(&t.payload)).ignore();
+        }
+        pipe.query_async::<()>(&mut conn).await
+    }
+
     /// Gives items back untouched (their worker cannot handle them now, for
     /// example because the chain is unreachable): to the head of the queue,
     /// marks removed.

@@ -103,6 +103,10 @@ pub struct DevnetCollector {
     pub announce: bool,
     /// Where EpochReleased lookups start on the anchor chain.
     pub from_block: u64,
+    /// A validator's gateway every submission is relayed to (checked or
+    /// not: the validator checks for itself). When it cannot take one, the
+    /// node is asked to retry.
+    pub forward: Option<proto::submission_client::SubmissionClient<tonic::transport::Channel>>,
     releases: tokio::sync::Mutex<BTreeMap<u64, Release>>,
 }
 
@@ -123,6 +127,7 @@ impl DevnetCollector {
             selection: None,
             announce: false,
             from_block: 0,
+            forward: None,
             releases: Default::default(),
         }
     }
@@ -207,6 +212,12 @@ impl proto::submission_server::Submission for DevnetCollector {
                 return Err(tonic::Status::unavailable(reason));
             }
         };
+        if let Some(client) = &self.forward
+            && let Err(e) = client.clone().submit_snapshot(s.clone()).await
+        {
+            tracing::warn!("the validator's gateway did not take a submission ({e}); asking the node to retry");
+            return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
+        }
         let message = if verdict.is_ok() { proto::SUCCESS } else { proto::FAILURE };
         self.record(s, verdict);
         Ok(tonic::Response::new(SubmissionResponse { message: message.into() }))

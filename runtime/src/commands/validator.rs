@@ -221,7 +221,8 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         }
         if let Some(lock) = &lock {
             let settings = watch_settings(o.poll_interval, o.from_block);
-            let watcher = Watcher::open(anchor.clone(), lock.path(), settings)?;
+            let _held = lock;
+            let watcher = Watcher::open(anchor.clone(), &o.data_dir, settings)?;
             announced.push(format!(
                 "event monitor: windows close {} anchor blocks after each release",
                 market.window_blocks

@@ -9,6 +9,7 @@
 
 mod process;
 mod record;
+mod validator;
 pub mod world;
 
 use std::{
@@ -61,6 +62,9 @@ pub struct Options {
     pub faults: Vec<Fault>,
     /// A Telegram Bot API for the nodes' alerts (placeholder token and chat).
     pub telegram_api_url: Option<String>,
+    /// Validators behind the collector (0 or 1; the network of validators
+    /// comes later).
+    pub validators: u64,
 }
 
 /// A `--fault` drill.
@@ -141,11 +145,20 @@ pub struct Summary {
     pub duplicates: usize,
     /// Nodes the devnet restarted after they died.
     pub restarts: u32,
+    /// With a validator: epochs it finalized, and submissions the collector
+    /// accepted that the validator did not (each a problem).
+    pub finalized: Option<usize>,
+    pub validator_disagrees: usize,
 }
 
 impl Summary {
     pub fn ok(&self) -> bool {
-        self.rejected == 0 && self.missing == 0 && self.duplicates == 0 && (self.epochs > 0 || self.interrupted)
+        self.rejected == 0
+            && self.missing == 0
+            && self.duplicates == 0
+            && self.validator_disagrees == 0
+            && self.finalized.is_none_or(|f| f == self.epochs)
+            && (self.epochs > 0 || self.interrupted)
     }
 }
 
@@ -277,8 +290,42 @@ pub async fn run(
         opts.nodes
     )?;
 
-    // The collector, in this process.
     let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
+    let exe = std::env::current_exe().context("locating the lite-node binary")?;
+    // Only the toolchain and compute-package variables: an operator's
+    // own alert channels, status port or drills must not reach devnet children.
+    let child_env: Vec<(String, String)> =
+        compute_env.vars().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+
+    // The validator, when asked: its own Redis and process.
+    let mut validator = if opts.validators > 0 {
+        let v = validator::DevnetValidator::start(
+            &exe,
+            &run_dir,
+            &child_env,
+            &url,
+            &manifest.protocol_state,
+            &manifest.data_market,
+            &pools,
+            start_block,
+            opts.poll_interval,
+        )
+        .await?;
+        writeln!(
+            out,
+            "validator on {} (gRPC gateway), monitor API on {}, Redis log {}; windows close {} anchor blocks after a release",
+            v.gateway,
+            v.api,
+            v.redis.log.display(),
+            validator::WINDOW_BLOCKS
+        )?;
+        Some(v)
+    } else {
+        None
+    };
+    let mut outcomes: BTreeMap<u64, validator::EpochOutcome> = BTreeMap::new();
+
+    // The collector, in this process.
     let selection =
         Arc::new(SelectionCheck::new(Arc::new(rpc("source")?), pools.clone(), package.clone()).map_err(BadInput)?);
     let received = Received::default();
@@ -289,6 +336,12 @@ pub async fn run(
         {
             let mut collector = DevnetCollector::new(anchor.clone(), manifest.chain_id);
             (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
+            if let Some(v) = &validator {
+                let client = lite_node_protocol::proto::submission_client::SubmissionClient::connect(v.gateway.clone())
+                    .await
+                    .context("connecting to the validator's gateway")?;
+                collector.forward = Some(client);
+            }
             collector
         },
         listener,
@@ -296,7 +349,11 @@ pub async fn run(
             let _ = collector_stopped.await;
         },
     ));
-    writeln!(out, "collector on 127.0.0.1:{collector_port} (checks signer, deadline and selection)")?;
+    writeln!(
+        out,
+        "collector on 127.0.0.1:{collector_port} (checks signer, deadline and selection{})",
+        if validator.is_some() { "; relays every submission to the validator" } else { "" }
+    )?;
 
     // projects.json: the BDS base snapshot over the world's pools.
     let projects = run_dir.join("projects.json");
@@ -309,15 +366,11 @@ pub async fn run(
     std::fs::write(&projects, serde_json::to_vec_pretty(&config)?)?;
 
     // The nodes.
-    let exe = std::env::current_exe().context("locating the lite-node binary")?;
     let mut nodes = Vec::new();
     for (slot_id, signer, key) in &slots {
         let data_dir = run_dir.join(format!("node-{slot_id}"));
         std::fs::create_dir_all(&data_dir)?;
-        // Only the toolchain and compute-package variables: an operator's
-        // own alert channels, status port or drills must not reach devnet nodes.
-        let mut node_env: Vec<(String, String)> =
-            compute_env.vars().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+        let mut node_env = child_env.clone();
         let vars = [
             ("SOURCE_RPC_URL", url.clone()),
             ("POWERLOOM_RPC_URL", url.clone()),
@@ -371,8 +424,14 @@ pub async fn run(
     let width = selected_width(opts.nodes);
     writeln!(
         out,
-        "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}",
-        "epoch", "block", "selected slots → pool", "accepted", "rejected", "latency"
+        "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}{}",
+        "epoch",
+        "block",
+        "selected slots → pool",
+        "accepted",
+        "rejected",
+        "latency",
+        if validator.is_some() { "  finalized (projects, votes, root)" } else { "" }
     )?;
     out.flush()?;
 
@@ -474,7 +533,24 @@ pub async fn run(
         for n in &mut nodes {
             n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
         }
-        writeln!(out, "{}", row(&epoch, &received, width))?;
+        let mut line = row(&epoch, &received, width);
+        if let Some(v) = &mut validator {
+            let e = epoch.assignment.epoch_id;
+            let forwarded = arrived(&received, &epoch).len();
+            match v.settle(&driver, e, epoch.release_block, forwarded, Duration::from_secs(30)).await {
+                Ok(outcome) => {
+                    line = with_finalized(line, &outcome);
+                    outcomes.insert(e, outcome);
+                }
+                Err(err) => {
+                    writeln!(out, "{line}")?;
+                    failure = Some(err.context(format!("epoch {e} at the validator")));
+                    released.push(epoch);
+                    break;
+                }
+            }
+        }
+        writeln!(out, "{line}")?;
         out.flush()?;
         released.push(epoch);
         if interrupted || failure.is_some() {
@@ -492,13 +568,28 @@ pub async fn run(
     });
     let _ = stop_collector.send(());
     let _ = serving.await;
+    if let Some(v) = &mut validator {
+        tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
+    }
     tokio::task::block_in_place(|| anvil.stop());
 
     let seen = received.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let summary = summarize(&released, &seen, &nodes, interrupted);
+    let mut summary = summarize(&released, &seen, &nodes, interrupted);
+    if validator.is_some() {
+        summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
+        summary.validator_disagrees = seen
+            .iter()
+            .filter(|s| s.verdict.is_ok())
+            .filter_map(|s| s.submission.request.as_ref())
+            .filter(|r| {
+                let key = (r.slot_id, r.project_id.clone(), r.snapshot_cid.clone());
+                outcomes.get(&r.epoch_id).and_then(|o| o.verdicts.get(&key)).map(String::as_str) != Some("accepted")
+            })
+            .count();
+    }
     writeln!(out, "\n{}", summary_text(&summary, started.elapsed()))?;
     if let Some(path) = &opts.json {
-        let record = record::build(&manifest, &pools, &package, &released, &seen, &nodes, &summary);
+        let record = record::build(&manifest, &pools, &package, &released, &seen, &nodes, &summary, &outcomes);
         let text = serde_json::to_vec_pretty(&record)?;
         crate::atomic_file::write(path, &text)?;
         writeln!(out, "record written to {}", path.display())?;
@@ -513,6 +604,12 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
     let mut problems = Vec::new();
     if opts.nodes == 0 {
         problems.push("--nodes must be at least 1".to_owned());
+    }
+    if opts.validators > 1 {
+        problems.push(format!(
+            "--validators {}: one validator for now (0 or 1); the network of validators is not built yet",
+            opts.validators
+        ));
     }
     if let Some(t) = opts.total_slots
         && t < opts.nodes
@@ -738,7 +835,27 @@ fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], in
         peak_rss_kib: nodes.iter().filter_map(|n| n.peak_rss_kib.map(|r| (n.slot_id, r))).collect(),
         duplicates,
         restarts: nodes.iter().map(|n| n.restarts).sum(),
+        finalized: None,
+        validator_disagrees: 0,
     }
+}
+
+/// The row's finalized column: projects, total votes and the root's start,
+/// and each submission the validator rejected, with its reason.
+fn with_finalized(mut line: String, outcome: &validator::EpochOutcome) -> String {
+    match &outcome.batch {
+        Some(b) => {
+            let projects = b["projects"].as_array().map_or(0, Vec::len);
+            let votes: u64 = b["projects"].as_array().into_iter().flatten().filter_map(|p| p["votes"].as_u64()).sum();
+            let root = b["root"].as_str().unwrap_or("");
+            line.push_str(&format!("  {projects}p {votes}v {}…", &root[..root.len().min(10)]));
+        }
+        None => line.push_str("  not finalized in time"),
+    }
+    for ((slot, project, _), verdict) in outcome.verdicts.iter().filter(|(_, v)| *v != "accepted") {
+        line.push_str(&format!("\n       validator rejected slot {slot} {project}: {verdict}"));
+    }
+    line
 }
 
 /// The value at quantile `q` of sorted `values` (nearest rank).
@@ -758,10 +875,19 @@ fn summary_text(s: &Summary, took: Duration) -> String {
         .map(|(_, r)| *r)
         .max()
         .map_or("-".to_owned(), |r| format!("{:.1} MiB", r as f64 / 1024.0));
-    let extra = match (s.duplicates, s.restarts) {
+    let mut extra = match (s.duplicates, s.restarts) {
         (0, 0) => String::new(),
         (d, r) => format!(", {d} duplicate(s), {r} node restart(s)"),
     };
+    if let Some(f) = s.finalized {
+        extra.push_str(&format!("; the validator finalized {f} of {} epochs", s.epochs));
+        if s.validator_disagrees > 0 {
+            extra.push_str(&format!(
+                " and did not accept {} submission(s) the collector accepted",
+                s.validator_disagrees
+            ));
+        }
+    }
     format!(
         "{} epochs in {:.0} s{}: {} accepted, {} rejected, {} missing{extra}\n\
          release → acknowledgement: median {}, p90 {}, p99 {}, max {}\n\

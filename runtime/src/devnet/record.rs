@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Node, Released, Summary, quantile};
+use super::{Node, Released, Summary, quantile, validator::EpochOutcome};
 use crate::{collector::Seen, compute::LoadedPackage, devnet::world::Manifest, snapshots::snapshot_path};
 
 pub(super) fn build(
@@ -16,6 +16,7 @@ pub(super) fn build(
     seen: &[Seen],
     nodes: &[Node],
     summary: &Summary,
+    outcomes: &std::collections::BTreeMap<u64, EpochOutcome>,
 ) -> Value {
     let domain =
         lite_node_protocol::eip712::domain(manifest.chain_id, manifest.protocol_state.parse().unwrap_or_default());
@@ -23,6 +24,7 @@ pub(super) fn build(
         .iter()
         .map(|e| {
             let a = &e.assignment;
+            let outcome = outcomes.get(&a.epoch_id);
             let submissions: Vec<Value> = seen
                 .iter()
                 .filter_map(|s| s.submission.request.as_ref().map(|r| (s, r)))
@@ -42,6 +44,12 @@ pub(super) fn build(
                         "verdict": if s.verdict.is_ok() { "accepted" } else { "rejected" },
                         "reason": s.verdict.as_ref().err(),
                         "latencyMs": (super::latency_ms(e, s) * 1000.0).round() / 1000.0,
+                        "validatorVerdict": outcome.map(|o| {
+                            o.verdicts
+                                .get(&(r.slot_id, r.project_id.clone(), r.snapshot_cid.clone()))
+                                .cloned()
+                                .unwrap_or_else(|| "no verdict".into())
+                        }),
                     })
                 })
                 .collect();
@@ -54,6 +62,7 @@ pub(super) fn build(
                 "totalSlots": a.total_slots,
                 "selected": a.selected.iter().map(|(s, p)| json!({"slotId": s, "pool": p})).collect::<Vec<_>>(),
                 "submissions": submissions,
+                "finalized": outcome.map(|o| o.batch.clone()),
             })
         })
         .collect();
@@ -81,6 +90,7 @@ pub(super) fn build(
             "rejected": summary.rejected,
             "missing": summary.missing,
             "interrupted": summary.interrupted,
+            "finalized": summary.finalized,
             "latencyMs": {"median": ms(0.5), "p90": ms(0.9), "p99": ms(0.99), "max": ms(1.0)},
         },
     })

@@ -186,3 +186,38 @@ fn a_stalled_anvil_is_waited_out() {
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("15 accepted, 0 rejected, 0 missing"), "{stdout}");
 }
+
+#[test]
+fn a_devnet_with_a_validator_finalizes_every_epoch_and_its_batches_verify_independently() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let out =
+        devnet(dir.path(), &["--epochs", "3", "--nodes", "3", "--validators", "1", "--json", record.to_str().unwrap()])
+            .output()
+            .expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("finalized (projects, votes, root)"), "{stdout}");
+    assert!(stdout.contains("the validator finalized 3 of 3 epochs"), "{stdout}");
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    for epoch in json["epochs"].as_array().unwrap() {
+        let votes: u64 =
+            epoch["finalized"]["projects"].as_array().unwrap().iter().map(|p| p["votes"].as_u64().unwrap()).sum();
+        assert!(votes >= 1, "{epoch}");
+        for s in epoch["submissions"].as_array().unwrap() {
+            assert_eq!(s["validatorVerdict"], "accepted", "{s}");
+        }
+    }
+    let verified = verify(&record);
+    let text = String::from_utf8_lossy(&verified.stdout);
+    assert!(verified.status.success(), "{text}");
+    assert!(text.contains("3 finalized batches recomputed"), "{text}");
+
+    // The checker can fail: a vote count the submissions do not support.
+    let mut tampered = json.clone();
+    tampered["epochs"][0]["finalized"]["projects"][0]["votes"] = Value::from(99);
+    std::fs::write(&record, serde_json::to_vec(&tampered).unwrap()).unwrap();
+    let verified = verify(&record);
+    assert_eq!(verified.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&verified.stdout).contains("(validator): finalized"));
+}

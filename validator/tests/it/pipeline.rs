@@ -153,7 +153,8 @@ impl World {
         let mut all = Vec::new();
         loop {
             let v = self.dequeuer.round(64, Duration::from_millis(50)).await.unwrap();
-            if v.is_empty() {
+            if v.iter().all(|v| *v == Verdict::Deferred) {
+                all.extend(v);
                 return all;
             }
             all.extend(v);
@@ -202,7 +203,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     w.submit(signed(1, 1, 5, &p_a, &cid_a, 121)).await; // duplicate (the same CID, signed anew)
     w.submit(signed(2, 2, 5, &p_a, &cid_c, 121)).await; // equivocation
     w.submit(signed(9, 9, 5, &p_a, &cid_a, 120)).await; // unregistered_slot
-    w.submit(signed(6, 6, 99, &p_a, &cid_a, 120)).await; // unknown_epoch
+    w.submit(signed(6, 6, 99, &p_a, &cid_a, 100)).await; // unknown_epoch (and its deadline passed: not waited for)
     w.submit(signed(6, 6, 5, &p_a, "not-a-cid", 120)).await; // bad_form
     lite_node_validator::ReliableQueue::submissions(w.conn.clone(), &w.market.keys)
         .push("{\"this is\": \"not a submission\"}")
@@ -337,6 +338,23 @@ async fn audit_keys(w: &World) {
             }
         }
     }
+}
+
+#[tokio::test]
+async fn a_submission_for_an_epoch_not_open_yet_waits_for_it() {
+    let w = world(250).await;
+    let (cid_a, _, _) = cids();
+    w.monitor.head(100).await.unwrap();
+    // The node saw epoch 7's release before this validator's monitor did.
+    w.submit(signed(1, 1, 7, &project(POOL_A), &cid_a, 120)).await;
+    assert_eq!(w.drain().await, [Verdict::Deferred]);
+    assert_eq!(w.drain().await, [Verdict::Deferred], "still waiting, not rejected");
+    w.monitor.released(7, 100, 1, 1).await.unwrap();
+    assert_eq!(w.drain().await, [Verdict::Accepted]);
+    // One whose deadline the head has passed is not waited for.
+    w.submit(signed(2, 2, 8, &project(POOL_A), &cid_a, 99)).await;
+    let late = w.drain().await;
+    assert!(matches!(late.as_slice(), [Verdict::Rejected(Reason::UnknownEpoch, _)]), "{late:?}");
 }
 
 #[tokio::test]

@@ -1,0 +1,219 @@
+//! `lite-node devnet --validators 1`: a real `redis-server` and a real
+//! `lite-node validator` process behind the devnet's collector, which
+//! forwards every submission to the validator's gateway. After each epoch's
+//! submissions arrive and the validator has given each a verdict, the devnet
+//! mines the anchor blocks that close the epoch's window (the window is
+//! counted in blocks, so this is how a devnet moves time) and waits for the
+//! epoch's finalized batch.
+
+use std::{collections::BTreeMap, path::Path, process::Command, time::Duration};
+
+use anyhow::{Context, Result, anyhow, bail};
+use lite_node_validator::Keys;
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+
+use super::{process::Guarded, world::Driver};
+
+/// The window the devnet's validator keeps, in anchor blocks after a
+/// release: the devnet closes it itself once an epoch's submissions are in.
+pub const WINDOW_BLOCKS: u64 = 2;
+
+/// One validator of the devnet and its Redis.
+pub struct DevnetValidator {
+    pub redis: Guarded,
+    pub process: Guarded,
+    pub gateway: String,
+    pub api: String,
+    conn: redis::aio::ConnectionManager,
+    keys: Keys,
+}
+
+/// What the validator made of one epoch.
+#[derive(Clone, Debug, Default)]
+pub struct EpochOutcome {
+    /// The batch as stored in `finalized:{epochId}` (None: not finalized in time).
+    pub batch: Option<Value>,
+    /// Per submission (slot, project, CID): `accepted` or the rejection reason.
+    pub verdicts: BTreeMap<(u64, String, String), String>,
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl DevnetValidator {
+    /// Starts `redis-server` and `lite-node validator` (`exe`) in `run_dir`,
+    /// and waits until the validator is healthy (its event monitor follows
+    /// the anchor).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
+        exe: &Path,
+        run_dir: &Path,
+        env: &[(String, String)],
+        anchor_url: &str,
+        protocol_state: &str,
+        data_market: &str,
+        pools: &[String],
+        start_block: u64,
+        poll: Duration,
+    ) -> Result<Self> {
+        let redis_dir = run_dir.join("redis");
+        std::fs::create_dir_all(&redis_dir)?;
+        let redis_port = free_port()?;
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&redis_dir);
+        let redis = Guarded::spawn("redis-server", &mut cmd, &run_dir.join("redis.log"), false).map_err(|e| {
+            anyhow!(
+                "cannot start redis-server ({e}): --validators needs it installed (./init.sh devnet installs the \
+                 Debian package, or: apt-get install redis-server)"
+            )
+        })?;
+        let redis_url = format!("redis://127.0.0.1:{redis_port}");
+        let client = redis::Client::open(redis_url.as_str())?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let conn = loop {
+            if let Ok(c) = lite_node_validator::connect(&client).await
+                && c.clone().ping::<String>().await.is_ok()
+            {
+                break c;
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("redis-server did not answer on port {redis_port} within 20 s; see {}", redis.log.display());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+
+        let (gateway_port, api_port) = (free_port()?, free_port()?);
+        let log = run_dir.join("validator.log");
+        let mut cmd = Command::new(exe);
+        cmd.arg("validator")
+            .args(["--redis-url", &redis_url])
+            .args(["--listen", &format!("127.0.0.1:{gateway_port}")])
+            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+            .args(["--anchor-rpc", anchor_url])
+            .args(["--protocol-state", protocol_state])
+            .args(["--data-market", data_market])
+            .args(["--pools", &pools.join(",")])
+            .args(["--from-block", &start_block.to_string()])
+            .args(["--window-blocks", &WINDOW_BLOCKS.to_string()])
+            .args(["--poll-ms", &poll.as_millis().to_string()])
+            .arg("--data-dir")
+            .arg(run_dir.join("validator"))
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("LITE_NODE_DATA_DIR", run_dir.join("validator"))
+            .env("RUST_LOG", "info");
+        let process = Guarded::spawn("validator", &mut cmd, &log, false)?;
+        let keys = Keys::new(&protocol_state.to_ascii_lowercase(), &data_market.to_ascii_lowercase());
+        let mut v = Self {
+            redis,
+            process,
+            gateway: format!("http://127.0.0.1:{gateway_port}"),
+            api: format!("http://127.0.0.1:{api_port}"),
+            conn,
+            keys,
+        };
+        v.wait_healthy().await?;
+        Ok(v)
+    }
+
+    async fn wait_healthy(&mut self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        let health = format!("{}/health", self.api);
+        let client = reqwest::Client::new();
+        loop {
+            if let Some(status) = self.process.exited() {
+                bail!(
+                    "the validator exited at start ({status}); last lines of {}:\n{}",
+                    self.process.log.display(),
+                    self.process.log_tail(15)
+                );
+            }
+            if let Ok(r) = client.get(&health).send().await
+                && r.status().is_success()
+            {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("the validator was not healthy after 120 s; see {}", self.process.log.display());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the validator has a verdict for `forwarded` submissions of
+    /// `epoch_id`, mines up to the block that closes its window, and waits
+    /// for its finalized batch (up to `patience` for each step).
+    pub async fn settle(
+        &mut self,
+        driver: &Driver,
+        epoch_id: u64,
+        release_block: u64,
+        forwarded: usize,
+        patience: Duration,
+    ) -> Result<EpochOutcome> {
+        let k = self.keys.clone();
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let accepted: usize = self.conn.scard(k.epoch_processed_set(epoch_id)).await?;
+            let rejected: usize = self.conn.hlen(k.rejections(epoch_id)).await?;
+            if accepted + rejected >= forwarded || tokio::time::Instant::now() > deadline {
+                break;
+            }
+            self.alive()?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let closes = release_block + WINDOW_BLOCKS;
+        let head = driver.head().await?;
+        if head < closes {
+            driver.call("anvil_mine", json!([format!("0x{:x}", closes - head)])).await?;
+        }
+        let deadline = tokio::time::Instant::now() + patience;
+        let batch = loop {
+            let stored: Option<String> = self.conn.get(k.finalized(epoch_id)).await?;
+            if let Some(text) = stored {
+                break Some(serde_json::from_str::<Value>(&text).context("finalized batch")?);
+            }
+            if tokio::time::Instant::now() > deadline {
+                break None;
+            }
+            self.alive()?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        Ok(EpochOutcome { batch, verdicts: self.verdicts(epoch_id).await? })
+    }
+
+    /// Every verdict the validator gave for `epoch_id`.
+    async fn verdicts(&mut self, epoch_id: u64) -> Result<BTreeMap<(u64, String, String), String>> {
+        let url = format!("{}/epochs/{epoch_id}/submissions", self.api);
+        let body: Value = reqwest::get(&url).await?.json().await.with_context(|| format!("GET {url}"))?;
+        let mut out = BTreeMap::new();
+        let field = |v: &Value, k: &str| match &v[k] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        for a in body["accepted"].as_array().into_iter().flatten() {
+            let slot = field(a, "slot_id").parse().unwrap_or(0);
+            out.insert((slot, field(a, "project_id"), field(a, "snapshot_cid")), "accepted".to_owned());
+        }
+        for r in body["rejected"].as_array().into_iter().flatten() {
+            let slot = r["slot_id"].as_u64().unwrap_or(0);
+            out.entry((slot, field(r, "project_id"), field(r, "snapshot_cid"))).or_insert_with(|| field(r, "reason"));
+        }
+        Ok(out)
+    }
+
+    fn alive(&mut self) -> Result<()> {
+        if let Some(status) = self.process.exited() {
+            bail!(
+                "the validator exited ({status}); last lines of {}:\n{}",
+                self.process.log.display(),
+                self.process.log_tail(15)
+            );
+        }
+        Ok(())
+    }
+}
