@@ -589,7 +589,16 @@ pub async fn run(
     }
     writeln!(out, "\n{}", summary_text(&summary, started.elapsed()))?;
     if let Some(path) = &opts.json {
-        let record = record::build(&manifest, &pools, &package, &released, &seen, &nodes, &summary, &outcomes);
+        let record = record::build(&record::Run {
+            manifest: &manifest,
+            pools: &pools,
+            package: &package,
+            released: &released,
+            seen: &seen,
+            nodes: &nodes,
+            summary: &summary,
+            outcomes: &outcomes,
+        });
         let text = serde_json::to_vec_pretty(&record)?;
         crate::atomic_file::write(path, &text)?;
         writeln!(out, "record written to {}", path.display())?;

@@ -8,16 +8,21 @@ use serde_json::{Value, json};
 use super::{Node, Released, Summary, quantile, validator::EpochOutcome};
 use crate::{collector::Seen, compute::LoadedPackage, devnet::world::Manifest, snapshots::snapshot_path};
 
-pub(super) fn build(
-    manifest: &Manifest,
-    pools: &[String],
-    package: &LoadedPackage,
-    released: &[Released],
-    seen: &[Seen],
-    nodes: &[Node],
-    summary: &Summary,
-    outcomes: &std::collections::BTreeMap<u64, EpochOutcome>,
-) -> Value {
+/// Everything a run's record is made of.
+pub(super) struct Run<'a> {
+    pub manifest: &'a Manifest,
+    pub pools: &'a [String],
+    pub package: &'a LoadedPackage,
+    pub released: &'a [Released],
+    pub seen: &'a [Seen],
+    pub nodes: &'a [Node],
+    pub summary: &'a Summary,
+    /// What the validator made of each epoch (empty without one).
+    pub outcomes: &'a std::collections::BTreeMap<u64, EpochOutcome>,
+}
+
+pub(super) fn build(run: &Run<'_>) -> Value {
+    let Run { manifest, pools, package, released, seen, nodes, summary, outcomes } = *run;
     let domain =
         lite_node_protocol::eip712::domain(manifest.chain_id, manifest.protocol_state.parse().unwrap_or_default());
     let epochs: Vec<Value> = released
