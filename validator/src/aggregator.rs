@@ -102,17 +102,11 @@ impl Aggregator {
         tasks.spawn(async move {
             let conn = crate::connect_retrying(&client, "aggregator").await;
             let w = Self { queue: me.queue.with_conn(conn.clone()), conn, ..me };
-            let mut backoff = Duration::from_millis(100);
-            loop {
-                match w.step(Duration::from_secs(1)).await {
-                    Ok(_) => backoff = Duration::from_millis(100),
-                    Err(e) => {
-                        tracing::warn!("aggregator: {e}; retrying in {backoff:?}");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                    }
-                }
-            }
+            crate::finalizer::work_items(&w.queue, "aggregator", |payload| {
+                let w = &w;
+                async move { w.handle(&payload).await }
+            })
+            .await
         });
         tasks.spawn(recover_every(this.queue.clone(), "aggregator", crate::finalizer::RECOVER_EVERY));
         stop.await;
@@ -125,13 +119,23 @@ impl Aggregator {
         let Some(taken) = self.queue.take(wait).await.map_err(|e| format!("redis: {e}"))? else {
             return Ok(false);
         };
-        let item: Value = serde_json::from_str(&taken.payload).unwrap_or(Value::Null);
-        match (item["epoch_id"].as_u64(), item["parts_completed"].as_u64()) {
-            (Some(e), Some(parts)) => self.aggregate(e, parts).await.map_err(|err| format!("epoch {e}: {err}"))?,
-            _ => tracing::warn!("aggregator: dropping `{}`, which is not an aggregation item", taken.payload),
+        if let Err(e) = self.handle(&taken.payload).await {
+            let _ = self.queue.give_back(std::slice::from_ref(&taken)).await;
+            return Err(e);
         }
         self.queue.ack(&taken).await.map_err(|e| format!("redis: {e}"))?;
         Ok(true)
+    }
+
+    async fn handle(&self, payload: &str) -> Result<(), String> {
+        let item: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
+        match (item["epoch_id"].as_u64(), item["parts_completed"].as_u64()) {
+            (Some(e), Some(parts)) => self.aggregate(e, parts).await.map_err(|err| format!("epoch {e}: {err}")),
+            _ => {
+                tracing::warn!("aggregator: dropping `{payload}`, which is not an aggregation item");
+                Ok(())
+            }
+        }
     }
 
     async fn aggregate(&self, epoch_id: u64, parts: u64) -> Result<(), String> {

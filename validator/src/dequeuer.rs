@@ -289,8 +289,23 @@ impl<C: Chain> Dequeuer<C> {
 
     async fn work(&self, batch: usize) {
         let mut backoff = Duration::from_millis(100);
+        // Items this worker took and could not give back or acknowledge
+        // (Redis went away): returned before anything new is taken, so a
+        // live worker never sits on items that recovery would think are held.
+        let mut unreturned: Vec<Taken> = Vec::new();
         loop {
-            match self.round(batch, Duration::from_secs(1)).await {
+            if !unreturned.is_empty() {
+                match self.queue.give_back(&unreturned).await {
+                    Ok(()) => unreturned.clear(),
+                    Err(e) => {
+                        tracing::warn!("dequeuer: cannot give back {} submissions yet ({e})", unreturned.len());
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                }
+            }
+            match self.round_keeping(batch, Duration::from_secs(1), &mut unreturned).await {
                 Ok(_) => backoff = Duration::from_millis(100),
                 Err(e) => {
                     tracing::warn!("dequeuer: {e}; retrying in {backoff:?}");
@@ -305,6 +320,22 @@ impl<C: Chain> Dequeuer<C> {
     /// one), checks and commits them, acknowledges them; returns the
     /// verdicts in order. On a Redis or chain error the batch is given back.
     pub async fn round(&self, batch: usize, wait: Duration) -> Result<Vec<Verdict>, String> {
+        let mut unreturned = Vec::new();
+        let result = self.round_keeping(batch, wait, &mut unreturned).await;
+        if !unreturned.is_empty() {
+            self.queue.give_back(&unreturned).await.map_err(|e| format!("redis: {e}"))?;
+        }
+        result
+    }
+
+    /// [`Dequeuer::round`], leaving in `unreturned` what it could neither
+    /// acknowledge nor give back.
+    async fn round_keeping(
+        &self,
+        batch: usize,
+        wait: Duration,
+        unreturned: &mut Vec<Taken>,
+    ) -> Result<Vec<Verdict>, String> {
         let taken = self.queue.take_some(batch, wait).await.map_err(|e| format!("redis: {e}"))?;
         if taken.is_empty() {
             return Ok(Vec::new());
@@ -315,8 +346,16 @@ impl<C: Chain> Dequeuer<C> {
                     taken.into_iter().zip(&verdicts).partition(|(_, v)| **v == Verdict::Deferred);
                 let done: Vec<Taken> = done.into_iter().map(|(t, _)| t).collect();
                 let later: Vec<Taken> = later.into_iter().map(|(t, _)| t).collect();
-                self.queue.ack_all(&done).await.map_err(|e| format!("redis: {e}"))?;
-                self.queue.defer(&later).await.map_err(|e| format!("redis: {e}"))?;
+                if let Err(e) = self.queue.ack_all(&done).await {
+                    // Committed: given back, they come again and are recognised.
+                    unreturned.extend(done);
+                    unreturned.extend(later);
+                    return Err(format!("redis: {e}"));
+                }
+                if let Err(e) = self.queue.defer(&later).await {
+                    unreturned.extend(later);
+                    return Err(format!("redis: {e}"));
+                }
                 if done.is_empty() && !later.is_empty() {
                     // Only submissions for epochs not open yet: let the monitor catch up.
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -324,8 +363,8 @@ impl<C: Chain> Dequeuer<C> {
                 Ok(verdicts)
             }
             Err(e) => {
-                if let Err(back) = self.queue.give_back(&taken).await {
-                    tracing::warn!("dequeuer: cannot give back {} submissions ({back}); recovery will", taken.len());
+                if self.queue.give_back(&taken).await.is_err() {
+                    unreturned.extend(taken);
                 }
                 Err(e)
             }

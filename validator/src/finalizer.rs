@@ -113,15 +113,18 @@ impl Finalizer {
     }
 
     async fn work(&self) {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.step(Duration::from_secs(1)).await {
-                Ok(_) => backoff = Duration::from_millis(100),
-                Err(e) => {
-                    tracing::warn!("finalizer: {e}; retrying in {backoff:?}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
+        work_items(&self.queue, "finalizer", |payload| async move { self.handle(&payload).await }).await
+    }
+
+    async fn handle(&self, payload: &str) -> Result<(), String> {
+        match parse(payload) {
+            Some(Task::Epoch(e)) => self.split(e).await.map_err(|err| format!("epoch {e}: redis: {err}")),
+            Some(Task::Part { epoch_id, part, of }) => {
+                self.part(epoch_id, part, of).await.map_err(|err| format!("epoch {epoch_id}: redis: {err}"))
+            }
+            None => {
+                tracing::warn!("finalizer: dropping `{payload}`, which is not a finalization item");
+                Ok(())
             }
         }
     }
@@ -132,12 +135,9 @@ impl Finalizer {
         let Some(taken) = self.queue.take(wait).await.map_err(|e| format!("redis: {e}"))? else {
             return Ok(false);
         };
-        match parse(&taken.payload) {
-            Some(Task::Epoch(e)) => self.split(e).await.map_err(|err| format!("epoch {e}: redis: {err}"))?,
-            Some(Task::Part { epoch_id, part, of }) => {
-                self.part(epoch_id, part, of).await.map_err(|err| format!("epoch {epoch_id}: redis: {err}"))?
-            }
-            None => tracing::warn!("finalizer: dropping `{}`, which is not a finalization item", taken.payload),
+        if let Err(e) = self.handle(&taken.payload).await {
+            let _ = self.queue.give_back(std::slice::from_ref(&taken)).await;
+            return Err(e);
         }
         self.queue.ack(&taken).await.map_err(|e| format!("redis: {e}"))?;
         Ok(true)
@@ -202,6 +202,42 @@ impl Finalizer {
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())
+    }
+}
+
+/// A worker's loop: takes one item at a time and does it with `handle`,
+/// which must be idempotent. An item taken is this worker's until it is
+/// done: on a Redis error the same item is retried (with backoff), never
+/// dropped for recovery to find while this worker's heartbeat says it holds it.
+pub(crate) async fn work_items<'a, F, Fut>(queue: &ReliableQueue, who: &str, mut handle: F)
+where
+    F: FnMut(String) -> Fut + 'a,
+    Fut: std::future::Future<Output = Result<(), String>> + 'a,
+{
+    const FIRST: Duration = Duration::from_millis(100);
+    let mut backoff = FIRST;
+    let pause = |what: String, backoff: &mut Duration| {
+        tracing::warn!("{who}: {what}; retrying in {backoff:?}");
+        let wait = *backoff;
+        *backoff = (*backoff * 2).min(Duration::from_secs(5));
+        tokio::time::sleep(wait)
+    };
+    loop {
+        let taken = match queue.take(Duration::from_secs(1)).await {
+            Ok(Some(t)) => t,
+            Ok(None) => continue,
+            Err(e) => {
+                pause(format!("redis: {e}"), &mut backoff).await;
+                continue;
+            }
+        };
+        while let Err(e) = handle(taken.payload.clone()).await {
+            pause(e, &mut backoff).await;
+        }
+        while let Err(e) = queue.ack(&taken).await {
+            pause(format!("redis: {e}"), &mut backoff).await;
+        }
+        backoff = FIRST;
     }
 }
 

@@ -15,3 +15,4 @@ mod node;
 mod plugins;
 mod rpc;
 mod support;
+mod validator;

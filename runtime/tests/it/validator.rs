@@ -1,0 +1,228 @@
+//! `lite-node validator` broken on purpose, against a real redis-server and
+//! the devnet world on anvil: a dequeuer SIGKILLed in the middle of a burst
+//! and started again, and Redis restarted under a running dequeuer. Either
+//! way every submission gets exactly one verdict: counted in Redis, none
+//! twice, none lost.
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::Duration,
+};
+
+use lite_node_protocol::{
+    eip712::{Request, Signer},
+    proto,
+    submission::Scope,
+};
+use lite_node_testkit::{RedisServer, World, compute_target_dir, poll_until, toolchain_env};
+use lite_node_validator::{Keys, Market, gateway::Gateway, monitor::Monitor};
+use redis::AsyncCommands;
+
+/// Submissions in the burst: mostly slots that are not registered (each
+/// costs the dequeuer a registry read), and the world's registered slots.
+const BURST: u64 = 2_000;
+
+struct Setup {
+    world: World,
+    runtime: tokio::runtime::Runtime,
+    market: Arc<Market>,
+    epoch_id: u64,
+    cache: tempfile::TempDir,
+}
+
+fn setup() -> Setup {
+    let world = World::load();
+    let (epoch_id, release_block) = world.release_next_epoch();
+    let scope = Scope {
+        protocol_state: world.manifest.protocol_state.parse().unwrap(),
+        data_market: world.manifest.data_market.parse().unwrap(),
+    };
+    let market = Arc::new(Market::new(scope, world.manifest.chain_id, "validator-1"));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let _ = release_block;
+    Setup { world, runtime, market, epoch_id, cache: tempfile::tempdir().unwrap() }
+}
+
+impl Setup {
+    fn conn(&self, redis: &RedisServer) -> redis::aio::ConnectionManager {
+        let client = redis::Client::open(redis.url()).unwrap();
+        self.runtime.block_on(lite_node_validator::connect(&client)).unwrap()
+    }
+
+    /// Opens the epoch's window (as the event monitor does) and queues the
+    /// burst through the gateway's own code.
+    fn open_and_queue(&self, redis: &RedisServer) {
+        let conn = self.conn(redis);
+        let monitor = Monitor::new(self.market.clone(), conn.clone());
+        let gateway = Gateway::new(conn, self.market.keys.clone());
+        let head = self.world.head();
+        let pool = &self.world.manifest.pools[0];
+        let project = format!("baseSnapshot:{pool}:devnet-UNISWAPV3-ETH");
+        let cid = lite_node_protocol::cid::cid(b"a snapshot");
+        self.runtime.block_on(async {
+            monitor.released(self.epoch_id, head, head, head).await.unwrap();
+            monitor.head(head).await.unwrap();
+            for slot in 1..=BURST {
+                let key = match self.world.manifest.slots.iter().any(|(s, _)| *s == slot) {
+                    true => {
+                        let hex = self.world.manifest.signer_key(slot).trim_start_matches("0x").to_owned();
+                        <[u8; 32]>::try_from(hex::decode(hex).unwrap()).unwrap()
+                    }
+                    false => {
+                        let mut k = [7u8; 32];
+                        k[..8].copy_from_slice(&slot.to_be_bytes());
+                        k
+                    }
+                };
+                let signer = Signer::new(&key, self.world.manifest.chain_id, self.market.scope.protocol_state).unwrap();
+                let request = Request {
+                    slot_id: slot,
+                    deadline: head + 100,
+                    snapshot_cid: cid.clone(),
+                    epoch_id: self.epoch_id,
+                    project_id: project.clone(),
+                };
+                let s = proto::SnapshotSubmission {
+                    signature: signer.sign(&request).unwrap(),
+                    request: Some(proto::Request {
+                        slot_id: slot,
+                        deadline: head + 100,
+                        snapshot_cid: cid.clone(),
+                        epoch_id: self.epoch_id,
+                        project_id: project.clone(),
+                    }),
+                    header: String::new(),
+                    data_market: self.world.manifest.data_market.clone(),
+                    node_version: None,
+                    protocol_state: self.world.manifest.protocol_state.clone(),
+                };
+                gateway.accept(&s, "test").await.unwrap();
+            }
+        });
+    }
+
+    /// A `lite-node validator` running only dequeuers.
+    fn dequeuer(&self, redis: &RedisServer, log: &Path) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_lite-node"))
+            .arg("validator")
+            .args(["--components", "dequeuer", "--workers", "2"])
+            .args(["--redis-url", &redis.url()])
+            .args(["--anchor-rpc", &self.world.url()])
+            .args(["--protocol-state", &self.world.manifest.protocol_state])
+            .args(["--data-market", &self.world.manifest.data_market])
+            .args(["--pools", &self.world.manifest.pools.join(",")])
+            .env_clear()
+            .envs(toolchain_env())
+            .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+            .env("LITE_NODE_COMPUTE_CACHE_DIR", self.cache.path())
+            .env("LITE_NODE_DATA_DIR", self.cache.path())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("lite-node validator starts")
+    }
+
+    /// Verdicts given so far (accepted + rejected), `None` while Redis is away.
+    fn verdicts(&self, redis_url: &str) -> Option<u64> {
+        let k = &self.market.keys;
+        let client = redis::Client::open(redis_url).ok()?;
+        let mut conn = client.get_connection().ok()?;
+        let accepted: u64 = redis::Commands::scard(&mut conn, k.epoch_processed_set(self.epoch_id)).ok()?;
+        let rejected: u64 = redis::Commands::hlen(&mut conn, k.rejections(self.epoch_id)).ok()?;
+        Some(accepted + rejected)
+    }
+
+    /// Every submission has exactly one verdict, counted once.
+    fn assert_exactly_once(&self, redis: &RedisServer) {
+        let mut conn = self.conn(redis);
+        let k: &Keys = &self.market.keys;
+        self.runtime.block_on(async {
+            let counters: std::collections::BTreeMap<String, u64> = conn.hgetall(k.counters()).await.unwrap();
+            let counted: u64 = counters.iter().filter(|(name, _)| *name != "received").map(|(_, n)| *n).sum();
+            assert_eq!(counted, BURST, "one count per submission: {counters:?}");
+            assert!(counters.get("accepted").copied().unwrap_or(0) >= 1, "{counters:?}");
+            assert!(counters.get("rejected:unregistered_slot").copied().unwrap_or(0) > BURST / 2, "{counters:?}");
+            let accepted: u64 = conn.scard(k.epoch_processed_set(self.epoch_id)).await.unwrap();
+            let rejected: u64 = conn.hlen(k.rejections(self.epoch_id)).await.unwrap();
+            assert_eq!(accepted + rejected, BURST);
+            assert_eq!(counters.get("accepted").copied().unwrap_or(0), accepted, "accepted counted once each");
+            let queued: u64 = conn.llen(k.submission_queue()).await.unwrap();
+            let held: u64 = conn.llen(k.submission_processing()).await.unwrap();
+            assert_eq!((queued, held), (0, 0), "nothing left behind");
+        });
+    }
+}
+
+fn wait_for_verdicts(s: &Setup, url: &str, at_least: u64, child: &mut Child, log: &Path) -> u64 {
+    poll_until(&format!("{at_least} verdicts"), Duration::from_secs(180), || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the validator exited ({status}): {}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        s.verdicts(url).filter(|n| *n >= at_least)
+    })
+}
+
+#[test]
+fn a_dequeuer_killed_mid_burst_and_started_again_gives_every_submission_exactly_one_verdict() {
+    let s = setup();
+    let redis = RedisServer::start();
+    s.open_and_queue(&redis);
+    let log = s.cache.path().join("validator.log");
+    let mut first = s.dequeuer(&redis, &log);
+    let at_kill = wait_for_verdicts(&s, &redis.url(), BURST / 10, &mut first, &log);
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    let after = s.verdicts(&redis.url()).unwrap();
+    assert!(after < BURST, "killed mid-burst: {at_kill} verdicts at the kill, {after} after");
+
+    let log2 = s.cache.path().join("validator-2.log");
+    let mut second = s.dequeuer(&redis, &log2);
+    wait_for_verdicts(&s, &redis.url(), BURST, &mut second, &log2);
+    // What the dead worker held comes back once its heartbeat is gone.
+    poll_until("the dead worker's items recovered", Duration::from_secs(60), || {
+        let client = redis::Client::open(redis.url()).ok()?;
+        let mut conn = client.get_connection().ok()?;
+        let held: u64 = redis::Commands::llen(&mut conn, s.market.keys.submission_processing()).ok()?;
+        (held == 0).then_some(())
+    });
+    second.kill().unwrap();
+    second.wait().unwrap();
+    s.assert_exactly_once(&redis);
+    let log = std::fs::read_to_string(&log2).unwrap();
+    assert!(log.contains("put back on the queue"), "the restarted dequeuer recovered the held items:\n{log}");
+}
+
+#[test]
+fn redis_restarted_under_a_running_dequeuer_loses_nothing_with_aof_on() {
+    let s = setup();
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let redis = RedisServer::start_with(&aof);
+    s.open_and_queue(&redis);
+    let log = s.cache.path().join("validator.log");
+    let mut child = s.dequeuer(&redis, &log);
+    wait_for_verdicts(&s, &redis.url(), BURST / 10, &mut child, &log);
+    let url = redis.url();
+    let before = s.verdicts(&url).unwrap();
+    let redis = redis.restart(&aof);
+    assert!(before < BURST, "restarted mid-burst ({before} verdicts before)");
+    // The monitor's head has a TTL; refresh it as a running monitor would.
+    poll_until("Redis back with its append-only file", Duration::from_secs(30), || {
+        let client = redis::Client::open(url.as_str()).ok()?;
+        let conn = s.runtime.block_on(lite_node_validator::connect(&client)).ok()?;
+        s.runtime.block_on(Monitor::new(s.market.clone(), conn).head(s.world.head())).ok()
+    });
+    wait_for_verdicts(&s, &url, BURST, &mut child, &log);
+    poll_until("nothing held", Duration::from_secs(60), || {
+        let client = redis::Client::open(url.as_str()).ok()?;
+        let mut conn = client.get_connection().ok()?;
+        let held: u64 = redis::Commands::llen(&mut conn, s.market.keys.submission_processing()).ok()?;
+        let queued: u64 = redis::Commands::llen(&mut conn, s.market.keys.submission_queue()).ok()?;
+        (held + queued == 0).then_some(())
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    s.assert_exactly_once(&redis);
+}
