@@ -100,19 +100,28 @@ fn signature_hex(sig: &Signature) -> String {
 }
 
 /// The address that signed `request` under `domain`, from a hex signature
-/// (with or without `0x`, `v` as 27/28 or 0/1).
+/// (with or without `0x`, `v` as 27/28 or 0/1). Recovery runs in
+/// libsecp256k1: it is what bounds a validator's throughput.
 pub fn recover(domain: &Eip712Domain, request: &Request, signature: &str) -> Result<Address, String> {
+    use secp256k1::{
+        Message, Secp256k1, VerifyOnly,
+        ecdsa::{RecoverableSignature, RecoveryId},
+    };
+    static SECP: std::sync::LazyLock<Secp256k1<VerifyOnly>> = std::sync::LazyLock::new(Secp256k1::verification_only);
     let raw = hex::decode(signature.trim_start_matches("0x")).map_err(|_| "signature is not hex".to_owned())?;
     if raw.len() != 65 {
         return Err(format!("signature is {} bytes, expected 65", raw.len()));
     }
-    let parity = match raw[64] {
-        27 | 0 => false,
-        28 | 1 => true,
+    let recid = match raw[64] {
+        27 | 0 => RecoveryId::Zero,
+        28 | 1 => RecoveryId::One,
         v => return Err(format!("signature v is {v}, expected 27 or 28")),
     };
-    let sig = Signature::new(U256::from_be_slice(&raw[..32]), U256::from_be_slice(&raw[32..64]), parity);
-    sig.recover_address_from_prehash(&digest(domain, request)).map_err(|e| format!("cannot recover the signer: {e}"))
+    let sig =
+        RecoverableSignature::from_compact(&raw[..64], recid).map_err(|e| format!("cannot recover the signer: {e}"))?;
+    let message = Message::from_digest(digest(domain, request).0);
+    let key = SECP.recover_ecdsa(&message, &sig).map_err(|e| format!("cannot recover the signer: {e}"))?;
+    Ok(Address::from_raw_public_key(&key.serialize_uncompressed()[1..]))
 }
 
 #[cfg(test)]

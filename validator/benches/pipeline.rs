@@ -1,0 +1,222 @@
+//! Validator benchmarks against a real redis-server (printed, not asserted):
+//!
+//! - dequeuer throughput with every check on (form, window, deadline,
+//!   EIP-712 signature recovery, signer, selection, duplicate/equivocation,
+//!   the commit script), 4 workers on their own connections;
+//! - finalization latency: an epoch of 1,000 projects × 10 votes, from the
+//!   window's close (the event monitor's close) to `finalized:{epochId}`,
+//!   with 2 finalizer workers and the aggregator running.
+//!
+//!     cargo bench -p lite-node-validator --bench pipeline
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use alloy::primitives::Address;
+use lite_node_protocol::{
+    eip712::{Request, Signer},
+    proto,
+    submission::Scope,
+};
+use lite_node_testkit::RedisServer;
+use lite_node_validator::{
+    Market,
+    aggregator::Aggregator,
+    chain::{Chain, EpochFacts, Selection},
+    dequeuer::{Dequeuer, DequeuerSettings},
+    finalizer::Finalizer,
+    gateway,
+    monitor::Monitor,
+};
+use redis::AsyncCommands;
+
+const CHAIN_ID: u64 = 31337;
+
+/// Every slot registered with its key; every slot selected.
+struct Registry(HashMap<u64, Address>);
+
+impl Chain for Registry {
+    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        Ok(self.0.get(&slot_id).copied().unwrap_or(Address::ZERO))
+    }
+
+    async fn selection(&self, _: EpochFacts, _: u64, _: &str) -> Result<Selection, String> {
+        Ok(Selection::Selected)
+    }
+}
+
+fn scope() -> Scope {
+    Scope {
+        data_market: "0x0000000000000000000000000000000000000d01".parse().unwrap(),
+        protocol_state: "0x0000000000000000000000000000000000000501".parse().unwrap(),
+    }
+}
+
+fn key(slot: u64) -> [u8; 32] {
+    let mut k = [3u8; 32];
+    k[..8].copy_from_slice(&slot.to_be_bytes());
+    k
+}
+
+/// `slots × projects` signed submissions of one epoch, as the gateway queues them.
+fn burst(epoch_id: u64, slots: u64, projects: u64, deadline: u64) -> Vec<String> {
+    let signers: Vec<Signer> =
+        (1..=slots).map(|s| Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap()).collect();
+    let cids: Vec<String> = (0..3).map(|i| lite_node_protocol::cid::cid(format!("snapshot {i}").as_bytes())).collect();
+    let mut out = Vec::with_capacity((slots * projects) as usize);
+    for p in 0..projects {
+        let project_id = format!("baseSnapshot:project{p:05}:bench");
+        for (i, signer) in signers.iter().enumerate() {
+            let slot_id = i as u64 + 1;
+            let cid = cids[(slot_id % 3) as usize].clone();
+            let request =
+                Request { slot_id, deadline, snapshot_cid: cid.clone(), epoch_id, project_id: project_id.clone() };
+            let s = proto::SnapshotSubmission {
+                signature: signer.sign(&request).unwrap(),
+                request: Some(proto::Request {
+                    slot_id,
+                    deadline,
+                    snapshot_cid: cid,
+                    epoch_id,
+                    project_id: project_id.clone(),
+                }),
+                header: String::new(),
+                data_market: scope().data_market.to_string(),
+                node_version: None,
+                protocol_state: scope().protocol_state.to_string(),
+            };
+            out.push(gateway::encode(&s, 0, "bench").to_string());
+        }
+    }
+    out
+}
+
+async fn queue_all(conn: &mut redis::aio::ConnectionManager, market: &Market, items: &[String]) {
+    for chunk in items.chunks(1000) {
+        let _: () = conn.lpush(market.keys.submission_queue(), chunk).await.unwrap();
+    }
+}
+
+async fn verdicts(conn: &mut redis::aio::ConnectionManager, market: &Market, epoch_id: u64) -> u64 {
+    let a: u64 = conn.scard(market.keys.epoch_processed_set(epoch_id)).await.unwrap();
+    let r: u64 = conn.hlen(market.keys.rejections(epoch_id)).await.unwrap();
+    a + r
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    runtime.block_on(async {
+        let mut conn = lite_node_validator::connect(&client).await.unwrap();
+        let mut market = Market::new(scope(), CHAIN_ID, "bench");
+        market.window_blocks = 10;
+        let market = Arc::new(market);
+        let registry = Registry(
+            (1..=64).map(|s| (s, Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap().address())).collect(),
+        );
+        let monitor = Monitor::new(market.clone(), conn.clone());
+        monitor.released(1, 100, 1, 1).await.unwrap();
+        monitor.released(2, 105, 1, 1).await.unwrap();
+        monitor.head(101).await.unwrap();
+
+        // Dequeuer throughput: 40 slots × 1,000 projects.
+        let (slots, projects) = (40, 1_000);
+        let signing = Instant::now();
+        let items = burst(1, slots, projects, 200);
+        println!("signed {} submissions in {:.1} s (setup)", items.len(), signing.elapsed().as_secs_f64());
+        // What bounds it: EIP-712 signature recovery alone, one core.
+        let domain = lite_node_protocol::eip712::domain(CHAIN_ID, scope().protocol_state);
+        let sample: Vec<_> = items.iter().take(5_000).map(|p| gateway::decode(p).unwrap().0).collect();
+        let t = Instant::now();
+        for s in &sample {
+            let r = s.request.as_ref().unwrap();
+            let request = Request {
+                slot_id: r.slot_id,
+                deadline: r.deadline,
+                snapshot_cid: r.snapshot_cid.clone(),
+                epoch_id: r.epoch_id,
+                project_id: r.project_id.clone(),
+            };
+            lite_node_protocol::eip712::recover(&domain, &request, &s.signature).unwrap();
+        }
+        let per = t.elapsed().as_secs_f64() / sample.len() as f64;
+        println!("signature recovery alone: {:.0} µs each = {:.0}/s on one core", per * 1e6, 1.0 / per);
+        queue_all(&mut conn, &market, &items).await;
+        let dequeuer = Dequeuer::new(market.clone(), Arc::new(registry), conn.clone());
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let settings = DequeuerSettings { workers: 4, ..DequeuerSettings::default() };
+        let started = Instant::now();
+        let running = tokio::spawn(dequeuer.run(client.clone(), settings, stopped()));
+        let total = items.len() as u64;
+        while verdicts(&mut conn, &market, 1).await < total {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let took = started.elapsed();
+        let accepted: u64 = conn.scard(market.keys.epoch_processed_set(1)).await.unwrap();
+        println!(
+            "dequeuer: {total} submissions ({accepted} accepted) in {:.2} s = {:.0} submissions/s \
+             (every check on; 4 workers; goal ≥ 10,000/s)",
+            took.as_secs_f64(),
+            total as f64 / took.as_secs_f64()
+        );
+
+        // Finalization: 1,000 projects × 10 votes.
+        let items = burst(2, 10, 1_000, 200);
+        queue_all(&mut conn, &market, &items).await;
+        while verdicts(&mut conn, &market, 2).await < items.len() as u64 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let _ = stop_tx.send(true);
+        let _ = running.await;
+        let finalizer = Finalizer::new(market.clone(), conn.clone(), lite_node_validator::finalizer::PART_SIZE);
+        let aggregator = Aggregator::new(market.clone(), conn.clone());
+        let (stop2_tx, stop2_rx) = tokio::sync::watch::channel(false);
+        let stop2 = move || {
+            let mut rx = stop2_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let f = tokio::spawn(finalizer.run(client.clone(), 2, stop2()));
+        let a = tokio::spawn(aggregator.run(client.clone(), stop2()));
+        // Epoch 1 (40,000 votes) closes first and is finalized alone; then
+        // epoch 2 is measured alone.
+        let mut latencies = Vec::new();
+        for (epoch, close_at) in [(1u64, 110u64), (2, 115)] {
+            let started = Instant::now();
+            monitor.head(close_at).await.unwrap();
+            loop {
+                let done: bool = conn.exists(market.keys.finalized(epoch)).await.unwrap();
+                if done {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_micros(500)).await;
+            }
+            latencies.push((epoch, started.elapsed()));
+        }
+        let _ = stop2_tx.send(true);
+        let _ = (f.await, a.await);
+        for (epoch, took) in latencies {
+            let batch: String = conn.get(market.keys.finalized(epoch)).await.unwrap();
+            let batch: serde_json::Value = serde_json::from_str(&batch).unwrap();
+            let projects = batch["projects"].as_array().unwrap().len();
+            let votes: u64 = batch["projects"].as_array().unwrap().iter().map(|p| p["votes"].as_u64().unwrap()).sum();
+            println!(
+                "finalization of epoch {epoch}: {projects} projects, {votes} winning votes, {:.1} ms from the \
+                 window's close to finalized:{{epochId}}{}",
+                took.as_secs_f64() * 1000.0,
+                if epoch == 2 { " (goal < 100 ms for 1,000 projects × 10 votes)" } else { "" }
+            );
+        }
+    });
+}
