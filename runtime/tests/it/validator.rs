@@ -226,3 +226,133 @@ fn redis_restarted_under_a_running_dequeuer_loses_nothing_with_aof_on() {
     child.wait().unwrap();
     s.assert_exactly_once(&redis);
 }
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn http_get(url: &str) -> Option<(u16, serde_json::Value)> {
+    let r = reqwest::blocking::get(url).ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.json().ok()?))
+}
+
+#[test]
+fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_when_the_window_closes() {
+    let s = setup();
+    let redis = RedisServer::start();
+    let (gateway_port, api_port) = (free_port(), free_port());
+    let api = format!("http://127.0.0.1:{api_port}");
+    let log = s.cache.path().join("validator.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .arg("validator")
+        .args(["--redis-url", &redis.url()])
+        .args(["--listen", &format!("127.0.0.1:{gateway_port}")])
+        .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+        .args(["--anchor-rpc", &s.world.url()])
+        .args(["--protocol-state", &s.world.manifest.protocol_state])
+        .args(["--data-market", &s.world.manifest.data_market])
+        .args(["--pools", &s.world.manifest.pools.join(",")])
+        .args(["--from-block", &s.world.head().to_string(), "--window-blocks", "5", "--poll-ms", "50"])
+        .arg("--data-dir")
+        .arg(s.cache.path().join("validator"))
+        .env_clear()
+        .envs(toolchain_env())
+        .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+        .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    poll_until("the validator healthy", Duration::from_secs(180), || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the validator exited ({status}):\n{}", log_text());
+        }
+        http_get(&format!("{api}/health")).filter(|(status, _)| *status == 200)
+    });
+
+    // A release on the chain opens the window, seen by the event monitor.
+    let (epoch_id, release_block) = s.world.release_next_epoch();
+    let (_, epoch) = poll_until("the window open", Duration::from_secs(30), || {
+        http_get(&format!("{api}/epochs/{epoch_id}")).filter(|(status, _)| *status == 200)
+    });
+    assert_eq!(epoch["state"]["window_status"], "open", "{epoch}");
+    assert_eq!(epoch["state"]["release_block"], release_block.to_string());
+
+    // Slot 1 signed by a key it is not registered with: wrong signer. Then
+    // the key is registered for slot 1: the same key now passes the signer
+    // check (the dequeuer re-reads signers on SlotRegistered).
+    let new_key = [9u8; 32];
+    let signer = Signer::new(&new_key, s.world.manifest.chain_id, s.market.scope.protocol_state).unwrap();
+    let mut client = s
+        .runtime
+        .block_on(proto::submission_client::SubmissionClient::connect(format!("http://127.0.0.1:{gateway_port}")))
+        .unwrap();
+    let project = format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", s.world.manifest.pools[0]);
+    let mut submit = |deadline: u64| {
+        let cid = lite_node_protocol::cid::cid(format!("snapshot {deadline}").as_bytes());
+        let request =
+            Request { slot_id: 1, deadline, snapshot_cid: cid.clone(), epoch_id, project_id: project.clone() };
+        let submission = proto::SnapshotSubmission {
+            signature: signer.sign(&request).unwrap(),
+            request: Some(proto::Request {
+                slot_id: 1,
+                deadline,
+                snapshot_cid: cid,
+                epoch_id,
+                project_id: project.clone(),
+            }),
+            header: String::new(),
+            data_market: s.world.manifest.data_market.clone(),
+            node_version: None,
+            protocol_state: s.world.manifest.protocol_state.clone(),
+        };
+        let answer = s.runtime.block_on(client.submit_snapshot(submission)).unwrap().into_inner();
+        assert_eq!(answer.message, proto::SUCCESS, "the gateway queues what it gets");
+    };
+    let reasons = || -> Vec<String> {
+        let (_, subs) = http_get(&format!("{api}/epochs/{epoch_id}/submissions")).unwrap();
+        let mut all: Vec<String> =
+            subs["rejected"].as_array().unwrap().iter().map(|r| r["reason"].as_str().unwrap().to_owned()).collect();
+        all.extend(subs["accepted"].as_array().unwrap().iter().map(|_| "accepted".to_owned()));
+        all
+    };
+    submit(release_block + 20);
+    poll_until("a verdict", Duration::from_secs(30), || (reasons().len() == 1).then_some(()));
+    assert_eq!(reasons(), ["wrong_signer"]);
+    s.world.register_slot(1, &signer.address().to_string());
+    poll_until("the registration seen", Duration::from_secs(30), || {
+        log_text().contains("slots registered").then_some(())
+    });
+    submit(release_block + 21);
+    poll_until("a second verdict", Duration::from_secs(30), || (reasons().len() == 2).then_some(()));
+    let second = reasons().into_iter().find(|r| r != "wrong_signer");
+    assert!(
+        matches!(second.as_deref(), Some("accepted" | "not_selected" | "wrong_pool")),
+        "the re-registered signer passes the signer check: {:?}",
+        reasons()
+    );
+
+    // The window closes in anchor blocks: mined past release + 5, the epoch
+    // is finalized.
+    s.world.mine(6);
+    let (_, epoch) = poll_until("the epoch finalized", Duration::from_secs(30), || {
+        http_get(&format!("{api}/epochs/{epoch_id}")).filter(|(_, e)| !e["finalized"].is_null())
+    });
+    assert_eq!(epoch["state"]["window_status"], "closed");
+    assert_eq!(epoch["state"]["level1_status"], "completed");
+    let projects = epoch["finalized"]["projects"].as_array().unwrap().len();
+    assert_eq!(projects, usize::from(second.as_deref() == Some("accepted")), "{epoch}");
+    let metrics = reqwest::blocking::get(format!("{api}/metrics")).unwrap().text().unwrap();
+    assert!(metrics.contains("validator_submissions_rejected_total{reason=\"wrong_signer\"} 1"), "{metrics}");
+    // The epoch set-up released before the validator started is finalized too.
+    assert!(metrics.contains("validator_epochs_finalized_total 2"), "{metrics}");
+
+    // SIGTERM: a clean stop.
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = poll_until("the validator stopped", Duration::from_secs(20), || child.try_wait().unwrap());
+    assert!(status.success(), "{status}:\n{}", log_text());
+}
