@@ -23,6 +23,12 @@ impl DataDirLock {
     /// Takes the data dir, creating it if needed. Another live node holding
     /// it is bad input (exit 2), naming its process id.
     pub fn acquire(data_dir: &Path) -> anyhow::Result<Self> {
+        Self::acquire_for(data_dir, "LITE_NODE_DATA_DIR")
+    }
+
+    /// [`DataDirLock::acquire`], naming `setting` (the variable or flag that
+    /// chose the directory) in the error.
+    pub fn acquire_for(data_dir: &Path, setting: &str) -> anyhow::Result<Self> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| anyhow::anyhow!("creating the data dir {}: {e}", data_dir.display()))?;
         let path = data_dir.join("lite-node.lock");
@@ -44,7 +50,7 @@ impl DataDirLock {
                 };
                 return Err(BadInput(format!(
                     "the data dir {} is in use by another lite-node ({holder} holds {}); \
-                     stop that node, or give this one its own LITE_NODE_DATA_DIR",
+                     stop that one, or give this one its own {setting}",
                     data_dir.display(),
                     path.display()
                 ))
