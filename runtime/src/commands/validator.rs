@@ -132,7 +132,11 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
     } else {
         None
     };
-    let lock = if wants(Component::Monitor) { Some(DataDirLock::acquire_for(&o.data_dir, "--data-dir (one event monitor per directory)")?) } else { None };
+    let lock = if wants(Component::Monitor) {
+        Some(DataDirLock::acquire_for(&o.data_dir, "--data-dir (one event monitor per directory)")?)
+    } else {
+        None
+    };
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("validator").build()?;
     runtime.block_on(async move {

@@ -241,7 +241,8 @@ fn http_get(url: &str) -> Option<(u16, serde_json::Value)> {
 #[test]
 fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_when_the_window_closes() {
     let s = setup();
-    let redis = RedisServer::start();
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let redis = RedisServer::start_with(&aof);
     let (gateway_port, api_port) = (free_port(), free_port());
     let api = format!("http://127.0.0.1:{api_port}");
     let log = s.cache.path().join("validator.log");
@@ -292,7 +293,7 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
         .block_on(proto::submission_client::SubmissionClient::connect(format!("http://127.0.0.1:{gateway_port}")))
         .unwrap();
     let project = format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", s.world.manifest.pools[0]);
-    let mut submit = |deadline: u64| {
+    let mut submit = |epoch_id: u64, deadline: u64| {
         let cid = lite_node_protocol::cid::cid(format!("snapshot {deadline}").as_bytes());
         let request =
             Request { slot_id: 1, deadline, snapshot_cid: cid.clone(), epoch_id, project_id: project.clone() };
@@ -320,14 +321,14 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
         all.extend(subs["accepted"].as_array().unwrap().iter().map(|_| "accepted".to_owned()));
         all
     };
-    submit(release_block + 20);
+    submit(epoch_id, release_block + 20);
     poll_until("a verdict", Duration::from_secs(30), || (reasons().len() == 1).then_some(()));
     assert_eq!(reasons(), ["wrong_signer"]);
     s.world.register_slot(1, &signer.address().to_string());
     poll_until("the registration seen", Duration::from_secs(30), || {
         log_text().contains("slots registered").then_some(())
     });
-    submit(release_block + 21);
+    submit(epoch_id, release_block + 21);
     poll_until("a second verdict", Duration::from_secs(30), || (reasons().len() == 2).then_some(()));
     let second = reasons().into_iter().find(|r| r != "wrong_signer");
     assert!(
@@ -350,6 +351,27 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
     assert!(metrics.contains("validator_submissions_rejected_total{reason=\"wrong_signer\"} 1"), "{metrics}");
     // The epoch set-up released before the validator started is finalized too.
     assert!(metrics.contains("validator_epochs_finalized_total 2"), "{metrics}");
+
+    // Redis restarts under every component: each reconnects and the next
+    // epoch goes through the whole pipeline.
+    let _redis = redis.restart(&aof);
+    let (next, next_block) = s.world.release_next_epoch();
+    poll_until("the next window open", Duration::from_secs(60), || {
+        http_get(&format!("{api}/epochs/{next}")).filter(|(status, _)| *status == 200)
+    });
+    submit(next, next_block + 20); // the gateway queues again
+    poll_until("its verdict", Duration::from_secs(30), || {
+        let (_, e) = http_get(&format!("{api}/epochs/{next}"))?;
+        (e["accepted"].as_u64()? + e["rejected"].as_u64()? == 1).then_some(())
+    });
+    s.world.mine(6);
+    let (_, after) = poll_until("the next epoch finalized after the restart", Duration::from_secs(60), || {
+        http_get(&format!("{api}/epochs/{next}")).filter(|(_, e)| !e["finalized"].is_null())
+    });
+    assert_eq!(after["state"]["level1_status"], "completed", "{after}");
+    // What was finalized before the restart is still there (append-only file).
+    let (_, old) = http_get(&format!("{api}/epochs/{epoch_id}")).unwrap();
+    assert!(!old["finalized"].is_null(), "{old}");
 
     // SIGTERM: a clean stop.
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
