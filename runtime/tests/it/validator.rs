@@ -262,6 +262,7 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
         .envs(toolchain_env())
         .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
         .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
+        .env("LITE_NODE_DATA_DIR", s.cache.path())
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
