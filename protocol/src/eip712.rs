@@ -31,6 +31,31 @@ pub struct Request {
     pub project_id: String,
 }
 
+/// The signed part of a submission as it travels (§6).
+impl From<&crate::proto::Request> for Request {
+    fn from(r: &crate::proto::Request) -> Self {
+        Self {
+            slot_id: r.slot_id,
+            deadline: r.deadline,
+            snapshot_cid: r.snapshot_cid.clone(),
+            epoch_id: r.epoch_id,
+            project_id: r.project_id.clone(),
+        }
+    }
+}
+
+impl From<&Request> for crate::proto::Request {
+    fn from(r: &Request) -> Self {
+        Self {
+            slot_id: r.slot_id,
+            deadline: r.deadline,
+            snapshot_cid: r.snapshot_cid.clone(),
+            epoch_id: r.epoch_id,
+            project_id: r.project_id.clone(),
+        }
+    }
+}
+
 impl Request {
     fn typed(&self) -> EIPRequest {
         EIPRequest {

@@ -110,6 +110,16 @@ struct CollectorArgs {
     /// Address to listen on (port 0: any free port; the chosen one is printed).
     #[arg(long, default_value = "127.0.0.1:50051")]
     listen: std::net::SocketAddr,
+    #[command(flatten)]
+    market: MarketArgs,
+    /// Anchor block where EpochReleased lookups start.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    from_block: u64,
+}
+
+/// The data market a collector or validator serves.
+#[derive(clap::Args)]
+struct MarketArgs {
     /// Anchor chain JSON-RPC URL(s), comma-separated.
     #[arg(long, value_name = "URL")]
     anchor_rpc: String,
@@ -122,16 +132,27 @@ struct CollectorArgs {
     /// Source chain JSON-RPC URL(s) for the epochs' seed blocks (default: the anchor's).
     #[arg(long, value_name = "URL")]
     source_rpc: Option<String>,
-    /// Active pools, comma-separated: turns on the selection check, with the
-    /// configured compute package's assignment rule.
+    /// The data market's active pools, comma-separated: the selection check,
+    /// with the configured compute package's assignment rule (a validator's
+    /// dequeuer needs it; without it a collector does not check selection).
     #[arg(long, value_name = "P1,P2,…", value_delimiter = ',')]
     pools: Vec<String>,
     /// A file with one active pool address per line (as --pools).
     #[arg(long, value_name = "F")]
     pools_file: Option<PathBuf>,
-    /// Anchor block where EpochReleased lookups start.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    from_block: u64,
+}
+
+impl From<MarketArgs> for commands::MarketOptions {
+    fn from(a: MarketArgs) -> Self {
+        Self {
+            anchor_rpc: a.anchor_rpc,
+            protocol_state: a.protocol_state,
+            data_market: a.data_market,
+            source_rpc: a.source_rpc,
+            pools: a.pools,
+            pools_file: a.pools_file,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -153,25 +174,8 @@ struct ValidatorArgs {
     /// Where the monitor API listens (HTTP).
     #[arg(long, default_value = "127.0.0.1:9091")]
     api_listen: std::net::SocketAddr,
-    /// Anchor chain JSON-RPC URL(s), comma-separated.
-    #[arg(long, value_name = "URL")]
-    anchor_rpc: String,
-    /// ProtocolState contract address.
-    #[arg(long, value_name = "ADDRESS")]
-    protocol_state: String,
-    /// Data market contract address.
-    #[arg(long, value_name = "ADDRESS")]
-    data_market: String,
-    /// Source chain JSON-RPC URL(s) for the epochs' seed blocks (default: the anchor's).
-    #[arg(long, value_name = "URL")]
-    source_rpc: Option<String>,
-    /// The data market's active pools, comma-separated (the dequeuer's
-    /// selection check, with the configured compute package's rule).
-    #[arg(long, value_name = "P1,P2,…", value_delimiter = ',')]
-    pools: Vec<String>,
-    /// A file with one active pool address per line (as --pools).
-    #[arg(long, value_name = "F")]
-    pools_file: Option<PathBuf>,
+    #[command(flatten)]
+    market: MarketArgs,
     /// Anchor block the event monitor starts at without a saved cursor
     /// (default: the head).
     #[arg(long, value_name = "N")]
@@ -264,16 +268,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run => commands::run(&env),
         Command::Collector(a) => commands::collector(
-            commands::CollectorOptions {
-                listen: a.listen,
-                anchor_rpc: a.anchor_rpc,
-                protocol_state: a.protocol_state,
-                data_market: a.data_market,
-                source_rpc: a.source_rpc,
-                pools: a.pools,
-                pools_file: a.pools_file,
-                from_block: a.from_block,
-            },
+            commands::CollectorOptions { listen: a.listen, market: a.market.into(), from_block: a.from_block },
             &env,
         ),
         Command::Validator(a) => commands::validator(
@@ -283,12 +278,7 @@ fn main() -> ExitCode {
                 validator_id: a.validator_id,
                 listen: a.listen,
                 api_listen: a.api_listen,
-                anchor_rpc: a.anchor_rpc,
-                protocol_state: a.protocol_state,
-                data_market: a.data_market,
-                source_rpc: a.source_rpc,
-                pools: a.pools,
-                pools_file: a.pools_file,
+                market: a.market.into(),
                 from_block: a.from_block,
                 window_blocks: a.window_blocks,
                 workers: a.workers,

@@ -72,17 +72,10 @@ fn burst(epoch_id: u64, slots: u64, projects: u64, deadline: u64) -> Vec<String>
         for (i, signer) in signers.iter().enumerate() {
             let slot_id = i as u64 + 1;
             let cid = cids[(slot_id % 3) as usize].clone();
-            let request =
-                Request { slot_id, deadline, snapshot_cid: cid.clone(), epoch_id, project_id: project_id.clone() };
+            let request = Request { slot_id, deadline, snapshot_cid: cid, epoch_id, project_id: project_id.clone() };
             let s = proto::SnapshotSubmission {
                 signature: signer.sign(&request).unwrap(),
-                request: Some(proto::Request {
-                    slot_id,
-                    deadline,
-                    snapshot_cid: cid,
-                    epoch_id,
-                    project_id: project_id.clone(),
-                }),
+                request: Some((&request).into()),
                 header: String::new(),
                 data_market: scope().data_market.to_string(),
                 node_version: None,
@@ -133,14 +126,7 @@ fn main() {
         let sample: Vec<_> = items.iter().take(5_000).map(|p| gateway::decode(p).unwrap().0).collect();
         let t = Instant::now();
         for s in &sample {
-            let r = s.request.as_ref().unwrap();
-            let request = Request {
-                slot_id: r.slot_id,
-                deadline: r.deadline,
-                snapshot_cid: r.snapshot_cid.clone(),
-                epoch_id: r.epoch_id,
-                project_id: r.project_id.clone(),
-            };
+            let request = Request::from(s.request.as_ref().unwrap());
             lite_node_protocol::eip712::recover(&domain, &request, &s.signature).unwrap();
         }
         let per = t.elapsed().as_secs_f64() / sample.len() as f64;

@@ -91,14 +91,20 @@ async fn active(State(api): State<Api>) -> Answer {
 
 async fn epoch(State(api): State<Api>, Path(id): Path<u64>) -> Answer {
     let k = &api.market.keys;
-    let mut conn = api.conn.clone();
-    let state = state_of(&api, id).await.map_err(unavailable)?;
-    let finalized: Option<String> = conn.get(k.finalized(id)).await.map_err(unavailable)?;
+    // One transaction: the state and the batch the aggregator wrote together
+    // are read together.
+    let (state, finalized, accepted, rejected): (BTreeMap<String, String>, Option<String>, u64, u64) = redis::pipe()
+        .atomic()
+        .hgetall(k.epoch_state(id))
+        .get(k.finalized(id))
+        .scard(k.epoch_processed_set(id))
+        .hlen(k.rejections(id))
+        .query_async(&mut api.conn.clone())
+        .await
+        .map_err(unavailable)?;
     if state.is_empty() && finalized.is_none() {
         return Err((StatusCode::NOT_FOUND, format!("epoch {id} is not known here (never released, or pruned)\n")));
     }
-    let accepted: u64 = conn.scard(k.epoch_processed_set(id)).await.map_err(unavailable)?;
-    let rejected: u64 = conn.hlen(k.rejections(id)).await.map_err(unavailable)?;
     Ok(Json(json!({
         "epoch_id": id,
         "state": state,

@@ -542,14 +542,7 @@ impl<C: Chain> Dequeuer<C> {
         if head > r.deadline {
             return reject(Reason::DeadlinePassed, format!("deadline {} passed (anchor head {head})", r.deadline));
         }
-        let request = eip712::Request {
-            slot_id: r.slot_id,
-            deadline: r.deadline,
-            snapshot_cid: r.snapshot_cid.clone(),
-            epoch_id: r.epoch_id,
-            project_id: r.project_id.clone(),
-        };
-        let found = match eip712::recover(&self.domain, &request, &s.signature) {
+        let found = match eip712::recover(&self.domain, &eip712::Request::from(&r), &s.signature) {
             Ok(a) => a,
             Err(why) => return reject(Reason::BadSignature, why),
         };

@@ -229,24 +229,19 @@ impl ReliableQueue {
     /// Puts items back at the end of the queue (to be taken after what is
     /// waiting now), marks removed: for items that must wait.
     pub async fn defer(&self, taken: &[Taken]) -> redis::RedisResult<()> {
-        if taken.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for t in taken {
-            pipe.lrem(&self.processing, 1, &t.payload).ignore();
-            pipe.lpush(&self.queue, &t.payload).ignore();
-            pipe.del(self.mark(&t.payload)).ignore();
-        }
-        pipe.query_async::<()>(&mut conn).await
+        self.put_back(taken, false).await
     }
 
     /// Gives items back untouched (their worker cannot handle them now, for
     /// example because the chain is unreachable): to the head of the queue,
     /// marks removed.
     pub async fn give_back(&self, taken: &[Taken]) -> redis::RedisResult<()> {
+        self.put_back(taken, true).await
+    }
+
+    /// Off the processing list and onto the queue, first in line (`next`) or
+    /// last, in one transaction.
+    async fn put_back(&self, taken: &[Taken], next: bool) -> redis::RedisResult<()> {
         if taken.is_empty() {
             return Ok(());
         }
@@ -255,7 +250,11 @@ impl ReliableQueue {
         pipe.atomic();
         for t in taken {
             pipe.lrem(&self.processing, 1, &t.payload).ignore();
-            pipe.rpush(&self.queue, &t.payload).ignore();
+            if next {
+                pipe.rpush(&self.queue, &t.payload).ignore();
+            } else {
+                pipe.lpush(&self.queue, &t.payload).ignore();
+            }
             pipe.del(self.mark(&t.payload)).ignore();
         }
         pipe.query_async::<()>(&mut conn).await

@@ -32,14 +32,7 @@ pub fn signature_is_from(
     signer: Address,
 ) -> Result<(), String> {
     let r = submission.request.as_ref().ok_or("the submission has no request")?;
-    let request = Request {
-        slot_id: r.slot_id,
-        deadline: r.deadline,
-        snapshot_cid: r.snapshot_cid.clone(),
-        epoch_id: r.epoch_id,
-        project_id: r.project_id.clone(),
-    };
-    let found = recover(&domain(chain_id, protocol_state), &request, &submission.signature)?;
+    let found = recover(&domain(chain_id, protocol_state), &Request::from(r), &submission.signature)?;
     if found == signer {
         Ok(())
     } else {

@@ -1,13 +1,13 @@
 //! `lite-node collector`: the devnet collector (`crate::collector`) on its
 //! own runtime, until Ctrl-C or SIGTERM.
 
-use std::{io::Write, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{io::Write, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 
-use super::pool_list;
+use super::MarketOptions;
 use crate::{
-    chain::{Anchor, HttpRpc, IoRuntime},
+    chain::{Anchor, IoRuntime},
     collector::{DevnetCollector, SelectionCheck},
     compute::{self, Fetch, LoadedPackage},
     config::{ComputeConfig, EnvSnapshot},
@@ -20,12 +20,7 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct CollectorOptions {
     pub listen: SocketAddr,
-    pub anchor_rpc: String,
-    pub protocol_state: String,
-    pub data_market: String,
-    pub source_rpc: Option<String>,
-    pub pools: Vec<String>,
-    pub pools_file: Option<PathBuf>,
+    pub market: MarketOptions,
     pub from_block: u64,
 }
 
@@ -34,7 +29,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the devnet collector until Ctrl-C or SIGTERM.
 pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
-    let pools = pool_list(&a.pools, a.pools_file.as_deref())?;
+    let pools = a.market.pools()?;
     let package = if pools.is_empty() {
         None
     } else {
@@ -46,22 +41,12 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         let signals = shutdown_signals(false);
         tokio::pin!(signals);
         let io = IoRuntime::new()?;
-        let rpc = |role, urls: &str| {
-            HttpRpc::new(role, urls.split(',').map(str::to_owned).collect(), Duration::from_secs(15), io.clone())
-                .map_err(|e| BadInput(format!("--{role}-rpc: {e}")))
-        };
-        let address = |what: &str, text: &str| {
-            text.parse().map_err(|_| BadInput(format!("--{what} {text} is not an address (0x and 40 hex digits)")))
-        };
-        let anchor = Arc::new(Anchor::new(
-            rpc("anchor", &a.anchor_rpc)?,
-            address("protocol-state", &a.protocol_state)?,
-            address("data-market", &a.data_market)?,
-        ));
+        let scope = a.market.scope()?;
+        let (anchor_rpc, source_rpc) = a.market.rpcs(&io)?;
+        let anchor = Arc::new(Anchor::new(anchor_rpc, scope.protocol_state, scope.data_market));
         let selection = match package {
             Some(package) => {
-                let source = Arc::new(rpc("source", a.source_rpc.as_deref().unwrap_or(&a.anchor_rpc))?);
-                let check = SelectionCheck::new(source, pools, package).map_err(BadInput)?;
+                let check = SelectionCheck::new(Arc::new(source_rpc), pools, package).map_err(BadInput)?;
                 Some(Arc::new(check))
             }
             None => None,

@@ -20,3 +20,52 @@ pub use compute::compute_show;
 pub use devnet::devnet;
 pub use run::run;
 pub use validator::{Component, ValidatorOptions, validator};
+
+/// The data market a collector or validator serves, as its flags give it.
+#[derive(Clone, Debug)]
+pub struct MarketOptions {
+    pub anchor_rpc: String,
+    pub protocol_state: String,
+    pub data_market: String,
+    /// Where the epochs' seed blocks are read (default: the anchor).
+    pub source_rpc: Option<String>,
+    pub pools: Vec<String>,
+    pub pools_file: Option<std::path::PathBuf>,
+}
+
+impl MarketOptions {
+    /// ProtocolState and the data market, each named by its flag when it is
+    /// not an address.
+    pub fn scope(&self) -> Result<lite_node_protocol::submission::Scope, crate::exit::BadInput> {
+        let address = |what: &str, text: &str| {
+            text.parse()
+                .map_err(|_| crate::exit::BadInput(format!("--{what} {text} is not an address (0x and 40 hex digits)")))
+        };
+        Ok(lite_node_protocol::submission::Scope {
+            protocol_state: address("protocol-state", &self.protocol_state)?,
+            data_market: address("data-market", &self.data_market)?,
+        })
+    }
+
+    /// The active pools of `--pools` and `--pools-file`.
+    pub fn pools(&self) -> anyhow::Result<Vec<String>> {
+        pool_list(&self.pools, self.pools_file.as_deref())
+    }
+
+    /// The anchor and source chain clients.
+    pub fn rpcs(
+        &self,
+        io: &crate::chain::IoRuntime,
+    ) -> Result<(crate::chain::HttpRpc, crate::chain::HttpRpc), crate::exit::BadInput> {
+        let rpc = |role, urls: &str| {
+            crate::chain::HttpRpc::new(
+                role,
+                urls.split(',').map(str::to_owned).collect(),
+                std::time::Duration::from_secs(15),
+                io.clone(),
+            )
+            .map_err(|e| crate::exit::BadInput(format!("--{role}-rpc: {e}")))
+        };
+        Ok((rpc("anchor", &self.anchor_rpc)?, rpc("source", self.source_rpc.as_deref().unwrap_or(&self.anchor_rpc))?))
+    }
+}

@@ -10,7 +10,6 @@ use std::{io::Write, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use alloy::primitives::Address;
 use anyhow::Context;
-use lite_node_protocol::submission::Scope;
 use lite_node_validator::{
     Market,
     aggregator::Aggregator,
@@ -22,9 +21,9 @@ use lite_node_validator::{
     tracker::Tracker,
 };
 
-use super::pool_list;
+use super::MarketOptions;
 use crate::{
-    chain::{Anchor, HttpRpc, IoRuntime, Release},
+    chain::{Anchor, IoRuntime, Release},
     collector::{Refusal, Refused, SelectionCheck},
     compute::{self, Fetch, LoadedPackage},
     config::{ComputeConfig, EnvSnapshot, WatchSettings},
@@ -60,12 +59,7 @@ pub struct ValidatorOptions {
     pub validator_id: String,
     pub listen: SocketAddr,
     pub api_listen: SocketAddr,
-    pub anchor_rpc: String,
-    pub protocol_state: String,
-    pub data_market: String,
-    pub source_rpc: Option<String>,
-    pub pools: Vec<String>,
-    pub pools_file: Option<PathBuf>,
+    pub market: MarketOptions,
     pub from_block: Option<u64>,
     pub window_blocks: u64,
     pub workers: usize,
@@ -105,20 +99,14 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
     let wants = |c: Component| components.contains(&c);
     let redis = redis::Client::open(o.redis_url.as_str())
         .map_err(|e| BadInput(format!("--redis-url {}: {e} (expected redis://HOST:PORT)", o.redis_url)))?;
-    let address = |what: &str, text: &str| -> Result<Address, BadInput> {
-        text.parse().map_err(|_| BadInput(format!("--{what} {text} is not an address (0x and 40 hex digits)")))
-    };
-    let scope = Scope {
-        protocol_state: address("protocol-state", &o.protocol_state)?,
-        data_market: address("data-market", &o.data_market)?,
-    };
+    let scope = o.market.scope()?;
     if o.window_blocks == 0 {
         return Err(BadInput("--window-blocks must be at least 1".into()).into());
     }
     // The dequeuer is the one component that checks selection: it needs the
     // compute package and the pool list.
     let package = if wants(Component::Dequeuer) {
-        let pools = pool_list(&o.pools, o.pools_file.as_deref())?;
+        let pools = o.market.pools()?;
         if pools.is_empty() {
             return Err(BadInput(
                 "the dequeuer checks that each slot was selected for its pool: give --pools or --pools-file (the \
@@ -143,11 +131,8 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         let signals = shutdown_signals(false);
         tokio::pin!(signals);
         let io = IoRuntime::new()?;
-        let rpc = |role, urls: &str| {
-            HttpRpc::new(role, urls.split(',').map(str::to_owned).collect(), Duration::from_secs(15), io.clone())
-                .map_err(|e| BadInput(format!("--{role}-rpc: {e}")))
-        };
-        let anchor = Arc::new(Anchor::new(rpc("anchor", &o.anchor_rpc)?, scope.protocol_state, scope.data_market));
+        let (anchor_rpc, source_rpc) = o.market.rpcs(&io)?;
+        let anchor = Arc::new(Anchor::new(anchor_rpc, scope.protocol_state, scope.data_market));
         let chain_id = tokio::select! {
             _ = &mut signals => return Ok(()),
             id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
@@ -187,8 +172,7 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             });
         }
         if let Some((pools, package)) = package {
-            let source = Arc::new(rpc("source", o.source_rpc.as_deref().unwrap_or(&o.anchor_rpc))?);
-            let selection = Arc::new(SelectionCheck::new(source, pools, package).map_err(BadInput)?);
+            let selection = Arc::new(SelectionCheck::new(Arc::new(source_rpc), pools, package).map_err(BadInput)?);
             announced.push(format!("dequeuer: {} workers, {} active pools", o.workers, selection.pools().len()));
             let chain = Arc::new(NodeChain { anchor: anchor.clone(), selection });
             let dequeuer = Dequeuer::new(market.clone(), chain, conn.clone());

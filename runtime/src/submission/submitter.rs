@@ -92,13 +92,7 @@ impl Submitter {
         };
         let signature = self.signer.sign(&request).map_err(anyhow::Error::msg)?;
         let submission = proto::SnapshotSubmission {
-            request: Some(proto::Request {
-                slot_id: request.slot_id,
-                deadline,
-                snapshot_cid: request.snapshot_cid.clone(),
-                epoch_id: request.epoch_id,
-                project_id: id.clone(),
-            }),
+            request: Some((&request).into()),
             signature,
             header,
             data_market: self.data_market.clone(),

@@ -87,13 +87,7 @@ fn submission_for(
     };
     proto::SnapshotSubmission {
         signature: signer.sign(&request).unwrap(),
-        request: Some(proto::Request {
-            slot_id,
-            deadline,
-            snapshot_cid: request.snapshot_cid,
-            epoch_id: request.epoch_id,
-            project_id: request.project_id,
-        }),
+        request: Some((&request).into()),
         header: String::new(),
         data_market: s.world.manifest.data_market.clone(),
         node_version: Some("test".into()),

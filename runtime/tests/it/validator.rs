@@ -86,13 +86,7 @@ impl Setup {
                 };
                 let s = proto::SnapshotSubmission {
                     signature: signer.sign(&request).unwrap(),
-                    request: Some(proto::Request {
-                        slot_id: slot,
-                        deadline: head + 100,
-                        snapshot_cid: cid.clone(),
-                        epoch_id: self.epoch_id,
-                        project_id: project.clone(),
-                    }),
+                    request: Some((&request).into()),
                     header: String::new(),
                     data_market: self.world.manifest.data_market.clone(),
                     node_version: None,
@@ -296,17 +290,10 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
     let project = format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", s.world.manifest.pools[0]);
     let mut submit = |epoch_id: u64, deadline: u64| {
         let cid = lite_node_protocol::cid::cid(format!("snapshot {deadline}").as_bytes());
-        let request =
-            Request { slot_id: 1, deadline, snapshot_cid: cid.clone(), epoch_id, project_id: project.clone() };
+        let request = Request { slot_id: 1, deadline, snapshot_cid: cid, epoch_id, project_id: project.clone() };
         let submission = proto::SnapshotSubmission {
             signature: signer.sign(&request).unwrap(),
-            request: Some(proto::Request {
-                slot_id: 1,
-                deadline,
-                snapshot_cid: cid,
-                epoch_id,
-                project_id: project.clone(),
-            }),
+            request: Some((&request).into()),
             header: String::new(),
             data_market: s.world.manifest.data_market.clone(),
             node_version: None,

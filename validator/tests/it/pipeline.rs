@@ -129,13 +129,7 @@ fn signed(
         Request { slot_id: slot, deadline, snapshot_cid: cid.into(), epoch_id: epoch, project_id: project.into() };
     proto::SnapshotSubmission {
         signature: signer.sign(&request).unwrap(),
-        request: Some(proto::Request {
-            slot_id: slot,
-            deadline,
-            snapshot_cid: cid.into(),
-            epoch_id: epoch,
-            project_id: project.into(),
-        }),
+        request: Some((&request).into()),
         header: String::new(),
         data_market: scope().data_market.to_string(),
         node_version: Some("test".into()),
