@@ -103,6 +103,16 @@ struct DevnetArgs {
     /// and --json record show its batches.
     #[arg(long, value_name = "N", default_value_t = 0)]
     validators: u64,
+    /// How the nodes follow the anchor chain: `http` polls every --poll-ms,
+    /// `ws` subscribes to new heads over a WebSocket (anvil serves both).
+    #[arg(long, value_enum, default_value = "http")]
+    anchor: AnchorTransport,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AnchorTransport {
+    Http,
+    Ws,
 }
 
 #[derive(clap::Args)]
@@ -129,7 +139,8 @@ struct MarketArgs {
     /// Data market contract address.
     #[arg(long, value_name = "ADDRESS")]
     data_market: String,
-    /// Source chain JSON-RPC URL(s) for the epochs' seed blocks (default: the anchor's).
+    /// Source chain JSON-RPC URL(s) for the epochs' seed blocks (default: the
+    /// anchor's, over HTTP when it is a WebSocket).
     #[arg(long, value_name = "URL")]
     source_rpc: Option<String>,
     /// The data market's active pools, comma-separated: the selection check,
@@ -303,6 +314,7 @@ fn main() -> ExitCode {
                 faults: a.fault,
                 telegram_api_url: a.telegram_api_url,
                 validators: a.validators,
+                anchor_ws: a.anchor == AnchorTransport::Ws,
             },
             &env,
         ),

@@ -681,3 +681,60 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
     }
 }
+
+/// A TCP proxy on a free loopback port to `upstream` (host:port), whose
+/// connections a test can cut: [`TcpProxy::cut`] closes every open one and
+/// refuses new ones until [`TcpProxy::mend`]. For breaking a WebSocket.
+pub struct TcpProxy {
+    pub port: u16,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    refusing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TcpProxy {
+    pub fn start(upstream: &str) -> Self {
+        use std::sync::{Arc, Mutex, atomic::AtomicBool};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open: Arc<Mutex<Vec<std::net::TcpStream>>> = Arc::default();
+        let refusing = Arc::new(AtomicBool::new(false));
+        let (upstream, open2, refusing2) = (upstream.to_owned(), open.clone(), refusing.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if refusing2.load(std::sync::atomic::Ordering::SeqCst) {
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(&upstream) else { continue };
+                let mut kept = open2.lock().unwrap();
+                kept.push(client.try_clone().unwrap());
+                kept.push(server.try_clone().unwrap());
+                drop(kept);
+                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Self { port, open, refusing }
+    }
+
+    /// Closes every open connection and refuses new ones.
+    pub fn cut(&self) {
+        self.refusing.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Accepts connections again.
+    pub fn mend(&self) {
+        self.refusing.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}

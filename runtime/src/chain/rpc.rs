@@ -21,8 +21,9 @@ use reqwest::Url;
 use serde_json::{Value, json};
 
 use crate::{
+    chain::ws::{HeadSignal, WsEndpoint},
     compute::host::RpcEndpoint,
-    config::{parse_rpc_url, redact_rpc_url},
+    config::{parse_anchor_url, parse_rpc_url, redact_rpc_url},
 };
 
 /// The node's I/O runtime: every network call of a processor runs here.
@@ -66,12 +67,16 @@ impl IoRuntime {
     }
 }
 
-/// One chain's JSON-RPC endpoints, tried in order from the last that worked.
+/// One chain's JSON-RPC endpoints, tried in order from the last that worked:
+/// http(s), or (the anchor's) WebSockets (`chain::ws`).
 #[derive(Debug)]
 pub struct HttpRpc {
     /// `source` or `anchor`, for messages.
     role: &'static str,
     urls: Arc<Vec<Url>>,
+    /// The WebSocket connection of each `ws(s)://` URL (same index).
+    sockets: Arc<Vec<Option<WsEndpoint>>>,
+    timeout: Duration,
     client: reqwest::Client,
     io: IoRuntime,
     next_id: AtomicU64,
@@ -88,7 +93,8 @@ impl HttpRpc {
     /// Endpoints given as text (a tool's `--…-rpc` flag, a test's anvil):
     /// each must be an http(s) URL.
     pub fn new(role: &'static str, urls: Vec<String>, timeout: Duration, io: IoRuntime) -> Result<Self, String> {
-        let urls = urls.iter().map(|u| parse_rpc_url(u)).collect::<Result<Vec<_>, _>>()?;
+        let parse = if role == "anchor" { parse_anchor_url } else { parse_rpc_url };
+        let urls = urls.iter().map(|u| parse(u)).collect::<Result<Vec<_>, _>>()?;
         Self::from_urls(role, urls, timeout, io)
     }
 
@@ -102,9 +108,18 @@ impl HttpRpc {
             .connect_timeout(timeout.min(Duration::from_secs(5)))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        // Only the anchor's WebSockets subscribe to new heads.
+        let sockets = urls
+            .iter()
+            .map(|u| {
+                matches!(u.scheme(), "ws" | "wss").then(|| WsEndpoint::start(u.clone(), role == "anchor", &io.handle))
+            })
+            .collect();
         Ok(Self {
             role,
             urls: Arc::new(urls),
+            sockets: Arc::new(sockets),
+            timeout,
             client,
             io,
             next_id: AtomicU64::new(1),
@@ -123,6 +138,8 @@ impl HttpRpc {
     /// until one answers with JSON. The future runs on the I/O runtime.
     fn post_future(&self, body: Value) -> impl Future<Output = Result<Value, RpcError>> + Send + 'static {
         let urls = self.urls.clone();
+        let sockets = self.sockets.clone();
+        let timeout = self.timeout;
         let client = self.client.clone();
         let preferred = self.preferred.clone();
         let role = self.role;
@@ -132,7 +149,14 @@ impl HttpRpc {
             let mut failures = Vec::new();
             for k in 0..urls.len() {
                 let i = (start + k) % urls.len();
-                match post_once(&client, &urls[i], &body).await {
+                let answer = match &sockets[i] {
+                    Some(socket) => match ws_id(&body) {
+                        Some(id) => socket.send(id, &body, timeout).await,
+                        None => Err("a request without an id".to_owned()),
+                    },
+                    None => post_once(&client, &urls[i], &body).await,
+                };
+                match answer {
                     Ok(value) => {
                         preferred.store(i, Ordering::Relaxed);
                         return Ok(value);
@@ -211,6 +235,12 @@ impl HttpRpc {
     pub fn role(&self) -> &'static str {
         self.role
     }
+
+    /// New heads and (re)connections of the first WebSocket endpoint; `None`
+    /// when every endpoint is polled over HTTP.
+    pub fn heads(&self) -> Option<tokio::sync::watch::Receiver<HeadSignal>> {
+        self.sockets.iter().flatten().next().map(WsEndpoint::signal)
+    }
 }
 
 fn single_result(response: &Value, id: u64, method: &str) -> Result<Value, RpcError> {
@@ -237,6 +267,14 @@ fn batch_results(response: Value, ids: &[u64], methods: &[&str]) -> Result<Vec<R
             None => Err(rpc_error(format!("{method}: no answer for call {n} of the batch"))),
         })
         .collect())
+}
+
+/// The id a request (or a batch, its smallest) is answered under.
+fn ws_id(body: &Value) -> Option<u64> {
+    match body {
+        Value::Array(items) => items.iter().filter_map(|i| i.get("id").and_then(Value::as_u64)).min(),
+        other => other.get("id").and_then(Value::as_u64),
+    }
 }
 
 async fn post_once(client: &reqwest::Client, url: &Url, body: &Value) -> Result<Value, String> {

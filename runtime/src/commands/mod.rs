@@ -66,6 +66,15 @@ impl MarketOptions {
             )
             .map_err(|e| crate::exit::BadInput(format!("--{role}-rpc: {e}")))
         };
-        Ok((rpc("anchor", &self.anchor_rpc)?, rpc("source", self.source_rpc.as_deref().unwrap_or(&self.anchor_rpc))?))
+        // Without --source-rpc the anchor serves as the source too: over
+        // HTTP when the anchor is given as a WebSocket (the same host).
+        let source = self.source_rpc.clone().unwrap_or_else(|| {
+            self.anchor_rpc
+                .split(',')
+                .map(|u| u.trim().replacen("wss://", "https://", 1).replacen("ws://", "http://", 1))
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+        Ok((rpc("anchor", &self.anchor_rpc)?, rpc("source", &source)?))
     }
 }

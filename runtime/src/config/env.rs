@@ -593,12 +593,13 @@ fn git_pin(env: &EnvSnapshot, prefix: &str, url: &str, allow_unpinned: bool, pro
 }
 
 fn rpc_urls(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> Vec<Url> {
+    let websocket = key == "POWERLOOM_RPC_URL";
     let Some(value) = env.get(key) else {
         return Vec::new();
     };
     let mut urls = Vec::new();
     for text in value.split(',').map(str::trim).filter(|u| !u.is_empty()) {
-        match parse_rpc_url(text) {
+        match parse_url_of(text, websocket) {
             Ok(url) => urls.push(url),
             Err(e) => problems.push(format!("{key} has {e}; separate several URLs with commas")),
         }
@@ -658,13 +659,29 @@ pub fn redact_url(url: &str) -> String {
 /// are refused by name until the node can use them). The error
 /// shows the URL without its path and query (providers put keys there).
 pub fn parse_rpc_url(text: &str) -> Result<Url, String> {
+    parse_url_of(text, false)
+}
+
+/// An anchor chain endpoint: http(s), or a WebSocket (`ws://`, `wss://`),
+/// which also tells the node of each new block as it arrives.
+pub fn parse_anchor_url(text: &str) -> Result<Url, String> {
+    parse_url_of(text, true)
+}
+
+fn parse_url_of(text: &str, websocket: bool) -> Result<Url, String> {
     let shown = || redact_rpc_url(text);
     let url = Url::parse(text.trim()).map_err(|e| format!("`{}` is not a URL ({e})", shown()))?;
-    if matches!(url.scheme(), "ws" | "wss") {
-        return Err(format!("`{}`, a WebSocket endpoint: not supported yet, give the provider's http(s) URL", shown()));
+    if matches!(url.scheme(), "ws" | "wss") && !websocket {
+        return Err(format!(
+            "`{}`, a WebSocket endpoint: only the anchor chain's (POWERLOOM_RPC_URL) may be one; give the \
+             provider's http(s) URL",
+            shown()
+        ));
     }
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!("`{}` is not an http(s) URL", shown()));
+    let schemes: &[&str] = if websocket { &["http", "https", "ws", "wss"] } else { &["http", "https"] };
+    if !schemes.contains(&url.scheme()) || url.host_str().is_none() {
+        let what = if websocket { "an http(s) or ws(s) URL" } else { "an http(s) URL" };
+        return Err(format!("`{}` is not {what}", shown()));
     }
     Ok(url)
 }
@@ -688,12 +705,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn websocket_rpc_urls_are_refused_by_name_until_they_can_be_used() {
+    fn a_websocket_url_is_the_anchors_only() {
         let mut pairs = full_env();
         pairs.retain(|(k, _)| *k != "POWERLOOM_RPC_URL");
         pairs.push(("POWERLOOM_RPC_URL", "wss://anchor.example/v1/s3cret"));
+        assert!(NodeConfig::from_env(&EnvSnapshot::from_pairs(pairs.clone())).is_ok(), "the anchor may be ws(s)");
+        pairs.retain(|(k, _)| *k != "SOURCE_RPC_URL");
+        pairs.push(("SOURCE_RPC_URL", "wss://source.example/v1/s3cret"));
         let err = NodeConfig::from_env(&EnvSnapshot::from_pairs(pairs)).unwrap_err().to_string();
-        assert!(err.contains("POWERLOOM_RPC_URL has `wss://anchor.example/…`, a WebSocket endpoint"), "{err}");
+        assert!(err.contains("SOURCE_RPC_URL has `wss://source.example/…`, a WebSocket endpoint"), "{err}");
         assert!(err.contains("http(s) URL"), "says what to give instead: {err}");
         assert!(!err.contains("s3cret"), "{err}");
     }

@@ -12,7 +12,7 @@ mod projects;
 pub use alerts::{AlertConfig, BotConfig};
 pub use env::{
     ComputeConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, ProjectsSource, REQUIRED, SecretKey,
-    WatchSettings, parse_rpc_url, redact_rpc_url, redact_url,
+    WatchSettings, parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url,
 };
 pub use projects::{PRELOAD_TASKS, Project, Projects, load_projects};
 

@@ -65,6 +65,9 @@ pub struct Options {
     /// Validators behind the collector (0 or 1; the network of validators
     /// comes later).
     pub validators: u64,
+    /// The nodes follow the anchor over a WebSocket (new heads) instead of
+    /// polling it over HTTP.
+    pub anchor_ws: bool,
 }
 
 /// A `--fault` drill.
@@ -373,7 +376,7 @@ pub async fn run(
         let mut node_env = child_env.clone();
         let vars = [
             ("SOURCE_RPC_URL", url.clone()),
-            ("POWERLOOM_RPC_URL", url.clone()),
+            ("POWERLOOM_RPC_URL", if opts.anchor_ws { url.replacen("http://", "ws://", 1) } else { url.clone() }),
             ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
             ("SIGNER_ACCOUNT_PRIVATE_KEY", key.clone()),
             ("SLOT_ID", slot_id.to_string()),
@@ -414,8 +417,13 @@ pub async fn run(
     wait_until_watching(&mut nodes, &mut shutdown).await?;
     writeln!(
         out,
-        "{} nodes watching (logs in {}); first epoch in {:.1} s, then one every {:.1} s{}\n",
+        "{} nodes watching the anchor {} (logs in {}); first epoch in {:.1} s, then one every {:.1} s{}\n",
         nodes.len(),
+        if opts.anchor_ws {
+            "over a WebSocket (new heads)".to_owned()
+        } else {
+            format!("by polling every {} ms", opts.poll_interval.as_millis())
+        },
         run_dir.display(),
         opts.interval.as_secs_f64(),
         opts.interval.as_secs_f64(),

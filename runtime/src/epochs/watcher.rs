@@ -63,6 +63,8 @@ pub struct Watcher {
     path: PathBuf,
     cursor: Option<Cursor>,
     last_scan_save: Instant,
+    /// A WebSocket anchor's new heads and reconnections (`None`: polled).
+    heads: Option<tokio::sync::watch::Receiver<crate::chain::HeadSignal>>,
 }
 
 impl Watcher {
@@ -77,7 +79,24 @@ impl Watcher {
                 c.last_epoch.map_or("none".into(), |e| e.to_string())
             );
         }
-        Ok(Self { anchor, settings, path, cursor, last_scan_save: Instant::now() })
+        let heads = anchor.rpc().heads();
+        if heads.is_some() {
+            tracing::info!("the anchor is a WebSocket: each new block is seen as it arrives");
+        }
+        Ok(Self { anchor, settings, path, cursor, last_scan_save: Instant::now(), heads })
+    }
+
+    /// Resolves at the anchor's next new head or reconnection (after which a
+    /// poll back-fills from the cursor); never when the anchor is polled.
+    pub async fn changed(&mut self) {
+        match &mut self.heads {
+            Some(heads) => {
+                if heads.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
     }
 
     pub fn cursor(&self) -> Option<&Cursor> {

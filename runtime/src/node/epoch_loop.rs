@@ -25,6 +25,13 @@ pub trait Epochs {
     fn epoch_handled(&mut self, epoch: &Epoch) -> anyhow::Result<()>;
     /// Every epoch released up to `scanned_to` has been handled.
     fn scan_complete(&mut self, scanned_to: u64) -> anyhow::Result<()>;
+    /// Resolves when the anchor announces something new (a WebSocket's new
+    /// head, or its reconnection); never for an anchor that is only polled.
+    /// Once caught up, the loop polls at this or after the poll interval,
+    /// whichever comes first.
+    fn changed(&mut self) -> impl Future<Output = ()> {
+        std::future::pending()
+    }
 }
 
 /// The node side: one epoch, worked and then recorded.
@@ -159,6 +166,7 @@ pub async fn run<E: Epochs, W: Work>(
             State::Waiting(wait) => tokio::select! {
                 _ = &mut shutdown => State::Done(Exit::Stopped),
                 _ = tokio::time::sleep(wait) => State::Polling,
+                _ = epochs.changed() => State::Polling,
             },
             State::Done(exit) => return Ok(exit),
         };

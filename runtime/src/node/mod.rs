@@ -61,6 +61,10 @@ impl Epochs for Watcher {
     fn scan_complete(&mut self, scanned_to: u64) -> Result<()> {
         Watcher::scan_complete(self, scanned_to).context("saving the epoch cursor")
     }
+
+    fn changed(&mut self) -> impl Future<Output = ()> {
+        Watcher::changed(self)
+    }
 }
 
 /// A cached compute package no node has loaded for this long is removed.

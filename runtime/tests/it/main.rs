@@ -16,3 +16,4 @@ mod plugins;
 mod rpc;
 mod support;
 mod validator;
+mod websocket;

@@ -58,14 +58,24 @@ impl Setup {
         let monitor = Monitor::new(self.market.clone(), conn.clone());
         let gateway = Gateway::new(conn, self.market.keys.clone());
         let head = self.world.head();
-        let pool = &self.world.manifest.pools[0];
-        let project = format!("baseSnapshot:{pool}:devnet-UNISWAPV3-ETH");
+        let project = |pool: &str| format!("baseSnapshot:{pool}:devnet-UNISWAPV3-ETH");
+        // The world's registered slots submit for every pool (exactly the
+        // assigned one is accepted); unregistered slots fill the burst.
+        let pools = &self.world.manifest.pools;
+        let registered: Vec<u64> = self.world.manifest.slots.iter().map(|(s, _)| *s).collect();
+        let mut burst: Vec<(u64, String)> =
+            registered.iter().flat_map(|s| pools.iter().map(move |p| (*s, project(p)))).collect();
+        let mut next = 1_000_000;
+        while (burst.len() as u64) < BURST {
+            burst.push((next, project(&pools[0])));
+            next += 1;
+        }
         let cid = lite_node_protocol::cid::cid(b"a snapshot");
         self.runtime.block_on(async {
             monitor.released(self.epoch_id, head, head, head).await.unwrap();
             monitor.head(head).await.unwrap();
-            for slot in 1..=BURST {
-                let key = match self.world.manifest.slots.iter().any(|(s, _)| *s == slot) {
+            for (slot, project) in burst {
+                let key = match registered.contains(&slot) {
                     true => {
                         let hex = self.world.manifest.signer_key(slot).trim_start_matches("0x").to_owned();
                         <[u8; 32]>::try_from(hex::decode(hex).unwrap()).unwrap()
@@ -82,7 +92,7 @@ impl Setup {
                     deadline: head + 100,
                     snapshot_cid: cid.clone(),
                     epoch_id: self.epoch_id,
-                    project_id: project.clone(),
+                    project_id: project,
                 };
                 let s = proto::SnapshotSubmission {
                     signature: signer.sign(&request).unwrap(),
@@ -137,7 +147,10 @@ impl Setup {
             let counters: std::collections::BTreeMap<String, u64> = conn.hgetall(k.counters()).await.unwrap();
             let counted: u64 = counters.iter().filter(|(name, _)| *name != "received").map(|(_, n)| *n).sum();
             assert_eq!(counted, BURST, "one count per submission: {counters:?}");
-            assert!(counters.get("accepted").copied().unwrap_or(0) >= 1, "{counters:?}");
+            // Every registered slot of the world is selected (it has fewer
+            // slots than an epoch selects), for exactly one of the pools.
+            let registered = self.world.manifest.slots.len() as u64;
+            assert_eq!(counters.get("accepted").copied().unwrap_or(0), registered, "{counters:?}");
             assert!(counters.get("rejected:unregistered_slot").copied().unwrap_or(0) > BURST / 2, "{counters:?}");
             let accepted: u64 = conn.scard(k.epoch_processed_set(self.epoch_id)).await.unwrap();
             let rejected: u64 = conn.hlen(k.rejections(self.epoch_id)).await.unwrap();
