@@ -105,6 +105,8 @@ REQUIRED_VARS=(SOURCE_RPC_URL SIGNER_ACCOUNT_ADDRESS SIGNER_ACCOUNT_PRIVATE_KEY 
 check_required_env() {
   local missing=() v
   for v in "${REQUIRED_VARS[@]}"; do
+    # SLOT_IDS (several slots) stands in for SLOT_ID.
+    [ "$v" = SLOT_ID ] && [ -n "${SLOT_IDS:-}" ] && continue
     [ -n "${!v:-}" ] || missing+=("$v")
   done
   if [ ${#missing[@]} -gt 0 ]; then

@@ -14,7 +14,7 @@ use crate::{
     compute::{self, Fetch, LoadedPackage},
     config::{ComputeConfig, EnvSnapshot, NodeConfig, ProjectsSource, load_projects, redact_rpc_url},
     exit::{BadInput, ExitStatus, exit_status},
-    node::check_identity,
+    node::check_slots,
 };
 
 /// `lite-node check`: validates everything that can be checked without
@@ -191,12 +191,19 @@ fn network(cfg: &NodeConfig) -> Result<Vec<Reached>> {
             ),
             Err(e) => reached(false, "ProtocolState".into(), e.to_string(), false),
         }
-        let slot = format!("slot {}", cfg.slot_id);
-        match check_identity(&anchor, cfg.signer_address, cfg.slot_id).await {
-            Ok(Ok(())) => reached(
+        let ids: Vec<String> = cfg.slots.iter().map(|s| s.slot_id.to_string()).collect();
+        let slot = format!("slot{} {}", if ids.len() == 1 { "" } else { "s" }, ids.join(", "));
+        match check_slots(&anchor, &cfg.slots, cfg.skip_foreign_slots).await {
+            Ok(Ok(kept)) if kept.len() == 1 => reached(
                 true,
                 slot,
-                format!("registered to {} (SIGNER_ACCOUNT_ADDRESS), an enabled snapshotter", cfg.signer_address),
+                format!("registered to {} (SIGNER_ACCOUNT_ADDRESS), an enabled snapshotter", kept[0].signer_address),
+                false,
+            ),
+            Ok(Ok(kept)) => reached(
+                true,
+                slot,
+                format!("{} of {} registered to their signers, enabled snapshotters", kept.len(), cfg.slots.len()),
                 false,
             ),
             Ok(Err(bad)) => reached(false, slot, bad.to_string(), true),

@@ -128,6 +128,10 @@ impl SecretKey {
         &self.0
     }
 
+    pub(crate) fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
     /// A key from raw bytes, for tests.
     pub fn for_tests(bytes: [u8; 32]) -> Self {
         Self(bytes)
@@ -277,7 +281,14 @@ pub struct NodeConfig {
     pub anchor_rpc_urls: Vec<Url>,
     pub signer_address: Address,
     pub signer_key: SecretKey,
+    /// The first slot of [`NodeConfig::slots`].
     pub slot_id: u64,
+    /// Every slot this node runs (`SLOT_ID`, or `SLOT_IDS`), each with its
+    /// signer (`SLOT_SIGNERS_FILE`, else the node's).
+    pub slots: Vec<NodeSlot>,
+    /// `LITE_NODE_SKIP_FOREIGN_SLOTS`: a slot registered to another signer is
+    /// skipped with a warning instead of refused.
+    pub skip_foreign_slots: bool,
     pub protocol_state: Address,
     pub data_market: Address,
     pub namespace: String,
@@ -297,6 +308,14 @@ pub struct NodeConfig {
     pub status_addr: Option<std::net::SocketAddr>,
     /// `LITE_NODE_DRILL`: an alert drill.
     pub drill: Option<crate::dispatch::Drill>,
+}
+
+/// One slot a node runs, and who signs for it.
+#[derive(Clone, Debug)]
+pub struct NodeSlot {
+    pub slot_id: u64,
+    pub signer_address: Address,
+    pub signer_key: SecretKey,
 }
 
 /// Where snapshots are uploaded: a kubo HTTP API (`IPFS_URL`), with optional
@@ -357,7 +376,12 @@ impl NodeConfig {
     /// Checks every variable the node needs, reporting all problems at once.
     pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
         let mut problems = Vec::new();
-        let missing: Vec<&str> = REQUIRED.iter().copied().filter(|k| env.get(k).is_none()).collect();
+        // SLOT_IDS (several slots) stands in for SLOT_ID.
+        let missing: Vec<&str> = REQUIRED
+            .iter()
+            .copied()
+            .filter(|k| env.get(k).is_none() && !(*k == "SLOT_ID" && env.get("SLOT_IDS").is_some()))
+            .collect();
         if !missing.is_empty() {
             problems.push(format!(
                 "missing required environment variable{}: {} (see env.example)",
@@ -398,12 +422,39 @@ impl NodeConfig {
         let protocol_state = address(env, "PROTOCOL_STATE_CONTRACT", &mut problems);
         let data_market = address(env, "DATA_MARKET_CONTRACT", &mut problems);
         let signer_key = secret_key(env, &mut problems);
-        let slot_id = match env.get("SLOT_ID").map(str::parse::<u64>) {
-            None => 0,
-            Some(Ok(id)) if id > 0 => id,
-            Some(_) => {
-                problems.push("SLOT_ID must be a positive integer (your slot's id on the data market)".into());
-                0
+        let slot_ids: Vec<u64> = match (env.get("SLOT_ID"), env.get("SLOT_IDS")) {
+            (Some(_), Some(_)) => {
+                problems.push("SLOT_ID and SLOT_IDS are both set: give one (SLOT_IDS lists several slots)".into());
+                Vec::new()
+            }
+            (Some(one), None) => match one.parse::<u64>() {
+                Ok(id) if id > 0 => vec![id],
+                _ => {
+                    problems.push("SLOT_ID must be a positive integer (your slot's id on the data market)".into());
+                    Vec::new()
+                }
+            },
+            (None, Some(list)) => super::parse_slot_ids(list).unwrap_or_else(|e| {
+                problems.push(format!("SLOT_IDS: {e} (slot ids and ranges, e.g. 1-20,35)"));
+                Vec::new()
+            }),
+            (None, None) => Vec::new(),
+        };
+        let slot_id = slot_ids.first().copied().unwrap_or(0);
+        let slot_signers = match env.get("SLOT_SIGNERS_FILE") {
+            Some(path) if !slot_ids.is_empty() => super::read_signers_file(std::path::Path::new(path), &slot_ids)
+                .unwrap_or_else(|e| {
+                    problems.push(e);
+                    Default::default()
+                }),
+            _ => Default::default(),
+        };
+        let skip_foreign_slots = match env.get("LITE_NODE_SKIP_FOREIGN_SLOTS").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("false" | "0" | "no") => false,
+            Some("true" | "1" | "yes") => true,
+            Some(other) => {
+                problems.push(format!("LITE_NODE_SKIP_FOREIGN_SLOTS={other}: use true or false"));
+                false
             }
         };
         let collector_port = match env.get("LOCAL_COLLECTOR_PORT").map(str::parse::<u16>) {
@@ -435,6 +486,14 @@ impl NodeConfig {
                 source_rpc_urls,
                 anchor_rpc_urls,
                 signer_address,
+                slots: slot_ids
+                    .iter()
+                    .map(|&id| match slot_signers.get(&id) {
+                        Some(s) => NodeSlot { slot_id: id, signer_address: s.address, signer_key: s.key.clone() },
+                        None => NodeSlot { slot_id: id, signer_address, signer_key: signer_key.clone() },
+                    })
+                    .collect(),
+                skip_foreign_slots,
                 signer_key,
                 slot_id,
                 protocol_state,

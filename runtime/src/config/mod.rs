@@ -8,13 +8,15 @@
 mod alerts;
 mod env;
 mod projects;
+mod slots;
 
 pub use alerts::{AlertConfig, BotConfig};
 pub use env::{
-    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, ProjectsSource, REQUIRED, SecretKey,
-    WatchSettings, parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url,
+    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, NodeSlot, ProjectsSource, REQUIRED,
+    SecretKey, WatchSettings, parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url,
 };
 pub use projects::{PRELOAD_TASKS, Project, Projects, load_projects};
+pub use slots::{MAX_SLOTS, SlotSigner, parse_slot_ids, read_signers_file};
 
 use std::fmt;
 

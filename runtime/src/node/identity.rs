@@ -31,3 +31,65 @@ pub async fn check_identity(anchor: &Anchor, signer: Address, slot_id: u64) -> a
     tracing::info!("identity confirmed: slot {slot_id} belongs to {signer}");
     Ok(Ok(()))
 }
+
+/// The identity check for every slot of a node: each slot's registered
+/// signer (read 16 at a time) and each signer's enablement. Slots registered
+/// to someone else are refused all at once, each named with the address it
+/// is registered to — or, with `skip_foreign`, left out with a warning (the
+/// slots kept are returned). Errors from the anchor are the caller's to retry.
+pub async fn check_slots(
+    anchor: &Anchor,
+    slots: &[crate::config::NodeSlot],
+    skip_foreign: bool,
+) -> anyhow::Result<Result<Vec<crate::config::NodeSlot>, BadInput>> {
+    use futures_util::{StreamExt, TryStreamExt};
+    if let [only] = slots {
+        return Ok(check_identity(anchor, only.signer_address, only.slot_id).await?.map(|()| vec![only.clone()]));
+    }
+    let owners: Vec<Address> = futures_util::stream::iter(slots.iter().map(|s| anchor.slot_owner(s.slot_id)))
+        .buffered(16)
+        .try_collect()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ps = anchor.protocol_state;
+    let mut kept = Vec::new();
+    let mut foreign = Vec::new();
+    for (slot, owner) in slots.iter().zip(owners) {
+        if owner == slot.signer_address {
+            kept.push(slot.clone());
+        } else if owner == Address::ZERO {
+            foreign.push(format!("slot {} is not registered", slot.slot_id));
+        } else {
+            foreign.push(format!("slot {} is registered to {owner}, not {}", slot.slot_id, slot.signer_address));
+        }
+    }
+    if !foreign.is_empty() {
+        let list = foreign.join("; ");
+        if !skip_foreign {
+            return Ok(Err(BadInput(format!(
+                "{} of {} slot(s) are not this node's on ProtocolState {ps}: {list}. Fix SLOT_IDS (or \
+                 SLOT_SIGNERS_FILE), or set LITE_NODE_SKIP_FOREIGN_SLOTS=true to run the others",
+                foreign.len(),
+                slots.len()
+            ))));
+        }
+        tracing::warn!("skipping {} slot(s) (LITE_NODE_SKIP_FOREIGN_SLOTS): {list}", foreign.len());
+        if kept.is_empty() {
+            return Ok(Err(BadInput(format!("none of the {} slot(s) is this node's: {list}", slots.len()))));
+        }
+    }
+    let mut signers: Vec<Address> = kept.iter().map(|s| s.signer_address).collect();
+    signers.sort();
+    signers.dedup();
+    for signer in signers {
+        let identity = anchor.identity(signer, kept[0].slot_id).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        if !identity.signer_enabled {
+            return Ok(Err(BadInput(format!(
+                "signer {signer} is not an enabled snapshotter on ProtocolState {ps} (allSnapshotters is false)"
+            ))));
+        }
+    }
+    let ids: Vec<String> = kept.iter().map(|s| s.slot_id.to_string()).collect();
+    tracing::info!("identity confirmed: slot(s) {} belong to their signers", ids.join(", "));
+    Ok(Ok(kept))
+}

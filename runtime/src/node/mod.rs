@@ -10,7 +10,7 @@
 
 pub mod epoch_loop;
 mod identity;
-pub use identity::check_identity;
+pub use identity::{check_identity, check_slots};
 pub mod work;
 
 use std::{
@@ -170,14 +170,26 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
 
     // The identity check waits while the anchor does not answer; a wrong slot
     // or signer is the operator's to fix.
-    let identity =
-        retry(Policy::CHAIN, "identity check: anchor RPC", || check_identity(&anchor, signer, cfg.slot_id), |_| true);
-    tokio::select! {
+    let identity = retry(
+        Policy::CHAIN,
+        "identity check: anchor RPC",
+        || check_slots(&anchor, &cfg.slots, cfg.skip_foreign_slots),
+        |_| true,
+    );
+    let slots = tokio::select! {
         _ = &mut shutdown => {
             tracing::info!("shutdown before the node started");
             return Ok(());
         }
         checked = identity => checked??,
+    };
+    if slots.len() > 1 {
+        return Err(BadInput(format!(
+            "SLOT_IDS gives {} slots, and every one is this node's; running several slots in one process is not \
+             finished yet: run one node per slot (SLOT_ID) for now",
+            slots.len()
+        ))
+        .into());
     }
     if let Some(drill) = cfg.drill {
         tracing::warn!("alert drill {drill:?} (LITE_NODE_DRILL): every selected compute's result will be replaced");

@@ -644,3 +644,31 @@ fn the_data_dir_stays_bounded_and_a_restart_still_refuses_a_double_submission() 
     assert_eq!(collector.verdicts().len(), 12, "nothing sent twice: {:?}", collector.verdicts());
     assert_eq!(node.stop(), 0);
 }
+
+#[test]
+fn slot_ids_naming_another_signers_slot_are_refused_by_name_or_skipped_when_asked() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    // SLOT_IDS 1-3 with slot 1's signer: slots 2 and 3 are other signers'.
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    env.retain(|(k, _)| k != "SLOT_ID");
+    env.push(("SLOT_IDS".into(), "1-3".into()));
+    let mut node = start_node(&env, &data.path().join("a"));
+    assert_eq!(node.wait_exit(), 2, "{}", node.log());
+    let log = node.log();
+    let (slot2, slot3) = (&world.manifest.slots[1].1, &world.manifest.slots[2].1);
+    assert!(log.contains("2 of 3 slot(s) are not this node's"), "{log}");
+    assert!(log.contains(&format!("slot 2 is registered to {slot2}")), "{log}");
+    assert!(log.contains(&format!("slot 3 is registered to {slot3}")), "{log}");
+    assert!(log.contains("LITE_NODE_SKIP_FOREIGN_SLOTS=true"), "says how to run the others: {log}");
+
+    // Told to skip them, the node runs slot 1.
+    env.push(("LITE_NODE_SKIP_FOREIGN_SLOTS".into(), "true".into()));
+    let mut node = start_node(&env, &data.path().join("b"));
+    node.wait_for_log("watching ProtocolState");
+    assert!(node.log().contains("skipping 2 slot(s)"), "{}", node.log());
+    let (epoch_id, _) = world.release_next_epoch();
+    let journal = node.wait_for_journal(1);
+    assert_eq!(journal[0]["epoch_id"].as_u64(), Some(epoch_id));
+    assert_eq!(node.stop(), 0);
+}
