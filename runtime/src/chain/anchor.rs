@@ -2,7 +2,7 @@
 //! market, the slot registry, and the total slot count.
 
 use std::{
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -71,7 +71,7 @@ pub struct Identity {
 /// ProtocolState on the anchor chain, for one data market.
 #[derive(Debug)]
 pub struct Anchor {
-    rpc: HttpRpc,
+    rpc: Arc<HttpRpc>,
     pub protocol_state: Address,
     pub data_market: Address,
     total_slots: Mutex<Option<(u64, Instant)>>,
@@ -91,6 +91,12 @@ fn to_u64(v: U256, what: &str) -> Result<u64, String> {
 
 impl Anchor {
     pub fn new(rpc: HttpRpc, protocol_state: Address, data_market: Address) -> Self {
+        Self::shared(Arc::new(rpc), protocol_state, data_market)
+    }
+
+    /// On endpoints others use too (the node's processors read the anchor
+    /// through the same connections, one WebSocket for both).
+    pub fn shared(rpc: Arc<HttpRpc>, protocol_state: Address, data_market: Address) -> Self {
         Self { rpc, protocol_state, data_market, total_slots: Mutex::new(None) }
     }
 

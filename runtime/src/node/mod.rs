@@ -124,9 +124,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             .map_err(|e| anyhow::anyhow!(e))
     };
     let source = Arc::new(rpc("source", &cfg.source_rpc_urls)?);
-    let anchor_for_host: Arc<dyn RpcEndpoint> = Arc::new(rpc("anchor", &cfg.anchor_rpc_urls)?);
+    let anchor_rpc = Arc::new(rpc("anchor", &cfg.anchor_rpc_urls)?);
+    let anchor_for_host: Arc<dyn RpcEndpoint> = anchor_rpc.clone();
     let (protocol_state, data_market, signer) = (cfg.protocol_state, cfg.data_market, cfg.signer_address);
-    let anchor = Arc::new(Anchor::new(rpc("anchor", &cfg.anchor_rpc_urls)?, protocol_state, data_market));
+    let anchor = Arc::new(Anchor::shared(anchor_rpc, protocol_state, data_market));
 
     let tracker = Arc::new(SelectionTracker::persistent(data_dir.join("state").join("slot_selection_status.json")));
     let books_path = Books::path(&data_dir, &protocol_state.to_string(), &data_market.to_string());
