@@ -491,7 +491,12 @@ impl<C: Chain> Dequeuer<C> {
                 _ => self.epochs.lock().unwrap_or_else(|p| p.into_inner()).get(&e).copied(),
             };
             if let Some(f) = facts {
-                self.epochs.lock().unwrap_or_else(|p| p.into_inner()).insert(e, f);
+                let mut known = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+                known.insert(e, f);
+                // The newest epochs are the ones submitted for: bounded.
+                while known.len() > 1024 {
+                    known.pop_first();
+                }
             }
             windows.insert(e, (window, facts));
         }

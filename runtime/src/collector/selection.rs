@@ -13,6 +13,9 @@ use crate::{
     compute::LoadedPackage,
 };
 
+/// Assignments kept (the newest epochs).
+const KEPT_EPOCHS: usize = 64;
+
 /// One epoch's assignment as the data market's rule gives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EpochAssignment {
@@ -104,7 +107,13 @@ impl SelectionCheck {
             selected.insert(s.slot_id, pool.to_string());
         }
         let assignment = Arc::new(EpochAssignment { epoch_id, begin, end, block_hash, total_slots, selected });
-        self.epochs.lock().await.insert(epoch_id, assignment.clone());
+        let mut epochs = self.epochs.lock().await;
+        epochs.insert(epoch_id, assignment.clone());
+        // Only recent epochs are asked about: a long-running checker keeps
+        // the newest few, not one assignment per epoch forever.
+        while epochs.len() > KEPT_EPOCHS {
+            epochs.pop_first();
+        }
         Ok(assignment)
     }
 
