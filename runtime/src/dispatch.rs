@@ -23,6 +23,7 @@ use tokio::sync::Semaphore;
 use crate::{
     compute::host::{RpcEndpoint, RuntimeHost, SelectionTracker},
     config::Project,
+    retry::{Policy, retry},
     snapshots::{SnapshotStore, Stored},
     submission::Submission,
 };
@@ -77,6 +78,18 @@ const HUNG: u8 = 2;
 
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// A compute that failed while a chain was out of reach (worth another try).
+struct Unreachable(Outcome);
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0.kind {
+            OutcomeKind::Failed(reason) => write!(f, "{reason}; a chain could not be reached"),
+            _ => f.write_str("a chain could not be reached"),
+        }
+    }
 }
 
 /// Runs processors for epochs.
@@ -179,8 +192,22 @@ impl Dispatcher {
         futures_util::future::join_all(runs).await
     }
 
-    /// Runs one project for one epoch.
+    /// Runs one project for one epoch. A compute that fails while a chain
+    /// could not be reached (a call timed out, a connection was refused) is
+    /// run again a few times, a second apart and then more: an RPC outage of
+    /// some seconds costs a late submission, not a failed epoch. A processor's
+    /// own error, a revert, a panic or a timeout is final at once.
     pub async fn run_one(&self, p: &ProjectProcessor, ctx: &EpochContext, blocks: &[BlockDetail]) -> Outcome {
+        let what = format!("epoch {} {}: the compute", ctx.epoch_id, p.project.project_type);
+        let attempt = || async {
+            let (outcome, unreachable) = self.run_once(p, ctx, blocks).await;
+            if unreachable { Err(Unreachable(outcome)) } else { Ok(outcome) }
+        };
+        retry(Policy::RECOMPUTE, what, attempt, |_| true).await.unwrap_or_else(|Unreachable(outcome)| outcome)
+    }
+
+    /// One compute call, and whether it failed with a chain out of reach.
+    async fn run_once(&self, p: &ProjectProcessor, ctx: &EpochContext, blocks: &[BlockDetail]) -> (Outcome, bool) {
         let project_type = p.project.project_type.clone();
         let mut ctx = ctx.clone();
         ctx.project_type = project_type.as_str().into();
@@ -232,6 +259,7 @@ impl Dispatcher {
                 _ => {}
             }
         }
+        let unreachable = matches!(answer, Ok(Ok((Err(_), _)))) && reported_by.unreachable_calls() > 0;
         let (kind, snapshots) = match answer {
             Err(_) => (OutcomeKind::Failed(format!("timed out after {}s", self.timeout.as_secs_f64())), vec![]),
             Ok(Err(join)) => (OutcomeKind::Failed(format!("compute worker failed: {join}")), vec![]),
@@ -272,7 +300,7 @@ impl Dispatcher {
                 }
             }
         }
-        outcome
+        (outcome, unreachable)
     }
 
     /// Computes past their timeout that have not returned, as a watch.

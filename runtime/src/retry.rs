@@ -41,6 +41,10 @@ impl Policy {
     /// 5 s, for as long as the submission's deadline holds (the caller checks).
     pub const COLLECTOR: Self =
         Self { first: Duration::from_millis(100), max: Duration::from_secs(5), retries: None, jitter: false };
+    /// A compute that failed while a chain could not be reached: four
+    /// attempts in all, 1, 2 and 4 s apart (an RPC timeout is 15 s).
+    pub const RECOMPUTE: Self =
+        Self { first: Duration::from_secs(1), max: Duration::from_secs(4), retries: Some(3), jitter: false };
     /// An IPFS upload: three attempts in all.
     pub const IPFS: Self =
         Self { first: Duration::from_millis(500), max: Duration::from_secs(2), retries: Some(2), jitter: false };

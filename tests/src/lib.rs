@@ -685,10 +685,13 @@ impl Drop for RedisServer {
 /// A TCP proxy on a free loopback port to `upstream` (host:port), whose
 /// connections a test can cut: [`TcpProxy::cut`] closes every open one and
 /// refuses new ones until [`TcpProxy::mend`]. For breaking a WebSocket.
+/// [`TcpProxy::refuse_next`] refuses a number of new connections, then
+/// passes again: a chain out of reach for exactly so many requests.
 pub struct TcpProxy {
     pub port: u16,
     open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
     refusing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    to_refuse: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TcpProxy {
@@ -698,11 +701,15 @@ impl TcpProxy {
         let port = listener.local_addr().unwrap().port();
         let open: Arc<Mutex<Vec<std::net::TcpStream>>> = Arc::default();
         let refusing = Arc::new(AtomicBool::new(false));
-        let (upstream, open2, refusing2) = (upstream.to_owned(), open.clone(), refusing.clone());
+        let to_refuse = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (upstream, open2, refusing2, to_refuse2) =
+            (upstream.to_owned(), open.clone(), refusing.clone(), to_refuse.clone());
         std::thread::spawn(move || {
+            use std::sync::atomic::Ordering::SeqCst;
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
-                if refusing2.load(std::sync::atomic::Ordering::SeqCst) {
+                let counted = to_refuse2.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok();
+                if counted || refusing2.load(SeqCst) {
                     let _ = client.shutdown(std::net::Shutdown::Both);
                     continue;
                 }
@@ -722,7 +729,17 @@ impl TcpProxy {
                 pipe(server, client);
             }
         });
-        Self { port, open, refusing }
+        Self { port, open, refusing, to_refuse }
+    }
+
+    /// Refuses the next `n` new connections (closed as soon as accepted).
+    pub fn refuse_next(&self, n: usize) {
+        self.to_refuse.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// New connections refused by [`TcpProxy::refuse_next`] still to come.
+    pub fn refusals_left(&self) -> usize {
+        self.to_refuse.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Closes every open connection and refuses new ones.

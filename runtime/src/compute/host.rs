@@ -83,6 +83,9 @@ pub struct RuntimeHost {
     pub history: Option<(Arc<crate::snapshots::SnapshotStore>, String)>,
     /// The epoch being computed: `previous_snapshots` answers only earlier ones.
     pub epoch_id: u64,
+    /// Calls that failed without a JSON-RPC error: the chain was not reached
+    /// or did not answer properly (a reason to compute again, unlike a revert).
+    unreachable: std::sync::atomic::AtomicU32,
 }
 
 impl RuntimeHost {
@@ -103,7 +106,21 @@ impl RuntimeHost {
             reported: Mutex::new(None),
             history: None,
             epoch_id: 0,
+            unreachable: std::sync::atomic::AtomicU32::new(0),
         }
+    }
+
+    /// How many of this call's chain requests failed without a JSON-RPC
+    /// error code (timeouts, refused connections, garbled answers).
+    pub fn unreachable_calls(&self) -> u32 {
+        self.unreachable.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn counted<T>(&self, result: Result<T, RpcError>) -> Result<T, RpcError> {
+        if let Err(RpcError { code: ROption::RNone, .. }) = &result {
+            self.unreachable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        result
     }
 
     /// What this call reported to the tracker, if anything.
@@ -125,7 +142,10 @@ impl RuntimeHost {
 
 impl HostApi for RuntimeHost {
     fn rpc(&self, chain: Chain, method: RStr<'_>, params_json: RStr<'_>) -> RResult<RString, RpcError> {
-        self.endpoint(chain).and_then(|e| e.call(method.as_str(), params_json.as_str())).map(RString::from).into()
+        self.endpoint(chain)
+            .and_then(|e| self.counted(e.call(method.as_str(), params_json.as_str())))
+            .map(RString::from)
+            .into()
     }
 
     fn rpc_batch(
@@ -134,7 +154,7 @@ impl HostApi for RuntimeHost {
         calls: RSlice<'_, RpcCall>,
     ) -> RResult<RVec<RResult<RString, RpcError>>, RpcError> {
         self.endpoint(chain)
-            .and_then(|e| e.batch(calls.as_slice()))
+            .and_then(|e| self.counted(e.batch(calls.as_slice())))
             .map(|results| results.into_iter().map(|r| r.map(RString::from).into()).collect())
             .into()
     }

@@ -282,7 +282,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
                 let n = *hung.borrow_and_update();
                 let problem = (n > 0).then(|| format!("{n} compute(s) hung past their timeout"));
                 hung_status.troubles.set("computes", problem);
-                hung.changed().await?;
+                if hung.changed().await.is_err() {
+                    // The dispatcher is gone: the node is stopping.
+                    std::future::pending::<()>().await;
+                }
             }
         }
     });
