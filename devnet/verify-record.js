@@ -124,7 +124,8 @@ function main() {
     { name: 'snapshotCid', type: 'string' }, { name: 'epochId', type: 'uint256' },
     { name: 'projectId', type: 'string' },
   ] };
-  const signers = new Map(record.nodes.map((n) => [n.slotId, n.signer.toLowerCase()]));
+  // Every slot of every node (a node may work several: `slots`), with its node's signer.
+  const signers = new Map(record.nodes.flatMap((n) => (n.slots || [n.slotId]).map((slot) => [slot, n.signer.toLowerCase()])));
   let checked = 0;
   let finalized = 0;
   const withValidator = record.epochs.some((e) => 'finalized' in e && e.finalized !== undefined && e.finalized !== null) || record.summary.finalized != null;

@@ -111,8 +111,13 @@ pub struct Sender {
 pub struct Alert {
     pub kind: AlertKind,
     pub from: Sender,
+    /// The books of the (first) slot it is about.
     pub books: Books,
     pub at_unix: u64,
+    /// Every slot one event touched, when more than the sender's own: an
+    /// operator with many slots gets one message naming them, not one each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<u64>,
 }
 
 fn clip(s: &str, n: usize) -> String {
@@ -122,33 +127,42 @@ fn clip(s: &str, n: usize) -> String {
 impl Alert {
     /// The Telegram message.
     pub fn text(&self) -> String {
-        let slot = self.from.slot_id;
+        let several = self.slots.len() > 1;
+        let slot = if several {
+            format!("slots {} ({} slots)", crate::config::format_slot_ids(&self.slots), self.slots.len())
+        } else {
+            format!("slot {}", self.from.slot_id)
+        };
         let text = match &self.kind {
             AlertKind::ThreeFailures { streak } => {
                 let mut t = format!(
-                    "⚠️ lite-node slot {slot} ({}): {} consecutive selected epochs failed\n",
+                    "⚠️ lite-node {slot} ({}): {} consecutive selected epochs failed{}\n",
                     self.from.signer,
-                    self.books.overall.consecutive_failures.max(streak.len() as u64)
+                    self.books.overall.consecutive_failures.max(streak.len() as u64),
+                    if several { " on each" } else { "" }
                 );
+                if several {
+                    t.push_str(&format!("Slot {}'s streak:\n", self.slots[0]));
+                }
                 for s in streak {
                     t.push_str(&format!("• epoch {}: {}\n", s.epoch_id, clip(&s.errors.join("; "), 400)));
                 }
                 t.push_str("No further alert until a selected epoch succeeds.");
                 t
             }
-            AlertKind::Recovered { epoch_id, failures } => format!(
-                "✅ lite-node slot {slot}: epoch {epoch_id} succeeded after {failures} failed selected epoch(s)."
-            ),
+            AlertKind::Recovered { epoch_id, failures } => {
+                format!("✅ lite-node {slot}: epoch {epoch_id} succeeded after {failures} failed selected epoch(s).")
+            }
             AlertKind::MissedSnapshot { epoch_id, project, error } => {
-                format!("lite-node slot {slot}: MISSED_SNAPSHOT in epoch {epoch_id}, {project}: {}", clip(error, 600))
+                format!("lite-node {slot}: MISSED_SNAPSHOT in epoch {epoch_id}, {project}: {}", clip(error, 600))
             }
             AlertKind::Unhealthy { idle, checks, exit_after } => format!(
-                "🔴 lite-node slot {slot}: UNHEALTHY_EPOCH_PROCESSING, no epoch processed for {} min \
+                "🔴 lite-node {slot}: UNHEALTHY_EPOCH_PROCESSING, no epoch processed for {} min \
                  (stuck check {checks} of {exit_after}; the node exits for a restart after {exit_after}).",
                 idle.as_secs() / 60
             ),
             AlertKind::Test => {
-                format!("lite-node slot {slot} ({}): test message from `lite-node alert test`.", self.from.signer)
+                format!("lite-node {slot} ({}): test message from `lite-node alert test`.", self.from.signer)
             }
         };
         clip(&text, MAX_TEXT)
@@ -380,6 +394,12 @@ impl Alerter {
     /// alerts within the cooldown are skipped. Returns how many channel
     /// queues took it.
     pub fn notify(&self, kind: AlertKind, books: &Books) -> usize {
+        self.notify_slots(kind, books, Vec::new())
+    }
+
+    /// [`Alerter::notify`] for one event that touched several `slots` (the
+    /// first is the one `books` and `kind` describe).
+    pub fn notify_slots(&self, kind: AlertKind, books: &Books, slots: Vec<u64>) -> usize {
         if self.queues.is_empty() {
             return 0;
         }
@@ -395,7 +415,12 @@ impl Alerter {
             }
             last.insert(key, Instant::now());
         }
-        let alert = Alert { kind, from: self.from.clone(), books: books.clone(), at_unix: unix_now() };
+        let from = match slots.first() {
+            Some(&slot_id) => Sender { slot_id, ..self.from.clone() },
+            None => self.from.clone(),
+        };
+        let slots = if slots.len() > 1 { slots } else { Vec::new() };
+        let alert = Alert { kind, from, books: books.clone(), at_unix: unix_now(), slots };
         let id = alert
             .kind
             .latched()
@@ -542,7 +567,7 @@ async fn deliver(channel: &Channel, alert: &Alert) {
 /// Sends one test message through every configured channel, once each:
 /// `(channel, what it answered or why it failed)`.
 pub async fn test(cfg: &AlertConfig, from: Sender) -> Result<Vec<(String, Result<String, String>)>, String> {
-    let alert = Alert { kind: AlertKind::Test, from, books: Books::default(), at_unix: unix_now() };
+    let alert = Alert { kind: AlertKind::Test, from, books: Books::default(), at_unix: unix_now(), slots: Vec::new() };
     let mut results = Vec::new();
     for channel in channels(cfg)? {
         let result = channel.send(&alert).await.map_err(|f| match f {

@@ -21,7 +21,10 @@ use std::sync::atomic::Ordering::SeqCst;
 use tokio::sync::Semaphore;
 
 use crate::{
-    compute::host::{RpcEndpoint, RuntimeHost, SelectionTracker},
+    compute::{
+        host::{RpcEndpoint, RuntimeHost, SelectionTracker},
+        memo::Memo,
+    },
     config::Project,
     retry::{Policy, retry},
     snapshots::{SnapshotStore, Stored},
@@ -90,6 +93,20 @@ impl std::fmt::Display for Unreachable {
             _ => f.write_str("a chain could not be reached"),
         }
     }
+}
+
+/// A chain a compute may reach (`None`: not configured).
+pub type Chain = Option<Arc<dyn RpcEndpoint>>;
+
+/// What one slot's computes reach: the chains and the slot's
+/// SlotSelectionTracker.
+#[derive(Clone, Debug)]
+pub struct Reach {
+    pub source: Option<Arc<dyn RpcEndpoint>>,
+    pub anchor: Option<Arc<dyn RpcEndpoint>>,
+    pub tracker: Arc<SelectionTracker>,
+    /// Log lines name the slot (a node with several).
+    pub named: bool,
 }
 
 /// Runs processors for epochs.
@@ -198,23 +215,59 @@ impl Dispatcher {
     /// some seconds costs a late submission, not a failed epoch. A processor's
     /// own error, a revert, a panic or a timeout is final at once.
     pub async fn run_one(&self, p: &ProjectProcessor, ctx: &EpochContext, blocks: &[BlockDetail]) -> Outcome {
-        let what = format!("epoch {} {}: the compute", ctx.epoch_id, p.project.project_type);
+        let reach = Reach {
+            source: self.source.clone(),
+            anchor: self.anchor.clone(),
+            tracker: self.tracker.clone(),
+            named: false,
+        };
+        self.run_for(p, ctx, blocks, &reach).await
+    }
+
+    /// The chains for one epoch's computes: with `shared`, through one
+    /// [`Memo`] each, so the computes of many slots ask each pinned read once.
+    pub fn epoch_chains(&self, shared: bool) -> (Chain, Chain) {
+        let wrap =
+            |e: &Chain| e.clone().map(|e| if shared { Arc::new(Memo::new(e)) as Arc<dyn RpcEndpoint> } else { e });
+        (wrap(&self.source), wrap(&self.anchor))
+    }
+
+    /// [`Dispatcher::run_one`] for one slot of several (`ctx.slot_id`), with
+    /// that slot's tracker and the epoch's shared chains.
+    pub async fn run_for(
+        &self,
+        p: &ProjectProcessor,
+        ctx: &EpochContext,
+        blocks: &[BlockDetail],
+        reach: &Reach,
+    ) -> Outcome {
+        let what = if reach.named {
+            format!("epoch {} {} slot {}: the compute", ctx.epoch_id, p.project.project_type, ctx.slot_id)
+        } else {
+            format!("epoch {} {}: the compute", ctx.epoch_id, p.project.project_type)
+        };
         let attempt = || async {
-            let (outcome, unreachable) = self.run_once(p, ctx, blocks).await;
+            let (outcome, unreachable) = self.run_once(p, ctx, blocks, reach).await;
             if unreachable { Err(Unreachable(outcome)) } else { Ok(outcome) }
         };
         retry(Policy::RECOMPUTE, what, attempt, |_| true).await.unwrap_or_else(|Unreachable(outcome)| outcome)
     }
 
     /// One compute call, and whether it failed with a chain out of reach.
-    async fn run_once(&self, p: &ProjectProcessor, ctx: &EpochContext, blocks: &[BlockDetail]) -> (Outcome, bool) {
+    async fn run_once(
+        &self,
+        p: &ProjectProcessor,
+        ctx: &EpochContext,
+        blocks: &[BlockDetail],
+        reach: &Reach,
+    ) -> (Outcome, bool) {
         let project_type = p.project.project_type.clone();
         let mut ctx = ctx.clone();
         ctx.project_type = project_type.as_str().into();
         let blocks =
             if p.project.preload_tasks.iter().any(|t| t == "block_details") { blocks.to_vec() } else { vec![] };
         let mut host =
-            RuntimeHost::new(&project_type, self.source.clone(), self.anchor.clone(), self.tracker.clone(), blocks);
+            RuntimeHost::new(&project_type, reach.source.clone(), reach.anchor.clone(), reach.tracker.clone(), blocks);
         host.history = self.history.clone();
         host.epoch_id = ctx.epoch_id;
         // Shared, so what the compute reported is known even if it times out.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::config::{IpfsConfig, redact_url};
 
 /// A kubo HTTP API endpoint.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Ipfs {
     client: reqwest::Client,
     cfg: IpfsConfig,

@@ -58,10 +58,13 @@ enum Command {
 
 #[derive(clap::Args)]
 struct DevnetArgs {
-    /// Lite nodes to run, one slot and signer each.
+    /// Lite nodes to run, one signer each.
     #[arg(long, default_value_t = 4, value_name = "N")]
     nodes: u64,
-    /// getTotalNodeCount (default: --nodes); above N, some epochs select none of ours.
+    /// Slots each node works (SLOT_IDS), all registered to its signer.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    slots_per_node: u64,
+    /// getTotalNodeCount (default: nodes × slots per node); above that, some epochs select none of ours.
     #[arg(long, value_name = "T")]
     total_slots: Option<u64>,
     /// Stop after N epochs (default: run until Ctrl-C).
@@ -304,6 +307,7 @@ fn main() -> ExitCode {
                 devnet_dir: a.devnet_dir,
                 world: a.world,
                 nodes: a.nodes,
+                slots_per_node: a.slots_per_node,
                 total_slots: a.total_slots,
                 epochs: a.epochs,
                 interval: Duration::from_millis(a.interval_ms),

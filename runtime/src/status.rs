@@ -36,6 +36,17 @@ pub struct ChainLabel {
     pub chain: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotLabel {
+    pub slot: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotVerdictLabel {
+    pub slot: u64,
+    pub verdict: &'static str,
+}
+
 /// The node's Prometheus metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -60,6 +71,9 @@ pub struct Metrics {
     pub anchor_head: Gauge,
     /// Anchor blocks between the head and what the node has scanned.
     pub anchor_lag_blocks: Gauge,
+    /// Per slot: its epochs by verdict, and its streak of selected failures.
+    pub slot_epochs: Family<SlotVerdictLabel, Counter>,
+    pub slot_consecutive_failures: Family<SlotLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -80,6 +94,8 @@ impl Default for Metrics {
             last_epoch_seen: Gauge::default(),
             anchor_head: Gauge::default(),
             anchor_lag_blocks: Gauge::default(),
+            slot_epochs: Family::default(),
+            slot_consecutive_failures: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -124,19 +140,48 @@ impl Default for Metrics {
             "Anchor blocks between the head and the node's scan position",
             m.anchor_lag_blocks.clone(),
         );
+        registry.register(
+            "slot_epochs",
+            "Epochs per slot and verdict (selected_succeeded, selected_failed, not_selected, missed, \
+             failed_before_selection)",
+            m.slot_epochs.clone(),
+        );
+        registry.register(
+            "slot_consecutive_failures",
+            "Consecutive selected epochs the slot failed (3 raises the alert)",
+            m.slot_consecutive_failures.clone(),
+        );
         Self { registry, ..m }
     }
 }
 
 impl Metrics {
-    pub fn count(&self, verdict: &Verdict) {
-        match verdict {
-            Verdict::SelectedSuccess => self.selected_succeeded.inc(),
-            Verdict::SelectedFailure(_) => self.selected_failed.inc(),
-            Verdict::NotSelected => self.not_selected.inc(),
-            Verdict::Missed => self.missed.inc(),
-            Verdict::Unknown(_) => self.failed_before_selection.inc(),
+    /// Counts one project's epoch of `slot`, in the node's totals and the
+    /// slot's own series.
+    pub fn count(&self, slot: u64, verdict: &Verdict) {
+        let name = match verdict {
+            Verdict::SelectedSuccess => {
+                self.selected_succeeded.inc();
+                "selected_succeeded"
+            }
+            Verdict::SelectedFailure(_) => {
+                self.selected_failed.inc();
+                "selected_failed"
+            }
+            Verdict::NotSelected => {
+                self.not_selected.inc();
+                "not_selected"
+            }
+            Verdict::Missed => {
+                self.missed.inc();
+                "missed"
+            }
+            Verdict::Unknown(_) => {
+                self.failed_before_selection.inc();
+                "failed_before_selection"
+            }
         };
+        self.slot_epochs.get_or_create(&SlotVerdictLabel { slot, verdict: name }).inc();
     }
 
     /// A counter of failed requests for one chain's RPC.
@@ -154,6 +199,7 @@ impl Metrics {
 /// Facts about the node that do not change while it runs.
 #[derive(Clone, Debug)]
 pub struct Info {
+    /// The first slot (the only one, usually).
     pub slot_id: u64,
     pub signer: String,
     pub data_market: String,
@@ -168,8 +214,9 @@ pub struct Info {
 pub struct NodeStatus {
     pub info: Info,
     pub activity: Arc<Activity>,
-    pub tracker: Arc<SelectionTracker>,
-    pub books: Mutex<Books>,
+    /// Every slot this node works, in order (one, usually); set once the
+    /// identity check has said which.
+    pub slots: std::sync::OnceLock<Vec<Arc<SlotStatus>>>,
     pub metrics: Metrics,
     /// The node passed its identity check and watches the anchor chain.
     pub watching: AtomicBool,
@@ -181,6 +228,36 @@ pub struct NodeStatus {
     /// What is failing right now (the anchor, writing state, the collector,
     /// hung computes), by kind: unhealthy while any is.
     pub troubles: Arc<Troubles>,
+}
+
+/// One slot as the status API shows it.
+#[derive(Debug)]
+pub struct SlotStatus {
+    pub slot_id: u64,
+    pub signer: String,
+    pub tracker: Arc<SelectionTracker>,
+    pub books: Mutex<Books>,
+}
+
+impl SlotStatus {
+    pub fn books(&self) -> Books {
+        self.books.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set_books(&self, books: Books) {
+        *self.books.lock().unwrap_or_else(|p| p.into_inner()) = books;
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "slotId": self.slot_id,
+            "signer": self.signer,
+            "lastSelection": self.tracker.last().map(|r| json!({
+                "epoch_id": r.epoch_id, "was_selected": r.was_selected, "slot_id": r.slot_id, "timestamp": r.timestamp,
+            })),
+            "books": self.books(),
+        })
+    }
 }
 
 /// What is failing right now, by kind, shared by the rooms that notice it.
@@ -209,6 +286,11 @@ impl Troubles {
 }
 
 impl NodeStatus {
+    /// The slots being worked (none before the identity check).
+    pub fn slots(&self) -> &[Arc<SlotStatus>] {
+        self.slots.get().map_or(&[], Vec::as_slice)
+    }
+
     /// `Ok` while epochs are being processed, else why not.
     pub fn health(&self) -> Result<String, String> {
         if !self.watching.load(Ordering::Relaxed) {
@@ -219,6 +301,16 @@ impl NodeStatus {
         }
         if let Some(problem) = self.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             return Err(problem.clone());
+        }
+        // A slot whose three-failure alert stands is not earning.
+        let failing: Vec<u64> = self.slots().iter().filter(|s| s.books().alerted).map(|s| s.slot_id).collect();
+        if !failing.is_empty() {
+            let which = if failing.len() == 1 { "slot" } else { "slots" };
+            return Err(format!(
+                "{which} {} failed {} or more consecutive selected epochs",
+                crate::config::format_slot_ids(&failing),
+                crate::books::ALERT_AFTER
+            ));
         }
         let idle = self.activity.idle();
         if idle > self.stuck_after {
@@ -237,8 +329,8 @@ async fn health(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
 }
 
 async fn status_json(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
-    let books = s.books.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let i = &s.info;
+    let first = s.slots().first().map(|slot| slot.json()).unwrap_or_default();
     axum::Json(json!({
         "slotId": i.slot_id,
         "signer": i.signer,
@@ -249,10 +341,10 @@ async fn status_json(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
         "version": i.version,
         "healthy": s.health().is_ok(),
         "health": s.health().unwrap_or_else(|e| e),
-        "lastSelection": s.tracker.last().map(|r| json!({
-            "epoch_id": r.epoch_id, "was_selected": r.was_selected, "slot_id": r.slot_id, "timestamp": r.timestamp,
-        })),
-        "books": books,
+        // The first slot's, at the top as ever; every slot's under `slots`.
+        "lastSelection": first["lastSelection"],
+        "books": first["books"],
+        "slots": s.slots().iter().map(|slot| slot.json()).collect::<Vec<_>>(),
     }))
 }
 
@@ -272,4 +364,66 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .with_state(status);
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(alerted: &[u64]) -> NodeStatus {
+        let info = Info {
+            slot_id: 1,
+            signer: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
+            data_market: String::new(),
+            protocol_state: String::new(),
+            namespace: String::new(),
+            compute_package: String::new(),
+            version: "test",
+        };
+        let status = NodeStatus {
+            info,
+            activity: Arc::new(Activity::default()),
+            slots: Default::default(),
+            metrics: Metrics::default(),
+            watching: AtomicBool::new(true),
+            stuck_after: Duration::from_secs(600),
+            last_epoch_problem: Mutex::default(),
+            troubles: Arc::default(),
+        };
+        status.activity.touch();
+        let slots = (1..=4)
+            .map(|slot_id| {
+                let books = Books { alerted: alerted.contains(&slot_id), ..Books::default() };
+                Arc::new(SlotStatus {
+                    slot_id,
+                    signer: status.info.signer.clone(),
+                    tracker: Arc::default(),
+                    books: Mutex::new(books),
+                })
+            })
+            .collect();
+        status.slots.set(slots).unwrap();
+        status
+    }
+
+    #[test]
+    fn health_names_the_slots_whose_three_failure_alert_stands() {
+        assert!(node(&[]).health().is_ok());
+        assert_eq!(node(&[3]).health().unwrap_err(), "slot 3 failed 3 or more consecutive selected epochs");
+        assert_eq!(node(&[1, 2, 4]).health().unwrap_err(), "slots 1-2, 4 failed 3 or more consecutive selected epochs");
+    }
+
+    #[test]
+    fn metrics_carry_each_slots_verdicts_and_streak() {
+        let status = node(&[]);
+        let m = &status.metrics;
+        m.count(2, &Verdict::SelectedSuccess);
+        m.count(3, &Verdict::SelectedFailure("x".into()));
+        m.slot_consecutive_failures.get_or_create(&SlotLabel { slot: 3 }).set(1);
+        let text = m.encode();
+        assert!(text.contains(r#"lite_node_slot_epochs_total{slot="2",verdict="selected_succeeded"} 1"#), "{text}");
+        assert!(text.contains(r#"lite_node_slot_epochs_total{slot="3",verdict="selected_failed"} 1"#), "{text}");
+        assert!(text.contains(r#"lite_node_slot_consecutive_failures{slot="3"} 1"#), "{text}");
+        assert!(text.contains("lite_node_epochs_selected_succeeded_total 1"), "{text}");
+    }
 }

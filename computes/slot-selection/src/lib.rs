@@ -222,8 +222,29 @@ pub fn slot_assignment(
         return Ok(Some(mt::choice_index(slot_id as u32, n) as usize));
     }
     let seed = seed(block_hash, epoch_id);
-    let selected = selected_slots(&seed, total_slots)?;
-    Ok(selected.contains(&slot_id).then(|| pool_index(&seed, slot_id, pools)))
+    let selected = selected_sorted(&seed, total_slots)?;
+    Ok(selected.binary_search(&slot_id).is_ok().then(|| pool_index(&seed, slot_id, pools)))
+}
+
+/// The newest epoch's selected slots, sorted, by seed and total: a node that
+/// works many slots asks once per slot, and the shuffle is the same for all
+/// of them, so it is drawn once.
+#[allow(clippy::type_complexity)]
+static SELECTED: std::sync::Mutex<Option<([u8; 32], u64, std::sync::Arc<Vec<u64>>)>> = std::sync::Mutex::new(None);
+
+fn selected_sorted(seed: &[u8; 32], total_slots: u64) -> Result<std::sync::Arc<Vec<u64>>, SelectionError> {
+    let mut last = SELECTED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((s, t, slots)) = last.as_ref()
+        && s == seed
+        && *t == total_slots
+    {
+        return Ok(slots.clone());
+    }
+    let mut slots = selected_slots(seed, total_slots)?;
+    slots.sort_unstable();
+    let slots = std::sync::Arc::new(slots);
+    *last = Some((*seed, total_slots, slots.clone()));
+    Ok(slots)
 }
 
 /// What a processor calls before any work: computes whether this node's slot

@@ -11,6 +11,7 @@
 mod cargo_build;
 pub mod host;
 pub mod loader;
+pub mod memo;
 mod plugin_api_src;
 
 use std::{

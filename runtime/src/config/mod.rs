@@ -16,7 +16,7 @@ pub use env::{
     SecretKey, WatchSettings, parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url,
 };
 pub use projects::{PRELOAD_TASKS, Project, Projects, load_projects};
-pub use slots::{MAX_SLOTS, SlotSigner, parse_slot_ids, read_signers_file};
+pub use slots::{MAX_SLOTS, SlotSigner, format_slot_ids, parse_slot_ids, read_signers_file};
 
 use std::fmt;
 

@@ -50,6 +50,19 @@ pub fn parse_slot_ids(text: &str) -> Result<Vec<u64>, String> {
     Ok(slots.into_iter().collect())
 }
 
+/// Slot ids as `SLOT_IDS` takes them, runs of consecutive ids as ranges
+/// (`1-10, 35`); `slots` ascending.
+pub fn format_slot_ids(slots: &[u64]) -> String {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &s in slots {
+        match runs.last_mut() {
+            Some((_, last)) if *last + 1 == s => *last = s,
+            _ => runs.push((s, s)),
+        }
+    }
+    runs.iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>().join(", ")
+}
+
 /// A slot's own signer from `SLOT_SIGNERS_FILE`.
 #[derive(Clone, Debug)]
 pub struct SlotSigner {
@@ -106,6 +119,13 @@ fn parse_signers(text: &str, slots: &[u64]) -> Result<BTreeMap<u64, SlotSigner>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_lists_are_written_back_with_ranges() {
+        assert_eq!(format_slot_ids(&[1, 2, 3, 5, 7, 8]), "1-3, 5, 7-8");
+        assert_eq!(format_slot_ids(&[4]), "4");
+        assert_eq!(parse_slot_ids(&format_slot_ids(&[1, 2, 3, 9])).unwrap(), [1, 2, 3, 9]);
+    }
 
     #[test]
     fn slot_lists_take_ranges_and_name_what_is_wrong() {

@@ -45,7 +45,9 @@ pub struct Options {
     /// The saved world to load (default `<devnet dir>/world`).
     pub world: Option<PathBuf>,
     pub nodes: u64,
-    /// `getTotalNodeCount` (default: the number of nodes).
+    /// Slots per node (`SLOT_IDS`), registered to the node's one signer.
+    pub slots_per_node: u64,
+    /// `getTotalNodeCount` (default: every node's slots).
     pub total_slots: Option<u64>,
     /// Stop after this many epochs (default: until Ctrl-C).
     pub epochs: Option<u64>,
@@ -58,7 +60,8 @@ pub struct Options {
     pub json: Option<PathBuf>,
     /// Where the run's state goes (default `<devnet dir>/run`; emptied at start).
     pub run_dir: Option<PathBuf>,
-    /// Alert drills: `(slot, drill)`; that node's selected computes fail.
+    /// Alert drills: `(slot, drill)`; the selected computes of that slot's
+    /// node (all its slots) fail.
     pub faults: Vec<Fault>,
     /// A Telegram Bot API for the nodes' alerts (placeholder token and chat).
     pub telegram_api_url: Option<String>,
@@ -115,6 +118,27 @@ impl Fault {
 }
 
 impl Options {
+    /// Every slot of the devnet's nodes.
+    fn our_slots(&self) -> u64 {
+        self.nodes.saturating_mul(self.slots_per_node.max(1))
+    }
+
+    /// The node (numbered from 1) that works `slot`.
+    fn node_of(&self, slot: u64) -> u64 {
+        (slot - 1) / self.slots_per_node.max(1) + 1
+    }
+
+    /// The slots node `n` works.
+    fn slots_of(&self, n: u64) -> std::ops::RangeInclusive<u64> {
+        let k = self.slots_per_node.max(1);
+        (n - 1) * k + 1..=n * k
+    }
+
+    /// Every drilled slot: all the slots of a drilled slot's node.
+    fn drilled_slots(&self) -> Vec<(u64, crate::dispatch::Drill)> {
+        self.drills().flat_map(|(slot, drill)| self.slots_of(self.node_of(slot)).map(move |s| (s, drill))).collect()
+    }
+
     /// The alert drills, `(slot, drill)`.
     fn drills(&self) -> impl Iterator<Item = (u64, crate::dispatch::Drill)> + '_ {
         self.faults.iter().filter_map(|f| match *f {
@@ -165,9 +189,13 @@ impl Summary {
     }
 }
 
-/// One devnet node: its slot, signer and process, and how to start it again.
+/// One devnet node: its slots, signer and process, and how to start it again.
 struct Node {
+    /// Its number (from 1): `node-N.log`, `node-N/`.
+    index: u64,
+    /// Its first slot (its only one, unless --slots-per-node).
     slot_id: u64,
+    slots: Vec<u64>,
     signer: Address,
     data_dir: PathBuf,
     process: Guarded,
@@ -178,10 +206,10 @@ struct Node {
 }
 
 impl Node {
-    fn spawn(exe: &Path, slot_id: u64, env: &[(String, String)], log: &Path) -> Result<Guarded> {
+    fn spawn(exe: &Path, index: u64, env: &[(String, String)], log: &Path) -> Result<Guarded> {
         let mut cmd = Command::new(exe);
         cmd.arg("run").env_clear().envs(env.iter().map(|(k, v)| (k, v)));
-        Guarded::spawn(&format!("node {slot_id}"), &mut cmd, log, false)
+        Guarded::spawn(&format!("node {index}"), &mut cmd, log, false)
     }
 }
 
@@ -218,7 +246,7 @@ pub async fn run(
     let anvil_bin = opts.devnet_dir.join(ANVIL_BIN);
     check_options(&opts, &world_dir, &anvil_bin)?;
     let manifest = Manifest::load(&world_dir)?;
-    let total_slots = opts.total_slots.unwrap_or(opts.nodes);
+    let total_slots = opts.total_slots.unwrap_or(opts.our_slots());
 
     // One devnet per run directory at a time; the run directory starts empty.
     let run_dir = std::path::absolute(opts.run_dir.clone().unwrap_or_else(|| opts.devnet_dir.join("run")))?;
@@ -269,19 +297,24 @@ pub async fn run(
     let data_market = world::address(&manifest.data_market, "dataMarket")?;
     let anchor = Arc::new(Anchor::new(rpc("anchor")?, protocol_state, data_market));
 
-    // Slots: the world's signers where it has them, derived keys beyond.
+    // Nodes: the world's signer of each node's first slot where it has one, a
+    // derived key beyond; every slot of a node registered to its signer.
     let mut slots = Vec::new();
-    for slot_id in 1..=opts.nodes {
-        let from_world = manifest.slots.iter().find(|s| s.slot_id == slot_id).and_then(|s| manifest.key_of(&s.signer));
-        let (key, registered) = match from_world {
-            Some(key) => (key.to_owned(), true),
-            None => (derived_key(slot_id), false),
-        };
-        let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("slot {slot_id}'s key: {e}"))?;
-        if !registered {
-            driver.register_slot(slot_id, signer.address()).await?;
+    for n in 1..=opts.nodes {
+        let first = *opts.slots_of(n).start();
+        let from_world = manifest.slots.iter().find(|s| s.slot_id == first).and_then(|s| manifest.key_of(&s.signer));
+        let key = from_world.map_or_else(|| derived_key(first), str::to_owned);
+        let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("slot {first}'s key: {e}"))?;
+        for slot_id in opts.slots_of(n) {
+            let registered = manifest
+                .slots
+                .iter()
+                .any(|s| s.slot_id == slot_id && s.signer.eq_ignore_ascii_case(&signer.address().to_string()));
+            if !registered {
+                driver.register_slot(slot_id, signer.address()).await?;
+            }
         }
-        slots.push((slot_id, signer.address(), key));
+        slots.push((n, signer.address(), key));
     }
     driver.set_total_node_count(total_slots).await?;
     let start_block = driver.head().await?;
@@ -290,7 +323,7 @@ pub async fn run(
         "anvil on {url}: chain {}, ProtocolState {protocol_state}, {} pools, {} slots registered, getTotalNodeCount = {total_slots}",
         manifest.chain_id,
         manifest.pools.len(),
-        opts.nodes
+        opts.our_slots()
     )?;
 
     let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
@@ -370,8 +403,9 @@ pub async fn run(
 
     // The nodes.
     let mut nodes = Vec::new();
-    for (slot_id, signer, key) in &slots {
-        let data_dir = run_dir.join(format!("node-{slot_id}"));
+    for (index, signer, key) in &slots {
+        let own: Vec<u64> = opts.slots_of(*index).collect();
+        let data_dir = run_dir.join(format!("node-{index}"));
         std::fs::create_dir_all(&data_dir)?;
         let mut node_env = child_env.clone();
         let vars = [
@@ -379,7 +413,11 @@ pub async fn run(
             ("POWERLOOM_RPC_URL", if opts.anchor_ws { url.replacen("http://", "ws://", 1) } else { url.clone() }),
             ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
             ("SIGNER_ACCOUNT_PRIVATE_KEY", key.clone()),
-            ("SLOT_ID", slot_id.to_string()),
+            if own.len() == 1 {
+                ("SLOT_ID", own[0].to_string())
+            } else {
+                ("SLOT_IDS", crate::config::format_slot_ids(&own))
+            },
             ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
             ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
             ("NAMESPACE", "UNISWAPV3".into()),
@@ -394,7 +432,7 @@ pub async fn run(
             ("RUST_LOG", node_log_filter(&env)),
         ];
         node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
-        if let Some((_, drill)) = opts.drills().find(|(s, _)| s == slot_id) {
+        if let Some((_, drill)) = opts.drills().find(|(s, _)| own.contains(s)) {
             node_env.push(("LITE_NODE_DRILL".into(), drill.as_str().into()));
         }
         if let Some(url) = &opts.telegram_api_url {
@@ -402,10 +440,12 @@ pub async fn run(
             node_env.push(("TELEGRAM_BOT_TOKEN".into(), PLACEHOLDER_BOT_TOKEN.into()));
             node_env.push(("TELEGRAM_CHAT_ID".into(), PLACEHOLDER_CHAT_ID.into()));
         }
-        let log = run_dir.join(format!("node-{slot_id}.log"));
-        let process = Node::spawn(&exe, *slot_id, &node_env, &log)?;
+        let log = run_dir.join(format!("node-{index}.log"));
+        let process = Node::spawn(&exe, *index, &node_env, &log)?;
         nodes.push(Node {
-            slot_id: *slot_id,
+            index: *index,
+            slot_id: own[0],
+            slots: own,
             signer: *signer,
             data_dir,
             process,
@@ -417,8 +457,12 @@ pub async fn run(
     wait_until_watching(&mut nodes, &mut shutdown).await?;
     writeln!(
         out,
-        "{} nodes watching the anchor {} (logs in {}); first epoch in {:.1} s, then one every {:.1} s{}\n",
-        nodes.len(),
+        "{} watching the anchor {} (logs in {}); first epoch in {:.1} s, then one every {:.1} s{}\n",
+        if opts.slots_per_node > 1 {
+            format!("{} nodes of {} slots each", nodes.len(), opts.slots_per_node)
+        } else {
+            format!("{} nodes", nodes.len())
+        },
         if opts.anchor_ws {
             "over a WebSocket (new heads)".to_owned()
         } else {
@@ -429,7 +473,7 @@ pub async fn run(
         opts.interval.as_secs_f64(),
         if opts.epochs.is_none() { "; Ctrl-C stops" } else { "" }
     )?;
-    let width = selected_width(opts.nodes);
+    let width = selected_width(opts.our_slots());
     writeln!(
         out,
         "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}{}",
@@ -455,13 +499,13 @@ pub async fn run(
             _ = tokio::time::sleep_until(next_release) => {}
         }
         next_release = tokio::time::Instant::now() + opts.interval;
-        let drills: Vec<_> = opts.drills().collect();
+        let drills = opts.drilled_slots();
         // A stalled anvil is waited out (two minutes at most), not a reason
         // to tear the network down.
         let release = retry(
             Policy::CHAIN,
             "the devnet's swap and release",
-            || release_one(&driver, &anchor, &selection, k, opts.nodes, &drills),
+            || release_one(&driver, &anchor, &selection, k, opts.our_slots(), &drills),
             |_| true,
         );
         let epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
@@ -483,8 +527,8 @@ pub async fn run(
                     anvil.process.stall(Duration::from_secs(secs));
                 }
                 Fault::KillNode { slot, epoch: e } if e == epoch.assignment.epoch_id => {
-                    if let Some(node) = nodes.iter_mut().find(|n| n.slot_id == slot) {
-                        tracing::info!("drill: SIGKILL to node {slot} after epoch {e}'s release");
+                    if let Some(node) = nodes.iter_mut().find(|n| n.slots.contains(&slot)) {
+                        tracing::info!("drill: SIGKILL to node {} after epoch {e}'s release", node.index);
                         node.process.kill();
                     }
                 }
@@ -498,23 +542,23 @@ pub async fn run(
             }
             // A node that died is started again on its data dir: it rejoins
             // where its cursor is, and its ledger keeps it from sending twice.
-            let dead = nodes.iter_mut().find_map(|n| n.process.exited().map(|status| (n.slot_id, status)));
-            if let Some((slot_id, status)) = dead {
-                let node = nodes.iter_mut().find(|n| n.slot_id == slot_id).expect("found above");
+            let dead = nodes.iter_mut().find_map(|n| n.process.exited().map(|status| (n.index, status)));
+            if let Some((index, status)) = dead {
+                let node = nodes.iter_mut().find(|n| n.index == index).expect("found above");
                 if node.restarts >= MAX_RESTARTS {
                     failure = Some(anyhow!(
                         "node {} exited ({status}) after {} restarts; last lines of {}:\n{}",
-                        node.slot_id,
+                        node.index,
                         node.restarts,
                         node.process.log.display(),
                         node.process.log_tail(15)
                     ));
                     break;
                 }
-                tracing::warn!("node {} exited ({status}); restarting it", node.slot_id);
+                tracing::warn!("node {} exited ({status}); restarting it", node.index);
                 node.restarts += 1;
                 let log = node.process.log.clone();
-                match Node::spawn(&exe, node.slot_id, &node.env, &log) {
+                match Node::spawn(&exe, node.index, &node.env, &log) {
                     Ok(process) => node.process = process,
                     Err(e) => {
                         failure = Some(e);
@@ -622,6 +666,9 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
     if opts.nodes == 0 {
         problems.push("--nodes must be at least 1".to_owned());
     }
+    if opts.slots_per_node == 0 || opts.slots_per_node > crate::config::MAX_SLOTS as u64 {
+        problems.push(format!("--slots-per-node must be between 1 and {}", crate::config::MAX_SLOTS));
+    }
     if opts.validators > 1 {
         problems.push(format!(
             "--validators {}: one validator for now (0 or 1); the network of validators is not built yet",
@@ -629,16 +676,25 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
         ));
     }
     if let Some(t) = opts.total_slots
-        && t < opts.nodes
+        && t < opts.our_slots()
     {
-        problems.push(format!("--total-slots {t} is below --nodes {}: every node needs a slot", opts.nodes));
+        problems.push(if opts.slots_per_node > 1 {
+            format!(
+                "--total-slots {t} is below the {} slots of --nodes {} × --slots-per-node {}",
+                opts.our_slots(),
+                opts.nodes,
+                opts.slots_per_node
+            )
+        } else {
+            format!("--total-slots {t} is below --nodes {}: every node needs a slot", opts.nodes)
+        });
     }
-    if opts.total_slots.unwrap_or(opts.nodes) > u64::from(u32::MAX) {
+    if opts.total_slots.unwrap_or(opts.our_slots()) > u64::from(u32::MAX) {
         problems.push("--total-slots exceeds 2^32 - 1, the protocol's slot id range".into());
     }
     for slot in opts.faults.iter().filter_map(Fault::slot) {
-        if slot == 0 || slot > opts.nodes {
-            problems.push(format!("--fault slot {slot} is not one of the devnet's slots 1..={}", opts.nodes));
+        if slot == 0 || slot > opts.our_slots() {
+            problems.push(format!("--fault slot {slot} is not one of the devnet's slots 1..={}", opts.our_slots()));
         }
     }
     if opts.interval.is_zero() {
@@ -704,7 +760,7 @@ async fn wait_until_watching(
             if let Some(status) = n.process.exited() {
                 bail!(
                     "node {} exited at start ({status}); last lines of {}:\n{}",
-                    n.slot_id,
+                    n.index,
                     n.process.log.display(),
                     n.process.log_tail(15)
                 );
@@ -774,7 +830,7 @@ fn short(address: &str) -> String {
 
 /// Room for every node's "slot→pool" in the table (listed up to 6, counted beyond).
 fn selected_width(nodes: u64) -> usize {
-    (nodes.min(6) as usize * 16).max(22)
+    if nodes > 6 { 22 } else { (nodes as usize * 16).max(22) }
 }
 
 fn row(epoch: &Released, received: &Received, width: usize) -> String {
@@ -782,11 +838,15 @@ fn row(epoch: &Released, received: &Received, width: usize) -> String {
     let accepted = seen.iter().filter(|s| s.verdict.is_ok()).count();
     let rejected = seen.len() - accepted;
     let missing = epoch.expected.len().saturating_sub(accepted + rejected);
-    let drills = epoch.drills.iter().map(|s| format!(" {s}→drill")).collect::<String>();
+    let drills = if epoch.drills.len() > 6 {
+        format!(" {} drilled", epoch.drills.len())
+    } else {
+        epoch.drills.iter().map(|s| format!(" {s}→drill")).collect::<String>()
+    };
     let selected = if epoch.expected.is_empty() && epoch.drills.is_empty() {
         "none of ours".to_owned()
-    } else if epoch.expected.len() > 6 {
-        format!("{} of our slots", epoch.expected.len())
+    } else if epoch.expected.len() > 6 || epoch.drills.len() > 6 {
+        format!("{} of our slots", epoch.expected.len()) + &drills
     } else {
         epoch.expected.iter().map(|(s, p)| format!("{s}→{}", short(p))).collect::<Vec<_>>().join(" ") + &drills
     };

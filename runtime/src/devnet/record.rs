@@ -35,7 +35,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                 .filter_map(|s| s.submission.request.as_ref().map(|r| (s, r)))
                 .filter(|(_, r)| r.epoch_id == a.epoch_id)
                 .map(|(s, r)| {
-                    let node = nodes.iter().find(|n| n.slot_id == r.slot_id);
+                    let node = nodes.iter().find(|n| n.slots.contains(&r.slot_id));
                     let path = node.map(|n| snapshot_path(&n.data_dir.join("snapshots"), r.epoch_id, &r.project_id));
                     json!({
                         "slotId": r.slot_id,
@@ -84,6 +84,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
         "pools": pools,
         "nodes": nodes.iter().map(|n| json!({
             "slotId": n.slot_id,
+            "slots": n.slots,
             "signer": n.signer.to_string(),
             "dataDir": n.data_dir.display().to_string(),
             "peakRssKiB": n.peak_rss_kib,

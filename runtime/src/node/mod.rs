@@ -23,7 +23,7 @@ use lite_node_protocol::eip712::Signer;
 
 use self::{
     epoch_loop::{Epochs, Exit, Timing},
-    work::EpochWork,
+    work::{EpochWork, Lane},
 };
 use crate::{
     alerts::{AlertKind, Alerter, Sender},
@@ -43,7 +43,7 @@ use crate::{
     retry::{Policy, retry},
     safety::{self, Activity, NodeStuck},
     snapshots::SnapshotStore,
-    status::{Info, Metrics, NodeStatus},
+    status::{Info, Metrics, NodeStatus, SlotStatus},
     submission::{Ledger, Submitter},
     supervisor::Supervisor,
 };
@@ -129,9 +129,6 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let (protocol_state, data_market, signer) = (cfg.protocol_state, cfg.data_market, cfg.signer_address);
     let anchor = Arc::new(Anchor::shared(anchor_rpc, protocol_state, data_market));
 
-    let tracker = Arc::new(SelectionTracker::persistent(data_dir.join("state").join("slot_selection_status.json")));
-    let books_path = Books::path(&data_dir, &protocol_state.to_string(), &data_market.to_string());
-    let books = Books::open(&books_path).context("opening the books")?;
     let activity = Arc::new(Activity::default());
     let status = Arc::new(NodeStatus {
         info: Info {
@@ -144,8 +141,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             version: env!("CARGO_PKG_VERSION"),
         },
         activity: activity.clone(),
-        tracker: tracker.clone(),
-        books: Mutex::new(books.clone()),
+        slots: Default::default(),
         metrics,
         watching: Default::default(),
         stuck_after: cfg.safety.stuck_after,
@@ -184,29 +180,54 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         }
         checked = identity => checked??,
     };
-    if slots.len() > 1 {
-        return Err(BadInput(format!(
-            "SLOT_IDS gives {} slots, and every one is this node's; running several slots in one process is not \
-             finished yet: run one node per slot (SLOT_ID) for now",
-            slots.len()
-        ))
-        .into());
-    }
     if let Some(drill) = cfg.drill {
         tracing::warn!("alert drill {drill:?} (LITE_NODE_DRILL): every selected compute's result will be replaced");
     }
     let chain_id = anchor.chain_id().await.context("reading the anchor chain id")?;
-    let submitter = Submitter {
-        signer: Signer::new(cfg.signer_key.bytes(), chain_id, protocol_state).map_err(BadInput)?,
-        ledger: Ledger::open(&data_dir).context("opening the submission ledger")?,
-        endpoint: format!("http://{}:{}", cfg.collector_host, cfg.collector_port),
-        ipfs: cfg.ipfs.as_ref().map(Ipfs::new).transpose().map_err(BadInput)?,
-        slot_id: cfg.slot_id,
-        deadline_buffer: cfg.watch.deadline_buffer,
-        data_market: data_market.to_string(),
-        protocol_state: protocol_state.to_string(),
-        status: status.clone(),
-    };
+    let ipfs = cfg.ipfs.as_ref().map(Ipfs::new).transpose().map_err(BadInput)?;
+    let mut lanes = Vec::with_capacity(slots.len());
+    for slot in &slots {
+        let dir = slot_dir(&data_dir, slot.slot_id, slots.len() > 1);
+        let tracker = Arc::new(SelectionTracker::persistent(dir.join("state").join("slot_selection_status.json")));
+        let books_path = Books::path(&dir, &protocol_state.to_string(), &data_market.to_string());
+        let books = Books::open(&books_path).with_context(|| format!("opening the books of slot {}", slot.slot_id))?;
+        let lane_status = Arc::new(SlotStatus {
+            slot_id: slot.slot_id,
+            signer: slot.signer_address.to_string(),
+            tracker: tracker.clone(),
+            books: Mutex::new(books.clone()),
+        });
+        lanes.push(Lane {
+            slot_id: slot.slot_id,
+            tracker,
+            submitter: Submitter {
+                signer: Signer::new(slot.signer_key.bytes(), chain_id, protocol_state).map_err(BadInput)?,
+                ledger: Ledger::open(&dir)
+                    .with_context(|| format!("opening the submission ledger of slot {}", slot.slot_id))?,
+                endpoint: format!("http://{}:{}", cfg.collector_host, cfg.collector_port),
+                ipfs: ipfs.clone(),
+                slot_id: slot.slot_id,
+                deadline_buffer: cfg.watch.deadline_buffer,
+                data_market: data_market.to_string(),
+                protocol_state: protocol_state.to_string(),
+                status: status.clone(),
+            },
+            journal: Journal::open(&dir)
+                .with_context(|| format!("opening the epoch journal of slot {}", slot.slot_id))?,
+            books,
+            books_path,
+            status: lane_status,
+        });
+    }
+    let _ = status.slots.set(lanes.iter().map(|l| l.status.clone()).collect());
+    if lanes.len() > 1 {
+        tracing::info!(
+            "working {} slots: {} (state of each in {})",
+            lanes.len(),
+            crate::config::format_slot_ids(&lanes.iter().map(|l| l.slot_id).collect::<Vec<_>>()),
+            data_dir.join("slots").display()
+        );
+    }
     if let Some(ipfs) = &cfg.ipfs {
         tracing::info!("snapshots are also uploaded to IPFS at {}", crate::config::redact_url(&ipfs.url));
     }
@@ -217,7 +238,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         cfg.watch.compute_timeout,
         Some(source.clone() as Arc<dyn RpcEndpoint>),
         Some(anchor_for_host),
-        tracker,
+        lanes[0].tracker.clone(),
     )
     .with_drill(cfg.drill)
     .with_history(store.clone(), cfg.full_namespace());
@@ -241,13 +262,9 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         anchor,
         source,
         dispatcher,
-        submitter,
-        journal: Journal::open(&data_dir).context("opening the epoch journal")?,
-        books,
-        books_path,
+        lanes,
         status: status.clone(),
         alerter: alerter.clone(),
-        slot_id: cfg.slot_id,
         namespace: cfg.full_namespace(),
         submission_window: cfg.watch.submission_window,
         anchor_stall_after: cfg.watch.anchor_stall_after,
@@ -265,9 +282,11 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     activity.touch();
     let timing = Timing { poll_interval: cfg.watch.poll_interval, stop_grace: cfg.watch.stop_grace };
     let on_stuck = |s: safety::Stuck| {
-        let taken = alerter.notify(
+        let slots = status.slots();
+        let taken = alerter.notify_slots(
             AlertKind::Unhealthy { idle: s.idle, checks: s.checks, exit_after: cfg.safety.exit_after },
-            &status.books.lock().unwrap_or_else(|p| p.into_inner()),
+            &slots.first().map(|s| s.books()).unwrap_or_default(),
+            slots.iter().map(|s| s.slot_id).collect(),
         );
         status.metrics.alerts.inc_by(taken as u64);
     };
@@ -320,10 +339,54 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     }
 }
 
+/// Where a slot's own state lives (tracker, ledger, journal, books): a node
+/// with one slot keeps it at the top of the data dir, one with several under
+/// `slots/<id>/` — except that a slot keeps the directory that already
+/// holds its state when an operator goes from one slot to several or back,
+/// so its ledger still stops a double submission.
+pub fn slot_dir(data_dir: &std::path::Path, slot_id: u64, several: bool) -> std::path::PathBuf {
+    let own = data_dir.join("slots").join(slot_id.to_string());
+    if own.is_dir() {
+        return own;
+    }
+    // The slot the top-level state belongs to, as its tracker recorded it.
+    let top = std::fs::read(data_dir.join("state").join("slot_selection_status.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["slot_id"].as_u64());
+    if top == Some(slot_id) || !several { data_dir.to_path_buf() } else { own }
+}
+
 /// How `run` left the main loop.
 enum Ended {
     Loop(Exit),
     Stuck(safety::Stuck),
     Task(crate::supervisor::TaskFailed),
     Hung(usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_dir;
+
+    #[test]
+    fn a_slot_keeps_the_directory_that_holds_its_state_from_one_slot_to_several_and_back() {
+        let data = tempfile::tempdir().unwrap();
+        let d = data.path();
+        assert_eq!(slot_dir(d, 5, false), d, "one slot: the top of the data dir");
+        assert_eq!(slot_dir(d, 5, true), d.join("slots/5"), "several, nothing yet: each its own");
+        // Slot 5 ran alone first: its state is at the top, and stays its.
+        std::fs::create_dir_all(d.join("state")).unwrap();
+        std::fs::write(
+            d.join("state/slot_selection_status.json"),
+            r#"{"epoch_id":3,"was_selected":true,"slot_id":5,"timestamp":1}"#,
+        )
+        .unwrap();
+        assert_eq!(slot_dir(d, 5, true), d);
+        assert_eq!(slot_dir(d, 6, true), d.join("slots/6"));
+        // Slot 6 ran beside it; alone again later, it finds its own state.
+        std::fs::create_dir_all(d.join("slots/6")).unwrap();
+        assert_eq!(slot_dir(d, 6, false), d.join("slots/6"));
+        assert_eq!(slot_dir(d, 5, false), d);
+    }
 }

@@ -12,28 +12,27 @@ use crate::{
     alerts::{AlertKind, Alerter},
     books::{Books, Notice},
     chain::{Anchor, HttpRpc},
-    dispatch::{Dispatcher, Outcome, OutcomeKind, now_ms},
+    compute::host::SelectionTracker,
+    dispatch::{Dispatcher, Outcome, OutcomeKind, Reach, now_ms},
     epochs::{Epoch, Poll, preload},
     journal::Journal,
     retry::{Policy, retry},
     snapshots::SnapshotStore,
-    status::NodeStatus,
+    status::{NodeStatus, SlotLabel, SlotStatus},
     submission::Submitter,
 };
 
-/// What the node needs to work and record epochs.
+/// What the node needs to work and record epochs: what its slots share
+/// (the chains, the processors, the snapshot store, the status) and one
+/// [`Lane`] per slot.
 #[derive(Debug)]
 pub struct EpochWork {
     pub anchor: Arc<Anchor>,
     pub source: Arc<HttpRpc>,
     pub dispatcher: Dispatcher,
-    pub submitter: Submitter,
-    pub journal: Journal,
-    pub books: Books,
-    pub books_path: PathBuf,
+    pub lanes: Vec<Lane>,
     pub status: Arc<NodeStatus>,
     pub alerter: Arc<Alerter>,
-    pub slot_id: u64,
     pub namespace: String,
     /// Anchor blocks after its release within which an epoch is still worked.
     pub submission_window: u64,
@@ -49,10 +48,26 @@ pub struct EpochWork {
     pub prune_at: u64,
 }
 
-/// An epoch's outcomes, one per project, and when the node saw the epoch.
+/// One slot's own part of the work: its selection tracker, its signed
+/// submissions and their ledger, its journal and books. A node with one slot
+/// keeps them in the data dir, one with several in `slots/<id>/` of it.
+#[derive(Debug)]
+pub struct Lane {
+    pub slot_id: u64,
+    pub tracker: Arc<SelectionTracker>,
+    pub submitter: Submitter,
+    pub journal: Journal,
+    pub books: Books,
+    pub books_path: PathBuf,
+    /// Where `/status`, `/metrics` and `/health` read this slot.
+    pub status: Arc<SlotStatus>,
+}
+
+/// An epoch's outcomes, per lane and then per project, and when the node saw
+/// the epoch.
 #[derive(Debug)]
 pub struct Worked {
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<Vec<Outcome>>,
     pub seen_at_ms: u64,
 }
 
@@ -60,31 +75,47 @@ impl Work for EpochWork {
     type Outcomes = Worked;
 
     /// Each project's snapshots are signed and submitted as soon as that
-    /// project's compute returns: a slow project delays only itself.
+    /// project's compute returns: a slow project (or slot) delays only itself.
+    /// With several slots, every slot's computes share the epoch's pinned
+    /// chain reads (see [`crate::compute::memo`]).
     async fn work(&self, epoch: &Epoch, head: u64) -> anyhow::Result<Worked> {
         let seen_at_ms = now_ms();
         let (ctx, blocks) = match self.prepare(epoch, head).await {
             Ok(prepared) => prepared,
-            Err(outcomes) => return Ok(Worked { outcomes, seen_at_ms }),
+            Err(outcomes) => return Ok(Worked { outcomes: vec![outcomes; self.lanes.len()], seen_at_ms }),
         };
-        let runs = self.dispatcher.projects.iter().map(|p| {
-            let (ctx, blocks) = (&ctx, &blocks);
-            async move {
-                let mut outcome = self.dispatcher.run_one(p, ctx, blocks).await;
-                self.submitter.submit(epoch, &mut outcome, &self.anchor).await?;
-                Ok::<_, anyhow::Error>(outcome)
-            }
+        let several = self.lanes.len() > 1;
+        let (source, anchor) = self.dispatcher.epoch_chains(several);
+        let (ctx, blocks) = (&ctx, &blocks);
+        let runs = self.lanes.iter().enumerate().flat_map(|(i, lane)| {
+            let reach =
+                Reach { source: source.clone(), anchor: anchor.clone(), tracker: lane.tracker.clone(), named: several };
+            let ctx = EpochContext { slot_id: lane.slot_id, ..ctx.clone() };
+            self.dispatcher.projects.iter().map(move |p| {
+                let (ctx, reach) = (ctx.clone(), reach.clone());
+                async move {
+                    let mut outcome = self.dispatcher.run_for(p, &ctx, blocks, &reach).await;
+                    lane.submitter.submit(epoch, &mut outcome, &self.anchor).await?;
+                    Ok::<_, anyhow::Error>((i, outcome))
+                }
+            })
         });
-        let outcomes = futures_util::future::try_join_all(runs).await?;
+        let mut outcomes = vec![Vec::new(); self.lanes.len()];
+        for (i, outcome) in futures_util::future::try_join_all(runs).await? {
+            outcomes[i].push(outcome);
+        }
         Ok(Worked { outcomes, seen_at_ms })
     }
 
     fn record(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
-        for outcome in &worked.outcomes {
-            log_outcome(epoch, outcome);
-            self.journal
-                .record(epoch, outcome)
-                .map_err(|e| anyhow::anyhow!("writing {}: {e}", self.journal.path().display()))?;
+        let several = self.lanes.len() > 1;
+        for (lane, outcomes) in self.lanes.iter_mut().zip(&worked.outcomes) {
+            for outcome in outcomes {
+                log_outcome(epoch, outcome, several.then_some(lane.slot_id));
+                lane.journal
+                    .record(epoch, outcome)
+                    .map_err(|e| anyhow::anyhow!("writing {}: {e}", lane.journal.path().display()))?;
+            }
         }
         self.keep_books(epoch, worked)?;
         if epoch.epoch_id >= self.prune_at {
@@ -157,7 +188,7 @@ impl EpochWork {
             begin: epoch.begin,
             end: epoch.end,
             day_id: epoch.day_id,
-            slot_id: self.slot_id,
+            slot_id: self.lanes.first().map_or(0, |l| l.slot_id),
             total_slots,
             namespace: self.namespace.as_str().into(),
             project_type: "".into(),
@@ -194,16 +225,23 @@ impl EpochWork {
         if first_kept == 0 {
             return;
         }
-        match self.journal.prune(first_kept) {
-            Ok(0) => {}
-            Ok(n) => tracing::info!("pruned {n} journal line(s) of epochs before {first_kept}"),
-            Err(e) => tracing::warn!("{e}"),
-        }
         let window_floor = self.head_since.map_or(0, |(head, _)| head).saturating_sub(self.submission_window);
-        match self.submitter.ledger.prune(first_kept, window_floor) {
-            Ok(0) => {}
-            Ok(n) => tracing::info!("pruned {n} ledger entr(ies) of epochs before {first_kept}"),
-            Err(e) => tracing::warn!("{e}"),
+        let (mut lines, mut entries) = (0, 0);
+        for lane in &mut self.lanes {
+            match lane.journal.prune(first_kept) {
+                Ok(n) => lines += n,
+                Err(e) => tracing::warn!("{e}"),
+            }
+            match lane.submitter.ledger.prune(first_kept, window_floor) {
+                Ok(n) => entries += n,
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+        if lines > 0 {
+            tracing::info!("pruned {lines} journal line(s) of epochs before {first_kept}");
+        }
+        if entries > 0 {
+            tracing::info!("pruned {entries} ledger entr(ies) of epochs before {first_kept}");
         }
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || match store.prune(first_kept) {
@@ -213,60 +251,99 @@ impl EpochWork {
         });
     }
 
-    /// Counts one epoch in the books (saved before the epoch is marked
-    /// handled), updates the status and metrics, and queues the alerts the
-    /// books ask for.
+    /// Counts one epoch in each slot's books (saved before the epoch is
+    /// marked handled), updates the status and metrics, and queues the
+    /// alerts the books ask for: one per event, naming every slot it touched.
     fn keep_books(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
-        let (books, status) = (&mut self.books, &self.status);
-        let notices = books.apply(epoch.epoch_id, &worked.outcomes);
-        books.save(&self.books_path)?;
+        let status = &self.status;
         let m = &status.metrics;
         m.epochs_seen.inc();
-        for o in &worked.outcomes {
-            m.count(&crate::books::verdict(o));
-            for s in o.submissions.iter().filter(|s| s.status.is_accepted()) {
-                m.submission_latency.observe(s.answered_at_ms.saturating_sub(worked.seen_at_ms) as f64 / 1000.0);
+        let mut notices: Vec<(u64, Notice, Books)> = Vec::new();
+        let mut ran = false;
+        let mut problem = None;
+        for (lane, outcomes) in self.lanes.iter_mut().zip(&worked.outcomes) {
+            let lane_notices = lane.books.apply(epoch.epoch_id, outcomes);
+            lane.books.save(&lane.books_path)?;
+            for o in outcomes {
+                m.count(lane.slot_id, &crate::books::verdict(o));
+                for s in o.submissions.iter().filter(|s| s.status.is_accepted()) {
+                    m.submission_latency.observe(s.answered_at_ms.saturating_sub(worked.seen_at_ms) as f64 / 1000.0);
+                }
             }
+            m.slot_consecutive_failures
+                .get_or_create(&SlotLabel { slot: lane.slot_id })
+                .set(lane.books.overall.consecutive_failures as i64);
+            lane.status.set_books(lane.books.clone());
+            // Processing means a compute ran (and reported, or returned): an
+            // epoch that failed before that (e.g. the source RPC is down) is
+            // no sign of life for the safety net and /health.
+            ran |= outcomes
+                .iter()
+                .any(|o| o.selected.is_some() || matches!(o.kind, OutcomeKind::Computed | OutcomeKind::NotSelected));
+            problem = problem.or_else(|| {
+                outcomes.iter().find_map(|o| match &o.kind {
+                    OutcomeKind::Failed(e) if o.selected.is_none() => {
+                        Some(format!("epoch {} could not be computed: {e}", epoch.epoch_id))
+                    }
+                    _ => None,
+                })
+            });
+            notices.extend(lane_notices.into_iter().map(|n| (lane.slot_id, n, lane.books.clone())));
         }
-        *status.books.lock().unwrap_or_else(|p| p.into_inner()) = books.clone();
-        // Processing means a compute ran (and reported, or returned): an epoch
-        // that failed before that (e.g. the source RPC is down) is no sign of
-        // life for the safety net and /health.
-        let ran = worked
-            .outcomes
-            .iter()
-            .any(|o| o.selected.is_some() || matches!(o.kind, OutcomeKind::Computed | OutcomeKind::NotSelected));
         if ran {
             status.activity.touch();
         }
-        let problem = worked.outcomes.iter().find_map(|o| match &o.kind {
-            OutcomeKind::Failed(e) if o.selected.is_none() && !ran => {
-                Some(format!("epoch {} could not be computed: {e}", epoch.epoch_id))
+        *status.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem.filter(|_| !ran);
+        self.alert(notices);
+        Ok(())
+    }
+
+    /// Logs the books' notices and queues their alerts, one per event: the
+    /// slots whose streak reached three in this epoch share one message, as
+    /// do the slots that recovered, and the slots that missed one project.
+    fn alert(&self, notices: Vec<(u64, Notice, Books)>) {
+        let several = self.lanes.len() > 1;
+        let mut events: Vec<(Notice, Books, Vec<u64>)> = Vec::new();
+        for (slot, notice, books) in notices {
+            let same = |n: &Notice| match (n, &notice) {
+                (Notice::ThreeFailures { .. }, Notice::ThreeFailures { .. }) => true,
+                (Notice::Recovered { .. }, Notice::Recovered { .. }) => true,
+                (Notice::MissedSnapshot { project: a, .. }, Notice::MissedSnapshot { project: b, .. }) => a == b,
+                _ => false,
+            };
+            match events.iter_mut().find(|(n, _, _)| same(n)) {
+                Some((_, _, slots)) => slots.push(slot),
+                None => events.push((notice, books, vec![slot])),
             }
-            _ => None,
-        });
-        *status.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
-        for notice in notices {
+        }
+        for (notice, books, slots) in events {
+            let who =
+                if several { format!("slots {}: ", crate::config::format_slot_ids(&slots)) } else { String::new() };
             match &notice {
                 Notice::ThreeFailures { streak } => tracing::error!(
-                    "{} consecutive selected epochs failed (epochs {}); alerting",
+                    "{who}{} consecutive selected epochs failed (epochs {}); alerting",
                     books.overall.consecutive_failures,
                     streak.iter().map(|s| s.epoch_id.to_string()).collect::<Vec<_>>().join(", ")
                 ),
                 Notice::Recovered { epoch_id, failures } => {
-                    tracing::info!("epoch {epoch_id} succeeded after {failures} failed selected epochs")
+                    tracing::info!("{who}epoch {epoch_id} succeeded after {failures} failed selected epochs")
                 }
                 Notice::MissedSnapshot { .. } => {}
             }
-            m.alerts.inc_by(self.alerter.notify(AlertKind::from(notice), books) as u64);
+            let taken =
+                self.alerter.notify_slots(AlertKind::from(notice), &books, if several { slots } else { vec![] });
+            self.status.metrics.alerts.inc_by(taken as u64);
         }
-        Ok(())
     }
 }
 
-fn log_outcome(epoch: &Epoch, o: &Outcome) {
+fn log_outcome(epoch: &Epoch, o: &Outcome, slot: Option<u64>) {
     let took = o.finished_at_ms.saturating_sub(o.started_at_ms);
-    let (id, project) = (epoch.epoch_id, &o.project_type);
+    let id = epoch.epoch_id;
+    let project = match slot {
+        Some(slot) => format!("{} slot {slot}", o.project_type),
+        None => o.project_type.clone(),
+    };
     match &o.kind {
         OutcomeKind::Computed => {
             tracing::info!("epoch {id} {project}: computed {} snapshot(s) in {took} ms", o.snapshots.len())

@@ -221,3 +221,59 @@ fn a_devnet_with_a_validator_finalizes_every_epoch_and_its_batches_verify_indepe
     assert_eq!(verified.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&verified.stdout).contains("(validator): finalized"));
 }
+
+/// Two nodes of five slots each: every selected slot's submission is
+/// accepted (the collector checks each against its slot's registered
+/// signer), each slot's state is kept apart, and the record verifies.
+#[test]
+fn nodes_with_several_slots_submit_for_each_and_the_record_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let args = ["--epochs", "3", "--nodes", "2", "--slots-per-node", "5", "--json", record.to_str().unwrap()];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("10 slots registered"), "{stdout}");
+    assert!(stdout.contains("30 accepted, 0 rejected, 0 missing"), "{stdout}");
+    let log = std::fs::read_to_string(dir.path().join("run/node-2.log")).unwrap();
+    assert!(log.contains("working 5 slots: 6-10"), "{log}");
+    for slot in 6..=10 {
+        let books = dir.path().join(format!("run/node-2/slots/{slot}/state"));
+        assert!(std::fs::read_dir(&books).unwrap().count() >= 3, "slot {slot}'s own state in {}", books.display());
+    }
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert_eq!(json["nodes"][1]["slots"], serde_json::json!([6, 7, 8, 9, 10]));
+    let verified = verify(&record);
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+}
+
+/// One node's ten slots all fail their third selected epoch together: one
+/// Telegram message names the ten, not ten messages.
+#[test]
+fn a_drill_on_ten_slots_of_one_node_sends_one_three_failure_message_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = lite_node_testkit::TelegramStandin::start();
+    let args = [
+        "--epochs",
+        "4",
+        "--nodes",
+        "2",
+        "--slots-per-node",
+        "10",
+        "--fault",
+        "compute-error:3",
+        "--telegram-api-url",
+        &api.url(),
+    ];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("10 drilled"), "{stdout}");
+    // Node 2's slots work normally: 4 epochs × 10.
+    assert!(stdout.contains("40 accepted, 0 rejected, 0 missing"), "{stdout}");
+    let alerts: Vec<String> =
+        api.messages().into_iter().filter(|m| m.contains("consecutive selected epochs failed")).collect();
+    assert_eq!(alerts.len(), 1, "{:?}", api.messages());
+    assert!(alerts[0].contains("lite-node slots 1-10 (10 slots)"), "{}", alerts[0]);
+    assert!(alerts[0].contains("LITE_NODE_DRILL=compute-error"), "{}", alerts[0]);
+}
