@@ -224,12 +224,16 @@ impl Dispatcher {
         self.run_for(p, ctx, blocks, &reach).await
     }
 
-    /// The chains for one epoch's computes: with `shared`, through one
-    /// [`Memo`] each, so the computes of many slots ask each pinned read once.
-    pub fn epoch_chains(&self, shared: bool) -> (Chain, Chain) {
-        let wrap =
-            |e: &Chain| e.clone().map(|e| if shared { Arc::new(Memo::new(e)) as Arc<dyn RpcEndpoint> } else { e });
-        (wrap(&self.source), wrap(&self.anchor))
+    /// The chains for one epoch's computes: with `shared` (the epoch), through
+    /// one [`Memo`] each, so the computes of many slots ask each pinned read once.
+    pub fn epoch_chains(&self, shared: Option<u64>) -> (Chain, Chain) {
+        let wrap = |e: &Chain, chain: &str| {
+            e.clone().map(|e| match shared {
+                Some(epoch_id) => Arc::new(Memo::new(e, format!("epoch {epoch_id} {chain}"))) as Arc<dyn RpcEndpoint>,
+                None => e,
+            })
+        };
+        (wrap(&self.source, "source"), wrap(&self.anchor, "anchor"))
     }
 
     /// [`Dispatcher::run_one`] for one slot of several (`ctx.slot_id`), with

@@ -25,6 +25,8 @@ type Cell = Arc<OnceLock<Answer>>;
 /// An endpoint that answers each pinned read once (for one epoch).
 pub struct Memo {
     inner: Arc<dyn RpcEndpoint>,
+    /// Names it in the log line its counts leave at the end (`epoch 7 source`).
+    label: String,
     cells: Mutex<HashMap<String, Cell>>,
     /// Reads answered from the memo, and reads sent to the chain.
     pub hits: AtomicU64,
@@ -32,8 +34,8 @@ pub struct Memo {
 }
 
 impl Memo {
-    pub fn new(inner: Arc<dyn RpcEndpoint>) -> Self {
-        Self { inner, cells: Mutex::default(), hits: AtomicU64::new(0), sent: AtomicU64::new(0) }
+    pub fn new(inner: Arc<dyn RpcEndpoint>, label: String) -> Self {
+        Self { inner, label, cells: Mutex::default(), hits: AtomicU64::new(0), sent: AtomicU64::new(0) }
     }
 
     /// The cell for a pinned read, and whether this caller must fill it.
@@ -60,6 +62,15 @@ impl Memo {
     fn wait(&self, cell: &Cell) -> Answer {
         self.hits.fetch_add(1, Ordering::Relaxed);
         cell.wait().clone()
+    }
+}
+
+impl Drop for Memo {
+    fn drop(&mut self) {
+        let (sent, hits) = (self.sent.load(Ordering::Relaxed), self.hits.load(Ordering::Relaxed));
+        if sent + hits > 0 {
+            tracing::debug!("{}: {sent} chain read(s) sent, {hits} answered by a read another slot sent", self.label);
+        }
     }
 }
 
@@ -229,7 +240,7 @@ mod tests {
     #[test]
     fn many_computes_asking_the_same_reads_reach_the_chain_once_per_read() {
         let chain = Arc::new(Echo::default());
-        let memo = Arc::new(Memo::new(chain.clone()));
+        let memo = Arc::new(Memo::new(chain.clone(), "test".into()));
         let threads: Vec<_> = (0..16)
             .map(|i| {
                 let memo = memo.clone();
@@ -271,7 +282,7 @@ mod tests {
                 unreachable!()
             }
         }
-        let memo = Memo::new(Arc::new(FailsOnce::default()));
+        let memo = Memo::new(Arc::new(FailsOnce::default()), "test".into());
         assert!(memo.call("eth_chainId", "[]").is_err());
         assert_eq!(memo.call("eth_chainId", "[]").unwrap(), "0x1");
         assert_eq!(memo.call("eth_chainId", "[]").unwrap(), "0x1");

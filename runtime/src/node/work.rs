@@ -85,7 +85,7 @@ impl Work for EpochWork {
             Err(outcomes) => return Ok(Worked { outcomes: vec![outcomes; self.lanes.len()], seen_at_ms }),
         };
         let several = self.lanes.len() > 1;
-        let (source, anchor) = self.dispatcher.epoch_chains(several);
+        let (source, anchor) = self.dispatcher.epoch_chains(several.then_some(epoch.epoch_id));
         let (ctx, blocks) = (&ctx, &blocks);
         let runs = self.lanes.iter().enumerate().flat_map(|(i, lane)| {
             let reach =
