@@ -35,3 +35,63 @@ pub struct EpochContext {
     /// The project type from projects.json this processor serves.
     pub project_type: RString,
 }
+
+impl EpochContext {
+    /// Starts an epoch context for tests over source blocks `begin..=end`:
+    /// slot 1 of 1, day 0, namespace `devnet-UNISWAPV3-ETH`, no project type
+    /// until set.
+    ///
+    /// ```
+    /// use lite_node_plugin_api::EpochContext;
+    /// let epoch = EpochContext::builder(7, 100, 109).slot(3, 50).project_type("baseSnapshot").build();
+    /// assert_eq!((epoch.slot_id, epoch.total_slots), (3, 50));
+    /// ```
+    pub fn builder(epoch_id: u64, begin: u64, end: u64) -> EpochContextBuilder {
+        EpochContextBuilder(EpochContext {
+            epoch_id,
+            begin,
+            end,
+            day_id: 0,
+            slot_id: 1,
+            total_slots: 1,
+            namespace: "devnet-UNISWAPV3-ETH".into(),
+            project_type: RString::new(),
+        })
+    }
+}
+
+/// Builds an [`EpochContext`] for tests: see [`EpochContext::builder`].
+#[derive(Clone, Debug)]
+pub struct EpochContextBuilder(EpochContext);
+
+impl EpochContextBuilder {
+    /// This node's slot and the registered total.
+    pub fn slot(mut self, slot_id: u64, total_slots: u64) -> Self {
+        self.0.slot_id = slot_id;
+        self.0.total_slots = total_slots;
+        self
+    }
+
+    /// The data market's day.
+    pub fn day(mut self, day_id: u64) -> Self {
+        self.0.day_id = day_id;
+        self
+    }
+
+    /// `{POWERLOOM_CHAIN}-{NAMESPACE}-{SOURCE_CHAIN}`.
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.0.namespace = namespace.into();
+        self
+    }
+
+    /// The project type the processor serves.
+    pub fn project_type(mut self, project_type: &str) -> Self {
+        self.0.project_type = project_type.into();
+        self
+    }
+
+    /// The context.
+    pub fn build(self) -> EpochContext {
+        self.0
+    }
+}

@@ -25,10 +25,15 @@ pub enum Chain {
 #[repr(u8)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogLevel {
+    /// Something failed that the operator should see.
     Error,
+    /// Something odd that did not stop the compute.
     Warn,
+    /// Normal progress (shown at the node's default log level).
     Info,
+    /// Detail for a compute author (`RUST_LOG=debug`).
     Debug,
+    /// Finer detail still.
     Trace,
 }
 
@@ -68,8 +73,11 @@ impl std::error::Error for RpcError {}
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SelectionReport {
+    /// The epoch the decision was about.
     pub epoch_id: u64,
+    /// Whether the slot works that epoch.
     pub was_selected: bool,
+    /// The slot it was about.
     pub slot_id: u64,
     /// Seconds since the Unix epoch when it was reported.
     pub timestamp: u64,
@@ -113,7 +121,9 @@ pub trait HostApi: Sync {
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct PreviousSnapshot {
+    /// The epoch it was computed for.
     pub epoch_id: u64,
+    /// Its CID (CIDv1, raw codec, SHA-256, base32: `bafkrei…`).
     pub cid: RString,
 }
 
@@ -136,38 +146,70 @@ impl<'a> Host<'a> {
         HostApi_TO::from_ptr(host, TD_Opaque)
     }
 
-    /// One JSON-RPC call; returns the `result` member as JSON text.
+    /// One JSON-RPC call to `chain`; `params_json` is the `params` array as
+    /// JSON text (`"[]"` for none).
+    ///
+    /// `Ok` is the answer's raw `result` member as JSON text: a string comes
+    /// back quoted (`eth_chainId` → `"0x7a69"`), an object as an object; parse
+    /// it with serde_json. An `Err` with a `code` is the node's JSON-RPC error
+    /// object (a revert of `eth_call`, an unknown method: deterministic, the
+    /// same on every retry); without a `code` the chain was not reached or
+    /// answered garbage (every configured URL was tried, each for at most
+    /// `LITE_NODE_RPC_TIMEOUT_SECS`, 15 s by default). A compute that fails
+    /// after such a call is run again by the node, up to three more times.
+    ///
+    /// Pin reads to a block (a hex block number, never `latest`): the epoch's
+    /// blocks are `epoch.begin..=epoch.end`, every node must compute the same
+    /// bytes, and a node working many slots asks each pinned read once.
     pub fn rpc(&self, chain: Chain, method: &str, params_json: &str) -> Result<String, RpcError> {
         self.inner.rpc(chain, method.into(), params_json.into()).into_result().map(RString::into_string)
     }
 
-    /// A JSON-RPC batch; the outer error is a transport failure.
+    /// A JSON-RPC batch, one HTTP request: the answers come back in the
+    /// order of `calls`, each as [`Host::rpc`] would return it. The outer
+    /// error means the batch as a whole failed (transport, or an answer that
+    /// does not match the calls).
     pub fn rpc_batch(&self, chain: Chain, calls: &[RpcCall]) -> Result<Vec<Result<String, RpcError>>, RpcError> {
         let out = self.inner.rpc_batch(chain, calls.into()).into_result()?;
         Ok(out.into_iter().map(|r| r.into_result().map(RString::into_string)).collect())
     }
 
-    /// Reports the selection decision; do this before any other work.
+    /// Tells the node's SlotSelectionTracker whether `slot_id` works
+    /// `epoch_id`. Do this first, before any other work: the node counts an
+    /// epoch as the slot's own work (and a failure as a missed snapshot) only
+    /// once it knows the slot was selected, and a compute that returns no
+    /// snapshots after reporting `true` is a failure. `slot_selection::decide`
+    /// reports for you.
     pub fn report_selection(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
         self.inner.report_selection(epoch_id, was_selected, slot_id);
     }
 
-    /// The last decision reported to the tracker.
+    /// The last decision reported to this slot's tracker (by any compute of
+    /// this slot, possibly an earlier epoch's), if any.
     pub fn last_selection(&self) -> Option<SelectionReport> {
         self.inner.last_selection().into_option()
     }
 
-    /// Preloaded block details for the epoch, in block order.
+    /// The epoch's source-chain blocks `begin..=end` (number, hash,
+    /// timestamp), in block order, fetched once per epoch by the node. Empty
+    /// unless the project lists `"block_details"` in its `preload_tasks` in
+    /// projects.json. The slot selection's seed is the hash of block
+    /// `epoch.begin`, which is why a selecting processor needs this.
     pub fn block_details(&self) -> Vec<BlockDetail> {
         self.inner.block_details().into_vec()
     }
 
-    /// Logs through the node at the given level.
+    /// Writes `message` into the node's log at `level`, attributed to the
+    /// project. Never log secrets: operators share their logs.
     pub fn log(&self, level: LogLevel, message: &str) {
         self.inner.log(level, message.into());
     }
 
-    /// `(epoch_id, cid)` the node recently produced for `data_source`, oldest first.
+    /// `(epoch_id, cid)` of the snapshots this node computed for
+    /// `data_source` in this project in earlier epochs (the newest few,
+    /// oldest first; never the current epoch). Empty on a fresh node, and
+    /// different from node to node: include it in a snapshot only if the
+    /// market accepts that votes then differ.
     pub fn previous_snapshots(&self, data_source: &str) -> Vec<(u64, String)> {
         self.inner
             .previous_snapshots(data_source.into())
@@ -176,14 +218,17 @@ impl<'a> Host<'a> {
             .collect()
     }
 
+    /// [`Host::log`] at [`LogLevel::Info`].
     pub fn info(&self, message: &str) {
         self.log(LogLevel::Info, message);
     }
 
+    /// [`Host::log`] at [`LogLevel::Warn`].
     pub fn warn(&self, message: &str) {
         self.log(LogLevel::Warn, message);
     }
 
+    /// [`Host::log`] at [`LogLevel::Debug`].
     pub fn debug(&self, message: &str) {
         self.log(LogLevel::Debug, message);
     }

@@ -18,6 +18,7 @@
 // `#[sabi_trait]` expands to impls inside function bodies, which rustc 1.95
 // reports as `non_local_definitions`; the expansion is abi_stable's, not ours.
 #![allow(non_local_definitions)]
+#![deny(missing_docs)]
 
 pub use abi_stable;
 
@@ -28,7 +29,7 @@ mod module;
 mod processor;
 pub mod testing;
 
-pub use epoch::{BlockDetail, EpochContext};
+pub use epoch::{BlockDetail, EpochContext, EpochContextBuilder};
 pub use guard::{guarded, panic_message};
 pub use host::{
     Chain, Host, HostApi, HostApi_TO, HostRef, LogLevel, PreviousSnapshot, RpcCall, RpcError, SelectionReport,

@@ -25,7 +25,9 @@ use crate::{
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct ProcessorInfo {
+    /// The name projects.json uses in `processor.class_name`.
     pub class_name: RString,
+    /// One line describing it.
     pub description: RString,
 }
 
@@ -33,9 +35,11 @@ pub struct ProcessorInfo {
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct AssignmentRequest {
+    /// The epoch asked about.
     pub epoch_id: u64,
     /// The seed block's hash, hex with or without `0x`.
     pub block_hash: RString,
+    /// Registered slots (`getTotalNodeCount()`).
     pub total_slots: u64,
     /// Active pools (data sources), as given; the rule sorts them itself.
     pub pools: RVec<RString>,
@@ -45,6 +49,7 @@ pub struct AssignmentRequest {
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotAssignment {
+    /// The selected slot.
     pub slot_id: u64,
     /// Index into [`Assignments::pools`].
     pub pool: u32,

@@ -24,6 +24,14 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// A snapshot of `data_source` (empty for none) with its JSON text.
+    ///
+    /// The node submits it under the project id
+    /// `{project_type}:{data_source}:{namespace}` (data source lower-cased;
+    /// `{project_type}:{namespace}` without one). When the data source is an
+    /// address, the collector accepts it only from a slot the market's
+    /// selection assigned that very address for the epoch; other data sources
+    /// are not scoped by the selection.
     pub fn new(data_source: impl Into<String>, json: impl Into<String>) -> Self {
         Self { data_source: RString::from(data_source.into()), json: RString::from(json.into()) }
     }
@@ -41,6 +49,17 @@ pub trait Processor: Send + Sync {
 pub type ProcessorBox = Processor_TO<'static, RBox<()>>;
 
 /// What compute authors implement: plain Rust, no ABI types to juggle.
+///
+/// One instance serves its project for as long as the node runs: it is
+/// built once from the project's settings and then called for every epoch,
+/// and for every slot when the node works several, possibly from several
+/// threads at once (at most `LITE_NODE_MAX_CONCURRENT_COMPUTES`, 4 by
+/// default) — keep state behind a lock, or none. Each call runs on a
+/// blocking thread of its own, so blocking I/O through the [`Host`] is fine.
+/// A call has `LITE_NODE_COMPUTE_TIMEOUT_SECS` (60 s by default): past it
+/// the epoch fails for this project, the thread is left to finish (it cannot
+/// be stopped) and counts as hung until it returns. A panic is caught and
+/// becomes the epoch's error, naming the processor.
 pub trait ComputeProcessor: Send + Sync + 'static {
     /// Computes one epoch. Report the selection decision through
     /// `host.report_selection` before doing any work; return an empty list

@@ -18,10 +18,13 @@ pub type RpcHandler = Box<dyn Fn(Chain, &str, &str) -> Result<String, RpcError> 
 /// handler, and records selection reports and log lines.
 #[derive(Default)]
 pub struct TestHost {
+    /// What `block_details` answers.
     pub blocks: Vec<BlockDetail>,
+    /// Answers `rpc` and `rpc_batch` (without one, every call fails).
     pub rpc: Option<RpcHandler>,
     /// Every `report_selection(epoch_id, was_selected, slot_id)`, in order.
     pub reports: Mutex<Vec<(u64, bool, u64)>>,
+    /// Every logged line, in order.
     pub logs: Mutex<Vec<(LogLevel, String)>>,
     /// What `previous_snapshots` answers: `(data_source, epoch_id, cid)`.
     pub previous: Vec<(String, u64, String)>,
@@ -34,6 +37,7 @@ impl std::fmt::Debug for TestHost {
 }
 
 impl TestHost {
+    /// A host serving `blocks` and nothing else.
     pub fn with_blocks(blocks: Vec<BlockDetail>) -> Self {
         Self { blocks, ..Self::default() }
     }
@@ -43,6 +47,7 @@ impl TestHost {
         Host::new(Host::to_ref(self))
     }
 
+    /// The selection reports so far, `(epoch_id, was_selected, slot_id)`.
     pub fn reports(&self) -> Vec<(u64, bool, u64)> {
         self.reports.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }

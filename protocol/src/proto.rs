@@ -10,3 +10,7 @@ tonic::include_proto!("submission");
 pub const SUCCESS: &str = "Success";
 /// The collector's answer to a refused submission.
 pub const FAILURE: &str = "Failure";
+/// The gRPC response metadata key under which our collector gives the
+/// reason for a `Failure` (other collectors may not; the protocol's answer
+/// itself carries none).
+pub const REASON_METADATA: &str = "x-rejection-reason";

@@ -45,7 +45,10 @@ pub fn exit_status(err: &anyhow::Error) -> ExitStatus {
     let bad = err.chain().any(|c| {
         c.is::<ConfigErrors>()
             || c.is::<BadInput>()
-            || matches!(c.downcast_ref::<ComputeError>(), Some(ComputeError::Fetch(_) | ComputeError::Build { .. }))
+            || matches!(
+                c.downcast_ref::<ComputeError>(),
+                Some(ComputeError::Fetch(_) | ComputeError::Build { .. } | ComputeError::Interface { .. })
+            )
     });
     if bad { ExitStatus::BadConfig } else { ExitStatus::Failure }
 }

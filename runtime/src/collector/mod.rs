@@ -47,6 +47,9 @@ pub struct Seen {
     pub submission: SnapshotSubmission,
     pub verdict: Result<(), String>,
     pub answered_at: SystemTime,
+    /// Not from one of [`DevnetCollector::own`]'s slots and signers (a node
+    /// someone else started against this collector).
+    pub foreign: bool,
 }
 
 /// Shared record of what a collector saw.
@@ -100,6 +103,9 @@ pub struct DevnetCollector {
     /// not: the validator checks for itself). When it cannot take one, the
     /// node is asked to retry.
     pub forward: Option<proto::submission_client::SubmissionClient<tonic::transport::Channel>>,
+    /// The slots whose nodes the caller started, with their signers: other
+    /// submissions are still checked and answered, but marked foreign.
+    pub own: Option<BTreeMap<u64, Address>>,
     releases: tokio::sync::Mutex<BTreeMap<u64, Release>>,
 }
 
@@ -121,6 +127,7 @@ impl DevnetCollector {
             announce: false,
             from_block: 0,
             forward: None,
+            own: None,
             releases: Default::default(),
         }
     }
@@ -182,7 +189,12 @@ impl DevnetCollector {
                 Err(reason) => println!("rejected {what}: {reason}"),
             }
         }
-        let seen = Seen { submission, verdict, answered_at: SystemTime::now() };
+        let foreign = self.own.as_ref().is_some_and(|own| {
+            let Some(r) = submission.request.as_ref() else { return true };
+            let Some(&signer) = own.get(&r.slot_id) else { return true };
+            signature_is_from(&submission, self.chain_id, self.anchor.protocol_state, signer).is_err()
+        });
+        let seen = Seen { submission, verdict, answered_at: SystemTime::now(), foreign };
         self.received.lock().unwrap_or_else(|p| p.into_inner()).push(seen);
     }
 }
@@ -212,8 +224,13 @@ impl proto::submission_server::Submission for DevnetCollector {
             return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
         }
         let message = if verdict.is_ok() { proto::SUCCESS } else { proto::FAILURE };
+        let reason = verdict.as_ref().err().map(|r| reason_metadata(r));
         self.record(s, verdict);
-        Ok(tonic::Response::new(SubmissionResponse { message: message.into() }))
+        let mut response = tonic::Response::new(SubmissionResponse { message: message.into() });
+        if let Some(reason) = reason {
+            response.metadata_mut().insert(proto::REASON_METADATA, reason);
+        }
+        Ok(response)
     }
 
     async fn submit_snapshot_simulation(
@@ -235,6 +252,15 @@ impl proto::submission_server::Submission for DevnetCollector {
             message: if all_ok { proto::SUCCESS } else { proto::FAILURE }.into(),
         }))
     }
+}
+
+/// A rejection's reason as a gRPC metadata value (printable ASCII, at most
+/// 1,000 characters): the protocol's answer is only `Failure`, and a node
+/// should be able to say why.
+fn reason_metadata(reason: &str) -> tonic::metadata::MetadataValue<tonic::metadata::Ascii> {
+    let text: String =
+        reason.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).take(1000).collect();
+    text.parse().unwrap_or_else(|_| tonic::metadata::MetadataValue::from_static("unprintable reason"))
 }
 
 /// Serves `collector` on `listener` until `shutdown` completes.

@@ -69,10 +69,11 @@ pub fn check(env: &EnvSnapshot, offline: bool, out: &mut dyn Write) -> Result<()
                     true,
                     "compute package",
                     &format!(
-                        "{} {} ({} libraries) at {}",
+                        "{} {} ({} {}) at {}",
                         m.source,
                         m.commit,
                         loaded.libraries.len(),
+                        if loaded.libraries.len() == 1 { "library" } else { "libraries" },
                         loaded.package.dir.display()
                     ),
                     out,

@@ -20,7 +20,7 @@ pub fn compute_show(env: &EnvSnapshot, fetch: Fetch, out: &mut dyn Write) -> Res
     Ok(loaded)
 }
 
-fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Result<()> {
+pub fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Result<()> {
     let m = &loaded.package.manifest;
     writeln!(out, "cache: {}", loaded.package.dir.display())?;
     writeln!(
@@ -41,8 +41,9 @@ fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Result
     for lib in &loaded.libraries {
         let extra = if lib.provides_assignments() { ", provides slot assignments" } else { "" };
         writeln!(out, "library {} (plugin-api {}{extra})", lib.name, lib.api_version)?;
+        let width = lib.processors.iter().map(|(class, _)| class.chars().count()).max().unwrap_or(0);
         for (class, description) in &lib.processors {
-            writeln!(out, "  {class}  {description}")?;
+            writeln!(out, "  {class:<width$}  {description}")?;
         }
         if lib.processors.is_empty() {
             writeln!(out, "  (no processors)")?;

@@ -131,6 +131,15 @@ pub fn build(
     let ok = matches!(status, Ok(s) if s.success()) && finished_ok != Some(false);
     if !ok {
         progress.abandon();
+        if let Some(required) = required_interface(&tail) {
+            return Err(ComputeError::Interface {
+                package: describe.to_owned(),
+                required,
+                provided: api.version.clone(),
+                wanted: wanted_requirement(&api.version),
+                detail: " (cargo could not resolve it)".into(),
+            });
+        }
         let mut tail = tail;
         if tail.contains("no matching package named `lite-node-plugin-api`")
             || tail.contains("lite-node-plugin-api") && tail.contains("was not used")
@@ -143,7 +152,8 @@ pub fn build(
         }
         return Err(ComputeError::Build { package: describe.to_owned(), tail });
     }
-    progress.finish(&format!("{compiled} crates compiled, {} libraries", libraries.len()));
+    let n = libraries.len();
+    progress.finish(&format!("{compiled} crates compiled, {n} {}", if n == 1 { "library" } else { "libraries" }));
     if libraries.is_empty() {
         return Err(ComputeError::Build {
             package: describe.to_owned(),
@@ -151,4 +161,41 @@ pub fn build(
         });
     }
     Ok(libraries)
+}
+
+/// The plugin-api requirement cargo could not meet, from its error output
+/// (`failed to select a version for the requirement
+/// \`lite-node-plugin-api = "^0.2"\``).
+fn required_interface(tail: &str) -> Option<String> {
+    let at = tail.find("failed to select a version for the requirement `lite-node-plugin-api = \"")?;
+    let rest = &tail[at..];
+    let start = rest.find('"')? + 1;
+    let end = start + rest[start..].find('"')?;
+    Some(rest[start..end].to_owned())
+}
+
+/// What a crate should require to get `version`: `0.1` for `0.1.0`, `1` for
+/// `1.2.0` (cargo's caret compatibility).
+pub fn wanted_requirement(version: &str) -> String {
+    let parts: Vec<&str> = version.split('.').collect();
+    match parts.as_slice() {
+        ["0", minor, ..] => format!("0.{minor}"),
+        [major, ..] => (*major).to_owned(),
+        _ => version.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unmet_interface_requirement_is_read_from_cargo() {
+        let tail = "error: failed to select a version for the requirement `lite-node-plugin-api = \"^0.2\"`\n\
+                    candidate versions found which didn't match: 0.1.0";
+        assert_eq!(required_interface(tail).as_deref(), Some("^0.2"));
+        assert_eq!(required_interface("error: something else"), None);
+        assert_eq!(wanted_requirement("0.1.0"), "0.1");
+        assert_eq!(wanted_requirement("1.4.2"), "1");
+    }
 }

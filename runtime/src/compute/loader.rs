@@ -121,6 +121,22 @@ fn load_error(name: &str, path: &std::path::Path, e: LibraryError) -> ComputeErr
     }
 }
 
+/// Opens a freshly built library the way [`LoadedPackage::load`] will, so a
+/// build the node could not load is refused before it is cached.
+pub fn check_library(name: &str, path: &std::path::Path, package: &str) -> Result<(), ComputeError> {
+    let header = lib_header_from_path(path).map_err(|e| load_error(name, path, e))?;
+    let library_version = header.version_strings().version.to_string();
+    match header.init_root_module::<ComputeModuleRef>() {
+        Ok(_) => Ok(()),
+        Err(e) => Err(match mismatch_error(name, &library_version, e) {
+            ComputeError::Interface { required, provided, wanted, detail, .. } => {
+                ComputeError::Interface { package: package.to_owned(), required, provided, wanted, detail }
+            }
+            other => other,
+        }),
+    }
+}
+
 fn mismatch_error(name: &str, library_version: &str, e: LibraryError) -> ComputeError {
     let detail = match &e {
         LibraryError::IncompatibleVersionNumber { expected_version, actual_version, .. } => {
@@ -133,12 +149,13 @@ fn mismatch_error(name: &str, library_version: &str, e: LibraryError) -> Compute
         }
         other => first_line(&other.to_string()),
     };
-    ComputeError::Load(format!(
-        "library `{name}` was built against lite-node-plugin-api {library_version}, \
-         this runtime provides {PLUGIN_API_VERSION}: {detail}\n\
-         rebuild the compute package against this runtime's plugin-api (lite-node compute fetch does); \
-         RUST_LOG=debug shows abi_stable's full report"
-    ))
+    ComputeError::Interface {
+        package: format!("library `{name}`"),
+        required: library_version.to_owned(),
+        provided: PLUGIN_API_VERSION.to_owned(),
+        wanted: super::cargo_build::wanted_requirement(PLUGIN_API_VERSION),
+        detail: format!(": {detail} (RUST_LOG=debug shows abi_stable's full report)"),
+    }
 }
 
 /// Condenses abi_stable's layout report (hundreds of lines) to the type that

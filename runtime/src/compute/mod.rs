@@ -42,6 +42,15 @@ pub enum ComputeError {
     NotCached { package: String, dir: String },
     #[error("{0}")]
     Load(String),
+    /// The package was written for another plugin interface than this node
+    /// provides: only another commit of it (or another node) can help.
+    #[error(
+        "compute package {package} needs lite-node-plugin-api {required}, this node provides {provided}{detail}\n\
+         a compute package is built against the interface of the node that runs it: pin a commit of the package \
+         written for lite-node-plugin-api {provided} (its crates depend on `lite-node-plugin-api = \"{wanted}\"`), \
+         or run the node version it was written for; fetching again cannot fix this"
+    )]
+    Interface { package: String, required: String, provided: String, wanted: String, detail: String },
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
 }
@@ -190,6 +199,14 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
     let described = if pinned { describe } else { format!("{describe} at {commit}") };
     let libraries = cargo_build::build(&workspace, cfg, &api, &described)?;
 
+    // A build that cannot be loaded is not cached: the next start would only
+    // fail the same way.
+    for lib in &libraries {
+        if let Err(e) = loader::check_library(&lib.name, &lib.file, &described) {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    }
     let out = staging.join("out");
     fs::create_dir_all(&out).map_err(io(format!("creating {}", out.display())))?;
     let mut entries = Vec::new();

@@ -372,6 +372,9 @@ pub async fn run(
         {
             let mut collector = DevnetCollector::new(anchor.clone(), manifest.chain_id);
             (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
+            collector.own = Some(
+                slots.iter().flat_map(|(n, signer, _)| opts.slots_of(*n).map(move |slot| (slot, *signer))).collect(),
+            );
             if let Some(v) = &validator {
                 let client = lite_node_protocol::proto::submission_client::SubmissionClient::connect(v.gateway.clone())
                     .await
@@ -619,13 +622,27 @@ pub async fn run(
         stop_all(&mut procs, Duration::from_secs(30));
     });
     let _ = stop_collector.send(());
-    let _ = serving.await;
+    // A client someone else left connected must not keep the devnet from ending.
+    let mut serving = serving;
+    if tokio::time::timeout(Duration::from_secs(2), &mut serving).await.is_err() {
+        tracing::info!("a client stayed connected to the collector; closing it");
+        serving.abort();
+    }
     if let Some(v) = &mut validator {
         tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
     }
     tokio::task::block_in_place(|| anvil.stop());
 
-    let seen = received.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let (foreign, seen): (Vec<_>, Vec<_>) =
+        received.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().partition(|s| s.foreign);
+    if !foreign.is_empty() {
+        writeln!(
+            out,
+            "{} submission(s) came from nodes this devnet did not start (another slot or signer); answered, not \
+             counted",
+            foreign.len()
+        )?;
+    }
     let mut summary = summarize(&released, &seen, &nodes, interrupted);
     if validator.is_some() {
         summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
@@ -811,6 +828,7 @@ async fn release_one(
 fn arrived(received: &Received, epoch: &Released) -> Vec<collector::Seen> {
     let seen = received.lock().unwrap_or_else(|p| p.into_inner());
     seen.iter()
+        .filter(|s| !s.foreign)
         .filter(|s| s.submission.request.as_ref().is_some_and(|r| r.epoch_id == epoch.assignment.epoch_id))
         .cloned()
         .collect()

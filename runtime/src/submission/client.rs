@@ -44,11 +44,17 @@ pub async fn submit(
                 .submit_snapshot(submission.clone())
                 .await
                 .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
-            Ok::<SubmissionResponse, String>(answer.into_inner())
+            let reason = answer.metadata().get(proto::REASON_METADATA).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            Ok::<(SubmissionResponse, Option<String>), String>((answer.into_inner(), reason))
         };
         match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
-            Ok(Ok(r)) if r.message == proto::SUCCESS => return Verdict::Accepted,
-            Ok(Ok(r)) => return Verdict::Rejected(format!("collector answered `{}`", r.message)),
+            Ok(Ok((r, _))) if r.message == proto::SUCCESS => return Verdict::Accepted,
+            Ok(Ok((r, reason))) => {
+                return Verdict::Rejected(match reason {
+                    Some(reason) => format!("collector answered `{}`: {reason}", r.message),
+                    None => format!("collector answered `{}` and gave no reason", r.message),
+                });
+            }
             Ok(Err(e)) => last_error = e,
             Err(_) => last_error = format!("timed out after {}s", ATTEMPT_TIMEOUT.as_secs()),
         }

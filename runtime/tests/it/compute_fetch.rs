@@ -125,8 +125,16 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
     );
     fs::write(api.path().join("Cargo.toml"), manifest).unwrap();
     let epoch = fs::read_to_string(api.path().join("src/epoch.rs")).unwrap();
-    let changed =
-        epoch.replacen("pub project_type: RString,\n}", "pub project_type: RString,\n    pub base_fee: u64,\n}", 1);
+    let changed = epoch.replacen(
+        "pub project_type: RString,\n}",
+        "pub project_type: RString,\n    /// A field this node does not know.\n    pub base_fee: u64,\n}",
+        1,
+    );
+    let changed = changed.replacen(
+        "project_type: RString::new(),\n",
+        "project_type: RString::new(),\n            base_fee: 0,\n",
+        1,
+    );
     assert_ne!(epoch, changed, "the fixture edit must apply");
     fs::write(api.path().join("src/epoch.rs"), changed).unwrap();
 
@@ -135,12 +143,9 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
         .compute_repo(&repo, &repo.commit, "computes")
         .env("LITE_NODE_PLUGIN_API_DIR", api.path().display().to_string());
     let run = node.run(&["compute", "fetch"]);
-    assert_eq!(run.code, 1, "{run:?}");
-    assert!(
-        run.stderr.contains("built against lite-node-plugin-api 0.1.1, this runtime provides 0.1.0"),
-        "{}",
-        run.stderr
-    );
+    assert_eq!(run.code, 2, "bad input, not a failure to retry: {run:?}");
+    assert!(run.stderr.contains("needs lite-node-plugin-api 0.1.1, this node provides 0.1.0"), "{}", run.stderr);
+    assert!(cached_packages(node.data_dir()).is_empty(), "an unloadable build is not cached");
     assert!(
         run.stderr.contains("layouts differ: `EpochContext` incompatible type size (expected 112, found 120)"),
         "{}",
@@ -165,4 +170,40 @@ fn two_nodes_starting_together_build_once_and_agree() {
     let builds = runs.iter().filter(|r| r.stderr.contains("building compute package")).count();
     assert_eq!(builds, 1, "exactly one node builds: {runs:#?}");
     assert_eq!(cached_packages(node.data_dir()).len(), 1);
+}
+
+/// A package written for another plugin interface is the operator's pin to
+/// fix, not a transient failure: exit 2 naming both versions and what the
+/// package should require, and nothing cached (so init.sh does not retry it
+/// forever and a later start does not load it).
+#[test]
+fn a_package_for_another_interface_is_bad_input_naming_both_versions_and_caches_nothing() {
+    let src = tempfile::tempdir().unwrap();
+    let files = [
+        ("Cargo.toml", "[workspace]\nmembers = [\"other\"]\nresolver = \"2\"\n"),
+        (
+            "other/Cargo.toml",
+            "[package]\nname = \"other\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\", \
+             \"rlib\"]\n\n[dependencies]\nlite-node-plugin-api = \"0.2\"\n",
+        ),
+        ("other/src/lib.rs", "//! Written for an interface this node does not provide.\n"),
+    ];
+    for (path, text) in files {
+        let file = src.path().join(path);
+        fs::create_dir_all(file.parent().unwrap()).unwrap();
+        fs::write(file, text).unwrap();
+    }
+    let repo = lite_node_testkit::GitFixture::new(&[(src.path(), "")]);
+    let node = Node::new().compute_repo(&repo, &repo.commit, "");
+    let run = node.run(&["compute", "fetch"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    let provided = lite_node_plugin_api::PLUGIN_API_VERSION;
+    assert!(
+        run.stderr.contains(&format!("needs lite-node-plugin-api ^0.2, this node provides {provided}")),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("`lite-node-plugin-api = \"0.1\"`"), "{}", run.stderr);
+    assert!(!run.stderr.contains("compute fetch` does"), "no advice that cannot help: {}", run.stderr);
+    assert!(cached_packages(node.data_dir()).is_empty());
 }

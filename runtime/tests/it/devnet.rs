@@ -277,3 +277,71 @@ fn a_drill_on_ten_slots_of_one_node_sends_one_three_failure_message_naming_them(
     assert!(alerts[0].contains("lite-node slots 1-10 (10 slots)"), "{}", alerts[0]);
     assert!(alerts[0].contains("LITE_NODE_DRILL=compute-error"), "{}", alerts[0]);
 }
+
+/// A node the devnet did not start (here: a hand-made submission for a
+/// slot that is not the devnet's) is answered but not counted: the run still
+/// passes, and says how many such submissions came.
+#[test]
+fn submissions_from_a_node_the_devnet_did_not_start_are_not_counted_as_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = devnet(dir.path(), &["--nodes", "2", "--epochs", "10"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lite-node devnet starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let collector = poll_until("the devnet's collector", Duration::from_secs(180), || {
+        while let Ok(l) = rx.try_recv() {
+            lines.push(l);
+        }
+        lines.iter().find_map(|l| l.strip_prefix("collector on ")?.split(' ').next().map(str::to_owned))
+    });
+    let request = lite_node_protocol::proto::Request {
+        slot_id: 42,
+        deadline: 1_000_000,
+        snapshot_cid: "bafkreicecnx2gvntm6fbcrvnc336qze6st5u7qq7457igegamd3bzkx7ri".into(),
+        epoch_id: 1,
+        project_id: "baseSnapshot:devnet-UNISWAPV3-ETH".into(),
+    };
+    let stranger = lite_node_protocol::proto::SnapshotSubmission {
+        request: Some(request),
+        signature: "11".repeat(65),
+        ..Default::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let endpoint = format!("http://{collector}");
+    let mut tries = 0;
+    let in_time = async || {
+        tries += 1;
+        tries <= 20
+    };
+    let verdict = runtime.block_on(lite_node::submission::submit(&endpoint, stranger, in_time, |_| {}));
+    assert!(matches!(verdict, lite_node::submission::Verdict::Rejected(_)), "{verdict:?}");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+            lines.push(l);
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            let _ = child.kill();
+            panic!("the devnet did not finish:\n{}", lines.join("\n"));
+        }
+    };
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(5)) {
+        lines.push(l);
+    }
+    let text = lines.join("\n");
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(text.contains("1 submission(s) came from nodes this devnet did not start"), "{text}");
+    assert!(text.contains("20 accepted, 0 rejected, 0 missing"), "{text}");
+}

@@ -56,3 +56,25 @@ fn unknown_class_name_lists_what_the_library_exports() {
     let err = package.new_processor("nope", "EchoProcessor", "{}").err().unwrap().to_string();
     assert!(err.contains("library `nope` is not in the compute package") && err.contains("it has: faulty"), "{err}");
 }
+
+/// `compute list` lines up each library's processors: one description column.
+#[test]
+fn compute_list_aligns_processor_descriptions() {
+    let data = tempfile::tempdir().unwrap();
+    let package = load_faulty(data.path());
+    let mut out = Vec::new();
+    lite_node::commands::print_package(&package, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let block = text.split("\nlibrary ").nth(1).expect("a library is listed");
+    let starts: std::collections::BTreeSet<usize> = block
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.strip_prefix("  "))
+        .map(|l| {
+            let class_end = l.find(' ').unwrap_or(l.len());
+            class_end + (l[class_end..].len() - l[class_end..].trim_start().len())
+        })
+        .collect();
+    assert!(block.lines().count() > 3, "several processors:\n{text}");
+    assert_eq!(starts.len(), 1, "unaligned:\n{text}");
+}
