@@ -28,6 +28,30 @@ fn main() {
     fs::write(dest, out).expect("write generated file");
     println!("cargo:rerun-if-changed=../plugin-api/Cargo.toml");
     println!("cargo:rerun-if-changed=../plugin-api/src");
+
+    // `lite-node compute new`: the template processor and the market's slot
+    // selection, as a new package starts from them.
+    let computes = manifest_dir.join("..").join("computes");
+    let mut out = String::new();
+    for (name, dir, extra) in
+        [("TEMPLATE", "template", vec!["Cargo.toml"]), ("SLOT_SELECTION", "slot-selection", vec![])]
+    {
+        let root = computes.join(dir);
+        let mut files: Vec<PathBuf> = extra.into_iter().map(PathBuf::from).collect();
+        collect(&root, Path::new("src"), &mut files);
+        files.sort();
+        writeln!(out, "pub static {name}: &[(&str, &str)] = &[").expect("write to string");
+        for rel in &files {
+            let abs = root.join(rel).canonicalize().expect("compute file exists");
+            let rel = rel.to_str().expect("utf-8 path").replace('\\', "/");
+            writeln!(out, "    ({rel:?}, include_str!({:?})),", abs.display().to_string()).expect("write to string");
+        }
+        out.push_str("];\n");
+        println!("cargo:rerun-if-changed=../computes/{dir}/src");
+    }
+    println!("cargo:rerun-if-changed=../computes/template/Cargo.toml");
+    let dest = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("scaffold_files.rs");
+    fs::write(dest, out).expect("write generated file");
 }
 
 fn collect(root: &Path, rel: &Path, files: &mut Vec<PathBuf>) {

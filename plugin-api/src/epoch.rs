@@ -95,3 +95,18 @@ impl EpochContextBuilder {
         self.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::EpochContext;
+
+    #[test]
+    fn the_builder_sets_what_it_is_told_and_defaults_the_rest() {
+        let epoch = EpochContext::builder(7, 100, 109).slot(3, 50).day(2).project_type("baseSnapshot").build();
+        assert_eq!((epoch.epoch_id, epoch.begin, epoch.end, epoch.day_id), (7, 100, 109, 2));
+        assert_eq!((epoch.slot_id, epoch.total_slots), (3, 50));
+        assert_eq!((epoch.namespace.as_str(), epoch.project_type.as_str()), ("devnet-UNISWAPV3-ETH", "baseSnapshot"));
+        let other = EpochContext::builder(1, 5, 5).namespace("mainnet-UNISWAPV3-ETH").build();
+        assert_eq!((other.slot_id, other.total_slots, other.namespace.as_str()), (1, 1, "mainnet-UNISWAPV3-ETH"));
+    }
+}

@@ -38,7 +38,7 @@ pub use module::{
     __build_module, AssignmentFn as __AssignmentFn, AssignmentRequest, Assignments, ComputeModule, ComputeModuleRef,
     ProcessorInfo, SlotAssignment,
 };
-pub use processor::{ComputeProcessor, Processor, Processor_TO, ProcessorBox, ProcessorSpec, Snapshot};
+pub use processor::{ComputeProcessor, Need, Processor, Processor_TO, ProcessorBox, ProcessorSpec, Snapshot};
 
 /// The version of this interface crate, as compiled into a plugin or the runtime.
 ///

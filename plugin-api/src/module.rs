@@ -29,6 +29,8 @@ pub struct ProcessorInfo {
     pub class_name: RString,
     /// One line describing it.
     pub description: RString,
+    /// The preload tasks its project must list (see [`crate::Need`]).
+    pub needs: RVec<RString>,
 }
 
 /// The question the data market's slot selection answers for one epoch.
@@ -118,7 +120,11 @@ extern "C" fn processors() -> RVec<ProcessorInfo> {
         Ok(registry()
             .processors
             .iter()
-            .map(|p| ProcessorInfo { class_name: p.class_name.into(), description: p.description.into() })
+            .map(|p| ProcessorInfo {
+                class_name: p.class_name.into(),
+                description: p.description.into(),
+                needs: p.needs.iter().map(|n| n.preload_task().into()).collect(),
+            })
             .collect())
     })
     .unwrap_or_default()

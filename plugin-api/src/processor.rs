@@ -67,6 +67,25 @@ pub trait ComputeProcessor: Send + Sync + 'static {
     fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String>;
 }
 
+/// Something a processor needs the node to prepare for every epoch: a
+/// preload task its project must list in projects.json (`preload_tasks`).
+/// `lite-node check` and the node's start refuse a project that lacks one,
+/// rather than letting every epoch fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// [`Host::block_details`]: the epoch's blocks (`"block_details"`).
+    BlockDetails,
+}
+
+impl Need {
+    /// The preload task's name in projects.json.
+    pub fn preload_task(self) -> &'static str {
+        match self {
+            Self::BlockDetails => "block_details",
+        }
+    }
+}
+
 /// How a processor is listed and built.
 #[derive(Clone, Copy)]
 pub struct ProcessorSpec {
@@ -74,6 +93,8 @@ pub struct ProcessorSpec {
     pub class_name: &'static str,
     /// One line for `lite-node compute list`.
     pub description: &'static str,
+    /// What the node must prepare for it (`&[]` for nothing).
+    pub needs: &'static [Need],
     /// Builds an instance from the project's settings (JSON object text).
     pub new: fn(settings_json: &str) -> Result<Box<dyn ComputeProcessor>, String>,
 }

@@ -246,6 +246,16 @@ enum ComputeCommand {
     Fetch,
     /// Show the cached compute package; never fetches or builds.
     List,
+    /// Write a new compute package into DIR: one processor from the template,
+    /// the market's slot selection, this node's plugin interface, a
+    /// projects.json, an author's README, and a git repository.
+    New {
+        /// Where to write it (must not exist, or be empty).
+        dir: PathBuf,
+        /// The processor crate's name (default: the directory's name).
+        #[arg(long)]
+        name: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -343,6 +353,9 @@ fn main() -> ExitCode {
             },
             &mut stdout(),
         ),
+        Command::Compute(ComputeCommand::New { dir, name }) => {
+            commands::compute_new(&dir, name.as_deref(), &mut stdout())
+        }
         Command::Compute(ComputeCommand::List) => {
             commands::compute_show(&env, Fetch::CacheOnly, &mut stdout()).map(drop)
         }

@@ -8,7 +8,7 @@ use std::{
 };
 
 use lite_node_plugin_api::{
-    BlockDetail, Chain, ComputeProcessor, EpochContext, Host, ProcessorSpec, RpcCall, Snapshot,
+    BlockDetail, Chain, ComputeProcessor, EpochContext, Host, Need, ProcessorSpec, RpcCall, Snapshot,
 };
 use serde_json::{Map, Value, json};
 
@@ -22,6 +22,7 @@ use crate::{
 pub const BASE_SNAPSHOT: ProcessorSpec = ProcessorSpec {
     class_name: "BaseSnapshotProcessor",
     description: "Uniswap V3 pool base snapshot (reserves, prices, volumes, fees) for the assigned pool, or every pool in full-node mode",
+    needs: &[Need::BlockDetails],
     new: BaseSnapshotProcessor::from_settings,
 };
 

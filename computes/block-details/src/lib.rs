@@ -3,13 +3,16 @@
 //! details. It needs no RPC, so tests and the local network use it to watch
 //! epochs flow end to end.
 
-use lite_node_plugin_api::{ComputeProcessor, EpochContext, Host, ProcessorSpec, Snapshot, export_compute_module};
+use lite_node_plugin_api::{
+    ComputeProcessor, EpochContext, Host, Need, ProcessorSpec, Snapshot, export_compute_module,
+};
 use serde_json::{Map, Value, json};
 
 /// `class_name` `BlockDetailsProcessor` in projects.json.
 pub const BLOCK_DETAILS: ProcessorSpec = ProcessorSpec {
     class_name: "BlockDetailsProcessor",
     description: "hash and timestamp of every block in the epoch",
+    needs: &[Need::BlockDetails],
     new: BlockDetailsProcessor::from_settings,
 };
 

@@ -18,6 +18,9 @@ use serde_json::{Value, json};
 pub const TEMPLATE: ProcessorSpec = ProcessorSpec {
     class_name: "TemplateProcessor",
     description: "template: one snapshot per epoch carrying a greeting",
+    // What the node prepares for it: `&[Need::BlockDetails]` if it reads
+    // `host.block_details()` (its project must then list "block_details").
+    needs: &[],
     new: TemplateProcessor::from_settings,
 };
 

@@ -97,7 +97,11 @@ pub fn check(env: &EnvSnapshot, offline: bool, out: &mut dyn Write) -> Result<()
             for p in &projects.projects {
                 let settings = serde_json::Value::Object(p.settings.clone()).to_string();
                 let what = format!("processor {}", p.project_type);
-                match loaded.new_processor(&p.module, &p.class_name, &settings) {
+                match loaded
+                    .new_processor(&p.module, &p.class_name, &settings)
+                    .map_err(|e| e.to_string())
+                    .and_then(|processor| loaded.check_needs(p).map(|()| processor))
+                {
                     Ok(_) => {
                         let lib = loaded.library(&p.module)?;
                         line(
@@ -109,7 +113,7 @@ pub fn check(env: &EnvSnapshot, offline: bool, out: &mut dyn Write) -> Result<()
                     }
                     Err(e) => {
                         bad_config = true;
-                        line(false, &what, &e.to_string(), out)?
+                        line(false, &what, &e, out)?
                     }
                 }
             }

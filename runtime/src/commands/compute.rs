@@ -41,13 +41,34 @@ pub fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Re
     for lib in &loaded.libraries {
         let extra = if lib.provides_assignments() { ", provides slot assignments" } else { "" };
         writeln!(out, "library {} (plugin-api {}{extra})", lib.name, lib.api_version)?;
-        let width = lib.processors.iter().map(|(class, _)| class.chars().count()).max().unwrap_or(0);
-        for (class, description) in &lib.processors {
-            writeln!(out, "  {class:<width$}  {description}")?;
+        let width = lib.processors.iter().map(|p| p.class_name.chars().count()).max().unwrap_or(0);
+        for p in &lib.processors {
+            let needs = if p.needs.is_empty() { String::new() } else { format!(" (needs {})", p.needs.join(", ")) };
+            writeln!(out, "  {:<width$}  {}{needs}", p.class_name, p.description)?;
         }
         if lib.processors.is_empty() {
             writeln!(out, "  (no processors)")?;
         }
     }
+    Ok(())
+}
+
+/// `lite-node compute new DIR [--name NAME]`.
+pub fn compute_new(dir: &std::path::Path, name: Option<&str>, out: &mut dyn Write) -> Result<()> {
+    let s = compute::scaffold::new_package(dir, name)?;
+    let api = lite_node_plugin_api::PLUGIN_API_VERSION;
+    writeln!(out, "wrote the compute package {} in {} (commit {}):", s.crate_name, s.dir.display(), s.commit)?;
+    let rows = [
+        (format!("{}/", s.crate_name), format!("the processor {} (library {})", s.class_name, s.library)),
+        ("slot-selection/".to_owned(), "the BDS market's slot selection".to_owned()),
+        ("plugin-api/".to_owned(), format!("lite-node-plugin-api {api}, this node's interface")),
+        ("projects.json".to_owned(), format!("the project {}", s.project_type)),
+        ("README.md".to_owned(), "test, publish, what operators set".to_owned()),
+    ];
+    let width = rows.iter().map(|(a, _)| a.len()).max().unwrap_or(0);
+    for (what, why) in rows {
+        writeln!(out, "  {what:<width$}  {why}")?;
+    }
+    writeln!(out, "next: cd {} && cargo test", s.dir.display())?;
     Ok(())
 }

@@ -16,7 +16,7 @@ pub use alert::alert_test;
 pub use assignments::{AssignmentQuery, assignments, pool_list};
 pub use check::check;
 pub use collector::{CollectorOptions, collector};
-pub use compute::{compute_show, print_package};
+pub use compute::{compute_new, compute_show, print_package};
 pub use devnet::devnet;
 pub use run::run;
 pub use validator::{Component, ValidatorOptions, validator};

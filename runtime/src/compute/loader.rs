@@ -6,7 +6,7 @@
 
 use abi_stable::{
     library::{LibraryError, lib_header_from_path},
-    std_types::RStr,
+    std_types::{RStr, RString},
 };
 use lite_node_plugin_api::{AssignmentRequest, Assignments, ComputeModuleRef, PLUGIN_API_VERSION, ProcessorBox};
 
@@ -20,8 +20,17 @@ pub struct LoadedLibrary {
     pub name: String,
     /// The plugin-api version the library was built against.
     pub api_version: String,
-    pub processors: Vec<(String, String)>,
+    pub processors: Vec<Listed>,
     module: ComputeModuleRef,
+}
+
+/// A processor as its library lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub class_name: String,
+    pub description: String,
+    /// The preload tasks its project must list (`block_details`).
+    pub needs: Vec<String>,
 }
 
 impl std::fmt::Debug for LoadedLibrary {
@@ -54,7 +63,11 @@ impl LoadedPackage {
                 .map_err(|e| mismatch_error(&lib.name, &library_version, e))?;
             let processors = (module.processors())()
                 .into_iter()
-                .map(|p| (p.class_name.into_string(), p.description.into_string()))
+                .map(|p| Listed {
+                    class_name: p.class_name.into_string(),
+                    description: p.description.into_string(),
+                    needs: p.needs.into_iter().map(RString::into_string).collect(),
+                })
                 .collect();
             let api_version = (module.api_version())().to_string();
             libraries.push(LoadedLibrary { name: lib.name.clone(), api_version, processors, module });
@@ -72,6 +85,29 @@ impl LoadedPackage {
                 names.join(", ")
             ))
         })
+    }
+
+    /// Checks that `project` lists every preload task its processor needs
+    /// (a processor reading block details that were never preloaded would
+    /// fail every epoch): the error names the project and the fix.
+    pub fn check_needs(&self, project: &crate::config::Project) -> Result<(), String> {
+        let Ok(lib) = self.library(&project.module) else { return Ok(()) };
+        let Some(listed) = lib.processors.iter().find(|p| p.class_name == project.class_name) else { return Ok(()) };
+        let missing: Vec<&str> =
+            listed.needs.iter().filter(|n| !project.preload_tasks.contains(n)).map(String::as_str).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut tasks: Vec<&str> = project.preload_tasks.iter().map(String::as_str).collect();
+        tasks.extend(&missing);
+        Err(format!(
+            "project {}: processor {} needs the preload task(s) {}, which the project does not list; add \
+             \"preload_tasks\": {} to it in projects.json",
+            project.project_type,
+            project.class_name,
+            missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
+            serde_json::to_string(&tasks).expect("strings serialize")
+        ))
     }
 
     /// Builds `class_name` from library `module` with the project's settings.

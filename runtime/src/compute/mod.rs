@@ -13,6 +13,7 @@ pub mod host;
 pub mod loader;
 pub mod memo;
 mod plugin_api_src;
+pub mod scaffold;
 
 use std::{
     fs,
@@ -23,7 +24,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use loader::{LoadedLibrary, LoadedPackage};
+pub use loader::{Listed, LoadedLibrary, LoadedPackage};
 pub use plugin_api_src::PluginApiSource;
 
 use crate::{

@@ -29,6 +29,11 @@ impl PluginApiSource {
         format!("{}+{}", self.version, &self.content_hash[..12])
     }
 
+    /// The embedded copy's files, `(path inside the crate, contents)`.
+    pub fn embedded_files() -> &'static [(&'static str, &'static str)] {
+        embedded::FILES
+    }
+
     /// The embedded copy, written under `<data>/plugin-api/` once.
     pub fn embedded(data_dir: &Path) -> io::Result<Self> {
         let files: Vec<(PathBuf, &[u8])> =

@@ -135,3 +135,22 @@ fn the_network_checks_reach_the_rpcs_the_slot_and_the_collector() {
     assert!(run.stdout.contains("FAIL source RPC: every source RPC endpoint failed"), "{}", run.stdout);
     assert!(run.stdout.contains(&format!("FAIL collector: {down}")), "{}", run.stdout);
 }
+
+/// A processor that reads block details, in a project that does not preload
+/// them, would fail every epoch: `check` refuses it, naming the project and
+/// the line to add.
+#[test]
+fn a_project_without_the_preload_its_processor_needs_is_refused_by_check() {
+    let node = Node::new();
+    let file = node.cwd.path().join("projects.json");
+    let project = r#"{"config": [{"project_type": "blockDetails",
+        "processor": {"module": "block_details", "class_name": "BlockDetailsProcessor"}}]}"#;
+    fs::write(&file, project).unwrap();
+    let node = node.env("PROJECTS_CONFIG", file.display().to_string());
+    let env_file = workspace_root().join("env.example");
+    let run = node.run(&["--env-file", env_file.to_str().unwrap(), "check", "--offline"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    let line = run.stdout.lines().find(|l| l.starts_with("FAIL processor blockDetails")).expect("a processor line");
+    assert!(line.contains("needs the preload task(s) `block_details`"), "{line}");
+    assert!(line.contains(r#"add "preload_tasks": ["block_details"] to it in projects.json"#), "{line}");
+}

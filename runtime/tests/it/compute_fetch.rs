@@ -17,7 +17,13 @@ fn pinned_fetch_builds_once_then_starts_from_cache_without_git_or_cargo() {
     assert!(path.starts_with(&node.data_dir().display().to_string()), "{path}");
     assert_eq!(first.field("commit").as_deref(), Some(repo.commit.as_str()));
     assert!(first.stdout.contains("BlockDetailsProcessor"), "{}", first.stdout);
-    assert!(first.stdout.contains("library block_details (plugin-api 0.1.0)"), "{}", first.stdout);
+    assert!(
+        first
+            .stdout
+            .contains(&format!("library block_details (plugin-api {})", lite_node_plugin_api::PLUGIN_API_VERSION)),
+        "{}",
+        first.stdout
+    );
 
     // Second start: the repository is gone and git/cargo on PATH would leave a
     // trace, so success proves neither ran.
@@ -119,8 +125,8 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
     let api = tempfile::tempdir().unwrap();
     copy_tree(&workspace_root().join("plugin-api"), api.path());
     let manifest = fs::read_to_string(api.path().join("Cargo.toml")).unwrap().replacen(
-        "version = \"0.1.0\"",
-        "version = \"0.1.1\"",
+        "version = \"0.2.0\"",
+        "version = \"0.2.1\"",
         1,
     );
     fs::write(api.path().join("Cargo.toml"), manifest).unwrap();
@@ -144,7 +150,7 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
         .env("LITE_NODE_PLUGIN_API_DIR", api.path().display().to_string());
     let run = node.run(&["compute", "fetch"]);
     assert_eq!(run.code, 2, "bad input, not a failure to retry: {run:?}");
-    assert!(run.stderr.contains("needs lite-node-plugin-api 0.1.1, this node provides 0.1.0"), "{}", run.stderr);
+    assert!(run.stderr.contains("needs lite-node-plugin-api 0.2.1, this node provides 0.2.0"), "{}", run.stderr);
     assert!(cached_packages(node.data_dir()).is_empty(), "an unloadable build is not cached");
     assert!(
         run.stderr.contains("layouts differ: `EpochContext` incompatible type size (expected 112, found 120)"),
@@ -184,7 +190,7 @@ fn a_package_for_another_interface_is_bad_input_naming_both_versions_and_caches_
         (
             "other/Cargo.toml",
             "[package]\nname = \"other\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\", \
-             \"rlib\"]\n\n[dependencies]\nlite-node-plugin-api = \"0.2\"\n",
+             \"rlib\"]\n\n[dependencies]\nlite-node-plugin-api = \"0.3\"\n",
         ),
         ("other/src/lib.rs", "//! Written for an interface this node does not provide.\n"),
     ];
@@ -199,11 +205,69 @@ fn a_package_for_another_interface_is_bad_input_naming_both_versions_and_caches_
     assert_eq!(run.code, 2, "{run:?}");
     let provided = lite_node_plugin_api::PLUGIN_API_VERSION;
     assert!(
-        run.stderr.contains(&format!("needs lite-node-plugin-api ^0.2, this node provides {provided}")),
+        run.stderr.contains(&format!("needs lite-node-plugin-api ^0.3, this node provides {provided}")),
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("`lite-node-plugin-api = \"0.1\"`"), "{}", run.stderr);
+    assert!(run.stderr.contains("`lite-node-plugin-api = \"0.2\"`"), "{}", run.stderr);
     assert!(!run.stderr.contains("compute fetch` does"), "no advice that cannot help: {}", run.stderr);
     assert!(cached_packages(node.data_dir()).is_empty());
+}
+
+/// `compute new` writes a package that stands on its own outside this
+/// checkout: `cargo test` passes there, and after a change is committed a
+/// node builds and loads exactly that commit from its file URL.
+#[test]
+fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
+    let outside = tempfile::tempdir().unwrap();
+    let pkg = outside.path().join("my-market");
+    let node = Node::new();
+    let made = node.run(&["compute", "new", pkg.to_str().unwrap()]);
+    made.assert_ok();
+    assert!(made.stdout.contains("the processor MyMarketProcessor (library my_market)"), "{}", made.stdout);
+    let projects: serde_json::Value = serde_json::from_slice(&fs::read(pkg.join("projects.json")).unwrap()).unwrap();
+    assert_eq!(projects["config"][0]["processor"]["class_name"], "MyMarketProcessor");
+
+    let cargo = |args: &[&str]| {
+        std::process::Command::new("cargo")
+            .args(args)
+            .current_dir(&pkg)
+            .env_clear()
+            .envs(lite_node_testkit::toolchain_env())
+            .env("CARGO_TARGET_DIR", lite_node_testkit::compute_target_dir().join("scaffold-test"))
+            .output()
+            .expect("cargo runs")
+    };
+    let tested = cargo(&["test", "--quiet"]);
+    assert!(tested.status.success(), "{}", String::from_utf8_lossy(&tested.stderr));
+
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").args(args).current_dir(&pkg).output().expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let lib = pkg.join("my-market/src/lib.rs");
+    let text = fs::read_to_string(&lib).unwrap().replace("carrying a greeting", "carrying a greeting, changed");
+    fs::write(&lib, text).unwrap();
+    git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a change"]);
+    let commit = git(&["rev-parse", "HEAD"]);
+
+    let node = node
+        .env("SNAPSHOTTER_COMPUTE_REPO", format!("file://{}", pkg.display()))
+        .env("SNAPSHOTTER_COMPUTE_REPO_BRANCH", "main")
+        .env("SNAPSHOTTER_COMPUTE_REPO_COMMIT", commit.clone());
+    let fetched = node.run(&["compute", "fetch"]);
+    fetched.assert_ok();
+    assert_eq!(fetched.field("commit"), Some(commit));
+    assert!(
+        fetched.stdout.contains("MyMarketProcessor  template: one snapshot per epoch carrying a greeting, changed"),
+        "{}",
+        fetched.stdout
+    );
+
+    let again = Node::new().run(&["compute", "new", pkg.to_str().unwrap()]);
+    assert_eq!(again.code, 2, "an existing package is never overwritten: {again:?}");
+    let bad = Node::new().run(&["compute", "new", outside.path().join("x").to_str().unwrap(), "--name", "Bad_Name"]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("cannot name a compute crate"), "{}", bad.stderr);
 }

@@ -114,24 +114,27 @@ fn a_compute_failing_on_an_unreachable_chain_is_run_again() {
     let anvil = Anvil::start();
     let proxy = TcpProxy::start(anvil.url().trim_start_matches("http://"));
     let io = IoRuntime::new().unwrap();
-    let url = format!("http://127.0.0.1:{}", proxy.port);
-    let source = HttpRpc::new("source", vec![url], Duration::from_secs(5), io).unwrap();
     let data = tempfile::tempdir().unwrap();
     let package = load_faulty(data.path());
-    let projects = vec![project(&package, "rpc", "RpcProcessor", json!({}))];
-    let tracker = Arc::new(SelectionTracker::default());
-    let d = Dispatcher::new(projects, 1, Duration::from_secs(30), Some(Arc::new(source)), None, tracker);
+    // A fresh client each time: no pooled connection to reuse.
+    let dispatcher = || {
+        let url = format!("http://127.0.0.1:{}", proxy.port);
+        let source = HttpRpc::new("source", vec![url], Duration::from_secs(5), io.clone()).unwrap();
+        let projects = vec![project(&package, "rpc", "RpcProcessor", json!({}))];
+        let tracker = Arc::new(SelectionTracker::default());
+        Dispatcher::new(projects, 1, Duration::from_secs(30), Some(Arc::new(source)), None, tracker)
+    };
     let rt = runtime();
 
     proxy.refuse_next(2);
+    let d = dispatcher();
     let outcome = rt.block_on(d.run_one(&d.projects[0], &epoch(1), &[]));
     assert_eq!(outcome.kind, OutcomeKind::Computed, "the third attempt reached the chain");
     assert!(outcome.snapshots[0].1.starts_with("\"0x7a69\""), "{:?}", outcome.snapshots);
     assert_eq!(proxy.refusals_left(), 0);
 
-    proxy.cut(); // the pooled connection too
-    proxy.mend();
     proxy.refuse_next(10);
+    let d = dispatcher();
     let outcome = rt.block_on(d.run_one(&d.projects[0], &epoch(2), &[]));
     let OutcomeKind::Failed(reason) = &outcome.kind else { panic!("{:?}", outcome.kind) };
     assert!(reason.starts_with("every source RPC endpoint failed (http://127.0.0.1:"), "{reason}");

@@ -13,18 +13,21 @@ export_compute_module! {
 pub const PANICKING: ProcessorSpec = ProcessorSpec {
     class_name: "PanickingProcessor",
     description: "panics in compute",
+    needs: &[],
     new: |_| Ok(Box::new(Panicking)),
 };
 
 pub const FAILING: ProcessorSpec = ProcessorSpec {
     class_name: "FailingProcessor",
     description: "returns an error from compute",
+    needs: &[],
     new: |_| Ok(Box::new(Failing)),
 };
 
 pub const ECHO: ProcessorSpec = ProcessorSpec {
     class_name: "EchoProcessor",
     description: "returns its settings as the snapshot",
+    needs: &[],
     new: |settings| {
         if settings.contains("\"reject\"") {
             return Err("setting `reject` present".to_owned());
@@ -65,6 +68,7 @@ fn always_panics(_: &AssignmentRequest) -> Result<Assignments, String> {
 pub const RPC: ProcessorSpec = ProcessorSpec {
     class_name: "RpcProcessor",
     description: "returns eth_chainId and a batch answer from the source chain",
+    needs: &[],
     new: |_| Ok(Box::new(Rpc)),
 };
 
@@ -95,6 +99,7 @@ impl ComputeProcessor for Rpc {
 pub const SLOW: ProcessorSpec = ProcessorSpec {
     class_name: "SlowProcessor",
     description: "sleeps, and reports the most computes it saw running at once",
+    needs: &[],
     new: |settings| {
         let ms = settings
             .split("\"sleep_ms\":")
@@ -128,6 +133,7 @@ impl ComputeProcessor for Slow {
 pub const SELECTED_EMPTY: ProcessorSpec = ProcessorSpec {
     class_name: "SelectedButEmptyProcessor",
     description: "reports selected, returns no snapshots",
+    needs: &[],
     new: |_| Ok(Box::new(SelectedEmpty)),
 };
 
@@ -144,6 +150,7 @@ impl ComputeProcessor for SelectedEmpty {
 pub const IDLE: ProcessorSpec = ProcessorSpec {
     class_name: "IdleProcessor",
     description: "reports not selected, returns no snapshots",
+    needs: &[],
     new: |_| Ok(Box::new(Idle)),
 };
 
