@@ -30,6 +30,20 @@ fn devnet(dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// A running devnet and its stdout, line by line.
+fn spawn_devnet(dir: &Path, args: &[&str]) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut child =
+        devnet(dir, args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("lite-node devnet starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
 fn verify(record: &Path) -> std::process::Output {
     Command::new("node").arg(workspace_root().join("devnet/verify-record.js")).arg(record).output().expect("node runs")
 }
@@ -81,18 +95,7 @@ fn a_devnet_run_accepts_every_selected_slot_and_its_record_verifies_independentl
 #[test]
 fn ctrl_c_stops_the_devnet_and_everything_it_started() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = devnet(dir.path(), &["--nodes", "2"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("lite-node devnet starts");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let (mut child, rx) = spawn_devnet(dir.path(), &["--nodes", "2"]);
     let mut lines = Vec::new();
     let anvil_url = poll_until("the devnet's first epoch row", Duration::from_secs(180), || {
         while let Ok(l) = rx.try_recv() {
@@ -284,18 +287,7 @@ fn a_drill_on_ten_slots_of_one_node_sends_one_three_failure_message_naming_them(
 #[test]
 fn submissions_from_a_node_the_devnet_did_not_start_are_not_counted_as_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = devnet(dir.path(), &["--nodes", "2", "--epochs", "10"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("lite-node devnet starts");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let (mut child, rx) = spawn_devnet(dir.path(), &["--nodes", "2", "--epochs", "10"]);
     let mut lines = Vec::new();
     let collector = poll_until("the devnet's collector", Duration::from_secs(180), || {
         while let Ok(l) = rx.try_recv() {
