@@ -74,7 +74,8 @@ impl SnapshotStore {
             return Ok(Stored { project_id: project_id.to_owned(), cid, path });
         }
         crate::atomic_file::write(&path, &bytes).map_err(|e| e.to_string())?;
-        let snapshot = {
+        {
+            // Written under the lock, so the file never goes back in time.
             let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
             let list = recent.entry(project_id.to_owned()).or_default();
             list.retain(|(e, _)| *e != epoch_id);
@@ -83,9 +84,9 @@ impl SnapshotStore {
             if list.len() > KEPT_PER_PROJECT {
                 list.drain(..list.len() - KEPT_PER_PROJECT);
             }
-            serde_json::to_vec_pretty(&*recent).expect("a map of strings serializes")
-        };
-        crate::atomic_file::write(&self.recent_path, &snapshot).map_err(|e| e.to_string())?;
+            let snapshot = serde_json::to_vec_pretty(&*recent).expect("a map of strings serializes");
+            crate::atomic_file::write(&self.recent_path, &snapshot).map_err(|e| e.to_string())?;
+        }
         Ok(Stored { project_id: project_id.to_owned(), cid, path })
     }
 }

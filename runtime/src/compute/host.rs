@@ -155,6 +155,10 @@ impl HostApi for RuntimeHost {
     ) -> RResult<RVec<RResult<RString, RpcError>>, RpcError> {
         self.endpoint(chain)
             .and_then(|e| self.counted(e.batch(calls.as_slice())))
+            // A call of the batch that failed without a JSON-RPC error (with
+            // several slots: a shared read whose owner's batch failed) is
+            // the chain out of reach too.
+            .map(|results| results.into_iter().map(|r| self.counted(r)).collect::<Vec<_>>())
             .map(|results| results.into_iter().map(|r| r.map(RString::from).into()).collect())
             .into()
     }
@@ -198,6 +202,33 @@ impl HostApi for RuntimeHost {
 #[cfg(test)]
 mod tests {
     use super::SelectionTracker;
+
+    /// A batch answered per call, one call unreached (as a slot sees a shared
+    /// read whose owner's batch failed): the compute counts as having met an
+    /// unreachable chain, so it is run again; a revert does not count.
+    #[test]
+    fn a_batch_call_that_did_not_reach_the_chain_counts_as_unreachable() {
+        use abi_stable::std_types::ROption;
+        use lite_node_plugin_api::{Chain, Host, RpcCall, RpcError};
+        struct PerCall;
+        impl super::RpcEndpoint for PerCall {
+            fn call(&self, _: &str, _: &str) -> Result<String, RpcError> {
+                Ok("0x1".into())
+            }
+            fn batch(&self, _: &[RpcCall]) -> Result<Vec<Result<String, RpcError>>, RpcError> {
+                Ok(vec![
+                    Ok("0x1".into()),
+                    Err(RpcError { code: ROption::RSome(3), message: "execution reverted".into() }),
+                    Err(RpcError { code: ROption::RNone, message: "timed out".into() }),
+                ])
+            }
+        }
+        let host = super::RuntimeHost::new("p", Some(std::sync::Arc::new(PerCall)), None, Default::default(), vec![]);
+        let calls = [RpcCall { method: "eth_call".into(), params_json: "[]".into() }];
+        let answers = Host::new(Host::to_ref(&host)).rpc_batch(Chain::Source, &calls).unwrap();
+        assert_eq!(answers.len(), 3);
+        assert_eq!(host.unreachable_calls(), 1);
+    }
 
     #[test]
     fn a_persistent_tracker_keeps_the_last_report_across_a_restart() {
