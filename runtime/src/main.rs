@@ -234,6 +234,35 @@ struct AssignmentsArgs {
     slot: Option<u64>,
 }
 
+#[derive(clap::Args)]
+struct ComputeRunArgs {
+    /// The epoch's first source-chain block (its seed block).
+    #[arg(long, visible_alias = "epoch-block", value_name = "B")]
+    begin: Option<u64>,
+    /// The epoch's last source-chain block (default: --begin).
+    #[arg(long, value_name = "E", requires = "begin")]
+    end: Option<u64>,
+    /// The epoch's id (default 1). Alone, its release is looked up on the
+    /// anchor chain (POWERLOOM_RPC_URL and both contracts).
+    #[arg(long, value_name = "N")]
+    epoch_id: Option<u64>,
+    /// The day id the processors are given (default 1).
+    #[arg(long, value_name = "D")]
+    day_id: Option<u64>,
+    /// Run as this slot (default: SLOT_ID, else 1).
+    #[arg(long, value_name = "S")]
+    slot: Option<u64>,
+    /// getTotalNodeCount (default: the anchor's, when configured; else the slot id).
+    #[arg(long, value_name = "T")]
+    total_slots: Option<u64>,
+    /// Only this project (repeatable; default: every project).
+    #[arg(long, value_name = "PROJECT_TYPE")]
+    project: Vec<String>,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Subcommand)]
 enum AlertCommand {
     /// Send a test message through every configured channel and show each answer.
@@ -246,6 +275,12 @@ enum ComputeCommand {
     Fetch,
     /// Show the cached compute package; never fetches or builds.
     List,
+    /// Run the configured package's processors for one epoch with the node's
+    /// host (preload, selection tracker, RPC, time limit) and print what the
+    /// node would submit: each snapshot's canonical JSON, project id and CID,
+    /// and the selection reported. No anchor events, collector or signer;
+    /// exit 1 when a compute fails.
+    Run(ComputeRunArgs),
     /// Write a new compute package into DIR: one processor from the template,
     /// the market's slot selection, this node's plugin interface, a
     /// projects.json, an author's README, and a git repository.
@@ -350,6 +385,20 @@ fn main() -> ExitCode {
                 pools: a.pools,
                 pools_file: a.pools_file,
                 slot: a.slot,
+            },
+            &mut stdout(),
+        ),
+        Command::Compute(ComputeCommand::Run(a)) => commands::compute_run(
+            &env,
+            &commands::EpochQuery {
+                epoch_id: a.epoch_id,
+                begin: a.begin,
+                end: a.end,
+                day_id: a.day_id,
+                slot: a.slot,
+                total_slots: a.total_slots,
+                projects: a.project,
+                json: a.json,
             },
             &mut stdout(),
         ),

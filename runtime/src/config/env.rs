@@ -517,6 +517,60 @@ impl NodeConfig {
     }
 }
 
+/// What `lite-node compute run` reads: the package, the projects and the
+/// chains — no signer, no slot registration, no collector.
+#[derive(Clone, Debug)]
+pub struct ComputeRunConfig {
+    pub compute: ComputeConfig,
+    pub projects: ProjectsSource,
+    pub source_rpc_urls: Vec<Url>,
+    /// `POWERLOOM_RPC_URL` with both contracts, when all three are set: the
+    /// total slot count and epoch releases are read from it.
+    pub anchor: Option<(Vec<Url>, Address, Address)>,
+    /// `POWERLOOM_CHAIN-NAMESPACE-SOURCE_CHAIN`, a missing part shown as its
+    /// variable's name.
+    pub namespace: String,
+    /// `SLOT_ID`, or the first of `SLOT_IDS`.
+    pub slot_id: Option<u64>,
+    pub watch: WatchSettings,
+}
+
+impl ComputeRunConfig {
+    pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
+        let mut problems = Vec::new();
+        let compute = ComputeConfig::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
+        let projects = ProjectsSource::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
+        let watch = WatchSettings::from_env(env, &mut problems);
+        let source_rpc_urls = rpc_urls(env, "SOURCE_RPC_URL", &mut problems);
+        if env.get("SOURCE_RPC_URL").is_none() {
+            problems
+                .push("SOURCE_RPC_URL is required: the chain the processors read (e.g. http://127.0.0.1:8545)".into());
+        }
+        let anchor =
+            match (env.get("POWERLOOM_RPC_URL"), env.get("PROTOCOL_STATE_CONTRACT"), env.get("DATA_MARKET_CONTRACT")) {
+                (Some(_), Some(_), Some(_)) => Some((
+                    rpc_urls(env, "POWERLOOM_RPC_URL", &mut problems),
+                    address(env, "PROTOCOL_STATE_CONTRACT", &mut problems),
+                    address(env, "DATA_MARKET_CONTRACT", &mut problems),
+                )),
+                _ => None,
+            };
+        let part = |k: &str| env.get(k).unwrap_or(k).to_owned();
+        let namespace = format!("{}-{}-{}", part("POWERLOOM_CHAIN"), part("NAMESPACE"), part("SOURCE_CHAIN"));
+        let slot_id = match (env.get("SLOT_ID"), env.get("SLOT_IDS")) {
+            (Some(one), _) => one.parse::<u64>().ok(),
+            (None, Some(list)) => super::parse_slot_ids(list).ok().and_then(|ids| ids.first().copied()),
+            (None, None) => None,
+        };
+        match (compute, projects) {
+            (Some(compute), Some(projects)) if problems.is_empty() => {
+                Ok(Self { compute, projects, source_rpc_urls, anchor, namespace, slot_id, watch })
+            }
+            _ => Err(ConfigErrors { problems }),
+        }
+    }
+}
+
 fn safety_settings(env: &EnvSnapshot, problems: &mut Vec<String>) -> crate::safety::SafetySettings {
     let d = crate::safety::SafetySettings::default();
     let mut secs = |key: &str, default: Duration| match env.get(key).map(str::parse::<u64>) {

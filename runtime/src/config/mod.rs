@@ -12,8 +12,8 @@ mod slots;
 
 pub use alerts::{AlertConfig, BotConfig};
 pub use env::{
-    ComputeConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, NodeSlot, ProjectsSource, REQUIRED,
-    SecretKey, WatchSettings, parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url,
+    ComputeConfig, ComputeRunConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, NodeSlot,
+    ProjectsSource, REQUIRED, SecretKey, WatchSettings, parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url,
 };
 pub use projects::{PRELOAD_TASKS, Project, Projects, load_projects};
 pub use slots::{MAX_SLOTS, SlotSigner, format_slot_ids, parse_slot_ids, read_signers_file};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use lite_node::compute::host::{RuntimeHost, SelectionTracker};
 use lite_node_plugin_api::{AssignmentRequest, Host};
 
-use crate::support::{epoch, load_faulty};
+use crate::support::{Node, epoch, faulty_repo, load_faulty};
 
 fn host(tracker: &Arc<SelectionTracker>) -> RuntimeHost {
     RuntimeHost::new("faulty", None, None, tracker.clone(), vec![])
@@ -77,4 +77,63 @@ fn compute_list_aligns_processor_descriptions() {
         .collect();
     assert!(block.lines().count() > 3, "several processors:\n{text}");
     assert_eq!(starts.len(), 1, "unaligned:\n{text}");
+}
+
+/// `compute run` with processors that panic, fail and run past their time
+/// limit beside one that works: the good one's snapshot is printed, each
+/// failure is named by project and processor, and the exit code is 1.
+#[test]
+fn compute_run_names_each_processor_that_panics_fails_or_runs_past_its_time_limit() {
+    let repo = faulty_repo();
+    let node = Node::new();
+    let projects = node.cwd.path().join("projects.json");
+    let entry = |project: &str, class: &str, extra: serde_json::Value| {
+        let mut e = serde_json::json!({
+            "project_type": project,
+            "processor": {"module": "faulty", "class_name": class},
+            "preload_tasks": [],
+        });
+        e.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        e
+    };
+    let config = serde_json::json!({"config": [
+        entry("echo", "EchoProcessor", serde_json::json!({"greeting": "hi"})),
+        entry("panics", "PanickingProcessor", serde_json::json!({})),
+        entry("fails", "FailingProcessor", serde_json::json!({})),
+        entry("slow", "SlowProcessor", serde_json::json!({"sleep_ms": 30000})),
+    ]});
+    std::fs::write(&projects, config.to_string()).unwrap();
+    let node = node
+        .compute_repo(&repo, &repo.commit, "")
+        .env("PROJECTS_CONFIG", projects.display().to_string())
+        // Never reached: these processors make no calls.
+        .env("SOURCE_RPC_URL", "http://127.0.0.1:9")
+        .env("LITE_NODE_COMPUTE_TIMEOUT_SECS", "1");
+
+    let good = node.run(&["compute", "run", "--begin", "7", "--epoch-id", "3", "--project", "echo"]);
+    good.assert_ok();
+    assert!(good.stdout.contains("epoch 3: source blocks 7..=7"), "{}", good.stdout);
+    assert!(good.stdout.contains("echo (EchoProcessor): computed; reported selected"), "{}", good.stdout);
+    assert!(good.stdout.contains("project id  echo:echo:POWERLOOM_CHAIN-NAMESPACE-SOURCE_CHAIN"), "{}", good.stdout);
+    let cid = good.stdout.lines().find_map(|l| l.trim().strip_prefix("cid")).map(str::trim).unwrap_or_default();
+    assert!(cid.starts_with("bafkrei"), "{}", good.stdout);
+
+    let bad = node.run(&["compute", "run", "--begin", "7", "--epoch-id", "3"]);
+    assert_eq!(bad.code, 1, "stdout:\n{}\nstderr:\n{}", bad.stdout, bad.stderr);
+    assert!(bad.stderr.contains("error: 3 of 4 projects failed"), "{}", bad.stderr);
+    assert!(bad.stdout.contains(&format!("cid         {cid}")), "the good project still prints:\n{}", bad.stdout);
+    for (who, why) in [
+        ("project panics (PanickingProcessor in faulty)", "fixture panic at epoch 3"),
+        ("project fails (FailingProcessor in faulty)", "fixture failure at epoch 3"),
+        ("project slow (SlowProcessor in faulty)", "timed out after 1s"),
+    ] {
+        let line = bad.stderr.lines().find(|l| l.contains(who)).unwrap_or_else(|| panic!("no {who}:\n{}", bad.stderr));
+        assert!(line.contains(why), "{line}");
+    }
+    assert!(!bad.stderr.contains("project echo"), "{}", bad.stderr);
+
+    // No epoch given is bad input, with the fix.
+    let none = node.run(&["compute", "run"]);
+    assert_eq!(none.code, 2, "{}", none.stderr);
+    assert!(none.stderr.contains("give --begin B"), "{}", none.stderr);
 }
