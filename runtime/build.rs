@@ -29,13 +29,15 @@ fn main() {
     println!("cargo:rerun-if-changed=../plugin-api/Cargo.toml");
     println!("cargo:rerun-if-changed=../plugin-api/src");
 
-    // `lite-node compute new`: the template processor and the market's slot
-    // selection, as a new package starts from them.
+    // `lite-node compute new`: the template processor, the authors' helper
+    // crate and the market's slot selection, as a new package starts from them.
     let computes = manifest_dir.join("..").join("computes");
     let mut out = String::new();
-    for (name, dir, extra) in
-        [("TEMPLATE", "template", vec!["Cargo.toml"]), ("SLOT_SELECTION", "slot-selection", vec![])]
-    {
+    for (name, dir, extra) in [
+        ("TEMPLATE", "template", vec!["Cargo.toml"]),
+        ("COMPUTE_KIT", "compute-kit", vec!["Cargo.toml"]),
+        ("SLOT_SELECTION", "slot-selection", vec![]),
+    ] {
         let root = computes.join(dir);
         let mut files: Vec<PathBuf> = extra.into_iter().map(PathBuf::from).collect();
         collect(&root, Path::new("src"), &mut files);
@@ -50,6 +52,7 @@ fn main() {
         println!("cargo:rerun-if-changed=../computes/{dir}/src");
     }
     println!("cargo:rerun-if-changed=../computes/template/Cargo.toml");
+    println!("cargo:rerun-if-changed=../computes/compute-kit/Cargo.toml");
     let dest = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("scaffold_files.rs");
     fs::write(dest, out).expect("write generated file");
 }

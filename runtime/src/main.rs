@@ -110,6 +110,12 @@ struct DevnetArgs {
     /// `ws` subscribes to new heads over a WebSocket (anvil serves both).
     #[arg(long, value_enum, default_value = "http")]
     anchor: AnchorTransport,
+    /// The projects the nodes run (default: PROJECTS_CONFIG or
+    /// SNAPSHOT_CONFIG_REPO when set, else the BDS base snapshot); each
+    /// project's `pools` is replaced by the world's pools. The compute
+    /// package is the node's: SNAPSHOTTER_COMPUTE_REPO and friends.
+    #[arg(long, value_name = "FILE")]
+    projects: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -364,6 +370,7 @@ fn main() -> ExitCode {
                 telegram_api_url: a.telegram_api_url,
                 validators: a.validators,
                 anchor_ws: a.anchor == AnchorTransport::Ws,
+                projects: a.projects,
             },
             &env,
         ),

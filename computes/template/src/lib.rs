@@ -1,77 +1,177 @@
-//! A starting point for compute authors. Copy this crate, rename it (package
-//! and `[lib] name`), list it in the workspace, and name it in projects.json:
+//! A starting point for compute authors (`lite-node compute new` writes a
+//! package from it): each epoch, the market's slot selection decides whether
+//! this slot works and on which pool; a selected slot reads that pool's price
+//! and liquidity at the epoch's last block and returns one snapshot. Its
+//! project in projects.json:
 //!
 //! ```json
-//! {"project_type": "myProject",
+//! {"project_type": "poolState",
 //!  "processor": {"module": "compute_template", "class_name": "TemplateProcessor"},
 //!  "preload_tasks": ["block_details"],
-//!  "greeting": "hello"}
+//!  "pools": ["0x…", "0x…"]}
 //! ```
 //!
 //! Keys of the project entry other than `project_type`, `processor` and
 //! `preload_tasks` arrive here as the settings object.
 
-use lite_node_plugin_api::{ComputeProcessor, EpochContext, Host, ProcessorSpec, Snapshot, export_compute_module};
+use compute_kit::{Address, Chain, eth_call, sol};
+use lite_node_plugin_api::{
+    ComputeProcessor, EpochContext, Host, Need, ProcessorSpec, Snapshot, export_compute_module,
+};
 use serde_json::{Value, json};
 
 /// How projects.json finds this processor.
 pub const TEMPLATE: ProcessorSpec = ProcessorSpec {
     class_name: "TemplateProcessor",
-    description: "template: one snapshot per epoch carrying a greeting",
-    // What the node prepares for it: `&[Need::BlockDetails]` if it reads
-    // `host.block_details()` (its project must then list "block_details").
-    needs: &[],
+    description: "template: the selected pool's price and liquidity at the epoch's last block",
+    // What the node prepares: block details carry the epoch's seed block,
+    // which the slot selection draws from (its project must then list
+    // "block_details" in preload_tasks).
+    needs: &[Need::BlockDetails],
     new: TemplateProcessor::from_settings,
 };
 
-// One line exports the library's root module. Add `assignments: path::to::fn`
-// when your data market assigns work to slots (see the slot-selection crate).
+// One line exports the library's root module, with the market's assignment
+// rule so collectors and validators can check which slot worked which pool.
 export_compute_module! {
     processors: [TEMPLATE],
+    assignments: slot_selection::assignments,
+}
+
+// The contract functions this processor calls, typed: compute_kit encodes
+// the calldata and decodes the answers.
+sol! {
+    #![sol(alloy_sol_types = compute_kit::sol_types)]
+    function slot0() external view returns (uint160 sqrtPriceX96, int24 tick, uint16 observationIndex,
+        uint16 observationCardinality, uint16 observationCardinalityNext, uint8 feeProtocol, bool unlocked);
+    function liquidity() external view returns (uint128);
 }
 
 /// Replace with your own state: clients, caches, settings.
 #[derive(Debug)]
 pub struct TemplateProcessor {
-    greeting: String,
+    /// The data market's pools, as listed (they are the data sources).
+    pools: Vec<String>,
 }
 
 impl TemplateProcessor {
     /// Parses the settings; return an error that says what to fix.
     pub fn from_settings(settings_json: &str) -> Result<Box<dyn ComputeProcessor>, String> {
         let settings: Value = serde_json::from_str(settings_json).map_err(|e| format!("settings are not JSON: {e}"))?;
-        let greeting = match settings.get("greeting") {
-            None => "hello".to_owned(),
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => return Err(format!("`greeting` must be a string, found {other}")),
+        let pools = match settings.get("pools") {
+            Some(Value::Array(list)) if !list.is_empty() => list
+                .iter()
+                .map(|p| {
+                    let text = p.as_str().ok_or_else(|| format!("`pools` holds {p}, not an address string"))?;
+                    compute_kit::address(text).map(|_| text.to_owned()).map_err(|e| format!("`pools`: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => return Err("`pools` must list the market's pool addresses, e.g. \"pools\": [\"0x…\"]".into()),
         };
-        Ok(Box::new(Self { greeting }))
+        Ok(Box::new(Self { pools }))
     }
 }
 
 impl ComputeProcessor for TemplateProcessor {
     fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
-        // 1. Decide whether this slot works this epoch and report it before
-        //    anything else; return `Ok(vec![])` when it does not.
-        host.report_selection(epoch.epoch_id, true, epoch.slot_id);
-        // 2. Gather data through the host (`host.rpc`, `host.rpc_batch`,
-        //    `host.block_details`). Errors are values: return `Err` naming
-        //    the call that failed; a panic is caught but reads worse.
-        // 3. Return one snapshot per data source; the runtime serializes,
-        //    signs and submits it.
-        let snapshot = json!({ "greeting": self.greeting, "epochId": epoch.epoch_id });
-        Ok(vec![Snapshot::new("", snapshot.to_string())])
+        // 1. Decide whether this slot works this epoch, and on which pool.
+        //    `decide` reports the answer to the node before anything else;
+        //    return `Ok(vec![])` when not selected.
+        let seed = compute_kit::seed_block_hash(host, epoch)?;
+        let Some(pool) = slot_selection::decide(epoch, host, &seed, &self.pools)? else {
+            return Ok(vec![]);
+        };
+        // 2. Gather data through the host, pinned to a block so every node
+        //    computes the same bytes. Errors are values: return `Err` naming
+        //    what failed (compute_kit's errors name the call and the block).
+        let address: Address = compute_kit::address(pool)?;
+        let state = eth_call(host, Chain::Source, address, &slot0Call {}, epoch.end)?;
+        let liquidity = eth_call(host, Chain::Source, address, &liquidityCall {}, epoch.end)?;
+        // 3. Return one snapshot per data source; the runtime serializes it
+        //    canonically, signs and submits it.
+        let snapshot = json!({
+            "pool": pool.to_ascii_lowercase(),
+            "block": epoch.end,
+            "sqrtPriceX96": state.sqrtPriceX96.to_string(),
+            "tick": state.tick.as_i32(),
+            "liquidity": liquidity.to_string(),
+        });
+        Ok(vec![Snapshot::new(pool, snapshot.to_string())])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use compute_kit::{SolCall, aliases, hex};
+    use lite_node_plugin_api::{BlockDetail, testing::TestHost};
+
+    const POOLS: [&str; 2] =
+        ["0x9d187010a2aac0c8057393b21a2c2ce089d2f5a7", "0xe7076a0f2a7b6aa3b2b1e59e4d14f2b9c1a6eddd"];
+
+    fn processor() -> Box<dyn ComputeProcessor> {
+        TemplateProcessor::from_settings(&json!({ "pools": POOLS }).to_string()).unwrap()
+    }
+
+    /// A chain that answers slot0() and liquidity() for any pool.
+    fn chain() -> TestHost {
+        let seed = BlockDetail { number: 40, hash: format!("0x{}", "ab".repeat(32)).as_str().into(), timestamp: 1 };
+        TestHost {
+            blocks: vec![seed],
+            rpc: Some(Box::new(|_, method, params| {
+                assert_eq!(method, "eth_call");
+                let params: Value = serde_json::from_str(params).unwrap();
+                assert_eq!(params[1], "0x2a", "pinned to the epoch's last block");
+                let answer = match params[0]["data"].as_str().unwrap() {
+                    "0x3850c7bd" => slot0Call::abi_encode_returns(&slot0Return {
+                        sqrtPriceX96: aliases::U160::from(1u128 << 96),
+                        tick: aliases::I24::ZERO,
+                        observationIndex: 0,
+                        observationCardinality: 1,
+                        observationCardinalityNext: 1,
+                        feeProtocol: 0,
+                        unlocked: true,
+                    }),
+                    _ => liquidityCall::abi_encode_returns(&7_000u128),
+                };
+                Ok(Value::String(format!("0x{}", hex::encode(answer))).to_string())
+            })),
+            ..TestHost::default()
+        }
+    }
 
     #[test]
-    fn greeting_defaults_and_is_validated() {
-        assert!(TemplateProcessor::from_settings("{}").is_ok());
-        let err = TemplateProcessor::from_settings(r#"{"greeting": 3}"#).err().unwrap();
-        assert!(err.contains("`greeting` must be a string"), "{err}");
+    fn pools_are_required_and_checked() {
+        let err = TemplateProcessor::from_settings("{}").err().unwrap();
+        assert!(err.contains("`pools` must list"), "{err}");
+        let err = TemplateProcessor::from_settings(r#"{"pools": ["0x12"]}"#).err().unwrap();
+        assert!(err.contains("`0x12` is not an address"), "{err}");
+    }
+
+    #[test]
+    fn a_selected_slot_snapshots_its_pool_and_reports_it() {
+        let host = chain();
+        // One slot of one: always selected.
+        let epoch = EpochContext::builder(3, 40, 42).slot(1, 1).build();
+        let snapshots = processor().compute(&epoch, &host.host()).unwrap();
+        assert_eq!(host.reports(), vec![(3, true, 1)]);
+        assert_eq!(snapshots.len(), 1);
+        assert!(POOLS.contains(&snapshots[0].data_source.as_str()));
+        let body: Value = serde_json::from_str(&snapshots[0].json).unwrap();
+        assert_eq!(body["sqrtPriceX96"], "79228162514264337593543950336");
+        assert_eq!((body["tick"].as_i64(), body["liquidity"].as_str()), (Some(0), Some("7000")));
+    }
+
+    #[test]
+    fn a_slot_not_selected_reports_it_and_returns_nothing() {
+        let host = chain();
+        // Of 10,000 slots, one slot is selected in few epochs: find one it is not.
+        let epoch = (1..50).map(|e| EpochContext::builder(e, 40, 42).slot(7, 10_000).build()).find(|e| {
+            let probe = chain();
+            processor().compute(e, &probe.host()).unwrap().is_empty()
+        });
+        let epoch = epoch.expect("slot 7 of 10,000 is not selected in every epoch");
+        assert!(processor().compute(&epoch, &host.host()).unwrap().is_empty());
+        assert_eq!(host.reports(), vec![(epoch.epoch_id, false, 7)]);
     }
 }

@@ -71,13 +71,15 @@ pub fn new_package(dir: &Path, name: Option<&str>) -> anyhow::Result<Scaffolded>
     for (rel, text) in api {
         out.push((Path::new("plugin-api").join(rel), (*text).to_owned()));
     }
+    let manifest = |text: &str| text.replace("license.workspace = true\n", "");
+    for (rel, text) in files::COMPUTE_KIT {
+        out.push((Path::new("compute-kit").join(rel), manifest(text)));
+    }
     for (rel, text) in files::TEMPLATE {
-        let text = text
+        let text = manifest(text)
             .replace("compute-template", &crate_name)
             .replace("compute_template", &library)
             .replace("TemplateProcessor", &class_name)
-            // The author picks a license; the template's is this project's.
-            .replace("license.workspace = true\n", "")
             .replace(
                 "description = \"Starting point for compute authors: copy this crate\"",
                 &format!("description = \"{crate_name}: a compute package processor\""),
@@ -91,8 +93,10 @@ pub fn new_package(dir: &Path, name: Option<&str>) -> anyhow::Result<Scaffolded>
     let projects = serde_json::json!({"config": [{
         "project_type": project_type,
         "processor": {"module": library, "class_name": class_name},
-        "preload_tasks": [],
-        "greeting": "hello",
+        "preload_tasks": ["block_details"],
+        // Uniswap V3 on Ethereum: USDC/WETH at 0.05% and at 0.3% (the devnet
+        // puts its own pools here).
+        "pools": ["0x88e6a0c2ddd26feeb64f039a2c41296fcb3f5640", "0x8ad599c3a0ff1de082011efddc58f1908eb6e6d8"],
     }]});
     out.push(("projects.json".into(), serde_json::to_string_pretty(&projects).expect("JSON") + "\n"));
     out.push(("README.md".into(), author_readme(&crate_name, &library, &class_name, &project_type, &wanted)));
@@ -112,17 +116,78 @@ fn check_name(name: &str) -> Result<(), BadInput> {
     let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-')
-        && name != "slot-selection"
-        && name != "plugin-api";
+        && !["slot-selection", "plugin-api", "compute-kit"].contains(&name)
+        && !RUST_KEYWORDS.contains(&name.replace('-', "_").as_str());
     if ok {
         Ok(())
     } else {
         Err(BadInput(format!(
             "`{name}` cannot name a compute crate: use lower-case letters, digits and dashes, starting with a \
-             letter (e.g. --name my-market-compute), and not `slot-selection` or `plugin-api`"
+             letter (e.g. --name my-market-compute), not a Rust keyword, and not `slot-selection`, `plugin-api` or \
+             `compute-kit`"
         )))
     }
 }
+
+/// Names a library cannot take (its crate name is a Rust identifier).
+const RUST_KEYWORDS: &[&str] = &[
+    "as",
+    "async",
+    "await",
+    "box",
+    "break",
+    "const",
+    "continue",
+    "crate",
+    "do",
+    "dyn",
+    "else",
+    "enum",
+    "extern",
+    "false",
+    "final",
+    "fn",
+    "for",
+    "gen",
+    "if",
+    "impl",
+    "in",
+    "let",
+    "loop",
+    "macro",
+    "match",
+    "mod",
+    "move",
+    "mut",
+    "override",
+    "priv",
+    "pub",
+    "ref",
+    "return",
+    "self",
+    "static",
+    "struct",
+    "super",
+    "trait",
+    "true",
+    "try",
+    "type",
+    "typeof",
+    "unsafe",
+    "unsized",
+    "use",
+    "virtual",
+    "where",
+    "while",
+    "yield",
+    "abstract",
+    "become",
+    "test",
+    "std",
+    "core",
+    "alloc",
+    "proc_macro",
+];
 
 fn workspace_manifest(crate_name: &str, wanted: &str) -> String {
     format!(
@@ -131,7 +196,7 @@ fn workspace_manifest(crate_name: &str, wanted: &str) -> String {
 # `lite-node-plugin-api` (overriding the patch below) and loads them.
 [workspace]
 resolver = "3"
-members = ["{crate_name}", "slot-selection"]
+members = ["{crate_name}", "compute-kit", "slot-selection"]
 # The interface copy is patched in below, not built as a member.
 exclude = ["plugin-api"]
 
@@ -145,6 +210,8 @@ publish = false
 lite-node-plugin-api = "{wanted}"
 abi_stable = {{ version = "0.11.3", default-features = false }}
 serde_json = "1"
+alloy-sol-types = {{ version = "1.7.3", default-features = false, features = ["std"] }}
+alloy-primitives = {{ version = "1.7.3", default-features = false, features = ["std"] }}
 
 [workspace.lints.rust]
 unsafe_op_in_unsafe_fn = "deny"

@@ -71,6 +71,10 @@ pub struct Options {
     /// The nodes follow the anchor over a WebSocket (new heads) instead of
     /// polling it over HTTP.
     pub anchor_ws: bool,
+    /// The projects the nodes run (default: `PROJECTS_CONFIG` or
+    /// `SNAPSHOT_CONFIG_REPO` when set, else the BDS base snapshot). Every
+    /// project's `pools` becomes the world's pools.
+    pub projects: Option<PathBuf>,
 }
 
 /// A `--fault` drill.
@@ -363,7 +367,13 @@ pub async fn run(
 
     // The collector, in this process.
     let selection =
-        Arc::new(SelectionCheck::new(Arc::new(rpc("source")?), pools.clone(), package.clone()).map_err(BadInput)?);
+        Arc::new(SelectionCheck::new(Arc::new(rpc("source")?), pools.clone(), package.clone()).map_err(|e| {
+            BadInput(format!(
+                "{e}: the devnet expects each epoch's slots by the market's rule and checks every submission with it; \
+             export it with `assignments: slot_selection::assignments` in export_compute_module! (as `lite-node \
+             compute new` writes it)"
+            ))
+        })?);
     let received = Received::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let collector_port = listener.local_addr()?.port();
@@ -394,15 +404,10 @@ pub async fn run(
         if validator.is_some() { "; relays every submission to the validator" } else { "" }
     )?;
 
-    // projects.json: the BDS base snapshot over the world's pools.
+    // projects.json: the given projects (or the BDS base snapshot) over the world's pools.
     let projects = run_dir.join("projects.json");
-    let config = json!({"config": [{
-        "project_type": "baseSnapshot",
-        "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"},
-        "preload_tasks": ["block_details"],
-        "pools": pools,
-    }]});
-    std::fs::write(&projects, serde_json::to_vec_pretty(&config)?)?;
+    let described = write_projects(&opts, &env, &run_dir, &pools, &package, &projects)?;
+    writeln!(out, "projects: {described}")?;
 
     // The nodes.
     let mut nodes = Vec::new();
@@ -731,6 +736,82 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
         ));
     }
     if problems.is_empty() { Ok(()) } else { Err(crate::config::ConfigErrors { problems }.into()) }
+}
+
+/// Writes the nodes' projects.json: the projects given by `--projects`,
+/// `PROJECTS_CONFIG` or `SNAPSHOT_CONFIG_REPO`, else the BDS base snapshot —
+/// with the world's pools wherever a project lists `pools` — after checking
+/// that the package runs every one of them. Returns how to describe them.
+fn write_projects(
+    opts: &Options,
+    env: &EnvSnapshot,
+    run_dir: &Path,
+    pools: &[String],
+    package: &LoadedPackage,
+    to: &Path,
+) -> Result<String> {
+    let given = match &opts.projects {
+        Some(path) => Some(crate::config::ProjectsSource::File(std::path::absolute(path)?)),
+        None if env.get("PROJECTS_CONFIG").is_some() || env.get("SNAPSHOT_CONFIG_REPO").is_some() => {
+            Some(crate::config::ProjectsSource::from_env(env)?)
+        }
+        None => None,
+    };
+    let (projects, from) = match &given {
+        Some(source) => {
+            let from = match source {
+                crate::config::ProjectsSource::File(path) => path.display().to_string(),
+                crate::config::ProjectsSource::Git { pin, file } => {
+                    format!("{} in {}", file.display(), crate::config::redact_url(&pin.url))
+                }
+            };
+            (crate::config::load_projects(source, &run_dir.join("projects-repo"))?.projects, from)
+        }
+        None => {
+            let bds = json!({"config": [{
+                "project_type": "baseSnapshot",
+                "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"},
+                "preload_tasks": ["block_details"],
+                "pools": [],
+            }]});
+            (
+                crate::config::Projects::parse(&bds.to_string(), "the BDS projects")?.projects,
+                "the BDS base snapshot".into(),
+            )
+        }
+    };
+    let mut entries = Vec::new();
+    let mut pooled = Vec::new();
+    for mut project in projects {
+        if project.settings.contains_key("pools") {
+            project.settings.insert("pools".into(), json!(pools));
+            pooled.push(project.project_type.clone());
+        }
+        let fix = if given.is_some() {
+            "give the package's own projects.json with --projects FILE or PROJECTS_CONFIG"
+        } else {
+            "the devnet runs the BDS base snapshot unless told otherwise: give the package's projects.json with \
+             --projects FILE or PROJECTS_CONFIG"
+        };
+        package.check_needs(&project).map_err(BadInput)?;
+        let settings = serde_json::Value::Object(project.settings.clone()).to_string();
+        package
+            .new_processor(&project.module, &project.class_name, &settings)
+            .map_err(|e| BadInput(format!("project {} ({from}): {e}; {fix}", project.project_type)))?;
+        let mut entry = project.settings.clone();
+        entry.insert("project_type".into(), json!(project.project_type));
+        entry.insert("processor".into(), json!({"module": project.module, "class_name": project.class_name}));
+        entry.insert("preload_tasks".into(), json!(project.preload_tasks));
+        entries.push(serde_json::Value::Object(entry));
+    }
+    std::fs::write(to, serde_json::to_vec_pretty(&json!({ "config": entries }))?)?;
+    let names: Vec<String> = entries.iter().filter_map(|e| e["project_type"].as_str().map(str::to_owned)).collect();
+    let pooled = match pooled.len() {
+        0 => String::new(),
+        n if n == names.len() => format!(", over the world's {} pools", pools.len()),
+        _ => format!(", {} over the world's {} pools", pooled.join(", "), pools.len()),
+    };
+    Ok(format!("{} from {from}{pooled}", names.join(", ")))
 }
 
 fn describe_source(cfg: &ComputeConfig) -> String {

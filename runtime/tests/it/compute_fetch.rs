@@ -247,7 +247,9 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
     let lib = pkg.join("my-market/src/lib.rs");
-    let text = fs::read_to_string(&lib).unwrap().replace("carrying a greeting", "carrying a greeting, changed");
+    let text = fs::read_to_string(&lib)
+        .unwrap()
+        .replace("at the epoch's last block\"", "at the epoch's last block, changed\"");
     fs::write(&lib, text).unwrap();
     git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a change"]);
     let commit = git(&["rev-parse", "HEAD"]);
@@ -260,7 +262,10 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
     fetched.assert_ok();
     assert_eq!(fetched.field("commit"), Some(commit));
     assert!(
-        fetched.stdout.contains("MyMarketProcessor  template: one snapshot per epoch carrying a greeting, changed"),
+        fetched.stdout.contains(
+            "MyMarketProcessor  template: the selected pool's price and liquidity at the epoch's last block, changed \
+             (needs block_details)"
+        ),
         "{}",
         fetched.stdout
     );
@@ -270,4 +275,7 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
     let bad = Node::new().run(&["compute", "new", outside.path().join("x").to_str().unwrap(), "--name", "Bad_Name"]);
     assert_eq!(bad.code, 2);
     assert!(bad.stderr.contains("cannot name a compute crate"), "{}", bad.stderr);
+    let keyword = Node::new().run(&["compute", "new", outside.path().join("type").to_str().unwrap()]);
+    assert_eq!(keyword.code, 2);
+    assert!(keyword.stderr.contains("`type` cannot name a compute crate") && keyword.stderr.contains("keyword"));
 }

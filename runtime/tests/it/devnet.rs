@@ -388,3 +388,60 @@ fn compute_run_on_the_devnet_chain_prints_the_cid_the_devnet_submitted() {
         assert!(log.contains(&accepted), "slot {slot}: no `{accepted}` in its node's log:\n{log}");
     }
 }
+
+/// An author's loop: a package from `compute new`, pinned by its first
+/// commit, runs on the whole devnet with its own projects.json (its `pools`
+/// become the world's), selection and all.
+#[test]
+fn the_devnet_runs_a_package_from_compute_new_with_its_own_projects() {
+    let dir = tempfile::tempdir().unwrap();
+    let package = dir.path().join("pool-state");
+    let new = Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .args(["compute", "new"])
+        .arg(&package)
+        .env_clear()
+        .envs(toolchain_env())
+        .output()
+        .unwrap();
+    assert!(new.status.success(), "{}", String::from_utf8_lossy(&new.stderr));
+    let stdout = String::from_utf8_lossy(&new.stdout);
+    let commit = stdout.split("(commit ").nth(1).and_then(|r| r.split(')').next()).unwrap().to_owned();
+
+    let record = dir.path().join("run.json");
+    let out = devnet(dir.path(), &["--epochs", "5", "--nodes", "2", "--json", record.to_str().unwrap()])
+        .env("SNAPSHOTTER_COMPUTE_REPO", format!("file://{}", package.display()))
+        .env("SNAPSHOTTER_COMPUTE_REPO_BRANCH", "main")
+        .env("SNAPSHOTTER_COMPUTE_REPO_COMMIT", &commit)
+        .env("PROJECTS_CONFIG", package.join("projects.json"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(&format!("compute package {commit} ready")), "{stdout}");
+    assert!(stdout.contains("projects: poolState from ") && stdout.contains("over the world's 5 pools"), "{stdout}");
+    assert!(stdout.contains("10 accepted, 0 rejected, 0 missing"), "{stdout}");
+    // Pool-scoped: every submission names the pool its slot was assigned.
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    for epoch in json["epochs"].as_array().unwrap() {
+        for s in epoch["submissions"].as_array().unwrap() {
+            let project = s["projectId"].as_str().unwrap();
+            assert!(project.starts_with("poolState:0x") && project.ends_with(":devnet-UNISWAPV3-ETH"), "{project}");
+        }
+    }
+    let verified = verify(&record);
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+
+    // The BDS projects on this package: refused before any node starts, with the fix.
+    let out = devnet(dir.path(), &["--epochs", "1"])
+        .env("SNAPSHOTTER_COMPUTE_REPO", format!("file://{}", package.display()))
+        .env("SNAPSHOTTER_COMPUTE_REPO_BRANCH", "main")
+        .env("SNAPSHOTTER_COMPUTE_REPO_COMMIT", &commit)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("project baseSnapshot") && stderr.contains("--projects FILE or PROJECTS_CONFIG"),
+        "{stderr}"
+    );
+}
