@@ -82,9 +82,11 @@ struct DevnetArgs {
     /// Write a machine-readable record of the run (domain, pools, epochs, every submission).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// The devnet directory (npm-installed anvil, the saved world, run state).
-    #[arg(long, default_value = "devnet", value_name = "DIR")]
-    devnet_dir: PathBuf,
+    /// The devnet directory (npm-installed anvil, the saved world, run
+    /// state). Default: ./devnet, else the devnet/ of the checkout this
+    /// binary was built from.
+    #[arg(long, value_name = "DIR")]
+    devnet_dir: Option<PathBuf>,
     /// Load this saved world instead of <devnet dir>/world.
     #[arg(long, value_name = "DIR")]
     world: Option<PathBuf>,
@@ -355,7 +357,7 @@ fn main() -> ExitCode {
         ),
         Command::Devnet(a) => commands::devnet(
             lite_node::devnet::Options {
-                devnet_dir: a.devnet_dir,
+                devnet_dir: a.devnet_dir.unwrap_or_else(lite_node::devnet::default_dir),
                 world: a.world,
                 nodes: a.nodes,
                 slots_per_node: a.slots_per_node,

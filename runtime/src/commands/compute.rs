@@ -60,10 +60,11 @@ pub fn compute_new(dir: &std::path::Path, name: Option<&str>, out: &mut dyn Writ
     writeln!(out, "wrote the compute package {} in {} (commit {}):", s.crate_name, s.dir.display(), s.commit)?;
     let rows = [
         (format!("{}/", s.crate_name), format!("the processor {} (library {})", s.class_name, s.library)),
+        ("compute-kit/".to_owned(), "helpers: typed eth_call (alloy sol!), blocks, the seed block".to_owned()),
         ("slot-selection/".to_owned(), "the BDS market's slot selection".to_owned()),
         ("plugin-api/".to_owned(), format!("lite-node-plugin-api {api}, this node's interface")),
         ("projects.json".to_owned(), format!("the project {}", s.project_type)),
-        ("README.md".to_owned(), "test, publish, what operators set".to_owned()),
+        ("README.md".to_owned(), "test, run one epoch, the devnet, publish, what operators set".to_owned()),
     ];
     let width = rows.iter().map(|(a, _)| a.len()).max().unwrap_or(0);
     for (what, why) in rows {

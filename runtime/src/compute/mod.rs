@@ -218,7 +218,7 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     let manifest = Manifest {
-        source: if branch.is_some() { "git" } else { "bundled" }.to_owned(),
+        source: if branch.is_some() { "git" } else { "local" }.to_owned(),
         location,
         branch,
         commit,
@@ -240,7 +240,7 @@ fn describe(source: &ComputeSource) -> String {
     match source {
         ComputeSource::Git { pin, path } if path.as_os_str().is_empty() => pin.describe(),
         ComputeSource::Git { pin, path } => format!("{} path {}", pin.describe(), path.display()),
-        ComputeSource::Bundled(dir) => format!("bundled {}", dir.display()),
+        ComputeSource::Bundled(dir) => format!("local {}", dir.display()),
     }
 }
 

@@ -249,44 +249,81 @@ fn author_readme(crate_name: &str, library: &str, class_name: &str, project_type
     format!(
         r#"# {crate_name}
 
-A compute package for lite-node data markets: one processor, `{class_name}`
-in the library `{library}`, and the BDS market's slot selection
-(`slot-selection/`). Written by `lite-node compute new`.
+A compute package for lite-node data markets, written by `lite-node compute
+new`: one processor, `{class_name}` in the library `{library}`. Each epoch the
+market's slot selection decides whether a slot works and on which pool; a
+selected slot reads that pool's `slot0()` and `liquidity()` at the epoch's
+last block and returns one snapshot. Make it yours.
 
 ## What is here
 
 - `{crate_name}/` — the processor. `compute(&self, epoch, host)` returns the
   epoch's snapshots; its `ProcessorSpec` names it (`class_name`), describes it
-  and says what it `needs` the node to preload.
-- `slot-selection/` — which slots work an epoch and on which pool; call
-  `slot_selection::decide(epoch, host, seed_block_hash, pools)` first in a
-  processor that works one pool per slot, and export `slot_selection::assignments`
-  (`export_compute_module! {{ processors: [...], assignments: slot_selection::assignments }}`)
-  so collectors and validators can check your slots.
+  and says what it `needs` the node to preload. `export_compute_module!`
+  exports it with the market's assignment rule.
+- `compute-kit/` — helpers: typed `eth_call` (declare functions with `sol!`,
+  call them with `compute_kit::eth_call` or `eth_calls` for a batch), blocks,
+  quantities, addresses, and the epoch's seed block. Errors name the call,
+  the contract and the block.
+- `slot-selection/` — the market's rule: which slots work an epoch, on which
+  pool. `slot_selection::decide(epoch, host, seed_block_hash, pools)` reports
+  the answer to the node and returns the pool (or `None`: return no snapshots).
 - `plugin-api/` — the exact interface of the node that wrote this package,
-  patched in for local builds and tests. Its reference:
-  `cargo doc -p lite-node-plugin-api --open` (what `rpc`, `rpc_batch`,
-  `block_details`, `report_selection`, `previous_snapshots` and `log` do and
-  return, their errors, threads and time limits). Your crates depend on
+  patched in for local builds and tests. Its reference, for everything the
+  host offers (`rpc`, `rpc_batch`, `block_details`, `report_selection`,
+  `previous_snapshots`, `log`), their errors, project ids, threads and time
+  limits: `cargo doc -p lite-node-plugin-api --open`. Your crates depend on
   `lite-node-plugin-api = "{wanted}"`; a node builds them against its own copy.
 - `projects.json` — the project that runs the processor (`{project_type}`).
   Keys other than `project_type`, `processor` and `preload_tasks` reach the
-  processor as its settings.
+  processor as its settings (here `pools`).
 
 ## The loop
 
-1. Test: `cargo test`. Processors are also `rlib`s: call them with
-   `lite_node_plugin_api::testing::TestHost` and an
-   `EpochContext::builder(epoch_id, begin, end)`.
-2. Publish: commit, push, and give operators the repository URL, branch and
-   full commit id (`git rev-parse HEAD`).
-3. Check that a node builds and loads it, by that commit:
+Every step runs in this directory. `lite-node` comes from the lite-node
+checkout: `cargo install --locked --path runtime` there puts it on `PATH`, and
+`./init.sh devnet --epochs 1` there installs the local chain once.
+
+1. **Test.** `cargo test`. Processors are also `rlib`s: the tests call them
+   with `lite_node_plugin_api::testing::TestHost` (scripted RPC answers and
+   block details) and an `EpochContext::builder(epoch_id, begin, end)`.
+
+2. **Run one epoch**, with the node's own host, and look at the bytes it
+   would submit — the snapshot's canonical JSON, its project id and CID, and
+   the selection reported. `LITE_NODE_COMPUTE_DIR` builds this directory as it
+   is now, no commit needed:
 
    ```sh
-   SNAPSHOTTER_COMPUTE_REPO=file://$PWD \
-   SNAPSHOTTER_COMPUTE_REPO_COMMIT=$(git rev-parse HEAD) \
-   lite-node compute fetch
+   LITE_NODE_COMPUTE_DIR=$PWD PROJECTS_CONFIG=projects.json \
+   SOURCE_RPC_URL=https://your-ethereum-rpc \
+   lite-node compute run --begin <a recent block number> --slot 1 --total-slots 1
    ```
+
+   One slot of one is always selected. `--json` prints one document; a
+   processor's error, panic or timeout names it and exits 1.
+
+3. **See it on the whole network**: anvil with Uniswap V3 pools, the
+   collector checking every submission's signature and selection, and nodes
+   running your processor. Your `pools` are replaced by the devnet's own:
+
+   ```sh
+   LITE_NODE_COMPUTE_DIR=$PWD PROJECTS_CONFIG=projects.json lite-node devnet --epochs 5
+   ```
+
+   It prints a line to re-run any of its epochs with `compute run`, e.g.
+   `lite-node --env-file <run dir>/compute-run.env compute run --epoch-id 3`.
+
+4. **Publish.** Commit (with `Cargo.lock`), push, and note the full commit id
+   (`git rev-parse HEAD`). Check that a node builds and loads exactly that
+   commit, as operators' nodes will:
+
+   ```sh
+   SNAPSHOTTER_COMPUTE_REPO=file://$PWD SNAPSHOTTER_COMPUTE_REPO_BRANCH=main \
+   SNAPSHOTTER_COMPUTE_REPO_COMMIT=$(git rev-parse HEAD) lite-node compute fetch
+   ```
+
+   The same variables with `PROJECTS_CONFIG=projects.json` run the devnet on
+   the pinned commit.
 
 ## What operators set
 

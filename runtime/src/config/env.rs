@@ -601,7 +601,29 @@ impl ComputeConfig {
         let mut problems = Vec::new();
         let allow_unpinned = env.flag("SNAPSHOTTER_COMPUTE_ALLOW_UNPINNED", &mut problems);
         let source = match env.get("SNAPSHOTTER_COMPUTE_REPO") {
-            None => ComputeSource::Bundled(bundled_computes_dir()),
+            // An author's working tree, built as it is now (not pinned: for
+            // `compute run` and the devnet, not for a node that earns).
+            None => match env.get("LITE_NODE_COMPUTE_DIR") {
+                Some(dir) => {
+                    let dir = absolute(Path::new(dir));
+                    if !dir.join("Cargo.toml").is_file() {
+                        problems.push(format!(
+                            "LITE_NODE_COMPUTE_DIR={}: no Cargo.toml there (the compute package's workspace root)",
+                            dir.display()
+                        ));
+                    }
+                    ComputeSource::Bundled(dir)
+                }
+                None => ComputeSource::Bundled(bundled_computes_dir()),
+            },
+            Some(_) if env.get("LITE_NODE_COMPUTE_DIR").is_some() => {
+                problems.push(
+                    "SNAPSHOTTER_COMPUTE_REPO and LITE_NODE_COMPUTE_DIR are both set: give the pinned repository \
+                     or the local directory, not both"
+                        .into(),
+                );
+                ComputeSource::Bundled(bundled_computes_dir())
+            }
             Some(url) => {
                 let pin = git_pin(env, "SNAPSHOTTER_COMPUTE_REPO", url, allow_unpinned, &mut problems);
                 let path = PathBuf::from(env.get("SNAPSHOTTER_COMPUTE_REPO_PATH").unwrap_or(""));

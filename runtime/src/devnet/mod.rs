@@ -77,6 +77,19 @@ pub struct Options {
     pub projects: Option<PathBuf>,
 }
 
+/// `./devnet` when it is a devnet directory (or no other is found), else the
+/// `devnet/` of the checkout this binary was built from — so an author can
+/// run `lite-node devnet` from their own package's directory.
+pub fn default_dir() -> PathBuf {
+    let here = PathBuf::from("devnet");
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("devnet");
+    if here.join("package.json").is_file() || !built_from.join("package.json").is_file() {
+        here
+    } else {
+        built_from.canonicalize().unwrap_or(built_from)
+    }
+}
+
 /// A `--fault` drill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -277,6 +290,10 @@ pub async fn run(
     if env.get("LITE_NODE_COMPUTE_CACHE_DIR").is_none() {
         compute_env = compute_env.with("LITE_NODE_COMPUTE_CACHE_DIR", cache.join("compute").display().to_string());
     }
+    if let Some(dir) = env.get("LITE_NODE_COMPUTE_DIR") {
+        // The nodes run elsewhere: they find the same directory.
+        compute_env = compute_env.with("LITE_NODE_COMPUTE_DIR", std::path::absolute(dir)?.display().to_string());
+    }
     if env.get("LITE_NODE_COMPUTE_TARGET_DIR").is_none() {
         compute_env = compute_env.with("LITE_NODE_COMPUTE_TARGET_DIR", cache.join("target").display().to_string());
     }
@@ -408,6 +425,8 @@ pub async fn run(
     let projects = run_dir.join("projects.json");
     let described = write_projects(&opts, &env, &run_dir, &pools, &package, &projects)?;
     writeln!(out, "projects: {described}")?;
+    let rerun = write_compute_run_env(&run_dir, &url, &manifest, &projects, &child_env)?;
+    writeln!(out, "re-run an epoch on this chain: lite-node --env-file {} compute run --epoch-id N", rerun.display())?;
 
     // The nodes.
     let mut nodes = Vec::new();
@@ -814,9 +833,49 @@ fn write_projects(
     Ok(format!("{} from {from}{pooled}", names.join(", ")))
 }
 
+/// An env file for `lite-node compute run` against this devnet's chain, with
+/// the same compute package and projects (readable by its owner only: it
+/// holds the package's repository URL).
+fn write_compute_run_env(
+    run_dir: &Path,
+    url: &str,
+    manifest: &Manifest,
+    projects: &Path,
+    child_env: &[(String, String)],
+) -> Result<PathBuf> {
+    let mut vars: Vec<(String, String)> = vec![
+        ("SOURCE_RPC_URL".into(), url.to_owned()),
+        ("POWERLOOM_RPC_URL".into(), url.to_owned()),
+        ("PROTOCOL_STATE_CONTRACT".into(), manifest.protocol_state.clone()),
+        ("DATA_MARKET_CONTRACT".into(), manifest.data_market.clone()),
+        ("POWERLOOM_CHAIN".into(), "devnet".into()),
+        ("NAMESPACE".into(), "UNISWAPV3".into()),
+        ("SOURCE_CHAIN".into(), "ETH".into()),
+        ("PROJECTS_CONFIG".into(), projects.display().to_string()),
+        ("LITE_NODE_DATA_DIR".into(), run_dir.join("compute-run").display().to_string()),
+    ];
+    vars.extend(
+        child_env
+            .iter()
+            .filter(|(k, _)| k.starts_with("LITE_NODE_COMPUTE_") || k.starts_with("SNAPSHOTTER_COMPUTE_"))
+            .cloned(),
+    );
+    let mut text = String::from("# lite-node compute run against this devnet (written by lite-node devnet)\n");
+    for (k, v) in &vars {
+        text.push_str(&format!("{k}='{}'\n", v.replace('\'', "")));
+    }
+    let path = run_dir.join("compute-run.env");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
+        f.write_all(text.as_bytes())?;
+    }
+    Ok(path)
+}
+
 fn describe_source(cfg: &ComputeConfig) -> String {
     match &cfg.source {
-        crate::config::ComputeSource::Bundled(dir) => format!("bundled ({})", dir.display()),
+        crate::config::ComputeSource::Bundled(dir) => format!("the directory {}, as it is now", dir.display()),
         crate::config::ComputeSource::Git { pin, .. } => {
             format!("{} at {}", crate::config::redact_url(&pin.url), pin.commit.as_deref().unwrap_or("the branch tip"))
         }

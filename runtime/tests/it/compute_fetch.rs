@@ -251,6 +251,22 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
         .unwrap()
         .replace("at the epoch's last block\"", "at the epoch's last block, changed\"");
     fs::write(&lib, text).unwrap();
+    // The working tree as it is, before any commit: the author's inner loop.
+    let local = Node::new().env("LITE_NODE_COMPUTE_DIR", pkg.display().to_string());
+    let listed = local.run(&["compute", "fetch"]);
+    listed.assert_ok();
+    assert!(listed.stdout.contains("at the epoch's last block, changed (needs block_details)"), "{}", listed.stdout);
+    // On a chain without its (mainnet) pools: the processor's own error, named.
+    let chain = lite_node_testkit::Anvil::start();
+    let ran = local
+        .env("PROJECTS_CONFIG", pkg.join("projects.json").display().to_string())
+        .env("SOURCE_RPC_URL", chain.url())
+        .run(&["compute", "run", "--begin", "0"]);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    assert!(ran.stdout.contains("myMarket (MyMarketProcessor): failed: eth_call slot0() on 0x"), "{}", ran.stdout);
+    let error = ran.stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
+    assert!(error.contains("project myMarket (MyMarketProcessor in my_market): eth_call slot0()"), "{}", ran.stderr);
+    assert!(error.contains("at block 0: the answer is empty"), "{}", ran.stderr);
     git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a change"]);
     let commit = git(&["rev-parse", "HEAD"]);
 

@@ -338,38 +338,27 @@ fn submissions_from_a_node_the_devnet_did_not_start_are_not_counted_as_its_own()
     assert!(text.contains("20 accepted, 0 rejected, 0 missing"), "{text}");
 }
 
-/// `compute run` against the devnet's chain prints, for the first epoch
-/// (no earlier snapshots on either side), the CID each node submitted.
+/// `compute run` against the devnet's chain, with the env file the devnet
+/// writes for it, prints for the first epoch (no earlier snapshots on either
+/// side) the CID each node submitted, and reads the total from the anchor.
 #[test]
 fn compute_run_on_the_devnet_chain_prints_the_cid_the_devnet_submitted() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, rx) = spawn_devnet(dir.path(), &["--nodes", "2"]);
     let mut lines = Vec::new();
-    let (url, protocol_state) = poll_until("the devnet's first epoch row", Duration::from_secs(180), || {
+    let env_file = poll_until("the devnet's first epoch row", Duration::from_secs(180), || {
         while let Ok(l) = rx.try_recv() {
             lines.push(l);
         }
-        let anvil = lines.iter().find_map(|l| l.strip_prefix("anvil on "))?;
-        let url = anvil.split(':').take(3).collect::<Vec<_>>().join(":");
-        let protocol_state = anvil.split("ProtocolState ").nth(1)?.split(',').next()?.to_owned();
-        lines.iter().any(|l| l.trim_start().starts_with("1 ")).then_some((url, protocol_state))
+        let hint = lines.iter().find_map(|l| l.strip_prefix("re-run an epoch on this chain: lite-node --env-file "))?;
+        let file = hint.split(' ').next()?.to_owned();
+        lines.iter().any(|l| l.trim_start().starts_with("1 ")).then_some(file)
     });
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(workspace_root().join("devnet/world/manifest.json")).unwrap()).unwrap();
     let run = |slot: u64| {
         Command::new(env!("CARGO_BIN_EXE_lite-node"))
-            .args(["compute", "run", "--epoch-id", "1", "--json", "--slot", &slot.to_string()])
+            .args(["--env-file", &env_file, "compute", "run", "--epoch-id", "1", "--json", "--slot", &slot.to_string()])
             .env_clear()
             .envs(toolchain_env())
-            .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
-            .env("LITE_NODE_COMPUTE_CACHE_DIR", dir.path().join("cache"))
-            .env("LITE_NODE_DATA_DIR", dir.path().join("compute-run"))
-            .env("SOURCE_RPC_URL", &url)
-            .env("POWERLOOM_RPC_URL", &url)
-            .env("PROTOCOL_STATE_CONTRACT", &protocol_state)
-            .env("DATA_MARKET_CONTRACT", manifest["dataMarket"].as_str().unwrap())
-            .env("PROJECTS_CONFIG", dir.path().join("run/projects.json"))
-            .envs([("POWERLOOM_CHAIN", "devnet"), ("NAMESPACE", "UNISWAPV3"), ("SOURCE_CHAIN", "ETH")])
             .current_dir(dir.path())
             .output()
             .unwrap()
