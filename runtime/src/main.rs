@@ -257,7 +257,7 @@ struct ComputeRunArgs {
     /// The day id the processors are given (default 1).
     #[arg(long, value_name = "D")]
     day_id: Option<u64>,
-    /// Run as this slot (default: SLOT_ID, else 1).
+    /// Run as this slot (default: SLOT_ID or the first of SLOT_IDS, else 1).
     #[arg(long, value_name = "S")]
     slot: Option<u64>,
     /// getTotalNodeCount (default: the anchor's, when configured; else the slot id).

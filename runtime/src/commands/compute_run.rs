@@ -57,6 +57,15 @@ pub fn compute_run(env: &EnvSnapshot, query: &EpochQuery, out: &mut dyn Write) -
 }
 
 async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> Result<()> {
+    // What the flags alone can tell, before any build.
+    if let (Some(begin), Some(end)) = (query.begin, query.end)
+        && end < begin
+    {
+        return Err(BadInput(format!("--end {end} is before --begin {begin}")).into());
+    }
+    if query.slot == Some(0) {
+        return Err(BadInput("--slot 0: slot ids start at 1".into()).into());
+    }
     let (projects, package) = {
         let cfg = cfg.clone();
         tokio::task::spawn_blocking(move || -> Result<_> {
@@ -112,7 +121,12 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             let release = anchor
                 .epoch_release(epoch_id, 0)
                 .await
-                .map_err(|e| anyhow!("looking up epoch {epoch_id}'s release on the anchor chain: {e}"))?
+                .map_err(|e| {
+                    anyhow!(
+                        "looking up epoch {epoch_id}'s release on the anchor chain (eth_getLogs from block 0): {e}; \
+                         or give its blocks with --begin B [--end E]"
+                    )
+                })?
                 .ok_or_else(|| {
                     BadInput(format!(
                         "epoch {epoch_id} has not been released on the anchor chain (POWERLOOM_RPC_URL, \
@@ -232,6 +246,15 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
              ({total_whence}); compute package {}",
             package.package.manifest.commit
         )?;
+        let unset = if cfg.namespace.contains("POWERLOOM_CHAIN")
+            || cfg.namespace.contains("NAMESPACE")
+            || cfg.namespace.contains("SOURCE_CHAIN")
+        {
+            " (set POWERLOOM_CHAIN, NAMESPACE and SOURCE_CHAIN for the node's project ids)"
+        } else {
+            ""
+        };
+        writeln!(out, "namespace {}{unset}", cfg.namespace)?;
         for p in &report {
             let selected = match p["selected"].as_bool() {
                 Some(true) => "reported selected",

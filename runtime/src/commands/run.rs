@@ -8,6 +8,12 @@ use crate::{config::EnvSnapshot, signals::shutdown_signals};
 /// Builds the async runtime and runs the node until a stop signal.
 pub fn run(env: &EnvSnapshot) -> anyhow::Result<()> {
     let cfg = crate::config::NodeConfig::from_env(env)?;
+    if let Some(dir) = env.get("LITE_NODE_COMPUTE_DIR") {
+        tracing::warn!(
+            "LITE_NODE_COMPUTE_DIR={dir}: this node runs that directory's package as it is now, not a pinned \
+             commit — for compute authors; an earning node pins SNAPSHOTTER_COMPUTE_REPO, _BRANCH and _COMMIT"
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("lite-node").build()?;
     let result = runtime.block_on(async { crate::node::run(cfg, shutdown_signals(false)).await });
     // A compute that never returns must not keep the process alive: the

@@ -51,9 +51,10 @@ impl Memo {
         }
     }
 
-    /// Fills a cell this caller owns; a failure is not kept for later callers.
+    /// Fills a cell this caller owns; a failure, or `null` (a source node
+    /// that has not seen the block yet), is not kept for later callers.
     fn fill(&self, key: &str, cell: &Cell, answer: Answer) {
-        if answer.is_err() {
+        if answer.as_ref().is_ok_and(|a| a.trim() == "null") || answer.is_err() {
             self.cells.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
         }
         let _ = cell.set(answer);
@@ -157,9 +158,8 @@ impl RpcEndpoint for Memo {
 const AT_BLOCK_LAST: &[&str] =
     &["eth_call", "eth_getBalance", "eth_getCode", "eth_getStorageAt", "eth_getTransactionCount", "eth_getProof"];
 const FIXED: &[&str] = &[
+    // (Transactions and receipts by hash are not: a reorg moves them.)
     "eth_getBlockByHash",
-    "eth_getTransactionByHash",
-    "eth_getTransactionReceipt",
     "eth_getBlockReceipts",
     "eth_chainId",
 ];
@@ -286,5 +286,29 @@ mod tests {
         assert!(memo.call("eth_chainId", "[]").is_err());
         assert_eq!(memo.call("eth_chainId", "[]").unwrap(), "0x1");
         assert_eq!(memo.call("eth_chainId", "[]").unwrap(), "0x1");
+    }
+
+    /// A source node that has not seen a block answers `null`: asked again,
+    /// not kept, so a later compute sees the block once it is there.
+    #[test]
+    fn a_null_answer_is_asked_again() {
+        #[derive(Default)]
+        struct NullOnce(AtomicU64);
+        impl RpcEndpoint for NullOnce {
+            fn call(&self, _: &str, _: &str) -> Answer {
+                Ok(if self.0.fetch_add(1, Ordering::SeqCst) == 0 { "null" } else { r#"{"number":"0x25"}"# }.into())
+            }
+            fn batch(&self, calls: &[RpcCall]) -> Result<Vec<Answer>, RpcError> {
+                Ok(calls.iter().map(|c| self.call(c.method.as_str(), c.params_json.as_str())).collect())
+            }
+        }
+        let chain = Arc::new(NullOnce::default());
+        let memo = Memo::new(chain.clone(), "test".into());
+        let read = || memo.batch(&[call("eth_getBlockByNumber", r#"["0x25",false]"#)]).unwrap().remove(0).unwrap();
+        assert_eq!(read(), "null");
+        assert_eq!(read(), r#"{"number":"0x25"}"#);
+        assert_eq!(read(), r#"{"number":"0x25"}"#);
+        assert_eq!(chain.0.load(Ordering::SeqCst), 2, "kept once it was there");
+        assert!(pinned_key("eth_getTransactionReceipt", r#"["0xab"]"#).is_none(), "a reorg moves a receipt");
     }
 }

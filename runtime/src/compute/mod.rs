@@ -145,7 +145,12 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
         // A pinned commit is its own identity; an unpinned one is known only
         // after asking the remote, so it is resolved under the lock below.
         ComputeSource::Git { pin, path } => pin.commit.clone().map(|c| (c, path.display().to_string())),
-        ComputeSource::Bundled(dir) => Some((bundled_id(dir)?, String::new())),
+        ComputeSource::Bundled(dir) => {
+            // A node run inside the package (an author's `./data`) must not
+            // hash its own cache and builds into the package's identity.
+            let own = [&cfg.data_dir, &cfg.cache_dir, &cfg.target_dir];
+            Some((bundled_id(dir, &own)?, String::new()))
+        }
     };
     if let Some((commit, path)) = &identity {
         let dir = root.join("packages").join(package_dir_name(commit, path, &rustc, &api, &cfg.profile));
@@ -264,7 +269,7 @@ fn rustc_version(cfg: &ComputeConfig) -> Result<String, ComputeError> {
 
 /// The bundled workspace's identity: a hash of its files (build output and
 /// hidden files excluded).
-fn bundled_id(dir: &Path) -> Result<String, ComputeError> {
+fn bundled_id(dir: &Path, own: &[&PathBuf]) -> Result<String, ComputeError> {
     let what = || format!("reading the bundled compute workspace {}", dir.display());
     if !dir.join("Cargo.toml").is_file() {
         return Err(ComputeError::Load(format!(
@@ -273,7 +278,14 @@ fn bundled_id(dir: &Path) -> Result<String, ComputeError> {
             dir.display()
         )));
     }
-    let files = plugin_api_src::walk(dir, &["target"]).map_err(io(what()))?;
+    let root = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let skipped: Vec<PathBuf> = own
+        .iter()
+        .filter_map(|p| std::path::absolute(p).ok()?.strip_prefix(&root).ok().map(Path::to_path_buf))
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .collect();
+    let mut files = plugin_api_src::walk(dir, &["target"]).map_err(io(what()))?;
+    files.retain(|rel| !skipped.iter().any(|s| rel.starts_with(s)));
     let mut contents = Vec::with_capacity(files.len());
     for rel in &files {
         contents.push(fs::read(dir.join(rel)).map_err(io(what()))?);

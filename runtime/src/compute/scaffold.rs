@@ -67,13 +67,16 @@ pub fn new_package(dir: &Path, name: Option<&str>) -> anyhow::Result<Scaffolded>
 
     let mut out: Vec<(PathBuf, String)> = Vec::new();
     out.push(("Cargo.toml".into(), workspace_manifest(&crate_name, &wanted)));
-    out.push((".gitignore".into(), "/target\n".into()));
+    // `data/`: what a node run here (compute run, compute fetch) keeps.
+    out.push((".gitignore".into(), "/target\n/data\n".into()));
     for (rel, text) in api {
         out.push((Path::new("plugin-api").join(rel), (*text).to_owned()));
     }
     let manifest = |text: &str| text.replace("license.workspace = true\n", "");
     for (rel, text) in files::COMPUTE_KIT {
-        out.push((Path::new("compute-kit").join(rel), manifest(text)));
+        // compute-kit stays under this project's license, whatever the author picks.
+        let text = text.replace("license.workspace = true\n", "license = \"Apache-2.0\"\n");
+        out.push((Path::new("compute-kit").join(rel), text));
     }
     for (rel, text) in files::TEMPLATE {
         let text = manifest(text)
@@ -116,18 +119,32 @@ fn check_name(name: &str) -> Result<(), BadInput> {
     let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-')
-        && !["slot-selection", "plugin-api", "compute-kit"].contains(&name)
+        && !TAKEN.contains(&name)
         && !RUST_KEYWORDS.contains(&name.replace('-', "_").as_str());
     if ok {
         Ok(())
     } else {
         Err(BadInput(format!(
             "`{name}` cannot name a compute crate: use lower-case letters, digits and dashes, starting with a \
-             letter (e.g. --name my-market-compute), not a Rust keyword, and not `slot-selection`, `plugin-api` or \
-             `compute-kit`"
+             letter (e.g. --name my-market-compute), not a Rust keyword, and not the name of a crate the package \
+             holds or depends on ({})",
+            TAKEN.join(", ")
         )))
     }
 }
+
+/// The package's other crates and its processor's dependencies.
+const TAKEN: &[&str] = &[
+    "slot-selection",
+    "plugin-api",
+    "compute-kit",
+    "lite-node-plugin-api",
+    "abi-stable",
+    "serde-json",
+    "sha2",
+    "alloy-primitives",
+    "alloy-sol-types",
+];
 
 /// Names a library cannot take (its crate name is a Rust identifier).
 const RUST_KEYWORDS: &[&str] = &[
@@ -310,8 +327,9 @@ checkout: `cargo install --locked --path runtime` there puts it on `PATH`, and
    LITE_NODE_COMPUTE_DIR=$PWD PROJECTS_CONFIG=projects.json lite-node devnet --epochs 5
    ```
 
-   It prints a line to re-run any of its epochs with `compute run`, e.g.
-   `lite-node --env-file <run dir>/compute-run.env compute run --epoch-id 3`.
+   Without `--epochs` it runs until Ctrl-C; while it runs, it offers (in a
+   second terminal) to re-run any of its epochs with `compute run` on its
+   chain: `lite-node --env-file <run dir>/compute-run.env compute run --epoch-id 3`.
 
 4. **Publish.** Commit (with `Cargo.lock`), push, and note the full commit id
    (`git rev-parse HEAD`). Check that a node builds and loads exactly that

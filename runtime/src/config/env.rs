@@ -558,8 +558,20 @@ impl ComputeRunConfig {
         let part = |k: &str| env.get(k).unwrap_or(k).to_owned();
         let namespace = format!("{}-{}-{}", part("POWERLOOM_CHAIN"), part("NAMESPACE"), part("SOURCE_CHAIN"));
         let slot_id = match (env.get("SLOT_ID"), env.get("SLOT_IDS")) {
-            (Some(one), _) => one.parse::<u64>().ok(),
-            (None, Some(list)) => super::parse_slot_ids(list).ok().and_then(|ids| ids.first().copied()),
+            (Some(one), _) => match one.parse::<u64>() {
+                Ok(id) if id > 0 => Some(id),
+                _ => {
+                    problems.push(format!("SLOT_ID={one} is not a slot id (a positive integer); or give --slot"));
+                    None
+                }
+            },
+            (None, Some(list)) => match super::parse_slot_ids(list) {
+                Ok(ids) => ids.first().copied(),
+                Err(e) => {
+                    problems.push(format!("SLOT_IDS: {e} (slot ids and ranges, e.g. 1-20,35); or give --slot"));
+                    None
+                }
+            },
             (None, None) => None,
         };
         match (compute, projects) {

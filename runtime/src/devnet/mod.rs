@@ -306,6 +306,13 @@ pub async fn run(
     let package = Arc::new(package);
     writeln!(out, "compute package {} ready", package.package.manifest.commit)?;
 
+    // projects.json: the given projects (or the BDS base snapshot) over the
+    // world's pools, checked against the package before anything starts.
+    let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
+    let projects = run_dir.join("projects.json");
+    let described = write_projects(&opts, &env, &run_dir, &pools, &package, &projects)?;
+    writeln!(out, "projects: {described}")?;
+
     // The chain.
     let mut anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
     let url = anvil.url();
@@ -347,7 +354,6 @@ pub async fn run(
         opts.our_slots()
     )?;
 
-    let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
     let exe = std::env::current_exe().context("locating the lite-node binary")?;
     // Only the toolchain and compute-package variables: an operator's
     // own alert channels, status port or drills must not reach devnet children.
@@ -421,10 +427,6 @@ pub async fn run(
         if validator.is_some() { "; relays every submission to the validator" } else { "" }
     )?;
 
-    // projects.json: the given projects (or the BDS base snapshot) over the world's pools.
-    let projects = run_dir.join("projects.json");
-    let described = write_projects(&opts, &env, &run_dir, &pools, &package, &projects)?;
-    writeln!(out, "projects: {described}")?;
     let rerun = write_compute_run_env(&run_dir, &url, &manifest, &projects, &child_env)?;
     writeln!(out, "re-run an epoch on this chain: lite-node --env-file {} compute run --epoch-id N", rerun.display())?;
 
@@ -812,7 +814,7 @@ fn write_projects(
             "the devnet runs the BDS base snapshot unless told otherwise: give the package's projects.json with \
              --projects FILE or PROJECTS_CONFIG"
         };
-        package.check_needs(&project).map_err(BadInput)?;
+        package.check_needs(&project).map_err(|e| BadInput(format!("{e} ({from}); or {fix}")))?;
         let settings = serde_json::Value::Object(project.settings.clone()).to_string();
         package
             .new_processor(&project.module, &project.class_name, &settings)
@@ -854,15 +856,19 @@ fn write_compute_run_env(
         ("PROJECTS_CONFIG".into(), projects.display().to_string()),
         ("LITE_NODE_DATA_DIR".into(), run_dir.join("compute-run").display().to_string()),
     ];
-    vars.extend(
-        child_env
-            .iter()
-            .filter(|(k, _)| k.starts_with("LITE_NODE_COMPUTE_") || k.starts_with("SNAPSHOTTER_COMPUTE_"))
-            .cloned(),
-    );
+    // Everything that decides which package is built, and against what.
+    let decides = |k: &str| {
+        k.starts_with("LITE_NODE_COMPUTE_")
+            || k.starts_with("SNAPSHOTTER_COMPUTE_")
+            || ["LITE_NODE_PLUGIN_API_DIR", "LITE_NODE_CARGO", "RUSTC"].contains(&k)
+    };
+    vars.extend(child_env.iter().filter(|(k, _)| decides(k)).cloned());
     let mut text = String::from("# lite-node compute run against this devnet (written by lite-node devnet)\n");
     for (k, v) in &vars {
-        text.push_str(&format!("{k}='{}'\n", v.replace('\'', "")));
+        if v.contains('\'') || v.contains('\n') {
+            bail!(BadInput(format!("{k} holds a quote or a line break, which the devnet's env file cannot carry")));
+        }
+        text.push_str(&format!("{k}='{v}'\n"));
     }
     let path = run_dir.join("compute-run.env");
     {

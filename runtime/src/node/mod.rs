@@ -189,6 +189,11 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let mut lanes = Vec::with_capacity(slots.len());
     for slot in &slots {
         let dir = slot_dir(&data_dir, slot.slot_id, slots.len() > 1);
+        if dir == data_dir {
+            // Whose state this is, even before its compute reports a selection.
+            let marker = data_dir.join(TOP_SLOT_MARKER);
+            crate::atomic_file::write(&marker, slot.slot_id.to_string().as_bytes())?;
+        }
         let tracker = Arc::new(SelectionTracker::persistent(dir.join("state").join("slot_selection_status.json")));
         let books_path = Books::path(&dir, &protocol_state.to_string(), &data_market.to_string());
         let books = Books::open(&books_path).with_context(|| format!("opening the books of slot {}", slot.slot_id))?;
@@ -340,6 +345,9 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     }
 }
 
+/// Names the slot whose state is at the top of the data dir.
+const TOP_SLOT_MARKER: &str = "state/slot_id";
+
 /// Where a slot's own state lives (tracker, ledger, journal, books): a node
 /// with one slot keeps it at the top of the data dir, one with several under
 /// `slots/<id>/` — except that a slot keeps the directory that already
@@ -350,11 +358,15 @@ pub fn slot_dir(data_dir: &std::path::Path, slot_id: u64, several: bool) -> std:
     if own.is_dir() {
         return own;
     }
-    // The slot the top-level state belongs to, as its tracker recorded it.
-    let top = std::fs::read(data_dir.join("state").join("slot_selection_status.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v["slot_id"].as_u64());
+    // The slot the top-level state belongs to: its marker, else (state from
+    // before the marker) what its tracker recorded.
+    let marked = std::fs::read_to_string(data_dir.join(TOP_SLOT_MARKER)).ok().and_then(|t| t.trim().parse().ok());
+    let top = marked.or_else(|| {
+        std::fs::read(data_dir.join("state").join("slot_selection_status.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["slot_id"].as_u64())
+    });
     if top == Some(slot_id) || !several { data_dir.to_path_buf() } else { own }
 }
 
@@ -389,5 +401,12 @@ mod tests {
         std::fs::create_dir_all(d.join("slots/6")).unwrap();
         assert_eq!(slot_dir(d, 6, false), d.join("slots/6"));
         assert_eq!(slot_dir(d, 5, false), d);
+        // The marker names the owner even when its tracker says nothing (a
+        // compute that never reported).
+        std::fs::remove_file(d.join("state/slot_selection_status.json")).unwrap();
+        assert_eq!(slot_dir(d, 5, true), d.join("slots/5"), "no owner known: its own");
+        std::fs::write(d.join(super::TOP_SLOT_MARKER), "5").unwrap();
+        assert_eq!(slot_dir(d, 5, true), d);
+        assert_eq!(slot_dir(d, 7, true), d.join("slots/7"));
     }
 }

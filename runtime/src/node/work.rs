@@ -261,9 +261,18 @@ impl EpochWork {
         let mut notices: Vec<(u64, Notice, Books)> = Vec::new();
         let mut ran = false;
         let mut problem = None;
-        for (lane, outcomes) in self.lanes.iter_mut().zip(&worked.outcomes) {
-            let lane_notices = lane.books.apply(epoch.epoch_id, outcomes);
-            lane.books.save(&lane.books_path)?;
+        // Every lane's books are applied on a copy and saved before any is
+        // kept: a save that fails leaves them all as they were, so the retry
+        // of this epoch applies it again and its alerts are not lost.
+        let mut applied = Vec::with_capacity(self.lanes.len());
+        for (lane, outcomes) in self.lanes.iter().zip(&worked.outcomes) {
+            let mut books = lane.books.clone();
+            let lane_notices = books.apply(epoch.epoch_id, outcomes);
+            books.save(&lane.books_path)?;
+            applied.push((books, lane_notices));
+        }
+        for ((lane, outcomes), (books, lane_notices)) in self.lanes.iter_mut().zip(&worked.outcomes).zip(applied) {
+            lane.books = books;
             for o in outcomes {
                 m.count(lane.slot_id, &crate::books::verdict(o));
                 for s in o.submissions.iter().filter(|s| s.status.is_accepted()) {

@@ -252,10 +252,34 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
         .replace("at the epoch's last block\"", "at the epoch's last block, changed\"");
     fs::write(&lib, text).unwrap();
     // The working tree as it is, before any commit: the author's inner loop.
+    // Run from inside the package with the defaults, as its README says: the
+    // node's ./data is not part of the package (built once, never committed).
+    let inside = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lite-node"))
+            .args(["compute", "fetch"])
+            .current_dir(&pkg)
+            .env_clear()
+            .envs(lite_node_testkit::toolchain_env())
+            .env("LITE_NODE_COMPUTE_TARGET_DIR", lite_node_testkit::compute_target_dir())
+            .env("LITE_NODE_COMPUTE_DIR", ".")
+            .output()
+            .expect("lite-node runs")
+    };
+    let first = inside();
+    let listed = String::from_utf8_lossy(&first.stdout);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(listed.contains("at the epoch's last block, changed (needs block_details)"), "{listed}");
+    let second = inside();
+    assert!(second.status.success());
+    assert_eq!(String::from_utf8_lossy(&second.stdout), listed, "the same package, from the cache");
+    assert!(
+        !String::from_utf8_lossy(&second.stderr).contains("building"),
+        "rebuilt:\n{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(pkg.join("data").is_dir());
+    assert!(!git(&["status", "--porcelain"]).contains("data"), "data/ is ignored");
     let local = Node::new().env("LITE_NODE_COMPUTE_DIR", pkg.display().to_string());
-    let listed = local.run(&["compute", "fetch"]);
-    listed.assert_ok();
-    assert!(listed.stdout.contains("at the epoch's last block, changed (needs block_details)"), "{}", listed.stdout);
     // On a chain without its (mainnet) pools: the processor's own error, named.
     let chain = lite_node_testkit::Anvil::start();
     let ran = local

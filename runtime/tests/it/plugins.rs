@@ -115,6 +115,7 @@ fn compute_run_names_each_processor_that_panics_fails_or_runs_past_its_time_limi
     assert!(good.stdout.contains("epoch 3: source blocks 7..=7"), "{}", good.stdout);
     assert!(good.stdout.contains("echo (EchoProcessor): computed; reported selected"), "{}", good.stdout);
     assert!(good.stdout.contains("project id  echo:echo:POWERLOOM_CHAIN-NAMESPACE-SOURCE_CHAIN"), "{}", good.stdout);
+    assert!(good.stdout.contains("(set POWERLOOM_CHAIN, NAMESPACE and SOURCE_CHAIN for the node's project ids)"));
     let cid = good.stdout.lines().find_map(|l| l.trim().strip_prefix("cid")).map(str::trim).unwrap_or_default();
     assert!(cid.starts_with("bafkrei"), "{}", good.stdout);
 
@@ -131,6 +132,13 @@ fn compute_run_names_each_processor_that_panics_fails_or_runs_past_its_time_limi
         assert!(line.contains(why), "{line}");
     }
     assert!(!bad.stderr.contains("project echo"), "{}", bad.stderr);
+
+    // A slot id that is not one is named, not taken for slot 1.
+    let node = node.env("SLOT_ID", "abc");
+    let bad_slot = node.run(&["compute", "run", "--begin", "7"]);
+    assert_eq!(bad_slot.code, 2, "{}", bad_slot.stderr);
+    assert!(bad_slot.stderr.contains("SLOT_ID=abc is not a slot id"), "{}", bad_slot.stderr);
+    let node = node.env("SLOT_ID", "2");
 
     // No epoch given is bad input, with the fix.
     let none = node.run(&["compute", "run"]);
