@@ -257,6 +257,10 @@ struct ComputeRunArgs {
     /// The day id the processors are given (default 1).
     #[arg(long, value_name = "D")]
     day_id: Option<u64>,
+    /// Where the anchor lookup of --epoch-id starts (default 0; providers
+    /// that cap eth_getLogs ranges need one near the release).
+    #[arg(long, value_name = "N", conflicts_with = "begin")]
+    from_block: Option<u64>,
     /// Run as this slot (default: SLOT_ID or the first of SLOT_IDS, else 1).
     #[arg(long, value_name = "S")]
     slot: Option<u64>,
@@ -404,6 +408,7 @@ fn main() -> ExitCode {
                 begin: a.begin,
                 end: a.end,
                 day_id: a.day_id,
+                from_block: a.from_block,
                 slot: a.slot,
                 total_slots: a.total_slots,
                 projects: a.project,

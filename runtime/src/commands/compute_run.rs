@@ -30,6 +30,8 @@ pub struct EpochQuery {
     pub begin: Option<u64>,
     pub end: Option<u64>,
     pub day_id: Option<u64>,
+    /// Where the anchor lookup of `--epoch-id` starts (default 0).
+    pub from_block: Option<u64>,
     /// The slot to run as (default `SLOT_ID`, else 1).
     pub slot: Option<u64>,
     /// getTotalNodeCount (default: the anchor's when configured, else the slot id).
@@ -119,18 +121,21 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         (Some(begin), _) => (begin, query.end.unwrap_or(begin), "given".to_owned()),
         (None, Some(anchor)) if query.epoch_id.is_some() => {
             let release = anchor
-                .epoch_release(epoch_id, 0)
+                .epoch_release(epoch_id, query.from_block.unwrap_or(0))
                 .await
                 .map_err(|e| {
                     anyhow!(
-                        "looking up epoch {epoch_id}'s release on the anchor chain (eth_getLogs from block 0): {e}; \
-                         or give its blocks with --begin B [--end E]"
+                        "looking up epoch {epoch_id}'s release on the anchor chain (eth_getLogs from block {}): \
+                         {e}; start nearer with --from-block N, or give its blocks with --begin B [--end E]",
+                        query.from_block.unwrap_or(0)
                     )
                 })?
                 .ok_or_else(|| {
                     BadInput(format!(
                         "epoch {epoch_id} has not been released on the anchor chain (POWERLOOM_RPC_URL, \
-                         PROTOCOL_STATE_CONTRACT, DATA_MARKET_CONTRACT): give its blocks with --begin B [--end E]"
+                         PROTOCOL_STATE_CONTRACT, DATA_MARKET_CONTRACT) from block {}: give its blocks with \
+                         --begin B [--end E]",
+                        query.from_block.unwrap_or(0)
                     ))
                 })?;
             (release.begin, release.end, format!("as released at anchor block {}", release.block_number))

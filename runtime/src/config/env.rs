@@ -686,7 +686,8 @@ fn bundled_computes_dir() -> PathBuf {
     if here.join("Cargo.toml").is_file() {
         return here;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("computes")
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("computes");
+    built_from.canonicalize().unwrap_or(built_from)
 }
 
 impl ProjectsSource {

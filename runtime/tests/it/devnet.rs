@@ -352,8 +352,13 @@ fn compute_run_on_the_devnet_chain_prints_the_cid_the_devnet_submitted() {
         }
         let hint = lines.iter().find_map(|l| l.strip_prefix("re-run an epoch on this chain: lite-node --env-file "))?;
         let file = hint.split(' ').next()?.to_owned();
-        lines.iter().any(|l| l.trim_start().starts_with("1 ")).then_some(file)
+        // Epoch 2's row: the anchor head is past epoch 1's release.
+        lines.iter().any(|l| l.starts_with("    2 ")).then_some(file)
     });
+    let released_at: u64 = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("    1 ")?.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("epoch 1's row names its release block: {lines:?}"));
     let run = |slot: u64| {
         Command::new(env!("CARGO_BIN_EXE_lite-node"))
             .args(["--env-file", &env_file, "compute", "run", "--epoch-id", "1", "--json", "--slot", &slot.to_string()])
@@ -364,8 +369,20 @@ fn compute_run_on_the_devnet_chain_prints_the_cid_the_devnet_submitted() {
             .unwrap()
     };
     let outputs: Vec<_> = (1..=2).map(run).collect();
+    // A lookup that starts after the release does not find it, and says so.
+    let late = Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .args(["--env-file", &env_file, "compute", "run", "--epoch-id", "1", "--from-block"])
+        .arg((released_at + 1).to_string())
+        .env_clear()
+        .envs(toolchain_env())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
     Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     poll_until("the devnet to exit", Duration::from_secs(60), || child.try_wait().unwrap());
+    let late_err = String::from_utf8_lossy(&late.stderr);
+    assert_eq!(late.status.code(), Some(2), "{late_err}");
+    assert!(late_err.contains("epoch 1 has not been released on the anchor chain"), "{late_err}");
     for (slot, out) in (1..=2).zip(outputs) {
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
