@@ -347,6 +347,9 @@ pub struct Alerter {
     from: Sender,
     cooldown: Duration,
     last: Mutex<HashMap<&'static str, Instant>>,
+    /// Each worked slot's signer, once the slots are known (start-up checks
+    /// them after the alerter starts).
+    signers: std::sync::OnceLock<HashMap<u64, String>>,
 }
 
 impl std::fmt::Debug for Alerter {
@@ -387,7 +390,14 @@ impl Alerter {
                 let _ = tx.try_send(Queued { id: Some(entry.id), alert: entry.alert.clone() });
             }
         }
-        Ok(Arc::new(Self { queues, pending, from, cooldown: cfg.cooldown, last: Mutex::default() }))
+        Ok(Arc::new(Self {
+            queues,
+            pending,
+            from,
+            cooldown: cfg.cooldown,
+            last: Mutex::default(),
+            signers: Default::default(),
+        }))
     }
 
     /// Queues an alert on every channel; never waits. Repeated failure
@@ -395,6 +405,24 @@ impl Alerter {
     /// queues took it.
     pub fn notify(&self, kind: AlertKind, books: &Books) -> usize {
         self.notify_slots(kind, books, Vec::new())
+    }
+
+    /// The slots this node works and their signers: alerts name the slot an
+    /// event touched and its own signer (with per-slot signers, or when the
+    /// first configured slot was skipped).
+    pub fn set_signers(&self, signers: HashMap<u64, String>) {
+        let _ = self.signers.set(signers);
+    }
+
+    /// Who an alert about `slots` comes from: the first slot, with its signer.
+    fn sender_of(&self, slots: &[u64]) -> Sender {
+        match slots.first() {
+            Some(&slot_id) => Sender {
+                slot_id,
+                signer: self.signers.get().and_then(|s| s.get(&slot_id)).unwrap_or(&self.from.signer).clone(),
+            },
+            None => self.from.clone(),
+        }
     }
 
     /// [`Alerter::notify`] for one event that touched several `slots` (the
@@ -415,10 +443,7 @@ impl Alerter {
             }
             last.insert(key, Instant::now());
         }
-        let from = match slots.first() {
-            Some(&slot_id) => Sender { slot_id, ..self.from.clone() },
-            None => self.from.clone(),
-        };
+        let from = self.sender_of(&slots);
         let slots = if slots.len() > 1 { slots } else { Vec::new() };
         let alert = Alert { kind, from, books: books.clone(), at_unix: unix_now(), slots };
         let id = alert
@@ -576,4 +601,24 @@ pub async fn test(cfg: &AlertConfig, from: Sender) -> Result<Vec<(String, Result
         results.push((channel.name(), result));
     }
     Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With per-slot signers, or the first configured slot skipped, an alert
+    /// names the slot it is about and that slot's own signer.
+    #[test]
+    fn an_alert_comes_from_its_slot_and_that_slots_signer() {
+        let mut tasks = crate::supervisor::Supervisor::new();
+        let default = Sender { slot_id: 1, signer: "0xdefault".into() };
+        let alerter = Alerter::start(&AlertConfig::default(), default, None, &mut tasks).unwrap();
+        assert_eq!(alerter.sender_of(&[]).slot_id, 1);
+        assert_eq!(alerter.sender_of(&[7]).signer, "0xdefault", "signers not known yet");
+        alerter.set_signers(HashMap::from([(2, "0xtwo".to_owned()), (7, "0xseven".to_owned())]));
+        let from = alerter.sender_of(&[7, 2]);
+        assert_eq!((from.slot_id, from.signer.as_str()), (7, "0xseven"));
+        assert_eq!(alerter.sender_of(&[2]).signer, "0xtwo");
+    }
 }

@@ -329,23 +329,35 @@ async fn health(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
 }
 
 async fn status_json(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
-    let i = &s.info;
-    let first = s.slots().first().map(|slot| slot.json()).unwrap_or_default();
-    axum::Json(json!({
-        "slotId": i.slot_id,
-        "signer": i.signer,
-        "dataMarket": i.data_market,
-        "protocolState": i.protocol_state,
-        "namespace": i.namespace,
-        "computePackage": i.compute_package,
-        "version": i.version,
-        "healthy": s.health().is_ok(),
-        "health": s.health().unwrap_or_else(|e| e),
-        // The first slot's, at the top as ever; every slot's under `slots`.
-        "lastSelection": first["lastSelection"],
-        "books": first["books"],
-        "slots": s.slots().iter().map(|slot| slot.json()).collect::<Vec<_>>(),
-    }))
+    axum::Json(s.document())
+}
+
+impl NodeStatus {
+    /// What `/status` answers.
+    pub fn document(&self) -> serde_json::Value {
+        let i = &self.info;
+        let slots = self.slots();
+        let first = slots.first().map(|slot| slot.json()).unwrap_or_default();
+        // The first slot worked (not the first configured, which may have
+        // been skipped), with its own signer.
+        let (slot_id, signer) =
+            slots.first().map_or((i.slot_id, i.signer.as_str()), |l| (l.slot_id, l.signer.as_str()));
+        json!({
+            "slotId": slot_id,
+            "signer": signer,
+            "dataMarket": i.data_market,
+            "protocolState": i.protocol_state,
+            "namespace": i.namespace,
+            "computePackage": i.compute_package,
+            "version": i.version,
+            "healthy": self.health().is_ok(),
+            "health": self.health().unwrap_or_else(|e| e),
+            // The first slot's, at the top as ever; every slot's under `slots`.
+            "lastSelection": first["lastSelection"],
+            "books": first["books"],
+            "slots": slots.iter().map(|slot| slot.json()).collect::<Vec<_>>(),
+        })
+    }
 }
 
 async fn metrics(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
@@ -371,6 +383,10 @@ mod tests {
     use super::*;
 
     fn node(alerted: &[u64]) -> NodeStatus {
+        node_of(1..=4, alerted)
+    }
+
+    fn node_of(worked: std::ops::RangeInclusive<u64>, alerted: &[u64]) -> NodeStatus {
         let info = Info {
             slot_id: 1,
             signer: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
@@ -391,12 +407,12 @@ mod tests {
             troubles: Arc::default(),
         };
         status.activity.touch();
-        let slots = (1..=4)
+        let slots = worked
             .map(|slot_id| {
                 let books = Books { alerted: alerted.contains(&slot_id), ..Books::default() };
                 Arc::new(SlotStatus {
                     slot_id,
-                    signer: status.info.signer.clone(),
+                    signer: format!("0xsigner-of-{slot_id}"),
                     tracker: Arc::default(),
                     books: Mutex::new(books),
                 })
@@ -411,6 +427,15 @@ mod tests {
         assert!(node(&[]).health().is_ok());
         assert_eq!(node(&[3]).health().unwrap_err(), "slot 3 failed 3 or more consecutive selected epochs");
         assert_eq!(node(&[1, 2, 4]).health().unwrap_err(), "slots 1-2, 4 failed 3 or more consecutive selected epochs");
+    }
+
+    /// Slot 1 configured but skipped, slots 2-3 worked with their own
+    /// signers: the top of /status is slot 2's, not the configuration's.
+    #[test]
+    fn status_names_the_first_slot_worked_and_its_own_signer() {
+        let doc = node_of(2..=3, &[]).document();
+        assert_eq!((doc["slotId"].as_u64(), doc["signer"].as_str()), (Some(2), Some("0xsigner-of-2")));
+        assert_eq!(doc["slots"].as_array().map(Vec::len), Some(2));
     }
 
     #[test]

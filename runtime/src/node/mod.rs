@@ -226,6 +226,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         });
     }
     let _ = status.slots.set(lanes.iter().map(|l| l.status.clone()).collect());
+    alerter.set_signers(lanes.iter().map(|l| (l.slot_id, l.status.signer.clone())).collect());
     if lanes.len() > 1 {
         tracing::info!(
             "working {} slots: {} (state of each in {})",

@@ -339,8 +339,7 @@ impl EpochWork {
                 }
                 Notice::MissedSnapshot { .. } => {}
             }
-            let taken =
-                self.alerter.notify_slots(AlertKind::from(notice), &books, if several { slots } else { vec![] });
+            let taken = self.alerter.notify_slots(AlertKind::from(notice), &books, slots);
             self.status.metrics.alerts.inc_by(taken as u64);
         }
     }
