@@ -9,7 +9,7 @@ use std::{io::Write, sync::Arc, time::Duration};
 use anyhow::{Context, Result, anyhow};
 use lite_node_plugin_api::EpochContext;
 use lite_node_protocol::{canonical_json, cid, project_id};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::{
     chain::{Anchor, HttpRpc, IoRuntime},
@@ -93,11 +93,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         if !query.projects.is_empty() && !query.projects.contains(&project.project_type) {
             continue;
         }
-        package.check_needs(&project).map_err(BadInput)?;
-        let settings = Value::Object(project.settings.clone()).to_string();
-        let processor = package
-            .new_processor(&project.module, &project.class_name, &settings)
-            .map_err(|e| BadInput(format!("project {}: {e}", project.project_type)))?;
+        let processor = package.project_processor(&project).map_err(BadInput)?;
         processors.push(ProjectProcessor { project, processor: Arc::new(processor) });
     }
 
@@ -149,13 +145,8 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             .into());
         }
     };
-    if end < begin {
-        return Err(BadInput(format!("--end {end} is before --begin {begin}")).into());
-    }
+    // Slot 0 was refused above (--slot) and by the configuration (SLOT_ID).
     let slot_id = query.slot.or(cfg.slot_id).unwrap_or(1);
-    if slot_id == 0 {
-        return Err(BadInput("--slot 0: slot ids start at 1".into()).into());
-    }
     let (total_slots, total_whence) = match (query.total_slots, &anchor) {
         (Some(t), _) => (t, "given"),
         (None, Some(anchor)) => (

@@ -110,6 +110,16 @@ impl LoadedPackage {
         ))
     }
 
+    /// The processor a project of projects.json names, built with its
+    /// settings, once the project preloads what the processor needs; the
+    /// error names the project.
+    pub fn project_processor(&self, project: &crate::config::Project) -> Result<ProcessorBox, String> {
+        self.check_needs(project)?;
+        let settings = serde_json::Value::Object(project.settings.clone()).to_string();
+        self.new_processor(&project.module, &project.class_name, &settings)
+            .map_err(|e| format!("project {}: {e}", project.project_type))
+    }
+
     /// Builds `class_name` from library `module` with the project's settings.
     pub fn new_processor(
         &self,

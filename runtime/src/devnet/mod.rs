@@ -449,9 +449,6 @@ pub async fn run(
             },
             ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
             ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
-            ("NAMESPACE", "UNISWAPV3".into()),
-            ("POWERLOOM_CHAIN", "devnet".into()),
-            ("SOURCE_CHAIN", "ETH".into()),
             ("PROJECTS_CONFIG", projects.display().to_string()),
             ("LITE_NODE_DATA_DIR", data_dir.display().to_string()),
             ("LOCAL_COLLECTOR_HOST", "127.0.0.1".into()),
@@ -461,6 +458,7 @@ pub async fn run(
             ("RUST_LOG", node_log_filter(&env)),
         ];
         node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        node_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
         if let Some((_, drill)) = opts.drills().find(|(s, _)| own.contains(s)) {
             node_env.push(("LITE_NODE_DRILL".into(), drill.as_str().into()));
         }
@@ -814,11 +812,7 @@ fn write_projects(
             "the devnet runs the BDS base snapshot unless told otherwise: give the package's projects.json with \
              --projects FILE or PROJECTS_CONFIG"
         };
-        package.check_needs(&project).map_err(|e| BadInput(format!("{e} ({from}); or {fix}")))?;
-        let settings = serde_json::Value::Object(project.settings.clone()).to_string();
-        package
-            .new_processor(&project.module, &project.class_name, &settings)
-            .map_err(|e| BadInput(format!("project {} ({from}): {e}; {fix}", project.project_type)))?;
+        package.project_processor(&project).map_err(|e| BadInput(format!("{e} ({from}); {fix}")))?;
         let mut entry = project.settings.clone();
         entry.insert("project_type".into(), json!(project.project_type));
         entry.insert("processor".into(), json!({"module": project.module, "class_name": project.class_name}));
@@ -835,6 +829,11 @@ fn write_projects(
     Ok(format!("{} from {from}{pooled}", names.join(", ")))
 }
 
+/// The devnet's project namespace (`devnet-UNISWAPV3-ETH`), as the nodes and
+/// `compute run` are given it.
+const NAMESPACE_VARS: [(&str, &str); 3] =
+    [("POWERLOOM_CHAIN", "devnet"), ("NAMESPACE", "UNISWAPV3"), ("SOURCE_CHAIN", "ETH")];
+
 /// An env file for `lite-node compute run` against this devnet's chain, with
 /// the same compute package and projects (readable by its owner only: it
 /// holds the package's repository URL).
@@ -850,12 +849,10 @@ fn write_compute_run_env(
         ("POWERLOOM_RPC_URL".into(), url.to_owned()),
         ("PROTOCOL_STATE_CONTRACT".into(), manifest.protocol_state.clone()),
         ("DATA_MARKET_CONTRACT".into(), manifest.data_market.clone()),
-        ("POWERLOOM_CHAIN".into(), "devnet".into()),
-        ("NAMESPACE".into(), "UNISWAPV3".into()),
-        ("SOURCE_CHAIN".into(), "ETH".into()),
         ("PROJECTS_CONFIG".into(), projects.display().to_string()),
         ("LITE_NODE_DATA_DIR".into(), run_dir.join("compute-run").display().to_string()),
     ];
+    vars.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
     // Everything that decides which package is built, and against what.
     let decides = |k: &str| {
         k.starts_with("LITE_NODE_COMPUTE_")

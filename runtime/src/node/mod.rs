@@ -104,11 +104,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     };
     let mut processors = Vec::new();
     for project in projects.projects {
-        package.check_needs(&project).map_err(BadInput)?;
-        let settings = serde_json::Value::Object(project.settings.clone()).to_string();
-        let processor = package
-            .new_processor(&project.module, &project.class_name, &settings)
-            .map_err(|e| BadInput(format!("project {}: {e}", project.project_type)))?;
+        let processor = package.project_processor(&project).map_err(BadInput)?;
         processors.push(ProjectProcessor { project, processor: Arc::new(processor) });
     }
     tracing::info!(
