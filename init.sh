@@ -50,8 +50,23 @@ need_redis() {
   fi
 }
 
+# A cold test run writes about 4 GiB (both workspaces' builds, the compute
+# packages the tests build, the devnet world); say so up front rather than
+# let a compiler fail half-way with "No space left on device".
+check_disk_for_tests() {
+  local dir="$CARGO_TARGET_DIR" free_kib need_kib=$((5 * 1024 * 1024))
+  while [ ! -d "$dir" ]; do dir=$(dirname "$dir"); done
+  free_kib=$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 { print $4 }')
+  [[ "$free_kib" =~ ^[0-9]+$ ]] || return 0
+  if [ "$free_kib" -lt "$need_kib" ]; then
+    echo "init.sh: warning: $((free_kib / 1024)) MiB free under $dir; a cold test run needs about 5 GiB" >&2
+    echo "init.sh: free some space (or point CARGO_TARGET_DIR elsewhere) if the build fails with \"No space left on device\"" >&2
+  fi
+}
+
 run_tests() {
   need_rust
+  check_disk_for_tests
   need_devnet_world
   need_redis
   local ws
