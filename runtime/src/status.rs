@@ -237,6 +237,12 @@ pub struct SlotStatus {
     pub signer: String,
     pub tracker: Arc<SelectionTracker>,
     pub books: Mutex<Books>,
+    /// The last epoch the books held when this process opened them: a
+    /// standing alert makes `/health` 503 only when the streak's latest
+    /// failure came after it, so a node restarted after a fix is healthy
+    /// until it fails again (the streak stays in `/status` until a selected
+    /// success clears it).
+    pub last_epoch_at_start: Option<u64>,
 }
 
 impl SlotStatus {
@@ -246,6 +252,14 @@ impl SlotStatus {
 
     pub fn set_books(&self, books: Books) {
         *self.books.lock().unwrap_or_else(|p| p.into_inner()) = books;
+    }
+
+    /// Whether this slot's three-failure alert stands and it has failed
+    /// again since this process started.
+    fn failing_now(&self) -> bool {
+        let books = self.books();
+        let latest_failure = books.streak.last().map(|e| e.epoch_id);
+        books.alerted && latest_failure.is_some_and(|e| self.last_epoch_at_start.is_none_or(|start| e > start))
     }
 
     fn json(&self) -> serde_json::Value {
@@ -302,8 +316,9 @@ impl NodeStatus {
         if let Some(problem) = self.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             return Err(problem.clone());
         }
-        // A slot whose three-failure alert stands is not earning.
-        let failing: Vec<u64> = self.slots().iter().filter(|s| s.books().alerted).map(|s| s.slot_id).collect();
+        // A slot whose three-failure alert stands, and that failed again
+        // since start-up, is not earning.
+        let failing: Vec<u64> = self.slots().iter().filter(|s| s.failing_now()).map(|s| s.slot_id).collect();
         if !failing.is_empty() {
             let which = if failing.len() == 1 { "slot" } else { "slots" };
             return Err(format!(
@@ -317,7 +332,17 @@ impl NodeStatus {
             let since = if self.activity.ever() { "no epoch processed" } else { "no epoch processed since start-up" };
             return Err(format!("{since} for {}s (limit {}s)", idle.as_secs(), self.stuck_after.as_secs()));
         }
-        Ok(format!("processing epochs (last {}s ago)", idle.as_secs()))
+        let earlier: Vec<u64> = self.slots().iter().filter(|s| s.books().alerted).map(|s| s.slot_id).collect();
+        let note = if earlier.is_empty() {
+            String::new()
+        } else {
+            let which = if earlier.len() == 1 { "slot" } else { "slots" };
+            format!(
+                "; {which} {}: failure streak from before this start, not failed since (see /status)",
+                crate::config::format_slot_ids(&earlier)
+            )
+        };
+        Ok(format!("processing epochs (last {}s ago){note}", idle.as_secs()))
     }
 }
 
@@ -409,15 +434,103 @@ mod tests {
         status.activity.touch();
         let slots = worked
             .map(|slot_id| {
-                let books = Books { alerted: alerted.contains(&slot_id), ..Books::default() };
+                let books = if alerted.contains(&slot_id) { failed(&[3, 4, 5]) } else { Books::default() };
                 Arc::new(SlotStatus {
                     slot_id,
                     signer: format!("0xsigner-of-{slot_id}"),
                     tracker: Arc::default(),
                     books: Mutex::new(books),
+                    last_epoch_at_start: None,
                 })
             })
             .collect();
+        status.slots.set(slots).unwrap();
+        status
+    }
+
+    /// One project's outcome: computed (`Ok`), not selected (`None`) or a
+    /// selected failure (`Err`).
+    fn outcome(result: Option<Result<(), ()>>) -> crate::dispatch::Outcome {
+        use crate::dispatch::OutcomeKind;
+        let (kind, selected) = match result {
+            Some(Ok(())) => (OutcomeKind::Computed, Some(true)),
+            Some(Err(())) => (OutcomeKind::Failed("boom".into()), Some(true)),
+            None => (OutcomeKind::NotSelected, Some(false)),
+        };
+        crate::dispatch::Outcome {
+            project_type: "p".into(),
+            kind,
+            selected,
+            snapshots: vec![],
+            stored: vec![],
+            submissions: vec![],
+            started_at_ms: 0,
+            finished_at_ms: 0,
+        }
+    }
+
+    /// Books after a selected failure in each of `epochs`.
+    fn failed(epochs: &[u64]) -> Books {
+        let mut books = Books::default();
+        for &epoch in epochs {
+            books.apply(epoch, &[outcome(Some(Err(())))]);
+        }
+        books
+    }
+
+    #[test]
+    fn a_streak_from_before_a_restart_leaves_health_until_the_slot_fails_again() {
+        let status = node(&[]);
+        let slot = &status.slots()[1];
+        // Restarted (say, after a fix) with slot 2's alert standing from epochs 3-5.
+        let books = failed(&[3, 4, 5]);
+        assert!(books.alerted);
+        let restarted = SlotStatus { last_epoch_at_start: books.last_epoch, ..clone_slot(slot, books) };
+        let status = with_slot(status, 1, restarted);
+        let detail = status.health().expect("healthy until it fails again");
+        assert!(
+            detail.ends_with("; slot 2: failure streak from before this start, not failed since (see /status)"),
+            "{detail}"
+        );
+        // Not selected since: still healthy.
+        let slot = &status.slots()[1];
+        let mut books = slot.books();
+        books.apply(6, &[outcome(None)]);
+        slot.set_books(books);
+        assert!(status.health().is_ok());
+        // Fails again: the standing streak counts once more.
+        let mut books = slot.books();
+        books.apply(7, &[outcome(Some(Err(())))]);
+        slot.set_books(books);
+        assert_eq!(status.health().unwrap_err(), "slot 2 failed 3 or more consecutive selected epochs");
+        // A success clears it; a new streak of three after it counts too.
+        let mut books = slot.books();
+        books.apply(8, &[outcome(Some(Ok(())))]);
+        slot.set_books(books);
+        let detail = status.health().unwrap();
+        assert!(!detail.contains("streak"), "{detail}");
+        let mut books = slot.books();
+        for epoch in 9..=11 {
+            books.apply(epoch, &[outcome(Some(Err(())))]);
+        }
+        slot.set_books(books);
+        assert_eq!(status.health().unwrap_err(), "slot 2 failed 3 or more consecutive selected epochs");
+    }
+
+    fn clone_slot(slot: &SlotStatus, books: Books) -> SlotStatus {
+        SlotStatus {
+            slot_id: slot.slot_id,
+            signer: slot.signer.clone(),
+            tracker: slot.tracker.clone(),
+            books: Mutex::new(books),
+            last_epoch_at_start: slot.last_epoch_at_start,
+        }
+    }
+
+    fn with_slot(status: NodeStatus, index: usize, slot: SlotStatus) -> NodeStatus {
+        let mut slots: Vec<_> = status.slots().to_vec();
+        slots[index] = Arc::new(slot);
+        let status = NodeStatus { slots: Default::default(), ..status };
         status.slots.set(slots).unwrap();
         status
     }

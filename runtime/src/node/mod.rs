@@ -197,6 +197,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             slot_id: slot.slot_id,
             signer: slot.signer_address.to_string(),
             tracker: tracker.clone(),
+            last_epoch_at_start: books.last_epoch,
             books: Mutex::new(books.clone()),
         });
         lanes.push(Lane {
