@@ -48,6 +48,10 @@ impl Policy {
     /// An IPFS upload: three attempts in all.
     pub const IPFS: Self =
         Self { first: Duration::from_millis(500), max: Duration::from_secs(2), retries: Some(2), jitter: false };
+    /// The anchor's WebSocket, dropped or refused: from 200 ms up to 10 s,
+    /// forever (a server that accepts and at once closes is not hammered).
+    pub const RECONNECT: Self =
+        Self { first: Duration::from_millis(200), max: Duration::from_secs(10), retries: None, jitter: true };
     /// An alert while its channel is down: forever, from 250 ms up to 60 s
     /// (a rate limit's own `retry_after` takes precedence).
     pub const ALERT: Self =

@@ -112,7 +112,8 @@ impl HttpRpc {
         let sockets = urls
             .iter()
             .map(|u| {
-                matches!(u.scheme(), "ws" | "wss").then(|| WsEndpoint::start(u.clone(), role == "anchor", &io.handle))
+                matches!(u.scheme(), "ws" | "wss")
+                    .then(|| WsEndpoint::start(u.clone(), role == "anchor", timeout, &io.handle))
             })
             .collect();
         Ok(Self {
@@ -244,7 +245,9 @@ impl HttpRpc {
 }
 
 fn single_result(response: &Value, id: u64, method: &str) -> Result<Value, RpcError> {
-    if response.get("id").and_then(Value::as_u64) != Some(id) {
+    // A request the server could not read at all is refused under `id: null`.
+    let refused = response.get("id").is_some_and(Value::is_null) && response.get("error").is_some();
+    if !refused && response.get("id").and_then(Value::as_u64) != Some(id) {
         return Err(rpc_error(format!("{method}: answer carries another id ({})", response["id"])));
     }
     result_of(response, method)
@@ -340,5 +343,21 @@ impl RpcEndpoint for HttpRpc {
         let response = self.post(Value::Array(bodies))?;
         let methods: Vec<&str> = calls.iter().map(|c| c.method.as_str()).collect();
         Ok(batch_results(response, &ids, &methods)?.into_iter().map(|r| r.map(|v| v.to_string())).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_refused_under_id_null_gives_the_servers_reason() {
+        let refused = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "parse error"}});
+        let e = single_result(&refused, 7, "eth_call").unwrap_err();
+        assert_eq!(e.message.as_str(), "eth_call: parse error");
+        let other = json!({"jsonrpc": "2.0", "id": 8, "result": "0x1"});
+        assert!(single_result(&other, 7, "eth_call").unwrap_err().message.contains("another id (8)"));
+        let e = batch_results(refused, &[1, 2], &["a", "b"]).unwrap_err();
+        assert!(e.message.contains("batch of 2 calls refused"), "{}", e.message);
     }
 }
