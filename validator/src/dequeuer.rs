@@ -519,10 +519,10 @@ impl<C: Chain> Dequeuer<C> {
             // Perhaps released but not seen here yet: a deadline still ahead
             // of the head (and no further than a node may sign from a release
             // at or before it) keeps the submission waiting.
-            if let Some(head) = snapshot.head
-                && r.deadline >= head
-                && r.deadline <= head.saturating_add(self.market.deadline_after_release)
-            {
+            // Without a head (the event monitor down past its key's expiry)
+            // nothing can be told apart: the batch is given back, not judged.
+            let head = snapshot.head.ok_or("no anchor head in Redis: is the event monitor running?")?;
+            if r.deadline >= head && r.deadline <= head.saturating_add(self.market.deadline_after_release) {
                 return Ok(Checked::Defer);
             }
             return reject(

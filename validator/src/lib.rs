@@ -64,6 +64,21 @@ impl Market {
     }
 }
 
+impl Market {
+    /// The first anchor block at which the window of an epoch released in
+    /// `release_block` is closed: it stays open through `release_block +
+    /// window_blocks`, since a deadline of that block is still valid while
+    /// the head is on it.
+    pub fn window_closes(&self, release_block: u64) -> u64 {
+        window_closes(release_block, self.window_blocks)
+    }
+}
+
+/// [`Market::window_closes`] for a window of `window_blocks`.
+pub fn window_closes(release_block: u64, window_blocks: u64) -> u64 {
+    release_block.saturating_add(window_blocks).saturating_add(1)
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_millis() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64

@@ -56,6 +56,21 @@ redis.call('LPUSH', KEYS[6], ARGV[1])
 return 1
 ";
 
+const HEAD: &str = r"
+-- KEYS: anchor head.  ARGV: head, ttl.  The head only moves forward (two
+-- monitors, or an RPC failing over to a node behind, must not reopen
+-- deadlines that passed); its expiry is renewed either way.
+local seen = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local head = tonumber(ARGV[1])
+if head > seen then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+  return ARGV[1]
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return tostring(seen)
+";
+
+static HEAD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HEAD));
 static OPEN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(OPEN));
 static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLOSE));
 
@@ -82,7 +97,7 @@ impl Monitor {
     /// again, after a restart or a reorg, changes nothing). True when opened.
     pub async fn released(&self, epoch_id: u64, release_block: u64, begin: u64, end: u64) -> redis::RedisResult<bool> {
         let k = &self.market.keys;
-        let closes = release_block.saturating_add(self.market.window_blocks);
+        let closes = self.market.window_closes(release_block);
         let opened: i64 = OPEN_SCRIPT
             .key(k.epoch_window(epoch_id))
             .key(k.epoch_state(epoch_id))
@@ -108,13 +123,15 @@ impl Monitor {
     }
 
     /// The anchor chain's head is `head`: recorded for the dequeuers'
-    /// deadline checks, and every window that closes at or before it is
-    /// closed and its epoch queued for finalization. Returns the epochs
-    /// closed now.
+    /// deadline checks (never lowered: a head behind the one recorded keeps
+    /// that one), and every window that closes at or before it is closed and
+    /// its epoch queued for finalization. Returns the epochs closed now.
     pub async fn head(&self, head: u64) -> redis::RedisResult<Vec<u64>> {
         let k = &self.market.keys;
         let mut conn = self.conn.clone();
-        conn.set_ex::<_, _, ()>(k.anchor_head(), head, ANCHOR_HEAD_TTL.as_secs()).await?;
+        let recorded: String =
+            HEAD_SCRIPT.key(k.anchor_head()).arg(head).arg(ANCHOR_HEAD_TTL.as_secs()).invoke_async(&mut conn).await?;
+        let head = recorded.parse::<u64>().unwrap_or(head).max(head);
         let due: Vec<u64> = conn.zrangebyscore(k.epochs_closing(), "-inf", head).await?;
         let mut closed = Vec::new();
         for epoch_id in due {

@@ -212,7 +212,7 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             let _held = lock;
             let watcher = Watcher::open(anchor.clone(), &o.data_dir, settings)?;
             announced.push(format!(
-                "event monitor: windows close {} anchor blocks after each release",
+                "event monitor: windows stay open {} anchor blocks after each release",
                 market.window_blocks
             ));
             let monitor = Monitor::new(market.clone(), conn.clone());

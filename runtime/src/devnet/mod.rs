@@ -376,7 +376,7 @@ pub async fn run(
         .await?;
         writeln!(
             out,
-            "validator on {} (gRPC gateway), monitor API on {}, Redis log {}; windows close {} anchor blocks after a release",
+            "validator on {} (gRPC gateway), monitor API on {}, Redis log {}; windows stay open {} anchor blocks after a release",
             v.gateway,
             v.api,
             v.redis.log.display(),

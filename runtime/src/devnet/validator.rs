@@ -166,7 +166,7 @@ impl DevnetValidator {
             self.alive()?;
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let closes = release_block + WINDOW_BLOCKS;
+        let closes = lite_node_validator::window_closes(release_block, WINDOW_BLOCKS);
         let head = driver.head().await?;
         if head < closes {
             driver.call("anvil_mine", json!([format!("0x{:x}", closes - head)])).await?;

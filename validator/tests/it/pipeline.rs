@@ -86,10 +86,14 @@ fn scope() -> Scope {
 }
 
 async fn world(part_size: usize) -> World {
+    world_with(part_size, 10).await
+}
+
+async fn world_with(part_size: usize, window_blocks: u64) -> World {
     let server = RedisServer::start();
     let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
     let mut market = Market::new(scope(), CHAIN_ID, "validator-1");
-    market.window_blocks = 10;
+    market.window_blocks = window_blocks;
     let market = Arc::new(market);
     let signers = (1..=8).map(|s| (s, Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap().address()));
     let chain = TableChain {
@@ -213,11 +217,12 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
         assert_eq!(counters.get(&format!("rejected:{}", reason.as_str())), Some(&1), "{reason:?}: {counters:?}");
     }
 
-    // The window closes in anchor blocks: not at 109, at 110.
-    assert!(w.monitor.head(109).await.unwrap().is_empty());
+    // The window closes in anchor blocks: open through block 110 (release
+    // 100 + 10), so a deadline of 110 is still taken there; closed at 111.
+    assert!(w.monitor.head(110).await.unwrap().is_empty());
     w.submit(signed(6, 6, 5, &p_a, &cid_a, 120)).await;
-    assert_eq!(w.monitor.head(110).await.unwrap(), [5]);
-    assert_eq!(w.monitor.head(111).await.unwrap(), Vec::<u64>::new(), "closed once");
+    assert_eq!(w.monitor.head(111).await.unwrap(), [5]);
+    assert_eq!(w.monitor.head(112).await.unwrap(), Vec::<u64>::new(), "closed once");
     let late = w.drain().await;
     assert!(matches!(late.as_slice(), [Verdict::Rejected(Reason::WindowClosed, _)]), "{late:?}");
 
@@ -352,6 +357,46 @@ async fn a_submission_for_an_epoch_not_open_yet_waits_for_it() {
 }
 
 #[tokio::test]
+async fn a_deadline_on_the_windows_last_block_is_taken_there() {
+    // The defaults: a deadline up to 130 blocks after the release, a window
+    // of as many.
+    let w = world_with(250, 130).await;
+    assert_eq!(w.market.deadline_after_release, 130);
+    let (cid_a, _, _) = cids();
+    w.monitor.released(5, 100, 1, 1).await.unwrap();
+    assert!(w.monitor.head(230).await.unwrap().is_empty(), "open through release + 130");
+    w.submit(signed(1, 1, 5, &project(POOL_A), &cid_a, 230)).await;
+    assert_eq!(w.drain().await, [Verdict::Accepted]);
+    assert_eq!(w.monitor.head(231).await.unwrap(), [5]);
+    // A head behind the one recorded (a second monitor, an RPC behind)
+    // does not move it back.
+    w.monitor.head(200).await.unwrap();
+    let head: u64 = w.conn.clone().get(w.market.keys.anchor_head()).await.unwrap();
+    assert_eq!(head, 231);
+}
+
+#[tokio::test]
+async fn without_an_anchor_head_a_submission_for_an_epoch_not_seen_is_kept_not_rejected() {
+    let w = world(250).await;
+    let (cid_a, _, _) = cids();
+    // The event monitor is down (no `anchor:head`) while a node submits for
+    // a release it saw.
+    w.submit(signed(1, 1, 7, &project(POOL_A), &cid_a, 120)).await;
+    let e = w.dequeuer.round(64, Duration::from_millis(50)).await.unwrap_err();
+    assert!(e.contains("is the event monitor running?"), "{e}");
+    let queue = lite_node_validator::ReliableQueue::submissions(w.conn.clone(), &w.market.keys);
+    let held = queue.take_batch(10).await.unwrap();
+    assert_eq!(held.len(), 1, "given back, still queued");
+    queue.give_back(&held).await.unwrap();
+    let counters = w.counters().await;
+    assert_eq!(counters.get("rejected:unknown_epoch"), None, "{counters:?}");
+    // The monitor comes back and sees the release: the vote counts.
+    w.monitor.head(100).await.unwrap();
+    w.monitor.released(7, 100, 1, 1).await.unwrap();
+    assert_eq!(w.drain().await, [Verdict::Accepted]);
+}
+
+#[tokio::test]
 async fn a_submission_redelivered_after_a_crash_is_counted_once() {
     let w = world(250).await;
     let (cid_a, _, _) = cids();
@@ -400,7 +445,7 @@ async fn parts_and_ties_give_the_same_batch_whatever_the_order_and_the_part_size
             }
         }
         assert_eq!(w.drain().await.iter().filter(|v| **v == Verdict::Accepted).count(), 14);
-        w.monitor.head(60).await.unwrap();
+        w.monitor.head(61).await.unwrap();
         w.finalize().await;
         let parts: Option<u64> = w.conn.clone().get(w.market.keys.parts_total(9)).await.unwrap();
         assert_eq!(parts, Some(7u64.div_ceil(part_size as u64)));
