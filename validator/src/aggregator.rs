@@ -149,16 +149,24 @@ impl Aggregator {
         };
         let mut projects = BTreeMap::new();
         for (i, body) in bodies.into_iter().enumerate() {
-            let Some(body) = body else {
-                // Parts live 2 hours: only an epoch left far behind loses one.
-                let _: () = conn
-                    .hset_multiple(k.epoch_state(epoch_id), &[("level1_status", "failed"), ("phase", "failed")])
-                    .await
-                    .map_err(|e| format!("redis: {e}"))?;
-                tracing::error!("epoch {epoch_id}: part {i} of {parts} expired before aggregation; level 1 failed");
-                return Ok(());
+            // Parts live 2 hours: only an epoch left far behind loses one. A
+            // part that does not parse never will: retrying it would hold
+            // every later epoch behind it.
+            let part = match body.map(|b| serde_json::from_str::<Value>(&b)) {
+                Some(Ok(part)) => part,
+                lost => {
+                    let why = match lost {
+                        Some(Err(e)) => format!("is not JSON ({e})"),
+                        _ => "expired before aggregation".to_owned(),
+                    };
+                    let _: () = conn
+                        .hset_multiple(k.epoch_state(epoch_id), &[("level1_status", "failed"), ("phase", "failed")])
+                        .await
+                        .map_err(|e| format!("redis: {e}"))?;
+                    tracing::error!("epoch {epoch_id}: part {i} of {parts} {why}; level 1 failed");
+                    return Ok(());
+                }
             };
-            let part: Value = serde_json::from_str(&body).map_err(|e| format!("part {i} is not JSON: {e}"))?;
             for (project, f) in part["projects"].as_object().into_iter().flatten() {
                 projects.insert(
                     project.clone(),

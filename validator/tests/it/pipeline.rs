@@ -376,6 +376,30 @@ async fn a_deadline_on_the_windows_last_block_is_taken_there() {
 }
 
 #[tokio::test]
+async fn an_unreadable_part_fails_its_epoch_and_does_not_hold_the_next_one() {
+    let w = world(250).await;
+    let (cid_a, _, _) = cids();
+    for (epoch, release) in [(5, 100), (6, 101)] {
+        w.monitor.released(epoch, release, 1, 1).await.unwrap();
+    }
+    w.monitor.head(102).await.unwrap();
+    for epoch in [5, 6] {
+        w.submit(signed(1, 1, epoch, &project(POOL_A), &cid_a, 120)).await;
+    }
+    assert_eq!(w.drain().await, [Verdict::Accepted, Verdict::Accepted]);
+    assert_eq!(w.monitor.head(112).await.unwrap(), [5, 6]);
+    while w.finalizer.step(Duration::from_millis(100)).await.unwrap() {}
+    // Epoch 5's part is corrupted before the aggregator reads it.
+    let _: () = w.conn.clone().set(w.market.keys.batch_part(5, 0), "{torn").await.unwrap();
+    while w.aggregator.step(Duration::from_millis(100)).await.unwrap() {}
+    let state: BTreeMap<String, String> = w.conn.clone().hgetall(w.market.keys.epoch_state(5)).await.unwrap();
+    assert_eq!(state.get("level1_status").map(String::as_str), Some("failed"), "{state:?}");
+    let none: Option<String> = w.conn.clone().get(w.market.keys.finalized(5)).await.unwrap();
+    assert_eq!(none, None);
+    assert_eq!(w.finalized(6).await["projects"][0]["snapshotCid"], cid_a.as_str());
+}
+
+#[tokio::test]
 async fn without_an_anchor_head_a_submission_for_an_epoch_not_seen_is_kept_not_rejected() {
     let w = world(250).await;
     let (cid_a, _, _) = cids();
