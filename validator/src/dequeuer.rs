@@ -140,6 +140,8 @@ impl Default for DequeuerSettings {
 /// otherwise (a safety net: the event monitor bumps `slots:generation` on
 /// every registration, which empties the cache at once).
 const SIGNER_TTL: Duration = Duration::from_secs(600);
+/// Slots whose signer is kept at most (far more than any market's slots).
+const MAX_CACHED_SIGNERS: usize = 100_000;
 
 /// Checks and commits submissions; cheap to clone (one per worker task).
 pub struct Dequeuer<C> {
@@ -583,7 +585,16 @@ impl<C: Chain> Dequeuer<C> {
             }
         }
         let a = self.chain.signer(slot_id).await?;
-        self.signers.lock().unwrap_or_else(|p| p.into_inner()).by_slot.insert(slot_id, (a, Instant::now()));
+        let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
+        if signers.by_slot.len() >= MAX_CACHED_SIGNERS {
+            // Submissions naming made-up slots must not grow it without end:
+            // expired entries go, and if that is not enough, all of them.
+            signers.by_slot.retain(|_, (_, at)| at.elapsed() < SIGNER_TTL);
+            if signers.by_slot.len() >= MAX_CACHED_SIGNERS {
+                signers.by_slot.clear();
+            }
+        }
+        signers.by_slot.insert(slot_id, (a, Instant::now()));
         Ok(a)
     }
 
