@@ -223,7 +223,7 @@ impl Books {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn outcome(kind: OutcomeKind, selected: Option<bool>) -> Outcome {
@@ -239,15 +239,15 @@ mod tests {
         }
     }
 
-    fn fail() -> Outcome {
+    pub(crate) fn fail() -> Outcome {
         outcome(OutcomeKind::Failed("boom".into()), Some(true))
     }
 
-    fn idle() -> Outcome {
+    pub(crate) fn idle() -> Outcome {
         outcome(OutcomeKind::NotSelected, Some(false))
     }
 
-    fn ok() -> Outcome {
+    pub(crate) fn ok() -> Outcome {
         outcome(OutcomeKind::Computed, Some(true))
     }
 

@@ -406,6 +406,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::books::tests::{fail, idle, ok};
 
     fn node(alerted: &[u64]) -> NodeStatus {
         node_of(1..=4, alerted)
@@ -448,32 +449,11 @@ mod tests {
         status
     }
 
-    /// One project's outcome: computed (`Ok`), not selected (`None`) or a
-    /// selected failure (`Err`).
-    fn outcome(result: Option<Result<(), ()>>) -> crate::dispatch::Outcome {
-        use crate::dispatch::OutcomeKind;
-        let (kind, selected) = match result {
-            Some(Ok(())) => (OutcomeKind::Computed, Some(true)),
-            Some(Err(())) => (OutcomeKind::Failed("boom".into()), Some(true)),
-            None => (OutcomeKind::NotSelected, Some(false)),
-        };
-        crate::dispatch::Outcome {
-            project_type: "p".into(),
-            kind,
-            selected,
-            snapshots: vec![],
-            stored: vec![],
-            submissions: vec![],
-            started_at_ms: 0,
-            finished_at_ms: 0,
-        }
-    }
-
     /// Books after a selected failure in each of `epochs`.
     fn failed(epochs: &[u64]) -> Books {
         let mut books = Books::default();
         for &epoch in epochs {
-            books.apply(epoch, &[outcome(Some(Err(())))]);
+            books.apply(epoch, &[fail()]);
         }
         books
     }
@@ -495,23 +475,23 @@ mod tests {
         // Not selected since: still healthy.
         let slot = &status.slots()[1];
         let mut books = slot.books();
-        books.apply(6, &[outcome(None)]);
+        books.apply(6, &[idle()]);
         slot.set_books(books);
         assert!(status.health().is_ok());
         // Fails again: the standing streak counts once more.
         let mut books = slot.books();
-        books.apply(7, &[outcome(Some(Err(())))]);
+        books.apply(7, &[fail()]);
         slot.set_books(books);
         assert_eq!(status.health().unwrap_err(), "slot 2 failed 3 or more consecutive selected epochs");
         // A success clears it; a new streak of three after it counts too.
         let mut books = slot.books();
-        books.apply(8, &[outcome(Some(Ok(())))]);
+        books.apply(8, &[ok()]);
         slot.set_books(books);
         let detail = status.health().unwrap();
         assert!(!detail.contains("streak"), "{detail}");
         let mut books = slot.books();
         for epoch in 9..=11 {
-            books.apply(epoch, &[outcome(Some(Err(())))]);
+            books.apply(epoch, &[fail()]);
         }
         slot.set_books(books);
         assert_eq!(status.health().unwrap_err(), "slot 2 failed 3 or more consecutive selected epochs");
