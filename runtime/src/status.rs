@@ -320,10 +320,9 @@ impl NodeStatus {
         // since start-up, is not earning.
         let failing: Vec<u64> = self.slots().iter().filter(|s| s.failing_now()).map(|s| s.slot_id).collect();
         if !failing.is_empty() {
-            let which = if failing.len() == 1 { "slot" } else { "slots" };
             return Err(format!(
-                "{which} {} failed {} or more consecutive selected epochs",
-                crate::config::format_slot_ids(&failing),
+                "{} failed {} or more consecutive selected epochs",
+                slots_named(&failing),
                 crate::books::ALERT_AFTER
             ));
         }
@@ -336,14 +335,19 @@ impl NodeStatus {
         let note = if earlier.is_empty() {
             String::new()
         } else {
-            let which = if earlier.len() == 1 { "slot" } else { "slots" };
             format!(
-                "; {which} {}: failure streak from before this start, not failed since (see /status)",
-                crate::config::format_slot_ids(&earlier)
+                "; {}: failure streak from before this start, not failed since (see /status)",
+                slots_named(&earlier)
             )
         };
         Ok(format!("processing epochs (last {}s ago){note}", idle.as_secs()))
     }
+}
+
+/// "slot 3", "slots 1-2, 4".
+fn slots_named(ids: &[u64]) -> String {
+    let which = if ids.len() == 1 { "slot" } else { "slots" };
+    format!("{which} {}", crate::config::format_slot_ids(ids))
 }
 
 async fn health(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
@@ -413,6 +417,13 @@ mod tests {
     }
 
     fn node_of(worked: std::ops::RangeInclusive<u64>, alerted: &[u64]) -> NodeStatus {
+        let books = |slot_id| if alerted.contains(&slot_id) { failed(&[3, 4, 5]) } else { Books::default() };
+        node_with(worked, |slot_id| (books(slot_id), None))
+    }
+
+    /// A node working `worked`, each slot with its books and the last epoch
+    /// they held at start.
+    fn node_with(worked: std::ops::RangeInclusive<u64>, slot: impl Fn(u64) -> (Books, Option<u64>)) -> NodeStatus {
         let info = Info {
             slot_id: 1,
             signer: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
@@ -435,13 +446,13 @@ mod tests {
         status.activity.touch();
         let slots = worked
             .map(|slot_id| {
-                let books = if alerted.contains(&slot_id) { failed(&[3, 4, 5]) } else { Books::default() };
+                let (books, last_epoch_at_start) = slot(slot_id);
                 Arc::new(SlotStatus {
                     slot_id,
                     signer: format!("0xsigner-of-{slot_id}"),
                     tracker: Arc::default(),
                     books: Mutex::new(books),
-                    last_epoch_at_start: None,
+                    last_epoch_at_start,
                 })
             })
             .collect();
@@ -460,13 +471,13 @@ mod tests {
 
     #[test]
     fn a_streak_from_before_a_restart_leaves_health_until_the_slot_fails_again() {
-        let status = node(&[]);
-        let slot = &status.slots()[1];
         // Restarted (say, after a fix) with slot 2's alert standing from epochs 3-5.
         let books = failed(&[3, 4, 5]);
         assert!(books.alerted);
-        let restarted = SlotStatus { last_epoch_at_start: books.last_epoch, ..clone_slot(slot, books) };
-        let status = with_slot(status, 1, restarted);
+        let status = node_with(1..=4, |slot_id| match slot_id {
+            2 => (books.clone(), books.last_epoch),
+            _ => (Books::default(), None),
+        });
         let detail = status.health().expect("healthy until it fails again");
         assert!(
             detail.ends_with("; slot 2: failure streak from before this start, not failed since (see /status)"),
@@ -495,24 +506,6 @@ mod tests {
         }
         slot.set_books(books);
         assert_eq!(status.health().unwrap_err(), "slot 2 failed 3 or more consecutive selected epochs");
-    }
-
-    fn clone_slot(slot: &SlotStatus, books: Books) -> SlotStatus {
-        SlotStatus {
-            slot_id: slot.slot_id,
-            signer: slot.signer.clone(),
-            tracker: slot.tracker.clone(),
-            books: Mutex::new(books),
-            last_epoch_at_start: slot.last_epoch_at_start,
-        }
-    }
-
-    fn with_slot(status: NodeStatus, index: usize, slot: SlotStatus) -> NodeStatus {
-        let mut slots: Vec<_> = status.slots().to_vec();
-        slots[index] = Arc::new(slot);
-        let status = NodeStatus { slots: Default::default(), ..status };
-        status.slots.set(slots).unwrap();
-        status
     }
 
     #[test]

@@ -138,6 +138,19 @@ impl Aggregator {
         }
     }
 
+    /// Marks `epoch_id`'s level 1 failed for good (`why`), so the queue
+    /// moves on to later epochs.
+    async fn level1_failed(&self, epoch_id: u64, why: &str) -> Result<(), String> {
+        let _: () = self
+            .conn
+            .clone()
+            .hset_multiple(self.market.keys.epoch_state(epoch_id), &[("level1_status", "failed"), ("phase", "failed")])
+            .await
+            .map_err(|e| format!("redis: {e}"))?;
+        tracing::error!("epoch {epoch_id}: {why}; level 1 failed");
+        Ok(())
+    }
+
     async fn aggregate(&self, epoch_id: u64, parts: u64) -> Result<(), String> {
         let k = &self.market.keys;
         let mut conn = self.conn.clone();
@@ -154,17 +167,13 @@ impl Aggregator {
             // every later epoch behind it.
             let part = match body.map(|b| serde_json::from_str::<Value>(&b)) {
                 Some(Ok(part)) => part,
-                lost => {
-                    let why = match lost {
-                        Some(Err(e)) => format!("is not JSON ({e})"),
-                        _ => "expired before aggregation".to_owned(),
-                    };
-                    let _: () = conn
-                        .hset_multiple(k.epoch_state(epoch_id), &[("level1_status", "failed"), ("phase", "failed")])
-                        .await
-                        .map_err(|e| format!("redis: {e}"))?;
-                    tracing::error!("epoch {epoch_id}: part {i} of {parts} {why}; level 1 failed");
-                    return Ok(());
+                Some(Err(e)) => {
+                    return self.level1_failed(epoch_id, &format!("part {i} of {parts} is not JSON ({e})")).await;
+                }
+                None => {
+                    return self
+                        .level1_failed(epoch_id, &format!("part {i} of {parts} expired before aggregation"))
+                        .await;
                 }
             };
             for (project, f) in part["projects"].as_object().into_iter().flatten() {

@@ -62,9 +62,7 @@ impl Market {
             window_blocks: 130,
         }
     }
-}
 
-impl Market {
     /// The first anchor block at which the window of an epoch released in
     /// `release_block` is closed: it stays open through `release_block +
     /// window_blocks`, since a deadline of that block is still valid while

@@ -151,7 +151,7 @@ impl HttpRpc {
             for k in 0..urls.len() {
                 let i = (start + k) % urls.len();
                 let answer = match &sockets[i] {
-                    Some(socket) => match ws_id(&body) {
+                    Some(socket) => match crate::chain::ws::message_id(&body) {
                         Some(id) => socket.send(id, &body, timeout).await,
                         None => Err("a request without an id".to_owned()),
                     },
@@ -270,14 +270,6 @@ fn batch_results(response: Value, ids: &[u64], methods: &[&str]) -> Result<Vec<R
             None => Err(rpc_error(format!("{method}: no answer for call {n} of the batch"))),
         })
         .collect())
-}
-
-/// The id a request (or a batch, its smallest) is answered under.
-fn ws_id(body: &Value) -> Option<u64> {
-    match body {
-        Value::Array(items) => items.iter().filter_map(|i| i.get("id").and_then(Value::as_u64)).min(),
-        other => other.get("id").and_then(Value::as_u64),
-    }
 }
 
 async fn post_once(client: &reqwest::Client, url: &Url, body: &Value) -> Result<Value, String> {

@@ -65,7 +65,15 @@ impl WsEndpoint {
         let (signal_tx, signal) = watch::channel(HeadSignal::default());
         let (connected_tx, connected) = watch::channel(false);
         let shown = redact_rpc_url(url.as_str());
-        io.spawn(run(url, subscribe, quiet, rx, pending.clone(), signal_tx, connected_tx));
+        let link = Link {
+            shown: shown.clone(),
+            subscribe,
+            quiet,
+            pending: pending.clone(),
+            signal: signal_tx,
+            connected: connected_tx,
+        };
+        io.spawn(run(url, link, rx));
         Self { shown, outgoing, pending, signal, connected }
     }
 
@@ -102,8 +110,9 @@ impl WsEndpoint {
     }
 }
 
-/// The id an answer belongs to: its own, or a batch's smallest.
-fn answer_id(v: &Value) -> Option<u64> {
+/// The id a request or an answer goes by: its own, or a batch's smallest
+/// (a request is answered under the id it was sent with).
+pub(crate) fn message_id(v: &Value) -> Option<u64> {
     match v {
         Value::Array(items) => items.iter().filter_map(|i| i.get("id").and_then(Value::as_u64)).min(),
         other => other.get("id").and_then(Value::as_u64),
@@ -123,16 +132,22 @@ fn head_of(v: &Value) -> Option<u64> {
 /// starts again from the shortest wait.
 const LASTED: Duration = Duration::from_secs(30);
 
-async fn run(
-    url: Url,
+/// What the connection task shares with the endpoint's callers and
+/// watchers, and how it keeps a connection.
+struct Link {
+    /// The URL with credentials redacted, for messages.
+    shown: String,
+    /// Whether to ask for `newHeads`.
     subscribe: bool,
+    /// Silence before a ping (and twice it before the connection is given up).
     quiet: Duration,
-    mut outgoing: mpsc::UnboundedReceiver<(u64, String)>,
     pending: Pending,
     signal: watch::Sender<HeadSignal>,
     connected: watch::Sender<bool>,
-) {
-    let shown = redact_rpc_url(url.as_str());
+}
+
+async fn run(url: Url, link: Link, mut outgoing: mpsc::UnboundedReceiver<(u64, String)>) {
+    let shown = &link.shown;
     let mut delays = Policy::RECONNECT.delays();
     let mut down_since: Option<std::time::Instant> = None;
     loop {
@@ -157,11 +172,10 @@ async fn run(
         if let Some(since) = down_since.take() {
             tracing::info!("anchor WebSocket {shown}: connected again after {:.1} s", since.elapsed().as_secs_f64());
         }
-        let why = serve(stream, &shown, subscribe, quiet, &mut outgoing, &pending, &signal, &connected).await;
-        let Some(why) = why else { return }; // every handle is gone
-        let _ = connected.send(false);
+        let Some(why) = link.serve(stream, &mut outgoing).await else { return }; // every handle is gone
+        let _ = link.connected.send(false);
         // Whoever waits for an answer on the old connection is told now.
-        pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        link.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
         if opened.elapsed() >= LASTED {
             delays = Policy::RECONNECT.delays();
         }
@@ -172,93 +186,92 @@ async fn run(
     }
 }
 
-#[allow(clippy::too_many_arguments)] // one connection's whole context, passed once
-/// Carries one open connection until it is lost (`Some`, why) or every
-/// handle is gone (`None`).
-async fn serve(
-    stream: tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
-    shown: &str,
-    subscribe: bool,
-    quiet: Duration,
-    outgoing: &mut mpsc::UnboundedReceiver<(u64, String)>,
-    pending: &Pending,
-    signal: &watch::Sender<HeadSignal>,
-    connected: &watch::Sender<bool>,
-) -> Option<String> {
-    let (mut sink, mut source) = stream.split();
-    if subscribe {
-        let request = json!({"jsonrpc": "2.0", "id": SUBSCRIBE_ID, "method": "eth_subscribe", "params": ["newHeads"]});
-        if let Err(e) = sink.send(Message::text(request.to_string())).await {
-            return Some(format!("subscribing failed ({e})"));
+impl Link {
+    /// Carries one open connection until it is lost (`Some`, why) or every
+    /// handle is gone (`None`).
+    async fn serve(
+        &self,
+        stream: tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+        outgoing: &mut mpsc::UnboundedReceiver<(u64, String)>,
+    ) -> Option<String> {
+        let quiet = self.quiet;
+        let (mut sink, mut source) = stream.split();
+        if self.subscribe {
+            let request =
+                json!({"jsonrpc": "2.0", "id": SUBSCRIBE_ID, "method": "eth_subscribe", "params": ["newHeads"]});
+            if let Err(e) = sink.send(Message::text(request.to_string())).await {
+                return Some(format!("subscribing failed ({e})"));
+            }
         }
-    }
-    let _ = connected.send(true);
-    signal.send_modify(|s| s.connections += 1);
-    let mut heard = tokio::time::Instant::now();
-    let mut pinged = false;
-    loop {
-        let deadline = heard + if pinged { 2 * quiet } else { quiet };
-        tokio::select! {
-            out = outgoing.recv() => match out {
-                Some((_, text)) => {
-                    if let Err(e) = sink.send(Message::text(text)).await {
+        let _ = self.connected.send(true);
+        self.signal.send_modify(|s| s.connections += 1);
+        let mut heard = tokio::time::Instant::now();
+        let mut pinged = false;
+        loop {
+            let deadline = heard + if pinged { 2 * quiet } else { quiet };
+            tokio::select! {
+                out = outgoing.recv() => match out {
+                    Some((_, text)) => {
+                        if let Err(e) = sink.send(Message::text(text)).await {
+                            return Some(format!("send failed ({e})"));
+                        }
+                    }
+                    None => return None,
+                },
+                () = tokio::time::sleep_until(deadline) => {
+                    if pinged {
+                        return Some(format!("nothing heard for {} s, a ping unanswered", (2 * quiet).as_secs()));
+                    }
+                    pinged = true;
+                    if let Err(e) = sink.send(Message::Ping(Vec::new().into())).await {
                         return Some(format!("send failed ({e})"));
                     }
                 }
-                None => return None,
-            },
-            () = tokio::time::sleep_until(deadline) => {
-                if pinged {
-                    return Some(format!("nothing heard for {} s, a ping unanswered", (2 * quiet).as_secs()));
-                }
-                pinged = true;
-                if let Err(e) = sink.send(Message::Ping(Vec::new().into())).await {
-                    return Some(format!("send failed ({e})"));
-                }
-            }
-            incoming = source.next() => {
-                if matches!(incoming, Some(Ok(_))) {
-                    heard = tokio::time::Instant::now();
-                    pinged = false;
-                }
-                match incoming {
-                    Some(Ok(Message::Text(text))) => {
-                        let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
-                        deliver(v, pending, signal, shown);
+                incoming = source.next() => {
+                    if matches!(incoming, Some(Ok(_))) {
+                        heard = tokio::time::Instant::now();
+                        pinged = false;
                     }
-                    Some(Ok(Message::Ping(payload))) => {
-                        let _ = sink.send(Message::Pong(payload)).await;
+                    match incoming {
+                        Some(Ok(Message::Text(text))) => {
+                            let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
+                            self.deliver(v);
+                        }
+                        Some(Ok(Message::Ping(payload))) => {
+                            let _ = sink.send(Message::Pong(payload)).await;
+                        }
+                        Some(Ok(Message::Close(_))) | None => return Some("closed by the server".to_owned()),
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => return Some(format!("{e}")),
                     }
-                    Some(Ok(Message::Close(_))) | None => return Some("closed by the server".to_owned()),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => return Some(format!("{e}")),
                 }
             }
         }
     }
-}
 
-/// Hands one message from the server to whom it concerns: a new head to the
-/// watchers, an answer to its caller, a refusal without an id (`id: null`,
-/// a request the server could not read) to every caller still waiting.
-fn deliver(v: Value, pending: &Pending, signal: &watch::Sender<HeadSignal>, shown: &str) {
-    if let Some(head) = head_of(&v) {
-        signal.send_modify(|s| s.head = Some(s.head.map_or(head, |h| h.max(head))));
-    } else if let Some(id) = answer_id(&v) {
-        if id == SUBSCRIBE_ID {
-            if v.get("error").is_some() {
-                tracing::warn!("anchor WebSocket {shown}: newHeads refused ({}); polling only", v["error"]);
+    /// Hands one message from the server to whom it concerns: a new head to the
+    /// watchers, an answer to its caller, a refusal without an id (`id: null`,
+    /// a request the server could not read) to every caller still waiting.
+    fn deliver(&self, v: Value) {
+        let (pending, shown) = (&self.pending, &self.shown);
+        if let Some(head) = head_of(&v) {
+            self.signal.send_modify(|s| s.head = Some(s.head.map_or(head, |h| h.max(head))));
+        } else if let Some(id) = message_id(&v) {
+            if id == SUBSCRIBE_ID {
+                if v.get("error").is_some() {
+                    tracing::warn!("anchor WebSocket {shown}: newHeads refused ({}); polling only", v["error"]);
+                }
+                return;
             }
-            return;
-        }
-        if let Some(reply) = pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id) {
-            let _ = reply.send(v);
-        }
-    } else if v.get("error").is_some() {
-        // Which request it refuses is not said: each waiting caller fails
-        // with it now (and retries) rather than at its timeout.
-        for (_, reply) in pending.lock().unwrap_or_else(|p| p.into_inner()).drain() {
-            let _ = reply.send(v.clone());
+            if let Some(reply) = pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id) {
+                let _ = reply.send(v);
+            }
+        } else if v.get("error").is_some() {
+            // Which request it refuses is not said: each waiting caller fails
+            // with it now (and retries) rather than at its timeout.
+            for (_, reply) in pending.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+                let _ = reply.send(v.clone());
+            }
         }
     }
 }
@@ -269,12 +282,12 @@ mod tests {
 
     #[test]
     fn answers_and_heads_are_told_apart() {
-        assert_eq!(answer_id(&json!({"jsonrpc": "2.0", "id": 7, "result": "0x1"})), Some(7));
-        assert_eq!(answer_id(&json!([{"id": 9, "result": 1}, {"id": 8, "result": 2}])), Some(8));
+        assert_eq!(message_id(&json!({"jsonrpc": "2.0", "id": 7, "result": "0x1"})), Some(7));
+        assert_eq!(message_id(&json!([{"id": 9, "result": 1}, {"id": 8, "result": 2}])), Some(8));
         let note = json!({"jsonrpc": "2.0", "method": "eth_subscription",
             "params": {"subscription": "0xab", "result": {"number": "0x1f", "hash": "0x00"}}});
         assert_eq!(head_of(&note), Some(31));
-        assert_eq!(answer_id(&note), None);
+        assert_eq!(message_id(&note), None);
         assert_eq!(head_of(&json!({"id": 1, "result": {"number": "0x1"}})), None);
     }
 
@@ -282,6 +295,14 @@ mod tests {
     fn a_refusal_without_an_id_reaches_every_waiting_caller_at_once() {
         let pending: Pending = Arc::default();
         let (signal, heads) = watch::channel(HeadSignal::default());
+        let link = Link {
+            shown: "ws://x".into(),
+            subscribe: true,
+            quiet: Duration::from_secs(15),
+            pending: pending.clone(),
+            signal,
+            connected: watch::channel(true).0,
+        };
         let mut waiting: Vec<_> = (1..=3)
             .map(|id| {
                 let (tx, rx) = oneshot::channel();
@@ -289,20 +310,15 @@ mod tests {
                 rx
             })
             .collect();
-        deliver(json!({"jsonrpc": "2.0", "id": 2, "result": "0x2"}), &pending, &signal, "ws://x");
+        link.deliver(json!({"jsonrpc": "2.0", "id": 2, "result": "0x2"}));
         assert_eq!(waiting.remove(1).try_recv().unwrap()["result"], "0x2");
         let refusal = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "batch too large"}});
-        deliver(refusal.clone(), &pending, &signal, "ws://x");
+        link.deliver(refusal.clone());
         for mut rx in waiting {
             assert_eq!(rx.try_recv().unwrap(), refusal);
         }
         assert!(pending.lock().unwrap().is_empty());
-        deliver(
-            json!({"method": "eth_subscription", "params": {"result": {"number": "0x10"}}}),
-            &pending,
-            &signal,
-            "ws://x",
-        );
+        link.deliver(json!({"method": "eth_subscription", "params": {"result": {"number": "0x10"}}}));
         assert_eq!(heads.borrow().head, Some(16));
     }
 
