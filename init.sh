@@ -112,7 +112,7 @@ run_devnet() {
   exec "$CARGO_TARGET_DIR/release/lite-node" devnet --devnet-dir "$ROOT/devnet" "$@"
 }
 
-# The variables every node needs (runtime/src/config/env.rs REQUIRED; a test
+# The variables every node needs (runtime/crates/config/src/env.rs REQUIRED; a test
 # keeps the two lists equal).
 REQUIRED_VARS=(SOURCE_RPC_URL SIGNER_ACCOUNT_ADDRESS SIGNER_ACCOUNT_PRIVATE_KEY SLOT_ID POWERLOOM_RPC_URL
   PROTOCOL_STATE_CONTRACT DATA_MARKET_CONTRACT NAMESPACE POWERLOOM_CHAIN SOURCE_CHAIN)

@@ -1,11 +1,240 @@
-//! What a well-formed submission is, before any chain state is looked at
-//! (docs/protocol.md §3, §5, §6): the checks every collector and validator
-//! applies first, so a correctly signed submission with wrong content is
-//! refused with its reason.
+//! The rules a submission is judged by (docs/protocol.md §6, §11), once for
+//! every collector and validator: [`judge`] applies them in one order —
+//! form, epoch, deadline, signature, the slot's signer, selection — asking
+//! the chain only what it must (through [`Facts`]), and every rejection is a
+//! [`Reason`] with one text. A collector and a validator that disagree on a
+//! submission would be two validators attesting different roots; so both
+//! call this, and [`cases`] is the table both sides' tests run.
 
-use alloy::primitives::Address;
+use std::future::Future;
 
-use crate::proto::{Request, SnapshotSubmission};
+use alloy::{primitives::Address, sol_types::Eip712Domain};
+
+use crate::{
+    eip712,
+    proto::{Request, SnapshotSubmission},
+};
+
+pub mod cases;
+
+/// Anchor blocks after an epoch's release within which a submission's
+/// deadline must fall: a node's submission window (100) plus its deadline
+/// buffer (30). A later deadline would keep a signed submission replayable;
+/// a validator's window stays open as long (docs/protocol.md §11).
+pub const WINDOW_BLOCKS: u64 = 130;
+
+/// Declares [`Reason`] with its labels, so the list, the labels and their
+/// parsing cannot drift apart.
+macro_rules! reasons {
+    ($($(#[$doc:meta])* $name:ident = $label:literal,)*) => {
+        /// Why a submission was rejected: the label it is counted under.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Reason {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Reason {
+            /// Every reason, in the order the rules apply.
+            pub const ALL: &[Reason] = &[$(Reason::$name,)*];
+
+            /// The label (metrics, the rejection record, the monitor API).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$name => $label,)*
+                }
+            }
+
+            pub fn parse(label: &str) -> Option<Self> {
+                match label {
+                    $($label => Some(Reason::$name),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Not a submission at all (not decodable, fields missing or mistyped).
+    Malformed = "malformed",
+    /// A submission whose content is wrong: no CID, a bad project id, another
+    /// data market or ProtocolState.
+    BadForm = "bad_form",
+    /// The epoch was never released here (or so long ago its state is gone).
+    UnknownEpoch = "unknown_epoch",
+    /// The epoch's window closed (it went to the finalizer).
+    WindowClosed = "window_closed",
+    /// The signed deadline is further from the release than a node may sign.
+    DeadlineTooFar = "deadline_too_far",
+    /// The anchor head is past the signed deadline.
+    DeadlinePassed = "deadline_passed",
+    /// The signature does not recover to any address.
+    BadSignature = "bad_signature",
+    /// No signer is registered for the slot.
+    UnregisteredSlot = "unregistered_slot",
+    /// The signature recovers to someone else than the slot's signer.
+    WrongSigner = "wrong_signer",
+    /// The slot was not selected for the epoch.
+    NotSelected = "not_selected",
+    /// The slot was selected, for another pool.
+    WrongPool = "wrong_pool",
+    /// The slot already submitted this CID for the project in this epoch.
+    Duplicate = "duplicate",
+    /// The slot already submitted another CID for the project in this epoch.
+    Equivocation = "equivocation",
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rejected submission: the reason and what exactly was wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: Reason,
+    pub detail: String,
+}
+
+impl Rejection {
+    pub fn new(reason: Reason, detail: impl Into<String>) -> Self {
+        Self { reason, detail: detail.into() }
+    }
+
+    /// The text for a reason found when the vote is counted (the window,
+    /// one vote per slot), where only the reason is known.
+    pub fn at_commit(reason: Reason) -> Self {
+        let detail = match reason {
+            Reason::Duplicate => "this slot already submitted this CID for the project in this epoch",
+            Reason::Equivocation => "this slot already submitted another CID for the project in this epoch",
+            Reason::WindowClosed => "the submission window closed while it was checked",
+            other => other.as_str(),
+        };
+        Self::new(reason, detail)
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+/// Where an epoch stands for the one judging a submission for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpochStanding {
+    /// Released in `release_block`; its window is open.
+    Open { release_block: u64 },
+    /// Released, and its window has closed.
+    Closed,
+    /// Not released for this data market (as far as can be known).
+    Unknown,
+    /// Not seen yet, but it may be: the judge should wait (a validator whose
+    /// event monitor has not seen a release a node already acted on).
+    NotYetSeen,
+}
+
+/// Whether a slot may submit a project in an epoch, by the data market's
+/// assignment rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    Selected,
+    /// The slot was not selected for the epoch.
+    NotSelected(String),
+    /// The slot was selected, for another pool.
+    WrongPool(String),
+}
+
+/// What the rules need from the chains, asked in their order and only as
+/// far as a submission gets. `Err` is a chain that cannot be read now (the
+/// submission is tried again later), never a verdict on the submission.
+pub trait Facts: Send + Sync {
+    /// Where the submission's epoch stands.
+    fn epoch(&self, request: &Request) -> impl Future<Output = Result<EpochStanding, String>> + Send;
+    /// The anchor chain's head.
+    fn head(&self) -> impl Future<Output = Result<u64, String>> + Send;
+    /// The signer registered for `slot_id` (`Address::ZERO`: none).
+    /// `recovered` is who signed: a cache may re-read the chain once when it
+    /// differs (the slot may have been registered again).
+    fn signer(&self, slot_id: u64, recovered: Address) -> impl Future<Output = Result<Address, String>> + Send;
+    /// The assignment rule applied to the request's slot and project.
+    fn selection(&self, request: &Request) -> impl Future<Output = Result<Selection, String>> + Send;
+}
+
+/// What the rules made of a submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Judgement {
+    Accepted,
+    Rejected(Rejection),
+    /// Its epoch is not known yet but may be: ask again later.
+    Deferred,
+}
+
+/// Judges a submission by every rule, in order: form, epoch, deadline
+/// (against the release, then the head), signature, the slot's registered
+/// signer, selection. `Err` is a chain that could not be read. What is
+/// counted when the vote is cast (the window still open, one vote per slot)
+/// is the validator's commit (docs/protocol.md §11).
+pub async fn judge<F: Facts>(
+    s: &SnapshotSubmission,
+    scope: &Scope,
+    domain: &Eip712Domain,
+    facts: &F,
+) -> Result<Judgement, String> {
+    let reject = |reason, detail: String| Ok(Judgement::Rejected(Rejection::new(reason, detail)));
+    let r = match check_form(s, scope) {
+        Ok(r) => r,
+        Err(why) => return reject(Reason::BadForm, why),
+    };
+    let release_block = match facts.epoch(r).await? {
+        EpochStanding::Open { release_block } => release_block,
+        EpochStanding::Closed => {
+            return reject(Reason::WindowClosed, format!("epoch {}'s submission window is closed", r.epoch_id));
+        }
+        EpochStanding::Unknown => {
+            return reject(
+                Reason::UnknownEpoch,
+                format!("epoch {} was not released for this data market (or its state expired)", r.epoch_id),
+            );
+        }
+        EpochStanding::NotYetSeen => return Ok(Judgement::Deferred),
+    };
+    let latest = release_block.saturating_add(WINDOW_BLOCKS);
+    if r.deadline > latest {
+        return reject(
+            Reason::DeadlineTooFar,
+            format!(
+                "deadline {} is past block {latest}: epoch {} was released in block {release_block}, and a \
+                 submission is valid for at most {WINDOW_BLOCKS} blocks after that",
+                r.deadline, r.epoch_id
+            ),
+        );
+    }
+    let head = facts.head().await?;
+    if head > r.deadline {
+        return reject(Reason::DeadlinePassed, format!("deadline {} passed (anchor head {head})", r.deadline));
+    }
+    let found = match eip712::recover(domain, &eip712::Request::from(r), &s.signature) {
+        Ok(a) => a,
+        Err(why) => return reject(Reason::BadSignature, why),
+    };
+    let registered = facts.signer(r.slot_id, found).await?;
+    if registered == Address::ZERO {
+        return reject(Reason::UnregisteredSlot, format!("slot {} is not registered", r.slot_id));
+    }
+    if registered != found {
+        return reject(
+            Reason::WrongSigner,
+            format!("signature recovers to {found}, slot {} belongs to {registered}", r.slot_id),
+        );
+    }
+    match facts.selection(r).await? {
+        Selection::Selected => Ok(Judgement::Accepted),
+        Selection::NotSelected(why) => reject(Reason::NotSelected, why),
+        Selection::WrongPool(why) => reject(Reason::WrongPool, why),
+    }
+}
 
 /// The data market and ProtocolState a collector serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,5 +332,111 @@ mod tests {
         bad(|s| s.data_market = "0x0000000000000000000000000000000000000009".into(), "dataMarket 0x");
         bad(|s| s.protocol_state = "nope".into(), "protocolState `nope` is not an address");
         assert!(project_id_is_well_formed("blockDetails:devnet-UNISWAPV3-ETH"), "no data source");
+    }
+
+    /// The chain as the shared cases' setting describes it.
+    struct SettingFacts(cases::Setting);
+
+    impl Facts for SettingFacts {
+        async fn epoch(&self, r: &Request) -> Result<EpochStanding, String> {
+            Ok(if r.epoch_id == self.0.epoch_id {
+                EpochStanding::Open { release_block: self.0.release_block }
+            } else {
+                EpochStanding::Unknown
+            })
+        }
+
+        async fn head(&self) -> Result<u64, String> {
+            Ok(self.0.head)
+        }
+
+        async fn signer(&self, slot_id: u64, _: Address) -> Result<Address, String> {
+            let s = &self.0;
+            let of = |key: &[u8; 32]| eip712::Signer::new(key, s.chain_id, s.scope.protocol_state).unwrap().address();
+            Ok(if slot_id == s.slot_id {
+                of(&s.key)
+            } else if slot_id == s.unselected_slot_id {
+                of(&s.unselected_key)
+            } else {
+                Address::ZERO
+            })
+        }
+
+        async fn selection(&self, r: &Request) -> Result<Selection, String> {
+            Ok(if r.slot_id != self.0.slot_id {
+                Selection::NotSelected(format!("slot {} was not selected", r.slot_id))
+            } else if r.project_id != self.0.project_id {
+                Selection::WrongPool(format!("slot {} was assigned another pool", r.slot_id))
+            } else {
+                Selection::Selected
+            })
+        }
+    }
+
+    pub(crate) fn setting() -> cases::Setting {
+        let key = |n: u8| {
+            let mut k = [7u8; 32];
+            k[31] = n;
+            k
+        };
+        cases::Setting {
+            scope: scope(),
+            chain_id: 31337,
+            epoch_id: 3,
+            release_block: 100,
+            head: 104,
+            unknown_epoch_id: 999,
+            slot_id: 1,
+            key: key(1),
+            project_id: "baseSnapshot:0x00000000000000000000000000000000000000aa:ns".into(),
+            other_pool_project_id: "baseSnapshot:0x00000000000000000000000000000000000000bb:ns".into(),
+            unselected_slot_id: 2,
+            unselected_key: key(2),
+            unregistered_slot_id: 9,
+        }
+    }
+
+    /// Runs every shared case through `judge` (driven by a minimal executor:
+    /// the table's facts never wait).
+    #[test]
+    fn every_shared_case_gets_its_reason_from_the_rules() {
+        let setting = setting();
+        let facts = SettingFacts(setting.clone());
+        let domain = eip712::domain(setting.chain_id, setting.scope.protocol_state);
+        let all = cases::cases();
+        let reasons: std::collections::BTreeSet<Reason> = all.iter().filter_map(|c| c.expect).collect();
+        for reason in Reason::ALL {
+            let shared =
+                !matches!(reason, Reason::Malformed | Reason::WindowClosed | Reason::Duplicate | Reason::Equivocation);
+            assert_eq!(reasons.contains(reason), shared, "{reason}: the table covers every reason judge gives");
+        }
+        for case in all {
+            let s = case.submission(&setting);
+            let got = block_on(judge(&s, &setting.scope, &domain, &facts)).unwrap();
+            let got = match got {
+                Judgement::Accepted => None,
+                Judgement::Rejected(r) => Some(r.reason),
+                Judgement::Deferred => panic!("{}: deferred", case.name),
+            };
+            assert_eq!(got, case.expect, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn every_reason_parses_from_its_label() {
+        for reason in Reason::ALL {
+            assert_eq!(Reason::parse(reason.as_str()), Some(*reason));
+        }
+        assert_eq!(Reason::parse("nonsense"), None);
+    }
+
+    /// Polls a future that never waits on anything outside itself.
+    fn block_on<T>(f: impl Future<Output = T>) -> T {
+        let mut f = std::pin::pin!(f);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => panic!("the table's facts answer at once"),
+        }
     }
 }

@@ -1,37 +1,10 @@
-//! How a command ends, as the process exit code documents it (README): the
-//! error types that decide the code, shared by every room.
+//! How a command ends: an error chain mapped to the exit code the README
+//! documents. The codes and the marker types live in `lite_node_core::exit`,
+//! so every room can raise them; only this mapping knows every room.
+
+pub use lite_node_core::exit::{BadInput, ComputesHung, ExitStatus};
 
 use crate::{compute::ComputeError, config::ConfigErrors, safety::NodeStuck};
-
-/// The process exit codes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExitStatus {
-    Ok = 0,
-    /// The node or a command failed while running.
-    Failure = 1,
-    /// The configuration or the input is wrong; fix it and retry.
-    BadConfig = 2,
-    /// The safety net found the node stuck (no epoch processed for too long):
-    /// restart it.
-    Stuck = 3,
-    /// Computes hung past their timeout piled up to
-    /// `LITE_NODE_MAX_HUNG_COMPUTES`: restart it to reclaim their threads.
-    HungComputes = 4,
-}
-
-/// Computes hung past their timeout reached the bound: the node exits so its
-/// container restarts it (their threads cannot be stopped otherwise).
-#[derive(Debug, thiserror::Error)]
-#[error("{hung} computes hung past their timeout (LITE_NODE_MAX_HUNG_COMPUTES is {bound}): exiting for a restart")]
-pub struct ComputesHung {
-    pub hung: usize,
-    pub bound: usize,
-}
-
-/// Marks an error as the operator's to fix (exit code 2).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
 
 /// Maps an error to its exit status: configuration problems are 2, a stuck
 /// node 3, anything else 1.

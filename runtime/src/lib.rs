@@ -1,35 +1,18 @@
-//! The lite-node runtime: loads a data market's compute package, feeds it
-//! epochs, and submits what it computes.
+//! The `lite-node` binary's library: the verbs (`commands`), each a function
+//! over the crates that do the work (the node, the validator, the devnet,
+//! computes and chains), and how an error becomes an exit code.
 //!
 //! `main.rs` only parses the command line and sets up logging; every command
 //! lives in `commands` so tests can call it with their own environment. The
 //! code map is ARCHITECTURE.md.
 
-pub mod alerts;
-pub mod atomic_file;
-pub mod books;
-pub mod chain;
-pub mod collector;
 pub mod commands;
-pub mod compute;
-pub mod config;
-pub mod data_dir;
-pub mod devnet;
-pub mod dispatch;
-pub mod epochs;
 pub mod exit;
-pub mod ipfs;
-pub mod journal;
-pub mod jsonl;
-pub mod node;
-mod progress;
-pub mod repo;
-pub mod retry;
-pub mod safety;
-pub mod signals;
-pub mod snapshots;
-pub mod status;
-pub mod submission;
-pub mod supervisor;
 
 pub use exit::{ExitStatus, exit_status};
+pub use lite_node_chain::{self as chain, epochs};
+pub use lite_node_compute::{self as compute, executor, repo, snapshots};
+pub use lite_node_config as config;
+pub use lite_node_core::{atomic_file, data_dir, jsonl, retry, signals, supervisor};
+pub use lite_node_devnet::{self as devnet, collector};
+pub use lite_node_node::{alerts, books, ipfs, journal, node, outcome, safety, status, submission};

@@ -204,7 +204,7 @@ struct ValidatorArgs {
     from_block: Option<u64>,
     /// Anchor blocks each epoch's submission window stays open after its
     /// release (130: every deadline a node may sign).
-    #[arg(long, value_name = "N", default_value_t = 130)]
+    #[arg(long, value_name = "N", default_value_t = lite_node_protocol::submission::WINDOW_BLOCKS)]
     window_blocks: u64,
     /// Dequeuer workers in this process.
     #[arg(long, value_name = "N", default_value_t = 4)]

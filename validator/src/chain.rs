@@ -18,15 +18,7 @@ pub struct EpochFacts {
     pub end: u64,
 }
 
-/// Whether a slot may submit a project in an epoch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Selection {
-    Selected,
-    /// The slot was not selected for the epoch.
-    NotSelected(String),
-    /// The slot was selected, for another pool.
-    WrongPool(String),
-}
+pub use lite_node_protocol::submission::Selection;
 
 /// The chain reads the dequeuer makes. `Err` means the chain could not be
 /// read (the submission is given back and tried again), never that the

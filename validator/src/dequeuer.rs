@@ -24,80 +24,23 @@ use std::{
 };
 
 use alloy::primitives::Address;
-use lite_node_protocol::{eip712, proto::SnapshotSubmission, submission::check_form};
+use lite_node_protocol::{
+    eip712,
+    proto::{Request, SnapshotSubmission},
+    submission::{EpochStanding, Facts, Judgement, Rejection, Selection, WINDOW_BLOCKS, check_form, judge},
+};
 use redis::{Script, aio::ConnectionManager};
 use serde_json::json;
 
+pub use lite_node_protocol::submission::Reason;
+
 use crate::{
     Market,
-    chain::{Chain, EpochFacts, Selection},
+    chain::{Chain, EpochFacts},
     gateway,
     keys::EPOCH_STATE_TTL,
     queue::{ReliableQueue, Taken, item_id},
 };
-
-/// Why a submission was rejected: the label it is counted under.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Reason {
-    /// Not a submission at all (not JSON, fields missing or mistyped).
-    Malformed,
-    /// A submission whose content is wrong: no CID, a bad project id, another
-    /// data market or ProtocolState.
-    BadForm,
-    /// The epoch was never released here (or so long ago its state is gone).
-    UnknownEpoch,
-    WindowClosed,
-    /// The signed deadline is further from the release than a node may sign.
-    DeadlineTooFar,
-    DeadlinePassed,
-    UnregisteredSlot,
-    BadSignature,
-    WrongSigner,
-    NotSelected,
-    WrongPool,
-    Duplicate,
-    Equivocation,
-}
-
-impl Reason {
-    pub const ALL: [Reason; 13] = [
-        Self::Malformed,
-        Self::BadForm,
-        Self::UnknownEpoch,
-        Self::WindowClosed,
-        Self::DeadlineTooFar,
-        Self::DeadlinePassed,
-        Self::UnregisteredSlot,
-        Self::BadSignature,
-        Self::WrongSigner,
-        Self::NotSelected,
-        Self::WrongPool,
-        Self::Duplicate,
-        Self::Equivocation,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Malformed => "malformed",
-            Self::BadForm => "bad_form",
-            Self::UnknownEpoch => "unknown_epoch",
-            Self::WindowClosed => "window_closed",
-            Self::DeadlineTooFar => "deadline_too_far",
-            Self::DeadlinePassed => "deadline_passed",
-            Self::UnregisteredSlot => "unregistered_slot",
-            Self::BadSignature => "bad_signature",
-            Self::WrongSigner => "wrong_signer",
-            Self::NotSelected => "not_selected",
-            Self::WrongPool => "wrong_pool",
-            Self::Duplicate => "duplicate",
-            Self::Equivocation => "equivocation",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.as_str() == s)
-    }
-}
 
 /// What became of one submission.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -449,7 +392,7 @@ impl<C: Chain> Dequeuer<C> {
                 "again" => Verdict::Again,
                 other => match (Reason::parse(other), &*verdict) {
                     (Some(r), Verdict::Rejected(_, why)) => Verdict::Rejected(r, why.clone()),
-                    (Some(r), _) => Verdict::Rejected(r, commit_reason(r)),
+                    (Some(r), _) => Verdict::Rejected(r, Rejection::at_commit(r).detail),
                     (None, _) => return Err(format!("the commit script answered `{other}`")),
                 },
             };
@@ -505,8 +448,9 @@ impl<C: Chain> Dequeuer<C> {
         Ok(Snapshot { windows, head })
     }
 
-    /// The checks after the form: window, deadline, signer, selection.
-    /// `Err` is the chain unreachable.
+    /// The rules after the form (`lite_node_protocol::submission::judge`:
+    /// epoch, deadline, signature, signer, selection) on what this batch
+    /// read. `Err` is the chain unreachable.
     async fn check(
         &self,
         snapshot: &Snapshot,
@@ -514,65 +458,16 @@ impl<C: Chain> Dequeuer<C> {
         received_at: u64,
         id: String,
     ) -> Result<Checked, String> {
-        let r = s.request.clone().expect("checked by check_form");
-        let reject = |reason, why: String| Ok(Checked::Reject(reason, why, s.clone()));
-        let (window, facts) = snapshot.windows.get(&r.epoch_id).cloned().unwrap_or((None, None));
-        let Some(epoch) = facts else {
-            // Perhaps released but not seen here yet: a deadline still ahead
-            // of the head (and no further than a node may sign from a release
-            // at or before it) keeps the submission waiting.
-            // Without a head (the event monitor down past its key's expiry)
-            // nothing can be told apart: the batch is given back, not judged.
-            let head = snapshot.head.ok_or("no anchor head in Redis: is the event monitor running?")?;
-            if r.deadline >= head && r.deadline <= head.saturating_add(self.market.deadline_after_release) {
-                return Ok(Checked::Defer);
+        let facts = BatchFacts { dequeuer: self, snapshot };
+        match judge(&s, &self.market.scope, &self.domain, &facts).await? {
+            Judgement::Accepted => {
+                let epoch_id = s.request.as_ref().map_or(0, |r| r.epoch_id);
+                let epoch = facts.epoch_facts(epoch_id).ok_or("an accepted submission's epoch is open")?;
+                Ok(Checked::Pass(Candidate { id, submission: s, received_at, epoch }))
             }
-            return reject(
-                Reason::UnknownEpoch,
-                format!("epoch {} was not released for this data market (or its state expired)", r.epoch_id),
-            );
-        };
-        if window.as_deref() != Some("open") {
-            return reject(Reason::WindowClosed, format!("epoch {}'s submission window is closed", r.epoch_id));
+            Judgement::Rejected(Rejection { reason, detail }) => Ok(Checked::Reject(reason, detail, s)),
+            Judgement::Deferred => Ok(Checked::Defer),
         }
-        let latest = epoch.release_block.saturating_add(self.market.deadline_after_release);
-        if r.deadline > latest {
-            return reject(
-                Reason::DeadlineTooFar,
-                format!(
-                    "deadline {} is past block {latest} (release block {} + {})",
-                    r.deadline, epoch.release_block, self.market.deadline_after_release
-                ),
-            );
-        }
-        let head = snapshot.head.ok_or("no anchor head in Redis: is the event monitor running?")?;
-        if head > r.deadline {
-            return reject(Reason::DeadlinePassed, format!("deadline {} passed (anchor head {head})", r.deadline));
-        }
-        let found = match eip712::recover(&self.domain, &eip712::Request::from(&r), &s.signature) {
-            Ok(a) => a,
-            Err(why) => return reject(Reason::BadSignature, why),
-        };
-        let mut registered = self.signer(r.slot_id, false).await?;
-        if registered != found && registered != Address::ZERO {
-            // Perhaps re-registered since it was cached: ask the chain once.
-            registered = self.signer(r.slot_id, true).await?;
-        }
-        if registered == Address::ZERO {
-            return reject(Reason::UnregisteredSlot, format!("slot {} is not registered", r.slot_id));
-        }
-        if registered != found {
-            return reject(
-                Reason::WrongSigner,
-                format!("signature recovers to {found}, slot {} belongs to {registered}", r.slot_id),
-            );
-        }
-        match self.chain.selection(epoch, r.slot_id, &r.project_id).await? {
-            Selection::Selected => {}
-            Selection::NotSelected(why) => return reject(Reason::NotSelected, why),
-            Selection::WrongPool(why) => return reject(Reason::WrongPool, why),
-        }
-        Ok(Checked::Pass(Candidate { id, submission: s, received_at, epoch }))
     }
 
     async fn signer(&self, slot_id: u64, fresh: bool) -> Result<Address, String> {
@@ -671,11 +566,57 @@ pub async fn load_scripts(conn: &mut ConnectionManager) -> redis::RedisResult<()
     Ok(())
 }
 
-fn commit_reason(r: Reason) -> String {
-    match r {
-        Reason::Duplicate => "this slot already submitted this CID for the project in this epoch".into(),
-        Reason::Equivocation => "this slot already submitted another CID for the project in this epoch".into(),
-        Reason::WindowClosed => "the submission window closed while it was checked".into(),
-        other => other.as_str().into(),
+/// The chain and the epochs as one batch of a dequeuer sees them: the
+/// windows and anchor head it read from Redis, the signers it caches.
+struct BatchFacts<'a, C> {
+    dequeuer: &'a Dequeuer<C>,
+    snapshot: &'a Snapshot,
+}
+
+impl<C> BatchFacts<'_, C> {
+    fn epoch_facts(&self, epoch_id: u64) -> Option<EpochFacts> {
+        self.snapshot.windows.get(&epoch_id).and_then(|(_, facts)| *facts)
+    }
+
+    fn head(&self) -> Result<u64, String> {
+        self.snapshot.head.ok_or_else(|| "no anchor head in Redis: is the event monitor running?".to_owned())
+    }
+}
+
+impl<C: Chain> Facts for BatchFacts<'_, C> {
+    async fn epoch(&self, r: &Request) -> Result<EpochStanding, String> {
+        let (window, facts) = self.snapshot.windows.get(&r.epoch_id).cloned().unwrap_or((None, None));
+        let Some(epoch) = facts else {
+            // Perhaps released but not seen here yet: a deadline still ahead
+            // of the head (and no further than a node may sign from a release
+            // at or before it) keeps the submission waiting. Without a head
+            // (the event monitor down past its key's expiry) nothing can be
+            // told apart: the batch is given back, not judged.
+            let head = self.head()?;
+            let reachable = r.deadline >= head && r.deadline <= head.saturating_add(WINDOW_BLOCKS);
+            return Ok(if reachable { EpochStanding::NotYetSeen } else { EpochStanding::Unknown });
+        };
+        Ok(match window.as_deref() {
+            Some("open") => EpochStanding::Open { release_block: epoch.release_block },
+            _ => EpochStanding::Closed,
+        })
+    }
+
+    async fn head(&self) -> Result<u64, String> {
+        BatchFacts::head(self)
+    }
+
+    async fn signer(&self, slot_id: u64, recovered: Address) -> Result<Address, String> {
+        let registered = self.dequeuer.signer(slot_id, false).await?;
+        if registered != recovered && registered != Address::ZERO {
+            // Perhaps re-registered since it was cached: ask the chain once.
+            return self.dequeuer.signer(slot_id, true).await;
+        }
+        Ok(registered)
+    }
+
+    async fn selection(&self, r: &Request) -> Result<Selection, String> {
+        let epoch = self.epoch_facts(r.epoch_id).ok_or("the selection of an epoch not open")?;
+        self.dequeuer.chain.selection(epoch, r.slot_id, &r.project_id).await
     }
 }

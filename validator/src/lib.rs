@@ -42,12 +42,10 @@ pub struct Market {
     /// This validator's id: the `sequencerId` of its processed keys, and its
     /// batches' author.
     pub validator_id: String,
-    /// Anchor blocks after a release within which a signed deadline must
-    /// fall (the node's submission window plus its deadline buffer: 130).
-    pub deadline_after_release: u64,
     /// Anchor blocks an epoch's submission window stays open after its
-    /// release (at least `deadline_after_release`, so no submission with a
-    /// valid deadline is cut off; the devnet uses fewer).
+    /// release: `WINDOW_BLOCKS` (130), the furthest deadline a node signs, so
+    /// no submission with a valid deadline is cut off; the devnet and tests
+    /// use fewer.
     pub window_blocks: u64,
 }
 
@@ -58,8 +56,7 @@ impl Market {
             scope,
             chain_id,
             validator_id: validator_id.into(),
-            deadline_after_release: 130,
-            window_blocks: 130,
+            window_blocks: lite_node_protocol::submission::WINDOW_BLOCKS,
         }
     }
 

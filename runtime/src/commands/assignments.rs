@@ -6,7 +6,7 @@ use std::{fs, io::Write};
 use anyhow::Result;
 
 use crate::{
-    compute::{self, Fetch, LoadedPackage},
+    compute,
     config::{ComputeConfig, ConfigErrors, EnvSnapshot},
     exit::BadInput,
 };
@@ -82,7 +82,7 @@ pub fn assignments(env: &EnvSnapshot, query: &AssignmentQuery, out: &mut dyn Wri
     }
 
     let cfg = ComputeConfig::from_env(env)?;
-    let loaded = LoadedPackage::load(compute::ensure(&cfg, Fetch::Allowed)?)?;
+    let loaded = compute::load(&cfg)?;
     let library = loaded.libraries.iter().find(|l| l.provides_assignments()).ok_or_else(|| {
         BadInput(format!(
             "the compute package {} has no library that implements slot assignments",

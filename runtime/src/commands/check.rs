@@ -11,8 +11,8 @@ use serde_json::json;
 
 use crate::{
     chain::{Anchor, HttpRpc, IoRuntime},
-    compute::{self, Fetch, LoadedPackage},
-    config::{ComputeConfig, EnvSnapshot, NodeConfig, ProjectsSource, load_projects, redact_rpc_url},
+    compute,
+    config::{ComputeConfig, EnvSnapshot, NodeConfig, ProjectsSource, redact_rpc_url},
     exit::{BadInput, ExitStatus, exit_status},
     node::check_slots,
 };
@@ -47,7 +47,7 @@ pub fn check(env: &EnvSnapshot, offline: bool, out: &mut dyn Write) -> Result<()
     let compute_cfg = ComputeConfig::from_env(env);
     let data_dir = compute_cfg.as_ref().map(|c| c.data_dir.clone()).unwrap_or_else(|_| "data".into());
     let projects =
-        ProjectsSource::from_env(env).map_err(anyhow::Error::from).and_then(|s| load_projects(&s, &data_dir));
+        ProjectsSource::from_env(env).map_err(anyhow::Error::from).and_then(|s| compute::load_projects(&s, &data_dir));
     match &projects {
         Ok(p) => {
             let names: Vec<_> = p.projects.iter().map(|p| p.project_type.as_str()).collect();
@@ -59,10 +59,7 @@ pub fn check(env: &EnvSnapshot, offline: bool, out: &mut dyn Write) -> Result<()
         }
     }
     let loaded = match compute_cfg {
-        Ok(cfg) => match compute::ensure(&cfg, Fetch::Allowed)
-            .map_err(anyhow::Error::from)
-            .and_then(|p| Ok(LoadedPackage::load(p)?))
-        {
+        Ok(cfg) => match compute::load(&cfg).map_err(anyhow::Error::from) {
             Ok(loaded) => {
                 let m = &loaded.package.manifest;
                 line(

@@ -7,9 +7,8 @@ use anyhow::Context;
 
 use super::MarketOptions;
 use crate::{
-    chain::{Anchor, IoRuntime},
     collector::{DevnetCollector, SelectionCheck},
-    compute::{self, Fetch, LoadedPackage},
+    compute,
     config::{ComputeConfig, EnvSnapshot},
     exit::BadInput,
     retry::{Policy, retry},
@@ -34,19 +33,17 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         None
     } else {
         let cfg = ComputeConfig::from_env(env)?;
-        Some(Arc::new(LoadedPackage::load(compute::ensure(&cfg, Fetch::Allowed)?)?))
+        Some(Arc::new(compute::load(&cfg)?))
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("collector").build()?;
     runtime.block_on(async {
         let signals = shutdown_signals(false);
         tokio::pin!(signals);
-        let io = IoRuntime::new()?;
-        let scope = a.market.scope()?;
-        let (anchor_rpc, source_rpc) = a.market.rpcs(&io)?;
-        let anchor = Arc::new(Anchor::new(anchor_rpc, scope.protocol_state, scope.data_market));
+        let chains = a.market.chains(env)?;
+        let anchor = chains.anchor()?.clone();
         let selection = match package {
             Some(package) => {
-                let check = SelectionCheck::new(Arc::new(source_rpc), pools, package).map_err(BadInput)?;
+                let check = SelectionCheck::new(chains.source.clone(), pools, package).map_err(BadInput)?;
                 Some(Arc::new(check))
             }
             None => None,

@@ -7,15 +7,18 @@
 use std::{io::Write, sync::Arc, time::Duration};
 
 use anyhow::{Context, Result, anyhow};
-use lite_node_plugin_api::EpochContext;
+use futures_util::StreamExt;
 use lite_node_protocol::{canonical_json, cid, project_id};
 use serde_json::json;
 
 use crate::{
-    chain::{Anchor, HttpRpc, IoRuntime},
-    compute::{self, Fetch, LoadedPackage, host::RpcEndpoint, host::SelectionTracker},
-    config::{ComputeRunConfig, EnvSnapshot, load_projects},
-    dispatch::{Dispatcher, OutcomeKind, ProjectProcessor},
+    chain::Chains,
+    compute::{
+        self,
+        executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, Task},
+        host::RpcEndpoint,
+    },
+    config::{ComputeRunConfig, EnvSnapshot, Project},
     epochs::preload,
     exit::BadInput,
 };
@@ -71,14 +74,13 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
     let (projects, package) = {
         let cfg = cfg.clone();
         tokio::task::spawn_blocking(move || -> Result<_> {
-            let projects = load_projects(&cfg.projects, &cfg.compute.data_dir)?;
-            let package = LoadedPackage::load(compute::ensure(&cfg.compute, Fetch::Allowed)?)?;
+            let projects = compute::load_projects(&cfg.projects, &cfg.compute.data_dir)?;
+            let package = compute::load(&cfg.compute)?;
             Ok((projects, package))
         })
         .await
         .context("loading the compute package")??
     };
-    let mut processors = Vec::new();
     for wanted in &query.projects {
         if !projects.projects.iter().any(|p| &p.project_type == wanted) {
             let known: Vec<&str> = projects.projects.iter().map(|p| p.project_type.as_str()).collect();
@@ -89,27 +91,12 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             .into());
         }
     }
-    for project in projects.projects {
-        if !query.projects.is_empty() && !query.projects.contains(&project.project_type) {
-            continue;
-        }
-        let processor = package.project_processor(&project).map_err(BadInput)?;
-        processors.push(ProjectProcessor { project, processor: Arc::new(processor) });
-    }
+    let wanted = |p: &Project| query.projects.is_empty() || query.projects.contains(&p.project_type);
+    let processors = compute::processors(&package, projects.projects.into_iter().filter(wanted)).map_err(BadInput)?;
 
-    let io = IoRuntime::new().context("starting the I/O runtime")?;
-    let timeout = cfg.watch.rpc_timeout;
-    let source = Arc::new(
-        HttpRpc::from_urls("source", cfg.source_rpc_urls.clone(), timeout, io.clone()).map_err(|e| anyhow!(e))?,
-    );
-    let (anchor, anchor_rpc) = match &cfg.anchor {
-        Some((urls, protocol_state, data_market)) => {
-            let rpc =
-                Arc::new(HttpRpc::from_urls("anchor", urls.clone(), timeout, io.clone()).map_err(|e| anyhow!(e))?);
-            (Some(Anchor::shared(rpc.clone(), *protocol_state, *data_market)), Some(rpc as Arc<dyn RpcEndpoint>))
-        }
-        None => (None, None),
-    };
+    let chains = Chains::connect(&cfg.chains()).map_err(|e| anyhow!(e))?;
+    let (source, anchor) = (chains.source.clone(), chains.anchor.clone());
+    let anchor_rpc = anchor.as_ref().map(|a| a.shared_rpc() as Arc<dyn RpcEndpoint>);
 
     // The epoch.
     let epoch_id = query.epoch_id.unwrap_or(1);
@@ -160,38 +147,44 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             BadInput(format!("slot {slot_id} is not among {total_slots} total slots: give --total-slots")).into()
         );
     }
-    let ctx = EpochContext::builder(epoch_id, begin, end)
-        .slot(slot_id, total_slots)
-        .day(query.day_id.unwrap_or(1))
-        .namespace(&cfg.namespace)
-        .build();
 
-    // The node's host: the same dispatcher, preload, tracker and chains.
-    let dispatcher = Dispatcher::new(
+    // The node's executor: the same host, preload, tracker and chains.
+    let projects: Vec<Project> = processors.iter().map(|p| p.project.clone()).collect();
+    let executor = LocalExecutor::new(
         processors,
         cfg.watch.max_concurrent_computes,
         cfg.watch.compute_timeout,
         Some(source.clone() as Arc<dyn RpcEndpoint>),
         anchor_rpc,
-        Arc::new(SelectionTracker::default()),
     );
-    let blocks = if dispatcher.needs_block_details() {
+    let blocks = if executor.needs_block_details() {
         preload::block_details(&source, begin, end).await.map_err(|e| anyhow!("preloading block details: {e}"))?
     } else {
         Vec::new()
     };
-    let (dispatcher, ctx, blocks) = (&dispatcher, &ctx, &blocks);
-    let runs = dispatcher.projects.iter().map(|p| async move {
-        let outcome = dispatcher.run_one(p, ctx, blocks).await;
-        (p, outcome)
-    });
-    let outcomes = futures_util::future::join_all(runs).await;
+    let tasks = projects
+        .iter()
+        .map(|p| Task {
+            epoch_id,
+            begin,
+            end,
+            day_id: query.day_id.unwrap_or(1),
+            slot_id,
+            total_slots,
+            namespace: cfg.namespace.clone(),
+            project_type: p.project_type.clone(),
+        })
+        .collect();
+    let mut results: Vec<ComputeResult> = executor.execute(tasks, blocks.into()).collect().await;
+    let place = |r: &ComputeResult| projects.iter().position(|p| p.project_type == r.project_type);
+    results.sort_by_key(place);
+    let outcomes: Vec<(&Project, ComputeResult)> = projects.iter().zip(results).collect();
 
     // What the node would submit.
     let mut failures = Vec::new();
     let mut report = Vec::new();
     for (p, outcome) in &outcomes {
-        let who = format!("project {} ({} in {})", p.project.project_type, p.project.class_name, p.project.module);
+        let who = format!("project {} ({} in {})", p.project_type, p.class_name, p.module);
         let mut snapshots = Vec::new();
         let mut verdict = match &outcome.kind {
             OutcomeKind::Computed => "computed".to_owned(),
@@ -219,7 +212,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         }
         report.push(json!({
             "project_type": outcome.project_type,
-            "processor": {"module": p.project.module, "class_name": p.project.class_name},
+            "processor": {"module": p.module, "class_name": p.class_name},
             "selected": outcome.selected,
             "outcome": verdict,
             "took_ms": outcome.finished_at_ms.saturating_sub(outcome.started_at_ms),

@@ -54,29 +54,18 @@ impl MarketOptions {
         pool_list(&self.pools, self.pools_file.as_deref())
     }
 
-    /// The anchor and source chain clients.
-    pub fn rpcs(
-        &self,
-        io: &crate::chain::IoRuntime,
-    ) -> Result<(crate::chain::HttpRpc, crate::chain::HttpRpc), crate::exit::BadInput> {
-        let rpc = |role, urls: &str| {
-            crate::chain::HttpRpc::new(
-                role,
-                urls.split(',').map(str::to_owned).collect(),
-                std::time::Duration::from_secs(15),
-                io.clone(),
-            )
-            .map_err(|e| crate::exit::BadInput(format!("--{role}-rpc: {e}")))
-        };
-        // Without --source-rpc the anchor serves as the source too: over
-        // HTTP when the anchor is given as a WebSocket (the same host).
-        let source = self.source_rpc.clone().unwrap_or_else(|| {
-            self.anchor_rpc
-                .split(',')
-                .map(|u| u.trim().replacen("wss://", "https://", 1).replacen("ws://", "http://", 1))
-                .collect::<Vec<_>>()
-                .join(",")
-        });
-        Ok((rpc("anchor", &self.anchor_rpc)?, rpc("source", &source)?))
+    /// The anchor and source chains the flags name, connected the one way
+    /// every verb connects (`Chains::connect`), with the environment's
+    /// `LITE_NODE_RPC_TIMEOUT_SECS`.
+    pub fn chains(&self, env: &crate::config::EnvSnapshot) -> anyhow::Result<crate::chain::Chains> {
+        let scope = self.scope()?;
+        let cfg = crate::config::ChainConfig::from_flags(
+            &self.anchor_rpc,
+            self.source_rpc.as_deref(),
+            scope.protocol_state,
+            scope.data_market,
+            env,
+        )?;
+        Ok(crate::chain::Chains::connect(&cfg).map_err(crate::exit::BadInput)?)
     }
 }

@@ -23,12 +23,14 @@ use lite_node_validator::{
 
 use super::MarketOptions;
 use crate::{
-    chain::{Anchor, IoRuntime, Release},
-    collector::{Refusal, Refused, SelectionCheck},
-    compute::{self, Fetch, LoadedPackage},
-    config::{ComputeConfig, EnvSnapshot, WatchSettings},
+    chain::{Anchor, Release},
+    compute::{
+        self,
+        selection::{Refusal, Refused, SelectionCheck},
+    },
+    config::{ComputeConfig, EnvSnapshot},
     data_dir::DataDirLock,
-    epochs::Watcher,
+    epochs::{Follow, Watcher},
     exit::BadInput,
     retry::{Policy, retry},
     signals::shutdown_signals,
@@ -116,7 +118,7 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             .into());
         }
         let cfg = ComputeConfig::from_env(env)?;
-        Some((pools, Arc::new(LoadedPackage::load(compute::ensure(&cfg, Fetch::Allowed)?)?)))
+        Some((pools, Arc::new(compute::load(&cfg)?)))
     } else {
         None
     };
@@ -130,9 +132,8 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let signals = shutdown_signals(false);
         tokio::pin!(signals);
-        let io = IoRuntime::new()?;
-        let (anchor_rpc, source_rpc) = o.market.rpcs(&io)?;
-        let anchor = Arc::new(Anchor::new(anchor_rpc, scope.protocol_state, scope.data_market));
+        let chains = o.market.chains(env)?;
+        let anchor = chains.anchor()?.clone();
         let chain_id = tokio::select! {
             _ = &mut signals => return Ok(()),
             id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
@@ -172,7 +173,7 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             });
         }
         if let Some((pools, package)) = package {
-            let selection = Arc::new(SelectionCheck::new(Arc::new(source_rpc), pools, package).map_err(BadInput)?);
+            let selection = Arc::new(SelectionCheck::new(chains.source.clone(), pools, package).map_err(BadInput)?);
             announced.push(format!("dequeuer: {} workers, {} active pools", o.workers, selection.pools().len()));
             let chain = Arc::new(NodeChain { anchor: anchor.clone(), selection });
             let dequeuer = Dequeuer::new(market.clone(), chain, conn.clone());
@@ -208,7 +209,7 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             });
         }
         if let Some(lock) = &lock {
-            let settings = watch_settings(o.poll_interval, o.from_block);
+            let settings = Follow { confirmations: 12, start_block: o.from_block };
             let _held = lock;
             let watcher = Watcher::open(anchor.clone(), &o.data_dir, settings)?;
             announced.push(format!(
@@ -246,23 +247,6 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         drop(lock);
         outcome
     })
-}
-
-fn watch_settings(poll_interval: Duration, start_block: Option<u64>) -> WatchSettings {
-    WatchSettings {
-        poll_interval,
-        confirmations: 12,
-        submission_window: 100,
-        start_block,
-        compute_timeout: Duration::from_secs(60),
-        max_concurrent_computes: 1,
-        max_hung_computes: 1,
-        anchor_stall_after: Duration::from_secs(120),
-        retain_epochs: 1000,
-        rpc_timeout: Duration::from_secs(15),
-        deadline_buffer: 30,
-        stop_grace: Duration::from_secs(5),
-    }
 }
 
 /// The event monitor's loop: each poll of the anchor opens the windows of

@@ -8,7 +8,7 @@ use lite_node::{
     alerts::{AlertKind, Alerter, Sender},
     books::Books,
     config::{AlertConfig, BotConfig},
-    dispatch::{Outcome, OutcomeKind},
+    outcome::{Outcome, OutcomeKind},
     supervisor::Supervisor,
 };
 use lite_node_testkit::{TelegramStandin, World, poll_until};

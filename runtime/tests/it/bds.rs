@@ -168,9 +168,10 @@ fn a_lite_node_snapshots_only_its_assigned_pool_or_nothing() {
 
 #[test]
 fn previous_snapshots_are_the_nodes_own_recent_cids() {
+    use futures_util::StreamExt;
     use lite_node::{
         config::Project,
-        dispatch::{Dispatcher, OutcomeKind, ProjectProcessor},
+        executor::{Executor, LocalExecutor, OutcomeKind, ProjectProcessor, Task},
         snapshots::SnapshotStore,
     };
     let world = World::load();
@@ -189,22 +190,32 @@ fn previous_snapshots_are_the_nodes_own_recent_cids() {
     };
     let c = chain(&world);
     let store = Arc::new(SnapshotStore::open(data_dir.path()).unwrap());
-    let dispatcher = Dispatcher::new(
+    let namespace = "devnet-UNISWAPV3-ETH";
+    let executor = LocalExecutor::new(
         vec![ProjectProcessor { project, processor: Arc::new(processor) }],
         1,
         Duration::from_secs(60),
         Some(c.source.clone() as Arc<dyn RpcEndpoint>),
         None,
-        Arc::new(SelectionTracker::default()),
     )
-    .with_history(store.clone(), "devnet-UNISWAPV3-ETH".into());
+    .with_history(store.clone(), namespace.into());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let blocks = rt.block_on(preload::block_details(&c.source, begin, end)).unwrap();
+    let blocks: Arc<[_]> = rt.block_on(preload::block_details(&c.source, begin, end)).unwrap().into();
     let mut cids = Vec::new();
     for epoch_id in [11u64, 12, 13] {
-        let outcomes = rt.block_on(dispatcher.dispatch(&context(epoch_id, begin, end, 1, 4), &blocks));
-        assert_eq!(outcomes[0].kind, OutcomeKind::Computed);
-        let stored = &outcomes[0].stored[0];
+        let task = Task {
+            epoch_id,
+            begin,
+            end,
+            day_id: 1,
+            slot_id: 1,
+            total_slots: 4,
+            namespace: namespace.into(),
+            project_type: "baseSnapshot".into(),
+        };
+        let results: Vec<_> = rt.block_on(executor.execute(vec![task], blocks.clone()).collect());
+        assert_eq!(results[0].kind, OutcomeKind::Computed);
+        let stored = &store.store(epoch_id, namespace, &results[0]).unwrap()[0];
         assert_eq!(stored.project_id, format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", pool.to_lowercase()));
         let bytes = std::fs::read(&stored.path).unwrap();
         assert_eq!(stored.cid, lite_node_protocol::cid(&bytes), "the CID is of the exact bytes on disk");

@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use lite_node::{
     chain::{Anchor, HttpRpc, IoRuntime},
-    collector::{self, DevnetCollector, Received, SelectionCheck},
+    collector::{self, DevnetCollector, EpochAssignment, Received, SelectionCheck},
     compute::{self as compute_pkg, Fetch, LoadedPackage},
     config::{ComputeConfig, EnvSnapshot},
     submission::{self, Ledger, Verdict},
@@ -13,6 +13,7 @@ use lite_node::{
 use lite_node_protocol::{
     eip712::{Request, Signer},
     proto,
+    submission::{Scope, cases},
 };
 use lite_node_testkit::World;
 
@@ -127,7 +128,7 @@ fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_rea
         (
             submission_for(&s, 1, 1, head + 50, 999, "blockDetails:devnet-UNISWAPV3-ETH"),
             Verdict::Rejected("collector answered `Failure`".into()),
-            Some("epoch 999 was never released for this data market"),
+            Some("epoch 999 was not released for this data market"),
         ),
         (
             submission(&s, 1, 1, u64::MAX),
@@ -244,21 +245,16 @@ fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
     LoadedPackage::load(compute_pkg::ensure(&cfg, Fetch::Allowed).unwrap()).unwrap()
 }
 
-#[test]
-fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assigned() {
-    let s = setup();
-    let data = tempfile::tempdir().unwrap();
+/// A selection check on the bundled package's rule, and an epoch (of 5,000
+/// slots) where one of the 4 registered slots is selected and another is
+/// not: the assignment, the selected slot, the idle one.
+fn selection_setting(s: &Setup, data: &std::path::Path) -> (Arc<SelectionCheck>, Arc<EpochAssignment>, u64, u64) {
     let pools = s.world.manifest.pools.clone();
     let io = IoRuntime::new().unwrap();
     let source = Arc::new(HttpRpc::new("source", vec![s.world.url()], Duration::from_secs(10), io).unwrap());
-    let check = Arc::new(SelectionCheck::new(source, pools.clone(), Arc::new(bundled(data.path()))).unwrap());
+    let check = Arc::new(SelectionCheck::new(source, pools, Arc::new(bundled(data))).unwrap());
     // 5,000 slots: 1,000 are selected per epoch, so each of our 4 with p = 0.2.
     s.world.set_total_node_count(5000);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
-    let received = start_collector_with(&s, listener, Some(check.clone()));
-
-    // An epoch where one of the registered slots is selected and another is not.
     let (epoch, chosen, idle) = (0..40)
         .find_map(|_| {
             s.world.mine(1);
@@ -270,6 +266,64 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
             Some((a, chosen, idle))
         })
         .expect("within 40 epochs one of 4 slots is selected and another is not");
+    (check, epoch, chosen, idle)
+}
+
+fn key_of(s: &Setup, slot: u64) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    hex::decode_to_slice(s.world.manifest.signer_key(slot).trim_start_matches("0x"), &mut key).unwrap();
+    key
+}
+
+/// The protocol's table of submission cases (`submission::cases`), the one
+/// the validator's pipeline test runs too, over gRPC against anvil: each
+/// gets the reason the table says.
+#[test]
+fn the_collector_gives_every_shared_submission_case_its_reason() {
+    let s = setup();
+    let data = tempfile::tempdir().unwrap();
+    let (check, epoch, chosen, idle) = selection_setting(&s, data.path());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
+    let received = start_collector_with(&s, listener, Some(check));
+    let assigned = epoch.selected[&chosen].clone();
+    let other = s.world.manifest.pools.iter().find(|p| **p != assigned).unwrap().clone();
+    let project = |pool: &str| format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", pool.to_lowercase());
+    let release = s.runtime.block_on(s.anchor.epoch_release(epoch.epoch_id, 0)).unwrap().unwrap();
+    let setting = cases::Setting {
+        scope: Scope { data_market: s.anchor.data_market, protocol_state: s.anchor.protocol_state },
+        chain_id: s.chain_id,
+        epoch_id: epoch.epoch_id,
+        release_block: release.block_number,
+        head: s.world.head(),
+        unknown_epoch_id: 9999,
+        slot_id: chosen,
+        key: key_of(&s, chosen),
+        project_id: project(&assigned),
+        other_pool_project_id: project(&other),
+        unselected_slot_id: idle,
+        unselected_key: key_of(&s, idle),
+        unregistered_slot_id: 9,
+    };
+    for (n, case) in cases::cases().into_iter().enumerate() {
+        let verdict =
+            s.runtime.block_on(submission::submit(&endpoint, case.submission(&setting), async || true, |_| {}));
+        let seen = received.lock().unwrap()[n].clone();
+        assert_eq!(seen.reason, case.expect, "{}: {:?}", case.name, seen.verdict);
+        let accepted = verdict == Verdict::Accepted;
+        assert_eq!(accepted, case.expect.is_none(), "{}: {verdict:?}", case.name);
+    }
+}
+
+#[test]
+fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assigned() {
+    let s = setup();
+    let data = tempfile::tempdir().unwrap();
+    let pools = s.world.manifest.pools.clone();
+    let (check, epoch, chosen, idle) = selection_setting(&s, data.path());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
+    let received = start_collector_with(&s, listener, Some(check));
     assert_eq!(epoch.total_slots, 5000);
     assert_eq!(epoch.selected.len(), 1000);
     let assigned = epoch.selected[&chosen].clone();
@@ -293,7 +347,7 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
         ),
         (
             submission_for(&s, chosen, chosen, head + 50, 9999, &project(&assigned)),
-            Some("epoch 9999 was never released".into()),
+            Some("epoch 9999 was not released".into()),
         ),
     ];
     for (n, (sub, reason)) in cases.into_iter().enumerate() {

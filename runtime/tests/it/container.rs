@@ -54,8 +54,9 @@ fn compose_runs_the_node_and_a_pinned_collector_from_the_env_file() {
 /// Every `"NAME"` the configuration code reads.
 fn variables_read() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for file in ["env.rs", "alerts.rs", "projects.rs"] {
-        let text = read(&format!("runtime/src/config/{file}"));
+    // The config crate is the only code that reads the environment.
+    for file in ["env.rs", "alerts.rs", "projects.rs", "slots.rs", "drill.rs"] {
+        let text = read(&format!("runtime/crates/config/src/{file}"));
         for piece in text.split('"').skip(1).step_by(2) {
             let is_name = piece.len() > 3
                 && piece.contains('_')

@@ -9,7 +9,7 @@ mod collector;
 mod compute_fetch;
 mod container;
 mod devnet;
-mod dispatch;
+mod executor;
 mod init_sh;
 mod node;
 mod plugins;

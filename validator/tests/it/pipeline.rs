@@ -13,7 +13,7 @@ use alloy::primitives::Address;
 use lite_node_protocol::{
     eip712::{Request, Signer},
     proto,
-    submission::Scope,
+    submission::{Scope, cases},
 };
 use lite_node_testkit::RedisServer;
 use lite_node_validator::{
@@ -213,7 +213,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     let counters = w.counters().await;
     assert_eq!(counters.get("accepted"), Some(&5));
     assert_eq!(counters.get("received"), Some(&16), "the gateway counted what it queued");
-    for reason in Reason::ALL.into_iter().filter(|r| *r != Reason::WindowClosed) {
+    for reason in Reason::ALL.iter().filter(|r| **r != Reason::WindowClosed) {
         assert_eq!(counters.get(&format!("rejected:{}", reason.as_str())), Some(&1), "{reason:?}: {counters:?}");
     }
 
@@ -339,6 +339,41 @@ async fn audit_keys(w: &World) {
     }
 }
 
+/// The protocol's table of submission cases (`submission::cases`), the one
+/// the devnet collector's test runs too, through the gateway and the
+/// dequeuer: each gets the reason the table says.
+#[tokio::test]
+async fn every_shared_submission_case_gets_its_reason() {
+    let w = world_with(250, 130).await;
+    w.monitor.released(5, 100, 1, 1).await.unwrap();
+    w.monitor.head(104).await.unwrap();
+    let setting = cases::Setting {
+        scope: scope(),
+        chain_id: CHAIN_ID,
+        epoch_id: 5,
+        release_block: 100,
+        head: 104,
+        unknown_epoch_id: 999,
+        slot_id: 1,
+        key: key(1),
+        project_id: project(POOL_A),
+        other_pool_project_id: project(POOL_B),
+        unselected_slot_id: 8,
+        unselected_key: key(8),
+        unregistered_slot_id: 9,
+    };
+    for case in cases::cases() {
+        w.submit(case.submission(&setting)).await;
+        let verdicts = w.drain().await;
+        let got = match verdicts.as_slice() {
+            [Verdict::Accepted] => None,
+            [Verdict::Rejected(reason, _)] => Some(*reason),
+            other => panic!("{}: {other:?}", case.name),
+        };
+        assert_eq!(got, case.expect, "{}: {verdicts:?}", case.name);
+    }
+}
+
 #[tokio::test]
 async fn a_submission_for_an_epoch_not_open_yet_waits_for_it() {
     let w = world(250).await;
@@ -361,7 +396,7 @@ async fn a_deadline_on_the_windows_last_block_is_taken_there() {
     // The defaults: a deadline up to 130 blocks after the release, a window
     // of as many.
     let w = world_with(250, 130).await;
-    assert_eq!(w.market.deadline_after_release, 130);
+    assert_eq!(w.market.window_blocks, lite_node_protocol::submission::WINDOW_BLOCKS);
     let (cid_a, _, _) = cids();
     w.monitor.released(5, 100, 1, 1).await.unwrap();
     assert!(w.monitor.head(230).await.unwrap().is_empty(), "open through release + 130");

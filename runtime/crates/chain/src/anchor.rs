@@ -1,0 +1,289 @@
+//! The anchor chain as the node reads it: ProtocolState's events for our data
+//! market, the slot registry, and the total slot count.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use alloy::{
+    primitives::{Address, B256, Bytes, U256},
+    sol_types::{SolCall, SolEvent},
+};
+use lite_node_plugin_api::RpcError;
+use lite_node_protocol::{parse_quantity, to_quantity};
+use serde_json::{Value, json};
+
+use lite_node_protocol::contracts::{
+    DayStartedEvent, EpochReleased, SlotRegistered, allSnapshottersCall, getTotalNodeCountCall,
+    slotSnapshotterMappingCall,
+};
+
+use super::rpc::HttpRpc;
+
+/// How long `getTotalNodeCount()` is trusted (docs/protocol.md §1).
+const TOTAL_SLOTS_TTL: Duration = Duration::from_secs(30);
+
+/// An event of our data market on ProtocolState, with where it was mined.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnchorEvent {
+    pub block_number: u64,
+    pub block_hash: B256,
+    pub log_index: u64,
+    pub kind: EventKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    EpochReleased { epoch_id: u64, begin: u64, end: u64, timestamp: u64 },
+    DayStarted { day_id: u64 },
+}
+
+/// A log as `eth_getLogs` answers it: the fields the node reads.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RpcLog {
+    topics: Vec<B256>,
+    data: Bytes,
+    block_number: Option<String>,
+    block_hash: Option<B256>,
+    log_index: Option<String>,
+    #[serde(default)]
+    removed: bool,
+}
+
+/// An epoch's release: its source-chain blocks and the anchor block it was
+/// released in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub begin: u64,
+    pub end: u64,
+    pub block_number: u64,
+}
+
+/// What the registry says about this node's slot and signer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub signer_enabled: bool,
+    pub slot_owner: Address,
+}
+
+/// ProtocolState on the anchor chain, for one data market.
+#[derive(Debug)]
+pub struct Anchor {
+    rpc: Arc<HttpRpc>,
+    pub protocol_state: Address,
+    pub data_market: Address,
+    total_slots: Mutex<Option<(u64, Instant)>>,
+}
+
+fn bad_answer(what: &str, detail: impl std::fmt::Display) -> RpcError {
+    RpcError { code: None.into(), message: format!("{what}: unexpected answer: {detail}").into() }
+}
+
+fn quantity(value: &Value, what: &str) -> Result<u64, RpcError> {
+    lite_node_protocol::quantity(value).map_err(|e| bad_answer(what, e))
+}
+
+fn to_u64(v: U256, what: &str) -> Result<u64, String> {
+    u64::try_from(v).map_err(|_| format!("{what} {v} does not fit in 64 bits"))
+}
+
+impl Anchor {
+    pub fn new(rpc: HttpRpc, protocol_state: Address, data_market: Address) -> Self {
+        Self::shared(Arc::new(rpc), protocol_state, data_market)
+    }
+
+    /// On endpoints others use too (the node's processors read the anchor
+    /// through the same connections, one WebSocket for both).
+    pub fn shared(rpc: Arc<HttpRpc>, protocol_state: Address, data_market: Address) -> Self {
+        Self { rpc, protocol_state, data_market, total_slots: Mutex::new(None) }
+    }
+
+    pub fn rpc(&self) -> &HttpRpc {
+        &self.rpc
+    }
+
+    /// The client itself, for others to share (a processor's anchor reads).
+    pub fn shared_rpc(&self) -> Arc<HttpRpc> {
+        self.rpc.clone()
+    }
+
+    pub async fn head(&self) -> Result<u64, RpcError> {
+        quantity(&self.rpc.call_value("eth_blockNumber", json!([])).await?, "eth_blockNumber")
+    }
+
+    /// `eth_chainId`: the chain id EIP-712 signatures are bound to.
+    pub async fn chain_id(&self) -> Result<u64, RpcError> {
+        quantity(&self.rpc.call_value("eth_chainId", json!([])).await?, "eth_chainId")
+    }
+
+    async fn call(&self, data: Vec<u8>, what: &str) -> Result<Bytes, RpcError> {
+        let params = json!([{"to": self.protocol_state, "data": Bytes::from(data)}, "latest"]);
+        let out = self.rpc.call_value("eth_call", params).await?;
+        serde_json::from_value::<Bytes>(out.clone()).map_err(|_| bad_answer(what, out))
+    }
+
+    /// `allSnapshotters(signer)` and `slotSnapshotterMapping(slot)`.
+    pub async fn identity(&self, signer: Address, slot_id: u64) -> Result<Identity, RpcError> {
+        let enabled = self.call(allSnapshottersCall { snapshotter: signer }.abi_encode(), "allSnapshotters").await?;
+        let signer_enabled =
+            allSnapshottersCall::abi_decode_returns(&enabled).map_err(|e| bad_answer("allSnapshotters", e))?;
+        Ok(Identity { signer_enabled, slot_owner: self.slot_owner(slot_id).await? })
+    }
+
+    /// `slotSnapshotterMapping(slot)`: the signer registered for a slot.
+    pub async fn slot_owner(&self, slot_id: u64) -> Result<Address, RpcError> {
+        let owner = self
+            .call(slotSnapshotterMappingCall { slotId: U256::from(slot_id) }.abi_encode(), "slotSnapshotterMapping")
+            .await?;
+        slotSnapshotterMappingCall::abi_decode_returns(&owner).map_err(|e| bad_answer("slotSnapshotterMapping", e))
+    }
+
+    /// `getTotalNodeCount()`, cached for 30 s; when the call fails, the last
+    /// known value (however old) is used and the failure logged.
+    pub async fn total_slots(&self) -> Result<u64, RpcError> {
+        let cached = *self.total_slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((n, at)) = cached
+            && at.elapsed() < TOTAL_SLOTS_TTL
+        {
+            return Ok(n);
+        }
+        let fresh = async {
+            let out = self.call(getTotalNodeCountCall {}.abi_encode(), "getTotalNodeCount").await?;
+            let n = getTotalNodeCountCall::abi_decode_returns(&out).map_err(|e| bad_answer("getTotalNodeCount", e))?;
+            to_u64(n, "total node count").map_err(|e| bad_answer("getTotalNodeCount", e))
+        };
+        match (fresh.await, cached) {
+            (Ok(n), _) => {
+                *self.total_slots.lock().unwrap_or_else(|p| p.into_inner()) = Some((n, Instant::now()));
+                Ok(n)
+            }
+            (Err(e), Some((n, at))) => {
+                tracing::warn!("getTotalNodeCount failed ({e}); using {n} from {}s ago", at.elapsed().as_secs());
+                Ok(n)
+            }
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    /// Our data market's ProtocolState events in `from..=to`, in chain order.
+    /// Logs that do not decode are logged and skipped.
+    pub async fn events(&self, from: u64, to: u64) -> Result<Vec<AnchorEvent>, RpcError> {
+        let market_topic = B256::left_padding_from(self.data_market.as_slice());
+        let filter = json!([{
+            "address": self.protocol_state,
+            "fromBlock": to_quantity(from),
+            "toBlock": to_quantity(to),
+            "topics": [[EpochReleased::SIGNATURE_HASH, DayStartedEvent::SIGNATURE_HASH], market_topic],
+        }]);
+        let raw = self.rpc.call_value("eth_getLogs", filter).await?;
+        let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
+        let mut events = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match self.decode(entry) {
+                Ok(Some(event)) => events.push(event),
+                Ok(None) => {}
+                Err(reason) => tracing::warn!("skipping a malformed ProtocolState log: {reason}"),
+            }
+        }
+        events.sort_by_key(|e| (e.block_number, e.log_index));
+        Ok(events)
+    }
+
+    /// Slots (re)registered on ProtocolState in `from..=to` (`SlotRegistered`),
+    /// in chain order. A log without the slot in its topics is skipped.
+    pub async fn slot_registrations(&self, from: u64, to: u64) -> Result<Vec<u64>, RpcError> {
+        let filter = json!([{
+            "address": self.protocol_state,
+            "fromBlock": to_quantity(from),
+            "toBlock": to_quantity(to),
+            "topics": [SlotRegistered::SIGNATURE_HASH],
+        }]);
+        let raw = self.rpc.call_value("eth_getLogs", filter).await?;
+        let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
+        let mut slots = Vec::new();
+        for entry in entries {
+            let Ok(log) = serde_json::from_value::<RpcLog>(entry) else { continue };
+            if log.removed {
+                continue;
+            }
+            if let Ok(e) = SlotRegistered::decode_raw_log(log.topics.iter().copied(), &log.data)
+                && let Ok(slot) = to_u64(e.slotId, "slot id")
+            {
+                slots.push(slot);
+            }
+        }
+        Ok(slots)
+    }
+
+    /// How our data market's epoch `epoch_id` was released, looked up by its
+    /// indexed id from block `from`; `None` when no such release exists.
+    pub async fn epoch_release(&self, epoch_id: u64, from: u64) -> Result<Option<Release>, RpcError> {
+        let filter = json!([{
+            "address": self.protocol_state,
+            "fromBlock": to_quantity(from),
+            "toBlock": "latest",
+            "topics": [
+                EpochReleased::SIGNATURE_HASH,
+                B256::left_padding_from(self.data_market.as_slice()),
+                B256::from(U256::from(epoch_id)),
+            ],
+        }]);
+        let raw = self.rpc.call_value("eth_getLogs", filter).await?;
+        let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
+        for entry in entries {
+            if let Ok(Some(AnchorEvent {
+                kind: EventKind::EpochReleased { epoch_id: id, begin, end, .. },
+                block_number,
+                ..
+            })) = self.decode(entry)
+                && id == epoch_id
+            {
+                return Ok(Some(Release { begin, end, block_number }));
+            }
+        }
+        Ok(None)
+    }
+
+    fn decode(&self, entry: Value) -> Result<Option<AnchorEvent>, String> {
+        let log: RpcLog = serde_json::from_value(entry.clone()).map_err(|e| format!("{e}: {entry}"))?;
+        if log.removed {
+            return Ok(None);
+        }
+        let (Some(block_number), Some(block_hash), Some(log_index)) = (log.block_number, log.block_hash, log.log_index)
+        else {
+            return Ok(None); // pending logs carry no position yet
+        };
+        let (block_number, log_index) = (
+            parse_quantity(&block_number).map_err(|e| format!("blockNumber: {e}"))?,
+            parse_quantity(&log_index).map_err(|e| format!("logIndex: {e}"))?,
+        );
+        let at = format!("block {block_number} log {log_index}");
+        let kind = match log.topics.first() {
+            Some(t) if *t == EpochReleased::SIGNATURE_HASH => {
+                let e = EpochReleased::decode_raw_log(log.topics.iter().copied(), &log.data)
+                    .map_err(|e| format!("EpochReleased at {at}: {e}"))?;
+                if e.dataMarketAddress != self.data_market {
+                    return Ok(None);
+                }
+                let epoch_id = to_u64(e.epochId, "epoch id").map_err(|m| format!("{m} at {at}"))?;
+                let (begin, end) = (to_u64(e.begin, "begin")?, to_u64(e.end, "end")?);
+                if end < begin {
+                    return Err(format!("EpochReleased {epoch_id} at {at} ends ({end}) before it begins ({begin})"));
+                }
+                EventKind::EpochReleased { epoch_id, begin, end, timestamp: to_u64(e.timestamp, "timestamp")? }
+            }
+            Some(t) if *t == DayStartedEvent::SIGNATURE_HASH => {
+                let e = DayStartedEvent::decode_raw_log(log.topics.iter().copied(), &log.data)
+                    .map_err(|e| format!("DayStartedEvent at {at}: {e}"))?;
+                if e.dataMarketAddress != self.data_market {
+                    return Ok(None);
+                }
+                EventKind::DayStarted { day_id: to_u64(e.dayId, "day id")? }
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(AnchorEvent { block_number, block_hash, log_index, kind }))
+    }
+}

@@ -1,0 +1,290 @@
+//! The epoch watcher: polls ProtocolState's events on the anchor chain, keeps
+//! our data market's, and hands out each new epoch once, in order.
+//!
+//! Position is persisted in a [`Cursor`]: `scanned_to` (every event up to that
+//! block handled) and `last_epoch`. Each poll re-reads the last
+//! `confirmations` blocks below the cursor, so a release that a reorg moved or
+//! removed is noticed, and one that a reorg added is not missed; epoch ids at
+//! or below `last_epoch` are never handed out again.
+
+use std::{
+    io,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use lite_node_plugin_api::RpcError;
+use lite_node_protocol::to_quantity;
+
+use super::cursor::{Cursor, SeenRelease};
+use crate::{Anchor, EventKind};
+
+/// What the watcher reads of the node's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Follow {
+    /// Anchor blocks re-checked on every poll for reorgs.
+    pub confirmations: u64,
+    /// Where a watcher without a saved cursor starts (default: the head).
+    pub start_block: Option<u64>,
+}
+
+/// At most this many blocks per `eth_getLogs` when catching up.
+const MAX_RANGE: u64 = 2_000;
+/// Scan progress without new epochs is saved at most this often.
+const SAVE_SCAN_EVERY: Duration = Duration::from_secs(5);
+
+/// A released epoch of our data market.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Epoch {
+    pub epoch_id: u64,
+    pub begin: u64,
+    pub end: u64,
+    pub day_id: u64,
+    /// Anchor block holding the release, and its hash.
+    pub released_block: u64,
+    pub released_block_hash: String,
+    pub timestamp: u64,
+}
+
+/// What one poll found.
+#[derive(Debug, Default)]
+pub struct Poll {
+    pub epochs: Vec<Epoch>,
+    pub head: u64,
+    /// The last block this poll covered; pass it to [`Watcher::scan_complete`]
+    /// once its epochs are handled.
+    pub scanned_to: u64,
+}
+
+/// Blocks the head may fall behind the last handled release in a reorg
+/// before the saved position is taken for another chain's.
+const REORG_SLACK: u64 = 2;
+
+/// Watches one data market's ProtocolState.
+#[derive(Debug)]
+pub struct Watcher {
+    anchor: Arc<Anchor>,
+    settings: Follow,
+    path: PathBuf,
+    cursor: Option<Cursor>,
+    last_scan_save: Instant,
+    /// A WebSocket anchor's new heads and reconnections (`None`: polled).
+    heads: Option<tokio::sync::watch::Receiver<crate::HeadSignal>>,
+}
+
+impl Watcher {
+    /// Opens the cursor in `data_dir` (no RPC yet).
+    pub fn open(anchor: Arc<Anchor>, data_dir: &std::path::Path, settings: Follow) -> io::Result<Self> {
+        let path = Cursor::path(data_dir, &anchor.protocol_state.to_string(), &anchor.data_market.to_string());
+        let cursor = Cursor::load(&path)?;
+        if let Some(c) = &cursor {
+            tracing::info!(
+                "resuming after anchor block {} (last epoch {})",
+                c.scanned_to,
+                c.last_epoch.map_or("none".into(), |e| e.to_string())
+            );
+        }
+        let heads = anchor.rpc().heads();
+        if heads.is_some() {
+            tracing::info!("the anchor is a WebSocket: each new block is seen as it arrives");
+        }
+        Ok(Self { anchor, settings, path, cursor, last_scan_save: Instant::now(), heads })
+    }
+
+    /// Resolves at the anchor's next new head or reconnection (after which a
+    /// poll back-fills from the cursor); never when the anchor is polled.
+    pub async fn changed(&mut self) {
+        match &mut self.heads {
+            Some(heads) => {
+                if heads.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    pub fn cursor(&self) -> Option<&Cursor> {
+        self.cursor.as_ref()
+    }
+
+    /// Refuses a saved position that cannot belong to this anchor chain (a
+    /// devnet or testnet reset, or another chain's data dir): the chain's
+    /// head is behind the last release this node handled, or the block of
+    /// that release now has another hash.
+    pub async fn check_chain(&self) -> Result<(), PollError> {
+        let Some(cursor) = &self.cursor else { return Ok(()) };
+        let head = self.anchor.head().await?;
+        self.ahead_of(cursor, head)?;
+        let Some(last) = cursor.recent.last() else { return Ok(()) };
+        let block = self
+            .anchor
+            .rpc()
+            .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(last.block_number), false]))
+            .await?;
+        match block["hash"].as_str() {
+            Some(hash) if !hash.eq_ignore_ascii_case(&last.block_hash) => Err(self.foreign(format!(
+                "epoch {} was released in block {} ({}), but that block is now {hash}",
+                last.epoch_id, last.block_number, last.block_hash
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The head is behind the saved position by more than a reorg would
+    /// explain.
+    fn ahead_of(&self, cursor: &Cursor, head: u64) -> Result<(), PollError> {
+        let last_release = cursor.recent.last().map_or(0, |r| r.block_number);
+        if cursor.scanned_to > head + self.settings.confirmations || last_release > head + REORG_SLACK {
+            return Err(self.foreign(format!(
+                "it saved anchor block {} (last release in block {last_release}), the chain's head is {head}",
+                cursor.scanned_to
+            )));
+        }
+        Ok(())
+    }
+
+    fn foreign(&self, what: String) -> PollError {
+        PollError::Foreign(format!(
+            "the saved epoch cursor {} is not from this anchor chain: {what}. If the chain was reset (a devnet or \
+             testnet), move {} away (or give the node a fresh LITE_NODE_DATA_DIR) to start over",
+            self.path.display(),
+            self.path.parent().map_or_else(|| self.path.display().to_string(), |p| p.display().to_string())
+        ))
+    }
+
+    /// One poll: new epochs in chain order, not yet handled.
+    pub async fn poll(&mut self) -> Result<Poll, PollError> {
+        let head = self.anchor.head().await?;
+        if let Some(cursor) = &self.cursor {
+            self.ahead_of(cursor, head)?;
+        }
+        let cursor = match &mut self.cursor {
+            Some(c) => c,
+            None => {
+                let start = self.settings.start_block.unwrap_or(head);
+                tracing::info!("no saved cursor: watching from anchor block {start}");
+                let c = Cursor { scanned_to: start.saturating_sub(1), floor: start, ..Cursor::default() };
+                c.save(&self.path).map_err(|e| PollError::State(format!("saving the epoch cursor: {e}")))?;
+                self.cursor.insert(c)
+            }
+        };
+        let from = (cursor.scanned_to + 1).saturating_sub(self.settings.confirmations).max(cursor.floor);
+        if from > head {
+            return Ok(Poll { epochs: Vec::new(), head, scanned_to: cursor.scanned_to });
+        }
+        let to = head.min(from + MAX_RANGE - 1);
+        let events = self.anchor.events(from, to).await?;
+
+        for seen in cursor.recent.iter().filter(|r| (from..=to).contains(&r.block_number)) {
+            let now = events
+                .iter()
+                .find(|e| matches!(e.kind, EventKind::EpochReleased { epoch_id, .. } if epoch_id == seen.epoch_id));
+            match now {
+                None => tracing::warn!(
+                    "reorg: the release of epoch {} in anchor block {} is no longer on the chain",
+                    seen.epoch_id,
+                    seen.block_number
+                ),
+                Some(e) if e.block_hash.to_string() != seen.block_hash => tracing::warn!(
+                    "reorg: epoch {} was released in block {} ({}), now in block {} ({})",
+                    seen.epoch_id,
+                    seen.block_number,
+                    seen.block_hash,
+                    e.block_number,
+                    e.block_hash
+                ),
+                Some(_) => {}
+            }
+        }
+
+        let mut day_id = cursor.day_id;
+        let mut epochs = Vec::new();
+        let mut newest = cursor.last_epoch;
+        for event in events {
+            match event.kind {
+                EventKind::DayStarted { day_id: d } => {
+                    day_id = day_id.max(d);
+                }
+                EventKind::EpochReleased { epoch_id, begin, end, timestamp } => {
+                    if newest.is_some_and(|last| epoch_id <= last) {
+                        tracing::debug!("epoch {epoch_id} in block {} already handled", event.block_number);
+                        continue;
+                    }
+                    newest = Some(epoch_id);
+                    epochs.push(Epoch {
+                        epoch_id,
+                        begin,
+                        end,
+                        day_id,
+                        released_block: event.block_number,
+                        released_block_hash: event.block_hash.to_string(),
+                        timestamp,
+                    });
+                }
+            }
+        }
+        cursor.day_id = day_id;
+        Ok(Poll { epochs, head, scanned_to: to })
+    }
+
+    /// Records that `epoch` has an outcome for every project (computed, failed
+    /// or missed) and saves the cursor.
+    pub fn epoch_handled(&mut self, epoch: &Epoch) -> io::Result<()> {
+        let cursor = self.cursor.as_mut().expect("poll opened the cursor");
+        cursor.handled(SeenRelease {
+            epoch_id: epoch.epoch_id,
+            block_number: epoch.released_block,
+            block_hash: epoch.released_block_hash.clone(),
+        });
+        cursor.save(&self.path)
+    }
+
+    /// Records that every event up to `scanned_to` is handled.
+    pub fn scan_complete(&mut self, scanned_to: u64) -> io::Result<()> {
+        let cursor = self.cursor.as_mut().expect("poll opened the cursor");
+        if scanned_to <= cursor.scanned_to {
+            return Ok(());
+        }
+        cursor.scanned_to = scanned_to;
+        if self.last_scan_save.elapsed() >= SAVE_SCAN_EVERY {
+            self.last_scan_save = Instant::now();
+            cursor.save(&self.path)?;
+        }
+        Ok(())
+    }
+
+    /// Saves whatever progress is not saved yet (at shutdown).
+    pub fn flush(&self) -> io::Result<()> {
+        match &self.cursor {
+            Some(c) => c.save(&self.path),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why a poll failed: the anchor did not answer, or the node's own state
+/// could not be written (a full or read-only disk).
+#[derive(Debug)]
+pub enum PollError {
+    Anchor(RpcError),
+    State(String),
+    /// The saved position belongs to another chain: the operator's to fix.
+    Foreign(String),
+}
+
+impl From<RpcError> for PollError {
+    fn from(e: RpcError) -> Self {
+        Self::Anchor(e)
+    }
+}
+
+impl std::fmt::Display for PollError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Anchor(e) => write!(f, "{e}"),
+            Self::State(e) | Self::Foreign(e) => f.write_str(e),
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! One interface for running computes, [`Executor`]: an epoch's [`Task`]s
+//! go in, each [`ComputeResult`] comes out as soon as its compute ends. Both
+//! are plain serializable data, so an executor may run computes here or on
+//! another machine; what happens to a result next (stored, signed,
+//! submitted, counted) is the caller's, in stages that take it.
+//!
+//! [`LocalExecutor`] runs them here: each on a blocking worker, with a
+//! per-compute timeout and a bound on concurrent computes. A compute that
+//! times out keeps its worker thread (a thread cannot be stopped) but gives
+//! back its permit, so a hung compute never holds up other projects or later
+//! epochs; it is counted as *hung* until it really returns. The count is
+//! watched ([`LocalExecutor::hung`]): `/health` reports hung computes, and
+//! the node exits for a restart when too many pile up.
+//! [`LocalExecutor::drain`] waits for the running (not hung) computes.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, atomic::Ordering::SeqCst},
+    time::Duration,
+};
+
+use abi_stable::std_types::RString;
+use futures_util::{StreamExt, stream::BoxStream};
+use lite_node_chain::RpcEndpoint;
+use lite_node_config::{Drill, Project};
+use lite_node_core::{
+    retry::{Policy, retry},
+    time::now_ms,
+};
+use lite_node_plugin_api::{BlockDetail, EpochContext, Host, ProcessorBox};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+use crate::{
+    host::{RuntimeHost, SelectionTracker},
+    memo::Memo,
+    snapshots::SnapshotStore,
+};
+
+/// One compute to run: a project of one slot for one epoch, with everything
+/// the processor's [`EpochContext`] is made of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub epoch_id: u64,
+    pub begin: u64,
+    pub end: u64,
+    pub day_id: u64,
+    pub slot_id: u64,
+    pub total_slots: u64,
+    pub namespace: String,
+    pub project_type: String,
+}
+
+impl Task {
+    /// What the processor is called with.
+    pub fn context(&self) -> EpochContext {
+        EpochContext {
+            epoch_id: self.epoch_id,
+            begin: self.begin,
+            end: self.end,
+            day_id: self.day_id,
+            slot_id: self.slot_id,
+            total_slots: self.total_slots,
+            namespace: self.namespace.as_str().into(),
+            project_type: self.project_type.as_str().into(),
+        }
+    }
+}
+
+/// How one project's compute for one epoch ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutcomeKind {
+    /// Snapshots to submit.
+    Computed,
+    /// The slot does not work this epoch (or the compute had nothing to do).
+    NotSelected,
+    /// An error, a panic, a timeout, or nothing returned although selected.
+    Failed(String),
+    /// Released longer ago than the submission window: not computed.
+    Missed(String),
+}
+
+/// What one compute gave: its task's slot and project, how it ended, what it
+/// reported to the SlotSelectionTracker, and its snapshots.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComputeResult {
+    pub slot_id: u64,
+    pub project_type: String,
+    pub kind: OutcomeKind,
+    /// What this compute reported to the SlotSelectionTracker for this epoch.
+    pub selected: Option<bool>,
+    /// `(data_source, snapshot JSON)` pairs.
+    pub snapshots: Vec<(String, String)>,
+    /// When the compute was called and when it returned (Unix ms).
+    pub started_at_ms: u64,
+    pub finished_at_ms: u64,
+}
+
+impl ComputeResult {
+    /// A task that ended without its compute running (the same `kind` for
+    /// every task of an epoch that cannot be computed).
+    pub fn without_compute(task: &Task, kind: OutcomeKind) -> Self {
+        let at = now_ms();
+        Self {
+            slot_id: task.slot_id,
+            project_type: task.project_type.clone(),
+            kind,
+            selected: None,
+            snapshots: vec![],
+            started_at_ms: at,
+            finished_at_ms: at,
+        }
+    }
+}
+
+/// Runs computes. An implementation decides where and in which order; every
+/// task gets exactly one result, yielded as soon as it is known, so a caller
+/// can submit a fast project's snapshots while a slow one still runs.
+pub trait Executor: Send + Sync {
+    /// Whether any of the projects asks for the epoch's block details.
+    fn needs_block_details(&self) -> bool;
+
+    /// Runs one epoch's tasks (`blocks`: its block details, when preloaded).
+    fn execute<'a>(&'a self, tasks: Vec<Task>, blocks: Arc<[BlockDetail]>) -> BoxStream<'a, ComputeResult>;
+}
+
+/// A project and its processor instance.
+pub struct ProjectProcessor {
+    pub project: Project,
+    pub processor: Arc<ProcessorBox>,
+}
+
+impl std::fmt::Debug for ProjectProcessor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProjectProcessor").field("project", &self.project.project_type).finish_non_exhaustive()
+    }
+}
+
+const RUNNING: u8 = 0;
+const DONE: u8 = 1;
+const HUNG: u8 = 2;
+
+/// A compute that failed while a chain was out of reach (worth another try).
+struct Unreachable(ComputeResult);
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0.kind {
+            OutcomeKind::Failed(reason) => write!(f, "{reason}; a chain could not be reached"),
+            _ => f.write_str("a chain could not be reached"),
+        }
+    }
+}
+
+/// An endpoint a compute may reach (`None`: not configured).
+type Endpoint = Option<Arc<dyn RpcEndpoint>>;
+
+/// What one epoch's computes of one slot reach: the chains and the slot's
+/// SlotSelectionTracker.
+#[derive(Clone, Debug)]
+struct Reach {
+    source: Endpoint,
+    anchor: Endpoint,
+    tracker: Arc<SelectionTracker>,
+    /// Log lines name the slot (an executor for several).
+    named: bool,
+}
+
+/// Runs computes in this process.
+#[derive(Debug)]
+pub struct LocalExecutor {
+    projects: Vec<ProjectProcessor>,
+    permits: Arc<Semaphore>,
+    max_concurrent: usize,
+    /// Computes past their timeout that have not returned yet.
+    hung: Arc<tokio::sync::watch::Sender<usize>>,
+    timeout: Duration,
+    source: Endpoint,
+    anchor: Endpoint,
+    /// Each slot's SlotSelectionTracker; a slot not listed reports to `tracker`.
+    trackers: BTreeMap<u64, Arc<SelectionTracker>>,
+    tracker: Arc<SelectionTracker>,
+    /// What computes read as their recent snapshots, and the namespace that
+    /// completes their project ids.
+    history: Option<(Arc<SnapshotStore>, String)>,
+    drill: Option<Drill>,
+}
+
+impl LocalExecutor {
+    pub fn new(
+        projects: Vec<ProjectProcessor>,
+        max_concurrent: usize,
+        timeout: Duration,
+        source: Endpoint,
+        anchor: Endpoint,
+    ) -> Self {
+        Self {
+            projects,
+            permits: Arc::new(Semaphore::new(max_concurrent)),
+            max_concurrent,
+            hung: Arc::new(tokio::sync::watch::Sender::new(0)),
+            timeout,
+            source,
+            anchor,
+            trackers: BTreeMap::new(),
+            tracker: Arc::new(SelectionTracker::default()),
+            history: None,
+            drill: None,
+        }
+    }
+
+    /// Each slot's computes report their selection to that slot's tracker.
+    pub fn with_trackers(mut self, trackers: impl IntoIterator<Item = (u64, Arc<SelectionTracker>)>) -> Self {
+        self.trackers = trackers.into_iter().collect();
+        self
+    }
+
+    /// Applies an alert drill to every selected compute.
+    pub fn with_drill(mut self, drill: Option<Drill>) -> Self {
+        self.drill = drill;
+        self
+    }
+
+    /// Lets computes see their recent snapshots in `store`; `namespace`
+    /// completes project ids.
+    pub fn with_history(mut self, store: Arc<SnapshotStore>, namespace: String) -> Self {
+        self.history = Some((store, namespace));
+        self
+    }
+
+    /// The projects, in the order tasks are usually made.
+    pub fn projects(&self) -> impl Iterator<Item = &Project> {
+        self.projects.iter().map(|p| &p.project)
+    }
+
+    /// Computes past their timeout that have not returned, as a watch.
+    pub fn hung(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.hung.subscribe()
+    }
+
+    /// Waits until no compute is running (hung ones aside), at most `grace`.
+    pub async fn drain(&self, grace: Duration) -> bool {
+        let all = self.max_concurrent as u32;
+        matches!(tokio::time::timeout(grace, self.permits.acquire_many(all)).await, Ok(Ok(_)))
+    }
+
+    /// The chains for one epoch's computes: with several slots, through one
+    /// [`Memo`] each, so the computes of many slots ask each pinned read once.
+    fn epoch_chains(&self, shared: Option<u64>) -> (Endpoint, Endpoint) {
+        let wrap = |e: &Endpoint, chain: &str| {
+            e.clone().map(|e| match shared {
+                Some(epoch_id) => Arc::new(Memo::new(e, format!("epoch {epoch_id} {chain}"))) as Arc<dyn RpcEndpoint>,
+                None => e,
+            })
+        };
+        (wrap(&self.source, "source"), wrap(&self.anchor, "anchor"))
+    }
+
+    /// Runs one task. A compute that fails while a chain could not be
+    /// reached (a call timed out, a connection was refused) is run again a
+    /// few times, a second apart and then more: an RPC outage of some
+    /// seconds costs a late submission, not a failed epoch. A processor's own
+    /// error, a revert, a panic or a timeout is final at once.
+    async fn run(&self, task: &Task, blocks: &[BlockDetail], reach: &Reach) -> ComputeResult {
+        let Some(p) = self.projects.iter().find(|p| p.project.project_type == task.project_type) else {
+            let why = format!("no processor runs project `{}` here", task.project_type);
+            return ComputeResult::without_compute(task, OutcomeKind::Failed(why));
+        };
+        let what = if reach.named {
+            format!("epoch {} {} slot {}: the compute", task.epoch_id, task.project_type, task.slot_id)
+        } else {
+            format!("epoch {} {}: the compute", task.epoch_id, task.project_type)
+        };
+        let attempt = || async {
+            let (result, unreachable) = self.run_once(p, task, blocks, reach).await;
+            if unreachable { Err(Unreachable(result)) } else { Ok(result) }
+        };
+        retry(Policy::RECOMPUTE, what, attempt, |_| true).await.unwrap_or_else(|Unreachable(result)| result)
+    }
+
+    /// One compute call, and whether it failed with a chain out of reach.
+    async fn run_once(
+        &self,
+        p: &ProjectProcessor,
+        task: &Task,
+        blocks: &[BlockDetail],
+        reach: &Reach,
+    ) -> (ComputeResult, bool) {
+        let project_type = task.project_type.clone();
+        let ctx = task.context();
+        let blocks =
+            if p.project.preload_tasks.iter().any(|t| t == "block_details") { blocks.to_vec() } else { vec![] };
+        let mut host =
+            RuntimeHost::new(&project_type, reach.source.clone(), reach.anchor.clone(), reach.tracker.clone(), blocks);
+        host.history = self.history.clone();
+        host.epoch_id = ctx.epoch_id;
+        // Shared, so what the compute reported is known even if it times out.
+        let host = Arc::new(host);
+        let reported_by = host.clone();
+        let processor = p.processor.clone();
+        let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let started_at_ms = now_ms();
+        let epoch_id = ctx.epoch_id;
+        // RUNNING until one side settles it: the worker (DONE) or the timeout (HUNG).
+        let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
+        let (worker_state, hung) = (state.clone(), self.hung.clone());
+        let worker = tokio::task::spawn_blocking(move || {
+            let result = processor.compute(&ctx, Host::to_ref(&*host)).into_result();
+            if worker_state.compare_exchange(RUNNING, DONE, SeqCst, SeqCst).is_err() {
+                hung.send_modify(|n| *n = n.saturating_sub(1));
+            }
+            (result, host.reported())
+        });
+        let mut answer = tokio::time::timeout(self.timeout, worker).await;
+        if answer.is_err() && state.compare_exchange(RUNNING, HUNG, SeqCst, SeqCst).is_ok() {
+            self.hung.send_modify(|n| *n += 1);
+            tracing::warn!(
+                "epoch {epoch_id} {project_type}: the compute did not return within {}s; its thread is left \
+                 running (hung) and other computes go on",
+                self.timeout.as_secs_f64()
+            );
+        }
+        drop(permit);
+        let selected = reported_by.reported().filter(|(e, _)| *e == epoch_id).map(|(_, s)| s);
+        if let Ok(Ok((result, _))) = &mut answer {
+            match (self.drill, selected) {
+                (Some(Drill::ComputeError), Some(true)) => {
+                    *result =
+                        Err(RString::from("drill (LITE_NODE_DRILL=compute-error): the compute's result was discarded"))
+                }
+                (Some(Drill::EmptyReturn), Some(true)) => {
+                    if let Ok(snapshots) = result {
+                        snapshots.clear();
+                    }
+                }
+                _ => {}
+            }
+        }
+        let unreachable = matches!(answer, Ok(Ok((Err(_), _)))) && reported_by.unreachable_calls() > 0;
+        let (kind, snapshots) = match answer {
+            Err(_) => (OutcomeKind::Failed(format!("timed out after {}s", self.timeout.as_secs_f64())), vec![]),
+            Ok(Err(join)) => (OutcomeKind::Failed(format!("compute worker failed: {join}")), vec![]),
+            Ok(Ok((Err(e), _))) => (OutcomeKind::Failed(e.into_string()), vec![]),
+            Ok(Ok((Ok(snapshots), reported))) if snapshots.is_empty() => match reported {
+                // docs/protocol.md §9: nothing returned after selection is a failure.
+                Some((e, true)) if e == epoch_id => {
+                    (OutcomeKind::Failed(format!("selected for epoch {epoch_id} but returned no snapshots")), vec![])
+                }
+                _ => (OutcomeKind::NotSelected, vec![]),
+            },
+            Ok(Ok((Ok(snapshots), _))) => (
+                OutcomeKind::Computed,
+                snapshots.into_iter().map(|s| (s.data_source.into_string(), s.json.into_string())).collect(),
+            ),
+        };
+        let result = ComputeResult {
+            slot_id: task.slot_id,
+            project_type,
+            kind,
+            selected,
+            snapshots,
+            started_at_ms,
+            finished_at_ms: now_ms(),
+        };
+        (result, unreachable)
+    }
+}
+
+impl Executor for LocalExecutor {
+    fn needs_block_details(&self) -> bool {
+        self.projects.iter().any(|p| p.project.preload_tasks.iter().any(|t| t == "block_details"))
+    }
+
+    /// Every task at once, bounded by the permits; with tasks of several
+    /// slots, the epoch's pinned chain reads are asked once for all of them.
+    fn execute<'a>(&'a self, tasks: Vec<Task>, blocks: Arc<[BlockDetail]>) -> BoxStream<'a, ComputeResult> {
+        let mut slots: Vec<u64> = tasks.iter().map(|t| t.slot_id).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        let several = slots.len() > 1;
+        let shared = tasks.first().filter(|_| several).map(|t| t.epoch_id);
+        let (source, anchor) = self.epoch_chains(shared);
+        let runs = futures_util::stream::FuturesUnordered::new();
+        for task in tasks {
+            let tracker = self.trackers.get(&task.slot_id).unwrap_or(&self.tracker).clone();
+            let reach = Reach { source: source.clone(), anchor: anchor.clone(), tracker, named: several };
+            let blocks = blocks.clone();
+            runs.push(async move { self.run(&task, &blocks, &reach).await });
+        }
+        runs.boxed()
+    }
+}

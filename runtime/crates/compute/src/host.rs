@@ -1,0 +1,245 @@
+//! The runtime's side of the plugin `HostApi`: what a running processor may
+//! ask of the node. Processors run on blocking threads; anything here that
+//! needs async I/O goes through an [`RpcEndpoint`], which owns that crossing.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
+use lite_node_plugin_api::{
+    BlockDetail, Chain, HostApi, LogLevel, PreviousSnapshot, RpcCall, RpcError, SelectionReport,
+};
+
+pub use lite_node_chain::RpcEndpoint;
+
+/// The SlotSelectionTracker: the last selection decision any compute
+/// reported. A persistent tracker keeps it in a file (the reference's
+/// `slot_selection_status` shape), so a restart still knows the last report.
+#[derive(Debug, Default)]
+pub struct SelectionTracker {
+    last: Mutex<Option<SelectionReport>>,
+    path: Option<std::path::PathBuf>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedReport {
+    epoch_id: u64,
+    was_selected: bool,
+    slot_id: u64,
+    timestamp: u64,
+}
+
+impl SelectionTracker {
+    /// A tracker saved at `path`, starting from what it holds.
+    pub fn persistent(path: std::path::PathBuf) -> Self {
+        let last = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<SavedReport>(&b).ok()).map(|r| {
+            SelectionReport {
+                epoch_id: r.epoch_id,
+                was_selected: r.was_selected,
+                slot_id: r.slot_id,
+                timestamp: r.timestamp,
+            }
+        });
+        Self { last: Mutex::new(last), path: Some(path) }
+    }
+
+    pub fn report(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
+        let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let report = SelectionReport { epoch_id, was_selected, slot_id, timestamp };
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        *last = Some(report);
+        if let Some(path) = &self.path {
+            // Written under the lock, so the file never goes back in time.
+            let saved = SavedReport { epoch_id, was_selected, slot_id, timestamp };
+            if let Err(e) =
+                lite_node_core::atomic_file::write(path, &serde_json::to_vec(&saved).expect("plain data serializes"))
+            {
+                tracing::warn!("saving the selection tracker: {e}");
+            }
+        }
+    }
+
+    pub fn last(&self) -> Option<SelectionReport> {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What one compute call sees of the node.
+pub struct RuntimeHost {
+    /// Names the processor in log lines (`project_type`).
+    pub project: String,
+    pub source: Option<Arc<dyn RpcEndpoint>>,
+    pub anchor: Option<Arc<dyn RpcEndpoint>>,
+    pub tracker: Arc<SelectionTracker>,
+    pub blocks: Vec<BlockDetail>,
+    /// What this compute call itself reported, `(epoch_id, was_selected)`.
+    pub reported: Mutex<Option<(u64, bool)>>,
+    /// Where `previous_snapshots` looks, and the namespace of project ids.
+    pub history: Option<(Arc<crate::snapshots::SnapshotStore>, String)>,
+    /// The epoch being computed: `previous_snapshots` answers only earlier ones.
+    pub epoch_id: u64,
+    /// Calls that failed without a JSON-RPC error: the chain was not reached
+    /// or did not answer properly (a reason to compute again, unlike a revert).
+    unreachable: std::sync::atomic::AtomicU32,
+}
+
+impl RuntimeHost {
+    /// A host for one compute call.
+    pub fn new(
+        project: impl Into<String>,
+        source: Option<Arc<dyn RpcEndpoint>>,
+        anchor: Option<Arc<dyn RpcEndpoint>>,
+        tracker: Arc<SelectionTracker>,
+        blocks: Vec<BlockDetail>,
+    ) -> Self {
+        Self {
+            project: project.into(),
+            source,
+            anchor,
+            tracker,
+            blocks,
+            reported: Mutex::new(None),
+            history: None,
+            epoch_id: 0,
+            unreachable: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// How many of this call's chain requests failed without a JSON-RPC
+    /// error code (timeouts, refused connections, garbled answers).
+    pub fn unreachable_calls(&self) -> u32 {
+        self.unreachable.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn counted<T>(&self, result: Result<T, RpcError>) -> Result<T, RpcError> {
+        if let Err(RpcError { code: ROption::RNone, .. }) = &result {
+            self.unreachable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// What this call reported to the tracker, if anything.
+    pub fn reported(&self) -> Option<(u64, bool)> {
+        *self.reported.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn endpoint(&self, chain: Chain) -> Result<&Arc<dyn RpcEndpoint>, RpcError> {
+        let (endpoint, var) = match chain {
+            Chain::Source => (&self.source, "SOURCE_RPC_URL"),
+            Chain::Anchor => (&self.anchor, "POWERLOOM_RPC_URL"),
+        };
+        endpoint.as_ref().ok_or_else(|| RpcError {
+            code: ROption::RNone,
+            message: format!("no {chain:?} chain endpoint is configured ({var})").into(),
+        })
+    }
+}
+
+impl HostApi for RuntimeHost {
+    fn rpc(&self, chain: Chain, method: RStr<'_>, params_json: RStr<'_>) -> RResult<RString, RpcError> {
+        self.endpoint(chain)
+            .and_then(|e| self.counted(e.call(method.as_str(), params_json.as_str())))
+            .map(RString::from)
+            .into()
+    }
+
+    fn rpc_batch(
+        &self,
+        chain: Chain,
+        calls: RSlice<'_, RpcCall>,
+    ) -> RResult<RVec<RResult<RString, RpcError>>, RpcError> {
+        self.endpoint(chain)
+            .and_then(|e| self.counted(e.batch(calls.as_slice())))
+            // A call of the batch that failed without a JSON-RPC error (with
+            // several slots: a shared read whose owner's batch failed) is
+            // the chain out of reach too.
+            .map(|results| results.into_iter().map(|r| self.counted(r)).collect::<Vec<_>>())
+            .map(|results| results.into_iter().map(|r| r.map(RString::from).into()).collect())
+            .into()
+    }
+
+    fn report_selection(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
+        tracing::debug!(project = %self.project, epoch_id, was_selected, slot_id, "selection reported");
+        self.tracker.report(epoch_id, was_selected, slot_id);
+        *self.reported.lock().unwrap_or_else(|p| p.into_inner()) = Some((epoch_id, was_selected));
+    }
+
+    fn last_selection(&self) -> ROption<SelectionReport> {
+        self.tracker.last().into()
+    }
+
+    fn block_details(&self) -> RVec<BlockDetail> {
+        self.blocks.clone().into()
+    }
+
+    fn previous_snapshots(&self, data_source: RStr<'_>) -> RVec<PreviousSnapshot> {
+        let Some((store, namespace)) = &self.history else { return RVec::new() };
+        let id = lite_node_protocol::project_id(&self.project, data_source.as_str(), namespace);
+        store
+            .previous(&id, self.epoch_id)
+            .into_iter()
+            .map(|(epoch_id, cid)| PreviousSnapshot { epoch_id, cid: cid.into() })
+            .collect()
+    }
+
+    fn log(&self, level: LogLevel, message: RStr<'_>) {
+        let (project, message) = (&self.project, message.as_str());
+        match level {
+            LogLevel::Error => tracing::error!(target: "compute", %project, "{message}"),
+            LogLevel::Warn => tracing::warn!(target: "compute", %project, "{message}"),
+            LogLevel::Info => tracing::info!(target: "compute", %project, "{message}"),
+            LogLevel::Debug => tracing::debug!(target: "compute", %project, "{message}"),
+            LogLevel::Trace => tracing::trace!(target: "compute", %project, "{message}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SelectionTracker;
+
+    /// A batch answered per call, one call unreached (as a slot sees a shared
+    /// read whose owner's batch failed): the compute counts as having met an
+    /// unreachable chain, so it is run again; a revert does not count.
+    #[test]
+    fn a_batch_call_that_did_not_reach_the_chain_counts_as_unreachable() {
+        use abi_stable::std_types::ROption;
+        use lite_node_plugin_api::{Chain, Host, RpcCall, RpcError};
+        struct PerCall;
+        impl super::RpcEndpoint for PerCall {
+            fn call(&self, _: &str, _: &str) -> Result<String, RpcError> {
+                Ok("0x1".into())
+            }
+            fn batch(&self, _: &[RpcCall]) -> Result<Vec<Result<String, RpcError>>, RpcError> {
+                Ok(vec![
+                    Ok("0x1".into()),
+                    Err(RpcError { code: ROption::RSome(3), message: "execution reverted".into() }),
+                    Err(RpcError { code: ROption::RNone, message: "timed out".into() }),
+                ])
+            }
+        }
+        let host = super::RuntimeHost::new("p", Some(std::sync::Arc::new(PerCall)), None, Default::default(), vec![]);
+        let calls = [RpcCall { method: "eth_call".into(), params_json: "[]".into() }];
+        let answers = Host::new(Host::to_ref(&host)).rpc_batch(Chain::Source, &calls).unwrap();
+        assert_eq!(answers.len(), 3);
+        assert_eq!(host.unreachable_calls(), 1);
+    }
+
+    #[test]
+    fn a_persistent_tracker_keeps_the_last_report_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/slot_selection_status.json");
+        let tracker = SelectionTracker::persistent(path.clone());
+        assert_eq!(tracker.last(), None);
+        tracker.report(41, true, 7);
+        tracker.report(42, false, 7);
+        let again = SelectionTracker::persistent(path.clone());
+        let last = again.last().expect("the report survived");
+        assert_eq!((last.epoch_id, last.was_selected, last.slot_id), (42, false, 7));
+        let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(saved["epoch_id"], 42);
+        assert!(saved["timestamp"].as_u64().unwrap() > 1_700_000_000);
+    }
+}

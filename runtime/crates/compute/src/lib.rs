@@ -1,0 +1,340 @@
+//! Computes: the package they come from (where it comes from, how it is
+//! built, where the built libraries are cached, how they are loaded), the
+//! host they run against, and the [`executor::Executor`] that runs them.
+//!
+//! A package is identified by its source (commit and workspace path, or the
+//! content of the bundled workspace), the rustc that builds it, the plugin-api
+//! it is built against, and the cargo profile. Built libraries live under
+//! `<data dir>/compute/packages/<id>/`, written atomically (staging directory +
+//! rename) under a file lock, so a restart with the same pin runs neither git
+//! nor cargo and two nodes starting together build once.
+
+mod cargo_build;
+pub mod executor;
+pub mod host;
+pub mod loader;
+pub mod memo;
+mod plugin_api_src;
+mod progress;
+mod projects;
+pub mod repo;
+pub mod scaffold;
+pub mod selection;
+pub mod snapshots;
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use loader::{Listed, LoadedLibrary, LoadedPackage};
+pub use plugin_api_src::PluginApiSource;
+pub use projects::load_projects;
+
+use lite_node_config::{ComputeConfig, ComputeSource};
+
+use crate::repo::RepoError;
+
+/// Why the compute package could not be fetched, built or loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ComputeError {
+    #[error(transparent)]
+    Fetch(#[from] RepoError),
+    #[error("compute package {package} failed to build:\n{tail}")]
+    Build { package: String, tail: String },
+    #[error("compute package {package} is not in the cache ({dir}); run `lite-node compute fetch` first")]
+    NotCached { package: String, dir: String },
+    #[error("{0}")]
+    Load(String),
+    /// The package was written for another plugin interface than this node
+    /// provides: only another commit of it (or another node) can help.
+    #[error(
+        "compute package {package} needs lite-node-plugin-api {required}, this node provides {provided}{detail}\n\
+         a compute package is built against the interface of the node that runs it: pin a commit of the package \
+         written for lite-node-plugin-api {provided} (its crates depend on `lite-node-plugin-api = \"{wanted}\"`), \
+         or run the node version it was written for; fetching again cannot fix this"
+    )]
+    Interface { package: String, required: String, provided: String, wanted: String, detail: String },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ComputeError {
+    let what = what.into();
+    move |source| ComputeError::Io { what, source }
+}
+
+/// What a cached package records about itself (`package.json`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Manifest {
+    /// `git` or `bundled`.
+    pub source: String,
+    /// Repository URL with credentials removed, or the bundled directory.
+    pub location: String,
+    pub branch: Option<String>,
+    /// The commit built; for a bundled workspace `local-<content hash>`.
+    pub commit: String,
+    pub path: String,
+    pub rustc: String,
+    pub plugin_api: String,
+    pub profile: String,
+    /// Library name → file name inside the package directory.
+    pub libraries: Vec<ManifestLibrary>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ManifestLibrary {
+    pub name: String,
+    pub file: String,
+}
+
+/// A built package in the cache.
+#[derive(Clone, Debug)]
+pub struct Package {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    /// True when this call built it; false when it came from the cache.
+    pub built_now: bool,
+}
+
+/// Whether a missing package may be fetched and built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fetch {
+    Allowed,
+    CacheOnly,
+}
+
+/// Marks `package` as used now (`<package>/last-used`), so pruning on a host
+/// whose nodes share the cache keeps it.
+pub fn mark_used(package: &Package) -> std::io::Result<()> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    lite_node_core::atomic_file::write(&package.dir.join("last-used"), now.to_string().as_bytes())
+}
+
+/// Removes cached packages other than `keep` that no node has used for
+/// `unused_for` (under the build lock, so never one being published; skipped
+/// while another node builds). Returns the removed directories.
+pub fn prune_unused(cache_dir: &Path, keep: &Path, unused_for: std::time::Duration) -> std::io::Result<Vec<PathBuf>> {
+    let packages = cache_dir.join("packages");
+    let Ok(entries) = fs::read_dir(&packages) else { return Ok(Vec::new()) };
+    let lock = fs::File::create(cache_dir.join("build.lock"))?;
+    if lock.try_lock().is_err() {
+        return Ok(Vec::new());
+    }
+    let mut removed = Vec::new();
+    for dir in entries.flatten().map(|e| e.path()).filter(|d| d.is_dir() && d != keep) {
+        let used = fs::metadata(dir.join("last-used")).or_else(|_| fs::metadata(&dir)).and_then(|m| m.modified());
+        if used.is_ok_and(|t| t.elapsed().is_ok_and(|age| age > unused_for)) {
+            fs::remove_dir_all(&dir)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("removing {}: {e}", dir.display())))?;
+            removed.push(dir);
+        }
+    }
+    Ok(removed)
+}
+
+/// The configured package, fetched and built when it is not in the cache,
+/// and loaded: the one way every verb gets its processors' library.
+pub fn load(cfg: &ComputeConfig) -> Result<LoadedPackage, ComputeError> {
+    LoadedPackage::load(ensure(cfg, Fetch::Allowed)?)
+}
+
+/// The package's processor for each project, in order; the first that
+/// cannot be made is named (a project that does not fit the package: bad
+/// input for the caller).
+pub fn processors(
+    package: &LoadedPackage,
+    projects: impl IntoIterator<Item = lite_node_config::Project>,
+) -> Result<Vec<executor::ProjectProcessor>, String> {
+    let mut processors = Vec::new();
+    for project in projects {
+        let processor = package.project_processor(&project)?;
+        processors.push(executor::ProjectProcessor { project, processor: std::sync::Arc::new(processor) });
+    }
+    Ok(processors)
+}
+
+/// Returns the built package for `cfg`, building it first when allowed.
+pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError> {
+    let root = cfg.cache_dir.clone();
+    let api = match &cfg.plugin_api_dir {
+        Some(dir) => {
+            PluginApiSource::from_dir(dir).map_err(io(format!("LITE_NODE_PLUGIN_API_DIR {}", dir.display())))?
+        }
+        None => PluginApiSource::embedded(&cfg.data_dir).map_err(io("writing the embedded plugin-api source"))?,
+    };
+    let rustc = rustc_version(cfg)?;
+    let describe = describe(&cfg.source);
+    let identity = match &cfg.source {
+        // A pinned commit is its own identity; an unpinned one is known only
+        // after asking the remote, so it is resolved under the lock below.
+        ComputeSource::Git { pin, path } => pin.commit.clone().map(|c| (c, path.display().to_string())),
+        ComputeSource::Bundled(dir) => {
+            // A node run inside the package (an author's `./data`) must not
+            // hash its own cache and builds into the package's identity.
+            let own = [&cfg.data_dir, &cfg.cache_dir, &cfg.target_dir];
+            Some((bundled_id(dir, &own)?, String::new()))
+        }
+    };
+    if let Some((commit, path)) = &identity {
+        let dir = root.join("packages").join(package_dir_name(commit, path, &rustc, &api, &cfg.profile));
+        if let Some(manifest) = read_manifest(&dir) {
+            return Ok(Package { dir, manifest, built_now: false });
+        }
+        if fetch == Fetch::CacheOnly {
+            return Err(ComputeError::NotCached { package: describe, dir: dir.display().to_string() });
+        }
+    } else if fetch == Fetch::CacheOnly {
+        return Err(ComputeError::NotCached { package: describe, dir: root.join("packages").display().to_string() });
+    }
+
+    fs::create_dir_all(&root).map_err(io(format!("creating {}", root.display())))?;
+    let lock = fs::File::create(root.join("build.lock")).map_err(io("creating the build lock"))?;
+    if lock.try_lock().is_err() {
+        tracing::info!("another node is building the compute package; waiting for it");
+        lock.lock().map_err(io("waiting for the build lock"))?;
+    }
+    // Fixed staging paths (we hold the lock) keep cargo's incremental state
+    // useful from one build to the next.
+    let staging = root.join("staging");
+    if staging.exists() {
+        fs::remove_dir_all(&staging).map_err(io(format!("clearing {}", staging.display())))?;
+    }
+    fs::create_dir_all(&staging).map_err(io(format!("creating {}", staging.display())))?;
+    let src = staging.join("src");
+    let (commit, path, workspace, location, branch) = match &cfg.source {
+        ComputeSource::Git { pin, path } => {
+            let commit = repo::checkout(pin, &src, "compute package")?;
+            let workspace = src.join(path);
+            (
+                commit,
+                path.display().to_string(),
+                workspace,
+                lite_node_config::redact_url(&pin.url),
+                Some(pin.branch.clone()),
+            )
+        }
+        ComputeSource::Bundled(dir) => {
+            let (commit, _) = identity.clone().expect("bundled identity computed above");
+            (commit, String::new(), dir.clone(), dir.display().to_string(), None)
+        }
+    };
+    let dir = root.join("packages").join(package_dir_name(&commit, &path, &rustc, &api, &cfg.profile));
+    if let Some(manifest) = read_manifest(&dir) {
+        // Built by another node while we waited for the lock.
+        let _ = fs::remove_dir_all(&staging);
+        return Ok(Package { dir, manifest, built_now: false });
+    }
+    let pinned = matches!(&cfg.source, ComputeSource::Git { pin, .. } if pin.commit.is_some());
+    let described = if pinned { describe } else { format!("{describe} at {commit}") };
+    let libraries = cargo_build::build(&workspace, cfg, &api, &described)?;
+
+    // A build that cannot be loaded is not cached: the next start would only
+    // fail the same way.
+    for lib in &libraries {
+        if let Err(e) = loader::check_library(&lib.name, &lib.file, &described) {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    }
+    let out = staging.join("out");
+    fs::create_dir_all(&out).map_err(io(format!("creating {}", out.display())))?;
+    let mut entries = Vec::new();
+    for lib in &libraries {
+        let file = lib.file.file_name().expect("artifact has a file name").to_string_lossy().into_owned();
+        fs::copy(&lib.file, out.join(&file)).map_err(io(format!("copying {}", lib.file.display())))?;
+        entries.push(ManifestLibrary { name: lib.name.clone(), file });
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    let manifest = Manifest {
+        source: if branch.is_some() { "git" } else { "local" }.to_owned(),
+        location,
+        branch,
+        commit,
+        path,
+        rustc,
+        plugin_api: api.id(),
+        profile: cfg.profile.clone(),
+        libraries: entries,
+    };
+    let json = serde_json::to_vec_pretty(&manifest).expect("manifest serializes");
+    fs::write(out.join("package.json"), json).map_err(io("writing package.json"))?;
+    fs::create_dir_all(root.join("packages")).map_err(io("creating the package cache"))?;
+    fs::rename(&out, &dir).map_err(io(format!("moving the built package to {}", dir.display())))?;
+    let _ = fs::remove_dir_all(&staging);
+    Ok(Package { dir, manifest, built_now: true })
+}
+
+fn describe(source: &ComputeSource) -> String {
+    match source {
+        ComputeSource::Git { pin, path } if path.as_os_str().is_empty() => pin.describe(),
+        ComputeSource::Git { pin, path } => format!("{} path {}", pin.describe(), path.display()),
+        ComputeSource::Bundled(dir) => format!("local {}", dir.display()),
+    }
+}
+
+/// `rustc -vV`: the toolchain is part of the cache key, since plugins and
+/// runtime must agree on it only through abi_stable, and a toolchain change
+/// should rebuild rather than surprise.
+fn rustc_version(cfg: &ComputeConfig) -> Result<String, ComputeError> {
+    let out = Command::new(&cfg.rustc).arg("-vV").output().map_err(|e| ComputeError::Io {
+        what: format!("running {} -vV (a Rust toolchain is needed to build compute packages)", cfg.rustc.display()),
+        source: e,
+    })?;
+    if !out.status.success() {
+        return Err(ComputeError::Load(format!(
+            "{} -vV failed: {}",
+            cfg.rustc.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The bundled workspace's identity: a hash of its files (build output and
+/// hidden files excluded).
+fn bundled_id(dir: &Path, own: &[&PathBuf]) -> Result<String, ComputeError> {
+    let what = || format!("reading the bundled compute workspace {}", dir.display());
+    if !dir.join("Cargo.toml").is_file() {
+        return Err(ComputeError::Load(format!(
+            "no compute package: SNAPSHOTTER_COMPUTE_REPO is not set and there is no bundled workspace at {} \
+             (run from the lite-node checkout, or set SNAPSHOTTER_COMPUTE_REPO, _BRANCH and _COMMIT)",
+            dir.display()
+        )));
+    }
+    let root = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let skipped: Vec<PathBuf> = own
+        .iter()
+        .filter_map(|p| std::path::absolute(p).ok()?.strip_prefix(&root).ok().map(Path::to_path_buf))
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .collect();
+    let mut files = plugin_api_src::walk(dir, &["target"]).map_err(io(what()))?;
+    files.retain(|rel| !skipped.iter().any(|s| rel.starts_with(s)));
+    let mut contents = Vec::with_capacity(files.len());
+    for rel in &files {
+        contents.push(fs::read(dir.join(rel)).map_err(io(what()))?);
+    }
+    let hash = plugin_api_src::hash_files(files.iter().map(PathBuf::as_path).zip(contents.iter().map(Vec::as_slice)));
+    Ok(format!("local-{}", &hash[..16]))
+}
+
+fn package_dir_name(commit: &str, path: &str, rustc: &str, api: &PluginApiSource, profile: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [commit, path, rustc, &api.id(), profile] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    let key = hex::encode(h.finalize());
+    let short = commit.get(..commit.len().min(if commit.starts_with("local-") { 22 } else { 12 })).unwrap_or(commit);
+    format!("{short}-{}", &key[..16])
+}
+
+fn read_manifest(dir: &Path) -> Option<Manifest> {
+    let bytes = fs::read(dir.join("package.json")).ok()?;
+    let manifest: Manifest = serde_json::from_slice(&bytes).ok()?;
+    manifest.libraries.iter().all(|l| dir.join(&l.file).is_file()).then_some(manifest)
+}

@@ -1,0 +1,196 @@
+//! The selection check: a submission's slot was selected for its epoch, and
+//! a pool-scoped project id names the pool the slot was assigned — by running
+//! the compute package's own assignment rule on the epoch's seed block.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use lite_node_plugin_api::{AssignmentRequest, RpcError};
+use lite_node_protocol::to_quantity;
+
+use lite_node_chain::{Anchor, HttpRpc, Release};
+
+use crate::LoadedPackage;
+
+/// Why a submission was not accepted: its own fault (answered `Failure`,
+/// recorded with the reason), or the chain could not be read (answered with
+/// gRPC `UNAVAILABLE`, not recorded: the node tries again).
+#[derive(Debug)]
+pub enum Refused {
+    Rejected(String),
+    Unavailable(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Rejected(r) | Self::Unavailable(r) => f.write_str(r),
+        }
+    }
+}
+
+impl From<String> for Refused {
+    fn from(reason: String) -> Self {
+        Self::Rejected(reason)
+    }
+}
+
+/// Assignments kept (the newest epochs).
+const KEPT_EPOCHS: usize = 64;
+
+/// One epoch's assignment as the data market's rule gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpochAssignment {
+    pub epoch_id: u64,
+    pub begin: u64,
+    pub end: u64,
+    /// Hash of the source block the seed is taken from (`begin`).
+    pub block_hash: String,
+    pub total_slots: u64,
+    /// Selected slot → its pool (as listed).
+    pub selected: BTreeMap<u64, String>,
+}
+
+/// Checks that a submission's slot was selected for its epoch and that a
+/// pool-scoped project id names the pool the slot was assigned, by running
+/// the compute package's own assignment rule on the epoch's seed block.
+pub struct SelectionCheck {
+    source: Arc<HttpRpc>,
+    pools: Vec<String>,
+    package: Arc<LoadedPackage>,
+    library: usize,
+    epochs: tokio::sync::Mutex<BTreeMap<u64, Arc<EpochAssignment>>>,
+}
+
+impl std::fmt::Debug for SelectionCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SelectionCheck").field("pools", &self.pools.len()).finish_non_exhaustive()
+    }
+}
+
+impl SelectionCheck {
+    /// A check with the active `pools`, the source chain the seed blocks are
+    /// read from, and a package that implements the assignment rule.
+    pub fn new(source: Arc<HttpRpc>, pools: Vec<String>, package: Arc<LoadedPackage>) -> Result<Self, String> {
+        if pools.is_empty() {
+            return Err("the selection check needs the active pool list".into());
+        }
+        let library = package.libraries.iter().position(|l| l.provides_assignments()).ok_or_else(|| {
+            format!(
+                "the compute package {} has no library that implements slot assignments",
+                package.package.manifest.commit
+            )
+        })?;
+        Ok(Self { source, pools, package, library, epochs: Default::default() })
+    }
+
+    pub fn pools(&self) -> &[String] {
+        &self.pools
+    }
+
+    /// The assignment of `epoch_id`: its release, seed block, the total slots
+    /// now, and the rule's answer (kept once computed).
+    pub async fn epoch(
+        &self,
+        anchor: &Anchor,
+        epoch_id: u64,
+        release: Release,
+    ) -> Result<Arc<EpochAssignment>, Refused> {
+        if let Some(known) = self.epochs.lock().await.get(&epoch_id) {
+            return Ok(known.clone());
+        }
+        let unavailable = |what: &str, e: RpcError| Refused::Unavailable(format!("{what} unavailable: {e}"));
+        let Release { begin, end, .. } = release;
+        let block = self
+            .source
+            .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(begin), false]))
+            .await
+            .map_err(|e| unavailable("source chain", e))?;
+        let block_hash = block["hash"]
+            .as_str()
+            .ok_or_else(|| {
+                Refused::Unavailable(format!("the source chain has no block {begin} (epoch {epoch_id}'s seed block)"))
+            })?
+            .to_owned();
+        let total_slots = anchor.total_slots().await.map_err(|e| unavailable("anchor", e))?;
+        let library = &self.package.libraries[self.library];
+        let request = AssignmentRequest {
+            epoch_id,
+            block_hash: block_hash.as_str().into(),
+            total_slots,
+            pools: self.pools.iter().map(|p| p.as_str().into()).collect(),
+        };
+        let answer = library.assignments(&request).map_err(|e| format!("library `{}`: {e}", library.name))?;
+        let mut selected = BTreeMap::new();
+        for s in &answer.selected {
+            let pool = answer.pools.get(s.pool as usize).ok_or_else(|| {
+                format!("library `{}` answered pool index {} of {}", library.name, s.pool, answer.pools.len())
+            })?;
+            selected.insert(s.slot_id, pool.to_string());
+        }
+        let assignment = Arc::new(EpochAssignment { epoch_id, begin, end, block_hash, total_slots, selected });
+        let mut epochs = self.epochs.lock().await;
+        epochs.insert(epoch_id, assignment.clone());
+        // Only recent epochs are asked about: a long-running checker keeps
+        // the newest few, not one assignment per epoch forever.
+        while epochs.len() > KEPT_EPOCHS {
+            epochs.pop_first();
+        }
+        Ok(assignment)
+    }
+
+    /// Whether `slot_id` may submit `project_id` in `epoch`. Projects whose
+    /// data source is an address (a pool) need the slot selected and assigned
+    /// exactly that pool; other projects are not scoped by the assignment.
+    pub fn check(&self, epoch: &EpochAssignment, slot_id: u64, project_id: &str) -> Result<(), Refusal> {
+        let parts: Vec<&str> = project_id.split(':').collect();
+        let sources: Vec<&str> = match parts.as_slice() {
+            [_, ds, _] => ds.split('_').collect(),
+            _ => Vec::new(),
+        };
+        let addresses: Vec<&str> = sources.into_iter().filter(|s| is_address(s)).collect();
+        if addresses.is_empty() {
+            return Ok(());
+        }
+        let e = epoch.epoch_id;
+        for a in &addresses {
+            if !self.pools.iter().any(|p| p.eq_ignore_ascii_case(a)) {
+                return Err(Refusal::WrongPool(format!(
+                    "{project_id}: pool {a} is not in the data market's active pool list"
+                )));
+            }
+        }
+        let Some(assigned) = epoch.selected.get(&slot_id) else {
+            return Err(Refusal::NotSelected(format!(
+                "slot {slot_id} was not selected in epoch {e} (seed block {}, {} total slots)",
+                epoch.block_hash, epoch.total_slots
+            )));
+        };
+        if !addresses.iter().any(|a| a.eq_ignore_ascii_case(assigned)) {
+            return Err(Refusal::WrongPool(format!(
+                "slot {slot_id} was assigned pool {assigned} in epoch {e}, not {project_id}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Why the selection check refuses a submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The slot was not selected for the epoch.
+    NotSelected(String),
+    /// The project names a pool the slot was not assigned (or no active pool).
+    WrongPool(String),
+}
+
+impl From<Refusal> for Refused {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::NotSelected(why) | Refusal::WrongPool(why) => Refused::Rejected(why),
+        }
+    }
+}
+
+fn is_address(s: &str) -> bool {
+    s.len() == 42 && s.starts_with("0x") && s[2..].bytes().all(|b| b.is_ascii_hexdigit())
+}

@@ -1,0 +1,265 @@
+//! The devnet collector behind `lite-node collector` and `lite-node devnet`:
+//! the collector's gRPC service (docs/protocol.md §6) judging every
+//! submission by the protocol's rules (`lite_node_protocol::submission::
+//! judge`, the validator's too) on the anchor chain — and (with a
+//! [`SelectionCheck`]) the slot's selection for that epoch and pool — and
+//! recording each verdict with its reason. The node's own side of submitting is `lite_node::submission`.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
+
+use alloy::primitives::Address;
+use lite_node_protocol::{
+    eip712::{Request, domain, recover},
+    proto::{self, SnapshotSubmission, SubmissionResponse},
+    submission::{EpochStanding, Facts, Judgement, Reason, Rejection, Scope, Selection, judge},
+};
+
+use lite_node_chain::Release;
+
+pub use lite_node_compute::selection::{EpochAssignment, Refusal, Refused, SelectionCheck};
+
+/// Checks a submission's signature against the slot's expected signer.
+pub fn signature_is_from(
+    submission: &SnapshotSubmission,
+    chain_id: u64,
+    protocol_state: Address,
+    signer: Address,
+) -> Result<(), String> {
+    let r = submission.request.as_ref().ok_or("the submission has no request")?;
+    let found = recover(&domain(chain_id, protocol_state), &Request::from(r), &submission.signature)?;
+    if found == signer {
+        Ok(())
+    } else {
+        Err(format!("signature recovers to {found}, slot {} belongs to {signer}", r.slot_id))
+    }
+}
+
+/// One submission as the collector saw it: what came, the verdict (with the
+/// reason for a rejection), and when it was answered.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub submission: SnapshotSubmission,
+    pub verdict: Result<(), String>,
+    /// The rule a rejection broke (`None`: accepted).
+    pub reason: Option<Reason>,
+    pub answered_at: SystemTime,
+    /// Not from one of [`DevnetCollector::own`]'s slots and signers (a node
+    /// someone else started against this collector).
+    pub foreign: bool,
+}
+
+/// Shared record of what a collector saw.
+pub type Received = Arc<Mutex<Vec<Seen>>>;
+
+/// A collector for the local network: checks every submission — its form
+/// (`protocol::submission::check_form`: a CID, a project id, our data market
+/// and ProtocolState), an epoch that was released, a deadline within
+/// [`DEADLINE_AFTER_RELEASE`] of that release and not passed, the signature
+/// recovering to the slot's registered signer, and, with a
+/// [`SelectionCheck`], the slot selected for that epoch and pool — and
+/// records each verdict with its reason.
+pub struct DevnetCollector {
+    pub anchor: Arc<lite_node_chain::Anchor>,
+    pub chain_id: u64,
+    pub received: Received,
+    pub selection: Option<Arc<SelectionCheck>>,
+    /// Print one line per verdict on stdout (the standalone `lite-node collector`).
+    pub announce: bool,
+    /// Where EpochReleased lookups start on the anchor chain.
+    pub from_block: u64,
+    /// A validator's gateway every submission is relayed to (checked or
+    /// not: the validator checks for itself). When it cannot take one, the
+    /// node is asked to retry.
+    pub forward: Option<proto::submission_client::SubmissionClient<tonic::transport::Channel>>,
+    /// The slots whose nodes the caller started, with their signers: other
+    /// submissions are still checked and answered, but marked foreign.
+    pub own: Option<BTreeMap<u64, Address>>,
+    releases: tokio::sync::Mutex<BTreeMap<u64, Release>>,
+}
+
+impl std::fmt::Debug for DevnetCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevnetCollector").field("chain_id", &self.chain_id).finish_non_exhaustive()
+    }
+}
+
+impl DevnetCollector {
+    /// A collector for `anchor`'s ProtocolState and data market on chain
+    /// `chain_id`, without a selection check, silent.
+    pub fn new(anchor: Arc<lite_node_chain::Anchor>, chain_id: u64) -> Self {
+        Self {
+            anchor,
+            chain_id,
+            received: Received::default(),
+            selection: None,
+            announce: false,
+            from_block: 0,
+            forward: None,
+            own: None,
+            releases: Default::default(),
+        }
+    }
+
+    /// How `epoch_id` was released (kept once found); an epoch never released
+    /// for this data market is refused.
+    async fn release(&self, epoch_id: u64) -> Result<Release, Refused> {
+        if let Some(known) = self.releases.lock().await.get(&epoch_id) {
+            return Ok(*known);
+        }
+        let release = self
+            .anchor
+            .epoch_release(epoch_id, self.from_block)
+            .await
+            .map_err(|e| Refused::Unavailable(format!("anchor unavailable: {e}")))?
+            .ok_or_else(|| Refused::Rejected(format!("epoch {epoch_id} was never released for this data market")))?;
+        self.releases.lock().await.insert(epoch_id, release);
+        Ok(release)
+    }
+
+    /// The submission judged by the protocol's rules; `Err` when the anchor
+    /// (or the source chain) cannot be read now.
+    async fn verdict(&self, s: &SnapshotSubmission) -> Result<Result<(), Rejection>, String> {
+        let scope = Scope { data_market: self.anchor.data_market, protocol_state: self.anchor.protocol_state };
+        let domain = domain(self.chain_id, self.anchor.protocol_state);
+        match judge(s, &scope, &domain, self).await? {
+            Judgement::Accepted => Ok(Ok(())),
+            Judgement::Rejected(rejection) => Ok(Err(rejection)),
+            // The anchor is asked directly: an epoch is known or it is not.
+            Judgement::Deferred => Err("the epoch is not known yet".into()),
+        }
+    }
+
+    fn record(&self, submission: SnapshotSubmission, verdict: Result<(), Rejection>) {
+        let reason = verdict.as_ref().err().map(|r| r.reason);
+        let verdict = verdict.map_err(|r| r.detail);
+        if self.announce {
+            let r = submission.request.clone().unwrap_or_default();
+            let what = format!("epoch {} slot {} {} {}", r.epoch_id, r.slot_id, r.project_id, r.snapshot_cid);
+            match &verdict {
+                Ok(()) => println!("accepted {what}"),
+                Err(reason) => println!("rejected {what}: {reason}"),
+            }
+        }
+        let foreign = self.own.as_ref().is_some_and(|own| {
+            let Some(r) = submission.request.as_ref() else { return true };
+            let Some(&signer) = own.get(&r.slot_id) else { return true };
+            signature_is_from(&submission, self.chain_id, self.anchor.protocol_state, signer).is_err()
+        });
+        let seen = Seen { submission, verdict, reason, answered_at: SystemTime::now(), foreign };
+        self.received.lock().unwrap_or_else(|p| p.into_inner()).push(seen);
+    }
+}
+
+/// The rules' facts as the devnet collector reads them: straight from the
+/// anchor chain (releases kept once found), and the package's assignment
+/// rule when a selection check is configured.
+impl Facts for DevnetCollector {
+    async fn epoch(&self, r: &lite_node_protocol::proto::Request) -> Result<EpochStanding, String> {
+        match self.release(r.epoch_id).await {
+            Ok(release) => Ok(EpochStanding::Open { release_block: release.block_number }),
+            Err(Refused::Rejected(_)) => Ok(EpochStanding::Unknown),
+            Err(Refused::Unavailable(why)) => Err(why),
+        }
+    }
+
+    async fn head(&self) -> Result<u64, String> {
+        self.anchor.head().await.map_err(|e| format!("anchor unavailable: {e}"))
+    }
+
+    async fn signer(&self, slot_id: u64, _recovered: Address) -> Result<Address, String> {
+        self.anchor.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
+    }
+
+    async fn selection(&self, r: &lite_node_protocol::proto::Request) -> Result<Selection, String> {
+        let Some(selection) = &self.selection else { return Ok(Selection::Selected) };
+        let release = self.release(r.epoch_id).await.map_err(|e| e.to_string())?;
+        let epoch = match selection.epoch(&self.anchor, r.epoch_id, release).await {
+            Ok(epoch) => epoch,
+            Err(Refused::Unavailable(why)) => return Err(why),
+            // The epoch's assignment cannot be made (e.g. no active pool).
+            Err(Refused::Rejected(why)) => return Ok(Selection::NotSelected(why)),
+        };
+        Ok(match selection.check(&epoch, r.slot_id, &r.project_id) {
+            Ok(()) => Selection::Selected,
+            Err(Refusal::NotSelected(why)) => Selection::NotSelected(why),
+            Err(Refusal::WrongPool(why)) => Selection::WrongPool(why),
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl proto::submission_server::Submission for DevnetCollector {
+    async fn submit_snapshot(
+        &self,
+        request: tonic::Request<SnapshotSubmission>,
+    ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
+        let s = request.into_inner();
+        let verdict = match self.verdict(&s).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(rejection)) => {
+                tracing::info!("rejected a submission ({}): {}", rejection.reason, rejection.detail);
+                Err(rejection)
+            }
+            Err(reason) => {
+                tracing::warn!("cannot check a submission now ({reason}); asking the node to retry");
+                return Err(tonic::Status::unavailable(reason));
+            }
+        };
+        if let Some(client) = &self.forward
+            && let Err(e) = client.clone().submit_snapshot(s.clone()).await
+        {
+            tracing::warn!("the validator's gateway did not take a submission ({e}); asking the node to retry");
+            return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
+        }
+        let message = if verdict.is_ok() { proto::SUCCESS } else { proto::FAILURE };
+        let reason = verdict.as_ref().err().map(|r| reason_metadata(&r.detail));
+        self.record(s, verdict);
+        let mut response = tonic::Response::new(SubmissionResponse { message: message.into() });
+        if let Some(reason) = reason {
+            response.metadata_mut().insert(proto::REASON_METADATA, reason);
+        }
+        Ok(response)
+    }
+
+    async fn submit_snapshot_simulation(
+        &self,
+        request: tonic::Request<tonic::Streaming<SnapshotSubmission>>,
+    ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
+        let mut stream = request.into_inner();
+        let mut all_ok = true;
+        while let Some(s) = stream.message().await? {
+            let verdict = self.verdict(&s).await.map_err(tonic::Status::unavailable)?;
+            all_ok &= verdict.is_ok();
+            self.record(s, verdict);
+        }
+        Ok(tonic::Response::new(SubmissionResponse {
+            message: if all_ok { proto::SUCCESS } else { proto::FAILURE }.into(),
+        }))
+    }
+}
+
+/// A rejection's reason as a gRPC metadata value (printable ASCII, at most
+/// 1,000 characters): the protocol's answer is only `Failure`, and a node
+/// should be able to say why.
+fn reason_metadata(reason: &str) -> tonic::metadata::MetadataValue<tonic::metadata::Ascii> {
+    let text: String =
+        reason.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).take(1000).collect();
+    text.parse().unwrap_or_else(|_| tonic::metadata::MetadataValue::from_static("unprintable reason"))
+}
+
+/// Serves `collector` on `listener` until `shutdown` completes.
+pub async fn serve(
+    collector: DevnetCollector,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tonic::transport::Server::builder()
+        .add_service(proto::submission_server::SubmissionServer::new(collector))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}

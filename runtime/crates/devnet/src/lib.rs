@@ -1,0 +1,1150 @@
+//! `lite-node devnet`: the whole network on this machine, on real parts.
+//!
+//! Loads the saved world (Uniswap V3 pools and ProtocolState, built by
+//! `devnet/build-world.sh`) into the npm-pinned anvil, registers one slot and
+//! signer per node, starts the collector (in this process, with every check:
+//! signer, deadline, selection), N `lite-node run` processes, and then, every
+//! interval, a swap (activity) and an epoch release. It prints one row per
+//! epoch, and can write everything needed to re-verify the run as JSON.
+
+pub mod collector;
+mod process;
+mod record;
+mod validator;
+pub mod world;
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    io::Write,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use alloy::{primitives::Address, signers::local::PrivateKeySigner};
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::json;
+
+use lite_node_chain::{Anchor, Chains};
+use lite_node_compute::{self as compute, LoadedPackage};
+use lite_node_config::ChainConfig;
+use lite_node_config::{ComputeConfig, EnvSnapshot};
+use lite_node_core::{
+    BadInput,
+    retry::{Policy, retry},
+};
+
+use crate::collector::{DevnetCollector, EpochAssignment, Received, SelectionCheck};
+use process::{AnvilProcess, Guarded, stop_all};
+use world::{Driver, Manifest};
+
+/// What `lite-node devnet` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The `devnet/` directory: world, npm-installed anvil, run directory.
+    pub devnet_dir: PathBuf,
+    /// The saved world to load (default `<devnet dir>/world`).
+    pub world: Option<PathBuf>,
+    pub nodes: u64,
+    /// Slots per node (`SLOT_IDS`), registered to the node's one signer.
+    pub slots_per_node: u64,
+    /// `getTotalNodeCount` (default: every node's slots).
+    pub total_slots: Option<u64>,
+    /// Stop after this many epochs (default: until Ctrl-C).
+    pub epochs: Option<u64>,
+    /// Time between epoch releases.
+    pub interval: Duration,
+    /// The nodes' anchor poll interval.
+    pub poll_interval: Duration,
+    /// How long to wait for an epoch's submissions before moving on.
+    pub epoch_timeout: Duration,
+    pub json: Option<PathBuf>,
+    /// Where the run's state goes (default `<devnet dir>/run`; emptied at start).
+    pub run_dir: Option<PathBuf>,
+    /// Alert drills: `(slot, drill)`; the selected computes of that slot's
+    /// node (all its slots) fail.
+    pub faults: Vec<Fault>,
+    /// A Telegram Bot API for the nodes' alerts (placeholder token and chat).
+    pub telegram_api_url: Option<String>,
+    /// Validators behind the collector (0 or 1; the network of validators
+    /// comes later).
+    pub validators: u64,
+    /// The nodes follow the anchor over a WebSocket (new heads) instead of
+    /// polling it over HTTP.
+    pub anchor_ws: bool,
+    /// The projects the nodes run (default: `PROJECTS_CONFIG` or
+    /// `SNAPSHOT_CONFIG_REPO` when set, else the BDS base snapshot). Every
+    /// project's `pools` becomes the world's pools.
+    pub projects: Option<PathBuf>,
+}
+
+/// `./devnet` when it is a devnet directory (or no other is found), else the
+/// `devnet/` of the checkout this binary was built from — so an author can
+/// run `lite-node devnet` from their own package's directory.
+pub fn default_dir() -> PathBuf {
+    let here = PathBuf::from("devnet");
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../devnet");
+    if here.join("package.json").is_file() || !built_from.join("package.json").is_file() {
+        here
+    } else {
+        built_from.canonicalize().unwrap_or(built_from)
+    }
+}
+
+/// A `--fault` drill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `compute-error:SLOT`, `empty-return:SLOT`: that node's selected computes fail.
+    Drill(u64, lite_node_config::Drill),
+    /// `kill-node:SLOT@EPOCH`: that node is SIGKILLed right after the epoch's release.
+    KillNode { slot: u64, epoch: u64 },
+    /// `stall-anvil:SECS@EPOCH`: anvil stops answering for SECS right after the epoch's release.
+    StallAnvil { secs: u64, epoch: u64 },
+}
+
+/// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`) or
+/// `kill-node:SLOT@EPOCH`.
+pub fn parse_fault(s: &str) -> Result<Fault, String> {
+    let (kind, rest) = s
+        .split_once(':')
+        .ok_or_else(|| format!("--fault {s}: expected KIND:SLOT (e.g. compute-error:1) or kill-node:SLOT@EPOCH"))?;
+    let number = |n: &str, what: &str| n.parse::<u64>().map_err(|_| format!("--fault {s}: `{n}` is not {what}"));
+    if kind == "kill-node" {
+        let (slot, epoch) =
+            rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected kill-node:SLOT@EPOCH"))?;
+        return Ok(Fault::KillNode { slot: number(slot, "a slot number")?, epoch: number(epoch, "an epoch id")? });
+    }
+    if kind == "stall-anvil" {
+        let (secs, epoch) =
+            rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected stall-anvil:SECONDS@EPOCH"))?;
+        let (secs, epoch) = (number(secs, "a number of seconds")?, number(epoch, "an epoch id")?);
+        return Ok(Fault::StallAnvil { secs, epoch });
+    }
+    let drill =
+        kind.parse().map_err(|e: String| format!("{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH"))?;
+    Ok(Fault::Drill(number(rest, "a slot number")?, drill))
+}
+
+impl Fault {
+    /// The slot a drill is on, if it is on one.
+    fn slot(&self) -> Option<u64> {
+        match *self {
+            Self::Drill(slot, _) | Self::KillNode { slot, .. } => Some(slot),
+            Self::StallAnvil { .. } => None,
+        }
+    }
+}
+
+impl Options {
+    /// Every slot of the devnet's nodes.
+    fn our_slots(&self) -> u64 {
+        self.nodes.saturating_mul(self.slots_per_node.max(1))
+    }
+
+    /// The node (numbered from 1) that works `slot`.
+    fn node_of(&self, slot: u64) -> u64 {
+        (slot - 1) / self.slots_per_node.max(1) + 1
+    }
+
+    /// The slots node `n` works.
+    fn slots_of(&self, n: u64) -> std::ops::RangeInclusive<u64> {
+        let k = self.slots_per_node.max(1);
+        (n - 1) * k + 1..=n * k
+    }
+
+    /// Every drilled slot: all the slots of a drilled slot's node.
+    fn drilled_slots(&self) -> Vec<(u64, lite_node_config::Drill)> {
+        self.drills().flat_map(|(slot, drill)| self.slots_of(self.node_of(slot)).map(move |s| (s, drill))).collect()
+    }
+
+    /// The alert drills, `(slot, drill)`.
+    fn drills(&self) -> impl Iterator<Item = (u64, lite_node_config::Drill)> + '_ {
+        self.faults.iter().filter_map(|f| match *f {
+            Fault::Drill(slot, drill) => Some((slot, drill)),
+            _ => None,
+        })
+    }
+}
+
+/// How often the devnet restarts one node that keeps dying before it gives up.
+const MAX_RESTARTS: u32 = 3;
+
+/// The devnet's placeholder bot token and chat, sent to `--telegram-api-url`.
+pub const PLACEHOLDER_BOT_TOKEN: &str = "123456:devnet-placeholder-token";
+pub const PLACEHOLDER_CHAT_ID: &str = "1";
+
+/// The outcome of a devnet run.
+#[derive(Debug)]
+pub struct Summary {
+    pub epochs: usize,
+    pub accepted: usize,
+    pub rejected: usize,
+    /// Selected slots whose submission never arrived.
+    pub missing: usize,
+    pub interrupted: bool,
+    /// Release → acknowledgement, milliseconds, sorted.
+    pub latencies_ms: Vec<f64>,
+    /// Peak resident memory per node, KiB.
+    pub peak_rss_kib: Vec<(u64, u64)>,
+    /// Submissions accepted more than once for the same slot, epoch and project.
+    pub duplicates: usize,
+    /// Nodes the devnet restarted after they died.
+    pub restarts: u32,
+    /// With a validator: epochs it finalized, and submissions the collector
+    /// accepted that the validator did not (each a problem).
+    pub finalized: Option<usize>,
+    pub validator_disagrees: usize,
+}
+
+impl Summary {
+    pub fn ok(&self) -> bool {
+        self.rejected == 0
+            && self.missing == 0
+            && self.duplicates == 0
+            && self.validator_disagrees == 0
+            && self.finalized.is_none_or(|f| f == self.epochs)
+            && (self.epochs > 0 || self.interrupted)
+    }
+}
+
+/// One devnet node: its slots, signer and process, and how to start it again.
+struct Node {
+    /// Its number (from 1): `node-N.log`, `node-N/`.
+    index: u64,
+    /// Its first slot (its only one, unless --slots-per-node).
+    slot_id: u64,
+    slots: Vec<u64>,
+    signer: Address,
+    data_dir: PathBuf,
+    process: Guarded,
+    peak_rss_kib: Option<u64>,
+    /// The child's whole environment.
+    env: Vec<(String, String)>,
+    restarts: u32,
+}
+
+impl Node {
+    fn spawn(exe: &Path, index: u64, env: &[(String, String)], log: &Path) -> Result<Guarded> {
+        let mut cmd = Command::new(exe);
+        cmd.arg("run").env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        Guarded::spawn(&format!("node {index}"), &mut cmd, log, false)
+    }
+}
+
+/// One released epoch, as the devnet saw it.
+struct Released {
+    assignment: Arc<EpochAssignment>,
+    release_block: u64,
+    /// When the release transaction was sent (latency starts here).
+    sent_at: SystemTime,
+    /// Selected slots that belong to our nodes, with their pools.
+    expected: BTreeMap<u64, String>,
+    /// Selected slots of ours running an alert drill (their failure is expected).
+    drills: Vec<u64>,
+}
+
+/// How long the devnet waits for a stalled anvil.
+const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// After Ctrl-C, how long the epoch in flight may take to finish.
+const FINISH_GRACE: Duration = Duration::from_secs(5);
+
+const ANVIL_BIN: &str = "node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil";
+
+/// Runs the devnet until `opts.epochs` epochs are done or `shutdown` completes.
+pub async fn run(
+    opts: Options,
+    env: EnvSnapshot,
+    out: &mut dyn Write,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Summary> {
+    tokio::pin!(shutdown);
+    let started = Instant::now();
+    let world_dir = opts.world.clone().unwrap_or_else(|| opts.devnet_dir.join("world"));
+    let anvil_bin = opts.devnet_dir.join(ANVIL_BIN);
+    check_options(&opts, &world_dir, &anvil_bin)?;
+    let manifest = Manifest::load(&world_dir)?;
+    let total_slots = opts.total_slots.unwrap_or(opts.our_slots());
+
+    // One devnet per run directory at a time; the run directory starts empty.
+    let run_dir = std::path::absolute(opts.run_dir.clone().unwrap_or_else(|| opts.devnet_dir.join("run")))?;
+    let lock_path = run_dir.with_extension("lock");
+    if let Some(parent) = lock_path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let lock = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        bail!(BadInput(format!(
+            "another lite-node devnet is using {} (it holds {})",
+            run_dir.display(),
+            lock_path.display()
+        )));
+    }
+    if run_dir.exists() {
+        std::fs::remove_dir_all(&run_dir).with_context(|| format!("clearing {}", run_dir.display()))?;
+    }
+    std::fs::create_dir_all(&run_dir)?;
+
+    // The compute package: built once here, shared by the collector and every node.
+    let cache = std::path::absolute(opts.devnet_dir.join("cache"))?;
+    let mut compute_env = env.clone().with("LITE_NODE_DATA_DIR", run_dir.join("collector").display().to_string());
+    if env.get("LITE_NODE_COMPUTE_CACHE_DIR").is_none() {
+        compute_env = compute_env.with("LITE_NODE_COMPUTE_CACHE_DIR", cache.join("compute").display().to_string());
+    }
+    if let Some(dir) = env.get("LITE_NODE_COMPUTE_DIR") {
+        // The nodes run elsewhere: they find the same directory.
+        compute_env = compute_env.with("LITE_NODE_COMPUTE_DIR", std::path::absolute(dir)?.display().to_string());
+    }
+    if env.get("LITE_NODE_COMPUTE_TARGET_DIR").is_none() {
+        compute_env = compute_env.with("LITE_NODE_COMPUTE_TARGET_DIR", cache.join("target").display().to_string());
+    }
+    let compute_cfg = ComputeConfig::from_env(&compute_env)?;
+    writeln!(out, "compute package: {}", describe_source(&compute_cfg))?;
+    let package =
+        tokio::task::spawn_blocking(move || -> Result<LoadedPackage> { Ok(compute::load(&compute_cfg)?) }).await??;
+    let package = Arc::new(package);
+    writeln!(out, "compute package {} ready", package.package.manifest.commit)?;
+
+    // projects.json: the given projects (or the BDS base snapshot) over the
+    // world's pools, checked against the package before anything starts.
+    let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
+    let projects = run_dir.join("projects.json");
+    let described = write_projects(&opts, &env, &run_dir, &pools, &package, &projects)?;
+    writeln!(out, "projects: {described}")?;
+
+    // The chain.
+    let mut anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
+    let url = anvil.url();
+    let protocol_state = world::address(&manifest.protocol_state, "protocolState")?;
+    let data_market = world::address(&manifest.data_market, "dataMarket")?;
+    let parsed = lite_node_core::url::parse_rpc_url(&url).map_err(|e| anyhow!(e))?;
+    let chains =
+        Chains::connect(&ChainConfig::local(parsed, protocol_state, data_market, &env)?).map_err(|e| anyhow!(e))?;
+    let driver = Driver { rpc: chains.source.clone(), manifest: manifest.clone() };
+    // Lost on --load-state: Uniswap's gas depends on timestamps moving.
+    driver.call("anvil_setBlockTimestampInterval", json!([12])).await?;
+    let anchor = chains.anchor()?.clone();
+
+    // Nodes: the world's signer of each node's first slot where it has one, a
+    // derived key beyond; every slot of a node registered to its signer.
+    let mut slots = Vec::new();
+    for n in 1..=opts.nodes {
+        let first = *opts.slots_of(n).start();
+        let from_world = manifest.slots.iter().find(|s| s.slot_id == first).and_then(|s| manifest.key_of(&s.signer));
+        let key = from_world.map_or_else(|| derived_key(first), str::to_owned);
+        let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("slot {first}'s key: {e}"))?;
+        for slot_id in opts.slots_of(n) {
+            let registered = manifest
+                .slots
+                .iter()
+                .any(|s| s.slot_id == slot_id && s.signer.eq_ignore_ascii_case(&signer.address().to_string()));
+            if !registered {
+                driver.register_slot(slot_id, signer.address()).await?;
+            }
+        }
+        slots.push((n, signer.address(), key));
+    }
+    driver.set_total_node_count(total_slots).await?;
+    let start_block = driver.head().await?;
+    writeln!(
+        out,
+        "anvil on {url}: chain {}, ProtocolState {protocol_state}, {} pools, {} slots registered, getTotalNodeCount = {total_slots}",
+        manifest.chain_id,
+        manifest.pools.len(),
+        opts.our_slots()
+    )?;
+
+    let exe = std::env::current_exe().context("locating the lite-node binary")?;
+    // Only the toolchain and compute-package variables: an operator's
+    // own alert channels, status port or drills must not reach devnet children.
+    let child_env: Vec<(String, String)> =
+        compute_env.vars().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+
+    // The validator, when asked: its own Redis and process.
+    let mut validator = if opts.validators > 0 {
+        let v = validator::DevnetValidator::start(
+            &exe,
+            &run_dir,
+            &child_env,
+            &url,
+            &manifest.protocol_state,
+            &manifest.data_market,
+            &pools,
+            start_block,
+            opts.poll_interval,
+        )
+        .await?;
+        writeln!(
+            out,
+            "validator on {} (gRPC gateway), monitor API on {}, Redis log {}; windows stay open {} anchor blocks after a release",
+            v.gateway,
+            v.api,
+            v.redis.log.display(),
+            validator::WINDOW_BLOCKS
+        )?;
+        Some(v)
+    } else {
+        None
+    };
+    let mut outcomes: BTreeMap<u64, validator::EpochOutcome> = BTreeMap::new();
+
+    // The collector, in this process.
+    let selection =
+        Arc::new(SelectionCheck::new(chains.source.clone(), pools.clone(), package.clone()).map_err(|e| {
+            BadInput(format!(
+                "{e}: the devnet expects each epoch's slots by the market's rule and checks every submission with it; \
+             export it with `assignments: slot_selection::assignments` in export_compute_module! (as `lite-node \
+             compute new` writes it)"
+            ))
+        })?);
+    let received = Received::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let collector_port = listener.local_addr()?.port();
+    let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(collector::serve(
+        {
+            let mut collector = DevnetCollector::new(anchor.clone(), manifest.chain_id);
+            (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
+            collector.own = Some(
+                slots.iter().flat_map(|(n, signer, _)| opts.slots_of(*n).map(move |slot| (slot, *signer))).collect(),
+            );
+            if let Some(v) = &validator {
+                let client = lite_node_protocol::proto::submission_client::SubmissionClient::connect(v.gateway.clone())
+                    .await
+                    .context("connecting to the validator's gateway")?;
+                collector.forward = Some(client);
+            }
+            collector
+        },
+        listener,
+        async move {
+            let _ = collector_stopped.await;
+        },
+    ));
+    writeln!(
+        out,
+        "collector on 127.0.0.1:{collector_port} (checks signer, deadline and selection{})",
+        if validator.is_some() { "; relays every submission to the validator" } else { "" }
+    )?;
+
+    let rerun = write_compute_run_env(&run_dir, &url, &manifest, &projects, &child_env)?;
+    writeln!(out, "re-run an epoch on this chain: lite-node --env-file {} compute run --epoch-id N", rerun.display())?;
+
+    // The nodes.
+    let mut nodes = Vec::new();
+    for (index, signer, key) in &slots {
+        let own: Vec<u64> = opts.slots_of(*index).collect();
+        let data_dir = run_dir.join(format!("node-{index}"));
+        std::fs::create_dir_all(&data_dir)?;
+        let mut node_env = child_env.clone();
+        let vars = [
+            ("SOURCE_RPC_URL", url.clone()),
+            ("POWERLOOM_RPC_URL", if opts.anchor_ws { url.replacen("http://", "ws://", 1) } else { url.clone() }),
+            ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
+            ("SIGNER_ACCOUNT_PRIVATE_KEY", key.clone()),
+            if own.len() == 1 {
+                ("SLOT_ID", own[0].to_string())
+            } else {
+                ("SLOT_IDS", lite_node_config::format_slot_ids(&own))
+            },
+            ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
+            ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
+            ("PROJECTS_CONFIG", projects.display().to_string()),
+            ("LITE_NODE_DATA_DIR", data_dir.display().to_string()),
+            ("LOCAL_COLLECTOR_HOST", "127.0.0.1".into()),
+            ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
+            ("LITE_NODE_START_BLOCK", start_block.to_string()),
+            ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
+            ("RUST_LOG", node_log_filter(&env)),
+        ];
+        node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        node_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        if let Some((_, drill)) = opts.drills().find(|(s, _)| own.contains(s)) {
+            node_env.push(("LITE_NODE_DRILL".into(), drill.as_str().into()));
+        }
+        if let Some(url) = &opts.telegram_api_url {
+            node_env.push(("TELEGRAM_API_URL".into(), url.clone()));
+            node_env.push(("TELEGRAM_BOT_TOKEN".into(), PLACEHOLDER_BOT_TOKEN.into()));
+            node_env.push(("TELEGRAM_CHAT_ID".into(), PLACEHOLDER_CHAT_ID.into()));
+        }
+        let log = run_dir.join(format!("node-{index}.log"));
+        let process = Node::spawn(&exe, *index, &node_env, &log)?;
+        nodes.push(Node {
+            index: *index,
+            slot_id: own[0],
+            slots: own,
+            signer: *signer,
+            data_dir,
+            process,
+            peak_rss_kib: None,
+            env: node_env,
+            restarts: 0,
+        });
+    }
+    wait_until_watching(&mut nodes, &mut shutdown).await?;
+    writeln!(
+        out,
+        "{} watching the anchor {} (logs in {}); first epoch in {:.1} s, then one every {:.1} s{}\n",
+        if opts.slots_per_node > 1 {
+            format!("{} nodes of {} slots each", nodes.len(), opts.slots_per_node)
+        } else {
+            format!("{} nodes", nodes.len())
+        },
+        if opts.anchor_ws {
+            "over a WebSocket (new heads)".to_owned()
+        } else {
+            format!("by polling every {} ms", opts.poll_interval.as_millis())
+        },
+        run_dir.display(),
+        opts.interval.as_secs_f64(),
+        opts.interval.as_secs_f64(),
+        if opts.epochs.is_none() { "; Ctrl-C stops" } else { "" }
+    )?;
+    let width = selected_width(opts.our_slots());
+    writeln!(
+        out,
+        "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}{}",
+        "epoch",
+        "block",
+        "selected slots → pool",
+        "accepted",
+        "rejected",
+        "latency",
+        if validator.is_some() { "  finalized (projects, votes, root)" } else { "" }
+    )?;
+    out.flush()?;
+
+    // Epochs.
+    let mut released: Vec<Released> = Vec::new();
+    let mut interrupted = false;
+    let mut next_release = tokio::time::Instant::now() + opts.interval;
+    let mut failure: Option<anyhow::Error> = None;
+    let mut k: u64 = 0;
+    while opts.epochs.is_none_or(|n| k < n) {
+        tokio::select! {
+            _ = &mut shutdown => { interrupted = true; break }
+            _ = tokio::time::sleep_until(next_release) => {}
+        }
+        next_release = tokio::time::Instant::now() + opts.interval;
+        let drills = opts.drilled_slots();
+        // A stalled anvil is waited out (two minutes at most), not a reason
+        // to tear the network down.
+        let release = retry(
+            Policy::CHAIN,
+            "the devnet's swap and release",
+            || release_one(&driver, &anchor, &selection, k, opts.our_slots(), &drills),
+            |_| true,
+        );
+        let epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => {
+                failure = Some(e);
+                break;
+            }
+            Err(_) => {
+                failure = Some(anyhow!("anvil did not answer for {}s", STALL_LIMIT.as_secs()));
+                break;
+            }
+        };
+        k += 1;
+        for fault in &opts.faults {
+            match *fault {
+                Fault::StallAnvil { secs, epoch: e } if e == epoch.assignment.epoch_id => {
+                    tracing::info!("drill: anvil stalls for {secs}s after epoch {e}'s release");
+                    anvil.process.stall(Duration::from_secs(secs));
+                }
+                Fault::KillNode { slot, epoch: e } if e == epoch.assignment.epoch_id => {
+                    if let Some(node) = nodes.iter_mut().find(|n| n.slots.contains(&slot)) {
+                        tracing::info!("drill: SIGKILL to node {} after epoch {e}'s release", node.index);
+                        node.process.kill();
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut deadline = tokio::time::Instant::now() + opts.epoch_timeout;
+        loop {
+            if arrived(&received, &epoch).len() >= epoch.expected.len() {
+                break;
+            }
+            // A node that died is started again on its data dir: it rejoins
+            // where its cursor is, and its ledger keeps it from sending twice.
+            let dead = nodes.iter_mut().find_map(|n| n.process.exited().map(|status| (n.index, status)));
+            if let Some((index, status)) = dead {
+                let node = nodes.iter_mut().find(|n| n.index == index).expect("found above");
+                if node.restarts >= MAX_RESTARTS {
+                    failure = Some(anyhow!(
+                        "node {} exited ({status}) after {} restarts; last lines of {}:\n{}",
+                        node.index,
+                        node.restarts,
+                        node.process.log.display(),
+                        node.process.log_tail(15)
+                    ));
+                    break;
+                }
+                tracing::warn!("node {} exited ({status}); restarting it", node.index);
+                node.restarts += 1;
+                let log = node.process.log.clone();
+                match Node::spawn(&exe, node.index, &node.env, &log) {
+                    Ok(process) => node.process = process,
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+            if tokio::time::Instant::now() > deadline {
+                break;
+            }
+            if interrupted {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+            tokio::select! {
+                _ = &mut shutdown => {
+                    // Let the epoch in flight finish (the nodes are still running), briefly.
+                    interrupted = true;
+                    deadline = deadline.min(tokio::time::Instant::now() + FINISH_GRACE);
+                }
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+        }
+        for n in &mut nodes {
+            n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
+        }
+        let mut line = row(&epoch, &received, width);
+        if let Some(v) = &mut validator {
+            let e = epoch.assignment.epoch_id;
+            let forwarded = arrived(&received, &epoch).len();
+            match v.settle(&driver, e, epoch.release_block, forwarded, Duration::from_secs(30)).await {
+                Ok(outcome) => {
+                    line = with_finalized(line, &outcome);
+                    outcomes.insert(e, outcome);
+                }
+                Err(err) => {
+                    writeln!(out, "{line}")?;
+                    failure = Some(err.context(format!("epoch {e} at the validator")));
+                    released.push(epoch);
+                    break;
+                }
+            }
+        }
+        writeln!(out, "{line}")?;
+        out.flush()?;
+        released.push(epoch);
+        if interrupted || failure.is_some() {
+            break;
+        }
+    }
+
+    // Stop everything: nodes first (orderly), then the collector and anvil.
+    for n in &mut nodes {
+        n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
+    }
+    tokio::task::block_in_place(|| {
+        let mut procs: Vec<&mut Guarded> = nodes.iter_mut().map(|n| &mut n.process).collect();
+        stop_all(&mut procs, Duration::from_secs(30));
+    });
+    let _ = stop_collector.send(());
+    // A client someone else left connected must not keep the devnet from ending.
+    let mut serving = serving;
+    if tokio::time::timeout(Duration::from_secs(2), &mut serving).await.is_err() {
+        tracing::info!("a client stayed connected to the collector; closing it");
+        serving.abort();
+    }
+    if let Some(v) = &mut validator {
+        tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
+    }
+    tokio::task::block_in_place(|| anvil.stop());
+
+    let (foreign, seen): (Vec<_>, Vec<_>) =
+        received.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().partition(|s| s.foreign);
+    if !foreign.is_empty() {
+        writeln!(
+            out,
+            "{} submission(s) came from nodes this devnet did not start (another slot or signer); answered, not \
+             counted",
+            foreign.len()
+        )?;
+    }
+    let mut summary = summarize(&released, &seen, &nodes, interrupted);
+    if validator.is_some() {
+        summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
+        summary.validator_disagrees = seen
+            .iter()
+            .filter(|s| s.verdict.is_ok())
+            .filter_map(|s| s.submission.request.as_ref())
+            .filter(|r| {
+                let key = (r.slot_id, r.project_id.clone(), r.snapshot_cid.clone());
+                outcomes.get(&r.epoch_id).and_then(|o| o.verdicts.get(&key)).map(String::as_str) != Some("accepted")
+            })
+            .count();
+    }
+    writeln!(out, "\n{}", summary_text(&summary, started.elapsed()))?;
+    if let Some(path) = &opts.json {
+        let record = record::build(&record::Run {
+            manifest: &manifest,
+            pools: &pools,
+            package: &package,
+            released: &released,
+            seen: &seen,
+            nodes: &nodes,
+            summary: &summary,
+            outcomes: &outcomes,
+        });
+        let text = serde_json::to_vec_pretty(&record)?;
+        lite_node_core::atomic_file::write(path, &text)?;
+        writeln!(out, "record written to {}", path.display())?;
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(summary)
+}
+
+fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
+    let mut problems = Vec::new();
+    if opts.nodes == 0 {
+        problems.push("--nodes must be at least 1".to_owned());
+    }
+    if opts.slots_per_node == 0 || opts.slots_per_node > lite_node_config::MAX_SLOTS as u64 {
+        problems.push(format!("--slots-per-node must be between 1 and {}", lite_node_config::MAX_SLOTS));
+    }
+    if opts.validators > 1 {
+        problems.push(format!(
+            "--validators {}: one validator for now (0 or 1); the network of validators is not built yet",
+            opts.validators
+        ));
+    }
+    if let Some(t) = opts.total_slots
+        && t < opts.our_slots()
+    {
+        problems.push(if opts.slots_per_node > 1 {
+            format!(
+                "--total-slots {t} is below the {} slots of --nodes {} × --slots-per-node {}",
+                opts.our_slots(),
+                opts.nodes,
+                opts.slots_per_node
+            )
+        } else {
+            format!("--total-slots {t} is below --nodes {}: every node needs a slot", opts.nodes)
+        });
+    }
+    if opts.total_slots.unwrap_or(opts.our_slots()) > u64::from(u32::MAX) {
+        problems.push("--total-slots exceeds 2^32 - 1, the protocol's slot id range".into());
+    }
+    for slot in opts.faults.iter().filter_map(Fault::slot) {
+        if slot == 0 || slot > opts.our_slots() {
+            problems.push(format!("--fault slot {slot} is not one of the devnet's slots 1..={}", opts.our_slots()));
+        }
+    }
+    if opts.interval.is_zero() {
+        problems.push("--interval-ms must be above 0".into());
+    }
+    if !world.join("manifest.json").is_file() || !world.join("state.json").is_file() {
+        problems.push(format!(
+            "no devnet world in {}: build it with `devnet/build-world.sh` (./init.sh devnet does)",
+            world.display()
+        ));
+    }
+    if !anvil.is_file() {
+        problems.push(format!(
+            "anvil is not installed at {}: run `npm ci` in {} (./init.sh devnet does)",
+            anvil.display(),
+            opts.devnet_dir.display()
+        ));
+    }
+    if problems.is_empty() { Ok(()) } else { Err(lite_node_config::ConfigErrors { problems }.into()) }
+}
+
+/// Writes the nodes' projects.json: the projects given by `--projects`,
+/// `PROJECTS_CONFIG` or `SNAPSHOT_CONFIG_REPO`, else the BDS base snapshot —
+/// with the world's pools wherever a project lists `pools` — after checking
+/// that the package runs every one of them. Returns how to describe them.
+fn write_projects(
+    opts: &Options,
+    env: &EnvSnapshot,
+    run_dir: &Path,
+    pools: &[String],
+    package: &LoadedPackage,
+    to: &Path,
+) -> Result<String> {
+    let given = match &opts.projects {
+        Some(path) => Some(lite_node_config::ProjectsSource::File(std::path::absolute(path)?)),
+        None if env.get("PROJECTS_CONFIG").is_some() || env.get("SNAPSHOT_CONFIG_REPO").is_some() => {
+            Some(lite_node_config::ProjectsSource::from_env(env)?)
+        }
+        None => None,
+    };
+    let (projects, from) = match &given {
+        Some(source) => {
+            let from = match source {
+                lite_node_config::ProjectsSource::File(path) => path.display().to_string(),
+                lite_node_config::ProjectsSource::Git { pin, file } => {
+                    format!("{} in {}", file.display(), lite_node_config::redact_url(&pin.url))
+                }
+            };
+            (lite_node_compute::load_projects(source, &run_dir.join("projects-repo"))?.projects, from)
+        }
+        None => {
+            let bds = json!({"config": [{
+                "project_type": "baseSnapshot",
+                "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"},
+                "preload_tasks": ["block_details"],
+                "pools": [],
+            }]});
+            (
+                lite_node_config::Projects::parse(&bds.to_string(), "the BDS projects")?.projects,
+                "the BDS base snapshot".into(),
+            )
+        }
+    };
+    let mut entries = Vec::new();
+    let mut pooled = Vec::new();
+    for mut project in projects {
+        if project.settings.contains_key("pools") {
+            project.settings.insert("pools".into(), json!(pools));
+            pooled.push(project.project_type.clone());
+        }
+        let fix = if given.is_some() {
+            "give the package's own projects.json with --projects FILE or PROJECTS_CONFIG"
+        } else {
+            "the devnet runs the BDS base snapshot unless told otherwise: give the package's projects.json with \
+             --projects FILE or PROJECTS_CONFIG"
+        };
+        package.project_processor(&project).map_err(|e| BadInput(format!("{e} ({from}); {fix}")))?;
+        let mut entry = project.settings.clone();
+        entry.insert("project_type".into(), json!(project.project_type));
+        entry.insert("processor".into(), json!({"module": project.module, "class_name": project.class_name}));
+        entry.insert("preload_tasks".into(), json!(project.preload_tasks));
+        entries.push(serde_json::Value::Object(entry));
+    }
+    std::fs::write(to, serde_json::to_vec_pretty(&json!({ "config": entries }))?)?;
+    let names: Vec<String> = entries.iter().filter_map(|e| e["project_type"].as_str().map(str::to_owned)).collect();
+    let pooled = match pooled.len() {
+        0 => String::new(),
+        n if n == names.len() => format!(", over the world's {} pools", pools.len()),
+        _ => format!(", {} over the world's {} pools", pooled.join(", "), pools.len()),
+    };
+    Ok(format!("{} from {from}{pooled}", names.join(", ")))
+}
+
+/// The devnet's project namespace (`devnet-UNISWAPV3-ETH`), as the nodes and
+/// `compute run` are given it.
+const NAMESPACE_VARS: [(&str, &str); 3] =
+    [("POWERLOOM_CHAIN", "devnet"), ("NAMESPACE", "UNISWAPV3"), ("SOURCE_CHAIN", "ETH")];
+
+/// An env file for `lite-node compute run` against this devnet's chain, with
+/// the same compute package and projects (readable by its owner only: it
+/// holds the package's repository URL).
+fn write_compute_run_env(
+    run_dir: &Path,
+    url: &str,
+    manifest: &Manifest,
+    projects: &Path,
+    child_env: &[(String, String)],
+) -> Result<PathBuf> {
+    let mut vars: Vec<(String, String)> = vec![
+        ("SOURCE_RPC_URL".into(), url.to_owned()),
+        ("POWERLOOM_RPC_URL".into(), url.to_owned()),
+        ("PROTOCOL_STATE_CONTRACT".into(), manifest.protocol_state.clone()),
+        ("DATA_MARKET_CONTRACT".into(), manifest.data_market.clone()),
+        ("PROJECTS_CONFIG".into(), projects.display().to_string()),
+        ("LITE_NODE_DATA_DIR".into(), run_dir.join("compute-run").display().to_string()),
+    ];
+    vars.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
+    // Everything that decides which package is built, and against what.
+    let decides = |k: &str| {
+        k.starts_with("LITE_NODE_COMPUTE_")
+            || k.starts_with("SNAPSHOTTER_COMPUTE_")
+            || ["LITE_NODE_PLUGIN_API_DIR", "LITE_NODE_CARGO", "RUSTC"].contains(&k)
+    };
+    vars.extend(child_env.iter().filter(|(k, _)| decides(k)).cloned());
+    let mut text = String::from("# lite-node compute run against this devnet (written by lite-node devnet)\n");
+    for (k, v) in &vars {
+        if v.contains('\'') || v.contains('\n') {
+            bail!(BadInput(format!("{k} holds a quote or a line break, which the devnet's env file cannot carry")));
+        }
+        text.push_str(&format!("{k}='{v}'\n"));
+    }
+    let path = run_dir.join("compute-run.env");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
+        f.write_all(text.as_bytes())?;
+    }
+    Ok(path)
+}
+
+fn describe_source(cfg: &ComputeConfig) -> String {
+    match &cfg.source {
+        lite_node_config::ComputeSource::Bundled(dir) => format!("the directory {}, as it is now", dir.display()),
+        lite_node_config::ComputeSource::Git { pin, .. } => {
+            format!(
+                "{} at {}",
+                lite_node_config::redact_url(&pin.url),
+                pin.commit.as_deref().unwrap_or("the branch tip")
+            )
+        }
+    }
+}
+
+/// Variables a devnet node takes from the devnet's own environment.
+fn inherited(key: &str) -> bool {
+    const EXACT: [&str; 6] = ["PATH", "HOME", "TMPDIR", "RUSTC", "LITE_NODE_CARGO", "LITE_NODE_PLUGIN_API_DIR"];
+    const PREFIXES: [&str; 5] =
+        ["CARGO", "RUSTUP_", "LITE_NODE_COMPUTE_", "SNAPSHOTTER_COMPUTE_", "LITE_NODE_DATA_DIR"];
+    EXACT.contains(&key) || PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// The nodes log to files at `info` at least (start-up is detected from
+/// their logs); a more verbose `RUST_LOG` is passed on.
+fn node_log_filter(env: &EnvSnapshot) -> String {
+    match env.get("RUST_LOG") {
+        Some(f) if f.contains("debug") || f.contains("trace") => f.to_owned(),
+        _ => "info".to_owned(),
+    }
+}
+
+/// A signer key for a slot the saved world did not register (public:
+/// anyone can derive it, like anvil's own development keys).
+fn derived_key(slot_id: u64) -> String {
+    let key = alloy::primitives::keccak256(format!("lite-node devnet slot {slot_id}"));
+    format!("0x{}", hex::encode(key))
+}
+
+async fn wait_until_watching(
+    nodes: &mut [Node],
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut ready = 0;
+        for n in nodes.iter_mut() {
+            if let Some(status) = n.process.exited() {
+                bail!(
+                    "node {} exited at start ({status}); last lines of {}:\n{}",
+                    n.index,
+                    n.process.log.display(),
+                    n.process.log_tail(15)
+                );
+            }
+            if std::fs::read_to_string(&n.process.log).is_ok_and(|l| l.contains("watching ProtocolState")) {
+                ready += 1;
+            }
+        }
+        if ready == nodes.len() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("only {ready} of {} nodes were watching after 120 s; see their logs", nodes.len());
+        }
+        tokio::select! {
+            _ = shutdown.as_mut() => bail!("interrupted while the nodes were starting"),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
+/// A swap (so snapshots have something to show), then the release of an
+/// epoch over the newest block.
+async fn release_one(
+    driver: &Driver,
+    anchor: &Anchor,
+    selection: &SelectionCheck,
+    k: u64,
+    nodes: u64,
+    faults: &[(u64, lite_node_config::Drill)],
+) -> Result<Released> {
+    let pool = (k as usize) % driver.manifest.pools.len();
+    driver.swap(pool, k.is_multiple_of(2), u128::from(1 + k % 9) * 10u128.pow(16)).await?;
+    let head = driver.head().await?;
+    let sent_at = SystemTime::now();
+    let (epoch_id, release_block) = driver.release_epoch(head, head).await?;
+    let release = lite_node_chain::Release { begin: head, end: head, block_number: release_block };
+    let assignment = selection.epoch(anchor, epoch_id, release).await.map_err(|e| anyhow!("epoch {epoch_id}: {e}"))?;
+    let ours = |s: &u64| *s <= nodes;
+    let drilled = |s: &u64| faults.iter().any(|(f, _)| f == s);
+    let expected =
+        assignment.selected.iter().filter(|(s, _)| ours(s) && !drilled(s)).map(|(s, p)| (*s, p.clone())).collect();
+    let drills = assignment.selected.keys().filter(|s| ours(s) && drilled(s)).copied().collect();
+    Ok(Released { assignment, release_block, sent_at, expected, drills })
+}
+
+/// What the collector has answered for `epoch` so far.
+fn arrived(received: &Received, epoch: &Released) -> Vec<collector::Seen> {
+    let seen = received.lock().unwrap_or_else(|p| p.into_inner());
+    seen.iter()
+        .filter(|s| !s.foreign)
+        .filter(|s| s.submission.request.as_ref().is_some_and(|r| r.epoch_id == epoch.assignment.epoch_id))
+        .cloned()
+        .collect()
+}
+
+fn latency_ms(epoch: &Released, seen: &collector::Seen) -> f64 {
+    seen.answered_at.duration_since(epoch.sent_at).unwrap_or_default().as_secs_f64() * 1000.0
+}
+
+fn short(address: &str) -> String {
+    if address.len() > 12 {
+        format!("{}…{}", &address[..6], &address[address.len() - 4..])
+    } else {
+        address.to_owned()
+    }
+}
+
+/// Room for every node's "slot→pool" in the table (listed up to 6, counted beyond).
+fn selected_width(nodes: u64) -> usize {
+    if nodes > 6 { 22 } else { (nodes as usize * 16).max(22) }
+}
+
+fn row(epoch: &Released, received: &Received, width: usize) -> String {
+    let seen = arrived(received, epoch);
+    let accepted = seen.iter().filter(|s| s.verdict.is_ok()).count();
+    let rejected = seen.len() - accepted;
+    let missing = epoch.expected.len().saturating_sub(accepted + rejected);
+    let drills = if epoch.drills.len() > 6 {
+        format!(" {} drilled", epoch.drills.len())
+    } else {
+        epoch.drills.iter().map(|s| format!(" {s}→drill")).collect::<String>()
+    };
+    let selected = if epoch.expected.is_empty() && epoch.drills.is_empty() {
+        "none of ours".to_owned()
+    } else if epoch.expected.len() > 6 || epoch.drills.len() > 6 {
+        format!("{} of our slots", epoch.expected.len()) + &drills
+    } else {
+        epoch.expected.iter().map(|(s, p)| format!("{s}→{}", short(p))).collect::<Vec<_>>().join(" ") + &drills
+    };
+    let selected = selected.trim_start().to_owned();
+    let slowest =
+        seen.iter().map(|s| latency_ms(epoch, s)).fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
+    let latency = slowest.map_or("-".to_owned(), |l| format!("{l:.0} ms"));
+    let mut line = format!(
+        "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}",
+        epoch.assignment.epoch_id, epoch.release_block, selected, accepted, rejected, latency
+    );
+    if missing > 0 {
+        line.push_str(&format!("  ({missing} not answered in time)"));
+    }
+    for s in seen.iter().filter(|s| s.verdict.is_err()) {
+        let slot = s.submission.request.as_ref().map_or(0, |r| r.slot_id);
+        line.push_str(&format!("\n       rejected slot {slot}: {}", s.verdict.as_ref().unwrap_err()));
+    }
+    line
+}
+
+fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], interrupted: bool) -> Summary {
+    let mut accepted = 0;
+    let mut rejected = 0;
+    let mut missing = 0;
+    let mut latencies_ms = Vec::new();
+    for epoch in released {
+        let of_epoch: Vec<&collector::Seen> = seen
+            .iter()
+            .filter(|s| s.submission.request.as_ref().is_some_and(|r| r.epoch_id == epoch.assignment.epoch_id))
+            .collect();
+        for s in &of_epoch {
+            if s.verdict.is_ok() {
+                accepted += 1;
+                latencies_ms.push(latency_ms(epoch, s));
+            } else {
+                rejected += 1;
+            }
+        }
+        for slot in epoch.expected.keys() {
+            let answered = of_epoch.iter().any(|s| s.submission.request.as_ref().is_some_and(|r| r.slot_id == *slot));
+            if !answered {
+                missing += 1;
+            }
+        }
+    }
+    latencies_ms.sort_by(f64::total_cmp);
+    // The same slot, epoch and project accepted twice: a double submission.
+    let mut once = std::collections::BTreeSet::new();
+    let duplicates = seen
+        .iter()
+        .filter(|s| s.verdict.is_ok())
+        .filter_map(|s| s.submission.request.as_ref())
+        .filter(|r| !once.insert((r.slot_id, r.epoch_id, r.project_id.clone())))
+        .count();
+    Summary {
+        epochs: released.len(),
+        accepted,
+        rejected,
+        missing,
+        interrupted,
+        latencies_ms,
+        peak_rss_kib: nodes.iter().filter_map(|n| n.peak_rss_kib.map(|r| (n.slot_id, r))).collect(),
+        duplicates,
+        restarts: nodes.iter().map(|n| n.restarts).sum(),
+        finalized: None,
+        validator_disagrees: 0,
+    }
+}
+
+/// The row's finalized column: projects, total votes and the root's start,
+/// and each submission the validator rejected, with its reason.
+fn with_finalized(mut line: String, outcome: &validator::EpochOutcome) -> String {
+    match &outcome.batch {
+        Some(b) => {
+            let projects = b["projects"].as_array().map_or(0, Vec::len);
+            let votes: u64 = b["projects"].as_array().into_iter().flatten().filter_map(|p| p["votes"].as_u64()).sum();
+            let root = b["root"].as_str().unwrap_or("");
+            line.push_str(&format!("  {projects}p {votes}v {}…", &root[..root.len().min(10)]));
+        }
+        None => line.push_str("  not finalized in time"),
+    }
+    for ((slot, project, _), verdict) in outcome.verdicts.iter().filter(|(_, v)| *v != "accepted") {
+        line.push_str(&format!("\n       validator rejected slot {slot} {project}: {verdict}"));
+    }
+    line
+}
+
+/// The value at quantile `q` of sorted `values` (nearest rank).
+pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    Some(values[rank - 1])
+}
+
+fn summary_text(s: &Summary, took: Duration) -> String {
+    let ms = |q| quantile(&s.latencies_ms, q).map_or("-".to_owned(), |v| format!("{v:.0} ms"));
+    let rss = s
+        .peak_rss_kib
+        .iter()
+        .map(|(_, r)| *r)
+        .max()
+        .map_or("-".to_owned(), |r| format!("{:.1} MiB", r as f64 / 1024.0));
+    let mut extra = match (s.duplicates, s.restarts) {
+        (0, 0) => String::new(),
+        (d, r) => format!(", {d} duplicate(s), {r} node restart(s)"),
+    };
+    if let Some(f) = s.finalized {
+        extra.push_str(&format!("; the validator finalized {f} of {} epochs", s.epochs));
+        if s.validator_disagrees > 0 {
+            extra.push_str(&format!(
+                " and did not accept {} submission(s) the collector accepted",
+                s.validator_disagrees
+            ));
+        }
+    }
+    format!(
+        "{} epochs in {:.0} s{}: {} accepted, {} rejected, {} missing{extra}\n\
+         release → acknowledgement: median {}, p90 {}, p99 {}, max {}\n\
+         peak RSS of a node: {rss}",
+        s.epochs,
+        took.as_secs_f64(),
+        if s.interrupted { " (interrupted)" } else { "" },
+        s.accepted,
+        s.rejected,
+        s.missing,
+        ms(0.5),
+        ms(0.9),
+        ms(0.99),
+        ms(1.0),
+    )
+}

@@ -1,0 +1,105 @@
+//! The machine-readable record of a devnet run (`--json FILE`): everything an
+//! observer needs to re-verify it independently — the EIP-712 domain, the
+//! active pools, each epoch's seed block hash and total slots, and every
+//! submission with its signature, CID, deadline and the exact snapshot bytes.
+
+use serde_json::{Value, json};
+
+use super::{Node, Released, Summary, quantile, validator::EpochOutcome};
+use lite_node_compute::{LoadedPackage, snapshots::snapshot_path};
+
+use crate::{collector::Seen, world::Manifest};
+
+/// Everything a run's record is made of.
+pub(super) struct Run<'a> {
+    pub manifest: &'a Manifest,
+    pub pools: &'a [String],
+    pub package: &'a LoadedPackage,
+    pub released: &'a [Released],
+    pub seen: &'a [Seen],
+    pub nodes: &'a [Node],
+    pub summary: &'a Summary,
+    /// What the validator made of each epoch (empty without one).
+    pub outcomes: &'a std::collections::BTreeMap<u64, EpochOutcome>,
+}
+
+pub(super) fn build(run: &Run<'_>) -> Value {
+    let Run { manifest, pools, package, released, seen, nodes, summary, outcomes } = *run;
+    let domain =
+        lite_node_protocol::eip712::domain(manifest.chain_id, manifest.protocol_state.parse().unwrap_or_default());
+    let epochs: Vec<Value> = released
+        .iter()
+        .map(|e| {
+            let a = &e.assignment;
+            let outcome = outcomes.get(&a.epoch_id);
+            let submissions: Vec<Value> = seen
+                .iter()
+                .filter_map(|s| s.submission.request.as_ref().map(|r| (s, r)))
+                .filter(|(_, r)| r.epoch_id == a.epoch_id)
+                .map(|(s, r)| {
+                    let node = nodes.iter().find(|n| n.slots.contains(&r.slot_id));
+                    let path = node.map(|n| snapshot_path(&n.data_dir.join("snapshots"), r.epoch_id, &r.project_id));
+                    json!({
+                        "slotId": r.slot_id,
+                        "signer": node.map(|n| n.signer.to_string()),
+                        "projectId": r.project_id,
+                        "snapshotCid": r.snapshot_cid,
+                        "signature": s.submission.signature,
+                        "deadline": r.deadline,
+                        "header": s.submission.header,
+                        "snapshotPath": path.map(|p| p.display().to_string()),
+                        "verdict": if s.verdict.is_ok() { "accepted" } else { "rejected" },
+                        "reason": s.verdict.as_ref().err(),
+                        "latencyMs": (super::latency_ms(e, s) * 1000.0).round() / 1000.0,
+                        "validatorVerdict": outcome.map(|o| {
+                            o.verdicts
+                                .get(&(r.slot_id, r.project_id.clone(), r.snapshot_cid.clone()))
+                                .cloned()
+                                .unwrap_or_else(|| "no verdict".into())
+                        }),
+                    })
+                })
+                .collect();
+            json!({
+                "epochId": a.epoch_id,
+                "begin": a.begin,
+                "end": a.end,
+                "releaseBlock": e.release_block,
+                "seedBlockHash": a.block_hash,
+                "totalSlots": a.total_slots,
+                "selected": a.selected.iter().map(|(s, p)| json!({"slotId": s, "pool": p})).collect::<Vec<_>>(),
+                "submissions": submissions,
+                "finalized": outcome.map(|o| o.batch.clone()),
+            })
+        })
+        .collect();
+    let ms = |q| quantile(&summary.latencies_ms, q);
+    json!({
+        "domain": {
+            "name": domain.name,
+            "version": domain.version,
+            "chainId": manifest.chain_id,
+            "verifyingContract": manifest.protocol_state,
+        },
+        "dataMarket": manifest.data_market,
+        "computePackage": package.package.manifest.commit,
+        "pools": pools,
+        "nodes": nodes.iter().map(|n| json!({
+            "slotId": n.slot_id,
+            "slots": n.slots,
+            "signer": n.signer.to_string(),
+            "dataDir": n.data_dir.display().to_string(),
+            "peakRssKiB": n.peak_rss_kib,
+        })).collect::<Vec<_>>(),
+        "epochs": epochs,
+        "summary": {
+            "epochs": summary.epochs,
+            "accepted": summary.accepted,
+            "rejected": summary.rejected,
+            "missing": summary.missing,
+            "interrupted": summary.interrupted,
+            "finalized": summary.finalized,
+            "latencyMs": {"median": ms(0.5), "p90": ms(0.9), "p99": ms(0.99), "max": ms(1.0)},
+        },
+    })
+}

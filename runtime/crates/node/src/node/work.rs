@@ -1,0 +1,397 @@
+//! One epoch's work as the node does it, behind the main loop's [`Work`]:
+//! past the submission window → missed; otherwise preload block details,
+//! dispatch to every project's processor, submit what was computed — then
+//! record it all (journal, books, status, alerts) before the cursor moves.
+
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc};
+
+use futures_util::{StreamExt, TryStreamExt};
+use lite_node_compute::executor::{ComputeResult, Executor, LocalExecutor, Task};
+use lite_node_core::time::now_ms;
+use lite_node_plugin_api::BlockDetail;
+
+use super::epoch_loop::Work;
+use crate::{
+    alerts::{AlertKind, Alerter},
+    books::{Books, Notice},
+    chain::{Anchor, HttpRpc},
+    compute::host::SelectionTracker,
+    epochs::{Epoch, Poll, preload},
+    journal::Journal,
+    outcome::{Outcome, OutcomeKind},
+    retry::{Policy, retry},
+    snapshots::SnapshotStore,
+    status::{NodeStatus, SlotLabel, SlotStatus},
+    submission::Submitter,
+};
+
+/// What the node needs to work and record epochs: what its slots share
+/// (the chains, the processors, the snapshot store, the status) and one
+/// [`Lane`] per slot.
+#[derive(Debug)]
+pub struct EpochWork {
+    pub anchor: Arc<Anchor>,
+    pub source: Arc<HttpRpc>,
+    pub executor: LocalExecutor,
+    pub lanes: Vec<Lane>,
+    pub status: Arc<NodeStatus>,
+    pub alerter: Arc<Alerter>,
+    pub namespace: String,
+    /// Anchor blocks after its release within which an epoch is still worked.
+    pub submission_window: u64,
+    /// A head that has not moved for this long is a stalled anchor.
+    pub anchor_stall_after: std::time::Duration,
+    /// The anchor head at the last polls, and since when it has been that.
+    pub head_since: Option<(u64, tokio::time::Instant)>,
+    /// The stored snapshots' bytes (pruned with the journal and the ledger).
+    pub store: Arc<SnapshotStore>,
+    /// Epochs kept on disk (`LITE_NODE_RETAIN_EPOCHS`).
+    pub retain_epochs: u64,
+    /// The epoch at which the next pruning runs.
+    pub prune_at: u64,
+}
+
+/// One slot's own part of the work: its selection tracker, its signed
+/// submissions and their ledger, its journal and books. A node with one slot
+/// keeps them in the data dir, one with several in `slots/<id>/` of it.
+#[derive(Debug)]
+pub struct Lane {
+    pub slot_id: u64,
+    pub tracker: Arc<SelectionTracker>,
+    pub submitter: Submitter,
+    pub journal: Journal,
+    pub books: Books,
+    pub books_path: PathBuf,
+    /// Where `/status`, `/metrics` and `/health` read this slot.
+    pub status: Arc<SlotStatus>,
+}
+
+/// An epoch's outcomes, per lane and then per project, and when the node saw
+/// the epoch.
+#[derive(Debug)]
+pub struct Worked {
+    pub outcomes: Vec<Vec<Outcome>>,
+    pub seen_at_ms: u64,
+}
+
+impl Work for EpochWork {
+    type Outcomes = Worked;
+
+    /// Each project's snapshots are stored, signed and submitted as soon as
+    /// that project's compute returns: a slow project (or slot) delays only
+    /// itself. Computes run only through the executor; with several slots,
+    /// it asks the epoch's pinned chain reads once for all of them.
+    async fn work(&self, epoch: &Epoch, head: u64) -> anyhow::Result<Worked> {
+        let seen_at_ms = now_ms();
+        let tasks = match self.prepare(epoch, head).await {
+            Ok(prepared) => prepared,
+            Err(outcomes) => return Ok(Worked { outcomes, seen_at_ms }),
+        };
+        let (tasks, blocks) = tasks;
+        // Where each result belongs: its lane, and its project's place there.
+        let place: BTreeMap<(u64, String), (usize, usize)> = tasks
+            .iter()
+            .enumerate()
+            .map(|(n, t)| ((t.slot_id, t.project_type.clone()), (n / self.projects(), n % self.projects())))
+            .collect();
+        let mut slots: Vec<Vec<Option<Outcome>>> = vec![vec![None; self.projects()]; self.lanes.len()];
+        let unanswered = tasks.clone();
+        let stages = self.executor.execute(tasks, blocks).map(|result| self.submit(epoch, result));
+        let mut done = stages.buffer_unordered(usize::MAX);
+        while let Some((key, outcome)) = done.try_next().await? {
+            if let Some(&(lane, project)) = place.get(&key) {
+                slots[lane][project] = Some(outcome);
+            }
+        }
+        // Every task has an outcome, so the epoch's cursor can move.
+        let outcomes = slots
+            .into_iter()
+            .enumerate()
+            .map(|(lane, row)| {
+                row.into_iter()
+                    .enumerate()
+                    .map(|(project, o)| {
+                        o.unwrap_or_else(|| {
+                            let task = &unanswered[lane * self.projects() + project];
+                            let kind = OutcomeKind::Failed("the executor gave no result".into());
+                            Outcome::computed(ComputeResult::without_compute(task, kind))
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(Worked { outcomes, seen_at_ms })
+    }
+
+    fn record(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
+        let several = self.lanes.len() > 1;
+        for (lane, outcomes) in self.lanes.iter_mut().zip(&worked.outcomes) {
+            for outcome in outcomes {
+                log_outcome(epoch, outcome, several.then_some(lane.slot_id));
+                lane.journal
+                    .record(epoch, outcome)
+                    .map_err(|e| anyhow::anyhow!("writing {}: {e}", lane.journal.path().display()))?;
+            }
+        }
+        self.keep_books(epoch, worked)?;
+        if epoch.epoch_id >= self.prune_at {
+            self.prune(epoch.epoch_id);
+        }
+        Ok(())
+    }
+
+    fn trouble(&self, what: &'static str, problem: Option<String>) {
+        self.status.troubles.set(what, problem);
+    }
+
+    fn polled(&mut self, poll: &Poll) {
+        let m = &self.status.metrics;
+        m.anchor_head.set(poll.head as i64);
+        m.anchor_lag_blocks.set(poll.head.saturating_sub(poll.scanned_to) as i64);
+        if let Some(newest) = poll.epochs.last() {
+            m.last_epoch_seen.set(newest.epoch_id as i64);
+        }
+        // A head that does not move: no epoch can be released, nothing submitted.
+        let now = tokio::time::Instant::now();
+        match self.head_since {
+            Some((head, _)) if head != poll.head => self.head_since = Some((poll.head, now)),
+            None => self.head_since = Some((poll.head, now)),
+            _ => {}
+        }
+        let stalled = self.head_since.filter(|(_, since)| since.elapsed() > self.anchor_stall_after);
+        self.status.troubles.set(
+            "anchor head",
+            stalled.map(|(head, since)| {
+                format!("the anchor chain's head has been stuck at block {head} for {}s", since.elapsed().as_secs())
+            }),
+        );
+    }
+}
+
+impl EpochWork {
+    /// The epoch's tasks (every lane × every project) and the block details
+    /// they are given — or, when the epoch cannot be computed at all, every
+    /// lane's outcomes.
+    async fn prepare(&self, epoch: &Epoch, head: u64) -> Result<(Vec<Task>, Arc<[BlockDetail]>), Vec<Vec<Outcome>>> {
+        let mut tasks = Vec::with_capacity(self.lanes.len() * self.projects());
+        for lane in &self.lanes {
+            for project in self.executor.projects() {
+                tasks.push(Task {
+                    epoch_id: epoch.epoch_id,
+                    begin: epoch.begin,
+                    end: epoch.end,
+                    day_id: epoch.day_id,
+                    slot_id: lane.slot_id,
+                    total_slots: 0,
+                    namespace: self.namespace.clone(),
+                    project_type: project.project_type.clone(),
+                });
+            }
+        }
+        let every = |kind: OutcomeKind| -> Vec<Vec<Outcome>> {
+            let one = |t: &Task| Outcome::computed(ComputeResult::without_compute(t, kind.clone()));
+            tasks.chunks(self.projects().max(1)).map(|lane| lane.iter().map(one).collect()).collect()
+        };
+        let age = head.saturating_sub(epoch.released_block);
+        if age > self.submission_window {
+            return Err(every(OutcomeKind::Missed(format!(
+                "released {age} anchor blocks ago, past the {}-block submission window",
+                self.submission_window
+            ))));
+        }
+        // Without the total no compute can know whether this slot works the
+        // epoch: a failure (before selection), never a silent "not selected".
+        let total_slots = match self.anchor.total_slots().await {
+            Ok(n) => n,
+            Err(e) => {
+                return Err(every(OutcomeKind::Failed(format!(
+                    "the total slot count is unknown: getTotalNodeCount has not answered since start-up ({e})"
+                ))));
+            }
+        };
+        let blocks: Vec<BlockDetail> = if self.executor.needs_block_details() {
+            let what = format!("epoch {}: preloading block details", epoch.epoch_id);
+            let fetch = || preload::block_details(&self.source, epoch.begin, epoch.end);
+            match retry(Policy::PRELOAD, what, fetch, |_| true).await {
+                Ok(blocks) => blocks,
+                Err(e) => return Err(every(OutcomeKind::Failed(format!("preloading block details: {e}")))),
+            }
+        } else {
+            Vec::new()
+        };
+        for task in &mut tasks {
+            task.total_slots = total_slots;
+        }
+        Ok((tasks, blocks.into()))
+    }
+
+    /// How many projects each lane works.
+    fn projects(&self) -> usize {
+        self.executor.projects().count()
+    }
+
+    /// The stages after a compute: its snapshots stored, then submitted by
+    /// the slot's lane; the result's key (slot, project) comes back with it.
+    async fn submit(&self, epoch: &Epoch, result: ComputeResult) -> anyhow::Result<((u64, String), Outcome)> {
+        let key = (result.slot_id, result.project_type.clone());
+        let stored = self.store.store(epoch.epoch_id, &self.namespace, &result);
+        let mut outcome = Outcome::computed(result);
+        match stored {
+            Ok(stored) => outcome.stored = stored,
+            Err(e) => outcome.kind = OutcomeKind::Failed(e),
+        }
+        if let Some(lane) = self.lanes.iter().find(|l| l.slot_id == key.0)
+            && outcome.kind == OutcomeKind::Computed
+        {
+            let submissions = lane.submitter.submit(epoch, &outcome.stored, &self.anchor).await?;
+            outcome = outcome.submitted(submissions);
+        }
+        Ok((key, outcome))
+    }
+
+    /// Keeps the last `retain_epochs` epochs on disk: journal lines and
+    /// ledger entries here, snapshot files in the background; then waits half
+    /// a retention before the next round, so files stay within 1.5 times it.
+    /// A failure only warns: the epoch itself is recorded.
+    fn prune(&mut self, epoch_id: u64) {
+        let first_kept = (epoch_id + 1).saturating_sub(self.retain_epochs);
+        self.prune_at = epoch_id + (self.retain_epochs / 2).max(1);
+        if first_kept == 0 {
+            return;
+        }
+        let window_floor = self.head_since.map_or(0, |(head, _)| head).saturating_sub(self.submission_window);
+        let (mut lines, mut entries) = (0, 0);
+        for lane in &mut self.lanes {
+            match lane.journal.prune(first_kept) {
+                Ok(n) => lines += n,
+                Err(e) => tracing::warn!("{e}"),
+            }
+            match lane.submitter.ledger.prune(first_kept, window_floor) {
+                Ok(n) => entries += n,
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+        if lines > 0 {
+            tracing::info!("pruned {lines} journal line(s) of epochs before {first_kept}");
+        }
+        if entries > 0 {
+            tracing::info!("pruned {entries} ledger entr(ies) of epochs before {first_kept}");
+        }
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || match store.prune(first_kept) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("pruned the snapshots of {n} epoch(s) before {first_kept}"),
+            Err(e) => tracing::warn!("{e}"),
+        });
+    }
+
+    /// Counts one epoch in each slot's books (saved before the epoch is
+    /// marked handled), updates the status and metrics, and queues the
+    /// alerts the books ask for: one per event, naming every slot it touched.
+    fn keep_books(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
+        let status = &self.status;
+        let m = &status.metrics;
+        m.epochs_seen.inc();
+        let mut notices: Vec<(u64, Notice, Books)> = Vec::new();
+        let mut ran = false;
+        let mut problem = None;
+        // Every lane's books are applied on a copy and saved before any is
+        // kept: a save that fails leaves them all as they were, so the retry
+        // of this epoch applies it again and its alerts are not lost.
+        let mut applied = Vec::with_capacity(self.lanes.len());
+        for (lane, outcomes) in self.lanes.iter().zip(&worked.outcomes) {
+            let mut books = lane.books.clone();
+            let lane_notices = books.apply(epoch.epoch_id, outcomes);
+            books.save(&lane.books_path)?;
+            applied.push((books, lane_notices));
+        }
+        for ((lane, outcomes), (books, lane_notices)) in self.lanes.iter_mut().zip(&worked.outcomes).zip(applied) {
+            lane.books = books;
+            for o in outcomes {
+                m.count(lane.slot_id, &crate::books::verdict(o));
+                for s in o.submissions.iter().filter(|s| s.status.is_accepted()) {
+                    m.submission_latency.observe(s.answered_at_ms.saturating_sub(worked.seen_at_ms) as f64 / 1000.0);
+                }
+            }
+            m.slot_consecutive_failures
+                .get_or_create(&SlotLabel { slot: lane.slot_id })
+                .set(lane.books.overall.consecutive_failures as i64);
+            lane.status.set_books(lane.books.clone());
+            // Processing means a compute ran (and reported, or returned): an
+            // epoch that failed before that (e.g. the source RPC is down) is
+            // no sign of life for the safety net and /health.
+            ran |= outcomes
+                .iter()
+                .any(|o| o.selected.is_some() || matches!(o.kind, OutcomeKind::Computed | OutcomeKind::NotSelected));
+            problem = problem.or_else(|| {
+                outcomes.iter().find_map(|o| match &o.kind {
+                    OutcomeKind::Failed(e) if o.selected.is_none() => {
+                        Some(format!("epoch {} could not be computed: {e}", epoch.epoch_id))
+                    }
+                    _ => None,
+                })
+            });
+            notices.extend(lane_notices.into_iter().map(|n| (lane.slot_id, n, lane.books.clone())));
+        }
+        if ran {
+            status.activity.touch();
+        }
+        *status.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem.filter(|_| !ran);
+        self.alert(notices);
+        Ok(())
+    }
+
+    /// Logs the books' notices and queues their alerts, one per event: the
+    /// slots whose streak reached three in this epoch share one message, as
+    /// do the slots that recovered, and the slots that missed one project.
+    fn alert(&self, notices: Vec<(u64, Notice, Books)>) {
+        let several = self.lanes.len() > 1;
+        let mut events: Vec<(Notice, Books, Vec<u64>)> = Vec::new();
+        for (slot, notice, books) in notices {
+            let same = |n: &Notice| match (n, &notice) {
+                (Notice::ThreeFailures { .. }, Notice::ThreeFailures { .. }) => true,
+                (Notice::Recovered { .. }, Notice::Recovered { .. }) => true,
+                (Notice::MissedSnapshot { project: a, .. }, Notice::MissedSnapshot { project: b, .. }) => a == b,
+                _ => false,
+            };
+            match events.iter_mut().find(|(n, _, _)| same(n)) {
+                Some((_, _, slots)) => slots.push(slot),
+                None => events.push((notice, books, vec![slot])),
+            }
+        }
+        for (notice, books, slots) in events {
+            let who =
+                if several { format!("slots {}: ", crate::config::format_slot_ids(&slots)) } else { String::new() };
+            match &notice {
+                Notice::ThreeFailures { streak } => tracing::error!(
+                    "{who}{} consecutive selected epochs failed (epochs {}); alerting",
+                    books.overall.consecutive_failures,
+                    streak.iter().map(|s| s.epoch_id.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+                Notice::Recovered { epoch_id, failures } => {
+                    tracing::info!("{who}epoch {epoch_id} succeeded after {failures} failed selected epochs")
+                }
+                Notice::MissedSnapshot { .. } => {}
+            }
+            let taken = self.alerter.notify_slots(AlertKind::from(notice), &books, slots);
+            self.status.metrics.alerts.inc_by(taken as u64);
+        }
+    }
+}
+
+fn log_outcome(epoch: &Epoch, o: &Outcome, slot: Option<u64>) {
+    let took = o.finished_at_ms.saturating_sub(o.started_at_ms);
+    let id = epoch.epoch_id;
+    let project = match slot {
+        Some(slot) => format!("{} slot {slot}", o.project_type),
+        None => o.project_type.clone(),
+    };
+    match &o.kind {
+        OutcomeKind::Computed => {
+            tracing::info!("epoch {id} {project}: computed {} snapshot(s) in {took} ms", o.snapshots.len())
+        }
+        OutcomeKind::NotSelected => tracing::info!("epoch {id} {project}: not selected"),
+        OutcomeKind::Failed(e) => tracing::warn!("epoch {id} {project}: failed after {took} ms: {e}"),
+        OutcomeKind::Missed(e) => tracing::warn!("epoch {id} {project}: missed: {e}"),
+    }
+}

@@ -1,0 +1,170 @@
+//! The local executor through the real loader: results per
+//! docs/protocol.md §9, a timeout per compute, a bound on concurrent
+//! computes, and draining.
+
+use std::{sync::Arc, time::Duration};
+
+use futures_util::StreamExt;
+use lite_node::{
+    compute::LoadedPackage,
+    config::Project,
+    executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, ProjectProcessor, Task},
+};
+use serde_json::{Map, Value, json};
+
+use crate::support::load_faulty;
+
+/// Every project of `executor` for one epoch, as tasks of slot 4.
+fn tasks(executor: &LocalExecutor, epoch_id: u64) -> Vec<Task> {
+    executor.projects().map(|p| task(epoch_id, &p.project_type)).collect()
+}
+
+fn task(epoch_id: u64, project_type: &str) -> Task {
+    Task {
+        epoch_id,
+        begin: 100,
+        end: 100,
+        day_id: 1,
+        slot_id: 4,
+        total_slots: 10,
+        namespace: "devnet-TEST-ETH".into(),
+        project_type: project_type.into(),
+    }
+}
+
+/// Runs the tasks; their results in the tasks' order.
+async fn run(executor: &LocalExecutor, tasks: Vec<Task>) -> Vec<ComputeResult> {
+    let order: Vec<String> = tasks.iter().map(|t| t.project_type.clone()).collect();
+    let mut results: Vec<ComputeResult> = executor.execute(tasks, Arc::from(Vec::new())).collect().await;
+    assert_eq!(results.len(), order.len(), "one result per task");
+    results.sort_by_key(|r| order.iter().position(|p| *p == r.project_type));
+    results
+}
+
+fn project(package: &LoadedPackage, name: &str, class: &str, settings: Value) -> ProjectProcessor {
+    let settings: Map<String, Value> = settings.as_object().cloned().unwrap_or_default();
+    let processor = package.new_processor("faulty", class, &Value::Object(settings.clone()).to_string()).unwrap();
+    ProjectProcessor {
+        project: Project {
+            project_type: name.to_owned(),
+            module: "faulty".into(),
+            class_name: class.into(),
+            preload_tasks: vec![],
+            settings,
+        },
+        processor: Arc::new(processor),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+#[test]
+fn outcomes_follow_the_protocols_books() {
+    let data = tempfile::tempdir().unwrap();
+    let package = load_faulty(data.path());
+    let projects = vec![
+        project(&package, "echo", "EchoProcessor", json!({"k": 1})),
+        project(&package, "idle", "IdleProcessor", json!({})),
+        project(&package, "empty", "SelectedButEmptyProcessor", json!({})),
+        project(&package, "panics", "PanickingProcessor", json!({})),
+        project(&package, "fails", "FailingProcessor", json!({})),
+    ];
+    let d = LocalExecutor::new(projects, 4, Duration::from_secs(30), None, None);
+    let outcomes = runtime().block_on(run(&d, tasks(&d, 7)));
+    let kinds: Vec<(&str, &OutcomeKind)> = outcomes.iter().map(|o| (o.project_type.as_str(), &o.kind)).collect();
+    assert_eq!(kinds[0], ("echo", &OutcomeKind::Computed));
+    assert_eq!(outcomes[0].snapshots, vec![("echo".to_owned(), r#"{"k":1}"#.to_owned())]);
+    assert_eq!(kinds[1], ("idle", &OutcomeKind::NotSelected));
+    assert_eq!(
+        kinds[2],
+        ("empty", &OutcomeKind::Failed("selected for epoch 7 but returned no snapshots".into())),
+        "nothing returned after selection is a failure"
+    );
+    assert_eq!(
+        kinds[3],
+        ("panics", &OutcomeKind::Failed("PanickingProcessor panicked: fixture panic at epoch 7".into()))
+    );
+    assert_eq!(kinds[4], ("fails", &OutcomeKind::Failed("fixture failure at epoch 7".into())));
+}
+
+#[test]
+fn concurrent_computes_stay_within_the_bound() {
+    let data = tempfile::tempdir().unwrap();
+    let package = load_faulty(data.path());
+    let projects: Vec<_> =
+        (0..6).map(|i| project(&package, &format!("slow{i}"), "SlowProcessor", json!({"sleep_ms": 100}))).collect();
+    let d = LocalExecutor::new(projects, 2, Duration::from_secs(30), None, None);
+    let outcomes = runtime().block_on(run(&d, tasks(&d, 1)));
+    for o in &outcomes {
+        assert_eq!(o.kind, OutcomeKind::Computed);
+        let seen: Value = serde_json::from_str(&o.snapshots[0].1).unwrap();
+        assert!(seen["max_running"].as_u64().unwrap() <= 2, "{} ran beside too many: {seen}", o.project_type);
+    }
+}
+
+/// A compute past its timeout gives its permit back (other projects and
+/// later epochs go on), is counted hung until it really returns, and a stop
+/// does not wait for it.
+#[test]
+fn a_timed_out_compute_frees_its_permit_and_is_counted_hung_until_it_returns() {
+    let data = tempfile::tempdir().unwrap();
+    let package = load_faulty(data.path());
+    let projects = vec![
+        project(&package, "slow", "SlowProcessor", json!({"sleep_ms": 1500})),
+        project(&package, "echo", "EchoProcessor", json!({"k": 2})),
+    ];
+    // One permit: before, the hung compute kept it and `echo` never ran.
+    let d = LocalExecutor::new(projects, 1, Duration::from_millis(200), None, None);
+    let rt = runtime();
+    let hung = d.hung();
+    let outcomes = rt.block_on(run(&d, tasks(&d, 1)));
+    assert_eq!(outcomes[0].kind, OutcomeKind::Failed("timed out after 0.2s".into()));
+    assert_eq!(outcomes[1].kind, OutcomeKind::Computed, "the other project ran");
+    assert_eq!(*hung.borrow(), 1);
+    assert!(rt.block_on(d.drain(Duration::from_millis(10))), "a stop does not wait for the hung compute");
+    let next = rt.block_on(run(&d, vec![task(2, "echo")]));
+    assert_eq!(next[0].kind, OutcomeKind::Computed, "a later epoch runs at once");
+    let mut hung = hung;
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), hung.wait_for(|n| *n == 0)).await.unwrap().unwrap();
+    });
+}
+
+/// A compute that fails because its chain could not be reached is run again
+/// (1, 2 and 4 s apart); the chain answering again makes it a success. Four
+/// attempts in all, then the failure stands, naming the endpoint.
+#[test]
+fn a_compute_failing_on_an_unreachable_chain_is_run_again() {
+    use lite_node::chain::{HttpRpc, IoRuntime};
+    use lite_node_testkit::{Anvil, TcpProxy};
+
+    let anvil = Anvil::start();
+    let proxy = TcpProxy::start(anvil.url().trim_start_matches("http://"));
+    let io = IoRuntime::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let package = load_faulty(data.path());
+    // A fresh client each time: no pooled connection to reuse.
+    let executor = || {
+        let url = format!("http://127.0.0.1:{}", proxy.port);
+        let source = HttpRpc::new("source", vec![url], Duration::from_secs(5), io.clone()).unwrap();
+        let projects = vec![project(&package, "rpc", "RpcProcessor", json!({}))];
+        LocalExecutor::new(projects, 1, Duration::from_secs(30), Some(Arc::new(source)), None)
+    };
+    let rt = runtime();
+
+    proxy.refuse_next(2);
+    let d = executor();
+    let outcome = rt.block_on(run(&d, vec![task(1, "rpc")])).remove(0);
+    assert_eq!(outcome.kind, OutcomeKind::Computed, "the third attempt reached the chain");
+    assert!(outcome.snapshots[0].1.starts_with("\"0x7a69\""), "{:?}", outcome.snapshots);
+    assert_eq!(proxy.refusals_left(), 0);
+
+    proxy.refuse_next(10);
+    let d = executor();
+    let outcome = rt.block_on(run(&d, vec![task(2, "rpc")])).remove(0);
+    let OutcomeKind::Failed(reason) = &outcome.kind else { panic!("{:?}", outcome.kind) };
+    assert!(reason.starts_with("every source RPC endpoint failed (http://127.0.0.1:"), "{reason}");
+    assert_eq!(proxy.refusals_left(), 6, "four attempts, one connection each");
+}
