@@ -14,7 +14,8 @@
 #   ./init.sh check   build lite-node, fetch/build the compute package, validate
 #                     offline (uses env.example for any variable not already set);
 #                     `lite-node check` also reaches the RPCs, slot and collector
-#   ./init.sh test    everything CI runs: formatting, lints, all tests
+#   ./init.sh test    everything CI runs: formatting, lints, all tests, every
+#                     benchmark once in quick mode
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -86,6 +87,13 @@ run_tests() {
   (cd computes && "${runner[@]}")
   say "runtime tests (${runner[*]})"
   "${runner[@]}"
+
+  # Every benchmark once, on tiny sizes and with no timing asserted (a bench
+  # binary without cargo bench's --bench flag runs its quick mode), so one
+  # that stops compiling or never finishes fails here, not months later.
+  say "benchmarks, once each in quick mode (cargo test --benches)"
+  (cd computes && cargo test --workspace --benches --locked)
+  cargo test --workspace --benches --locked
 }
 
 run_check() {

@@ -12,10 +12,11 @@ use serde_json::Value;
 const EPOCHS: u64 = 50;
 
 fn main() {
+    let epochs = if lite_node_testkit::bench_is_quick() { 2 } else { EPOCHS };
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("run.json");
     let status = Command::new(env!("CARGO_BIN_EXE_lite-node"))
-        .args(["devnet", "--epochs", &EPOCHS.to_string(), "--interval-ms", "300", "--devnet-dir"])
+        .args(["devnet", "--epochs", &epochs.to_string(), "--interval-ms", "300", "--devnet-dir"])
         .arg(workspace_root().join("devnet"))
         .arg("--run-dir")
         .arg(dir.path().join("run"))
@@ -40,7 +41,7 @@ fn main() {
     latencies.sort_by(f64::total_cmp);
     let pick = |q: f64| latencies[((q * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len()) - 1];
     println!(
-        "devnet, {EPOCHS} epochs, 4 nodes, {} submissions: EpochReleased → collector acknowledgement \
+        "devnet, {epochs} epochs, 4 nodes, {} submissions: EpochReleased → collector acknowledgement \
          min {:.0} / median {:.0} / p90 {:.0} / p99 {:.0} / max {:.0} ms (targets: median < 250, p99 < 1000)",
         latencies.len(),
         latencies[0],

@@ -27,7 +27,9 @@ use serde_json::json;
 const RUNS: usize = 3;
 
 fn main() {
-    let dir = workspace_root().join("devnet/world-1000");
+    // A quick run takes the tests' 5-pool world: the same path, no 1,000-pool build.
+    let quick = lite_node_testkit::bench_is_quick();
+    let dir = workspace_root().join(if quick { "devnet/world" } else { "devnet/world-1000" });
     assert!(
         dir.join("state.json").is_file(),
         "build the 1,000-pool world first: devnet/build-world.sh --pools 1000 --out world-1000"

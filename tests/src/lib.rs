@@ -28,6 +28,18 @@ pub fn data(rel: &str) -> PathBuf {
 
 /// A cargo target dir shared by every test that makes the runtime build a
 /// compute package, so dependencies compile once per machine, not per test.
+/// Whether a bench binary runs as a quick check rather than a measurement:
+/// `cargo bench` passes `--bench`, `cargo test --benches` (what CI runs) does
+/// not. A quick run uses tiny sizes and asserts nothing about time, so a
+/// bench that stops compiling or never finishes is caught the day it breaks.
+pub fn bench_is_quick() -> bool {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    if quick {
+        println!("quick run (no --bench): tiny sizes, the figures below mean nothing");
+    }
+    quick
+}
+
 pub fn compute_target_dir() -> PathBuf {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
