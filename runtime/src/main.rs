@@ -179,10 +179,11 @@ impl From<MarketArgs> for commands::MarketOptions {
 
 #[derive(clap::Args)]
 struct ValidatorArgs {
-    /// Components to run in this process, comma-separated (default: all).
+    /// Components to run in this process, comma-separated (default: all):
+    /// gateway, monitor, dequeuer, finalizer, aggregator, tracker, api.
     /// Running them one per process (e.g. several dequeuers) is the same
     /// pipeline: they meet in Redis.
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "C,…")]
+    #[arg(long, value_parser = |s: &str| s.parse::<commands::Component>(), value_delimiter = ',', value_name = "C,…")]
     components: Vec<commands::Component>,
     /// Redis the components share.
     #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
@@ -204,7 +205,8 @@ struct ValidatorArgs {
     from_block: Option<u64>,
     /// Anchor blocks each epoch's submission window stays open after its
     /// release (130: every deadline a node may sign).
-    #[arg(long, value_name = "N", default_value_t = lite_node_protocol::submission::WINDOW_BLOCKS)]
+    #[arg(long, value_name = "N", default_value_t = lite_node_protocol::submission::WINDOW_BLOCKS,
+          value_parser = clap::value_parser!(u64).range(1..))]
     window_blocks: u64,
     /// Dequeuer workers in this process.
     #[arg(long, value_name = "N", default_value_t = 4)]

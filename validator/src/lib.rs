@@ -2,8 +2,11 @@
 //! gateway, are checked by dequeuer workers, finalized per epoch and
 //! aggregated into the validator's batch, all through Redis keys named as
 //! seed 001 gives them (`keys`), so each component can run in its own
-//! process. Depends on the protocol crate, never on the node's internals:
-//! what it must know of the chains comes through the [`chain::Chain`] trait.
+//! process. Depends on the protocol crate and the runtime's shared crates
+//! (core, chain, compute), never on the node or the devnet: what the
+//! dequeuer must know of the chains comes through the [`chain::Chain`] trait,
+//! which [`service::AnchorChain`] implements on the anchor and the data
+//! market's assignment rule.
 //!
 //! - `gateway`: the collector's gRPC service, queueing each submission;
 //! - `dequeuer`: the checks, and one verdict per submission;
@@ -13,7 +16,8 @@
 //!   parts, and the validator's level-1 batch;
 //! - `tracker`: the dashboards and gap detection; `api`: the read-only
 //!   monitor API;
-//! - `queue`: the reliable queue each component's intake rests on.
+//! - `queue`: the reliable queue each component's intake rests on;
+//! - `service`: which components run in a process, and [`service::run`].
 
 pub mod aggregator;
 pub mod api;
@@ -25,6 +29,7 @@ pub mod gateway;
 pub mod keys;
 pub mod monitor;
 pub mod queue;
+pub mod service;
 pub mod tracker;
 
 pub use keys::Keys;

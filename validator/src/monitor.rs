@@ -1,8 +1,8 @@
 //! The event monitor's side in Redis: each released epoch's submission
 //! window, opened at its release and closed in **anchor blocks**
 //! (`window_blocks` after the release block), never by a wall-clock timer.
-//! Whoever follows the chain (`lite-node validator`, with the node's epoch
-//! watcher) calls [`Monitor::released`] for each `EpochReleased`,
+//! [`Monitor::follow`] follows the anchor chain with the node's epoch
+//! watcher and calls [`Monitor::released`] for each `EpochReleased`,
 //! [`Monitor::head`] for each new anchor head, and
 //! [`Monitor::slot_registered`] for each `SlotRegistered`.
 //!
@@ -13,8 +13,16 @@
 //! `finalizationQueue` — in one script, so a close happens once however
 //! many monitors run or restart.
 
-use std::sync::{Arc, LazyLock};
+use std::{
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
 
+use lite_node_chain::{
+    Anchor,
+    epochs::{PollError, Watcher},
+};
+use lite_node_core::BadInput;
 use redis::{AsyncCommands, Script, aio::ConnectionManager};
 
 use crate::{
@@ -159,5 +167,72 @@ impl Monitor {
     /// A slot was (re)registered: dequeuers forget the signers they cached.
     pub async fn slot_registered(&self) -> redis::RedisResult<()> {
         self.conn.clone().incr::<_, _, ()>(self.market.keys.slots_generation(), 1).await
+    }
+}
+
+impl Monitor {
+    /// The event monitor's loop: each poll of the anchor opens the windows of
+    /// new releases, notes slot registrations, and closes the windows the head
+    /// has passed. Anchor and Redis errors are logged and retried on the next
+    /// poll; a release is marked handled only once its window is open.
+    pub async fn follow(
+        &self,
+        anchor: Arc<Anchor>,
+        mut watcher: Watcher,
+        every: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        tokio::pin!(stop);
+        let mut registrations_from: Option<u64> = watcher.cursor().map(|c| c.scanned_to + 1);
+        let mut failing = false;
+        loop {
+            let round = async {
+                let poll = match watcher.poll().await {
+                    Ok(p) => p,
+                    // Another chain's cursor: the operator's to fix, not to retry.
+                    Err(PollError::Foreign(why)) => return Err(Err(BadInput(why))),
+                    Err(e) => return Err(Ok(e.to_string())),
+                };
+                for epoch in &poll.epochs {
+                    self.released(epoch.epoch_id, epoch.released_block, epoch.begin, epoch.end)
+                        .await
+                        .map_err(|e| Ok(format!("Redis: {e}")))?;
+                    watcher.epoch_handled(epoch).map_err(|e| Ok(format!("saving the epoch cursor: {e}")))?;
+                }
+                let from = registrations_from.unwrap_or(poll.scanned_to);
+                if poll.scanned_to >= from {
+                    let slots =
+                        anchor.slot_registrations(from, poll.scanned_to).await.map_err(|e| Ok(e.to_string()))?;
+                    if !slots.is_empty() {
+                        tracing::info!("slots registered: {slots:?}; dequeuers will read their signers afresh");
+                        self.slot_registered().await.map_err(|e| Ok(format!("Redis: {e}")))?;
+                    }
+                    registrations_from = Some(poll.scanned_to + 1);
+                }
+                self.head(poll.head).await.map_err(|e| Ok(format!("Redis: {e}")))?;
+                watcher.scan_complete(poll.scanned_to).map_err(|e| Ok(format!("saving the epoch cursor: {e}")))?;
+                Ok::<_, Result<String, BadInput>>(())
+            };
+            match round.await {
+                Ok(()) if failing => {
+                    tracing::info!("event monitor: following the anchor chain again");
+                    failing = false;
+                }
+                Ok(()) => {}
+                Err(Err(fatal)) => return Err(fatal.into()),
+                Err(Ok(e)) if !failing => {
+                    tracing::warn!("event monitor: {e}; retrying every {} ms", every.as_millis());
+                    failing = true;
+                }
+                Err(Ok(_)) => {}
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = &mut stop => {
+                    watcher.flush().ok();
+                    return Ok(());
+                }
+            }
+        }
     }
 }

@@ -20,8 +20,9 @@ pub use collector::{CollectorOptions, collector};
 pub use compute::{compute_new, compute_show, print_package};
 pub use compute_run::{ComputeRunFailed, EpochQuery, compute_run};
 pub use devnet::devnet;
+pub use lite_node_validator::service::Component;
 pub use run::run;
-pub use validator::{Component, ValidatorOptions, validator};
+pub use validator::{ValidatorOptions, validator};
 
 /// The data market a collector or validator serves, as its flags give it.
 #[derive(Clone, Debug)]

@@ -1,0 +1,291 @@
+//! The validator as a service: which components run in this process, what
+//! they are given, and [`run`], which starts them and stops them with the
+//! shutdown it is handed. `lite-node validator` parses its flags, builds the
+//! [`Deps`] and calls [`run`]; tests can do the same with their own.
+//!
+//! The chain reads the dequeuer makes are [`AnchorChain`]: the slot
+//! registry on the anchor, and the data market's assignment rule from the
+//! compute package (`lite_node_compute::selection`, the check the devnet
+//! collector makes too).
+
+use std::{future::Future, io::Write, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use alloy::primitives::Address;
+use anyhow::Context;
+use lite_node_chain::{
+    Anchor, Release,
+    epochs::{Follow, Watcher},
+};
+use lite_node_compute::selection::{Refusal, Refused, SelectionCheck};
+use lite_node_core::{
+    data_dir::DataDirLock,
+    retry::{Policy, retry},
+};
+
+use crate::{
+    Market,
+    aggregator::Aggregator,
+    chain::{Chain, EpochFacts, Selection},
+    dequeuer::{Dequeuer, DequeuerSettings},
+    finalizer::Finalizer,
+    gateway::Gateway,
+    monitor::Monitor,
+    tracker::Tracker,
+};
+
+/// Declares [`Component`] with its names, so the list, the names and their
+/// parsing cannot drift apart.
+macro_rules! components {
+    ($($(#[$doc:meta])* $name:ident = $label:literal,)*) => {
+        /// A validator component; each may run in a process of its own
+        /// (they only meet in Redis).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Component {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Component {
+            /// Every component, in the order they are started.
+            pub const ALL: &[Component] = &[$(Component::$name,)*];
+
+            /// The name `--components` takes.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Component::$name => $label,)*
+                }
+            }
+        }
+
+        impl std::str::FromStr for Component {
+            type Err = String;
+            fn from_str(name: &str) -> Result<Self, String> {
+                match name {
+                    $($label => Ok(Component::$name),)*
+                    other => Err(format!(
+                        "unknown component `{other}` (one of {})",
+                        Component::ALL.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+components! {
+    /// The collector's gRPC service: each submission queued.
+    Gateway = "gateway",
+    /// Windows opened and closed from the anchor chain's releases and head.
+    Monitor = "monitor",
+    /// The checks, and one verdict per submission.
+    Dequeuer = "dequeuer",
+    /// Each closed epoch's consensus, in parts.
+    Finalizer = "finalizer",
+    /// The level-1 batch of each finalized epoch.
+    Aggregator = "aggregator",
+    /// Dashboards, participation, gaps and pruning.
+    Tracker = "tracker",
+    /// The read-only monitor API.
+    Api = "api",
+}
+
+/// How this process's components run.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The components to run (every one when empty).
+    pub components: Vec<Component>,
+    pub validator_id: String,
+    /// Where the gateway listens (gRPC) and the monitor API (HTTP).
+    pub listen: SocketAddr,
+    pub api_listen: SocketAddr,
+    /// Where the event monitor's cursor is kept, and its first anchor block.
+    pub data_dir: PathBuf,
+    pub from_block: Option<u64>,
+    pub poll_interval: Duration,
+    /// Anchor blocks a window stays open after its release.
+    pub window_blocks: u64,
+    /// Dequeuer workers, and projects per finalizer part.
+    pub workers: usize,
+    pub part_size: usize,
+}
+
+impl Settings {
+    /// Whether `c` runs in this process.
+    pub fn runs(&self, c: Component) -> bool {
+        self.components.is_empty() || self.components.contains(&c)
+    }
+}
+
+/// What the components are given: Redis, the anchor chain, and (for the
+/// dequeuer) the data market's selection check.
+#[derive(Debug)]
+pub struct Deps {
+    pub redis: redis::Client,
+    /// Shown in the start-up line (without credentials).
+    pub redis_shown: String,
+    pub anchor: Arc<Anchor>,
+    /// Required when the dequeuer runs.
+    pub selection: Option<Arc<SelectionCheck>>,
+}
+
+/// The validator's chain reads: the slot registry on the anchor, and the
+/// compute package's assignment rule (as the devnet collector checks it).
+#[derive(Debug)]
+pub struct AnchorChain {
+    pub anchor: Arc<Anchor>,
+    pub selection: Arc<SelectionCheck>,
+}
+
+impl Chain for AnchorChain {
+    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        self.anchor.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
+    }
+
+    async fn selection(&self, epoch: EpochFacts, slot_id: u64, project_id: &str) -> Result<Selection, String> {
+        let release = Release { begin: epoch.begin, end: epoch.end, block_number: epoch.release_block };
+        let assignment = self.selection.epoch(&self.anchor, epoch.epoch_id, release).await.map_err(|e| match e {
+            Refused::Rejected(why) | Refused::Unavailable(why) => why,
+        })?;
+        Ok(match self.selection.check(&assignment, slot_id, project_id) {
+            Ok(()) => Selection::Selected,
+            Err(Refusal::NotSelected(why)) => Selection::NotSelected(why),
+            Err(Refusal::WrongPool(why)) => Selection::WrongPool(why),
+        })
+    }
+}
+
+/// Runs the chosen components until `shutdown` resolves or one of them ends
+/// with an error (which is returned). A component still busy 5 s after the
+/// stop is left behind.
+pub async fn run(settings: Settings, deps: Deps, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    tokio::pin!(shutdown);
+    if settings.window_blocks == 0 {
+        anyhow::bail!(lite_node_core::BadInput("--window-blocks must be at least 1".into()));
+    }
+    let selection = match (settings.runs(Component::Dequeuer), &deps.selection) {
+        (true, None) => anyhow::bail!(lite_node_core::BadInput(
+            "the dequeuer checks that each slot was selected for its pool: give --pools or --pools-file (the data \
+             market's active pools)"
+                .into()
+        )),
+        (true, Some(s)) => Some(s.clone()),
+        (false, _) => None,
+    };
+    // One event monitor per directory: its cursor is there.
+    let lock = if settings.runs(Component::Monitor) {
+        Some(DataDirLock::acquire_for(&settings.data_dir, "--data-dir (one event monitor per directory)")?)
+    } else {
+        None
+    };
+    let anchor = deps.anchor.clone();
+    let chain_id = tokio::select! {
+        _ = &mut shutdown => return Ok(()),
+        id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
+    };
+    let mut market = Market::new(
+        lite_node_protocol::submission::Scope {
+            protocol_state: anchor.protocol_state,
+            data_market: anchor.data_market,
+        },
+        chain_id,
+        settings.validator_id.clone(),
+    );
+    market.window_blocks = settings.window_blocks;
+    let market = Arc::new(market);
+    let redis = deps.redis.clone();
+    let conn = crate::connect_retrying(&redis, "validator").await;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut announced = Vec::new();
+    if settings.runs(Component::Gateway) {
+        let listen = settings.listen;
+        let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+        announced.push(format!("gateway (gRPC) listening on {}", listener.local_addr()?));
+        let gateway = Gateway::new(conn.clone(), market.keys.clone());
+        let stop = stopped();
+        tasks.spawn(async move { crate::gateway::serve(gateway, listener, stop).await.context("the gateway stopped") });
+    }
+    if settings.runs(Component::Api) {
+        let listen = settings.api_listen;
+        let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+        announced.push(format!("monitor API listening on http://{}", listener.local_addr()?));
+        let (m, c, stop) = (market.clone(), conn.clone(), stopped());
+        tasks.spawn(async move { crate::api::serve(m, c, listener, stop).await.context("the monitor API stopped") });
+    }
+    if let Some(selection) = selection {
+        announced.push(format!("dequeuer: {} workers, {} active pools", settings.workers, selection.pools().len()));
+        let chain = Arc::new(AnchorChain { anchor: anchor.clone(), selection });
+        let dequeuer = Dequeuer::new(market.clone(), chain, conn.clone());
+        let dequeuer_settings = DequeuerSettings { workers: settings.workers, ..DequeuerSettings::default() };
+        let (client, stop) = (redis.clone(), stopped());
+        tasks.spawn(async move {
+            dequeuer.run(client, dequeuer_settings, stop).await;
+            Ok(())
+        });
+    }
+    if settings.runs(Component::Finalizer) {
+        let finalizer = Finalizer::new(market.clone(), conn.clone(), settings.part_size);
+        let (client, stop) = (redis.clone(), stopped());
+        tasks.spawn(async move {
+            finalizer.run(client, 2, stop).await;
+            Ok(())
+        });
+    }
+    if settings.runs(Component::Aggregator) {
+        let aggregator = Aggregator::new(market.clone(), conn.clone());
+        let (client, stop) = (redis.clone(), stopped());
+        tasks.spawn(async move {
+            aggregator.run(client, stop).await;
+            Ok(())
+        });
+    }
+    if settings.runs(Component::Tracker) {
+        let tracker = Tracker::new(market.clone(), conn.clone());
+        let stop = stopped();
+        tasks.spawn(async move {
+            tracker.run(stop).await;
+            Ok(())
+        });
+    }
+    if lock.is_some() {
+        let follow = Follow { confirmations: 12, start_block: settings.from_block };
+        let watcher = Watcher::open(anchor.clone(), &settings.data_dir, follow)?;
+        announced.push(format!(
+            "event monitor: windows stay open {} anchor blocks after each release",
+            market.window_blocks
+        ));
+        let monitor = Monitor::new(market.clone(), conn.clone());
+        let (anchor, stop, every) = (anchor.clone(), stopped(), settings.poll_interval);
+        tasks.spawn(async move { monitor.follow(anchor, watcher, every, stop).await });
+    }
+    println!(
+        "validator {} for data market {} on anchor chain {chain_id}; Redis {}",
+        market.validator_id, market.scope.data_market, deps.redis_shown
+    );
+    for line in announced {
+        println!("  {line}");
+    }
+    std::io::stdout().flush()?;
+
+    let outcome = tokio::select! {
+        _ = &mut shutdown => Ok(()),
+        ended = tasks.join_next() => match ended {
+            Some(Ok(Err(e))) => Err(e),
+            Some(Err(e)) => Err(anyhow::anyhow!("a validator component panicked: {e}")),
+            Some(Ok(Ok(()))) | None => Ok(()),
+        },
+    };
+    let _ = stop_tx.send(true);
+    if tokio::time::timeout(Duration::from_secs(5), async { while tasks.join_next().await.is_some() {} }).await.is_err()
+    {
+        tracing::warn!("components still busy 5 s after the stop; exiting");
+    }
+    drop(lock);
+    outcome
+}
