@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use lite_node::{
     commands,
     compute::Fetch,
-    config::EnvSnapshot,
+    config::{EnvSnapshot, LogSettings},
     exit::{ExitStatus, exit_status},
 };
 use tracing_subscriber::EnvFilter;
@@ -309,7 +309,7 @@ enum ComputeCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    lite_node::alerts::install_crypto_provider();
+    lite_node::core::tls::install_crypto_provider();
     let env = match cli.env_file.as_deref().map(|f| EnvSnapshot::from_process().with_env_file(f)) {
         None => EnvSnapshot::from_process(),
         Some(Ok(env)) => env,
@@ -318,19 +318,21 @@ fn main() -> ExitCode {
             return ExitCode::from(ExitStatus::BadConfig as u8);
         }
     };
-    let filter = env.get("RUST_LOG").unwrap_or("info");
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_target(false);
-    // LOG_FORMAT=json: one JSON object per line, for operators who ship logs.
-    match env.get("LOG_FORMAT").map(str::to_ascii_lowercase).as_deref() {
-        None | Some("text") => logs.with_ansi(std::io::stderr().is_terminal()).init(),
-        Some("json") => logs.json().with_ansi(false).init(),
-        Some(other) => {
-            eprintln!("error: LOG_FORMAT={other} is not a log format: use text (the default) or json");
+    let log = match LogSettings::from_env(&env) {
+        Ok(log) => log,
+        Err(e) => {
+            eprintln!("error: {e}");
             return ExitCode::from(ExitStatus::BadConfig as u8);
         }
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&log.filter).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    if log.json {
+        logs.json().with_ansi(false).init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
     }
     for warning in env.warnings() {
         tracing::warn!("{warning}");

@@ -29,7 +29,7 @@ use lite_node_testkit::RedisServer;
 use lite_node_validator::{
     Market,
     aggregator::Aggregator,
-    chain::{Chain, EpochFacts, Selection},
+    chain::{ChainReads, EpochFacts, Selection},
     dequeuer::{Dequeuer, DequeuerSettings},
     finalizer::Finalizer,
     gateway,
@@ -42,7 +42,7 @@ const CHAIN_ID: u64 = 31337;
 /// Every slot registered with its key; every slot selected.
 struct Registry(HashMap<u64, Address>);
 
-impl Chain for Registry {
+impl ChainReads for Registry {
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
         Ok(self.0.get(&slot_id).copied().unwrap_or(Address::ZERO))
     }

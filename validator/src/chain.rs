@@ -1,7 +1,7 @@
-//! What the validator needs to know of the chains, as a trait: the
-//! validator crate does not read chains itself. `lite-node validator`
-//! implements it on the node's anchor client and the compute package's
-//! assignment rule; tests implement it on a table.
+//! What the dequeuer reads of the chains, as a trait (`ChainReads`), so its
+//! checks run on any source of those facts: `service::AnchorChain` reads
+//! them from the anchor and the compute package's assignment rule; tests
+//! implement it on a table.
 
 use std::future::Future;
 
@@ -23,7 +23,7 @@ pub use lite_node_protocol::submission::Selection;
 /// The chain reads the dequeuer makes. `Err` means the chain could not be
 /// read (the submission is given back and tried again), never that the
 /// submission is wrong.
-pub trait Chain: Send + Sync + 'static {
+pub trait ChainReads: Send + Sync + 'static {
     /// The signer registered for `slot_id`; `Address::ZERO` when none is.
     fn signer(&self, slot_id: u64) -> impl Future<Output = Result<Address, String>> + Send;
 

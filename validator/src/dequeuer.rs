@@ -36,7 +36,7 @@ pub use lite_node_protocol::submission::Reason;
 
 use crate::{
     Market,
-    chain::{Chain, EpochFacts},
+    chain::{ChainReads, EpochFacts},
     gateway,
     keys::EPOCH_STATE_TTL,
     queue::{ReliableQueue, Taken, item_id},
@@ -184,7 +184,7 @@ fn now() -> Duration {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
 }
 
-impl<C: Chain> Dequeuer<C> {
+impl<C: ChainReads> Dequeuer<C> {
     pub fn new(market: Arc<Market>, chain: Arc<C>, conn: ConnectionManager) -> Self {
         let queue = ReliableQueue::submissions(conn.clone(), &market.keys);
         let domain = Arc::new(eip712::domain(market.chain_id, market.scope.protocol_state));
@@ -583,7 +583,7 @@ impl<C> BatchFacts<'_, C> {
     }
 }
 
-impl<C: Chain> Facts for BatchFacts<'_, C> {
+impl<C: ChainReads> Facts for BatchFacts<'_, C> {
     async fn epoch(&self, r: &Request) -> Result<EpochStanding, String> {
         let (window, facts) = self.snapshot.windows.get(&r.epoch_id).cloned().unwrap_or((None, None));
         let Some(epoch) = facts else {

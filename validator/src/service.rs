@@ -25,7 +25,7 @@ use lite_node_core::{
 use crate::{
     Market,
     aggregator::Aggregator,
-    chain::{Chain, EpochFacts, Selection},
+    chain::{ChainReads, EpochFacts, Selection},
     dequeuer::{Dequeuer, DequeuerSettings},
     finalizer::Finalizer,
     gateway::Gateway,
@@ -135,7 +135,7 @@ pub struct AnchorChain {
     pub selection: Arc<SelectionCheck>,
 }
 
-impl Chain for AnchorChain {
+impl ChainReads for AnchorChain {
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
         self.anchor.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
     }

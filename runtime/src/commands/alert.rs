@@ -18,9 +18,10 @@ pub async fn alert_test(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
         )
         .into());
     }
+    let (slot_id, signer) = crate::config::alert_sender(env)?;
     let from = crate::alerts::Sender {
-        slot_id: env.get("SLOT_ID").and_then(|s| s.parse().ok()).unwrap_or(0),
-        signer: env.get("SIGNER_ACCOUNT_ADDRESS").unwrap_or("unknown signer").to_owned(),
+        slot_id: slot_id.unwrap_or(0),
+        signer: signer.unwrap_or_else(|| "unknown signer".to_owned()),
     };
     let results = crate::alerts::test(&cfg, from).await.map_err(BadInput)?;
     let mut failed = 0;

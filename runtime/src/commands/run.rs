@@ -8,7 +8,8 @@ use crate::{config::EnvSnapshot, signals::shutdown_signals};
 /// Builds the async runtime and runs the node until a stop signal.
 pub fn run(env: &EnvSnapshot) -> anyhow::Result<()> {
     let cfg = crate::config::NodeConfig::from_env(env)?;
-    if let Some(dir) = env.get("LITE_NODE_COMPUTE_DIR") {
+    if let Some(dir) = &cfg.compute.local_dir {
+        let dir = dir.display();
         tracing::warn!(
             "LITE_NODE_COMPUTE_DIR={dir}: this node runs that directory's package as it is now, not a pinned \
              commit — for compute authors; an earning node pins SNAPSHOTTER_COMPUTE_REPO, _BRANCH and _COMMIT"

@@ -19,7 +19,7 @@ use lite_node_testkit::RedisServer;
 use lite_node_validator::{
     Market,
     aggregator::{Aggregator, Batch},
-    chain::{Chain, EpochFacts, Selection},
+    chain::{ChainReads, EpochFacts, Selection},
     consensus::Finalized,
     dequeuer::{Dequeuer, Reason, Verdict},
     finalizer::Finalizer,
@@ -45,7 +45,7 @@ struct TableChain {
     selected: BTreeMap<u64, String>,
 }
 
-impl Chain for TableChain {
+impl ChainReads for TableChain {
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
         Ok(self.signers.get(&slot_id).copied().unwrap_or(Address::ZERO))
     }

@@ -151,8 +151,11 @@ async fn run(url: Url, link: Link, mut outgoing: mpsc::UnboundedReceiver<(u64, S
     let mut delays = Policy::RECONNECT.delays();
     let mut down_since: Option<std::time::Instant> = None;
     loop {
-        let attempt =
-            tokio::time::timeout(Duration::from_secs(10), tokio_tungstenite::connect_async(url.as_str())).await;
+        let attempt = {
+            // wss:// needs the process's TLS provider, whoever else installed it or not.
+            lite_node_core::tls::install_crypto_provider();
+            tokio::time::timeout(Duration::from_secs(10), tokio_tungstenite::connect_async(url.as_str())).await
+        };
         let stream = match attempt {
             Ok(Ok((stream, _))) => stream,
             failed => {

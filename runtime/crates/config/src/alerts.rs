@@ -138,6 +138,34 @@ impl AlertConfig {
     }
 }
 
+/// Who an alert says it comes from (`lite-node alert test`): `SLOT_ID` (or
+/// the first of `SLOT_IDS`) and `SIGNER_ACCOUNT_ADDRESS`. Neither is
+/// required; a value that does not parse is an error naming it.
+pub fn alert_sender(env: &EnvSnapshot) -> Result<(Option<u64>, Option<String>), ConfigErrors> {
+    let mut problems = Vec::new();
+    let slot = match (env.get("SLOT_ID"), env.get("SLOT_IDS")) {
+        (Some(one), _) => one
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| problems.push(format!("SLOT_ID={one} is not a slot id (a whole number)")))
+            .ok(),
+        (None, Some(many)) => super::parse_slot_ids(many)
+            .map_err(|e| problems.push(format!("SLOT_IDS: {e}")))
+            .ok()
+            .and_then(|ids| ids.first().copied()),
+        (None, None) => None,
+    };
+    let signer = match env.get("SIGNER_ACCOUNT_ADDRESS") {
+        Some(a) => a
+            .parse::<alloy::primitives::Address>()
+            .map_err(|_| problems.push(format!("SIGNER_ACCOUNT_ADDRESS={a} is not an address (0x and 40 hex digits)")))
+            .ok()
+            .map(|a| a.to_string()),
+        None => None,
+    };
+    if problems.is_empty() { Ok((slot, signer)) } else { Err(ConfigErrors { problems }) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

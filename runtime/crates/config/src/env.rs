@@ -195,6 +195,9 @@ pub struct ComputeConfig {
     pub cargo: PathBuf,
     /// The rustc whose version keys the cache (`RUSTC`, default `rustc`).
     pub rustc: PathBuf,
+    /// `LITE_NODE_COMPUTE_DIR`: an author's package directory, built as it
+    /// is now (the source is then that directory, not a pinned commit).
+    pub local_dir: Option<PathBuf>,
 }
 
 /// Where projects.json comes from.
@@ -712,6 +715,7 @@ impl ComputeConfig {
             .map(|p| absolute(Path::new(p)))
             .unwrap_or_else(|| data_dir.join("compute"));
         let plugin_api_dir = env.get("LITE_NODE_PLUGIN_API_DIR").map(|p| absolute(Path::new(p)));
+        let local_dir = env.get("LITE_NODE_COMPUTE_DIR").map(|p| absolute(Path::new(p)));
         if problems.is_empty() {
             Ok(Self {
                 source,
@@ -722,10 +726,41 @@ impl ComputeConfig {
                 plugin_api_dir,
                 cargo: PathBuf::from(env.get("LITE_NODE_CARGO").unwrap_or("cargo")),
                 rustc: PathBuf::from(env.get("RUSTC").unwrap_or("rustc")),
+                local_dir,
             })
         } else {
             Err(ConfigErrors { problems })
         }
+    }
+}
+
+impl EnvSnapshot {
+    /// The toolchain and compute-package variables, all a devnet's child
+    /// nodes inherit (never an operator's alert channels or status port).
+    pub fn toolchain_and_compute(&self) -> Vec<(String, String)> {
+        const EXACT: [&str; 6] = ["PATH", "HOME", "TMPDIR", "RUSTC", "LITE_NODE_CARGO", "LITE_NODE_PLUGIN_API_DIR"];
+        const PREFIXES: [&str; 5] =
+            ["CARGO", "RUSTUP_", "LITE_NODE_COMPUTE_", "SNAPSHOTTER_COMPUTE_", "LITE_NODE_DATA_DIR"];
+        let inherited = |key: &str| EXACT.contains(&key) || PREFIXES.iter().any(|p| key.starts_with(p));
+        self.vars().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+    }
+
+    /// The environment a devnet builds its compute package in, and hands
+    /// its nodes: this one, with `data_dir`, and the devnet's own cache and
+    /// target under `cache` unless they are set; `LITE_NODE_COMPUTE_DIR`
+    /// made absolute (the nodes run in other directories).
+    pub fn for_devnet_compute(&self, data_dir: &Path, cache: &Path) -> EnvSnapshot {
+        let mut env = self.clone().with("LITE_NODE_DATA_DIR", data_dir.display().to_string());
+        if self.get("LITE_NODE_COMPUTE_CACHE_DIR").is_none() {
+            env = env.with("LITE_NODE_COMPUTE_CACHE_DIR", cache.join("compute").display().to_string());
+        }
+        if let Some(dir) = self.get("LITE_NODE_COMPUTE_DIR") {
+            env = env.with("LITE_NODE_COMPUTE_DIR", absolute(Path::new(dir)).display().to_string());
+        }
+        if self.get("LITE_NODE_COMPUTE_TARGET_DIR").is_none() {
+            env = env.with("LITE_NODE_COMPUTE_TARGET_DIR", cache.join("target").display().to_string());
+        }
+        env
     }
 }
 
@@ -744,6 +779,12 @@ fn bundled_computes_dir() -> PathBuf {
 }
 
 impl ProjectsSource {
+    /// Whether the environment names projects.json at all (`PROJECTS_CONFIG`
+    /// or `SNAPSHOT_CONFIG_REPO`).
+    pub fn configured(env: &EnvSnapshot) -> bool {
+        env.get("PROJECTS_CONFIG").is_some() || env.get("SNAPSHOT_CONFIG_REPO").is_some()
+    }
+
     /// `PROJECTS_CONFIG`, or the pinned `SNAPSHOT_CONFIG_REPO{,_BRANCH,_COMMIT}`.
     pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
         let mut problems = Vec::new();

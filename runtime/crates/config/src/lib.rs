@@ -9,10 +9,11 @@ mod alerts;
 mod chains;
 mod drill;
 mod env;
+mod logs;
 mod projects;
 mod slots;
 
-pub use alerts::{AlertConfig, BotConfig};
+pub use alerts::{AlertConfig, BotConfig, alert_sender};
 pub use chains::{AnchorConfig, ChainConfig};
 pub use drill::Drill;
 pub use env::{
@@ -20,6 +21,7 @@ pub use env::{
     ProjectsSource, REQUIRED, SafetySettings, SecretKey, WatchSettings,
 };
 pub use lite_node_core::url::{parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url};
+pub use logs::LogSettings;
 pub use projects::{PRELOAD_TASKS, Project, Projects};
 pub use slots::{MAX_SLOTS, SlotSigner, format_slot_ids, parse_slot_ids, read_signers_file};
 

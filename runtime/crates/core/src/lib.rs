@@ -13,6 +13,7 @@ pub mod retry;
 pub mod signals;
 pub mod supervisor;
 pub mod time;
+pub mod tls;
 pub mod url;
 
 pub use exit::{BadInput, ExitStatus};

@@ -52,6 +52,12 @@ impl Policy {
     /// forever (a server that accepts and at once closes is not hammered).
     pub const RECONNECT: Self =
         Self { first: Duration::from_millis(200), max: Duration::from_secs(10), retries: None, jitter: true };
+    /// State the node must write (the ledger after the collector answered,
+    /// the journal, the books, the cursor) while the disk refuses: forever,
+    /// from 250 ms up to 30 s; an answered submission is never lost to a
+    /// full disk, nor sent again.
+    pub const STATE: Self =
+        Self { first: Duration::from_millis(250), max: Duration::from_secs(30), retries: None, jitter: true };
     /// An alert while its channel is down: forever, from 250 ms up to 60 s
     /// (a rate limit's own `retry_after` takes precedence).
     pub const ALERT: Self =

@@ -289,17 +289,7 @@ pub async fn run(
 
     // The compute package: built once here, shared by the collector and every node.
     let cache = std::path::absolute(opts.devnet_dir.join("cache"))?;
-    let mut compute_env = env.clone().with("LITE_NODE_DATA_DIR", run_dir.join("collector").display().to_string());
-    if env.get("LITE_NODE_COMPUTE_CACHE_DIR").is_none() {
-        compute_env = compute_env.with("LITE_NODE_COMPUTE_CACHE_DIR", cache.join("compute").display().to_string());
-    }
-    if let Some(dir) = env.get("LITE_NODE_COMPUTE_DIR") {
-        // The nodes run elsewhere: they find the same directory.
-        compute_env = compute_env.with("LITE_NODE_COMPUTE_DIR", std::path::absolute(dir)?.display().to_string());
-    }
-    if env.get("LITE_NODE_COMPUTE_TARGET_DIR").is_none() {
-        compute_env = compute_env.with("LITE_NODE_COMPUTE_TARGET_DIR", cache.join("target").display().to_string());
-    }
+    let compute_env = env.for_devnet_compute(&run_dir.join("collector"), &cache);
     let compute_cfg = ComputeConfig::from_env(&compute_env)?;
     writeln!(out, "compute package: {}", describe_source(&compute_cfg))?;
     let package =
@@ -359,8 +349,7 @@ pub async fn run(
     let exe = std::env::current_exe().context("locating the lite-node binary")?;
     // Only the toolchain and compute-package variables: an operator's
     // own alert channels, status port or drills must not reach devnet children.
-    let child_env: Vec<(String, String)> =
-        compute_env.vars().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    let child_env: Vec<(String, String)> = compute_env.toolchain_and_compute();
 
     // The validator, when asked: its own Redis and process.
     let mut validator = if opts.validators > 0 {
@@ -773,7 +762,7 @@ fn write_projects(
 ) -> Result<String> {
     let given = match &opts.projects {
         Some(path) => Some(lite_node_config::ProjectsSource::File(std::path::absolute(path)?)),
-        None if env.get("PROJECTS_CONFIG").is_some() || env.get("SNAPSHOT_CONFIG_REPO").is_some() => {
+        None if lite_node_config::ProjectsSource::configured(env) => {
             Some(lite_node_config::ProjectsSource::from_env(env)?)
         }
         None => None,
@@ -891,21 +880,10 @@ fn describe_source(cfg: &ComputeConfig) -> String {
     }
 }
 
-/// Variables a devnet node takes from the devnet's own environment.
-fn inherited(key: &str) -> bool {
-    const EXACT: [&str; 6] = ["PATH", "HOME", "TMPDIR", "RUSTC", "LITE_NODE_CARGO", "LITE_NODE_PLUGIN_API_DIR"];
-    const PREFIXES: [&str; 5] =
-        ["CARGO", "RUSTUP_", "LITE_NODE_COMPUTE_", "SNAPSHOTTER_COMPUTE_", "LITE_NODE_DATA_DIR"];
-    EXACT.contains(&key) || PREFIXES.iter().any(|p| key.starts_with(p))
-}
-
 /// The nodes log to files at `info` at least (start-up is detected from
 /// their logs); a more verbose `RUST_LOG` is passed on.
 fn node_log_filter(env: &EnvSnapshot) -> String {
-    match env.get("RUST_LOG") {
-        Some(f) if f.contains("debug") || f.contains("trace") => f.to_owned(),
-        _ => "info".to_owned(),
-    }
+    lite_node_config::LogSettings::from_env(env).map_or_else(|_| "info".to_owned(), |log| log.for_child_logs())
 }
 
 /// A signer key for a slot the saved world did not register (public:

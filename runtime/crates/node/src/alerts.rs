@@ -292,14 +292,8 @@ impl Channel {
     }
 }
 
-/// Installs the process-wide TLS crypto provider once (ring, the only one in
-/// the tree), so no TLS user depends on rustls guessing it.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 fn bot_channel(cfg: &BotConfig) -> Result<Channel, String> {
-    install_crypto_provider();
+    lite_node_core::tls::install_crypto_provider();
     // teloxide's own HTTP client (its reqwest), with timeouts that suit alerts.
     let client = teloxide::net::default_reqwest_settings()
         .connect_timeout(Duration::from_secs(10))

@@ -274,20 +274,37 @@ impl SlotStatus {
     }
 }
 
+/// A kind of trouble `/health` reports: each is set by the room that
+/// notices it and cleared by the same room when it works again. Listed in
+/// the order `/health` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Trouble {
+    /// The anchor's head has not moved for too long (`EpochWork::polled`).
+    AnchorHead,
+    /// Submissions cannot reach the collector (the submitter).
+    Collector,
+    /// Computes hung past their timeout (the node's hung-compute watch).
+    Computes,
+    /// The anchor does not answer the epoch loop's polls.
+    Anchor,
+    /// The node's state cannot be written (the epoch loop).
+    State,
+}
+
 /// What is failing right now, by kind, shared by the rooms that notice it.
 #[derive(Debug, Default)]
-pub struct Troubles(Mutex<std::collections::BTreeMap<&'static str, String>>);
+pub struct Troubles(Mutex<std::collections::BTreeMap<Trouble, String>>);
 
 impl Troubles {
     /// `what` is failing (`Some`, why) or works again (`None`).
-    pub fn set(&self, what: &'static str, problem: Option<String>) {
+    pub fn set(&self, what: Trouble, problem: Option<String>) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         match problem {
             Some(p) => {
                 map.insert(what, p);
             }
             None => {
-                map.remove(what);
+                map.remove(&what);
             }
         }
     }

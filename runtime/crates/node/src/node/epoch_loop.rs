@@ -15,6 +15,7 @@ use crate::{
     epochs::{Epoch, Poll, PollError},
     exit::BadInput,
     retry::Policy,
+    status::Trouble,
 };
 
 /// The anchor side: released epochs in order, and the persisted cursor.
@@ -44,7 +45,7 @@ pub trait Work {
     fn record(&mut self, epoch: &Epoch, outcomes: &Self::Outcomes) -> anyhow::Result<()>;
     /// Something the loop keeps retrying (the anchor, writing state) started
     /// failing (`Some`, why) or cleared (`None`).
-    fn trouble(&self, _what: &'static str, _problem: Option<String>) {}
+    fn trouble(&self, _what: Trouble, _problem: Option<String>) {}
     /// The anchor answered a poll (its head, what it scanned, what was new).
     fn polled(&mut self, _poll: &Poll) {}
 }
@@ -99,8 +100,8 @@ pub async fn run<E: Epochs, W: Work>(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<Exit> {
     tokio::pin!(shutdown);
-    let mut anchor = Trouble::new("polling the anchor chain");
-    let mut disk = Trouble::new("saving the node's state");
+    let mut anchor = Outage::new(Trouble::Anchor, "polling the anchor chain", Policy::CHAIN);
+    let mut disk = Outage::new(Trouble::State, "saving the node's state", Policy::STATE);
     let mut state = State::Polling;
     loop {
         state = match state {
@@ -212,35 +213,37 @@ async fn work_with_grace<W: Work>(
 
 /// One kind of failure the loop retries: its backoff, one warning per
 /// outage rather than one per attempt, and the report to [`Work::trouble`].
-struct Trouble {
+struct Outage {
+    kind: Trouble,
     what: &'static str,
+    policy: Policy,
     delays: ExponentialBackoff,
     failing: bool,
 }
 
-impl Trouble {
-    fn new(what: &'static str) -> Self {
-        Self { what, delays: Policy::CHAIN.delays(), failing: false }
+impl Outage {
+    fn new(kind: Trouble, what: &'static str, policy: Policy) -> Self {
+        Self { kind, what, policy, delays: policy.delays(), failing: false }
     }
 
     fn cleared(&mut self, work: &impl Work) {
         if self.failing {
             tracing::info!("{} works again", self.what);
             self.failing = false;
-            work.trouble(self.what, None);
+            work.trouble(self.kind, None);
         }
-        self.delays = Policy::CHAIN.delays();
+        self.delays = self.policy.delays();
     }
 
     fn failed(&mut self, work: &impl Work, e: &impl std::fmt::Display) -> Duration {
-        let wait = self.delays.next().unwrap_or(Policy::CHAIN.max);
+        let wait = self.delays.next().unwrap_or(self.policy.max);
         if self.failing {
             tracing::debug!("{} still failing ({e}); next try in {wait:?}", self.what);
         } else {
             tracing::warn!("{} failed ({e}); retrying with backoff", self.what);
             self.failing = true;
         }
-        work.trouble(self.what, Some(format!("{} failed: {e}", self.what)));
+        work.trouble(self.kind, Some(format!("{} failed: {e}", self.what)));
         wait
     }
 }
@@ -330,10 +333,10 @@ mod tests {
             self.log.lock().unwrap().push(format!("record {}", epoch.epoch_id));
             Ok(())
         }
-        fn trouble(&self, what: &'static str, problem: Option<String>) {
+        fn trouble(&self, what: Trouble, problem: Option<String>) {
             let line = match problem {
                 Some(p) => format!("trouble: {p}"),
-                None => format!("cleared: {what}"),
+                None => format!("cleared: {what:?}"),
             };
             self.log.lock().unwrap().push(line);
         }
@@ -394,7 +397,7 @@ mod tests {
                 "poll error connection refused",
                 trouble,
                 "poll [7]",
-                "cleared: polling the anchor chain",
+                "cleared: Anchor",
                 "work 7",
                 "record 7",
                 "handled 7"
@@ -453,7 +456,7 @@ mod tests {
                 trouble,
                 "record 2",
                 "handled 2",
-                "cleared: saving the node's state",
+                "cleared: State",
                 "scanned to 9",
             ],
             "worked once, recorded when the disk allows, then handled"

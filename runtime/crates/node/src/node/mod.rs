@@ -43,7 +43,7 @@ use crate::{
     retry::{Policy, retry},
     safety::{self, Activity, NodeStuck},
     snapshots::SnapshotStore,
-    status::{Info, Metrics, NodeStatus, SlotStatus},
+    status::{Info, Metrics, NodeStatus, SlotStatus, Trouble},
     submission::{Ledger, Submitter},
     supervisor::Supervisor,
 };
@@ -295,7 +295,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             loop {
                 let n = *hung.borrow_and_update();
                 let problem = (n > 0).then(|| format!("{n} compute(s) hung past their timeout"));
-                hung_status.troubles.set("computes", problem);
+                hung_status.troubles.set(Trouble::Computes, problem);
                 if hung.changed().await.is_err() {
                     // The executor is gone: the node is stopping.
                     std::future::pending::<()>().await;

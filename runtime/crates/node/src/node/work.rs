@@ -21,7 +21,7 @@ use crate::{
     outcome::{Outcome, OutcomeKind},
     retry::{Policy, retry},
     snapshots::SnapshotStore,
-    status::{NodeStatus, SlotLabel, SlotStatus},
+    status::{NodeStatus, SlotLabel, SlotStatus, Trouble},
     submission::Submitter,
 };
 
@@ -140,7 +140,7 @@ impl Work for EpochWork {
         Ok(())
     }
 
-    fn trouble(&self, what: &'static str, problem: Option<String>) {
+    fn trouble(&self, what: Trouble, problem: Option<String>) {
         self.status.troubles.set(what, problem);
     }
 
@@ -160,7 +160,7 @@ impl Work for EpochWork {
         }
         let stalled = self.head_since.filter(|(_, since)| since.elapsed() > self.anchor_stall_after);
         self.status.troubles.set(
-            "anchor head",
+            Trouble::AnchorHead,
             stalled.map(|(head, since)| {
                 format!("the anchor chain's head has been stuck at block {head} for {}s", since.elapsed().as_secs())
             }),

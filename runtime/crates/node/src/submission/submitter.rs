@@ -19,7 +19,7 @@ use crate::{
     ipfs::Ipfs,
     retry::{Policy, retry},
     snapshots::Stored,
-    status::NodeStatus,
+    status::{NodeStatus, Trouble},
 };
 
 /// Signs and sends computed snapshots, once per (epoch, project id).
@@ -95,12 +95,12 @@ impl Submitter {
             async || anchor.head().await.map(|h| h <= deadline).unwrap_or(true),
             |error: &str| {
                 metrics.submission_retries.inc();
-                troubles.set("collector", Some(format!("submitting to {} failed: {error}", self.endpoint)));
+                troubles.set(Trouble::Collector, Some(format!("submitting to {} failed: {error}", self.endpoint)));
             },
         )
         .await;
         if !matches!(verdict, Verdict::Unreachable(_)) {
-            troubles.set("collector", None);
+            troubles.set(Trouble::Collector, None);
         }
         if verdict != Verdict::Accepted {
             metrics.submission_failures.inc();
@@ -122,7 +122,7 @@ impl Submitter {
             let verdict = status.to_string();
             let write =
                 || async { self.ledger.record(epoch.epoch_id, epoch.released_block, id, &stored.cid, &verdict) };
-            retry(Policy::CHAIN, "recording a submission in the ledger", write, |_| true).await?;
+            retry(Policy::STATE, "recording a submission in the ledger", write, |_| true).await?;
         }
         Ok(status)
     }

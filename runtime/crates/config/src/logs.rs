@@ -1,0 +1,37 @@
+//! How a process logs: `RUST_LOG` (the filter, default `info`) and
+//! `LOG_FORMAT` (`text`, the default, or `json`: one object per line, for
+//! operators who ship logs).
+
+use crate::{ConfigErrors, EnvSnapshot};
+
+/// The log settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSettings {
+    /// An `EnvFilter` directive (`RUST_LOG`, default `info`).
+    pub filter: String,
+    /// `LOG_FORMAT=json`.
+    pub json: bool,
+}
+
+impl LogSettings {
+    pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
+        let filter = env.get("RUST_LOG").unwrap_or("info").to_owned();
+        let json = match env.get("LOG_FORMAT").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("text") => false,
+            Some("json") => true,
+            Some(other) => {
+                return Err(ConfigErrors::one(format!(
+                    "LOG_FORMAT={other} is not a log format: use text (the default) or json"
+                )));
+            }
+        };
+        Ok(Self { filter, json })
+    }
+
+    /// What a child process that logs to a file is given: at least `info`
+    /// (its start-up is read from its log), or this filter when it asks for
+    /// more (`debug`, `trace`).
+    pub fn for_child_logs(&self) -> String {
+        if self.filter.contains("debug") || self.filter.contains("trace") { self.filter.clone() } else { "info".into() }
+    }
+}
