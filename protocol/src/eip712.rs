@@ -99,8 +99,9 @@ impl Signer {
     /// A signer for one anchor chain and ProtocolState; `key` is the raw
     /// secp256k1 secret (the caller keeps it out of logs).
     pub fn new(key: &[u8; 32], chain_id: u64, protocol_state: Address) -> Result<Self, String> {
-        let key = PrivateKeySigner::from_slice(key)
-            .map_err(|_| "SIGNER_ACCOUNT_PRIVATE_KEY is not a valid secp256k1 key".to_owned())?;
+        let key = PrivateKeySigner::from_slice(key).map_err(|_| {
+            "the signer key is not a valid secp256k1 key (zero, or not below the curve order)".to_owned()
+        })?;
         Ok(Self { key, domain: domain(chain_id, protocol_state) })
     }
 

@@ -24,6 +24,7 @@ use std::{
 };
 
 use alloy::primitives::Address;
+use lite_node_core::retry::Policy;
 use lite_node_protocol::{
     eip712,
     proto::{Request, SnapshotSubmission},
@@ -233,7 +234,7 @@ impl<C: ChainReads> Dequeuer<C> {
     }
 
     async fn work(&self, batch: usize) {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Policy::REDIS.delays();
         // Items this worker took and could not give back or acknowledge
         // (Redis went away): returned before anything new is taken, so a
         // live worker never sits on items that recovery would think are held.
@@ -244,18 +245,17 @@ impl<C: ChainReads> Dequeuer<C> {
                     Ok(()) => unreturned.clear(),
                     Err(e) => {
                         tracing::warn!("dequeuer: cannot give back {} submissions yet ({e})", unreturned.len());
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        tokio::time::sleep(backoff.next().unwrap_or(Policy::REDIS.max)).await;
                         continue;
                     }
                 }
             }
             match self.round_keeping(batch, Duration::from_secs(1), &mut unreturned).await {
-                Ok(_) => backoff = Duration::from_millis(100),
+                Ok(_) => backoff = Policy::REDIS.delays(),
                 Err(e) => {
-                    tracing::warn!("dequeuer: {e}; retrying in {backoff:?}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    let wait = backoff.next().unwrap_or(Policy::REDIS.max);
+                    tracing::warn!("dequeuer: {e}; retrying in {wait:?}");
+                    tokio::time::sleep(wait).await;
                 }
             }
         }
@@ -566,6 +566,29 @@ pub async fn load_scripts(conn: &mut ConnectionManager) -> redis::RedisResult<()
     Ok(())
 }
 
+/// Where a submission's epoch stands, from its window and facts in Redis
+/// and the anchor head. An epoch not seen here may still be released but
+/// not seen yet: a deadline still ahead of the head (and no further than a
+/// node may sign from a release at or before it) keeps the submission
+/// waiting. Without a head (the event monitor down past its key's expiry)
+/// nothing can be told apart: `Err`, and the batch is given back, not judged.
+fn standing(
+    window: Option<&str>,
+    facts: Option<EpochFacts>,
+    head: Option<u64>,
+    deadline: u64,
+) -> Result<EpochStanding, String> {
+    let Some(epoch) = facts else {
+        let head = head.ok_or("no anchor head in Redis: is the event monitor running?")?;
+        let reachable = deadline >= head && deadline <= head.saturating_add(WINDOW_BLOCKS);
+        return Ok(if reachable { EpochStanding::NotYetSeen } else { EpochStanding::Unknown });
+    };
+    Ok(match window {
+        Some("open") => EpochStanding::Open { release_block: epoch.release_block },
+        _ => EpochStanding::Closed,
+    })
+}
+
 /// The chain and the epochs as one batch of a dequeuer sees them: the
 /// windows and anchor head it read from Redis, the signers it caches.
 struct BatchFacts<'a, C> {
@@ -586,20 +609,7 @@ impl<C> BatchFacts<'_, C> {
 impl<C: ChainReads> Facts for BatchFacts<'_, C> {
     async fn epoch(&self, r: &Request) -> Result<EpochStanding, String> {
         let (window, facts) = self.snapshot.windows.get(&r.epoch_id).cloned().unwrap_or((None, None));
-        let Some(epoch) = facts else {
-            // Perhaps released but not seen here yet: a deadline still ahead
-            // of the head (and no further than a node may sign from a release
-            // at or before it) keeps the submission waiting. Without a head
-            // (the event monitor down past its key's expiry) nothing can be
-            // told apart: the batch is given back, not judged.
-            let head = self.head()?;
-            let reachable = r.deadline >= head && r.deadline <= head.saturating_add(WINDOW_BLOCKS);
-            return Ok(if reachable { EpochStanding::NotYetSeen } else { EpochStanding::Unknown });
-        };
-        Ok(match window.as_deref() {
-            Some("open") => EpochStanding::Open { release_block: epoch.release_block },
-            _ => EpochStanding::Closed,
-        })
+        standing(window.as_deref(), facts, self.snapshot.head, r.deadline)
     }
 
     async fn head(&self) -> Result<u64, String> {
@@ -618,5 +628,45 @@ impl<C: ChainReads> Facts for BatchFacts<'_, C> {
     async fn selection(&self, r: &Request) -> Result<Selection, String> {
         let epoch = self.epoch_facts(r.epoch_id).ok_or("the selection of an epoch not open")?;
         self.dequeuer.chain.selection(epoch, r.slot_id, &r.project_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FACTS: EpochFacts = EpochFacts { epoch_id: 5, release_block: 100, begin: 1, end: 1 };
+
+    #[test]
+    fn an_open_window_gives_its_release_and_any_other_is_closed() {
+        assert_eq!(standing(Some("open"), Some(FACTS), Some(101), 120), Ok(EpochStanding::Open { release_block: 100 }));
+        assert_eq!(standing(Some("closed"), Some(FACTS), Some(140), 120), Ok(EpochStanding::Closed));
+        // Facts kept after the window key expired: closed, not open.
+        assert_eq!(standing(None, Some(FACTS), Some(300), 120), Ok(EpochStanding::Closed));
+    }
+
+    #[test]
+    fn an_epoch_not_seen_waits_only_while_its_deadline_is_reachable() {
+        // Ahead of the head and within a window of it: maybe released, not seen yet.
+        assert_eq!(standing(None, None, Some(100), 100), Ok(EpochStanding::NotYetSeen));
+        assert_eq!(standing(None, None, Some(100), 100 + WINDOW_BLOCKS), Ok(EpochStanding::NotYetSeen));
+        // Passed, or further than any node signs: not released here.
+        assert_eq!(standing(None, None, Some(100), 99), Ok(EpochStanding::Unknown));
+        assert_eq!(standing(None, None, Some(100), 101 + WINDOW_BLOCKS), Ok(EpochStanding::Unknown));
+    }
+
+    #[test]
+    fn without_a_head_an_unseen_epoch_is_not_judged() {
+        let err = standing(None, None, None, 120).unwrap_err();
+        assert!(err.contains("is the event monitor running"), "{err}");
+        // A known epoch needs no head to be told.
+        assert_eq!(standing(Some("open"), Some(FACTS), None, 120), Ok(EpochStanding::Open { release_block: 100 }));
+    }
+
+    #[test]
+    fn a_reason_found_at_the_commit_reads_as_what_happened() {
+        assert!(Rejection::at_commit(Reason::Duplicate).detail.contains("already submitted this CID"));
+        assert!(Rejection::at_commit(Reason::Equivocation).detail.contains("another CID"));
+        assert!(Rejection::at_commit(Reason::WindowClosed).detail.contains("window closed"));
     }
 }

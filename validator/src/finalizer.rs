@@ -17,6 +17,7 @@ use std::{
     time::Duration,
 };
 
+use lite_node_core::retry::{Delays, Policy};
 use redis::{AsyncCommands, Script, aio::ConnectionManager};
 use serde_json::json;
 
@@ -214,12 +215,10 @@ where
     F: FnMut(String) -> Fut + 'a,
     Fut: std::future::Future<Output = Result<(), String>> + 'a,
 {
-    const FIRST: Duration = Duration::from_millis(100);
-    let mut backoff = FIRST;
-    let pause = |what: String, backoff: &mut Duration| {
-        tracing::warn!("{who}: {what}; retrying in {backoff:?}");
-        let wait = *backoff;
-        *backoff = (*backoff * 2).min(Duration::from_secs(5));
+    let mut backoff = Policy::REDIS.delays();
+    let pause = |what: String, backoff: &mut Delays| {
+        let wait = backoff.next().unwrap_or(Policy::REDIS.max);
+        tracing::warn!("{who}: {what}; retrying in {wait:?}");
         tokio::time::sleep(wait)
     };
     loop {
@@ -237,7 +236,7 @@ where
         while let Err(e) = queue.ack(&taken).await {
             pause(format!("redis: {e}"), &mut backoff).await;
         }
-        backoff = FIRST;
+        backoff = Policy::REDIS.delays();
     }
 }
 

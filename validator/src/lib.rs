@@ -101,20 +101,11 @@ pub async fn connect(client: &redis::Client) -> redis::RedisResult<redis::aio::C
     redis::aio::ConnectionManager::new_with_config(client.clone(), config).await
 }
 
-/// [`connect`], retried every 2 s until Redis answers (a worker starting
-/// before Redis, or while it restarts).
+/// [`connect`], retried under `Policy::REDIS` until Redis answers (a worker
+/// starting before Redis, or while it restarts); one warning per outage.
 pub async fn connect_retrying(client: &redis::Client, who: &str) -> redis::aio::ConnectionManager {
-    let mut warned = false;
-    loop {
-        match connect(client).await {
-            Ok(c) => return c,
-            Err(e) => {
-                if !warned {
-                    tracing::warn!("{who}: Redis unreachable ({e}); retrying every 2 s");
-                    warned = true;
-                }
-                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-            }
-        }
-    }
+    let what = format!("{who}: connecting to Redis");
+    let result =
+        lite_node_core::retry::retry(lite_node_core::retry::Policy::REDIS, what, || connect(client), |_| true).await;
+    result.expect("Policy::REDIS retries for ever")
 }

@@ -122,9 +122,20 @@ fn a_rate_limit_is_waited_out_and_an_api_that_is_down_gets_the_alert_once_back()
     assert_eq!(refused[0]["status"], 429);
 
     api.down();
-    let before = std::time::Instant::now();
-    alerter.notify(AlertKind::Recovered { epoch_id: 5, failures: 3 }, &Books::default());
-    assert!(before.elapsed() < Duration::from_millis(100), "notify does not wait for delivery");
+    // notify returns while the API is down (and stays down until after it
+    // returned): were it waiting for delivery, it could not return before
+    // `up` below, and the deadline would fail the test.
+    let (returned, notified) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let handle = rt.handle().clone();
+        let alerter = &alerter;
+        scope.spawn(move || {
+            let _inside = handle.enter();
+            alerter.notify(AlertKind::Recovered { epoch_id: 5, failures: 3 }, &Books::default());
+            returned.send(()).unwrap();
+        });
+        notified.recv_timeout(Duration::from_secs(30)).expect("notify returned while the API was down");
+    });
     poll_until("a refused attempt while down", Duration::from_secs(30), || {
         (api.refused().iter().filter(|r| r["status"] == 502).count() >= 2).then_some(())
     });

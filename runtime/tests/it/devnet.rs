@@ -183,11 +183,24 @@ fn a_killed_node_is_restarted_and_rejoins_without_a_duplicate() {
 #[test]
 fn a_stalled_anvil_is_waited_out() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--epochs", "5", "--nodes", "3", "--fault", "stall-anvil:16@3"];
+    let record = dir.path().join("run.json");
+    let args = ["--epochs", "5", "--nodes", "3", "--fault", "stall-anvil:16@3", "--json", record.to_str().unwrap()];
     let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("15 accepted, 0 rejected, 0 missing"), "{stdout}");
+    // The stall happened: no node could read epoch 3 while anvil was
+    // stopped, so each of its acknowledgements came 16 s or more after the
+    // release was sent; the epochs around it were not held up.
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let latencies = |epoch_id: u64| -> Vec<f64> {
+        let epoch = json["epochs"].as_array().unwrap().iter().find(|e| e["epochId"] == epoch_id).unwrap();
+        epoch["submissions"].as_array().unwrap().iter().map(|s| s["latencyMs"].as_f64().unwrap()).collect()
+    };
+    let stalled = latencies(3);
+    assert!(!stalled.is_empty() && stalled.iter().all(|ms| *ms >= 16_000.0), "epoch 3: {stalled:?}");
+    let before = latencies(2);
+    assert!(before.iter().all(|ms| *ms < 16_000.0), "epoch 2 came before the stall: {before:?}");
 }
 
 #[test]

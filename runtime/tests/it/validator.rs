@@ -178,10 +178,27 @@ fn a_dequeuer_killed_mid_burst_and_started_again_gives_every_submission_exactly_
     let redis = RedisServer::start();
     s.open_and_queue(&redis);
     let log = s.cache.path().join("validator.log");
-    let mut first = s.dequeuer(&redis, &log);
-    let at_kill = wait_for_verdicts(&s, &redis.url(), BURST / 10, &mut first, &log);
-    first.kill().unwrap(); // SIGKILL
-    first.wait().unwrap();
+    // SIGKILL a dequeuer until the kill lands while its workers hold items
+    // (checked after the kill, when nothing can move them): between two
+    // batches, nothing would be left to recover. Each try lets it work a
+    // little further into the burst.
+    let held_at_kill = |s: &Setup| -> u64 {
+        let mut conn = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
+        redis::Commands::llen(&mut conn, s.market.keys.submission_processing()).unwrap()
+    };
+    let (mut at_kill, mut held) = (0, 0);
+    for attempt in 1..=5 {
+        let mut first = s.dequeuer(&redis, &log);
+        at_kill = wait_for_verdicts(&s, &redis.url(), at_kill + BURST / 20, &mut first, &log);
+        first.kill().unwrap(); // SIGKILL
+        first.wait().unwrap();
+        held = held_at_kill(&s);
+        if held > 0 {
+            break;
+        }
+        eprintln!("try {attempt}: the kill came between two batches; again");
+    }
+    assert!(held > 0, "in 5 tries no kill landed while items were held");
     let after = s.verdicts(&redis.url()).unwrap();
     assert!(after < BURST, "killed mid-burst: {at_kill} verdicts at the kill, {after} after");
 

@@ -208,8 +208,39 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
         .await
         .unwrap(); // malformed
 
+    // Each submission's own verdict, in the order they were queued (one
+    // batch takes them first in, first out).
     let verdicts = w.drain().await;
-    assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Accepted).count(), 5, "{verdicts:#?}");
+    let got: Vec<Option<Reason>> = verdicts
+        .iter()
+        .filter(|v| **v != Verdict::Deferred)
+        .map(|v| match v {
+            Verdict::Accepted => None,
+            Verdict::Rejected(reason, _) => Some(*reason),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    use Reason::*;
+    let expected = [
+        None,
+        None,
+        None,
+        None,
+        None, // the five votes
+        Some(BadSignature),
+        Some(WrongSigner),
+        Some(DeadlinePassed),
+        Some(DeadlineTooFar),
+        Some(NotSelected),
+        Some(WrongPool),
+        Some(Duplicate),
+        Some(Equivocation),
+        Some(UnregisteredSlot),
+        Some(UnknownEpoch),
+        Some(BadForm),
+        Some(Malformed),
+    ];
+    assert_eq!(got, expected, "{verdicts:#?}");
     let counters = w.counters().await;
     assert_eq!(counters.get("accepted"), Some(&5));
     assert_eq!(counters.get("received"), Some(&16), "the gateway counted what it queued");

@@ -13,6 +13,9 @@ use std::{fmt::Display, future::Future, time::Duration};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder, Retryable};
 
+/// A policy's waits, one after another (`Policy::delays`).
+pub type Delays = ExponentialBackoff;
+
 /// How to retry one kind of operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
@@ -58,6 +61,10 @@ impl Policy {
     /// full disk, nor sent again.
     pub const STATE: Self =
         Self { first: Duration::from_millis(250), max: Duration::from_secs(30), retries: None, jitter: true };
+    /// Redis while it cannot be reached, restarts or refuses (a validator's
+    /// workers and their connections): forever, from 100 ms up to 5 s.
+    pub const REDIS: Self =
+        Self { first: Duration::from_millis(100), max: Duration::from_secs(5), retries: None, jitter: false };
     /// An alert while its channel is down: forever, from 250 ms up to 60 s
     /// (a rate limit's own `retry_after` takes precedence).
     pub const ALERT: Self =
@@ -75,7 +82,7 @@ impl Policy {
 
     /// The waits one after another (`None` once the attempts are used up):
     /// for loops that poll rather than call.
-    pub fn delays(&self) -> ExponentialBackoff {
+    pub fn delays(&self) -> Delays {
         self.builder().build()
     }
 }

@@ -8,6 +8,7 @@
 //! epoch, and can write everything needed to re-verify the run as JSON.
 
 pub mod collector;
+mod fault;
 mod process;
 mod record;
 mod validator;
@@ -37,6 +38,7 @@ use lite_node_core::{
 };
 
 use crate::collector::{DevnetCollector, EpochAssignment, Received, SelectionCheck};
+pub use fault::{Fault, parse_fault};
 use process::{AnvilProcess, Guarded, stop_all};
 use world::{Driver, Manifest};
 
@@ -68,8 +70,8 @@ pub struct Options {
     pub faults: Vec<Fault>,
     /// A Telegram Bot API for the nodes' alerts (placeholder token and chat).
     pub telegram_api_url: Option<String>,
-    /// Validators behind the collector (0 or 1; the network of validators
-    /// comes later).
+    /// Validators behind the collector. The types hold any number; the
+    /// check allows one until validators agree with each other (gossip).
     pub validators: u64,
     /// The nodes follow the anchor over a WebSocket (new heads) instead of
     /// polling it over HTTP.
@@ -90,50 +92,6 @@ pub fn default_dir() -> PathBuf {
         here
     } else {
         built_from.canonicalize().unwrap_or(built_from)
-    }
-}
-
-/// A `--fault` drill.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// `compute-error:SLOT`, `empty-return:SLOT`: that node's selected computes fail.
-    Drill(u64, lite_node_config::Drill),
-    /// `kill-node:SLOT@EPOCH`: that node is SIGKILLed right after the epoch's release.
-    KillNode { slot: u64, epoch: u64 },
-    /// `stall-anvil:SECS@EPOCH`: anvil stops answering for SECS right after the epoch's release.
-    StallAnvil { secs: u64, epoch: u64 },
-}
-
-/// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`) or
-/// `kill-node:SLOT@EPOCH`.
-pub fn parse_fault(s: &str) -> Result<Fault, String> {
-    let (kind, rest) = s
-        .split_once(':')
-        .ok_or_else(|| format!("--fault {s}: expected KIND:SLOT (e.g. compute-error:1) or kill-node:SLOT@EPOCH"))?;
-    let number = |n: &str, what: &str| n.parse::<u64>().map_err(|_| format!("--fault {s}: `{n}` is not {what}"));
-    if kind == "kill-node" {
-        let (slot, epoch) =
-            rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected kill-node:SLOT@EPOCH"))?;
-        return Ok(Fault::KillNode { slot: number(slot, "a slot number")?, epoch: number(epoch, "an epoch id")? });
-    }
-    if kind == "stall-anvil" {
-        let (secs, epoch) =
-            rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected stall-anvil:SECONDS@EPOCH"))?;
-        let (secs, epoch) = (number(secs, "a number of seconds")?, number(epoch, "an epoch id")?);
-        return Ok(Fault::StallAnvil { secs, epoch });
-    }
-    let drill =
-        kind.parse().map_err(|e: String| format!("{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH"))?;
-    Ok(Fault::Drill(number(rest, "a slot number")?, drill))
-}
-
-impl Fault {
-    /// The slot a drill is on, if it is on one.
-    fn slot(&self) -> Option<u64> {
-        match *self {
-            Self::Drill(slot, _) | Self::KillNode { slot, .. } => Some(slot),
-            Self::StallAnvil { .. } => None,
-        }
     }
 }
 
@@ -165,6 +123,11 @@ impl Options {
             Fault::Drill(slot, drill) => Some((slot, drill)),
             _ => None,
         })
+    }
+
+    /// The alert drill a node working `slots` runs, if any.
+    fn drill_of(&self, slots: &[u64]) -> Option<lite_node_config::Drill> {
+        self.faults.iter().find_map(|f| f.drill_for(slots))
     }
 }
 
@@ -253,7 +216,9 @@ const FINISH_GRACE: Duration = Duration::from_secs(5);
 
 const ANVIL_BIN: &str = "node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil";
 
-/// Runs the devnet until `opts.epochs` epochs are done or `shutdown` completes.
+/// Runs the devnet until `opts.epochs` epochs are done or `shutdown`
+/// completes: [`Devnet::start`], then [`Devnet::release`] and
+/// [`Devnet::settle`] each epoch, then [`Devnet::stop`].
 pub async fn run(
     opts: Options,
     env: EnvSnapshot,
@@ -261,436 +226,545 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary> {
     tokio::pin!(shutdown);
-    let started = Instant::now();
-    let world_dir = opts.world.clone().unwrap_or_else(|| opts.devnet_dir.join("world"));
-    let anvil_bin = opts.devnet_dir.join(ANVIL_BIN);
-    check_options(&opts, &world_dir, &anvil_bin)?;
-    let manifest = Manifest::load(&world_dir)?;
-    let total_slots = opts.total_slots.unwrap_or(opts.our_slots());
-
-    // One devnet per run directory at a time; the run directory starts empty.
-    let run_dir = std::path::absolute(opts.run_dir.clone().unwrap_or_else(|| opts.devnet_dir.join("run")))?;
-    let lock_path = run_dir.with_extension("lock");
-    if let Some(parent) = lock_path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let lock = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
-    if lock.try_lock().is_err() {
-        bail!(BadInput(format!(
-            "another lite-node devnet is using {} (it holds {})",
-            run_dir.display(),
-            lock_path.display()
-        )));
-    }
-    if run_dir.exists() {
-        std::fs::remove_dir_all(&run_dir).with_context(|| format!("clearing {}", run_dir.display()))?;
-    }
-    std::fs::create_dir_all(&run_dir)?;
-
-    // The compute package: built once here, shared by the collector and every node.
-    let cache = std::path::absolute(opts.devnet_dir.join("cache"))?;
-    let compute_env = env.for_devnet_compute(&run_dir.join("collector"), &cache);
-    let compute_cfg = ComputeConfig::from_env(&compute_env)?;
-    writeln!(out, "compute package: {}", describe_source(&compute_cfg))?;
-    let package =
-        tokio::task::spawn_blocking(move || -> Result<LoadedPackage> { Ok(compute::load(&compute_cfg)?) }).await??;
-    let package = Arc::new(package);
-    writeln!(out, "compute package {} ready", package.package.manifest.commit)?;
-
-    // projects.json: the given projects (or the BDS base snapshot) over the
-    // world's pools, checked against the package before anything starts.
-    let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
-    let projects = run_dir.join("projects.json");
-    let described = write_projects(&opts, &env, &run_dir, &pools, &package, &projects)?;
-    writeln!(out, "projects: {described}")?;
-
-    // The chain.
-    let mut anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
-    let url = anvil.url();
-    let protocol_state = world::address(&manifest.protocol_state, "protocolState")?;
-    let data_market = world::address(&manifest.data_market, "dataMarket")?;
-    let parsed = lite_node_core::url::parse_rpc_url(&url).map_err(|e| anyhow!(e))?;
-    let chains =
-        Chains::connect(&ChainConfig::local(parsed, protocol_state, data_market, &env)?).map_err(|e| anyhow!(e))?;
-    let driver = Driver { rpc: chains.source.clone(), manifest: manifest.clone() };
-    // Lost on --load-state: Uniswap's gas depends on timestamps moving.
-    driver.call("anvil_setBlockTimestampInterval", json!([12])).await?;
-    let anchor = chains.anchor()?.clone();
-
-    // Nodes: the world's signer of each node's first slot where it has one, a
-    // derived key beyond; every slot of a node registered to its signer.
-    let mut slots = Vec::new();
-    for n in 1..=opts.nodes {
-        let first = *opts.slots_of(n).start();
-        let from_world = manifest.slots.iter().find(|s| s.slot_id == first).and_then(|s| manifest.key_of(&s.signer));
-        let key = from_world.map_or_else(|| derived_key(first), str::to_owned);
-        let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("slot {first}'s key: {e}"))?;
-        for slot_id in opts.slots_of(n) {
-            let registered = manifest
-                .slots
-                .iter()
-                .any(|s| s.slot_id == slot_id && s.signer.eq_ignore_ascii_case(&signer.address().to_string()));
-            if !registered {
-                driver.register_slot(slot_id, signer.address()).await?;
-            }
-        }
-        slots.push((n, signer.address(), key));
-    }
-    driver.set_total_node_count(total_slots).await?;
-    let start_block = driver.head().await?;
-    writeln!(
-        out,
-        "anvil on {url}: chain {}, ProtocolState {protocol_state}, {} pools, {} slots registered, getTotalNodeCount = {total_slots}",
-        manifest.chain_id,
-        manifest.pools.len(),
-        opts.our_slots()
-    )?;
-
-    let exe = std::env::current_exe().context("locating the lite-node binary")?;
-    // Only the toolchain and compute-package variables: an operator's
-    // own alert channels, status port or drills must not reach devnet children.
-    let child_env: Vec<(String, String)> = compute_env.toolchain_and_compute();
-
-    // The validator, when asked: its own Redis and process.
-    let mut validator = if opts.validators > 0 {
-        let v = validator::DevnetValidator::start(
-            &exe,
-            &run_dir,
-            &child_env,
-            &url,
-            &manifest.protocol_state,
-            &manifest.data_market,
-            &pools,
-            start_block,
-            opts.poll_interval,
-        )
-        .await?;
-        writeln!(
-            out,
-            "validator on {} (gRPC gateway), monitor API on {}, Redis log {}; windows stay open {} anchor blocks after a release",
-            v.gateway,
-            v.api,
-            v.redis.log.display(),
-            validator::WINDOW_BLOCKS
-        )?;
-        Some(v)
-    } else {
-        None
-    };
-    let mut outcomes: BTreeMap<u64, validator::EpochOutcome> = BTreeMap::new();
-
-    // The collector, in this process.
-    let selection =
-        Arc::new(SelectionCheck::new(chains.source.clone(), pools.clone(), package.clone()).map_err(|e| {
-            BadInput(format!(
-                "{e}: the devnet expects each epoch's slots by the market's rule and checks every submission with it; \
-             export it with `assignments: slot_selection::assignments` in export_compute_module! (as `lite-node \
-             compute new` writes it)"
-            ))
-        })?);
-    let received = Received::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let collector_port = listener.local_addr()?.port();
-    let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(collector::serve(
-        {
-            let mut collector = DevnetCollector::new(anchor.clone(), manifest.chain_id);
-            (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
-            collector.own = Some(
-                slots.iter().flat_map(|(n, signer, _)| opts.slots_of(*n).map(move |slot| (slot, *signer))).collect(),
-            );
-            if let Some(v) = &validator {
-                let client = lite_node_protocol::proto::submission_client::SubmissionClient::connect(v.gateway.clone())
-                    .await
-                    .context("connecting to the validator's gateway")?;
-                collector.forward = Some(client);
-            }
-            collector
-        },
-        listener,
-        async move {
-            let _ = collector_stopped.await;
-        },
-    ));
-    writeln!(
-        out,
-        "collector on 127.0.0.1:{collector_port} (checks signer, deadline and selection{})",
-        if validator.is_some() { "; relays every submission to the validator" } else { "" }
-    )?;
-
-    let rerun = write_compute_run_env(&run_dir, &url, &manifest, &projects, &child_env)?;
-    writeln!(out, "re-run an epoch on this chain: lite-node --env-file {} compute run --epoch-id N", rerun.display())?;
-
-    // The nodes.
-    let mut nodes = Vec::new();
-    for (index, signer, key) in &slots {
-        let own: Vec<u64> = opts.slots_of(*index).collect();
-        let data_dir = run_dir.join(format!("node-{index}"));
-        std::fs::create_dir_all(&data_dir)?;
-        let mut node_env = child_env.clone();
-        let vars = [
-            ("SOURCE_RPC_URL", url.clone()),
-            ("POWERLOOM_RPC_URL", if opts.anchor_ws { url.replacen("http://", "ws://", 1) } else { url.clone() }),
-            ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
-            ("SIGNER_ACCOUNT_PRIVATE_KEY", key.clone()),
-            if own.len() == 1 {
-                ("SLOT_ID", own[0].to_string())
-            } else {
-                ("SLOT_IDS", lite_node_config::format_slot_ids(&own))
-            },
-            ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
-            ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
-            ("PROJECTS_CONFIG", projects.display().to_string()),
-            ("LITE_NODE_DATA_DIR", data_dir.display().to_string()),
-            ("LOCAL_COLLECTOR_HOST", "127.0.0.1".into()),
-            ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
-            ("LITE_NODE_START_BLOCK", start_block.to_string()),
-            ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
-            ("RUST_LOG", node_log_filter(&env)),
-        ];
-        node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
-        node_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
-        if let Some((_, drill)) = opts.drills().find(|(s, _)| own.contains(s)) {
-            node_env.push(("LITE_NODE_DRILL".into(), drill.as_str().into()));
-        }
-        if let Some(url) = &opts.telegram_api_url {
-            node_env.push(("TELEGRAM_API_URL".into(), url.clone()));
-            node_env.push(("TELEGRAM_BOT_TOKEN".into(), PLACEHOLDER_BOT_TOKEN.into()));
-            node_env.push(("TELEGRAM_CHAT_ID".into(), PLACEHOLDER_CHAT_ID.into()));
-        }
-        let log = run_dir.join(format!("node-{index}.log"));
-        let process = Node::spawn(&exe, *index, &node_env, &log)?;
-        nodes.push(Node {
-            index: *index,
-            slot_id: own[0],
-            slots: own,
-            signer: *signer,
-            data_dir,
-            process,
-            peak_rss_kib: None,
-            env: node_env,
-            restarts: 0,
-        });
-    }
-    wait_until_watching(&mut nodes, &mut shutdown).await?;
-    writeln!(
-        out,
-        "{} watching the anchor {} (logs in {}); first epoch in {:.1} s, then one every {:.1} s{}\n",
-        if opts.slots_per_node > 1 {
-            format!("{} nodes of {} slots each", nodes.len(), opts.slots_per_node)
-        } else {
-            format!("{} nodes", nodes.len())
-        },
-        if opts.anchor_ws {
-            "over a WebSocket (new heads)".to_owned()
-        } else {
-            format!("by polling every {} ms", opts.poll_interval.as_millis())
-        },
-        run_dir.display(),
-        opts.interval.as_secs_f64(),
-        opts.interval.as_secs_f64(),
-        if opts.epochs.is_none() { "; Ctrl-C stops" } else { "" }
-    )?;
-    let width = selected_width(opts.our_slots());
-    writeln!(
-        out,
-        "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}{}",
-        "epoch",
-        "block",
-        "selected slots → pool",
-        "accepted",
-        "rejected",
-        "latency",
-        if validator.is_some() { "  finalized (projects, votes, root)" } else { "" }
-    )?;
-    out.flush()?;
-
-    // Epochs.
-    let mut released: Vec<Released> = Vec::new();
-    let mut interrupted = false;
-    let mut next_release = tokio::time::Instant::now() + opts.interval;
-    let mut failure: Option<anyhow::Error> = None;
+    let mut devnet = Devnet::start(opts, &env, out, &mut shutdown).await?;
+    let mut next_release = tokio::time::Instant::now() + devnet.opts.interval;
     let mut k: u64 = 0;
-    while opts.epochs.is_none_or(|n| k < n) {
+    while devnet.opts.epochs.is_none_or(|n| k < n) && !devnet.interrupted && devnet.failure.is_none() {
         tokio::select! {
-            _ = &mut shutdown => { interrupted = true; break }
+            _ = &mut shutdown => { devnet.interrupted = true; break }
             _ = tokio::time::sleep_until(next_release) => {}
         }
-        next_release = tokio::time::Instant::now() + opts.interval;
-        let drills = opts.drilled_slots();
-        // A stalled anvil is waited out (two minutes at most), not a reason
-        // to tear the network down.
-        let release = retry(
-            Policy::CHAIN,
-            "the devnet's swap and release",
-            || release_one(&driver, &anchor, &selection, k, opts.our_slots(), &drills),
-            |_| true,
-        );
-        let epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
-            Ok(Ok(e)) => e,
-            Ok(Err(e)) => {
-                failure = Some(e);
-                break;
-            }
-            Err(_) => {
-                failure = Some(anyhow!("anvil did not answer for {}s", STALL_LIMIT.as_secs()));
+        next_release = tokio::time::Instant::now() + devnet.opts.interval;
+        let epoch = match devnet.release(k).await {
+            Ok(epoch) => epoch,
+            Err(e) => {
+                devnet.failure = Some(e);
                 break;
             }
         };
         k += 1;
-        for fault in &opts.faults {
-            match *fault {
-                Fault::StallAnvil { secs, epoch: e } if e == epoch.assignment.epoch_id => {
-                    tracing::info!("drill: anvil stalls for {secs}s after epoch {e}'s release");
-                    anvil.process.stall(Duration::from_secs(secs));
-                }
-                Fault::KillNode { slot, epoch: e } if e == epoch.assignment.epoch_id => {
-                    if let Some(node) = nodes.iter_mut().find(|n| n.slots.contains(&slot)) {
-                        tracing::info!("drill: SIGKILL to node {} after epoch {e}'s release", node.index);
-                        node.process.kill();
-                    }
-                }
-                _ => {}
-            }
+        devnet.settle(epoch, out, &mut shutdown).await?;
+    }
+    devnet.stop(out).await
+}
+
+/// A running devnet: the chain, the collector, the validators and the nodes,
+/// and what it has seen so far.
+struct Devnet {
+    opts: Options,
+    started: Instant,
+    run_dir: PathBuf,
+    /// Held for the run: one devnet per run directory.
+    _lock: std::fs::File,
+    manifest: Manifest,
+    pools: Vec<String>,
+    package: Arc<LoadedPackage>,
+    anvil: AnvilProcess,
+    /// Keeps the I/O runtime the driver and the anchor run on.
+    _chains: Chains,
+    driver: Driver,
+    anchor: Arc<Anchor>,
+    selection: Arc<SelectionCheck>,
+    /// What the collector answered, and how to stop it.
+    received: Received,
+    stop_collector: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    /// Validators behind the collector, each with what it made of each epoch.
+    validators: Vec<validator::DevnetValidator>,
+    outcomes: Vec<BTreeMap<u64, validator::EpochOutcome>>,
+    nodes: Vec<Node>,
+    exe: PathBuf,
+    /// The table's width for the selected slots.
+    width: usize,
+    released: Vec<Released>,
+    interrupted: bool,
+    failure: Option<anyhow::Error>,
+}
+
+impl Devnet {
+    /// Checks the options, builds the package, writes projects.json, starts
+    /// anvil with the world and registers every node's slots, then the
+    /// validators, the collector and the nodes; returns once every node is
+    /// watching the anchor (and has printed the table's header).
+    async fn start(
+        opts: Options,
+        env: &EnvSnapshot,
+        out: &mut dyn Write,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Self> {
+        let started = Instant::now();
+        let world_dir = opts.world.clone().unwrap_or_else(|| opts.devnet_dir.join("world"));
+        let anvil_bin = opts.devnet_dir.join(ANVIL_BIN);
+        check_options(&opts, &world_dir, &anvil_bin)?;
+        let manifest = Manifest::load(&world_dir)?;
+        let total_slots = opts.total_slots.unwrap_or(opts.our_slots());
+
+        // One devnet per run directory at a time; the run directory starts empty.
+        let run_dir = std::path::absolute(opts.run_dir.clone().unwrap_or_else(|| opts.devnet_dir.join("run")))?;
+        let lock_path = run_dir.with_extension("lock");
+        if let Some(parent) = lock_path.parent() {
+            std::fs::create_dir_all(parent)?;
         }
-        let mut deadline = tokio::time::Instant::now() + opts.epoch_timeout;
+        let lock = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+        if lock.try_lock().is_err() {
+            bail!(BadInput(format!(
+                "another lite-node devnet is using {} (it holds {})",
+                run_dir.display(),
+                lock_path.display()
+            )));
+        }
+        if run_dir.exists() {
+            std::fs::remove_dir_all(&run_dir).with_context(|| format!("clearing {}", run_dir.display()))?;
+        }
+        std::fs::create_dir_all(&run_dir)?;
+
+        // The compute package: built once here, shared by the collector and every node.
+        let cache = std::path::absolute(opts.devnet_dir.join("cache"))?;
+        let compute_env = env.for_devnet_compute(&run_dir.join("collector"), &cache);
+        let compute_cfg = ComputeConfig::from_env(&compute_env)?;
+        writeln!(out, "compute package: {}", describe_source(&compute_cfg))?;
+        let package =
+            tokio::task::spawn_blocking(move || -> Result<LoadedPackage> { Ok(compute::load(&compute_cfg)?) })
+                .await??;
+        let package = Arc::new(package);
+        writeln!(out, "compute package {} ready", package.package.manifest.commit)?;
+
+        // projects.json: the given projects (or the BDS base snapshot) over the
+        // world's pools, checked against the package before anything starts.
+        let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
+        let projects = run_dir.join("projects.json");
+        let described = write_projects(&opts, env, &run_dir, &pools, &package, &projects)?;
+        writeln!(out, "projects: {described}")?;
+
+        // The chain.
+        let anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
+        let url = anvil.url();
+        let protocol_state = world::address(&manifest.protocol_state, "protocolState")?;
+        let data_market = world::address(&manifest.data_market, "dataMarket")?;
+        let parsed = lite_node_core::url::parse_rpc_url(&url).map_err(|e| anyhow!(e))?;
+        let chains =
+            Chains::connect(&ChainConfig::local(parsed, protocol_state, data_market, env)?).map_err(|e| anyhow!(e))?;
+        let driver = Driver { rpc: chains.source.clone(), manifest: manifest.clone() };
+        // Lost on --load-state: Uniswap's gas depends on timestamps moving.
+        driver.call("anvil_setBlockTimestampInterval", json!([12])).await?;
+        let anchor = chains.anchor()?.clone();
+
+        // Nodes: the world's signer of each node's first slot where it has one, a
+        // derived key beyond; every slot of a node registered to its signer.
+        let mut slots = Vec::new();
+        for n in 1..=opts.nodes {
+            let first = *opts.slots_of(n).start();
+            let from_world =
+                manifest.slots.iter().find(|s| s.slot_id == first).and_then(|s| manifest.key_of(&s.signer));
+            let key = from_world.map_or_else(|| derived_key(first), str::to_owned);
+            let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("slot {first}'s key: {e}"))?;
+            for slot_id in opts.slots_of(n) {
+                let registered = manifest
+                    .slots
+                    .iter()
+                    .any(|s| s.slot_id == slot_id && s.signer.eq_ignore_ascii_case(&signer.address().to_string()));
+                if !registered {
+                    driver.register_slot(slot_id, signer.address()).await?;
+                }
+            }
+            slots.push((n, signer.address(), key));
+        }
+        driver.set_total_node_count(total_slots).await?;
+        let start_block = driver.head().await?;
+        writeln!(
+            out,
+            "anvil on {url}: chain {}, ProtocolState {protocol_state}, {} pools, {} slots registered, getTotalNodeCount = {total_slots}",
+            manifest.chain_id,
+            manifest.pools.len(),
+            opts.our_slots()
+        )?;
+
+        let exe = std::env::current_exe().context("locating the lite-node binary")?;
+        // Only the toolchain and compute-package variables: an operator's
+        // own alert channels, status port or drills must not reach devnet children.
+        let child_env: Vec<(String, String)> = compute_env.toolchain_and_compute();
+
+        // The validators, when asked: each its own Redis and process.
+        let mut validators = Vec::new();
+        for _ in 0..opts.validators {
+            let v = validator::DevnetValidator::start(
+                &exe,
+                &run_dir,
+                &child_env,
+                &url,
+                &manifest.protocol_state,
+                &manifest.data_market,
+                &pools,
+                start_block,
+                opts.poll_interval,
+            )
+            .await?;
+            writeln!(
+                out,
+                "validator on {} (gRPC gateway), monitor API on {}, Redis log {}; windows stay open {} anchor blocks after a release",
+                v.gateway,
+                v.api,
+                v.redis.log.display(),
+                validator::WINDOW_BLOCKS
+            )?;
+            validators.push(v);
+        }
+
+        // The collector, in this process.
+        let selection =
+            Arc::new(SelectionCheck::new(chains.source.clone(), pools.clone(), package.clone()).map_err(|e| {
+                BadInput(format!(
+                    "{e}: the devnet expects each epoch's slots by the market's rule and checks every submission \
+                     with it; export it with `assignments: slot_selection::assignments` in export_compute_module! \
+                     (as `lite-node compute new` writes it)"
+                ))
+            })?);
+        let received = Received::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let collector_port = listener.local_addr()?.port();
+        let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut collector = DevnetCollector::new(anchor.clone(), manifest.chain_id);
+        (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
+        collector.own =
+            Some(slots.iter().flat_map(|(n, signer, _)| opts.slots_of(*n).map(move |slot| (slot, *signer))).collect());
+        // The first validator's gateway takes what the collector relays (the
+        // validators' own network is the gossip issue's).
+        if let Some(v) = validators.first() {
+            let client = lite_node_protocol::proto::submission_client::SubmissionClient::connect(v.gateway.clone())
+                .await
+                .context("connecting to the validator's gateway")?;
+            collector.forward = Some(client);
+        }
+        let serving = tokio::spawn(collector::serve(collector, listener, async move {
+            let _ = collector_stopped.await;
+        }));
+        writeln!(
+            out,
+            "collector on 127.0.0.1:{collector_port} (checks signer, deadline and selection{})",
+            if validators.is_empty() { "" } else { "; relays every submission to the validator" }
+        )?;
+
+        let rerun = write_compute_run_env(&run_dir, &url, &manifest, &projects, &child_env)?;
+        writeln!(
+            out,
+            "re-run an epoch on this chain: lite-node --env-file {} compute run --epoch-id N",
+            rerun.display()
+        )?;
+
+        // The nodes.
+        let mut nodes = Vec::new();
+        for (index, signer, key) in &slots {
+            let own: Vec<u64> = opts.slots_of(*index).collect();
+            let data_dir = run_dir.join(format!("node-{index}"));
+            std::fs::create_dir_all(&data_dir)?;
+            let mut node_env = child_env.clone();
+            let vars = [
+                ("SOURCE_RPC_URL", url.clone()),
+                ("POWERLOOM_RPC_URL", if opts.anchor_ws { url.replacen("http://", "ws://", 1) } else { url.clone() }),
+                ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
+                ("SIGNER_ACCOUNT_PRIVATE_KEY", key.clone()),
+                if own.len() == 1 {
+                    ("SLOT_ID", own[0].to_string())
+                } else {
+                    ("SLOT_IDS", lite_node_config::format_slot_ids(&own))
+                },
+                ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
+                ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
+                ("PROJECTS_CONFIG", projects.display().to_string()),
+                ("LITE_NODE_DATA_DIR", data_dir.display().to_string()),
+                ("LOCAL_COLLECTOR_HOST", "127.0.0.1".into()),
+                ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
+                ("LITE_NODE_START_BLOCK", start_block.to_string()),
+                ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
+                ("RUST_LOG", node_log_filter(env)),
+            ];
+            node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
+            node_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
+            if let Some(drill) = opts.drill_of(&own) {
+                node_env.push(("LITE_NODE_DRILL".into(), drill.as_str().into()));
+            }
+            if let Some(url) = &opts.telegram_api_url {
+                node_env.push(("TELEGRAM_API_URL".into(), url.clone()));
+                node_env.push(("TELEGRAM_BOT_TOKEN".into(), PLACEHOLDER_BOT_TOKEN.into()));
+                node_env.push(("TELEGRAM_CHAT_ID".into(), PLACEHOLDER_CHAT_ID.into()));
+            }
+            let log = run_dir.join(format!("node-{index}.log"));
+            let process = Node::spawn(&exe, *index, &node_env, &log)?;
+            nodes.push(Node {
+                index: *index,
+                slot_id: own[0],
+                slots: own,
+                signer: *signer,
+                data_dir,
+                process,
+                peak_rss_kib: None,
+                env: node_env,
+                restarts: 0,
+            });
+        }
+        let outcomes = vec![BTreeMap::new(); validators.len()];
+        let width = selected_width(opts.our_slots());
+        let mut devnet = Devnet {
+            opts,
+            started,
+            run_dir,
+            _lock: lock,
+            manifest,
+            pools,
+            package,
+            anvil,
+            _chains: chains,
+            driver,
+            anchor,
+            selection,
+            received,
+            stop_collector,
+            serving,
+            validators,
+            outcomes,
+            nodes,
+            exe,
+            width,
+            released: Vec::new(),
+            interrupted: false,
+            failure: None,
+        };
+        if let Err(e) = wait_until_watching(&mut devnet.nodes, shutdown).await {
+            // Whatever started stops (the children's guards do the rest).
+            devnet.stop_quietly();
+            return Err(e);
+        }
+        devnet.header(out)?;
+        Ok(devnet)
+    }
+
+    /// What the devnet is and how it goes on, then the table's header.
+    fn header(&self, out: &mut dyn Write) -> Result<()> {
+        let opts = &self.opts;
+        writeln!(
+            out,
+            "{} watching the anchor {} (logs in {}); first epoch in {:.1} s, then one every {:.1} s{}\n",
+            if opts.slots_per_node > 1 {
+                format!("{} nodes of {} slots each", self.nodes.len(), opts.slots_per_node)
+            } else {
+                format!("{} nodes", self.nodes.len())
+            },
+            if opts.anchor_ws {
+                "over a WebSocket (new heads)".to_owned()
+            } else {
+                format!("by polling every {} ms", opts.poll_interval.as_millis())
+            },
+            self.run_dir.display(),
+            opts.interval.as_secs_f64(),
+            opts.interval.as_secs_f64(),
+            if opts.epochs.is_none() { "; Ctrl-C stops" } else { "" }
+        )?;
+        let width = self.width;
+        writeln!(
+            out,
+            "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}{}",
+            "epoch",
+            "block",
+            "selected slots → pool",
+            "accepted",
+            "rejected",
+            "latency",
+            if self.validators.is_empty() { "" } else { "  finalized (projects, votes, root)" }
+        )?;
+        out.flush()?;
+        Ok(())
+    }
+
+    /// The `k`-th epoch: a swap, its release, and the drills due after it. A
+    /// stalled anvil is waited out (two minutes at most), not a reason to
+    /// tear the network down.
+    async fn release(&mut self, k: u64) -> Result<Released> {
+        let drills = self.opts.drilled_slots();
+        let (driver, anchor, selection, ours) = (&self.driver, &self.anchor, &self.selection, self.opts.our_slots());
+        let release = retry(
+            Policy::CHAIN,
+            "the devnet's swap and release",
+            || release_one(driver, anchor, selection, k, ours, &drills),
+            |_| true,
+        );
+        let epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
+            Ok(result) => result?,
+            Err(_) => bail!("anvil did not answer for {}s", STALL_LIMIT.as_secs()),
+        };
+        let mut targets = fault::Targets { anvil: &mut self.anvil, nodes: &mut self.nodes };
+        for fault in &self.opts.faults {
+            fault.after_release(epoch.assignment.epoch_id, &mut targets);
+        }
+        Ok(epoch)
+    }
+
+    /// Waits for `epoch`'s submissions (restarting a node that died, at most
+    /// `--epoch-timeout-secs`), lets each validator finalize it, prints its
+    /// row and keeps it. A stop lets the epoch in flight finish, briefly.
+    async fn settle(
+        &mut self,
+        epoch: Released,
+        out: &mut dyn Write,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<()> {
+        let mut deadline = tokio::time::Instant::now() + self.opts.epoch_timeout;
         loop {
-            if arrived(&received, &epoch).len() >= epoch.expected.len() {
+            if arrived(&self.received, &epoch).len() >= epoch.expected.len() {
                 break;
             }
             // A node that died is started again on its data dir: it rejoins
             // where its cursor is, and its ledger keeps it from sending twice.
-            let dead = nodes.iter_mut().find_map(|n| n.process.exited().map(|status| (n.index, status)));
-            if let Some((index, status)) = dead {
-                let node = nodes.iter_mut().find(|n| n.index == index).expect("found above");
-                if node.restarts >= MAX_RESTARTS {
-                    failure = Some(anyhow!(
-                        "node {} exited ({status}) after {} restarts; last lines of {}:\n{}",
-                        node.index,
-                        node.restarts,
-                        node.process.log.display(),
-                        node.process.log_tail(15)
-                    ));
-                    break;
-                }
-                tracing::warn!("node {} exited ({status}); restarting it", node.index);
-                node.restarts += 1;
-                let log = node.process.log.clone();
-                match Node::spawn(&exe, node.index, &node.env, &log) {
-                    Ok(process) => node.process = process,
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
-                }
+            if let Err(e) = self.restart_dead_node() {
+                self.failure = Some(e);
+                break;
             }
             if tokio::time::Instant::now() > deadline {
                 break;
             }
-            if interrupted {
+            if self.interrupted {
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 continue;
             }
             tokio::select! {
-                _ = &mut shutdown => {
+                _ = shutdown.as_mut() => {
                     // Let the epoch in flight finish (the nodes are still running), briefly.
-                    interrupted = true;
+                    self.interrupted = true;
                     deadline = deadline.min(tokio::time::Instant::now() + FINISH_GRACE);
                 }
                 _ = tokio::time::sleep(Duration::from_millis(5)) => {}
             }
         }
-        for n in &mut nodes {
+        for n in &mut self.nodes {
             n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
         }
-        let mut line = row(&epoch, &received, width);
-        if let Some(v) = &mut validator {
-            let e = epoch.assignment.epoch_id;
-            let forwarded = arrived(&received, &epoch).len();
-            match v.settle(&driver, e, epoch.release_block, forwarded, Duration::from_secs(30)).await {
+        let mut line = row(&epoch, &self.received, self.width);
+        let e = epoch.assignment.epoch_id;
+        let forwarded = arrived(&self.received, &epoch).len();
+        for (v, outcomes) in self.validators.iter_mut().zip(&mut self.outcomes) {
+            match v.settle(&self.driver, e, epoch.release_block, forwarded, Duration::from_secs(30)).await {
                 Ok(outcome) => {
                     line = with_finalized(line, &outcome);
                     outcomes.insert(e, outcome);
                 }
                 Err(err) => {
-                    writeln!(out, "{line}")?;
-                    failure = Some(err.context(format!("epoch {e} at the validator")));
-                    released.push(epoch);
+                    self.failure = Some(err.context(format!("epoch {e} at the validator")));
                     break;
                 }
             }
         }
         writeln!(out, "{line}")?;
         out.flush()?;
-        released.push(epoch);
-        if interrupted || failure.is_some() {
-            break;
+        self.released.push(epoch);
+        Ok(())
+    }
+
+    /// Starts again a node whose process ended; an error once one has been
+    /// restarted [`MAX_RESTARTS`] times.
+    fn restart_dead_node(&mut self) -> Result<()> {
+        let dead = self.nodes.iter_mut().find_map(|n| {
+            let status = n.process.exited()?;
+            Some((n, status))
+        });
+        let Some((node, status)) = dead else { return Ok(()) };
+        if node.restarts >= MAX_RESTARTS {
+            bail!(
+                "node {} exited ({status}) after {} restarts; last lines of {}:\n{}",
+                node.index,
+                node.restarts,
+                node.process.log.display(),
+                node.process.log_tail(15)
+            );
+        }
+        tracing::warn!("node {} exited ({status}); restarting it", node.index);
+        node.restarts += 1;
+        let log = node.process.log.clone();
+        node.process = Node::spawn(&self.exe, node.index, &node.env, &log)?;
+        Ok(())
+    }
+
+    /// Stops the children without a summary (a start that failed; anvil
+    /// stops when it is dropped).
+    fn stop_quietly(&mut self) {
+        tokio::task::block_in_place(|| {
+            let mut procs: Vec<&mut Guarded> = self.nodes.iter_mut().map(|n| &mut n.process).collect();
+            stop_all(&mut procs, Duration::from_secs(30));
+        });
+        self.serving.abort();
+        for v in &mut self.validators {
+            tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
         }
     }
 
-    // Stop everything: nodes first (orderly), then the collector and anvil.
-    for n in &mut nodes {
-        n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
-    }
-    tokio::task::block_in_place(|| {
-        let mut procs: Vec<&mut Guarded> = nodes.iter_mut().map(|n| &mut n.process).collect();
-        stop_all(&mut procs, Duration::from_secs(30));
-    });
-    let _ = stop_collector.send(());
-    // A client someone else left connected must not keep the devnet from ending.
-    let mut serving = serving;
-    if tokio::time::timeout(Duration::from_secs(2), &mut serving).await.is_err() {
-        tracing::info!("a client stayed connected to the collector; closing it");
-        serving.abort();
-    }
-    if let Some(v) = &mut validator {
-        tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
-    }
-    tokio::task::block_in_place(|| anvil.stop());
-
-    let (foreign, seen): (Vec<_>, Vec<_>) =
-        received.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().partition(|s| s.foreign);
-    if !foreign.is_empty() {
-        writeln!(
-            out,
-            "{} submission(s) came from nodes this devnet did not start (another slot or signer); answered, not \
-             counted",
-            foreign.len()
-        )?;
-    }
-    let mut summary = summarize(&released, &seen, &nodes, interrupted);
-    if validator.is_some() {
-        summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
-        summary.validator_disagrees = seen
-            .iter()
-            .filter(|s| s.verdict.is_ok())
-            .filter_map(|s| s.submission.request.as_ref())
-            .filter(|r| {
-                let key = (r.slot_id, r.project_id.clone(), r.snapshot_cid.clone());
-                outcomes.get(&r.epoch_id).and_then(|o| o.verdicts.get(&key)).map(String::as_str) != Some("accepted")
-            })
-            .count();
-    }
-    writeln!(out, "\n{}", summary_text(&summary, started.elapsed()))?;
-    if let Some(path) = &opts.json {
-        let record = record::build(&record::Run {
-            manifest: &manifest,
-            pools: &pools,
-            package: &package,
-            released: &released,
-            seen: &seen,
-            nodes: &nodes,
-            summary: &summary,
-            outcomes: &outcomes,
+    /// Stops everything (nodes first, orderly; then the collector, the
+    /// validators and anvil), prints the summary, writes the record, and
+    /// returns the summary — or the failure that ended the run.
+    async fn stop(mut self, out: &mut dyn Write) -> Result<Summary> {
+        for n in &mut self.nodes {
+            n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
+        }
+        tokio::task::block_in_place(|| {
+            let mut procs: Vec<&mut Guarded> = self.nodes.iter_mut().map(|n| &mut n.process).collect();
+            stop_all(&mut procs, Duration::from_secs(30));
         });
-        let text = serde_json::to_vec_pretty(&record)?;
-        lite_node_core::atomic_file::write(path, &text)?;
-        writeln!(out, "record written to {}", path.display())?;
+        let _ = self.stop_collector.send(());
+        // A client someone else left connected must not keep the devnet from ending.
+        if tokio::time::timeout(Duration::from_secs(2), &mut self.serving).await.is_err() {
+            tracing::info!("a client stayed connected to the collector; closing it");
+            self.serving.abort();
+        }
+        for v in &mut self.validators {
+            tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
+        }
+        tokio::task::block_in_place(|| self.anvil.stop());
+
+        let (foreign, seen): (Vec<_>, Vec<_>) =
+            self.received.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().partition(|s| s.foreign);
+        if !foreign.is_empty() {
+            writeln!(
+                out,
+                "{} submission(s) came from nodes this devnet did not start (another slot or signer); answered, \
+                 not counted",
+                foreign.len()
+            )?;
+        }
+        let mut summary = summarize(&self.released, &seen, &self.nodes, self.interrupted);
+        // Each validator's finalizations and disagreements; the first's are
+        // the table's and the record's.
+        let empty = BTreeMap::new();
+        let outcomes = self.outcomes.first().unwrap_or(&empty);
+        if !self.validators.is_empty() {
+            summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
+            summary.validator_disagrees = seen
+                .iter()
+                .filter(|s| s.verdict.is_ok())
+                .filter_map(|s| s.submission.request.as_ref())
+                .filter(|r| {
+                    let key = (r.slot_id, r.project_id.clone(), r.snapshot_cid.clone());
+                    outcomes.get(&r.epoch_id).and_then(|o| o.verdicts.get(&key)).map(String::as_str) != Some("accepted")
+                })
+                .count();
+        }
+        writeln!(out, "\n{}", summary_text(&summary, self.started.elapsed()))?;
+        if let Some(path) = &self.opts.json {
+            let record = record::build(&record::Run {
+                manifest: &self.manifest,
+                pools: &self.pools,
+                package: &self.package,
+                released: &self.released,
+                seen: &seen,
+                nodes: &self.nodes,
+                summary: &summary,
+                outcomes,
+            });
+            let text = serde_json::to_vec_pretty(&record)?;
+            lite_node_core::atomic_file::write(path, &text)?;
+            writeln!(out, "record written to {}", path.display())?;
+        }
+        if let Some(e) = self.failure {
+            return Err(e);
+        }
+        Ok(summary)
     }
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    Ok(summary)
 }
 
 fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
@@ -724,11 +798,7 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
     if opts.total_slots.unwrap_or(opts.our_slots()) > u64::from(u32::MAX) {
         problems.push("--total-slots exceeds 2^32 - 1, the protocol's slot id range".into());
     }
-    for slot in opts.faults.iter().filter_map(Fault::slot) {
-        if slot == 0 || slot > opts.our_slots() {
-            problems.push(format!("--fault slot {slot} is not one of the devnet's slots 1..={}", opts.our_slots()));
-        }
-    }
+    problems.extend(opts.faults.iter().filter_map(|f| f.check(opts)));
     if opts.interval.is_zero() {
         problems.push("--interval-ms must be above 0".into());
     }

@@ -194,7 +194,12 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             slot_id: slot.slot_id,
             tracker,
             submitter: Submitter {
-                signer: Signer::new(slot.signer_key.bytes(), chain_id, protocol_state).map_err(BadInput)?,
+                signer: Signer::new(slot.signer_key.bytes(), chain_id, protocol_state).map_err(|e| {
+                    BadInput(format!(
+                        "slot {}: {e}: fix SIGNER_ACCOUNT_PRIVATE_KEY (or the slot's line in SLOT_SIGNERS_FILE)",
+                        slot.slot_id
+                    ))
+                })?,
                 ledger: Ledger::open(&dir)
                     .with_context(|| format!("opening the submission ledger of slot {}", slot.slot_id))?,
                 endpoint: format!("http://{}:{}", cfg.collector_host, cfg.collector_port),
