@@ -202,7 +202,7 @@ impl Aggregator {
         let message = json!({"type": "finalized_batch", "data": stored});
         let closed_at: Option<u64> =
             conn.hget(k.epoch_state(epoch_id), "window_closed_at_ms").await.map_err(|e| format!("redis: {e}"))?;
-        let latency = closed_at.map_or(0, |at| crate::now_millis().saturating_sub(at));
+        let latency = closed_at.map_or(0, |at| crate::now_ms().saturating_sub(at));
         let fresh: i64 = FINALIZE_SCRIPT
             .key(k.finalized(epoch_id))
             .key(k.outgoing_batches())

@@ -20,7 +20,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     sync::{Arc, LazyLock, Mutex},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use alloy::primitives::Address;
@@ -180,10 +180,6 @@ return ARGV[2]
 
 static ACCEPT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACCEPT));
 static REJECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REJECT));
-
-fn now() -> Duration {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
-}
 
 impl<C: ChainReads> Dequeuer<C> {
     pub fn new(market: Arc<Market>, chain: Arc<C>, conn: ConnectionManager) -> Self {
@@ -499,9 +495,9 @@ impl<C: ChainReads> Dequeuer<C> {
         let e = c.epoch.epoch_id;
         let record = json!({
             "slot_id": r.slot_id, "project_id": r.project_id, "snapshot_cid": r.snapshot_cid,
-            "at": now().as_secs(),
+            "at": crate::now_secs(),
         });
-        let now_ms = now().as_millis().to_string();
+        let now_ms = crate::now_ms().to_string();
         let mut inv = ACCEPT_SCRIPT.prepare_invoke();
         inv.key(k.votes(e))
             .key(k.processed(&self.market.validator_id, &c.id))
@@ -514,7 +510,7 @@ impl<C: ChainReads> Dequeuer<C> {
             .arg(format!("{}:{}", r.slot_id, r.project_id))
             .arg(&r.snapshot_cid)
             .arg(&c.id)
-            .arg(now().as_secs())
+            .arg(crate::now_secs())
             .arg(EPOCH_STATE_TTL.as_secs())
             .arg(record.to_string());
         for (field, value) in [
@@ -545,7 +541,7 @@ impl<C: ChainReads> Dequeuer<C> {
         let r = s.and_then(|s| s.request.clone()).unwrap_or_default();
         let record = json!({
             "slot_id": r.slot_id, "project_id": r.project_id, "snapshot_cid": r.snapshot_cid,
-            "reason": reason.as_str(), "detail": why, "at": now().as_secs(),
+            "reason": reason.as_str(), "detail": why, "at": crate::now_secs(),
         });
         let mut inv = REJECT_SCRIPT.prepare_invoke();
         inv.key(k.rejections(r.epoch_id))

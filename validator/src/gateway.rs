@@ -5,8 +5,6 @@
 //! in one transaction. Redis unreachable → gRPC `UNAVAILABLE`: the node
 //! retries, nothing is half-written. Checking is the dequeuer's job.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use lite_node_protocol::proto::{self, SnapshotSubmission, SubmissionResponse};
 use redis::aio::ConnectionManager;
 use serde_json::json;
@@ -85,8 +83,8 @@ impl Gateway {
     /// transaction.
     pub async fn accept(&self, s: &SnapshotSubmission, peer: &str) -> redis::RedisResult<()> {
         let r = s.request.clone().unwrap_or_default();
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let (secs, millis) = (now.as_secs(), now.as_millis() as u64);
+        let millis = crate::now_ms();
+        let secs = millis / 1000;
         let entity = format!("received:{}:{}:{}:{millis}:{peer}", r.epoch_id, r.slot_id, r.project_id);
         let metadata = json!({
             "epoch_id": r.epoch_id.to_string(),

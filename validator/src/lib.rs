@@ -79,15 +79,7 @@ pub fn window_closes(release_block: u64, window_blocks: u64) -> u64 {
     release_block.saturating_add(window_blocks).saturating_add(1)
 }
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_millis() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
-}
-
-/// Seconds since the Unix epoch (timeline scores and state timestamps).
-pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs()
-}
+pub(crate) use lite_node_core::time::{now_ms, now_secs};
 
 /// A connection to Redis for one worker. Operations time out after 10 s
 /// (longer than any blocking take waits); a broken connection is

@@ -153,7 +153,7 @@ impl Monitor {
                 .arg(epoch_id)
                 .arg(now_secs())
                 .arg(WINDOW_CLOSED_TTL.as_secs())
-                .arg(crate::now_millis())
+                .arg(crate::now_ms())
                 .invoke_async(&mut conn)
                 .await?;
             if done == 1 {

@@ -2,10 +2,7 @@
 //! ask of the node. Processors run on blocking threads; anything here that
 //! needs async I/O goes through an [`RpcEndpoint`], which owns that crossing.
 
-use std::{
-    sync::{Arc, Mutex},
-    time::{SystemTime, UNIX_EPOCH},
-};
+use std::sync::{Arc, Mutex};
 
 use abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
 use lite_node_plugin_api::{
@@ -46,7 +43,7 @@ impl SelectionTracker {
     }
 
     pub fn report(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
-        let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let timestamp = lite_node_core::time::now_secs();
         let report = SelectionReport { epoch_id, was_selected, slot_id, timestamp };
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         *last = Some(report);

@@ -111,7 +111,7 @@ pub enum Fetch {
 /// Marks `package` as used now (`<package>/last-used`), so pruning on a host
 /// whose nodes share the cache keeps it.
 pub fn mark_used(package: &Package) -> std::io::Result<()> {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let now = lite_node_core::time::now_secs();
     lite_node_core::atomic_file::write(&package.dir.join("last-used"), now.to_string().as_bytes())
 }
 

@@ -1,7 +1,17 @@
-//! Wall-clock time as the node records it: milliseconds since the Unix
-//! epoch, the one unit every journal line, ledger entry and status field uses.
+//! Wall-clock time as every room records it: milliseconds (or whole
+//! seconds) since the Unix epoch, read in one place. A clock set before
+//! 1970 reads as 0.
 
-/// Milliseconds since the Unix epoch (0 on a clock set before 1970).
+/// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    since_epoch().as_millis() as u64
+}
+
+/// Whole seconds since the Unix epoch.
+pub fn now_secs() -> u64 {
+    since_epoch().as_secs()
+}
+
+fn since_epoch() -> std::time::Duration {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
 }

@@ -330,7 +330,7 @@ fn channels(cfg: &AlertConfig) -> Result<Vec<Channel>, String> {
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    lite_node_core::time::now_secs()
 }
 
 /// The node's alert queues: one per channel, each with its own delivery
