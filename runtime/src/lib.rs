@@ -11,8 +11,8 @@ pub mod exit;
 
 pub use exit::{ExitStatus, exit_status};
 pub use lite_node_chain::{self as chain, epochs};
-pub use lite_node_compute::{self as compute, executor, repo, snapshots};
+pub use lite_node_compute::{self as compute, executor, snapshots};
 pub use lite_node_config as config;
-pub use lite_node_core::{self as core, atomic_file, data_dir, jsonl, retry, signals, supervisor};
+pub use lite_node_core::{self as core, retry, signals, supervisor};
 pub use lite_node_devnet::{self as devnet, collector};
-pub use lite_node_node::{alerts, books, ipfs, journal, node, outcome, safety, status, submission};
+pub use lite_node_node::{alerts, books, node, outcome, safety, submission};

@@ -384,11 +384,7 @@ fn main() -> ExitCode {
             },
             &env,
         ),
-        Command::Alert(AlertCommand::Test) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(commands::alert_test(&env, &mut stdout()))),
+        Command::Alert(AlertCommand::Test) => commands::alert_test(&env, &mut stdout()),
         Command::Check { offline } => commands::check(&env, offline, &mut stdout()),
         Command::Compute(ComputeCommand::Fetch) => {
             commands::compute_show(&env, Fetch::Allowed, &mut stdout()).map(drop)

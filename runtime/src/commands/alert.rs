@@ -7,8 +7,14 @@ use anyhow::Result;
 use crate::{config::EnvSnapshot, exit::BadInput};
 
 /// `lite-node alert test`: one test message through every configured alert
-/// channel; a line per channel with what it answered or why it failed.
-pub async fn alert_test(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+/// channel, on a runtime of its own; a line per channel with what it
+/// answered or why it failed.
+pub fn alert_test(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(send_test(env, out))
+}
+
+async fn send_test(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     let cfg = crate::config::AlertConfig::from_env(env)?;
     if !cfg.any() {
         return Err(BadInput(

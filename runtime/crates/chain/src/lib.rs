@@ -11,7 +11,7 @@ pub mod anchor;
 mod connect;
 pub mod epochs;
 pub mod rpc;
-pub mod ws;
+pub(crate) mod ws;
 
 pub use anchor::{Anchor, AnchorEvent, EventKind, Identity, Release};
 pub use connect::Chains;

@@ -12,8 +12,8 @@
 mod cargo_build;
 pub mod executor;
 pub mod host;
-pub mod loader;
-pub mod memo;
+pub(crate) mod loader;
+pub(crate) mod memo;
 mod plugin_api_src;
 mod progress;
 mod projects;

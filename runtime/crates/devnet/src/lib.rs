@@ -12,7 +12,7 @@ mod fault;
 mod process;
 mod record;
 mod validator;
-pub mod world;
+pub(crate) mod world;
 
 use std::{
     collections::BTreeMap,

@@ -116,12 +116,6 @@ impl Driver {
         quantity(&self.call("eth_blockNumber", json!([])).await?)
     }
 
-    /// The hash of block `number`.
-    pub async fn block_hash(&self, number: u64) -> Result<String> {
-        let block = self.call("eth_getBlockByNumber", json!([format!("0x{number:x}"), false])).await?;
-        Ok(block["hash"].as_str().ok_or_else(|| anyhow!("block {number} has no hash"))?.to_owned())
-    }
-
     /// Sends a transaction and returns its receipt once mined; an error if it reverted.
     pub async fn transact(&self, to: &str, data: Vec<u8>, what: &str) -> Result<Value> {
         let tx = json!({

@@ -6,12 +6,12 @@
 
 pub mod alerts;
 pub mod books;
-pub mod ipfs;
-pub mod journal;
+pub(crate) mod ipfs;
+pub(crate) mod journal;
 pub mod node;
 pub mod outcome;
 pub mod safety;
-pub mod status;
+pub(crate) mod status;
 pub mod submission;
 
 pub use node::{check_identity, check_slots, run, slot_dir};
