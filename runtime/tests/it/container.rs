@@ -61,7 +61,9 @@ fn variables_read() -> BTreeSet<String> {
             let is_name = piece.len() > 3
                 && piece.contains('_')
                 && piece.bytes().all(|b| b.is_ascii_uppercase() || b == b'_' || b.is_ascii_digit());
-            if is_name && piece != "CARGO_MANIFEST_DIR" {
+            // A name ending in `_` is a prefix (the variables a devnet's
+            // children inherit), not a variable of its own.
+            if is_name && piece != "CARGO_MANIFEST_DIR" && !piece.ends_with('_') {
                 names.insert(piece.to_owned());
             }
         }
