@@ -1,7 +1,8 @@
 //! The validator as a service: which components run in this process, what
 //! they are given, and [`run`], which starts them and stops them with the
-//! shutdown it is handed. `lite-node validator` parses its flags, builds the
-//! [`Deps`] and calls [`run`]; tests can do the same with their own.
+//! shutdown it is handed. `lite-node validator` parses its flags into
+//! [`Settings`] and a [`Wiring`] and calls [`start`], which connects the
+//! [`Deps`] and runs; tests can build their own `Deps` and call [`run`].
 //!
 //! The chain reads the dequeuer makes are [`AnchorChain`]: the slot
 //! registry on the anchor, and the data market's assignment rule from the
@@ -12,11 +13,13 @@ use std::{future::Future, io::Write, net::SocketAddr, path::PathBuf, sync::Arc, 
 
 use alloy::primitives::Address;
 use anyhow::Context;
+use lite_node_chain::Chains;
 use lite_node_chain::{
     Anchor, Release,
     epochs::{Follow, Watcher},
 };
 use lite_node_compute::selection::{Refusal, Refused, SelectionCheck};
+use lite_node_config::{ChainConfig, ComputeConfig};
 use lite_node_core::{
     data_dir::DataDirLock,
     retry::{Policy, retry},
@@ -125,6 +128,49 @@ pub struct Deps {
     pub anchor: Arc<Anchor>,
     /// Required when the dequeuer runs.
     pub selection: Option<Arc<SelectionCheck>>,
+}
+
+/// What a process is told to connect to, before anything is connected.
+#[derive(Clone, Debug)]
+pub struct Wiring {
+    /// `--redis-url`.
+    pub redis_url: String,
+    /// The anchor chain and its contracts, and the source chain (the
+    /// epochs' seed blocks).
+    pub chains: ChainConfig,
+    /// The data market's active pools (the dequeuer's selection check).
+    pub pools: Vec<String>,
+    /// The compute package with the market's assignment rule (the dequeuer's).
+    pub compute: Option<ComputeConfig>,
+}
+
+impl Deps {
+    /// Connects what `wiring` names: a Redis client (connections come
+    /// later, each component its own), the chains, and — with pools and a
+    /// package — the selection check, the package fetched and built first
+    /// if it is not in the cache.
+    pub async fn connect(wiring: Wiring) -> anyhow::Result<Self> {
+        let redis = redis::Client::open(wiring.redis_url.as_str()).map_err(|e| {
+            lite_node_core::BadInput(format!("--redis-url {}: {e} (expected redis://HOST:PORT)", wiring.redis_url))
+        })?;
+        let chains = Chains::connect(&wiring.chains).map_err(lite_node_core::BadInput)?;
+        let selection = match (wiring.pools.is_empty(), wiring.compute) {
+            (false, Some(compute)) => {
+                let package = tokio::task::spawn_blocking(move || lite_node_compute::load(&compute)).await??;
+                let check = SelectionCheck::new(chains.source.clone(), wiring.pools, Arc::new(package))
+                    .map_err(lite_node_core::BadInput)?;
+                Some(Arc::new(check))
+            }
+            _ => None,
+        };
+        Ok(Self { redis, redis_shown: wiring.redis_url, anchor: chains.anchor()?.clone(), selection })
+    }
+}
+
+/// Connects what `wiring` names ([`Deps::connect`]) and [`run`]s.
+pub async fn start(settings: Settings, wiring: Wiring, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let deps = Deps::connect(wiring).await?;
+    run(settings, deps, shutdown).await
 }
 
 /// The validator's chain reads: the slot registry on the anchor, and the

@@ -55,18 +55,21 @@ impl MarketOptions {
         pool_list(&self.pools, self.pools_file.as_deref())
     }
 
-    /// The anchor and source chains the flags name, connected the one way
-    /// every verb connects (`Chains::connect`), with the environment's
+    /// The anchor and source chains the flags name, with the environment's
     /// `LITE_NODE_RPC_TIMEOUT_SECS`.
-    pub fn chains(&self, env: &crate::config::EnvSnapshot) -> anyhow::Result<crate::chain::Chains> {
+    pub fn chain_config(&self, env: &crate::config::EnvSnapshot) -> anyhow::Result<crate::config::ChainConfig> {
         let scope = self.scope()?;
-        let cfg = crate::config::ChainConfig::from_flags(
+        Ok(crate::config::ChainConfig::from_flags(
             &self.anchor_rpc,
             self.source_rpc.as_deref(),
             scope.protocol_state,
             scope.data_market,
             env,
-        )?;
-        Ok(crate::chain::Chains::connect(&cfg).map_err(crate::exit::BadInput)?)
+        )?)
+    }
+
+    /// Those chains, connected the one way every verb connects (`Chains::connect`).
+    pub fn chains(&self, env: &crate::config::EnvSnapshot) -> anyhow::Result<crate::chain::Chains> {
+        Ok(crate::chain::Chains::connect(&self.chain_config(env)?).map_err(crate::exit::BadInput)?)
     }
 }

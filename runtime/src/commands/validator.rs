@@ -4,15 +4,13 @@
 //! container). The flags become the validator's `Settings` and `Deps`; the
 //! validator runs itself (`lite_node_validator::service::run`).
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use lite_node_validator::service::{self, Component, Deps, Settings};
+use lite_node_validator::service::{self, Component, Settings, Wiring};
 
 use super::MarketOptions;
 use crate::{
-    compute::{self, selection::SelectionCheck},
     config::{ComputeConfig, EnvSnapshot},
-    exit::BadInput,
     signals::shutdown_signals,
 };
 
@@ -33,7 +31,8 @@ pub struct ValidatorOptions {
     pub poll_interval: Duration,
 }
 
-/// Runs the chosen components until Ctrl-C or SIGTERM.
+/// Runs the chosen components until Ctrl-C or SIGTERM: the flags become
+/// the validator's settings and wiring, and the validator runs itself.
 pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
     let settings = Settings {
         components: o.components,
@@ -47,18 +46,16 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         workers: o.workers,
         part_size: o.part_size,
     };
-    let redis = redis::Client::open(o.redis_url.as_str())
-        .map_err(|e| BadInput(format!("--redis-url {}: {e} (expected redis://HOST:PORT)", o.redis_url)))?;
-    // Only the dequeuer checks selection: it needs the package and the pools
+    // Only the dequeuer checks selection: it needs the pools and the package
     // (without them it refuses to start, naming the flags).
-    let pools = if settings.runs(Component::Dequeuer) { o.market.pools()? } else { Vec::new() };
-    let package = if pools.is_empty() { None } else { Some(Arc::new(compute::load(&ComputeConfig::from_env(env)?)?)) };
-    let chains = o.market.chains(env)?;
-    let selection = match package {
-        Some(package) => Some(Arc::new(SelectionCheck::new(chains.source.clone(), pools, package).map_err(BadInput)?)),
-        None => None,
+    let dequeuer = settings.runs(Component::Dequeuer);
+    let wiring = Wiring {
+        redis_url: o.redis_url,
+        chains: o.market.chain_config(env)?,
+        pools: if dequeuer { o.market.pools()? } else { Vec::new() },
+        compute: if dequeuer { Some(ComputeConfig::from_env(env)?) } else { None },
     };
-    let deps = Deps { redis, redis_shown: o.redis_url, anchor: chains.anchor()?.clone(), selection };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("validator").build()?;
-    runtime.block_on(async move { service::run(settings, deps, shutdown_signals(false)).await })
+    // The signals are registered inside the runtime (tokio's need it).
+    runtime.block_on(async { service::start(settings, wiring, shutdown_signals(false)).await })
 }
