@@ -206,7 +206,7 @@ struct ValidatorArgs {
     /// Anchor blocks each epoch's submission window stays open after its
     /// release (130: every deadline a node may sign).
     #[arg(long, value_name = "N", default_value_t = lite_node_protocol::submission::WINDOW_BLOCKS,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = at_least_one_block)]
     window_blocks: u64,
     /// Dequeuer workers in this process.
     #[arg(long, value_name = "N", default_value_t = 4)]
@@ -305,6 +305,15 @@ enum ComputeCommand {
         #[arg(long)]
         name: Option<String>,
     },
+}
+
+/// `--window-blocks`: a whole number of anchor blocks, at least one.
+fn at_least_one_block(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("a window must stay open at least 1 anchor block".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a whole number of anchor blocks".into()),
+    }
 }
 
 fn main() -> ExitCode {
