@@ -85,15 +85,16 @@ run_tests() {
   fi
   say "compute package tests (${runner[*]})"
   (cd computes && "${runner[@]}")
-  say "runtime tests (${runner[*]})"
-  "${runner[@]}"
 
   # Every benchmark once, on tiny sizes and with no timing asserted (a bench
   # binary without cargo bench's --bench flag runs its quick mode), so one
   # that stops compiling or never finishes fails here, not months later.
-  say "benchmarks, once each in quick mode (cargo test --benches)"
-  (cd computes && cargo test --workspace --benches --locked)
-  cargo test --workspace --benches --locked
+  say "benchmarks, once each in quick mode (cargo test --bench '*')"
+  (cd computes && cargo test --workspace --locked --bench '*')
+  cargo test --workspace --locked --bench '*'
+
+  say "runtime tests (${runner[*]})"
+  "${runner[@]}"
 }
 
 run_check() {

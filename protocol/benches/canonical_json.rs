@@ -51,7 +51,7 @@ fn best_ms(runs: usize, mut f: impl FnMut()) -> f64 {
 
 fn main() {
     println!("{:>8}  {:>14}  {:>22}  {:>10}", "size", "canonical_json", "serde_json parse+print", "ours ms/MB");
-    // Without cargo bench's `--bench` (`cargo test --benches`, as CI runs
+    // Without cargo bench's `--bench` (`cargo test --bench '*'`, as CI runs
     // it): one tiny size, a check that the bench still runs.
     let quick = !std::env::args().any(|a| a == "--bench");
     let sizes: &[usize] = if quick { &[16 << 10] } else { &[1 << 20, 10 << 20] };

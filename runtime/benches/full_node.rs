@@ -14,7 +14,7 @@ use std::{
 use lite_node::{
     chain::{HttpRpc, IoRuntime},
     compute::{
-        self, Fetch, LoadedPackage,
+        self,
         host::{RpcEndpoint, RuntimeHost, SelectionTracker},
     },
     config::{ComputeConfig, EnvSnapshot},
@@ -67,7 +67,7 @@ fn main() {
     env.push(("LITE_NODE_DATA_DIR".into(), data.path().display().to_string()));
     env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), compute_target_dir().display().to_string()));
     let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
-    let package = LoadedPackage::load(compute::ensure(&cfg, Fetch::Allowed).unwrap()).unwrap();
+    let package = compute::load(&cfg).unwrap();
 
     let io = IoRuntime::new().unwrap();
     let source = Arc::new(HttpRpc::new("source", vec![world.url()], Duration::from_secs(60), io).unwrap());

@@ -29,7 +29,7 @@ pub fn data(rel: &str) -> PathBuf {
 /// A cargo target dir shared by every test that makes the runtime build a
 /// compute package, so dependencies compile once per machine, not per test.
 /// Whether a bench binary runs as a quick check rather than a measurement:
-/// `cargo bench` passes `--bench`, `cargo test --benches` (what CI runs) does
+/// `cargo bench` passes `--bench`, `cargo test --bench '*'` (what CI runs) does
 /// not. A quick run uses tiny sizes and asserts nothing about time, so a
 /// bench that stops compiling or never finishes is caught the day it breaks.
 pub fn bench_is_quick() -> bool {

@@ -9,7 +9,7 @@
 //!
 //!     cargo bench -p lite-node-validator --bench pipeline
 //!
-//! Without cargo bench's `--bench` flag (`cargo test --benches`, as CI runs
+//! Without cargo bench's `--bench` flag (`cargo test --bench '*'`, as CI runs
 //! it), the same phases run once on tiny sizes, so a bench that stops
 //! compiling or never finishes is caught; its numbers mean nothing then.
 

@@ -27,7 +27,7 @@ fn median(runs: usize, mut f: impl FnMut()) -> Duration {
 fn main() {
     let (regular, genesis) = (request(12_345), request(0));
     let _ = assignments(&genesis); // warm up
-    // Without cargo bench's `--bench` (`cargo test --benches`, as CI runs
+    // Without cargo bench's `--bench` (`cargo test --bench '*'`, as CI runs
     // it): a few rounds, a check that the comparison still runs.
     let quick = !std::env::args().any(|a| a == "--bench");
     let (regular_runs, genesis_runs) = if quick { (3, 3) } else { (501, 101) };

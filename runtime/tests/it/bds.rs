@@ -7,7 +7,7 @@ use std::{process::Command, sync::Arc, time::Duration};
 use lite_node::{
     chain::{HttpRpc, IoRuntime},
     compute::{
-        self, Fetch, LoadedPackage,
+        self, LoadedPackage,
         host::{RpcEndpoint, RuntimeHost, SelectionTracker},
     },
     config::{ComputeConfig, EnvSnapshot},
@@ -22,7 +22,7 @@ fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
     env.push(("LITE_NODE_DATA_DIR".into(), data_dir.display().to_string()));
     env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), compute_target_dir().display().to_string()));
     let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
-    LoadedPackage::load(compute::ensure(&cfg, Fetch::Allowed).unwrap()).unwrap()
+    compute::load(&cfg).unwrap()
 }
 
 /// Swaps both ways, a mint, a burn and a collect on pool 0 (several in one

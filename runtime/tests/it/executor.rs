@@ -12,24 +12,11 @@ use lite_node::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::support::load_faulty;
+use crate::support::{load_faulty, task};
 
 /// Every project of `executor` for one epoch, as tasks of slot 4.
 fn tasks(executor: &LocalExecutor, epoch_id: u64) -> Vec<Task> {
     executor.projects().map(|p| task(epoch_id, &p.project_type)).collect()
-}
-
-fn task(epoch_id: u64, project_type: &str) -> Task {
-    Task {
-        epoch_id,
-        begin: 100,
-        end: 100,
-        day_id: 1,
-        slot_id: 4,
-        total_slots: 10,
-        namespace: "devnet-TEST-ETH".into(),
-        project_type: project_type.into(),
-    }
 }
 
 /// Runs the tasks; their results in the tasks' order.

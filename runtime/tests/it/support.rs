@@ -6,7 +6,7 @@ use std::{
 };
 
 use lite_node::{
-    compute::{self, Fetch, LoadedPackage},
+    compute::{self, LoadedPackage, executor::Task},
     config::{ComputeConfig, EnvSnapshot},
 };
 use lite_node_plugin_api::EpochContext;
@@ -116,12 +116,16 @@ pub fn load_faulty(data: &std::path::Path) -> LoadedPackage {
         ("SNAPSHOTTER_COMPUTE_REPO_COMMIT".to_owned(), repo.commit.clone()),
     ]);
     let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
-    let package = compute::ensure(&cfg, Fetch::Allowed).unwrap();
-    LoadedPackage::load(package).unwrap()
+    compute::load(&cfg).unwrap()
 }
 
 pub fn epoch(epoch_id: u64) -> EpochContext {
-    EpochContext {
+    task(epoch_id, "faulty").context()
+}
+
+/// Project `project_type` of slot 4 (of 10) for one epoch of block 100.
+pub fn task(epoch_id: u64, project_type: &str) -> Task {
+    Task {
         epoch_id,
         begin: 100,
         end: 100,
@@ -129,7 +133,7 @@ pub fn epoch(epoch_id: u64) -> EpochContext {
         slot_id: 4,
         total_slots: 10,
         namespace: "devnet-TEST-ETH".into(),
-        project_type: "faulty".into(),
+        project_type: project_type.into(),
     }
 }
 

@@ -17,7 +17,7 @@ pub(crate) mod memo;
 mod plugin_api_src;
 mod progress;
 mod projects;
-pub mod repo;
+pub(crate) mod repo;
 pub mod scaffold;
 pub mod selection;
 pub mod snapshots;
