@@ -9,7 +9,7 @@
 //! compute package (`lite_node_compute::selection`, the check the devnet
 //! collector makes too).
 
-use std::{future::Future, io::Write, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{io::Write, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use alloy::primitives::Address;
 use anyhow::Context;
@@ -23,6 +23,7 @@ use lite_node_config::{ChainConfig, ComputeConfig};
 use lite_node_core::{
     data_dir::DataDirLock,
     retry::{Policy, retry},
+    signals::Shutdown,
 };
 
 use crate::{
@@ -168,7 +169,7 @@ impl Deps {
 }
 
 /// Connects what `wiring` names ([`Deps::connect`]) and [`run`]s.
-pub async fn start(settings: Settings, wiring: Wiring, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn start(settings: Settings, wiring: Wiring, shutdown: Shutdown) -> anyhow::Result<()> {
     let deps = Deps::connect(wiring).await?;
     run(settings, deps, shutdown).await
 }
@@ -202,8 +203,7 @@ impl ChainReads for AnchorChain {
 /// Runs the chosen components until `shutdown` resolves or one of them ends
 /// with an error (which is returned). A component still busy 5 s after the
 /// stop is left behind.
-pub async fn run(settings: Settings, deps: Deps, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    tokio::pin!(shutdown);
+pub async fn run(settings: Settings, deps: Deps, mut shutdown: Shutdown) -> anyhow::Result<()> {
     if settings.window_blocks == 0 {
         anyhow::bail!(lite_node_core::BadInput("--window-blocks must be at least 1".into()));
     }

@@ -63,9 +63,13 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         let mut collector = DevnetCollector::new(anchor, chain_id);
         (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = crate::collector::serve(collector, listener, async {
-            let _ = stopped.await;
-        });
+        let server = crate::collector::serve(
+            collector,
+            listener,
+            Box::pin(async {
+                let _ = stopped.await;
+            }),
+        );
         tokio::pin!(server);
         tokio::select! {
             served = &mut server => served?,

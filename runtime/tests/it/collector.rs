@@ -59,7 +59,7 @@ fn start_collector_with(
     listener.set_nonblocking(true).unwrap();
     let _guard = s.runtime.enter();
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-    s.runtime.spawn(collector::serve(collector, listener, std::future::pending()));
+    s.runtime.spawn(collector::serve(collector, listener, Box::pin(std::future::pending())));
     received
 }
 

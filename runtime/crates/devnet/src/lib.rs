@@ -16,7 +16,6 @@ pub(crate) mod world;
 
 use std::{
     collections::BTreeMap,
-    future::Future,
     io::Write,
     path::{Path, PathBuf},
     process::Command,
@@ -35,6 +34,7 @@ use lite_node_config::{ComputeConfig, EnvSnapshot};
 use lite_node_core::{
     BadInput,
     retry::{Policy, retry},
+    signals::Shutdown,
 };
 
 use crate::collector::{DevnetCollector, EpochAssignment, Received, SelectionCheck};
@@ -219,13 +219,7 @@ const ANVIL_BIN: &str = "node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil";
 /// Runs the devnet until `opts.epochs` epochs are done or `shutdown`
 /// completes: [`Devnet::start`], then [`Devnet::release`] and
 /// [`Devnet::settle`] each epoch, then [`Devnet::stop`].
-pub async fn run(
-    opts: Options,
-    env: EnvSnapshot,
-    out: &mut dyn Write,
-    shutdown: impl Future<Output = ()>,
-) -> Result<Summary> {
-    tokio::pin!(shutdown);
+pub async fn run(opts: Options, env: EnvSnapshot, out: &mut dyn Write, mut shutdown: Shutdown) -> Result<Summary> {
     let mut devnet = Devnet::start(opts, &env, out, &mut shutdown).await?;
     let mut next_release = tokio::time::Instant::now() + devnet.opts.interval;
     let mut k: u64 = 0;
@@ -286,12 +280,7 @@ impl Devnet {
     /// anvil with the world and registers every node's slots, then the
     /// validators, the collector and the nodes; returns once every node is
     /// watching the anchor (and has printed the table's header).
-    async fn start(
-        opts: Options,
-        env: &EnvSnapshot,
-        out: &mut dyn Write,
-        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-    ) -> Result<Self> {
+    async fn start(opts: Options, env: &EnvSnapshot, out: &mut dyn Write, shutdown: &mut Shutdown) -> Result<Self> {
         let started = Instant::now();
         let world_dir = opts.world.clone().unwrap_or_else(|| opts.devnet_dir.join("world"));
         let anvil_bin = opts.devnet_dir.join(ANVIL_BIN);
@@ -435,9 +424,13 @@ impl Devnet {
                 .context("connecting to the validator's gateway")?;
             collector.forward = Some(client);
         }
-        let serving = tokio::spawn(collector::serve(collector, listener, async move {
-            let _ = collector_stopped.await;
-        }));
+        let serving = tokio::spawn(collector::serve(
+            collector,
+            listener,
+            Box::pin(async move {
+                let _ = collector_stopped.await;
+            }),
+        ));
         writeln!(
             out,
             "collector on 127.0.0.1:{collector_port} (checks signer, deadline and selection{})",
@@ -601,12 +594,7 @@ impl Devnet {
     /// Waits for `epoch`'s submissions (restarting a node that died, at most
     /// `--epoch-timeout-secs`), lets each validator finalize it, prints its
     /// row and keeps it. A stop lets the epoch in flight finish, briefly.
-    async fn settle(
-        &mut self,
-        epoch: Released,
-        out: &mut dyn Write,
-        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-    ) -> Result<()> {
+    async fn settle(&mut self, epoch: Released, out: &mut dyn Write, shutdown: &mut Shutdown) -> Result<()> {
         let mut deadline = tokio::time::Instant::now() + self.opts.epoch_timeout;
         loop {
             if arrived(&self.received, &epoch).len() >= epoch.expected.len() {
@@ -963,10 +951,7 @@ fn derived_key(slot_id: u64) -> String {
     format!("0x{}", hex::encode(key))
 }
 
-async fn wait_until_watching(
-    nodes: &mut [Node],
-    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> Result<()> {
+async fn wait_until_watching(nodes: &mut [Node], shutdown: &mut Shutdown) -> Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
         let mut ready = 0;

@@ -255,7 +255,7 @@ fn reason_metadata(reason: &str) -> tonic::metadata::MetadataValue<tonic::metada
 pub async fn serve(
     collector: DevnetCollector,
     listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()>,
+    shutdown: lite_node_core::signals::Shutdown,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     tonic::transport::Server::builder()
