@@ -169,9 +169,15 @@ impl Deps {
 }
 
 /// Connects what `wiring` names ([`Deps::connect`]) and [`run`]s.
-pub async fn start(settings: Settings, wiring: Wiring, shutdown: Shutdown) -> anyhow::Result<()> {
-    let deps = Deps::connect(wiring).await?;
-    run(settings, deps, shutdown).await
+pub fn start(
+    settings: Settings,
+    wiring: Wiring,
+    shutdown: Shutdown,
+) -> lite_node_core::BoxFuture<'static, anyhow::Result<()>> {
+    Box::pin(async move {
+        let deps = Deps::connect(wiring).await?;
+        run(settings, deps, shutdown).await
+    })
 }
 
 /// The validator's chain reads: the slot registry on the anchor, and the

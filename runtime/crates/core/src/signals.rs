@@ -2,9 +2,8 @@
 //! SIGHUP.
 
 /// What a long-running entry point (the node, the devnet, the validator)
-/// stops on. Boxed rather than generic so that each entry point is compiled
-/// once, in its own crate, and not again in every crate that calls it.
-pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+/// stops on.
+pub type Shutdown = crate::BoxFuture<'static, ()>;
 
 /// The next delivery of a signal that is listened for; never, if it is not.
 async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {

@@ -219,7 +219,16 @@ const ANVIL_BIN: &str = "node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil";
 /// Runs the devnet until `opts.epochs` epochs are done or `shutdown`
 /// completes: [`Devnet::start`], then [`Devnet::release`] and
 /// [`Devnet::settle`] each epoch, then [`Devnet::stop`].
-pub async fn run(opts: Options, env: EnvSnapshot, out: &mut dyn Write, mut shutdown: Shutdown) -> Result<Summary> {
+pub fn run<'a>(
+    opts: Options,
+    env: EnvSnapshot,
+    out: &'a mut dyn Write,
+    shutdown: Shutdown,
+) -> lite_node_core::LocalBoxFuture<'a, Result<Summary>> {
+    Box::pin(run_devnet(opts, env, out, shutdown))
+}
+
+async fn run_devnet(opts: Options, env: EnvSnapshot, out: &mut dyn Write, mut shutdown: Shutdown) -> Result<Summary> {
     let mut devnet = Devnet::start(opts, &env, out, &mut shutdown).await?;
     let mut next_release = tokio::time::Instant::now() + devnet.opts.interval;
     let mut k: u64 = 0;

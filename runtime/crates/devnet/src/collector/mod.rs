@@ -252,14 +252,15 @@ fn reason_metadata(reason: &str) -> tonic::metadata::MetadataValue<tonic::metada
 }
 
 /// Serves `collector` on `listener` until `shutdown` completes.
-pub async fn serve(
+pub fn serve(
     collector: DevnetCollector,
     listener: tokio::net::TcpListener,
     shutdown: lite_node_core::signals::Shutdown,
-) -> Result<(), tonic::transport::Error> {
+) -> lite_node_core::BoxFuture<'static, Result<(), tonic::transport::Error>> {
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tonic::transport::Server::builder()
-        .add_service(proto::submission_server::SubmissionServer::new(collector))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+    Box::pin(
+        tonic::transport::Server::builder()
+            .add_service(proto::submission_server::SubmissionServer::new(collector))
+            .serve_with_incoming_shutdown(incoming, shutdown),
+    )
 }

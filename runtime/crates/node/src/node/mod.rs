@@ -73,7 +73,14 @@ const PACKAGE_UNUSED_FOR: std::time::Duration = std::time::Duration::from_secs(1
 /// Runs the node until `shutdown` completes. A stop takes at most
 /// `LITE_NODE_STOP_GRACE_SECS` from the signal, everything included: the
 /// epoch in flight, then running computes (a hung one is not waited for).
-pub async fn run(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) -> Result<()> {
+pub fn run(
+    cfg: NodeConfig,
+    shutdown: lite_node_core::signals::Shutdown,
+) -> lite_node_core::LocalBoxFuture<'static, Result<()>> {
+    Box::pin(run_node(cfg, shutdown))
+}
+
+async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) -> Result<()> {
     let stopped_at = std::sync::OnceLock::new();
     let shutdown = async {
         shutdown.await;
