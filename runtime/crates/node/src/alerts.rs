@@ -585,7 +585,15 @@ async fn deliver(channel: &Channel, alert: &Alert) {
 
 /// Sends one test message through every configured channel, once each:
 /// `(channel, what it answered or why it failed)`.
-pub async fn test(cfg: &AlertConfig, from: Sender) -> Result<Vec<(String, Result<String, String>)>, String> {
+/// (Boxed here: see `lite_node_core::BoxFuture`.)
+pub fn test(
+    cfg: &AlertConfig,
+    from: Sender,
+) -> lite_node_core::LocalBoxFuture<'_, Result<Vec<(String, Result<String, String>)>, String>> {
+    Box::pin(test_channels(cfg, from))
+}
+
+async fn test_channels(cfg: &AlertConfig, from: Sender) -> Result<Vec<(String, Result<String, String>)>, String> {
     let alert = Alert { kind: AlertKind::Test, from, books: Books::default(), at_unix: unix_now(), slots: Vec::new() };
     let mut results = Vec::new();
     for channel in channels(cfg)? {

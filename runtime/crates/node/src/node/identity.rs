@@ -37,7 +37,16 @@ pub async fn check_identity(anchor: &Anchor, signer: Address, slot_id: u64) -> a
 /// to someone else are refused all at once, each named with the address it
 /// is registered to — or, with `skip_foreign`, left out with a warning (the
 /// slots kept are returned). Errors from the anchor are the caller's to retry.
-pub async fn check_slots(
+/// (Boxed here: see `lite_node_core::BoxFuture`.)
+pub fn check_slots<'a>(
+    anchor: &'a Anchor,
+    slots: &'a [crate::config::NodeSlot],
+    skip_foreign: bool,
+) -> lite_node_core::LocalBoxFuture<'a, anyhow::Result<Result<Vec<crate::config::NodeSlot>, BadInput>>> {
+    Box::pin(check_slots_now(anchor, slots, skip_foreign))
+}
+
+async fn check_slots_now(
     anchor: &Anchor,
     slots: &[crate::config::NodeSlot],
     skip_foreign: bool,
