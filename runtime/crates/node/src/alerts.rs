@@ -583,17 +583,17 @@ async fn deliver(channel: &Channel, alert: &Alert) {
     }
 }
 
-/// Sends one test message through every configured channel, once each:
-/// `(channel, what it answered or why it failed)`.
+/// What each channel made of a test message: `(channel, what it answered
+/// or why it failed)`.
+pub type TestResults = Vec<(String, Result<String, String>)>;
+
+/// Sends one test message through every configured channel, once each.
 /// (Boxed here: see `lite_node_core::BoxFuture`.)
-pub fn test(
-    cfg: &AlertConfig,
-    from: Sender,
-) -> lite_node_core::LocalBoxFuture<'_, Result<Vec<(String, Result<String, String>)>, String>> {
+pub fn test(cfg: &AlertConfig, from: Sender) -> lite_node_core::LocalBoxFuture<'_, Result<TestResults, String>> {
     Box::pin(test_channels(cfg, from))
 }
 
-async fn test_channels(cfg: &AlertConfig, from: Sender) -> Result<Vec<(String, Result<String, String>)>, String> {
+async fn test_channels(cfg: &AlertConfig, from: Sender) -> Result<TestResults, String> {
     let alert = Alert { kind: AlertKind::Test, from, books: Books::default(), at_unix: unix_now(), slots: Vec::new() };
     let mut results = Vec::new();
     for channel in channels(cfg)? {
