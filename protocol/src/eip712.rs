@@ -125,24 +125,54 @@ fn signature_hex(sig: &Signature) -> String {
     hex::encode(bytes)
 }
 
+/// Half the order of secp256k1, big-endian: a signature's `s` above it is
+/// the other form of a signature with `n - s` (EIP-2), which Ethereum does
+/// not accept, so one signed message has one signature.
+const HALF_ORDER: [u8; 32] = [
+    0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x5d, 0x57, 0x6e,
+    0x73, 0x57, 0xa4, 0x50, 0x1d, 0xdf, 0xe9, 0x2f, 0x46, 0x68, 0x1b, 0x20, 0xa0,
+];
+
+/// A signature's 65 bytes `r || s || v` with `v` as 27 or 28, from hex
+/// (with or without `0x`, `v` as 27/28 or 0/1); high-s is refused.
+fn signature_bytes(signature: &str) -> Result<[u8; 65], String> {
+    let text = signature.strip_prefix("0x").unwrap_or(signature);
+    if text.len() != 130 {
+        return Err(format!("signature is {} hex digits, expected 130 (65 bytes)", text.len()));
+    }
+    let raw = hex::decode(text).map_err(|_| "signature is not hex".to_owned())?;
+    let mut bytes = [0u8; 65];
+    bytes.copy_from_slice(&raw);
+    bytes[64] = match bytes[64] {
+        27 | 0 => 27,
+        28 | 1 => 28,
+        v => return Err(format!("signature v is {v}, expected 27 or 28")),
+    };
+    if bytes[32..64] > HALF_ORDER[..] {
+        return Err("signature s is in the upper half of the curve order (a malleated signature)".into());
+    }
+    Ok(bytes)
+}
+
+/// The one form of a signature: lower-case hex without `0x`, `v` as 27 or
+/// 28. What a validator stores and relays, so one signed message is one
+/// submission however it was spelled. `Err`: not a signature (high-s
+/// included).
+pub fn canonical_signature(signature: &str) -> Result<String, String> {
+    signature_bytes(signature).map(hex::encode)
+}
+
 /// The address that signed `request` under `domain`, from a hex signature
-/// (with or without `0x`, `v` as 27/28 or 0/1). Recovery runs in
-/// libsecp256k1: it is what bounds a validator's throughput.
+/// (with or without `0x`, `v` as 27/28 or 0/1; high-s refused). Recovery
+/// runs in libsecp256k1: it is what bounds a validator's throughput.
 pub fn recover(domain: &Eip712Domain, request: &Request, signature: &str) -> Result<Address, String> {
     use secp256k1::{
         Message, Secp256k1, VerifyOnly,
         ecdsa::{RecoverableSignature, RecoveryId},
     };
     static SECP: std::sync::LazyLock<Secp256k1<VerifyOnly>> = std::sync::LazyLock::new(Secp256k1::verification_only);
-    let raw = hex::decode(signature.trim_start_matches("0x")).map_err(|_| "signature is not hex".to_owned())?;
-    if raw.len() != 65 {
-        return Err(format!("signature is {} bytes, expected 65", raw.len()));
-    }
-    let recid = match raw[64] {
-        27 | 0 => RecoveryId::Zero,
-        28 | 1 => RecoveryId::One,
-        v => return Err(format!("signature v is {v}, expected 27 or 28")),
-    };
+    let raw = signature_bytes(signature)?;
+    let recid = if raw[64] == 27 { RecoveryId::Zero } else { RecoveryId::One };
     let sig =
         RecoverableSignature::from_compact(&raw[..64], recid).map_err(|e| format!("cannot recover the signer: {e}"))?;
     let message = Message::from_digest(digest(domain, request).0);
@@ -196,5 +226,47 @@ mod tests {
         request.deadline += 1;
         assert_ne!(recover(&domain, &request, &sig).unwrap(), signer.address());
         assert!(!format!("{signer:?}").contains("0707"), "the key never prints");
+    }
+
+    /// `n - s` for a 32-byte big-endian `s` below the order `n`.
+    fn negate(s: &[u8]) -> [u8; 32] {
+        const N: [u8; 32] = [
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe, 0xba, 0xae,
+            0xdc, 0xe6, 0xaf, 0x48, 0xa0, 0x3b, 0xbf, 0xd2, 0x5e, 0x8c, 0xd0, 0x36, 0x41, 0x41,
+        ];
+        let mut out = [0u8; 32];
+        let mut borrow = 0i16;
+        for i in (0..32).rev() {
+            let d = N[i] as i16 - s[i] as i16 - borrow;
+            (out[i], borrow) = if d < 0 { ((d + 256) as u8, 1) } else { (d as u8, 0) };
+        }
+        out
+    }
+
+    #[test]
+    fn one_signed_message_has_one_signature_form() {
+        let v = vector();
+        let (_, request) = request_of(&v);
+        let ps: Address = "0x5FbDB2315678afecb367f032d93F642f64180aa3".parse().unwrap();
+        let signer = Signer::new(&[7u8; 32], 31337, ps).unwrap();
+        let domain = domain(31337, ps);
+        let sig = signer.sign(&request).unwrap();
+        // v as 0/1, upper case, with 0x: the same signature, one form.
+        let mut raw = hex::decode(&sig).unwrap();
+        raw[64] -= 27;
+        let respelled = format!("0x{}", hex::encode_upper(&raw));
+        assert_eq!(recover(&domain, &request, &respelled).unwrap(), signer.address());
+        assert_eq!(canonical_signature(&respelled).unwrap(), sig);
+        // The malleated twin (n - s, v flipped) recovers to the same key in
+        // libsecp256k1, and is refused.
+        let mut twin = hex::decode(&sig).unwrap();
+        let high = negate(&twin[32..64]);
+        twin[32..64].copy_from_slice(&high);
+        twin[64] = if twin[64] == 27 { 28 } else { 27 };
+        let twin = hex::encode(twin);
+        let err = recover(&domain, &request, &twin).unwrap_err();
+        assert!(err.contains("upper half"), "{err}");
+        assert!(canonical_signature(&twin).is_err());
+        assert!(canonical_signature(&"ab".repeat(64)).unwrap_err().contains("128 hex digits, expected 130"));
     }
 }

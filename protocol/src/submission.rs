@@ -60,6 +60,12 @@ reasons! {
     /// A submission whose content is wrong: no CID, a bad project id, another
     /// data market or ProtocolState.
     BadForm = "bad_form",
+    /// The signature does not recover to any address.
+    BadSignature = "bad_signature",
+    /// No signer is registered for the slot.
+    UnregisteredSlot = "unregistered_slot",
+    /// The signature recovers to someone else than the slot's signer.
+    WrongSigner = "wrong_signer",
     /// The epoch was never released here (or so long ago its state is gone).
     UnknownEpoch = "unknown_epoch",
     /// The epoch's window closed (it went to the finalizer).
@@ -68,19 +74,18 @@ reasons! {
     DeadlineTooFar = "deadline_too_far",
     /// The anchor head is past the signed deadline.
     DeadlinePassed = "deadline_passed",
-    /// The signature does not recover to any address.
-    BadSignature = "bad_signature",
-    /// No signer is registered for the slot.
-    UnregisteredSlot = "unregistered_slot",
-    /// The signature recovers to someone else than the slot's signer.
-    WrongSigner = "wrong_signer",
     /// The slot was not selected for the epoch.
     NotSelected = "not_selected",
     /// The slot was selected, for another pool.
     WrongPool = "wrong_pool",
+    /// The project id names no project the data market defines: another
+    /// namespace, a project type the market does not have, or a data source
+    /// that is not a pool.
+    UnknownProject = "unknown_project",
     /// The slot already submitted this CID for the project in this epoch.
     Duplicate = "duplicate",
-    /// The slot already submitted another CID for the project in this epoch.
+    /// The slot submitted another CID for the project in this epoch: its
+    /// vote on the project is void, whichever came first.
     Equivocation = "equivocation",
 }
 
@@ -107,8 +112,10 @@ impl Rejection {
     pub fn at_commit(reason: Reason) -> Self {
         let detail = match reason {
             Reason::Duplicate => "this slot already submitted this CID for the project in this epoch",
-            Reason::Equivocation => "this slot already submitted another CID for the project in this epoch",
-            Reason::WindowClosed => "the submission window closed while it was checked",
+            Reason::Equivocation => {
+                "this slot submitted another CID for the project in this epoch: its vote on it is void"
+            }
+            Reason::WindowClosed => "the epoch was already being finalized when this submission was judged",
             other => other.as_str(),
         };
         Self::new(reason, detail)
@@ -144,6 +151,67 @@ pub enum Selection {
     NotSelected(String),
     /// The slot was selected, for another pool.
     WrongPool(String),
+    /// The project is none the data market defines ([`Projects::check`]).
+    UnknownProject(String),
+}
+
+/// The projects a data market defines: project ids in its namespace
+/// (`{POWERLOOM_CHAIN}-{NAMESPACE}-{SOURCE_CHAIN}`) of the project types its
+/// projects.json lists, each without a data source or with pool addresses
+/// as its data source (which pool a slot may name is the assignment's to
+/// say). Anything else would let a registered slot add made-up projects to
+/// an epoch's finalized batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Projects {
+    pub namespace: String,
+    pub types: std::collections::BTreeSet<String>,
+}
+
+impl Projects {
+    pub fn new(namespace: impl Into<String>, types: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self { namespace: namespace.into(), types: types.into_iter().map(Into::into).collect() }
+    }
+
+    /// Whether `project_id` is one of this market's projects; `Err` says why not.
+    pub fn check(&self, project_id: &str) -> Result<(), String> {
+        let parts: Vec<&str> = project_id.split(':').collect();
+        let (kind, source, namespace) = match parts.as_slice() {
+            [kind, namespace] => (*kind, None, *namespace),
+            [kind, source, namespace] => (*kind, Some(*source), *namespace),
+            _ => return Err(format!("projectId `{}` is not `type:source:namespace`", clip(project_id))),
+        };
+        if namespace != self.namespace {
+            return Err(format!(
+                "projectId `{}`: namespace `{}` is not this data market's ({})",
+                clip(project_id),
+                clip(namespace),
+                self.namespace
+            ));
+        }
+        if !self.types.contains(kind) {
+            return Err(format!(
+                "projectId `{}`: project type `{}` is not one of this data market's ({})",
+                clip(project_id),
+                clip(kind),
+                self.types.iter().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if let Some(source) = source
+            && !source.split('_').all(is_pool_address)
+        {
+            return Err(format!(
+                "projectId `{}`: data source `{}` is not a pool address (lower-case 0x and 40 hex digits)",
+                clip(project_id),
+                clip(source)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `0x` and 40 lower-case hex digits: a data source as a node writes it.
+fn is_pool_address(s: &str) -> bool {
+    s.len() == 42 && s.starts_with("0x") && s[2..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// What the rules need from the chains, asked in their order and only as
@@ -155,9 +223,7 @@ pub trait Facts: Send + Sync {
     /// The anchor chain's head.
     fn head(&self) -> impl Future<Output = Result<u64, String>> + Send;
     /// The signer registered for `slot_id` (`Address::ZERO`: none).
-    /// `recovered` is who signed: a cache may re-read the chain once when it
-    /// differs (the slot may have been registered again).
-    fn signer(&self, slot_id: u64, recovered: Address) -> impl Future<Output = Result<Address, String>> + Send;
+    fn signer(&self, slot_id: u64) -> impl Future<Output = Result<Address, String>> + Send;
     /// The assignment rule applied to the request's slot and project.
     fn selection(&self, request: &Request) -> impl Future<Output = Result<Selection, String>> + Send;
 }
@@ -171,10 +237,12 @@ pub enum Judgement {
     Deferred,
 }
 
-/// Judges a submission by every rule, in order: form, epoch, deadline
-/// (against the release, then the head), signature, the slot's registered
-/// signer, selection. `Err` is a chain that could not be read. What is
-/// counted when the vote is cast (the window still open, one vote per slot)
+/// Judges a submission by every rule, in order: form, signature, the slot's
+/// registered signer, epoch, deadline (against the release, then the
+/// head), selection (the project included). What costs nothing comes
+/// first, and nothing is waited for (an epoch not seen yet) until the
+/// submission is known to be the slot's own. `Err` is a chain that could
+/// not be read. What is counted when the vote is cast (one vote per slot)
 /// is the validator's commit (docs/protocol.md §11).
 pub async fn judge<F: Facts>(
     s: &SnapshotSubmission,
@@ -183,10 +251,20 @@ pub async fn judge<F: Facts>(
     facts: &F,
 ) -> Result<Judgement, String> {
     let reject = |reason, detail: String| Ok(Judgement::Rejected(Rejection::new(reason, detail)));
-    let r = match check_form(s, scope) {
-        Ok(r) => r,
-        Err(why) => return reject(Reason::BadForm, why),
+    let (r, found) = match admit(s, scope, domain) {
+        Ok(admitted) => admitted,
+        Err(rejection) => return Ok(Judgement::Rejected(rejection)),
     };
+    let registered = facts.signer(r.slot_id).await?;
+    if registered == Address::ZERO {
+        return reject(Reason::UnregisteredSlot, format!("slot {} is not registered", r.slot_id));
+    }
+    if registered != found {
+        return reject(
+            Reason::WrongSigner,
+            format!("signature recovers to {found}, slot {} belongs to {registered}", r.slot_id),
+        );
+    }
     let release_block = match facts.epoch(r).await? {
         EpochStanding::Open { release_block } => release_block,
         EpochStanding::Closed => {
@@ -215,25 +293,27 @@ pub async fn judge<F: Facts>(
     if head > r.deadline {
         return reject(Reason::DeadlinePassed, format!("deadline {} passed (anchor head {head})", r.deadline));
     }
-    let found = match eip712::recover(domain, &eip712::Request::from(r), &s.signature) {
-        Ok(a) => a,
-        Err(why) => return reject(Reason::BadSignature, why),
-    };
-    let registered = facts.signer(r.slot_id, found).await?;
-    if registered == Address::ZERO {
-        return reject(Reason::UnregisteredSlot, format!("slot {} is not registered", r.slot_id));
-    }
-    if registered != found {
-        return reject(
-            Reason::WrongSigner,
-            format!("signature recovers to {found}, slot {} belongs to {registered}", r.slot_id),
-        );
-    }
     match facts.selection(r).await? {
         Selection::Selected => Ok(Judgement::Accepted),
         Selection::NotSelected(why) => reject(Reason::NotSelected, why),
         Selection::WrongPool(why) => reject(Reason::WrongPool, why),
+        Selection::UnknownProject(why) => reject(Reason::UnknownProject, why),
     }
+}
+
+/// The checks that need nothing but the submission: its form and that its
+/// signature recovers to someone (`bad_form`, `bad_signature`). A gateway
+/// runs them before it stores anything; [`judge`] starts with them. Gives
+/// the request and who signed it.
+pub fn admit<'a>(
+    s: &'a SnapshotSubmission,
+    scope: &Scope,
+    domain: &Eip712Domain,
+) -> Result<(&'a Request, Address), Rejection> {
+    let r = check_form(s, scope).map_err(|why| Rejection::new(Reason::BadForm, why))?;
+    let signer = eip712::recover(domain, &eip712::Request::from(r), &s.signature)
+        .map_err(|why| Rejection::new(Reason::BadSignature, why))?;
+    Ok((r, signer))
 }
 
 /// The data market and ProtocolState a collector serves.
@@ -249,6 +329,7 @@ pub struct Scope {
 /// `protocolState` are the scope's own.
 pub fn check_form<'a>(s: &'a SnapshotSubmission, scope: &Scope) -> Result<&'a Request, String> {
     let r = s.request.as_ref().ok_or("the submission has no request")?;
+    check_lengths(s)?;
     if r.slot_id == 0 {
         return Err("slot id 0: slots are numbered from 1".into());
     }
@@ -269,6 +350,47 @@ pub fn check_form<'a>(s: &'a SnapshotSubmission, scope: &Scope) -> Result<&'a Re
     same("dataMarket", &s.data_market, scope.data_market)?;
     same("protocolState", &s.protocol_state, scope.protocol_state)?;
     Ok(r)
+}
+
+/// The longest field a submission may carry, in bytes: enough for every
+/// honest value with room to spare, so that what a validator stores and
+/// relays per submission is bounded whoever sends it.
+pub mod caps {
+    /// `projectId`: a type, up to four pool addresses and a namespace.
+    pub const PROJECT_ID: usize = 256;
+    /// `snapshotCid` (a CIDv1 of SHA-256 in base32 is 59).
+    pub const CID: usize = 100;
+    /// `signature`: 65 bytes in hex, with `0x`.
+    pub const SIGNATURE: usize = 132;
+    /// `header`, `nodeVersion`.
+    pub const HEADER: usize = 256;
+    pub const NODE_VERSION: usize = 64;
+    /// `dataMarket`, `protocolState`: an address with `0x`.
+    pub const ADDRESS: usize = 42;
+    /// A whole encoded submission: every field at its cap, with room for
+    /// the protobuf framing. A gRPC message larger than this is refused
+    /// before it is decoded.
+    pub const MESSAGE: usize = 2048;
+}
+
+/// Every field within its cap ([`caps`]); `Err` names the first that is not.
+pub fn check_lengths(s: &SnapshotSubmission) -> Result<(), String> {
+    let r = s.request.as_ref();
+    let fields = [
+        ("projectId", r.map_or(0, |r| r.project_id.len()), caps::PROJECT_ID),
+        ("snapshotCid", r.map_or(0, |r| r.snapshot_cid.len()), caps::CID),
+        ("signature", s.signature.len(), caps::SIGNATURE),
+        ("header", s.header.len(), caps::HEADER),
+        ("nodeVersion", s.node_version.as_ref().map_or(0, String::len), caps::NODE_VERSION),
+        ("dataMarket", s.data_market.len(), caps::ADDRESS),
+        ("protocolState", s.protocol_state.len(), caps::ADDRESS),
+    ];
+    for (name, len, cap) in fields {
+        if len > cap {
+            return Err(format!("{name} is {len} bytes, more than the {cap} a submission may carry"));
+        }
+    }
+    Ok(())
 }
 
 /// Two or three non-empty parts separated by `:`, no white space.
@@ -334,6 +456,43 @@ mod tests {
         assert!(project_id_is_well_formed("blockDetails:devnet-UNISWAPV3-ETH"), "no data source");
     }
 
+    #[test]
+    fn every_field_is_capped_and_the_cap_is_named() {
+        let mut s = good();
+        s.request.as_mut().unwrap().project_id = format!("a:{}:b", "x".repeat(caps::PROJECT_ID));
+        let err = check_form(&s, &scope()).unwrap_err();
+        assert!(err.starts_with("projectId is 26"), "{err}");
+        let mut s = good();
+        s.header = "h".repeat(caps::HEADER + 1);
+        assert!(check_form(&s, &scope()).unwrap_err().contains("header is 257 bytes"));
+        // A submission with every field at its cap fits the message cap.
+        let mut s = good();
+        let r = s.request.as_mut().unwrap();
+        (r.project_id, r.snapshot_cid) = ("p".repeat(caps::PROJECT_ID), "c".repeat(caps::CID));
+        (s.signature, s.header) = ("s".repeat(caps::SIGNATURE), "h".repeat(caps::HEADER));
+        s.node_version = Some("v".repeat(caps::NODE_VERSION));
+        (r.slot_id, r.deadline, r.epoch_id) = (u64::MAX, u64::MAX, u64::MAX);
+        assert!(prost::Message::encoded_len(&s) <= caps::MESSAGE, "{}", prost::Message::encoded_len(&s));
+    }
+
+    #[test]
+    fn a_market_defines_its_namespace_its_types_and_pool_sources() {
+        let market = Projects::new("devnet-UNISWAPV3-ETH", ["baseSnapshot", "blockDetails"]);
+        let pool = "0x00000000000000000000000000000000000000aa";
+        assert_eq!(market.check(&format!("baseSnapshot:{pool}:devnet-UNISWAPV3-ETH")), Ok(()));
+        assert_eq!(market.check(&format!("baseSnapshot:{pool}_{pool}:devnet-UNISWAPV3-ETH")), Ok(()));
+        assert_eq!(market.check("blockDetails:devnet-UNISWAPV3-ETH"), Ok(()));
+        for (bad, says) in [
+            ("spam:1:devnet-UNISWAPV3-ETH", "project type `spam`"),
+            ("blockDetails:mainnet-UNISWAPV3-ETH", "namespace `mainnet-UNISWAPV3-ETH`"),
+            ("baseSnapshot:spam7:devnet-UNISWAPV3-ETH", "data source `spam7` is not a pool"),
+            ("baseSnapshot:0x00000000000000000000000000000000000000AA:devnet-UNISWAPV3-ETH", "is not a pool"),
+        ] {
+            let err = market.check(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+
     /// The chain as the shared cases' setting describes it.
     struct SettingFacts(cases::Setting);
 
@@ -350,7 +509,7 @@ mod tests {
             Ok(self.0.head)
         }
 
-        async fn signer(&self, slot_id: u64, _: Address) -> Result<Address, String> {
+        async fn signer(&self, slot_id: u64) -> Result<Address, String> {
             let s = &self.0;
             let of = |key: &[u8; 32]| eip712::Signer::new(key, s.chain_id, s.scope.protocol_state).unwrap().address();
             Ok(if slot_id == s.slot_id {
@@ -363,6 +522,11 @@ mod tests {
         }
 
         async fn selection(&self, r: &Request) -> Result<Selection, String> {
+            let (kind, rest) = self.0.project_id.split_once(':').unwrap();
+            let (_, namespace) = rest.rsplit_once(':').unwrap();
+            if let Err(why) = Projects::new(namespace, [kind]).check(&r.project_id) {
+                return Ok(Selection::UnknownProject(why));
+            }
             Ok(if r.slot_id != self.0.slot_id {
                 Selection::NotSelected(format!("slot {} was not selected", r.slot_id))
             } else if r.project_id != self.0.project_id {

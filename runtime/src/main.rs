@@ -1,6 +1,7 @@
 //! The `lite-node` command: parses arguments, sets up logging, runs a verb
 //! from the library, and turns its outcome into an exit code.
 
+use lite_node_validator::gateway::Admission;
 use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
@@ -220,6 +221,19 @@ struct ValidatorArgs {
     /// How often the event monitor polls the anchor chain.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     poll_ms: u64,
+    /// Submissions waiting for the dequeuers past which the gateway answers
+    /// RESOURCE_EXHAUSTED (nodes retry).
+    #[arg(long, value_name = "N", default_value_t = Admission::default().max_queue)]
+    max_queue: u64,
+    /// Submissions a second the gateway takes from one peer (IP address),
+    /// sustained, and in a burst.
+    #[arg(long, value_name = "N", default_value_t = Admission::default().peer_rate)]
+    peer_rate: std::num::NonZeroU32,
+    #[arg(long, value_name = "N", default_value_t = Admission::default().peer_burst)]
+    peer_burst: std::num::NonZeroU32,
+    /// Calls one peer may have in flight at the gateway.
+    #[arg(long, value_name = "N", default_value_t = Admission::default().peer_in_flight)]
+    peer_in_flight: usize,
 }
 
 #[derive(clap::Args)]
@@ -369,6 +383,12 @@ fn main() -> ExitCode {
                 part_size: a.part_size,
                 data_dir: a.data_dir,
                 poll_interval: Duration::from_millis(a.poll_ms.max(10)),
+                admission: Admission {
+                    max_queue: a.max_queue,
+                    peer_rate: a.peer_rate,
+                    peer_burst: a.peer_burst,
+                    peer_in_flight: a.peer_in_flight,
+                },
             },
             &env,
         ),

@@ -55,6 +55,21 @@ pub fn toolchain_env() -> Vec<(String, String)> {
         .collect()
 }
 
+/// What a collector or validator of the devnet's data market is told of its
+/// projects: the namespace variables, and a projects.json with the base
+/// snapshot, written into `dir`.
+pub fn market_env(dir: &Path) -> Vec<(String, String)> {
+    let projects = dir.join("market-projects.json");
+    let text = r#"{"config": [{"project_type": "baseSnapshot",
+        "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"}}]}"#;
+    fs::write(&projects, text).unwrap();
+    [("POWERLOOM_CHAIN", "devnet"), ("NAMESPACE", "UNISWAPV3"), ("SOURCE_CHAIN", "ETH")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .chain([("PROJECTS_CONFIG".to_owned(), projects.display().to_string())])
+        .collect()
+}
+
 /// Copies a directory tree, skipping build output and hidden entries.
 pub fn copy_tree(src: &Path, dest: &Path) {
     fs::create_dir_all(dest).unwrap();

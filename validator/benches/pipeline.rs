@@ -47,6 +47,10 @@ impl ChainReads for Registry {
         Ok(self.0.get(&slot_id).copied().unwrap_or(Address::ZERO))
     }
 
+    async fn total_slots(&self) -> Result<u64, String> {
+        Ok(self.0.len() as u64)
+    }
+
     async fn selection(&self, _: EpochFacts, _: u64, _: &str) -> Result<Selection, String> {
         Ok(Selection::Selected)
     }
@@ -85,7 +89,7 @@ fn burst(epoch_id: u64, slots: u64, projects: u64, deadline: u64) -> Vec<String>
                 node_version: None,
                 protocol_state: scope().protocol_state.to_string(),
             };
-            out.push(gateway::encode(&s, 0, "bench").to_string());
+            out.push(gateway::encode(&s, 0, "bench", 101));
         }
     }
     out
@@ -130,7 +134,7 @@ fn main() {
         // What bounds it: EIP-712 signature recovery alone, one core.
         let domain = lite_node_protocol::eip712::domain(CHAIN_ID, scope().protocol_state);
         let sample: Vec<_> =
-            items.iter().take(if quick { 10 } else { 5_000 }).map(|p| gateway::decode(p).unwrap().0).collect();
+            items.iter().take(if quick { 10 } else { 5_000 }).map(|p| gateway::decode(p).unwrap().submission).collect();
         let t = Instant::now();
         for s in &sample {
             let request = Request::from(s.request.as_ref().unwrap());

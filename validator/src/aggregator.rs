@@ -104,7 +104,7 @@ impl Aggregator {
             let w = Self { queue: me.queue.with_conn(conn.clone()), conn, ..me };
             crate::finalizer::work_items(&w.queue, "aggregator", |payload| {
                 let w = &w;
-                async move { w.handle(&payload).await }
+                async move { w.handle(&payload).await.map(|()| crate::finalizer::Handled::Done) }
             })
             .await
         });

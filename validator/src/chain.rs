@@ -27,6 +27,9 @@ pub trait ChainReads: Send + Sync + 'static {
     /// The signer registered for `slot_id`; `Address::ZERO` when none is.
     fn signer(&self, slot_id: u64) -> impl Future<Output = Result<Address, String>> + Send;
 
+    /// How many slots the registry has (slots are numbered from 1).
+    fn total_slots(&self) -> impl Future<Output = Result<u64, String>> + Send;
+
     /// The compute package's assignment rule for `epoch`, applied to
     /// `slot_id` and `project_id`.
     fn selection(

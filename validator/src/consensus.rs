@@ -1,10 +1,13 @@
 //! The validator's level-1 consensus on one epoch: per project, the CID with
-//! the most votes of distinct slots, and the root of the batch.
+//! the most votes of distinct slots, and the root of the batch. The result
+//! depends only on the set of votes, never on the order they arrived in.
 //!
-//! - **One vote per slot.** A slot that names a second, different CID for the
-//!   same project in the same epoch keeps its first vote; the second is an
-//!   [`Equivocation`]. (The protocol's validator counts votes per
-//!   submission, so such a slot votes twice.)
+//! - **One vote per slot.** A slot that names two different CIDs for the
+//!   same project in the same epoch has equivocated: neither counts (an
+//!   [`Equivocation`]). Keeping the first would let arrival order pick the
+//!   winner, and two honest validators would finalize different CIDs. (The
+//!   protocol's validator counts votes per submission, so such a slot votes
+//!   twice.)
 //! - **Ties are decided by a rule, not by chance:** among CIDs with the most
 //!   votes, the smallest in byte order wins. (The protocol's validator takes
 //!   the first maximum in Go's random map order.)
@@ -12,7 +15,7 @@
 //!   sorted by project id (byte order), as lower-case hex. (The protocol's
 //!   validator hashes the same pairs in map order, so two runs disagree.)
 
-use std::collections::{BTreeMap, btree_map::Entry};
+use std::collections::{BTreeMap, BTreeSet};
 
 use sha2::{Digest, Sha256};
 
@@ -24,15 +27,13 @@ pub struct Vote {
     pub cid: String,
 }
 
-/// A slot that named two different CIDs for one project.
+/// A slot that named two different CIDs for one project: its vote is void.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Equivocation {
     pub slot_id: u64,
     pub project_id: String,
-    /// The vote that counts.
-    pub first: String,
-    /// The one that does not.
-    pub second: String,
+    /// Every CID it named, in byte order.
+    pub cids: BTreeSet<String>,
 }
 
 /// One project's finalized CID.
@@ -53,42 +54,40 @@ pub struct Tally {
     pub equivocations: Vec<Equivocation>,
 }
 
-/// Counts `votes` (in the order they were received).
+/// Counts `votes`, in any order.
 pub fn tally(votes: impl IntoIterator<Item = Vote>) -> Tally {
-    // project → slot → its first CID
-    let mut ballots: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
-    let mut equivocations = Vec::new();
+    // project → slot → every CID it named
+    let mut ballots: BTreeMap<String, BTreeMap<u64, BTreeSet<String>>> = BTreeMap::new();
     for v in votes {
-        match ballots.entry(v.project_id.clone()).or_default().entry(v.slot_id) {
-            Entry::Vacant(e) => {
-                e.insert(v.cid);
-            }
-            Entry::Occupied(e) if *e.get() != v.cid => equivocations.push(Equivocation {
-                slot_id: v.slot_id,
-                project_id: v.project_id,
-                first: e.get().clone(),
-                second: v.cid,
-            }),
-            Entry::Occupied(_) => {} // the same vote again: a duplicate, counted once
-        }
+        ballots.entry(v.project_id).or_default().entry(v.slot_id).or_default().insert(v.cid);
     }
-    let projects = ballots
-        .into_iter()
-        .map(|(project, by_slot)| {
-            let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
-            for cid in by_slot.values() {
-                *counts.entry(cid.as_str()).or_default() += 1;
+    let mut equivocations = Vec::new();
+    let mut projects = BTreeMap::new();
+    for (project, by_slot) in ballots {
+        let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut voters = 0;
+        for (slot_id, cids) in &by_slot {
+            match cids.first() {
+                Some(cid) if cids.len() == 1 => {
+                    *counts.entry(cid.as_str()).or_default() += 1;
+                    voters += 1;
+                }
+                _ => equivocations.push(Equivocation {
+                    slot_id: *slot_id,
+                    project_id: project.clone(),
+                    cids: cids.clone(),
+                }),
             }
-            // BTreeMap iterates CIDs in byte order; `max_by_key` keeps the
-            // last maximum, so compare on (votes, reversed order).
-            let (cid, votes) = counts
-                .iter()
-                .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
-                .map(|(c, n)| ((*c).to_owned(), *n))
-                .expect("a project has at least one vote");
-            (project, Finalized { cid, votes, voters: by_slot.len() as u64 })
-        })
-        .collect();
+        }
+        // BTreeMap iterates CIDs in byte order; `max_by` keeps the last
+        // maximum, so compare on (votes, reversed order).
+        let Some((cid, votes)) =
+            counts.iter().max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0))).map(|(c, n)| ((*c).to_owned(), *n))
+        else {
+            continue; // every slot that voted on it equivocated
+        };
+        projects.insert(project, Finalized { cid, votes, voters });
+    }
     Tally { projects, equivocations }
 }
 
@@ -113,21 +112,33 @@ mod tests {
     }
 
     #[test]
-    fn the_most_voted_cid_wins_each_slot_votes_once_and_equivocation_is_recorded() {
-        let t = tally([
+    fn the_most_voted_cid_wins_each_slot_votes_once_and_an_equivocating_slot_not_at_all() {
+        let votes = [
             vote(1, "p", "bafyA"),
             vote(2, "p", "bafyB"),
             vote(3, "p", "bafyB"),
-            vote(1, "p", "bafyB"), // slot 1 changes its mind: not a second vote
+            vote(1, "p", "bafyB"), // slot 1 changes its mind: neither vote counts
             vote(2, "p", "bafyB"), // a duplicate: counted once
             vote(4, "q", "bafyC"),
-        ]);
-        assert_eq!(t.projects["p"], Finalized { cid: "bafyB".into(), votes: 2, voters: 3 });
+            vote(5, "r", "bafyD"),
+            vote(5, "r", "bafyE"), // the only voter on r equivocates: r is not finalized
+        ];
+        let t = tally(votes.clone());
+        assert_eq!(t.projects["p"], Finalized { cid: "bafyB".into(), votes: 2, voters: 2 });
         assert_eq!(t.projects["q"], Finalized { cid: "bafyC".into(), votes: 1, voters: 1 });
+        assert!(!t.projects.contains_key("r"));
+        let cids = |c: &[&str]| c.iter().map(|c| c.to_string()).collect();
         assert_eq!(
             t.equivocations,
-            [Equivocation { slot_id: 1, project_id: "p".into(), first: "bafyA".into(), second: "bafyB".into() }]
+            [
+                Equivocation { slot_id: 1, project_id: "p".into(), cids: cids(&["bafyA", "bafyB"]) },
+                Equivocation { slot_id: 5, project_id: "r".into(), cids: cids(&["bafyD", "bafyE"]) },
+            ]
         );
+        // Every order of the same votes: the same tally.
+        let mut reversed = votes.to_vec();
+        reversed.reverse();
+        assert_eq!(tally(reversed), t);
     }
 
     #[test]

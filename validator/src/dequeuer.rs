@@ -5,17 +5,30 @@
 //! [`Reason`] — before acknowledging it. Several workers (tasks or
 //! processes) share the queue.
 //!
+//! **Judged at receipt.** A submission's window and deadline are judged
+//! against the anchor head the gateway recorded when it arrived, not the
+//! head when a worker gets to it: a backlog at the close drops no vote that
+//! arrived in time. The finalizer waits for the epoch's pending
+//! submissions (`epochs:pending`) before it counts, and a verdict committed
+//! after the count started is `window_closed`.
+//!
 //! **Exactly once.** The queue delivers at least once (`queue`); every
 //! commit is a script that first asks whether this submission id already
 //! has a verdict, so a submission redelivered after a crash is acknowledged
 //! without being counted again.
 //!
-//! **One vote per slot.** The first CID a slot names for a project in an
-//! epoch is its vote (`epoch:{id}:votes`, shared by every worker and
-//! replica); the same CID again is a `duplicate`, another CID is an
-//! `equivocation`. The window is checked again inside the commit, so a
-//! submission is never accepted after the event monitor closed its window
-//! (and handed the epoch to the finalizer).
+//! **One vote per slot, whatever the order.** The first CID a slot names
+//! for a project in an epoch is its vote (`epoch:{id}:votes`, shared by
+//! every worker and replica); the same CID again is a `duplicate`. Another
+//! CID is an `equivocation`, and it voids the slot's vote on that project
+//! in that epoch — the first one too — so which of the two arrived first
+//! changes nothing in the finalized batch (docs/protocol.md §11).
+//!
+//! **Bounded chain reads.** A slot's signer is read at most once per
+//! `slots:generation` (the event monitor bumps it on every registration),
+//! however many submissions name the slot and however many workers ask at
+//! once; slot ids past the registry's total are unregistered without a
+//! read. A read that fails gives back only the submissions that needed it.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -28,7 +41,7 @@ use lite_node_core::retry::Policy;
 use lite_node_protocol::{
     eip712,
     proto::{Request, SnapshotSubmission},
-    submission::{EpochStanding, Facts, Judgement, Rejection, Selection, WINDOW_BLOCKS, check_form, judge},
+    submission::{EpochStanding, Facts, Judgement, Rejection, Selection, WINDOW_BLOCKS, caps, judge},
 };
 use redis::{Script, aio::ConnectionManager};
 use serde_json::json;
@@ -54,6 +67,9 @@ pub enum Verdict {
     /// node before this validator's event monitor. Put back on the queue
     /// until the epoch opens or the anchor head passes its deadline.
     Deferred,
+    /// The chain could not be read for it: given back to the head of the
+    /// queue, judged later.
+    GivenBack(String),
 }
 
 /// What the checks made of one submission.
@@ -61,6 +77,7 @@ enum Checked {
     Pass(Candidate),
     Reject(Reason, String, SnapshotSubmission),
     Defer,
+    GiveBack(String),
 }
 
 /// How a dequeuer works.
@@ -80,12 +97,10 @@ impl Default for DequeuerSettings {
     }
 }
 
-/// How long a slot's signer is trusted without a `SlotRegistered` telling
+/// How long the registry is trusted without a `SlotRegistered` telling
 /// otherwise (a safety net: the event monitor bumps `slots:generation` on
 /// every registration, which empties the cache at once).
 const SIGNER_TTL: Duration = Duration::from_secs(600);
-/// Slots whose signer is kept at most (far more than any market's slots).
-const MAX_CACHED_SIGNERS: usize = 100_000;
 
 /// Checks and commits submissions; cheap to clone (one per worker task).
 pub struct Dequeuer<C> {
@@ -112,13 +127,23 @@ impl<C> Clone for Dequeuer<C> {
     }
 }
 
-#[derive(Default)]
+/// What the registry said, for one `slots:generation`: the total number of
+/// slots and each slot's signer, each read once (concurrent askers wait for
+/// the one read; a failed read is tried again by the next asker).
 struct Signers {
     generation: Option<String>,
-    by_slot: HashMap<u64, (Address, Instant)>,
+    since: Instant,
+    total: Arc<tokio::sync::OnceCell<u64>>,
+    by_slot: HashMap<u64, Arc<tokio::sync::OnceCell<Address>>>,
 }
 
-/// A submission that passed the checks made before the chain is asked.
+impl Default for Signers {
+    fn default() -> Self {
+        Self { generation: None, since: Instant::now(), total: Default::default(), by_slot: HashMap::new() }
+    }
+}
+
+/// A submission that passed every check.
 struct Candidate {
     id: String,
     submission: SnapshotSubmission,
@@ -126,55 +151,68 @@ struct Candidate {
     epoch: EpochFacts,
 }
 
-/// What a batch's first read found: per epoch its window and facts, the
-/// anchor head, the signer generation.
+/// What a batch's first read found: per epoch its facts, and the anchor
+/// head now.
 struct Snapshot {
-    windows: BTreeMap<u64, (Option<String>, Option<EpochFacts>)>,
+    epochs: BTreeMap<u64, Option<EpochFacts>>,
     head: Option<u64>,
 }
 
 const ACCEPT: &str = r"
 -- KEYS: votes, processed, epoch processed, EpochProcessed, validations
---       timeline, counters, rejections, window
--- ARGV: vote field, cid, submission id, now, ttl, rejection record
---       (reason filled here), then processed hash field/value pairs
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('HEXISTS', KEYS[7], ARGV[3]) == 1 then
+--       timeline, counters, rejections, parts total, pending, projects
+-- ARGV: project, slot, cid, submission id, now, ttl, rejection record
+--       (reason filled here), epoch, then processed hash field/value pairs
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('HEXISTS', KEYS[7], ARGV[4]) == 1 then
   return 'again'
 end
+if redis.call('HINCRBY', KEYS[9], ARGV[8], -1) <= 0 then redis.call('HDEL', KEYS[9], ARGV[8]) end
 local function reject(reason)
-  local record = cjson.decode(ARGV[6])
+  local record = cjson.decode(ARGV[7])
   record['reason'] = reason
-  redis.call('HSET', KEYS[7], ARGV[3], cjson.encode(record))
-  redis.call('EXPIRE', KEYS[7], ARGV[5])
+  redis.call('HSET', KEYS[7], ARGV[4], cjson.encode(record))
+  redis.call('EXPIRE', KEYS[7], ARGV[6])
   redis.call('HINCRBY', KEYS[6], 'rejected:' .. reason, 1)
   return reason
 end
-if redis.call('GET', KEYS[8]) ~= 'open' then
+if redis.call('EXISTS', KEYS[8]) == 1 then
   return reject('window_closed')
 end
-local prev = redis.call('HGET', KEYS[1], ARGV[1])
-if prev then
-  if prev == ARGV[2] then return reject('duplicate') end
+local ballot = ARGV[1] .. '\31' .. ARGV[2] .. '\31'
+local prev = redis.call('ZRANGE', KEYS[1], '[' .. ballot, '[' .. ballot .. '\255', 'BYLEX', 'LIMIT', 0, 1)
+if #prev > 0 then
+  local cid = string.sub(prev[1], #ballot + 1)
+  if cid == ARGV[3] then return reject('duplicate') end
+  if cid ~= '' then
+    redis.call('ZREM', KEYS[1], prev[1])
+    redis.call('ZADD', KEYS[1], 0, ballot)
+  end
   return reject('equivocation')
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('ZADD', KEYS[1], 0, ballot .. ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('ZADD', KEYS[10], 0, ARGV[1])
+redis.call('EXPIRE', KEYS[10], ARGV[6])
 local fields = {}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[2], unpack(fields))
-redis.call('SADD', KEYS[3], ARGV[3])
-redis.call('SADD', KEYS[4], ARGV[3])
-redis.call('ZADD', KEYS[5], ARGV[4], ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[4])
+redis.call('SADD', KEYS[4], ARGV[4])
+redis.call('ZADD', KEYS[5], ARGV[5], ARGV[4])
 redis.call('HINCRBY', KEYS[6], 'accepted', 1)
 return 'accepted'
 ";
 
 const REJECT: &str = r"
--- KEYS: rejections, counters, processed   ARGV: submission id, reason, record, ttl
+-- KEYS: rejections, counters, processed, pending
+-- ARGV: submission id, reason, record, ttl, epoch ('' for none)
 if redis.call('EXISTS', KEYS[3]) == 1 then return 'again' end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then return 'again' end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('HINCRBY', KEYS[2], 'rejected:' .. ARGV[2], 1)
+if ARGV[5] ~= '' and redis.call('HINCRBY', KEYS[4], ARGV[5], -1) <= 0 then
+  redis.call('HDEL', KEYS[4], ARGV[5])
+end
 return ARGV[2]
 ";
 
@@ -281,63 +319,56 @@ impl<C: ChainReads> Dequeuer<C> {
         if taken.is_empty() {
             return Ok(Vec::new());
         }
-        match self.handle(&taken).await {
-            Ok(verdicts) => {
-                let (later, done): (Vec<_>, Vec<_>) =
-                    taken.into_iter().zip(&verdicts).partition(|(_, v)| **v == Verdict::Deferred);
-                let done: Vec<Taken> = done.into_iter().map(|(t, _)| t).collect();
-                let later: Vec<Taken> = later.into_iter().map(|(t, _)| t).collect();
-                if let Err(e) = self.queue.ack_all(&done).await {
-                    // Committed: given back, they come again and are recognised.
-                    unreturned.extend(done);
-                    unreturned.extend(later);
-                    return Err(format!("redis: {e}"));
-                }
-                if let Err(e) = self.queue.defer(&later).await {
-                    unreturned.extend(later);
-                    return Err(format!("redis: {e}"));
-                }
-                if done.is_empty() && !later.is_empty() {
-                    // Only submissions for epochs not open yet: let the monitor catch up.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Ok(verdicts)
-            }
+        let verdicts = match self.handle(&taken).await {
+            Ok(verdicts) => verdicts,
             Err(e) => {
                 if self.queue.give_back(&taken).await.is_err() {
                     unreturned.extend(taken);
                 }
-                Err(e)
+                return Err(e);
+            }
+        };
+        let (mut done, mut later, mut back) = (Vec::new(), Vec::new(), Vec::new());
+        for (t, v) in taken.into_iter().zip(&verdicts) {
+            match v {
+                Verdict::Deferred => later.push(t),
+                Verdict::GivenBack(_) => back.push(t),
+                _ => done.push(t),
             }
         }
+        if let Err(e) = self.queue.ack_all(&done).await {
+            // Committed: given back, they come again and are recognised.
+            unreturned.extend(done.into_iter().chain(later).chain(back));
+            return Err(format!("redis: {e}"));
+        }
+        if let Err(e) = self.queue.defer(&later).await {
+            unreturned.extend(later.into_iter().chain(back));
+            return Err(format!("redis: {e}"));
+        }
+        if let Err(e) = self.queue.give_back(&back).await {
+            unreturned.extend(back);
+            return Err(format!("redis: {e}"));
+        }
+        if done.is_empty()
+            && let Some(Verdict::GivenBack(why)) = verdicts.iter().find(|v| matches!(v, Verdict::GivenBack(_)))
+        {
+            // Nothing could be judged: the chain is down, so back off.
+            return Err(why.clone());
+        }
+        if done.is_empty() && !later.is_empty() {
+            // Only submissions for epochs not open yet: let the monitor catch up.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(verdicts)
     }
 
     async fn handle(&self, taken: &[Taken]) -> Result<Vec<Verdict>, String> {
-        // Decode and check the form; gather the epochs to read.
-        let mut early: Vec<Option<(Reason, String)>> = Vec::with_capacity(taken.len());
-        let mut decoded = Vec::with_capacity(taken.len());
-        for t in taken {
-            match gateway::decode(&t.payload) {
-                Ok((s, at)) => match check_form(&s, &self.market.scope) {
-                    Ok(_) => {
-                        early.push(None);
-                        decoded.push(Some((s, at)));
-                    }
-                    Err(why) => {
-                        early.push(Some((Reason::BadForm, why)));
-                        decoded.push(Some((s, at)));
-                    }
-                },
-                Err(why) => {
-                    early.push(Some((Reason::Malformed, why)));
-                    decoded.push(None);
-                }
-            }
-        }
+        let decoded: Vec<Result<gateway::Received, String>> =
+            taken.iter().map(|t| gateway::decode(&t.payload)).collect();
         let epoch_ids: Vec<u64> = decoded
             .iter()
             .flatten()
-            .filter_map(|(s, _)| s.request.as_ref().map(|r| r.epoch_id))
+            .filter_map(|d| d.submission.request.as_ref().map(|r| r.epoch_id))
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();
@@ -345,32 +376,31 @@ impl<C: ChainReads> Dequeuer<C> {
 
         let mut verdicts = Vec::with_capacity(taken.len());
         let mut commits = redis::pipe();
-        for ((t, early), decoded) in taken.iter().zip(early).zip(decoded) {
+        for (t, decoded) in taken.iter().zip(decoded) {
             let id = item_id(&t.payload);
-            let outcome = match (early, decoded) {
-                (Some((reason, why)), d) => Err((reason, why, d)),
-                (None, Some((s, at))) => match self.check(&snapshot, s, at, id.clone()).await? {
-                    Checked::Pass(c) => Ok(c),
-                    Checked::Reject(reason, why, s) => Err((reason, why, Some((s, at)))),
-                    Checked::Defer => {
-                        verdicts.push(Verdict::Deferred);
-                        continue;
-                    }
-                },
-                (None, None) => unreachable!("a submission without a decoding error was decoded"),
+            let received = match decoded {
+                Ok(received) => received,
+                Err(why) => {
+                    self.add_reject(&mut commits, &id, Reason::Malformed, &why, None);
+                    verdicts.push(Verdict::Rejected(Reason::Malformed, why));
+                    continue;
+                }
             };
-            match outcome {
-                Ok(c) => {
+            match self.check(&snapshot, received, id.clone()).await {
+                Checked::Pass(c) => {
                     self.add_accept(&mut commits, &c);
                     verdicts.push(Verdict::Accepted);
                 }
-                Err((reason, why, s)) => {
-                    self.add_reject(&mut commits, &id, reason, &why, s.as_ref().map(|(s, _)| s));
+                Checked::Reject(reason, why, s) => {
+                    self.add_reject(&mut commits, &id, reason, &why, Some(&s));
                     verdicts.push(Verdict::Rejected(reason, why));
                 }
+                Checked::Defer => verdicts.push(Verdict::Deferred),
+                Checked::GiveBack(why) => verdicts.push(Verdict::GivenBack(why)),
             }
         }
-        if verdicts.iter().all(|v| *v == Verdict::Deferred) {
+        let judged = |v: &Verdict| matches!(v, Verdict::Accepted | Verdict::Rejected(..));
+        if !verdicts.iter().any(judged) {
             return Ok(verdicts);
         }
         let mut conn = self.conn.clone();
@@ -382,7 +412,7 @@ impl<C: ChainReads> Dequeuer<C> {
             }
             other => other.map_err(|e| format!("redis: {e}"))?,
         };
-        for (verdict, answer) in verdicts.iter_mut().filter(|v| **v != Verdict::Deferred).zip(answers) {
+        for (verdict, answer) in verdicts.iter_mut().filter(|v| judged(v)).zip(answers) {
             *verdict = match answer.as_str() {
                 "accepted" => Verdict::Accepted,
                 "again" => Verdict::Again,
@@ -396,14 +426,13 @@ impl<C: ChainReads> Dequeuer<C> {
         Ok(verdicts)
     }
 
-    /// Per epoch its window and facts (facts cached once known), the anchor
-    /// head, and the signer generation (a change empties the signer cache).
+    /// Per epoch its facts (cached once known), the anchor head, and the
+    /// signer generation (a change empties the signer cache).
     async fn read(&self, epoch_ids: &[u64]) -> Result<Snapshot, String> {
         let keys = &self.market.keys;
         let mut pipe = redis::pipe();
         pipe.get(keys.anchor_head()).get(keys.slots_generation());
         for &e in epoch_ids {
-            pipe.get(keys.epoch_window(e));
             pipe.cmd("HMGET").arg(keys.epoch_state(e)).arg("release_block").arg("begin").arg("end");
         }
         let mut conn = self.conn.clone();
@@ -414,15 +443,12 @@ impl<C: ChainReads> Dequeuer<C> {
             redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).ok().flatten();
         {
             let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
-            if signers.generation != generation {
-                signers.by_slot.clear();
-                signers.generation = generation;
+            if signers.generation != generation || signers.since.elapsed() > SIGNER_TTL {
+                *signers = Signers { generation, ..Signers::default() };
             }
         }
-        let mut windows = BTreeMap::new();
+        let mut epochs = BTreeMap::new();
         for &e in epoch_ids {
-            let window: Option<String> =
-                redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).ok().flatten();
             let facts: Vec<Option<u64>> =
                 redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).unwrap_or_default();
             let facts = match facts.as_slice() {
@@ -439,54 +465,51 @@ impl<C: ChainReads> Dequeuer<C> {
                     known.pop_first();
                 }
             }
-            windows.insert(e, (window, facts));
+            epochs.insert(e, facts);
         }
-        Ok(Snapshot { windows, head })
+        Ok(Snapshot { epochs, head })
     }
 
-    /// The rules after the form (`lite_node_protocol::submission::judge`:
-    /// epoch, deadline, signature, signer, selection) on what this batch
-    /// read. `Err` is the chain unreachable.
-    async fn check(
-        &self,
-        snapshot: &Snapshot,
-        s: SnapshotSubmission,
-        received_at: u64,
-        id: String,
-    ) -> Result<Checked, String> {
-        let facts = BatchFacts { dequeuer: self, snapshot };
-        match judge(&s, &self.market.scope, &self.domain, &facts).await? {
-            Judgement::Accepted => {
+    /// The rules (`lite_node_protocol::submission::judge`: form, signature,
+    /// signer, epoch, deadline, selection) on what this batch read, the
+    /// window and deadline judged at receipt.
+    async fn check(&self, snapshot: &Snapshot, received: gateway::Received, id: String) -> Checked {
+        let s = received.submission;
+        let facts = ItemFacts { dequeuer: self, snapshot, received_head: received.head };
+        match judge(&s, &self.market.scope, &self.domain, &facts).await {
+            Err(why) => Checked::GiveBack(why),
+            Ok(Judgement::Accepted) => {
                 let epoch_id = s.request.as_ref().map_or(0, |r| r.epoch_id);
-                let epoch = facts.epoch_facts(epoch_id).ok_or("an accepted submission's epoch is open")?;
-                Ok(Checked::Pass(Candidate { id, submission: s, received_at, epoch }))
+                match snapshot.epochs.get(&epoch_id).copied().flatten() {
+                    Some(epoch) => Checked::Pass(Candidate { id, submission: s, received_at: received.at, epoch }),
+                    None => Checked::GiveBack("an accepted submission's epoch is not known".into()),
+                }
             }
-            Judgement::Rejected(Rejection { reason, detail }) => Ok(Checked::Reject(reason, detail, s)),
-            Judgement::Deferred => Ok(Checked::Defer),
+            Ok(Judgement::Rejected(Rejection { reason, detail })) => Checked::Reject(reason, detail, s),
+            Ok(Judgement::Deferred) => Checked::Defer,
         }
     }
 
-    async fn signer(&self, slot_id: u64, fresh: bool) -> Result<Address, String> {
-        if !fresh {
+    /// The signer registered for `slot_id`, read from the chain at most
+    /// once per generation; `Address::ZERO` without a read for a slot id
+    /// past the registry's total.
+    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        let (total, cell) = {
             let signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((a, at)) = signers.by_slot.get(&slot_id)
-                && at.elapsed() < SIGNER_TTL
-            {
-                return Ok(*a);
-            }
+            (signers.total.clone(), signers.by_slot.get(&slot_id).cloned())
+        };
+        let total = *total.get_or_try_init(|| self.chain.total_slots()).await?;
+        if slot_id > total {
+            return Ok(Address::ZERO);
         }
-        let a = self.chain.signer(slot_id).await?;
-        let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
-        if signers.by_slot.len() >= MAX_CACHED_SIGNERS {
-            // Submissions naming made-up slots must not grow it without end:
-            // expired entries go, and if that is not enough, all of them.
-            signers.by_slot.retain(|_, (_, at)| at.elapsed() < SIGNER_TTL);
-            if signers.by_slot.len() >= MAX_CACHED_SIGNERS {
-                signers.by_slot.clear();
+        let cell = match cell {
+            Some(cell) => cell,
+            None => {
+                let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
+                signers.by_slot.entry(slot_id).or_default().clone()
             }
-        }
-        signers.by_slot.insert(slot_id, (a, Instant::now()));
-        Ok(a)
+        };
+        cell.get_or_try_init(|| self.chain.signer(slot_id)).await.copied()
     }
 
     fn add_accept(&self, pipe: &mut redis::Pipeline, c: &Candidate) {
@@ -506,13 +529,17 @@ impl<C: ChainReads> Dequeuer<C> {
             .key(k.validations_timeline())
             .key(k.counters())
             .key(k.rejections(e))
-            .key(k.epoch_window(e))
-            .arg(format!("{}:{}", r.slot_id, r.project_id))
+            .key(k.parts_total(e))
+            .key(k.pending())
+            .key(k.epoch_projects(e))
+            .arg(&r.project_id)
+            .arg(r.slot_id)
             .arg(&r.snapshot_cid)
             .arg(&c.id)
             .arg(crate::now_secs())
             .arg(EPOCH_STATE_TTL.as_secs())
-            .arg(record.to_string());
+            .arg(record.to_string())
+            .arg(e);
         for (field, value) in [
             ("submission_id", c.id.clone()),
             ("epoch_id", e.to_string()),
@@ -529,6 +556,8 @@ impl<C: ChainReads> Dequeuer<C> {
         pipe.invoke_script(&inv);
     }
 
+    /// A rejection, with its fields clipped: what a rejection record keeps
+    /// is bounded whatever was sent.
     fn add_reject(
         &self,
         pipe: &mut redis::Pipeline,
@@ -538,19 +567,28 @@ impl<C: ChainReads> Dequeuer<C> {
         s: Option<&SnapshotSubmission>,
     ) {
         let k = &self.market.keys;
-        let r = s.and_then(|s| s.request.clone()).unwrap_or_default();
-        let record = json!({
-            "slot_id": r.slot_id, "project_id": r.project_id, "snapshot_cid": r.snapshot_cid,
-            "reason": reason.as_str(), "detail": why, "at": crate::now_secs(),
-        });
+        let r = s.and_then(|s| s.request.clone());
+        let clip = |text: &str, max: usize| text.chars().take(max).collect::<String>();
+        let record = match &r {
+            Some(r) => json!({
+                "slot_id": r.slot_id,
+                "project_id": clip(&r.project_id, caps::PROJECT_ID),
+                "snapshot_cid": clip(&r.snapshot_cid, caps::CID),
+                "reason": reason.as_str(), "detail": clip(why, 300), "at": crate::now_secs(),
+            }),
+            None => json!({"reason": reason.as_str(), "detail": clip(why, 300), "at": crate::now_secs()}),
+        };
+        let epoch = r.as_ref().map(|r| r.epoch_id);
         let mut inv = REJECT_SCRIPT.prepare_invoke();
-        inv.key(k.rejections(r.epoch_id))
+        inv.key(k.rejections(epoch.unwrap_or(0)))
             .key(k.counters())
             .key(k.processed(&self.market.validator_id, id))
+            .key(k.pending())
             .arg(id)
             .arg(reason.as_str())
             .arg(record.to_string())
-            .arg(EPOCH_STATE_TTL.as_secs());
+            .arg(EPOCH_STATE_TTL.as_secs())
+            .arg(epoch.map(|e| e.to_string()).unwrap_or_default());
         pipe.invoke_script(&inv);
     }
 }
@@ -562,67 +600,64 @@ pub async fn load_scripts(conn: &mut ConnectionManager) -> redis::RedisResult<()
     Ok(())
 }
 
-/// Where a submission's epoch stands, from its window and facts in Redis
-/// and the anchor head. An epoch not seen here may still be released but
-/// not seen yet: a deadline still ahead of the head (and no further than a
-/// node may sign from a release at or before it) keeps the submission
-/// waiting. Without a head (the event monitor down past its key's expiry)
-/// nothing can be told apart: `Err`, and the batch is given back, not judged.
+/// Where a submission's epoch stood when it arrived. A known epoch's
+/// window was open if the anchor head at receipt (`received_head`) was
+/// before the window's close. An epoch not seen here may still be released
+/// but not seen yet: while the head now (`head`) has not passed the
+/// deadline, and the deadline is no further than a node may sign from a
+/// release at receipt, the submission waits. Without a head now (the event
+/// monitor down past its key's expiry) nothing can be told apart: `Err`,
+/// and the submission is given back, not judged.
 fn standing(
-    window: Option<&str>,
     facts: Option<EpochFacts>,
+    window_blocks: u64,
+    received_head: Option<u64>,
     head: Option<u64>,
     deadline: u64,
 ) -> Result<EpochStanding, String> {
     let Some(epoch) = facts else {
         let head = head.ok_or("no anchor head in Redis: is the event monitor running?")?;
-        let reachable = deadline >= head && deadline <= head.saturating_add(WINDOW_BLOCKS);
+        let received = received_head.unwrap_or(head);
+        let reachable = deadline >= head && deadline <= received.saturating_add(WINDOW_BLOCKS);
         return Ok(if reachable { EpochStanding::NotYetSeen } else { EpochStanding::Unknown });
     };
-    Ok(match window {
-        Some("open") => EpochStanding::Open { release_block: epoch.release_block },
-        _ => EpochStanding::Closed,
+    let at = received_head.or(head).ok_or("no anchor head in Redis: is the event monitor running?")?;
+    Ok(if at < crate::window_closes(epoch.release_block, window_blocks) {
+        EpochStanding::Open { release_block: epoch.release_block }
+    } else {
+        EpochStanding::Closed
     })
 }
 
-/// The chain and the epochs as one batch of a dequeuer sees them: the
-/// windows and anchor head it read from Redis, the signers it caches.
-struct BatchFacts<'a, C> {
+/// The chain and the epochs as one submission of a batch is judged by: the
+/// epochs and anchor head the batch read from Redis, the head when the
+/// submission arrived, the signers the dequeuer caches.
+struct ItemFacts<'a, C> {
     dequeuer: &'a Dequeuer<C>,
     snapshot: &'a Snapshot,
+    received_head: Option<u64>,
 }
 
-impl<C> BatchFacts<'_, C> {
-    fn epoch_facts(&self, epoch_id: u64) -> Option<EpochFacts> {
-        self.snapshot.windows.get(&epoch_id).and_then(|(_, facts)| *facts)
-    }
-
-    fn head(&self) -> Result<u64, String> {
-        self.snapshot.head.ok_or_else(|| "no anchor head in Redis: is the event monitor running?".to_owned())
-    }
-}
-
-impl<C: ChainReads> Facts for BatchFacts<'_, C> {
+impl<C: ChainReads> Facts for ItemFacts<'_, C> {
     async fn epoch(&self, r: &Request) -> Result<EpochStanding, String> {
-        let (window, facts) = self.snapshot.windows.get(&r.epoch_id).cloned().unwrap_or((None, None));
-        standing(window.as_deref(), facts, self.snapshot.head, r.deadline)
+        let facts = self.snapshot.epochs.get(&r.epoch_id).copied().flatten();
+        standing(facts, self.dequeuer.market.window_blocks, self.received_head, self.snapshot.head, r.deadline)
     }
 
+    /// The head the deadline is judged by: the one at receipt.
     async fn head(&self) -> Result<u64, String> {
-        BatchFacts::head(self)
+        self.received_head
+            .or(self.snapshot.head)
+            .ok_or_else(|| "no anchor head in Redis: is the event monitor running?".to_owned())
     }
 
-    async fn signer(&self, slot_id: u64, recovered: Address) -> Result<Address, String> {
-        let registered = self.dequeuer.signer(slot_id, false).await?;
-        if registered != recovered && registered != Address::ZERO {
-            // Perhaps re-registered since it was cached: ask the chain once.
-            return self.dequeuer.signer(slot_id, true).await;
-        }
-        Ok(registered)
+    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        self.dequeuer.signer(slot_id).await
     }
 
     async fn selection(&self, r: &Request) -> Result<Selection, String> {
-        let epoch = self.epoch_facts(r.epoch_id).ok_or("the selection of an epoch not open")?;
+        let epoch =
+            self.snapshot.epochs.get(&r.epoch_id).copied().flatten().ok_or("the selection of an epoch not open")?;
         self.dequeuer.chain.selection(epoch, r.slot_id, &r.project_id).await
     }
 }
@@ -634,35 +669,39 @@ mod tests {
     const FACTS: EpochFacts = EpochFacts { epoch_id: 5, release_block: 100, begin: 1, end: 1 };
 
     #[test]
-    fn an_open_window_gives_its_release_and_any_other_is_closed() {
-        assert_eq!(standing(Some("open"), Some(FACTS), Some(101), 120), Ok(EpochStanding::Open { release_block: 100 }));
-        assert_eq!(standing(Some("closed"), Some(FACTS), Some(140), 120), Ok(EpochStanding::Closed));
-        // Facts kept after the window key expired: closed, not open.
-        assert_eq!(standing(None, Some(FACTS), Some(300), 120), Ok(EpochStanding::Closed));
+    fn a_known_epochs_window_is_judged_by_the_head_at_receipt() {
+        let open = Ok(EpochStanding::Open { release_block: 100 });
+        // A window of 10 blocks: open through block 110.
+        assert_eq!(standing(Some(FACTS), 10, Some(110), Some(500), 120), open, "arrived in time, judged late");
+        assert_eq!(standing(Some(FACTS), 10, Some(111), Some(111), 120), Ok(EpochStanding::Closed));
+        // Queued without a head at receipt (by hand): the head now.
+        assert_eq!(standing(Some(FACTS), 10, None, Some(101), 120), open);
     }
 
     #[test]
     fn an_epoch_not_seen_waits_only_while_its_deadline_is_reachable() {
         // Ahead of the head and within a window of it: maybe released, not seen yet.
-        assert_eq!(standing(None, None, Some(100), 100), Ok(EpochStanding::NotYetSeen));
-        assert_eq!(standing(None, None, Some(100), 100 + WINDOW_BLOCKS), Ok(EpochStanding::NotYetSeen));
-        // Passed, or further than any node signs: not released here.
-        assert_eq!(standing(None, None, Some(100), 99), Ok(EpochStanding::Unknown));
-        assert_eq!(standing(None, None, Some(100), 101 + WINDOW_BLOCKS), Ok(EpochStanding::Unknown));
+        assert_eq!(standing(None, 10, Some(100), Some(100), 100), Ok(EpochStanding::NotYetSeen));
+        assert_eq!(standing(None, 10, Some(100), Some(100), 100 + WINDOW_BLOCKS), Ok(EpochStanding::NotYetSeen));
+        // Passed now, or further than any node signs from the head at receipt.
+        assert_eq!(standing(None, 10, Some(100), Some(100), 99), Ok(EpochStanding::Unknown));
+        assert_eq!(standing(None, 10, Some(100), Some(140), 140), Ok(EpochStanding::NotYetSeen));
+        assert_eq!(standing(None, 10, Some(100), Some(141), 140), Ok(EpochStanding::Unknown));
+        assert_eq!(standing(None, 10, Some(100), Some(100), 101 + WINDOW_BLOCKS), Ok(EpochStanding::Unknown));
     }
 
     #[test]
     fn without_a_head_an_unseen_epoch_is_not_judged() {
-        let err = standing(None, None, None, 120).unwrap_err();
+        let err = standing(None, 10, Some(100), None, 120).unwrap_err();
         assert!(err.contains("is the event monitor running"), "{err}");
-        // A known epoch needs no head to be told.
-        assert_eq!(standing(Some("open"), Some(FACTS), None, 120), Ok(EpochStanding::Open { release_block: 100 }));
+        // A known epoch needs only the head at receipt.
+        assert_eq!(standing(Some(FACTS), 10, Some(101), None, 120), Ok(EpochStanding::Open { release_block: 100 }));
     }
 
     #[test]
     fn a_reason_found_at_the_commit_reads_as_what_happened() {
         assert!(Rejection::at_commit(Reason::Duplicate).detail.contains("already submitted this CID"));
         assert!(Rejection::at_commit(Reason::Equivocation).detail.contains("another CID"));
-        assert!(Rejection::at_commit(Reason::WindowClosed).detail.contains("window closed"));
+        assert!(Rejection::at_commit(Reason::WindowClosed).detail.contains("already being finalized"));
     }
 }

@@ -1,34 +1,105 @@
 //! The gateway: the collector's gRPC service (docs/protocol.md §6) in front
-//! of the validator. Each submission is queued for the dequeuers
-//! (`submissionQueue`), noted on the submissions timeline with its metadata
-//! (24 h), and answered `Success` only once all of that is durably in Redis —
-//! in one transaction. Redis unreachable → gRPC `UNAVAILABLE`: the node
-//! retries, nothing is half-written. Checking is the dequeuer's job.
+//! of the validator, and its admission. Nothing is stored before it is
+//! checked:
+//!
+//! 1. a gRPC message larger than any honest submission
+//!    ([`caps::MESSAGE`]) is refused before it is decoded
+//!    (`INVALID_ARGUMENT`);
+//! 2. each peer (by IP address) gets a rate and a number of calls in flight
+//!    ([`Admission`]); past either, `RESOURCE_EXHAUSTED`;
+//! 3. the form, every field's length and the signature are checked
+//!    (`lite_node_protocol::submission::admit`), and with the data market's
+//!    [`Projects`] the project id: a submission that fails is answered
+//!    `Failure` with its reason and counted (`rejected:{reason}`), never
+//!    stored;
+//! 4. past [`Admission::max_queue`] waiting submissions, `RESOURCE_EXHAUSTED`
+//!    (the node retries later);
+//! 5. otherwise, in one script, the submission is queued for the dequeuers
+//!    (`submissionQueue`) with the anchor head at receipt (what its window
+//!    and deadline are judged by), counted as pending for its epoch, noted on
+//!    the submissions timeline with its metadata (24 h), and answered
+//!    `Success`. Without an anchor head (no event monitor) nothing can be
+//!    judged: `UNAVAILABLE`, as for Redis unreachable — the node retries,
+//!    nothing is half-written.
+//!
+//! "Stored" means in Redis: how durable that is depends on Redis's own
+//! persistence (docs/protocol.md §11).
 
-use lite_node_protocol::proto::{self, SnapshotSubmission, SubmissionResponse};
-use redis::aio::ConnectionManager;
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    num::NonZeroU32,
+    sync::{Arc, LazyLock, Mutex},
+};
+
+use alloy::sol_types::Eip712Domain;
+use lite_node_protocol::{
+    eip712,
+    proto::{self, SnapshotSubmission, SubmissionResponse},
+    submission::{Projects, Reason, Rejection, admit, caps},
+};
+use redis::{Script, aio::ConnectionManager};
 use serde_json::json;
 
-use crate::keys::{Keys, SUBMISSION_METADATA_TTL};
+use crate::{Market, keys::SUBMISSION_METADATA_TTL};
+
+/// How much the gateway takes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// Submissions waiting for a dequeuer past which new ones are refused.
+    pub max_queue: u64,
+    /// Submissions a second one peer (IP address) may send, sustained…
+    pub peer_rate: NonZeroU32,
+    /// …and in a burst.
+    pub peer_burst: NonZeroU32,
+    /// Calls one peer may have in flight at once.
+    pub peer_in_flight: usize,
+}
+
+impl Default for Admission {
+    /// Room for a node running many slots (a burst at each release) and for
+    /// a collector relaying many nodes.
+    fn default() -> Self {
+        Self {
+            max_queue: 200_000,
+            peer_rate: NonZeroU32::new(500).expect("non-zero"),
+            peer_burst: NonZeroU32::new(2_000).expect("non-zero"),
+            peer_in_flight: 64,
+        }
+    }
+}
+
+type PeerLimiter = governor::DefaultKeyedRateLimiter<IpAddr>;
 
 /// The gateway's gRPC service.
 #[derive(Clone)]
 pub struct Gateway {
     conn: ConnectionManager,
-    keys: Keys,
+    market: Arc<Market>,
+    domain: Arc<Eip712Domain>,
+    projects: Option<Arc<Projects>>,
+    admission: Admission,
+    rate: Arc<PeerLimiter>,
+    in_flight: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gateway").field("keys", &self.keys).finish_non_exhaustive()
+        f.debug_struct("Gateway").field("keys", &self.market.keys).field("admission", &self.admission).finish()
     }
 }
 
 /// A submission as it travels through Redis (the seed's JSON-encoded
-/// submission), with when and from where it arrived.
-pub fn encode(s: &SnapshotSubmission, received_at: u64, peer: &str) -> serde_json::Value {
+/// submission), with when and from where it arrived and the anchor head
+/// then (`receivedHead`, which the queueing script writes).
+pub fn encode(s: &SnapshotSubmission, received_at: u64, peer: &str, received_head: u64) -> String {
+    format!("{{\"receivedHead\":{received_head},{}", encode_rest(s, received_at, peer))
+}
+
+/// Everything of [`encode`] after `{"receivedHead":N,`.
+fn encode_rest(s: &SnapshotSubmission, received_at: u64, peer: &str) -> String {
     let r = s.request.clone().unwrap_or_default();
-    json!({
+    let body = json!({
         "request": {
             "slotId": r.slot_id,
             "deadline": r.deadline,
@@ -44,11 +115,24 @@ pub fn encode(s: &SnapshotSubmission, received_at: u64, peer: &str) -> serde_jso
         "receivedAt": received_at,
         "peerId": peer,
     })
+    .to_string();
+    body[1..].to_owned()
 }
 
-/// A submission read back from Redis, with when it arrived; `Err` names
-/// what is wrong with a payload that is not one.
-pub fn decode(payload: &str) -> Result<(SnapshotSubmission, u64), String> {
+/// A submission read back from Redis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Received {
+    pub submission: SnapshotSubmission,
+    /// When it arrived (ms since the epoch).
+    pub at: u64,
+    /// The anchor head when it arrived (`None`: queued by an older gateway,
+    /// or by hand).
+    pub head: Option<u64>,
+}
+
+/// A submission read back from Redis; `Err` names what is wrong with a
+/// payload that is not one.
+pub fn decode(payload: &str) -> Result<Received, String> {
     let v: serde_json::Value = serde_json::from_str(payload).map_err(|e| format!("not JSON: {e}"))?;
     let r = v.get("request").filter(|r| r.is_object()).ok_or("no request object")?;
     let text = |o: &serde_json::Value, k: &str| -> Result<String, String> {
@@ -71,17 +155,106 @@ pub fn decode(payload: &str) -> Result<(SnapshotSubmission, u64), String> {
         node_version: v.get("nodeVersion").and_then(|x| x.as_str()).map(str::to_owned),
         protocol_state: text(&v, "protocolState")?,
     };
-    Ok((submission, v.get("receivedAt").and_then(serde_json::Value::as_u64).unwrap_or(0)))
+    Ok(Received {
+        submission,
+        at: v.get("receivedAt").and_then(serde_json::Value::as_u64).unwrap_or(0),
+        head: v.get("receivedHead").and_then(serde_json::Value::as_u64),
+    })
+}
+
+/// Queues one admitted submission (see the module docs, step 5).
+const QUEUE: &str = r#"
+-- KEYS: queue, timeline, metadata, counters, anchor head, pending
+-- ARGV: max queue, payload after the head, entity, metadata, now (s),
+--       metadata ttl, epoch
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[1]) then return 'full' end
+local head = redis.call('GET', KEYS[5])
+if not head then return 'no_head' end
+redis.call('LPUSH', KEYS[1], '{"receivedHead":' .. head .. ',' .. ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
+redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[6])
+redis.call('HINCRBY', KEYS[4], 'received', 1)
+redis.call('HINCRBY', KEYS[6], ARGV[7], 1)
+return 'queued'
+"#;
+
+static QUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(QUEUE));
+
+/// What became of one submission at the gateway.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    /// Queued for the dequeuers.
+    Queued,
+    /// Refused by the checks made before storage; counted, not stored.
+    Refused(Rejection),
+    /// The queue is past [`Admission::max_queue`].
+    Full,
+    /// No anchor head in Redis: the event monitor is not following the chain.
+    NoHead,
+}
+
+/// A call in flight for a peer, released when dropped.
+struct InFlight {
+    table: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    peer: IpAddr,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = table.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                table.remove(&self.peer);
+            }
+        }
+    }
 }
 
 impl Gateway {
-    pub fn new(conn: ConnectionManager, keys: Keys) -> Self {
-        Self { conn, keys }
+    pub fn new(conn: ConnectionManager, market: Arc<Market>) -> Self {
+        Self::with_admission(conn, market, None, Admission::default())
     }
 
-    /// Queues one submission with its timeline entry and metadata, in one
-    /// transaction.
-    pub async fn accept(&self, s: &SnapshotSubmission, peer: &str) -> redis::RedisResult<()> {
+    /// A gateway that also refuses projects outside `projects` before
+    /// storing them, with `admission`'s limits.
+    pub fn with_admission(
+        conn: ConnectionManager,
+        market: Arc<Market>,
+        projects: Option<Projects>,
+        admission: Admission,
+    ) -> Self {
+        let quota = governor::Quota::per_second(admission.peer_rate).allow_burst(admission.peer_burst);
+        Self {
+            conn,
+            domain: Arc::new(eip712::domain(market.chain_id, market.scope.protocol_state)),
+            market,
+            projects: projects.map(Arc::new),
+            admission,
+            rate: Arc::new(governor::RateLimiter::keyed(quota)),
+            in_flight: Default::default(),
+        }
+    }
+
+    /// Checks one submission and, if it passes, queues it (module docs).
+    /// `Err` is Redis unreachable.
+    pub async fn accept(&self, s: &SnapshotSubmission, peer: &str) -> redis::RedisResult<Admitted> {
+        let refused = match admit(s, &self.market.scope, &self.domain) {
+            Err(rejection) => Some(rejection),
+            Ok((r, _)) => self
+                .projects
+                .as_ref()
+                .and_then(|p| p.check(&r.project_id).err())
+                .map(|why| Rejection::new(Reason::UnknownProject, why)),
+        };
+        let mut conn = self.conn.clone();
+        if let Some(rejection) = refused {
+            let field = format!("rejected:{}", rejection.reason);
+            redis::cmd("HINCRBY").arg(self.market.keys.counters()).arg(field).arg(1).exec_async(&mut conn).await?;
+            return Ok(Admitted::Refused(rejection));
+        }
+        let mut s = s.clone();
+        s.signature = eip712::canonical_signature(&s.signature).expect("admitted: the signature is one");
         let r = s.request.clone().unwrap_or_default();
         let millis = crate::now_ms();
         let secs = millis / 1000;
@@ -94,21 +267,96 @@ impl Gateway {
             "peer_id": peer,
             "timestamp": secs,
             "entity_id": entity,
+            "validator_id": self.market.validator_id,
         });
-        let mut conn = self.conn.clone();
-        redis::pipe()
-            .atomic()
-            .lpush(self.keys.submission_queue(), encode(s, millis, peer).to_string())
-            .ignore()
-            .zadd(self.keys.submissions_timeline(), &entity, secs)
-            .ignore()
-            .set_ex(self.keys.submission_metadata(&entity), metadata.to_string(), SUBMISSION_METADATA_TTL.as_secs())
-            .ignore()
-            .hincr(self.keys.counters(), "received", 1)
-            .ignore()
-            .query_async::<()>(&mut conn)
-            .await
+        let k = &self.market.keys;
+        let answer: String = QUEUE_SCRIPT
+            .key(k.submission_queue())
+            .key(k.submissions_timeline())
+            .key(k.submission_metadata(&entity))
+            .key(k.counters())
+            .key(k.anchor_head())
+            .key(k.pending())
+            .arg(self.admission.max_queue)
+            .arg(encode_rest(&s, millis, peer))
+            .arg(&entity)
+            .arg(metadata.to_string())
+            .arg(secs)
+            .arg(SUBMISSION_METADATA_TTL.as_secs())
+            .arg(r.epoch_id)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(match answer.as_str() {
+            "queued" => Admitted::Queued,
+            "full" => Admitted::Full,
+            _ => Admitted::NoHead,
+        })
     }
+
+    /// Counts a call against `peer`'s rate and calls in flight; `Err` is
+    /// the answer when it is past either.
+    fn enter(&self, peer: Option<IpAddr>) -> Result<Option<InFlight>, tonic::Status> {
+        let Some(peer) = peer else { return Ok(None) };
+        if self.rate.check_key(&peer).is_err() {
+            return Err(tonic::Status::resource_exhausted(format!(
+                "more than {} submissions a second from {peer}; slow down",
+                self.admission.peer_rate
+            )));
+        }
+        let mut table = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let n = table.entry(peer).or_default();
+        if *n >= self.admission.peer_in_flight {
+            return Err(tonic::Status::resource_exhausted(format!(
+                "{} calls from {peer} in flight already",
+                self.admission.peer_in_flight
+            )));
+        }
+        *n += 1;
+        Ok(Some(InFlight { table: self.in_flight.clone(), peer }))
+    }
+
+    /// The gRPC answer to one submission.
+    async fn answer(&self, s: &SnapshotSubmission, peer: &str) -> Result<Option<Rejection>, tonic::Status> {
+        match self.accept(s, peer).await {
+            Ok(Admitted::Queued) => Ok(None),
+            Ok(Admitted::Refused(rejection)) => Ok(Some(rejection)),
+            Ok(Admitted::Full) => Err(tonic::Status::resource_exhausted(format!(
+                "the validator's queue holds {} submissions; try again shortly",
+                self.admission.max_queue
+            ))),
+            Ok(Admitted::NoHead) => Err(tonic::Status::unavailable(
+                "the validator is not following the anchor chain yet (no anchor head); try again shortly",
+            )),
+            Err(e) => {
+                tracing::warn!("cannot queue a submission ({e}); the node will retry");
+                Err(tonic::Status::unavailable(format!("the validator's queue is unavailable: {e}")))
+            }
+        }
+    }
+
+    /// The cleanup after oversized messages: tonic refuses a message past
+    /// its limit with `OUT_OF_RANGE` before the service sees it; for a
+    /// submission that is an invalid argument.
+    fn oversized(status: &tonic::Status) -> bool {
+        status.code() == tonic::Code::OutOfRange && status.message().contains("message length too large")
+    }
+}
+
+/// The peer's IP address, and its name on the timeline.
+fn peer_of<T>(request: &tonic::Request<T>) -> (Option<IpAddr>, String) {
+    match request.remote_addr() {
+        Some(a) => (Some(a.ip()), format!("grpc-{a}")),
+        None => (None, "grpc".to_owned()),
+    }
+}
+
+/// `Failure` with the rejection's reason in the response metadata, as the
+/// devnet collector answers.
+fn failure(rejection: &Rejection) -> tonic::Response<SubmissionResponse> {
+    let mut response = tonic::Response::new(SubmissionResponse { message: proto::FAILURE.into() });
+    let text = format!("{}: {}", rejection.reason, rejection.detail);
+    response.metadata_mut().insert(proto::REASON_METADATA, proto::reason_metadata(&text));
+    response
 }
 
 #[tonic::async_trait]
@@ -117,43 +365,72 @@ impl proto::submission_server::Submission for Gateway {
         &self,
         request: tonic::Request<SnapshotSubmission>,
     ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
-        let peer = request.remote_addr().map_or_else(|| "grpc".to_owned(), |a| format!("grpc-{a}"));
+        let (ip, peer) = peer_of(&request);
+        let _in_flight = self.enter(ip)?;
         let s = request.into_inner();
-        if s.request.is_none() {
-            return Ok(tonic::Response::new(SubmissionResponse { message: proto::FAILURE.into() }));
-        }
-        match self.accept(&s, &peer).await {
-            Ok(()) => Ok(tonic::Response::new(SubmissionResponse { message: proto::SUCCESS.into() })),
-            Err(e) => {
-                tracing::warn!("cannot queue a submission ({e}); the node will retry");
-                Err(tonic::Status::unavailable(format!("the validator's queue is unavailable: {e}")))
-            }
-        }
+        Ok(match self.answer(&s, &peer).await? {
+            None => tonic::Response::new(SubmissionResponse { message: proto::SUCCESS.into() }),
+            Some(rejection) => failure(&rejection),
+        })
     }
 
     async fn submit_snapshot_simulation(
         &self,
         request: tonic::Request<tonic::Streaming<SnapshotSubmission>>,
     ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
-        let peer = request.remote_addr().map_or_else(|| "grpc".to_owned(), |a| format!("grpc-{a}"));
+        let (ip, peer) = peer_of(&request);
+        let _in_flight = self.enter(ip)?;
         let mut stream = request.into_inner();
-        while let Some(s) = stream.message().await? {
-            self.accept(&s, &peer)
-                .await
-                .map_err(|e| tonic::Status::unavailable(format!("the validator's queue is unavailable: {e}")))?;
+        let mut first_refusal = None;
+        loop {
+            let s = match stream.message().await {
+                Ok(Some(s)) => s,
+                Ok(None) => break,
+                Err(status) if Gateway::oversized(&status) => {
+                    return Err(tonic::Status::invalid_argument(status.message().to_owned()));
+                }
+                Err(status) => return Err(status),
+            };
+            if let Some(ip) = ip
+                && self.rate.check_key(&ip).is_err()
+            {
+                return Err(tonic::Status::resource_exhausted(format!("too many submissions from {ip}")));
+            }
+            if let Some(rejection) = self.answer(&s, &peer).await? {
+                first_refusal.get_or_insert(rejection);
+            }
         }
-        Ok(tonic::Response::new(SubmissionResponse { message: proto::SUCCESS.into() }))
+        Ok(match first_refusal {
+            None => tonic::Response::new(SubmissionResponse { message: proto::SUCCESS.into() }),
+            Some(rejection) => failure(&rejection),
+        })
     }
 }
 
-/// Serves the gateway on `listener` until `shutdown` completes.
+/// Serves the gateway on `listener` until `shutdown` completes. Messages
+/// past [`caps::MESSAGE`] are refused undecoded, as `INVALID_ARGUMENT`.
 pub async fn serve(
     gateway: Gateway,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
+    let service = proto::submission_server::SubmissionServer::new(gateway).max_decoding_message_size(caps::MESSAGE);
     tonic::transport::Server::builder()
-        .add_service(proto::submission_server::SubmissionServer::new(gateway))
+        .layer(tower::util::MapResponseLayer::new(oversized_is_invalid))
+        .add_service(service)
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
         .await
+}
+
+/// Rewrites tonic's `OUT_OF_RANGE` for a message past the size limit (a
+/// trailers-only answer: the status is in the headers) as
+/// `INVALID_ARGUMENT`.
+fn oversized_is_invalid<B>(mut response: http::Response<B>) -> http::Response<B> {
+    let headers = response.headers_mut();
+    let too_large = headers.get("grpc-status").is_some_and(|v| v == "11")
+        && headers.get("grpc-message").and_then(|m| m.to_str().ok()).is_some_and(|m| m.contains("too%20large"));
+    if too_large {
+        headers.insert("grpc-status", http::HeaderValue::from_static("3"));
+    }
+    response
 }

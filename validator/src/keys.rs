@@ -92,14 +92,22 @@ pub const SCHEMA: &[KeySpec] = &[
     spec("{protocol}:{market}:finalizationQueue:processing:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
     spec("{protocol}:{market}:aggregationQueue:processing", KeyType::List, Ttl::None),
     spec("{protocol}:{market}:aggregationQueue:processing:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
-    // Ours: each slot's vote per project in an epoch (`{slotId}:{projectId}`
-    // → CID), the filter every dequeuer shares for duplicates and
-    // equivocation, and what the finalizer counts.
-    spec("{protocol}:{market}:epoch:{epochId}:votes", KeyType::Hash, Ttl::Fixed(EPOCH_STATE_TTL)),
+    // Ours: each slot's vote per project in an epoch, as members
+    // `{projectId}\x1f{slotId}\x1f{cid}` (an empty CID: the slot
+    // equivocated, its vote is void) of one score, so a project's votes are
+    // a range in byte order: the filter every dequeuer shares for duplicates
+    // and equivocation, and what the finalizer's parts read.
+    spec("{protocol}:{market}:epoch:{epochId}:votes", KeyType::ZSet, Ttl::Fixed(EPOCH_STATE_TTL)),
+    // Ours: the epoch's projects with a vote, in byte order (what the
+    // finalizer's parts are cut from).
+    spec("{protocol}:{market}:epoch:{epochId}:projects", KeyType::ZSet, Ttl::Fixed(EPOCH_STATE_TTL)),
     // Ours: each rejected submission with its reason, and the pipeline's
     // counters (received, accepted, rejected:{reason}) shared by every process.
     spec("{protocol}:{market}:epoch:{epochId}:rejections", KeyType::Hash, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:metrics:counters", KeyType::Hash, Ttl::None),
+    // Ours: per epoch, submissions the gateway queued that have no verdict
+    // yet; an epoch is finalized once none is left (or its grace ran out).
+    spec("{protocol}:{market}:epochs:pending", KeyType::Hash, Ttl::None),
     // Ours: the anchor head as the event monitor last saw it (the dequeuer
     // checks deadlines against it), and the epochs whose window is open, by
     // the anchor block it closes at.
@@ -234,12 +242,21 @@ impl Keys {
         self.ns(&format!("epoch:{epoch_id}:votes"))
     }
 
+    pub fn epoch_projects(&self, epoch_id: u64) -> String {
+        self.ns(&format!("epoch:{epoch_id}:projects"))
+    }
+
     pub fn rejections(&self, epoch_id: u64) -> String {
         self.ns(&format!("epoch:{epoch_id}:rejections"))
     }
 
     pub fn counters(&self) -> String {
         self.ns("metrics:counters")
+    }
+
+    /// Per epoch, queued submissions without a verdict yet.
+    pub fn pending(&self) -> String {
+        self.ns("epochs:pending")
     }
 
     pub fn anchor_head(&self) -> String {

@@ -19,12 +19,13 @@ use lite_node_chain::{
     epochs::{Follow, Watcher},
 };
 use lite_node_compute::selection::{Refusal, Refused, SelectionCheck};
-use lite_node_config::{ChainConfig, ComputeConfig};
+use lite_node_config::{ChainConfig, ComputeConfig, ProjectsSource};
 use lite_node_core::{
     data_dir::DataDirLock,
     retry::{Policy, retry},
     signals::Shutdown,
 };
+use lite_node_protocol::submission::Projects;
 
 use crate::{
     Market,
@@ -32,7 +33,7 @@ use crate::{
     chain::{ChainReads, EpochFacts, Selection},
     dequeuer::{Dequeuer, DequeuerSettings},
     finalizer::Finalizer,
-    gateway::Gateway,
+    gateway::{Admission, Gateway},
     monitor::Monitor,
     tracker::Tracker,
 };
@@ -110,12 +111,32 @@ pub struct Settings {
     /// Dequeuer workers, and projects per finalizer part.
     pub workers: usize,
     pub part_size: usize,
+    /// What the gateway takes in.
+    pub admission: Admission,
 }
 
 impl Settings {
     /// Whether `c` runs in this process.
     pub fn runs(&self, c: Component) -> bool {
         self.components.is_empty() || self.components.contains(&c)
+    }
+
+    /// Every setting in range; `Err` names the flag.
+    pub fn check(&self) -> Result<(), lite_node_core::BadInput> {
+        let bad = |what: &str| Err(lite_node_core::BadInput(what.to_owned()));
+        if self.window_blocks == 0 {
+            return bad("--window-blocks must be at least 1");
+        }
+        if self.workers == 0 {
+            return bad("--workers must be at least 1: with none, no submission ever gets a verdict");
+        }
+        if self.part_size == 0 {
+            return bad("--part-size must be at least 1 (projects per finalizer part)");
+        }
+        if self.admission.max_queue == 0 {
+            return bad("--max-queue must be at least 1");
+        }
+        Ok(())
     }
 }
 
@@ -129,6 +150,9 @@ pub struct Deps {
     pub anchor: Arc<Anchor>,
     /// Required when the dequeuer runs.
     pub selection: Option<Arc<SelectionCheck>>,
+    /// The projects the data market defines, which the gateway checks before
+    /// it stores a submission (the dequeuer checks them in any case).
+    pub projects: Option<Projects>,
 }
 
 /// What a process is told to connect to, before anything is connected.
@@ -143,6 +167,9 @@ pub struct Wiring {
     pub pools: Vec<String>,
     /// The compute package with the market's assignment rule (the dequeuer's).
     pub compute: Option<ComputeConfig>,
+    /// The data market's namespace and where its projects.json is (the
+    /// dequeuer's and the gateway's project check).
+    pub projects: Option<(String, ProjectsSource)>,
 }
 
 impl Deps {
@@ -155,16 +182,26 @@ impl Deps {
             lite_node_core::BadInput(format!("--redis-url {}: {e} (expected redis://HOST:PORT)", wiring.redis_url))
         })?;
         let chains = Chains::connect(&wiring.chains).map_err(lite_node_core::BadInput)?;
-        let selection = match (wiring.pools.is_empty(), wiring.compute) {
-            (false, Some(compute)) => {
+        let projects = match wiring.projects {
+            Some((namespace, source)) => {
+                let data_dir = wiring.compute.as_ref().map(|c| c.data_dir.clone()).unwrap_or_else(|| ".".into());
+                let loaded =
+                    tokio::task::spawn_blocking(move || lite_node_compute::load_projects(&source, &data_dir)).await??;
+                Some(Projects::new(namespace, loaded.projects.iter().map(|p| p.project_type.clone())))
+            }
+            None => None,
+        };
+        let selection = match (wiring.pools.is_empty(), wiring.compute, &projects) {
+            (false, Some(compute), Some(projects)) => {
                 let package = tokio::task::spawn_blocking(move || lite_node_compute::load(&compute)).await??;
-                let check = SelectionCheck::new(chains.source.clone(), wiring.pools, Arc::new(package))
-                    .map_err(lite_node_core::BadInput)?;
+                let check =
+                    SelectionCheck::new(chains.source.clone(), wiring.pools, Arc::new(package), projects.clone())
+                        .map_err(lite_node_core::BadInput)?;
                 Some(Arc::new(check))
             }
             _ => None,
         };
-        Ok(Self { redis, redis_shown: wiring.redis_url, anchor: chains.anchor()?.clone(), selection })
+        Ok(Self { redis, redis_shown: wiring.redis_url, anchor: chains.anchor()?.clone(), selection, projects })
     }
 }
 
@@ -174,9 +211,27 @@ pub fn start(
     wiring: Wiring,
     shutdown: Shutdown,
 ) -> lite_node_core::BoxFuture<'static, anyhow::Result<()>> {
+    let mut shutdown = shutdown;
     Box::pin(async move {
-        let deps = Deps::connect(wiring).await?;
-        run(settings, deps, shutdown).await
+        settings.check()?;
+        // Before anything is built: a second validator on the directory is
+        // refused at once.
+        let lock = lock(&settings)?;
+        let deps = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            deps = Deps::connect(wiring) => deps?,
+        };
+        run_locked(settings, deps, lock, shutdown).await
+    })
+}
+
+/// One event monitor per directory (its cursor is there): the lock, when
+/// the monitor runs in this process.
+fn lock(settings: &Settings) -> anyhow::Result<Option<DataDirLock>> {
+    Ok(if settings.runs(Component::Monitor) {
+        Some(DataDirLock::acquire_for(&settings.data_dir, "--data-dir (one event monitor per directory)")?)
+    } else {
+        None
     })
 }
 
@@ -193,6 +248,10 @@ impl ChainReads for AnchorChain {
         self.anchor.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
     }
 
+    async fn total_slots(&self) -> Result<u64, String> {
+        self.anchor.total_slots().await.map_err(|e| format!("anchor unavailable: {e}"))
+    }
+
     async fn selection(&self, epoch: EpochFacts, slot_id: u64, project_id: &str) -> Result<Selection, String> {
         let release = Release { begin: epoch.begin, end: epoch.end, block_number: epoch.release_block };
         let assignment = self.selection.epoch(&self.anchor, epoch.epoch_id, release).await.map_err(|e| match e {
@@ -202,6 +261,7 @@ impl ChainReads for AnchorChain {
             Ok(()) => Selection::Selected,
             Err(Refusal::NotSelected(why)) => Selection::NotSelected(why),
             Err(Refusal::WrongPool(why)) => Selection::WrongPool(why),
+            Err(Refusal::UnknownProject(why)) => Selection::UnknownProject(why),
         })
     }
 }
@@ -209,10 +269,18 @@ impl ChainReads for AnchorChain {
 /// Runs the chosen components until `shutdown` resolves or one of them ends
 /// with an error (which is returned). A component still busy 5 s after the
 /// stop is left behind.
-pub async fn run(settings: Settings, deps: Deps, mut shutdown: Shutdown) -> anyhow::Result<()> {
-    if settings.window_blocks == 0 {
-        anyhow::bail!(lite_node_core::BadInput("--window-blocks must be at least 1".into()));
-    }
+pub async fn run(settings: Settings, deps: Deps, shutdown: Shutdown) -> anyhow::Result<()> {
+    settings.check()?;
+    let lock = lock(&settings)?;
+    run_locked(settings, deps, lock, shutdown).await
+}
+
+async fn run_locked(
+    settings: Settings,
+    deps: Deps,
+    lock: Option<DataDirLock>,
+    mut shutdown: Shutdown,
+) -> anyhow::Result<()> {
     let selection = match (settings.runs(Component::Dequeuer), &deps.selection) {
         (true, None) => anyhow::bail!(lite_node_core::BadInput(
             "the dequeuer checks that each slot was selected for its pool: give --pools or --pools-file (the data \
@@ -222,17 +290,20 @@ pub async fn run(settings: Settings, deps: Deps, mut shutdown: Shutdown) -> anyh
         (true, Some(s)) => Some(s.clone()),
         (false, _) => None,
     };
-    // One event monitor per directory: its cursor is there.
-    let lock = if settings.runs(Component::Monitor) {
-        Some(DataDirLock::acquire_for(&settings.data_dir, "--data-dir (one event monitor per directory)")?)
-    } else {
-        None
-    };
     let anchor = deps.anchor.clone();
     let chain_id = tokio::select! {
         _ = &mut shutdown => return Ok(()),
         id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
     };
+    let missing = tokio::select! {
+        _ = &mut shutdown => return Ok(()),
+        m = retry(Policy::CHAIN, "reading the contracts' code", || anchor.contracts_without_code(), |_| true) => m?,
+    };
+    if let Some((flag, address)) = missing.first() {
+        anyhow::bail!(lite_node_core::BadInput(format!(
+            "--{flag} {address}: no contract there on anchor chain {chain_id} (wrong address, or wrong chain)"
+        )));
+    }
     let mut market = Market::new(
         lite_node_protocol::submission::Scope {
             protocol_state: anchor.protocol_state,
@@ -244,7 +315,10 @@ pub async fn run(settings: Settings, deps: Deps, mut shutdown: Shutdown) -> anyh
     market.window_blocks = settings.window_blocks;
     let market = Arc::new(market);
     let redis = deps.redis.clone();
-    let conn = crate::connect_retrying(&redis, "validator").await;
+    let conn = tokio::select! {
+        _ = &mut shutdown => return Ok(()),
+        conn = crate::connect_retrying(&redis, "validator") => conn,
+    };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -259,7 +333,7 @@ pub async fn run(settings: Settings, deps: Deps, mut shutdown: Shutdown) -> anyh
         let listen = settings.listen;
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
         announced.push(format!("gateway (gRPC) listening on {}", listener.local_addr()?));
-        let gateway = Gateway::new(conn.clone(), market.keys.clone());
+        let gateway = Gateway::with_admission(conn.clone(), market.clone(), deps.projects.clone(), settings.admission);
         let stop = stopped();
         tasks.spawn(async move { crate::gateway::serve(gateway, listener, stop).await.context("the gateway stopped") });
     }

@@ -91,6 +91,20 @@ impl Draft {
     }
 }
 
+/// The other signature of the same message and key: `s` replaced by
+/// `n - s` and `v` flipped. libsecp256k1 recovers it to the same signer;
+/// Ethereum (EIP-2) and the rules refuse it.
+fn malleated(signature: &str) -> String {
+    use alloy::primitives::U256;
+    const ORDER: &str = "fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141";
+    let mut raw = hex::decode(signature).expect("a signature this table made");
+    let n = U256::from_str_radix(ORDER, 16).expect("the order of secp256k1");
+    let high = n - U256::from_be_slice(&raw[32..64]);
+    raw[32..64].copy_from_slice(&high.to_be_bytes::<32>());
+    raw[64] = if raw[64] == 27 { 28 } else { 27 };
+    hex::encode(raw)
+}
+
 /// Every case, in the order the rules apply. Duplicate and equivocation
 /// need an earlier vote and are the validator's own (its pipeline test).
 pub fn cases() -> Vec<Case> {
@@ -124,6 +138,42 @@ pub fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "a signature that recovers to no one",
+            expect: Some(Reason::BadSignature),
+            make: |s| {
+                let mut m = good(s).signed(s);
+                m.signature = "00".repeat(65);
+                m
+            },
+        },
+        Case {
+            name: "the malleated twin of a good signature (high s)",
+            expect: Some(Reason::BadSignature),
+            make: |s| {
+                let mut m = good(s).signed(s);
+                m.signature = malleated(&m.signature);
+                m
+            },
+        },
+        Case {
+            name: "a slot nobody registered",
+            expect: Some(Reason::UnregisteredSlot),
+            make: |s| {
+                let mut d = good(s);
+                d.request.slot_id = s.unregistered_slot_id;
+                d.signed(s)
+            },
+        },
+        Case {
+            name: "a registered slot signed with another key",
+            expect: Some(Reason::WrongSigner),
+            make: |s| {
+                let mut d = good(s);
+                d.key = s.unselected_key;
+                d.signed(s)
+            },
+        },
+        Case {
             name: "an epoch never released",
             expect: Some(Reason::UnknownEpoch),
             make: |s| {
@@ -153,33 +203,6 @@ pub fn cases() -> Vec<Case> {
             },
         },
         Case {
-            name: "a signature that recovers to no one",
-            expect: Some(Reason::BadSignature),
-            make: |s| {
-                let mut m = good(s).signed(s);
-                m.signature = "00".repeat(65);
-                m
-            },
-        },
-        Case {
-            name: "a slot nobody registered",
-            expect: Some(Reason::UnregisteredSlot),
-            make: |s| {
-                let mut d = good(s);
-                d.request.slot_id = s.unregistered_slot_id;
-                d.signed(s)
-            },
-        },
-        Case {
-            name: "a registered slot signed with another key",
-            expect: Some(Reason::WrongSigner),
-            make: |s| {
-                let mut d = good(s);
-                d.key = s.unselected_key;
-                d.signed(s)
-            },
-        },
-        Case {
             name: "a registered slot not selected",
             expect: Some(Reason::NotSelected),
             make: |s| {
@@ -195,6 +218,26 @@ pub fn cases() -> Vec<Case> {
             make: |s| {
                 let mut d = good(s);
                 d.request.project_id = s.other_pool_project_id.clone();
+                d.signed(s)
+            },
+        },
+        Case {
+            name: "a project type the data market does not define",
+            expect: Some(Reason::UnknownProject),
+            make: |s| {
+                let mut d = good(s);
+                let (_, rest) = s.project_id.split_once(':').expect("a project id has a type");
+                d.request.project_id = format!("spam:{rest}");
+                d.signed(s)
+            },
+        },
+        Case {
+            name: "a project in another namespace",
+            expect: Some(Reason::UnknownProject),
+            make: |s| {
+                let mut d = good(s);
+                let (rest, _) = s.project_id.rsplit_once(':').expect("a project id has a namespace");
+                d.request.project_id = format!("{rest}:elsewhere-UNISWAPV3-ETH");
                 d.signed(s)
             },
         },

@@ -4,12 +4,13 @@
 use std::{io::Write, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
+use lite_node_protocol::submission::Projects;
 
 use super::MarketOptions;
 use crate::{
     collector::{DevnetCollector, SelectionCheck},
     compute,
-    config::{ComputeConfig, EnvSnapshot},
+    config::{ComputeConfig, EnvSnapshot, MarketProjects},
     exit::BadInput,
     retry::{Policy, retry},
     signals::shutdown_signals,
@@ -33,7 +34,10 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         None
     } else {
         let cfg = ComputeConfig::from_env(env)?;
-        Some(Arc::new(compute::load(&cfg)?))
+        let market = MarketProjects::from_env(env)?;
+        let projects = compute::load_projects(&market.source, &cfg.data_dir)?;
+        let projects = Projects::new(market.namespace, projects.projects.into_iter().map(|p| p.project_type));
+        Some((Arc::new(compute::load(&cfg)?), projects))
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("collector").build()?;
     runtime.block_on(async {
@@ -42,8 +46,8 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         let chains = a.market.chains(env)?;
         let anchor = chains.anchor()?.clone();
         let selection = match package {
-            Some(package) => {
-                let check = SelectionCheck::new(chains.source.clone(), pools, package).map_err(BadInput)?;
+            Some((package, projects)) => {
+                let check = SelectionCheck::new(chains.source.clone(), pools, package, projects).map_err(BadInput)?;
                 Some(Arc::new(check))
             }
             None => None,

@@ -50,9 +50,21 @@ impl MarketOptions {
         })
     }
 
-    /// The active pools of `--pools` and `--pools-file`.
+    /// The active pools of `--pools` and `--pools-file`, each an address.
     pub fn pools(&self) -> anyhow::Result<Vec<String>> {
-        pool_list(&self.pools, self.pools_file.as_deref())
+        let pools = pool_list(&self.pools, self.pools_file.as_deref())?;
+        let address =
+            |p: &String| p.len() == 42 && p.starts_with("0x") && p[2..].bytes().all(|b| b.is_ascii_hexdigit());
+        let bad: Vec<&String> = pools.iter().filter(|p| !address(p)).collect();
+        if !bad.is_empty() {
+            let from = if self.pools_file.is_some() { "--pools / --pools-file" } else { "--pools" };
+            anyhow::bail!(crate::exit::BadInput(format!(
+                "{from}: {} not a pool address (0x and 40 hex digits): {}",
+                if bad.len() == 1 { "is" } else { "are" },
+                bad.iter().take(5).map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        Ok(pools)
     }
 
     /// The anchor and source chains the flags name, with the environment's

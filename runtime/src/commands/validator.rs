@@ -6,11 +6,14 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use lite_node_validator::service::{self, Component, Settings, Wiring};
+use lite_node_validator::{
+    gateway::Admission,
+    service::{self, Component, Settings, Wiring},
+};
 
 use super::MarketOptions;
 use crate::{
-    config::{ComputeConfig, EnvSnapshot},
+    config::{ComputeConfig, EnvSnapshot, MarketProjects},
     signals::shutdown_signals,
 };
 
@@ -29,6 +32,7 @@ pub struct ValidatorOptions {
     pub part_size: usize,
     pub data_dir: PathBuf,
     pub poll_interval: Duration,
+    pub admission: Admission,
 }
 
 /// Runs the chosen components until Ctrl-C or SIGTERM: the flags become
@@ -45,15 +49,32 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         window_blocks: o.window_blocks,
         workers: o.workers,
         part_size: o.part_size,
+        admission: o.admission,
     };
-    // Only the dequeuer checks selection: it needs the pools and the package
-    // (without them it refuses to start, naming the flags).
+    settings.check()?;
+    // The compute package is cached under --data-dir unless
+    // LITE_NODE_DATA_DIR says otherwise.
+    let env = match env.get("LITE_NODE_DATA_DIR") {
+        Some(_) => env.clone(),
+        None => env.clone().with("LITE_NODE_DATA_DIR", settings.data_dir.display().to_string()),
+    };
+    // Only the dequeuer checks selection: it needs the pools, the package and
+    // the market's projects (without them it refuses to start, naming what
+    // is missing). The gateway checks projects too, when it knows them.
     let dequeuer = settings.runs(Component::Dequeuer);
+    let pools = if dequeuer { o.market.pools()? } else { Vec::new() };
+    let projects = if dequeuer || crate::config::ProjectsSource::configured(&env) {
+        let market = MarketProjects::from_env(&env)?;
+        Some((market.namespace, market.source))
+    } else {
+        None
+    };
     let wiring = Wiring {
         redis_url: o.redis_url,
-        chains: o.market.chain_config(env)?,
-        pools: if dequeuer { o.market.pools()? } else { Vec::new() },
-        compute: if dequeuer { Some(ComputeConfig::from_env(env)?) } else { None },
+        chains: o.market.chain_config(&env)?,
+        pools,
+        compute: if dequeuer { Some(ComputeConfig::from_env(&env)?) } else { None },
+        projects,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("validator").build()?;
     // The signals are registered inside the runtime (tokio's need it).

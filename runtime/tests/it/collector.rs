@@ -252,7 +252,8 @@ fn selection_setting(s: &Setup, data: &std::path::Path) -> (Arc<SelectionCheck>,
     let pools = s.world.manifest.pools.clone();
     let io = IoRuntime::new().unwrap();
     let source = Arc::new(HttpRpc::new("source", vec![s.world.url()], Duration::from_secs(10), io).unwrap());
-    let check = Arc::new(SelectionCheck::new(source, pools, Arc::new(bundled(data))).unwrap());
+    let projects = lite_node_protocol::submission::Projects::new("devnet-UNISWAPV3-ETH", ["baseSnapshot"]);
+    let check = Arc::new(SelectionCheck::new(source, pools, Arc::new(bundled(data)), projects).unwrap());
     // 5,000 slots: 1,000 are selected per epoch, so each of our 4 with p = 0.2.
     s.world.set_total_node_count(5000);
     let (epoch, chosen, idle) = (0..40)

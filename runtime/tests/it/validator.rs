@@ -56,9 +56,9 @@ impl Setup {
     fn open_and_queue(&self, redis: &RedisServer) {
         let conn = self.conn(redis);
         let monitor = Monitor::new(self.market.clone(), conn.clone());
-        let gateway = Gateway::new(conn, self.market.keys.clone());
+        let gateway = Gateway::new(conn, self.market.clone());
         let head = self.world.head();
-        let project = |pool: &str| format!("baseSnapshot:{pool}:devnet-UNISWAPV3-ETH");
+        let project = |pool: &str| format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", pool.to_lowercase());
         // The world's registered slots submit for every pool (exactly the
         // assigned one is accepted); unregistered slots fill the burst.
         let pools = &self.world.manifest.pools;
@@ -102,7 +102,8 @@ impl Setup {
                     node_version: None,
                     protocol_state: self.world.manifest.protocol_state.clone(),
                 };
-                gateway.accept(&s, "test").await.unwrap();
+                let admitted = gateway.accept(&s, "test").await.unwrap();
+                assert_eq!(admitted, lite_node_validator::gateway::Admitted::Queued);
             }
         });
     }
@@ -119,6 +120,7 @@ impl Setup {
             .args(["--pools", &self.world.manifest.pools.join(",")])
             .env_clear()
             .envs(toolchain_env())
+            .envs(lite_node_testkit::market_env(self.cache.path()))
             .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
             .env("LITE_NODE_COMPUTE_CACHE_DIR", self.cache.path())
             .env("LITE_NODE_DATA_DIR", self.cache.path())
@@ -284,6 +286,7 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
         .arg(s.cache.path().join("validator"))
         .env_clear()
         .envs(toolchain_env())
+        .envs(lite_node_testkit::market_env(s.cache.path()))
         .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
         .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
         .env("LITE_NODE_DATA_DIR", s.cache.path())

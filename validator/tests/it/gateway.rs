@@ -1,45 +1,91 @@
 //! The gateway over real gRPC into a real redis-server: a submission is
 //! answered Success once it is queued with its timeline entry and metadata;
-//! with Redis down it is UNAVAILABLE (the node retries) and nothing is lost.
+//! what fails the checks that need nothing but the submission is refused
+//! before anything is stored; with Redis down it is UNAVAILABLE (the node
+//! retries) and nothing is lost.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use lite_node_protocol::proto::{self, submission_client::SubmissionClient};
+use lite_node_protocol::{
+    eip712::{Request, Signer},
+    proto::{self, submission_client::SubmissionClient},
+    submission::{Projects, Scope},
+};
 use lite_node_testkit::RedisServer;
-use lite_node_validator::{Keys, ReliableQueue, gateway::Gateway};
+use lite_node_validator::{
+    Market, ReliableQueue,
+    gateway::{Admission, Gateway},
+};
 use redis::AsyncCommands;
 
-fn submission(epoch_id: u64, slot_id: u64) -> proto::SnapshotSubmission {
+const CHAIN_ID: u64 = 31337;
+const NAMESPACE: &str = "devnet-UNISWAPV3-ETH";
+
+fn market() -> Arc<Market> {
+    let scope = Scope {
+        data_market: "0x0000000000000000000000000000000000000d01".parse().unwrap(),
+        protocol_state: "0x0000000000000000000000000000000000000501".parse().unwrap(),
+    };
+    Arc::new(Market::new(scope, CHAIN_ID, "validator-1"))
+}
+
+fn submission(market: &Market, epoch_id: u64, slot_id: u64, project_id: &str) -> proto::SnapshotSubmission {
+    let signer = Signer::new(&[9u8; 32], CHAIN_ID, market.scope.protocol_state).unwrap();
+    let request = Request {
+        slot_id,
+        deadline: 100,
+        snapshot_cid: "bafkreicecnx2gvntm6fbcrvnc336qze6st5u7qq7457igegamd3bzkx7ri".into(),
+        epoch_id,
+        project_id: project_id.into(),
+    };
     proto::SnapshotSubmission {
-        request: Some(proto::Request {
-            slot_id,
-            deadline: 100,
-            snapshot_cid: "bafkreicecnx2gvntm6fbcrvnc336qze6st5u7qq7457igegamd3bzkx7ri".into(),
-            epoch_id,
-            project_id: "baseSnapshot:0xaa:devnet-UNISWAPV3-ETH".into(),
-        }),
-        signature: "00".into(),
+        signature: signer.sign(&request).unwrap(),
+        request: Some((&request).into()),
         header: String::new(),
-        data_market: "0xdm".into(),
+        data_market: market.scope.data_market.to_string(),
         node_version: None,
-        protocol_state: "0xps".into(),
+        protocol_state: market.scope.protocol_state.to_string(),
     }
 }
 
-#[tokio::test]
-async fn a_submission_is_answered_once_it_is_queued_with_its_timeline_and_metadata() {
-    let server = RedisServer::start();
-    let keys = Keys::new("0xPS", "0xDM");
-    let conn = redis::aio::ConnectionManager::new(redis::Client::open(server.url()).unwrap()).await.unwrap();
+fn pool_project() -> String {
+    format!("baseSnapshot:0x00000000000000000000000000000000000000aa:{NAMESPACE}")
+}
+
+/// A gateway on a fresh port, with `admission`; its gRPC endpoint.
+async fn serve(conn: &redis::aio::ConnectionManager, market: &Arc<Market>, admission: Admission) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(lite_node_validator::gateway::serve(
-        Gateway::new(conn.clone(), keys.clone()),
-        listener,
-        std::future::pending(),
-    ));
+    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
+    let gateway = Gateway::with_admission(conn.clone(), market.clone(), Some(projects), admission);
+    tokio::spawn(lite_node_validator::gateway::serve(gateway, listener, std::future::pending()));
+    endpoint
+}
+
+async fn set_head(conn: &redis::aio::ConnectionManager, market: &Market, head: u64) {
+    let _: () = conn.clone().set(market.keys.anchor_head(), head).await.unwrap();
+}
+
+/// `DBSIZE` and the memory the data takes (`used_memory` less Redis's own
+/// overhead: client buffers, which move with every command, are not data).
+async fn footprint(conn: &redis::aio::ConnectionManager) -> (u64, u64) {
+    let mut conn = conn.clone();
+    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await.unwrap();
+    let used = info.lines().find_map(|l| l.strip_prefix("used_memory_dataset:")).unwrap().trim().parse().unwrap();
+    (keys, used)
+}
+
+#[tokio::test]
+async fn a_submission_is_answered_once_it_is_queued_with_its_timeline_metadata_and_head() {
+    let server = RedisServer::start();
+    let market = market();
+    let keys = market.keys.clone();
+    let conn = redis::aio::ConnectionManager::new(redis::Client::open(server.url()).unwrap()).await.unwrap();
+    set_head(&conn, &market, 42).await;
+    let endpoint = serve(&conn, &market, Admission::default()).await;
     let mut client = SubmissionClient::connect(endpoint).await.unwrap();
-    let answer = client.submit_snapshot(submission(7, 3)).await.unwrap().into_inner();
+    let answer = client.submit_snapshot(submission(&market, 7, 3, &pool_project())).await.unwrap().into_inner();
     assert_eq!(answer.message, proto::SUCCESS);
 
     let queue = ReliableQueue::submissions(conn.clone(), &keys);
@@ -47,18 +93,100 @@ async fn a_submission_is_answered_once_it_is_queued_with_its_timeline_and_metada
     let queued: serde_json::Value = serde_json::from_str(&taken.payload).unwrap();
     assert_eq!(queued["request"]["epochId"], 7);
     assert_eq!(queued["request"]["slotId"], 3);
+    assert_eq!(queued["receivedHead"], 42, "the anchor head at receipt");
     let mut conn = conn;
     let timeline: Vec<String> = conn.zrange(keys.submissions_timeline(), 0, -1).await.unwrap();
     assert_eq!(timeline.len(), 1);
-    assert!(timeline[0].starts_with("received:7:3:baseSnapshot:0xaa:devnet-UNISWAPV3-ETH:"), "{}", timeline[0]);
+    assert!(timeline[0].starts_with(&format!("received:7:3:{}:", pool_project())), "{}", timeline[0]);
     let metadata_key = keys.submission_metadata(&timeline[0]);
     let metadata: String = conn.get(&metadata_key).await.unwrap();
     assert!(metadata.contains("\"snapshot_cid\":\"bafkrei"), "{metadata}");
+    assert!(metadata.contains("\"validator_id\":\"validator-1\""), "{metadata}");
     let ttl: i64 = conn.ttl(&metadata_key).await.unwrap();
     assert!(ttl > 86_000 && ttl <= 86_400, "24 h: {ttl}");
 
     // Redis goes away: the node is told to retry, not that it succeeded.
     drop(server);
-    let refused = client.submit_snapshot(submission(8, 3)).await.unwrap_err();
+    let refused = client.submit_snapshot(submission(&market, 8, 3, &pool_project())).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+}
+
+#[tokio::test]
+async fn what_fails_before_storage_is_refused_and_nothing_is_stored() {
+    let server = RedisServer::start();
+    let market = market();
+    let conn = redis::aio::ConnectionManager::new(redis::Client::open(server.url()).unwrap()).await.unwrap();
+    set_head(&conn, &market, 42).await;
+    let endpoint = serve(&conn, &market, Admission::default()).await;
+    let mut client = SubmissionClient::connect(endpoint).await.unwrap();
+    // One honest submission first: the keys a running validator has.
+    let ok = client.submit_snapshot(submission(&market, 7, 3, &pool_project())).await.unwrap();
+    assert_eq!(ok.into_inner().message, proto::SUCCESS);
+    // The first INFO allocates what later ones reuse (~24 KB): measure from
+    // the second.
+    footprint(&conn).await;
+    let before = footprint(&conn).await;
+
+    // A 1 MB projectId: refused before it is decoded.
+    let mut huge = submission(&market, 7, 3, &pool_project());
+    huge.request.as_mut().unwrap().project_id = "p".repeat(1 << 20);
+    let refused = client.submit_snapshot(huge).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+
+    // Decodable but wrong: `Failure`, with the reason.
+    let reason = |r: &tonic::Response<proto::SubmissionResponse>| {
+        assert_eq!(r.get_ref().message, proto::FAILURE);
+        r.metadata().get(proto::REASON_METADATA).unwrap().to_str().unwrap().to_owned()
+    };
+    let mut unsigned = submission(&market, 99, 3, &pool_project());
+    unsigned.signature = "00".repeat(65);
+    let answer = client.submit_snapshot(unsigned).await.unwrap();
+    assert!(reason(&answer).starts_with("bad_signature:"), "{}", reason(&answer));
+    let mut long = submission(&market, 7, 3, &pool_project());
+    long.header = "h".repeat(300);
+    let answer = client.submit_snapshot(long).await.unwrap();
+    assert!(reason(&answer).contains("header is 300 bytes"), "{}", reason(&answer));
+    let answer = client.submit_snapshot(submission(&market, 7, 3, &format!("spam:1:{NAMESPACE}"))).await.unwrap();
+    assert!(reason(&answer).starts_with("unknown_project:"), "{}", reason(&answer));
+
+    let after = footprint(&conn).await;
+    assert_eq!(after.0, before.0, "no key was added");
+    let moved = after.1.abs_diff(before.1);
+    println!("data memory before {} B, after {} B", before.1, after.1);
+    assert!(moved < 4 * 1024, "the data in Redis moved by {moved} bytes");
+    let counters: std::collections::BTreeMap<String, u64> = conn.clone().hgetall(market.keys.counters()).await.unwrap();
+    assert_eq!(counters.get("received"), Some(&1), "{counters:?}");
+    assert_eq!(counters.get("rejected:bad_signature"), Some(&1), "{counters:?}");
+    assert_eq!(counters.get("rejected:unknown_project"), Some(&1), "{counters:?}");
+}
+
+#[tokio::test]
+async fn a_peer_past_its_rate_or_a_full_queue_is_told_to_slow_down() {
+    let server = RedisServer::start();
+    let market = market();
+    let conn = redis::aio::ConnectionManager::new(redis::Client::open(server.url()).unwrap()).await.unwrap();
+    set_head(&conn, &market, 42).await;
+    let one = std::num::NonZeroU32::new(1).unwrap();
+    let tight = Admission {
+        max_queue: 1_000,
+        peer_rate: one,
+        peer_burst: std::num::NonZeroU32::new(3).unwrap(),
+        ..Admission::default()
+    };
+    let mut client = SubmissionClient::connect(serve(&conn, &market, tight).await).await.unwrap();
+    let mut codes = Vec::new();
+    for slot in 1..=5 {
+        let answer = client.submit_snapshot(submission(&market, 7, slot, &pool_project())).await;
+        codes.push(answer.map(|_| tonic::Code::Ok).unwrap_or_else(|s| s.code()));
+    }
+    assert_eq!(&codes[..3], [tonic::Code::Ok; 3], "the burst is taken");
+    assert_eq!(codes[3], tonic::Code::ResourceExhausted, "{codes:?}");
+
+    let small = Admission { max_queue: 2, ..Admission::default() };
+    let mut client = SubmissionClient::connect(serve(&conn, &market, small).await).await.unwrap();
+    // Three queued already (by the first gateway): past the second's limit.
+    let full = client.submit_snapshot(submission(&market, 7, 9, &pool_project())).await.unwrap_err();
+    assert_eq!(full.code(), tonic::Code::ResourceExhausted, "{full:?}");
+    let queued: u64 = conn.clone().llen(market.keys.submission_queue()).await.unwrap();
+    assert_eq!(queued, 3);
 }

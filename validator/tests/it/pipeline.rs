@@ -13,7 +13,7 @@ use alloy::primitives::Address;
 use lite_node_protocol::{
     eip712::{Request, Signer},
     proto,
-    submission::{Scope, cases},
+    submission::{Projects, Scope, cases},
 };
 use lite_node_testkit::RedisServer;
 use lite_node_validator::{
@@ -23,7 +23,7 @@ use lite_node_validator::{
     consensus::Finalized,
     dequeuer::{Dequeuer, Reason, Verdict},
     finalizer::Finalizer,
-    gateway::Gateway,
+    gateway::{Admitted, Gateway},
     keys::{self, Ttl},
     monitor::Monitor,
 };
@@ -39,18 +39,31 @@ fn cids() -> (String, String, String) {
 }
 
 /// The chain as a table: registered signers, and per epoch the selected
-/// slots and their pools.
+/// slots and their pools; the market's projects. Counts the signer reads.
 struct TableChain {
     signers: HashMap<u64, Address>,
     selected: BTreeMap<u64, String>,
+    projects: Projects,
+    signer_reads: std::sync::Mutex<BTreeMap<u64, u64>>,
+    /// Added to every signer read.
+    delay: Duration,
 }
 
 impl ChainReads for TableChain {
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        tokio::time::sleep(self.delay).await;
+        *self.signer_reads.lock().unwrap().entry(slot_id).or_default() += 1;
         Ok(self.signers.get(&slot_id).copied().unwrap_or(Address::ZERO))
     }
 
+    async fn total_slots(&self) -> Result<u64, String> {
+        Ok(10)
+    }
+
     async fn selection(&self, epoch: EpochFacts, slot_id: u64, project_id: &str) -> Result<Selection, String> {
+        if let Err(why) = self.projects.check(project_id) {
+            return Ok(Selection::UnknownProject(why));
+        }
         match self.selected.get(&slot_id) {
             None => Ok(Selection::NotSelected(format!("slot {slot_id} not selected in {}", epoch.epoch_id))),
             // Only projects whose data source is a pool are scoped by it.
@@ -68,9 +81,10 @@ fn key(slot: u64) -> [u8; 32] {
 }
 
 struct World {
-    _server: RedisServer,
+    _server: Option<RedisServer>,
     conn: ConnectionManager,
     market: Arc<Market>,
+    chain: Arc<TableChain>,
     gateway: Gateway,
     monitor: Monitor,
     dequeuer: Dequeuer<TableChain>,
@@ -89,9 +103,34 @@ async fn world(part_size: usize) -> World {
     world_with(part_size, 10).await
 }
 
+const NAMESPACE: &str = "devnet-UNISWAPV3-ETH";
+
+/// The market's projects: base snapshots of pools, and seven made-up types
+/// without a data source (for tests that want many projects).
+fn projects() -> Projects {
+    Projects::new(NAMESPACE, ["baseSnapshot".to_owned()].into_iter().chain((0..7).map(|i| format!("tie{i}"))))
+}
+
 async fn world_with(part_size: usize, window_blocks: u64) -> World {
+    world_of(part_size, window_blocks, Duration::ZERO).await
+}
+
+async fn world_of(part_size: usize, window_blocks: u64, delay: Duration) -> World {
     let server = RedisServer::start();
-    let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
+    let mut w = world_at(&server.url(), part_size, window_blocks, delay).await;
+    w._server = Some(server);
+    w
+}
+
+/// A fresh validator on `server`, emptied first.
+async fn world_on(server: &RedisServer, part_size: usize) -> World {
+    let mut conn = redis::Client::open(server.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    world_at(&server.url(), part_size, 10, Duration::ZERO).await
+}
+
+async fn world_at(url: &str, part_size: usize, window_blocks: u64, delay: Duration) -> World {
+    let conn = lite_node_validator::connect(&redis::Client::open(url).unwrap()).await.unwrap();
     let mut market = Market::new(scope(), CHAIN_ID, "validator-1");
     market.window_blocks = window_blocks;
     let market = Arc::new(market);
@@ -102,21 +141,26 @@ async fn world_with(part_size: usize, window_blocks: u64) -> World {
             .into_iter()
             .map(|(s, p)| (s, p.to_owned()))
             .collect(),
+        projects: projects(),
+        signer_reads: Default::default(),
+        delay,
     };
+    let chain = Arc::new(chain);
     World {
-        gateway: Gateway::new(conn.clone(), market.keys.clone()),
+        gateway: Gateway::new(conn.clone(), market.clone()),
         monitor: Monitor::new(market.clone(), conn.clone()),
-        dequeuer: Dequeuer::new(market.clone(), Arc::new(chain), conn.clone()),
+        dequeuer: Dequeuer::new(market.clone(), chain.clone(), conn.clone()),
+        chain,
         finalizer: Finalizer::new(market.clone(), conn.clone(), part_size),
         aggregator: Aggregator::new(market.clone(), conn.clone()),
         market,
         conn,
-        _server: server,
+        _server: None,
     }
 }
 
 fn project(pool: &str) -> String {
-    format!("baseSnapshot:{pool}:devnet-UNISWAPV3-ETH")
+    format!("baseSnapshot:{pool}:{NAMESPACE}")
 }
 
 /// A submission signed by `signer_slot`'s key.
@@ -142,27 +186,51 @@ fn signed(
 }
 
 impl World {
+    /// Through the gateway's checks and into the queue.
     async fn submit(&self, s: proto::SnapshotSubmission) {
-        self.gateway.accept(&s, "test").await.unwrap();
+        assert_eq!(self.gateway.accept(&s, "test").await.unwrap(), Admitted::Queued);
     }
 
-    /// Dequeuer rounds until the queue is empty; every verdict, in order.
-    async fn drain(&self) -> Vec<Verdict> {
-        let mut all = Vec::new();
-        loop {
-            let v = self.dequeuer.round(64, Duration::from_millis(50)).await.unwrap();
-            if v.iter().all(|v| *v == Verdict::Deferred) {
-                all.extend(v);
-                return all;
-            }
-            all.extend(v);
+    /// Refused by the gateway before anything is stored: the reason.
+    async fn refused(&self, s: proto::SnapshotSubmission) -> Reason {
+        match self.gateway.accept(&s, "test").await.unwrap() {
+            Admitted::Refused(rejection) => rejection.reason,
+            other => panic!("admitted: {other:?}"),
         }
     }
 
-    /// Finalizer and aggregator steps until both queues are empty.
+    /// Dequeuer rounds until the queue is empty, or holds only submissions
+    /// that wait; every verdict, in order. (Rounds are taken only while
+    /// something is queued: Redis times a blocking take out in 100 ms steps.)
+    async fn drain(&self) -> Vec<Verdict> {
+        let queue = lite_node_validator::ReliableQueue::submissions(self.conn.clone(), &self.market.keys);
+        let mut all = Vec::new();
+        while queue.depth().await.unwrap().0 > 0 {
+            let v = self.dequeuer.round(64, Duration::from_millis(10)).await.unwrap();
+            let waiting = v.iter().all(|v| *v == Verdict::Deferred);
+            all.extend(v);
+            if waiting {
+                break;
+            }
+        }
+        all
+    }
+
+    /// Finalizer and aggregator steps while their queues hold anything.
     async fn finalize(&self) {
-        while self.finalizer.step(Duration::from_millis(100)).await.unwrap() {}
-        while self.aggregator.step(Duration::from_millis(100)).await.unwrap() {}
+        let keys = &self.market.keys;
+        let finalization = lite_node_validator::ReliableQueue::finalization(self.conn.clone(), keys);
+        let aggregation = lite_node_validator::ReliableQueue::aggregation(self.conn.clone(), keys);
+        for _ in 0..1_000 {
+            if finalization.depth().await.unwrap().0 > 0 {
+                self.finalizer.step(Duration::from_millis(10)).await.unwrap();
+            } else if aggregation.depth().await.unwrap().0 > 0 {
+                self.aggregator.step(Duration::from_millis(10)).await.unwrap();
+            } else {
+                return;
+            }
+        }
+        panic!("the finalizer's and aggregator's queues never emptied");
     }
 
     async fn finalized(&self, epoch: u64) -> serde_json::Value {
@@ -189,10 +257,13 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
         w.submit(signed(slot, slot, 5, &p_a, cid, 120)).await;
     }
     w.submit(signed(4, 4, 5, &p_b, &cid_c, 120)).await;
-    // One of each rejection.
+    // The gateway refuses what needs nothing but the submission, and stores
+    // none of it.
     let mut garbled = signed(6, 6, 5, &p_a, &cid_a, 120);
     garbled.signature = "11".repeat(65);
-    w.submit(garbled).await; // bad_signature
+    assert_eq!(w.refused(garbled).await, Reason::BadSignature);
+    assert_eq!(w.refused(signed(6, 6, 5, &p_a, "not-a-cid", 120)).await, Reason::BadForm);
+    // One of each rejection the dequeuer gives.
     w.submit(signed(6, 7, 5, &p_a, &cid_a, 120)).await; // wrong_signer
     w.submit(signed(6, 6, 5, &p_a, &cid_a, 100)).await; // deadline_passed (head 101)
     w.submit(signed(6, 6, 5, &p_a, &cid_a, 231)).await; // deadline_too_far (100 + 130 < 231)
@@ -202,7 +273,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     w.submit(signed(2, 2, 5, &p_a, &cid_c, 121)).await; // equivocation
     w.submit(signed(9, 9, 5, &p_a, &cid_a, 120)).await; // unregistered_slot
     w.submit(signed(6, 6, 99, &p_a, &cid_a, 100)).await; // unknown_epoch (and its deadline passed: not waited for)
-    w.submit(signed(6, 6, 5, &p_a, "not-a-cid", 120)).await; // bad_form
+    w.submit(signed(6, 6, 5, &format!("spam:{NAMESPACE}"), &cid_a, 120)).await; // unknown_project
     lite_node_validator::ReliableQueue::submissions(w.conn.clone(), &w.market.keys)
         .push("{\"this is\": \"not a submission\"}")
         .await
@@ -227,7 +298,6 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
         None,
         None,
         None, // the five votes
-        Some(BadSignature),
         Some(WrongSigner),
         Some(DeadlinePassed),
         Some(DeadlineTooFar),
@@ -237,25 +307,28 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
         Some(Equivocation),
         Some(UnregisteredSlot),
         Some(UnknownEpoch),
-        Some(BadForm),
+        Some(UnknownProject),
         Some(Malformed),
     ];
     assert_eq!(got, expected, "{verdicts:#?}");
     let counters = w.counters().await;
     assert_eq!(counters.get("accepted"), Some(&5));
-    assert_eq!(counters.get("received"), Some(&16), "the gateway counted what it queued");
+    assert_eq!(counters.get("received"), Some(&15), "the gateway counted what it queued");
     for reason in Reason::ALL.iter().filter(|r| **r != Reason::WindowClosed) {
         assert_eq!(counters.get(&format!("rejected:{}", reason.as_str())), Some(&1), "{reason:?}: {counters:?}");
     }
 
     // The window closes in anchor blocks: open through block 110 (release
-    // 100 + 10), so a deadline of 110 is still taken there; closed at 111.
+    // 100 + 10), closed at 111. A submission is judged by the head when it
+    // arrived: one that arrived at 110 and is checked after the close
+    // counts; one that arrived at 111 does not.
     assert!(w.monitor.head(110).await.unwrap().is_empty());
     w.submit(signed(6, 6, 5, &p_a, &cid_a, 120)).await;
     assert_eq!(w.monitor.head(111).await.unwrap(), [5]);
     assert_eq!(w.monitor.head(112).await.unwrap(), Vec::<u64>::new(), "closed once");
+    w.submit(signed(7, 7, 5, &p_a, &cid_a, 120)).await;
     let late = w.drain().await;
-    assert!(matches!(late.as_slice(), [Verdict::Rejected(Reason::WindowClosed, _)]), "{late:?}");
+    assert!(matches!(late.as_slice(), [Verdict::Accepted, Verdict::Rejected(Reason::WindowClosed, _)]), "{late:?}");
 
     w.finalize().await;
     let batch = w.finalized(5).await;
@@ -263,7 +336,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     assert_eq!(projects.as_array().unwrap().len(), 2, "{batch}");
     assert_eq!(projects[0]["projectId"], p_a);
     assert_eq!(projects[0]["snapshotCid"], cid_a.as_str());
-    assert_eq!(projects[0]["votes"], 3, "slot 2's second CID is not a second vote");
+    assert_eq!(projects[0]["votes"], 3, "slot 2 equivocated: neither of its CIDs counts");
     assert_eq!(projects[1]["projectId"], p_b);
     assert_eq!(projects[1]["votes"], 1);
     let expected = Batch {
@@ -281,7 +354,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     let state: HashMap<String, String> = w.conn.clone().hgetall(w.market.keys.epoch_state(5)).await.unwrap();
     assert_eq!(state["window_status"], "closed");
     assert_eq!(state["level1_status"], "completed");
-    assert_eq!(state["submissions_count"], "5");
+    assert_eq!(state["submissions_count"], "6", "counted when the epoch was finalized");
     let broadcast: Vec<String> = w.conn.clone().lrange(w.market.keys.outgoing_batches(), 0, -1).await.unwrap();
     assert_eq!(broadcast.len(), 1);
     assert!(broadcast[0].contains(&expected.cid()), "{}", broadcast[0]);
@@ -291,8 +364,8 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     let tracker = lite_node_validator::tracker::Tracker::new(w.market.clone(), w.conn.clone());
     tracker.current_epoch().await.unwrap();
     let dashboard = tracker.dashboard().await.unwrap();
-    assert_eq!(dashboard["submissions_accepted"], 5);
-    assert_eq!(dashboard["submissions_rejected"], 13, "one of each reason");
+    assert_eq!(dashboard["submissions_accepted"], 6);
+    assert_eq!(dashboard["submissions_rejected"], 14, "one of each reason");
     assert_eq!(dashboard["batches_1m"], 1);
     assert_eq!(tracker.participation().await.unwrap()["epochs_participated_24h"], 1);
     assert!(tracker.gaps().await.unwrap().is_empty(), "epoch 5 was finalized");
@@ -315,11 +388,11 @@ async fn api_answers(w: &World, cid_a: &str) {
     let (status, body) = get("/epochs/5").await;
     assert_eq!(status, 200, "{body}");
     let epoch: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(epoch["accepted"], 5);
+    assert_eq!(epoch["accepted"], 6);
     assert_eq!(epoch["finalized"]["projects"][0]["snapshotCid"], cid_a);
     let (_, body) = get("/epochs/5/submissions").await;
     let subs: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(subs["accepted"].as_array().unwrap().len(), 5);
+    assert_eq!(subs["accepted"].as_array().unwrap().len(), 6);
     assert!(subs["rejected"].as_array().unwrap().iter().any(|r| r["reason"] == "equivocation"), "{body}");
     let (_, body) = get("/epochs/active").await;
     assert!(body.contains("\"epoch_id\":6") && !body.contains("\"epoch_id\":5"), "{body}");
@@ -329,7 +402,7 @@ async fn api_answers(w: &World, cid_a: &str) {
     assert_eq!(body, "{\"gaps\":[]}");
     let (_, metrics) = get("/metrics").await;
     for line in [
-        "validator_submissions_accepted_total 5",
+        "validator_submissions_accepted_total 6",
         "validator_submissions_rejected_total{reason=\"equivocation\"} 1",
         "validator_submissions_rejected_total{reason=\"window_closed\"} 1",
         "validator_queue_depth{queue=\"submissions\"} 0",
@@ -337,7 +410,7 @@ async fn api_answers(w: &World, cid_a: &str) {
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
-    assert!(get("/dashboard").await.1.contains("\"submissions_accepted\":5"));
+    assert!(get("/dashboard").await.1.contains("\"submissions_accepted\":6"));
     assert!(get("/participation").await.1.contains("\"epochs_participated_24h\":1"));
 }
 
@@ -394,14 +467,17 @@ async fn every_shared_submission_case_gets_its_reason() {
         unregistered_slot_id: 9,
     };
     for case in cases::cases() {
-        w.submit(case.submission(&setting)).await;
-        let verdicts = w.drain().await;
-        let got = match verdicts.as_slice() {
-            [Verdict::Accepted] => None,
-            [Verdict::Rejected(reason, _)] => Some(*reason),
+        let got = match w.gateway.accept(&case.submission(&setting), "test").await.unwrap() {
+            Admitted::Queued => match w.drain().await.as_slice() {
+                [Verdict::Accepted] => None,
+                [Verdict::Rejected(reason, _)] => Some(*reason),
+                other => panic!("{}: {other:?}", case.name),
+            },
+            // What needs nothing but the submission is refused before storage.
+            Admitted::Refused(rejection) => Some(rejection.reason),
             other => panic!("{}: {other:?}", case.name),
         };
-        assert_eq!(got, case.expect, "{}: {verdicts:?}", case.name);
+        assert_eq!(got, case.expect, "{}", case.name);
     }
 }
 
@@ -466,23 +542,19 @@ async fn an_unreadable_part_fails_its_epoch_and_does_not_hold_the_next_one() {
 }
 
 #[tokio::test]
-async fn without_an_anchor_head_a_submission_for_an_epoch_not_seen_is_kept_not_rejected() {
+async fn without_an_anchor_head_the_gateway_stores_nothing_and_the_node_retries() {
     let w = world(250).await;
     let (cid_a, _, _) = cids();
     // The event monitor is down (no `anchor:head`) while a node submits for
-    // a release it saw.
-    w.submit(signed(1, 1, 7, &project(POOL_A), &cid_a, 120)).await;
-    let e = w.dequeuer.round(64, Duration::from_millis(50)).await.unwrap_err();
-    assert!(e.contains("is the event monitor running?"), "{e}");
+    // a release it saw: nothing could judge when it arrived.
+    let s = signed(1, 1, 7, &project(POOL_A), &cid_a, 120);
+    assert_eq!(w.gateway.accept(&s, "test").await.unwrap(), Admitted::NoHead);
     let queue = lite_node_validator::ReliableQueue::submissions(w.conn.clone(), &w.market.keys);
-    let held = queue.take_batch(10).await.unwrap();
-    assert_eq!(held.len(), 1, "given back, still queued");
-    queue.give_back(&held).await.unwrap();
-    let counters = w.counters().await;
-    assert_eq!(counters.get("rejected:unknown_epoch"), None, "{counters:?}");
-    // The monitor comes back and sees the release: the vote counts.
+    assert_eq!(queue.depth().await.unwrap(), (0, 0), "nothing queued");
+    // The monitor comes back and sees the release: the retry counts.
     w.monitor.head(100).await.unwrap();
     w.monitor.released(7, 100, 1, 1).await.unwrap();
+    w.submit(s).await;
     assert_eq!(w.drain().await, [Verdict::Accepted]);
 }
 
@@ -517,7 +589,7 @@ async fn a_submission_redelivered_after_a_crash_is_counted_once() {
 #[tokio::test]
 async fn parts_and_ties_give_the_same_batch_whatever_the_order_and_the_part_size() {
     // Seven projects, each with a tie between two CIDs: the smallest wins.
-    let projects: Vec<String> = (0..7).map(|i| format!("baseSnapshot:tie{i}:devnet")).collect();
+    let projects: Vec<String> = (0..7).map(|i| format!("tie{i}:{NAMESPACE}")).collect();
     let (cid_a, cid_b, _) = cids();
     let smallest = cid_a.clone().min(cid_b.clone());
     let mut batches = Vec::new();
@@ -548,4 +620,123 @@ async fn parts_and_ties_give_the_same_batch_whatever_the_order_and_the_part_size
     }
     assert_eq!(batches[0], batches[1]);
     assert_eq!(batches[0], batches[2]);
+}
+
+#[tokio::test]
+async fn forged_submissions_cost_one_signer_read_per_slot_and_generation_and_the_honest_one_counts() {
+    // Every signer read takes 10 ms, as a rate-limited provider would.
+    let w = world_of(250, 10, Duration::from_millis(10)).await;
+    let (cid_a, _, _) = cids();
+    w.monitor.released(5, 100, 1, 1).await.unwrap();
+    w.monitor.head(101).await.unwrap();
+    // 2,000 submissions naming slot 1, signed with other slots' keys, then
+    // the slot's own; and a made-up slot far past the registry's total.
+    for i in 0..2_000u64 {
+        let cid = lite_node_protocol::cid::cid(format!("forged {i}").as_bytes());
+        w.submit(signed(1, 2 + i % 6, 5, &project(POOL_A), &cid, 120)).await;
+    }
+    w.submit(signed(1, 1, 5, &project(POOL_A), &cid_a, 120)).await;
+    w.submit(signed(4_000_000, 4, 5, &project(POOL_A), &cid_a, 120)).await;
+    // Four workers at once, as a dequeuer runs them.
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let d = w.dequeuer.clone();
+        workers.spawn(async move { while !d.round(64, Duration::from_millis(50)).await.unwrap().is_empty() {} });
+    }
+    while let Some(done) = workers.join_next().await {
+        done.unwrap();
+    }
+    let reads = w.chain.signer_reads.lock().unwrap().clone();
+    assert_eq!(reads, BTreeMap::from([(1, 1)]), "one read of slot 1; none for a slot past the total");
+    let counters = w.counters().await;
+    assert_eq!(counters.get("accepted"), Some(&1), "{counters:?}");
+    assert_eq!(counters.get("rejected:wrong_signer"), Some(&2_000), "{counters:?}");
+    assert_eq!(counters.get("rejected:unregistered_slot"), Some(&1), "{counters:?}");
+    // A registration (a new generation): the slot is read afresh, once.
+    w.monitor.slot_registered().await.unwrap();
+    w.submit(signed(1, 3, 5, &project(POOL_A), &cid_a, 121)).await;
+    w.submit(signed(1, 4, 5, &project(POOL_A), &cid_a, 122)).await;
+    w.drain().await;
+    assert_eq!(w.chain.signer_reads.lock().unwrap().get(&1), Some(&2));
+}
+
+/// Slot 1 equivocates (A and B), slots 2 and 5 vote A, slot 3 votes B:
+/// every arrival order of the five, on a fresh validator each time, gives
+/// one finalized batch — A by 2 to 1, slot 1's votes void.
+#[tokio::test]
+async fn every_arrival_order_of_an_equivocation_finalizes_the_same_batch() {
+    let (cid_a, cid_b, _) = cids();
+    let p = project(POOL_A);
+    let case = [(1, &cid_a), (1, &cid_b), (2, &cid_a), (3, &cid_b), (5, &cid_a)];
+    let mut orders = vec![vec![]];
+    for _ in 0..case.len() {
+        orders = orders
+            .into_iter()
+            .flat_map(|o: Vec<usize>| {
+                let rest: Vec<usize> = (0..case.len()).filter(|i| !o.contains(i)).collect();
+                rest.into_iter().map(move |i| [o.clone(), vec![i]].concat())
+            })
+            .collect();
+    }
+    assert_eq!(orders.len(), 120);
+    let server = RedisServer::start();
+    let mut batches = std::collections::BTreeSet::new();
+    for order in orders {
+        let w = world_on(&server, 250).await;
+        w.monitor.released(5, 100, 1, 1).await.unwrap();
+        w.monitor.head(101).await.unwrap();
+        for i in order {
+            let (slot, cid) = case[i];
+            w.submit(signed(slot, slot, 5, &p, cid, 120)).await;
+        }
+        w.drain().await;
+        w.monitor.head(111).await.unwrap();
+        w.finalize().await;
+        let batch = w.finalized(5).await;
+        assert_eq!(batch["projects"][0]["snapshotCid"], cid_a.as_str(), "{batch}");
+        assert_eq!(batch["projects"][0]["votes"], 2, "{batch}");
+        batches.insert((batch["root"].to_string(), batch["batch_cid"].to_string()));
+    }
+    assert_eq!(batches.len(), 1, "{batches:?}");
+}
+
+#[tokio::test]
+async fn finalizers_with_different_part_sizes_still_cover_every_project() {
+    let projects: Vec<String> = (0..7).map(|i| format!("tie{i}:{NAMESPACE}")).collect();
+    let (cid_a, _, _) = cids();
+    let w = world(3).await;
+    // Mid-change: this finalizer still cuts parts of 3; the other, already
+    // on the new setting, works them with 2.
+    let other = Finalizer::new(w.market.clone(), w.conn.clone(), 2);
+    w.monitor.released(9, 50, 1, 1).await.unwrap();
+    w.monitor.head(51).await.unwrap();
+    for p in &projects {
+        w.submit(signed(6, 6, 9, p, &cid_a, 70)).await;
+    }
+    w.drain().await;
+    w.monitor.head(61).await.unwrap();
+    assert!(w.finalizer.step(Duration::from_millis(100)).await.unwrap(), "the split");
+    while other.step(Duration::from_millis(100)).await.unwrap() {}
+    while w.aggregator.step(Duration::from_millis(100)).await.unwrap() {}
+    let batch = w.finalized(9).await;
+    let listed: Vec<&str> =
+        batch["projects"].as_array().unwrap().iter().map(|p| p["projectId"].as_str().unwrap()).collect();
+    assert_eq!(listed, projects.iter().map(String::as_str).collect::<Vec<_>>(), "{batch}");
+}
+
+#[tokio::test]
+async fn an_epoch_waits_for_what_arrived_in_time_before_it_is_counted() {
+    let w = world(250).await;
+    let (cid_a, _, _) = cids();
+    w.monitor.released(5, 100, 1, 1).await.unwrap();
+    w.monitor.head(105).await.unwrap();
+    w.submit(signed(1, 1, 5, &project(POOL_A), &cid_a, 120)).await;
+    // The window closes with the vote still queued: the finalizer waits.
+    assert_eq!(w.monitor.head(111).await.unwrap(), [5]);
+    assert!(!w.finalizer.step(Duration::from_millis(100)).await.unwrap(), "not split while a vote is pending");
+    let parts: Option<u64> = w.conn.clone().get(w.market.keys.parts_total(5)).await.unwrap();
+    assert_eq!(parts, None);
+    assert_eq!(w.drain().await, [Verdict::Accepted]);
+    w.finalize().await;
+    assert_eq!(w.finalized(5).await["projects"][0]["votes"], 1);
 }

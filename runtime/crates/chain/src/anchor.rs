@@ -75,6 +75,8 @@ pub struct Anchor {
     pub protocol_state: Address,
     pub data_market: Address,
     total_slots: Mutex<Option<(u64, Instant)>>,
+    /// `getTotalNodeCount()` at the anchor blocks asked about.
+    totals_at: Mutex<std::collections::BTreeMap<u64, u64>>,
 }
 
 fn bad_answer(what: &str, detail: impl std::fmt::Display) -> RpcError {
@@ -97,7 +99,7 @@ impl Anchor {
     /// On endpoints others use too (the node's processors read the anchor
     /// through the same connections, one WebSocket for both).
     pub fn shared(rpc: Arc<HttpRpc>, protocol_state: Address, data_market: Address) -> Self {
-        Self { rpc, protocol_state, data_market, total_slots: Mutex::new(None) }
+        Self { rpc, protocol_state, data_market, total_slots: Mutex::new(None), totals_at: Default::default() }
     }
 
     pub fn rpc(&self) -> &HttpRpc {
@@ -113,13 +115,32 @@ impl Anchor {
         quantity(&self.rpc.call_value("eth_blockNumber", json!([])).await?, "eth_blockNumber")
     }
 
+    /// The contracts this anchor was given that have no code on the chain
+    /// (`eth_getCode` is empty): `(--flag name, address)` for each.
+    pub async fn contracts_without_code(&self) -> Result<Vec<(&'static str, Address)>, RpcError> {
+        let mut missing = Vec::new();
+        for (name, address) in [("protocol-state", self.protocol_state), ("data-market", self.data_market)] {
+            let code = self.rpc.call_value("eth_getCode", json!([address, "latest"])).await?;
+            let code = code.as_str().ok_or_else(|| bad_answer("eth_getCode", code.clone()))?;
+            if code.trim_start_matches("0x").is_empty() {
+                missing.push((name, address));
+            }
+        }
+        Ok(missing)
+    }
+
     /// `eth_chainId`: the chain id EIP-712 signatures are bound to.
     pub async fn chain_id(&self) -> Result<u64, RpcError> {
         quantity(&self.rpc.call_value("eth_chainId", json!([])).await?, "eth_chainId")
     }
 
     async fn call(&self, data: Vec<u8>, what: &str) -> Result<Bytes, RpcError> {
-        let params = json!([{"to": self.protocol_state, "data": Bytes::from(data)}, "latest"]);
+        self.call_at(data, what, json!("latest")).await
+    }
+
+    /// `eth_call` on ProtocolState at `block` (a tag or a quantity).
+    async fn call_at(&self, data: Vec<u8>, what: &str, block: serde_json::Value) -> Result<Bytes, RpcError> {
+        let params = json!([{"to": self.protocol_state, "data": Bytes::from(data)}, block]);
         let out = self.rpc.call_value("eth_call", params).await?;
         serde_json::from_value::<Bytes>(out.clone()).map_err(|_| bad_answer(what, out))
     }
@@ -138,6 +159,26 @@ impl Anchor {
             .call(slotSnapshotterMappingCall { slotId: U256::from(slot_id) }.abi_encode(), "slotSnapshotterMapping")
             .await?;
         slotSnapshotterMappingCall::abi_decode_returns(&owner).map_err(|e| bad_answer("slotSnapshotterMapping", e))
+    }
+
+    /// `getTotalNodeCount()` as of anchor block `block`: the total an epoch
+    /// released in that block is selected from, the same for every node and
+    /// validator whenever they ask (docs/protocol.md §2). Kept for the newest
+    /// few blocks asked about.
+    pub async fn total_slots_at(&self, block: u64) -> Result<u64, RpcError> {
+        if let Some(n) = self.totals_at.lock().unwrap_or_else(|p| p.into_inner()).get(&block) {
+            return Ok(*n);
+        }
+        let out =
+            self.call_at(getTotalNodeCountCall {}.abi_encode(), "getTotalNodeCount", json!(to_quantity(block))).await?;
+        let n = getTotalNodeCountCall::abi_decode_returns(&out).map_err(|e| bad_answer("getTotalNodeCount", e))?;
+        let n = to_u64(n, "total node count").map_err(|e| bad_answer("getTotalNodeCount", e))?;
+        let mut totals = self.totals_at.lock().unwrap_or_else(|p| p.into_inner());
+        totals.insert(block, n);
+        while totals.len() > 64 {
+            totals.pop_first();
+        }
+        Ok(n)
     }
 
     /// `getTotalNodeCount()`, cached for 30 s; when the call fails, the last

@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use lite_node_plugin_api::{AssignmentRequest, RpcError};
-use lite_node_protocol::to_quantity;
+use lite_node_protocol::{submission::Projects, to_quantity};
 
 use lite_node_chain::{Anchor, HttpRpc, Release};
 
@@ -56,6 +56,7 @@ pub struct EpochAssignment {
 pub struct SelectionCheck {
     source: Arc<HttpRpc>,
     pools: Vec<String>,
+    projects: Projects,
     package: Arc<LoadedPackage>,
     library: usize,
     epochs: tokio::sync::Mutex<BTreeMap<u64, Arc<EpochAssignment>>>,
@@ -69,8 +70,14 @@ impl std::fmt::Debug for SelectionCheck {
 
 impl SelectionCheck {
     /// A check with the active `pools`, the source chain the seed blocks are
-    /// read from, and a package that implements the assignment rule.
-    pub fn new(source: Arc<HttpRpc>, pools: Vec<String>, package: Arc<LoadedPackage>) -> Result<Self, String> {
+    /// read from, a package that implements the assignment rule, and the
+    /// projects the data market defines.
+    pub fn new(
+        source: Arc<HttpRpc>,
+        pools: Vec<String>,
+        package: Arc<LoadedPackage>,
+        projects: Projects,
+    ) -> Result<Self, String> {
         if pools.is_empty() {
             return Err("the selection check needs the active pool list".into());
         }
@@ -80,15 +87,20 @@ impl SelectionCheck {
                 package.package.manifest.commit
             )
         })?;
-        Ok(Self { source, pools, package, library, epochs: Default::default() })
+        Ok(Self { source, pools, projects, package, library, epochs: Default::default() })
     }
 
     pub fn pools(&self) -> &[String] {
         &self.pools
     }
 
+    pub fn projects(&self) -> &Projects {
+        &self.projects
+    }
+
     /// The assignment of `epoch_id`: its release, seed block, the total slots
-    /// now, and the rule's answer (kept once computed).
+    /// at the release block, and the rule's answer (kept once computed; the
+    /// rule runs off the async threads).
     pub async fn epoch(
         &self,
         anchor: &Anchor,
@@ -111,22 +123,28 @@ impl SelectionCheck {
                 Refused::Unavailable(format!("the source chain has no block {begin} (epoch {epoch_id}'s seed block)"))
             })?
             .to_owned();
-        let total_slots = anchor.total_slots().await.map_err(|e| unavailable("anchor", e))?;
-        let library = &self.package.libraries[self.library];
+        let total_slots = anchor.total_slots_at(release.block_number).await.map_err(|e| unavailable("anchor", e))?;
         let request = AssignmentRequest {
             epoch_id,
             block_hash: block_hash.as_str().into(),
             total_slots,
             pools: self.pools.iter().map(|p| p.as_str().into()).collect(),
         };
-        let answer = library.assignments(&request).map_err(|e| format!("library `{}`: {e}", library.name))?;
-        let mut selected = BTreeMap::new();
-        for s in &answer.selected {
-            let pool = answer.pools.get(s.pool as usize).ok_or_else(|| {
-                format!("library `{}` answered pool index {} of {}", library.name, s.pool, answer.pools.len())
-            })?;
-            selected.insert(s.slot_id, pool.to_string());
-        }
+        let (package, index) = (self.package.clone(), self.library);
+        let selected = tokio::task::spawn_blocking(move || {
+            let library = &package.libraries[index];
+            let answer = library.assignments(&request).map_err(|e| format!("library `{}`: {e}", library.name))?;
+            let mut selected = BTreeMap::new();
+            for s in &answer.selected {
+                let pool = answer.pools.get(s.pool as usize).ok_or_else(|| {
+                    format!("library `{}` answered pool index {} of {}", library.name, s.pool, answer.pools.len())
+                })?;
+                selected.insert(s.slot_id, pool.to_string());
+            }
+            Ok::<_, String>(selected)
+        })
+        .await
+        .map_err(|e| Refused::Unavailable(format!("the assignment rule did not finish: {e}")))??;
         let assignment = Arc::new(EpochAssignment { epoch_id, begin, end, block_hash, total_slots, selected });
         let mut epochs = self.epochs.lock().await;
         epochs.insert(epoch_id, assignment.clone());
@@ -138,10 +156,12 @@ impl SelectionCheck {
         Ok(assignment)
     }
 
-    /// Whether `slot_id` may submit `project_id` in `epoch`. Projects whose
+    /// Whether `slot_id` may submit `project_id` in `epoch`: the project must
+    /// be one the data market defines ([`Projects::check`]); projects whose
     /// data source is an address (a pool) need the slot selected and assigned
     /// exactly that pool; other projects are not scoped by the assignment.
     pub fn check(&self, epoch: &EpochAssignment, slot_id: u64, project_id: &str) -> Result<(), Refusal> {
+        self.projects.check(project_id).map_err(Refusal::UnknownProject)?;
         let parts: Vec<&str> = project_id.split(':').collect();
         let sources: Vec<&str> = match parts.as_slice() {
             [_, ds, _] => ds.split('_').collect(),
@@ -181,12 +201,16 @@ pub enum Refusal {
     NotSelected(String),
     /// The project names a pool the slot was not assigned (or no active pool).
     WrongPool(String),
+    /// The project is none the data market defines.
+    UnknownProject(String),
 }
 
 impl From<Refusal> for Refused {
     fn from(r: Refusal) -> Self {
         match r {
-            Refusal::NotSelected(why) | Refusal::WrongPool(why) => Refused::Rejected(why),
+            Refusal::NotSelected(why) | Refusal::WrongPool(why) | Refusal::UnknownProject(why) => {
+                Refused::Rejected(why)
+            }
         }
     }
 }

@@ -778,6 +778,39 @@ fn bundled_computes_dir() -> PathBuf {
     built_from.canonicalize().unwrap_or(built_from)
 }
 
+/// The projects a data market defines, as a collector or validator is told
+/// them: its namespace (`{POWERLOOM_CHAIN}-{NAMESPACE}-{SOURCE_CHAIN}`, the
+/// three variables every node of the market sets) and its projects.json.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarketProjects {
+    pub namespace: String,
+    pub source: ProjectsSource,
+}
+
+impl MarketProjects {
+    pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
+        let mut problems = Vec::new();
+        let missing: Vec<&str> =
+            ["POWERLOOM_CHAIN", "NAMESPACE", "SOURCE_CHAIN"].into_iter().filter(|k| env.get(k).is_none()).collect();
+        if !missing.is_empty() {
+            problems.push(format!(
+                "{} not set: the data market's project namespace (POWERLOOM_CHAIN-NAMESPACE-SOURCE_CHAIN, as its \
+                 nodes set them) is what submissions' project ids are checked against",
+                missing.join(", ")
+            ));
+        }
+        let source = ProjectsSource::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
+        match source {
+            Some(source) if problems.is_empty() => {
+                let part = |k: &str| env.get(k).unwrap_or_default().to_owned();
+                let namespace = format!("{}-{}-{}", part("POWERLOOM_CHAIN"), part("NAMESPACE"), part("SOURCE_CHAIN"));
+                Ok(Self { namespace, source })
+            }
+            _ => Err(ConfigErrors { problems }),
+        }
+    }
+}
+
 impl ProjectsSource {
     /// Whether the environment names projects.json at all (`PROJECTS_CONFIG`
     /// or `SNAPSHOT_CONFIG_REPO`).

@@ -17,8 +17,8 @@ pub use alerts::{AlertConfig, BotConfig, alert_sender};
 pub use chains::{AnchorConfig, ChainConfig};
 pub use drill::Drill;
 pub use env::{
-    ComputeConfig, ComputeRunConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, NodeConfig, NodeSlot,
-    ProjectsSource, REQUIRED, SafetySettings, SecretKey, WatchSettings,
+    ComputeConfig, ComputeRunConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, MarketProjects, NodeConfig,
+    NodeSlot, ProjectsSource, REQUIRED, SafetySettings, SecretKey, WatchSettings,
 };
 pub use lite_node_core::url::{parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url};
 pub use logs::LogSettings;

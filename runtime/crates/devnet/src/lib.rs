@@ -333,6 +333,10 @@ impl Devnet {
         let projects = run_dir.join("projects.json");
         let described = write_projects(&opts, env, &run_dir, &pools, &package, &projects)?;
         writeln!(out, "projects: {described}")?;
+        let market_projects = lite_node_protocol::submission::Projects::new(
+            NAMESPACE_VARS.map(|(_, v)| v).join("-"),
+            lite_node_config::Projects::load(&projects)?.projects.into_iter().map(|p| p.project_type),
+        );
 
         // The chain.
         let anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
@@ -381,6 +385,10 @@ impl Devnet {
         // Only the toolchain and compute-package variables: an operator's
         // own alert channels, status port or drills must not reach devnet children.
         let child_env: Vec<(String, String)> = compute_env.toolchain_and_compute();
+        // The validators check projects against the market's namespace and projects.json.
+        let mut validator_env = child_env.clone();
+        validator_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        validator_env.push(("PROJECTS_CONFIG".to_owned(), projects.display().to_string()));
 
         // The validators, when asked: each its own Redis and process.
         let mut validators = Vec::new();
@@ -388,7 +396,7 @@ impl Devnet {
             let v = validator::DevnetValidator::start(
                 &exe,
                 &run_dir,
-                &child_env,
+                &validator_env,
                 &url,
                 &manifest.protocol_state,
                 &manifest.data_market,
@@ -409,14 +417,17 @@ impl Devnet {
         }
 
         // The collector, in this process.
-        let selection =
-            Arc::new(SelectionCheck::new(chains.source.clone(), pools.clone(), package.clone()).map_err(|e| {
-                BadInput(format!(
-                    "{e}: the devnet expects each epoch's slots by the market's rule and checks every submission \
+        let selection = Arc::new(
+            SelectionCheck::new(chains.source.clone(), pools.clone(), package.clone(), market_projects).map_err(
+                |e| {
+                    BadInput(format!(
+                        "{e}: the devnet expects each epoch's slots by the market's rule and checks every submission \
                      with it; export it with `assignments: slot_selection::assignments` in export_compute_module! \
                      (as `lite-node compute new` writes it)"
-                ))
-            })?);
+                    ))
+                },
+            )?,
+        );
         let received = Received::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let collector_port = listener.local_addr()?.port();

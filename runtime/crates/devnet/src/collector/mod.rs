@@ -170,7 +170,7 @@ impl Facts for DevnetCollector {
         self.anchor.head().await.map_err(|e| format!("anchor unavailable: {e}"))
     }
 
-    async fn signer(&self, slot_id: u64, _recovered: Address) -> Result<Address, String> {
+    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
         self.anchor.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
     }
 
@@ -187,6 +187,7 @@ impl Facts for DevnetCollector {
             Ok(()) => Selection::Selected,
             Err(Refusal::NotSelected(why)) => Selection::NotSelected(why),
             Err(Refusal::WrongPool(why)) => Selection::WrongPool(why),
+            Err(Refusal::UnknownProject(why)) => Selection::UnknownProject(why),
         })
     }
 }
@@ -216,7 +217,7 @@ impl proto::submission_server::Submission for DevnetCollector {
             return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
         }
         let message = if verdict.is_ok() { proto::SUCCESS } else { proto::FAILURE };
-        let reason = verdict.as_ref().err().map(|r| reason_metadata(&r.detail));
+        let reason = verdict.as_ref().err().map(|r| proto::reason_metadata(&r.detail));
         self.record(s, verdict);
         let mut response = tonic::Response::new(SubmissionResponse { message: message.into() });
         if let Some(reason) = reason {
@@ -240,15 +241,6 @@ impl proto::submission_server::Submission for DevnetCollector {
             message: if all_ok { proto::SUCCESS } else { proto::FAILURE }.into(),
         }))
     }
-}
-
-/// A rejection's reason as a gRPC metadata value (printable ASCII, at most
-/// 1,000 characters): the protocol's answer is only `Failure`, and a node
-/// should be able to say why.
-fn reason_metadata(reason: &str) -> tonic::metadata::MetadataValue<tonic::metadata::Ascii> {
-    let text: String =
-        reason.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).take(1000).collect();
-    text.parse().unwrap_or_else(|_| tonic::metadata::MetadataValue::from_static("unprintable reason"))
 }
 
 /// Serves `collector` on `listener` until `shutdown` completes.

@@ -201,11 +201,16 @@ impl EpochWork {
         }
         // Without the total no compute can know whether this slot works the
         // epoch: a failure (before selection), never a silent "not selected".
-        let total_slots = match self.anchor.total_slots().await {
+        // It is the total as of the release block, which every node and
+        // validator reads alike, whenever they ask.
+        let what = format!("epoch {}: reading the total slot count", epoch.epoch_id);
+        let total = || self.anchor.total_slots_at(epoch.released_block);
+        let total_slots = match retry(Policy::CHAIN, what, total, |_| true).await {
             Ok(n) => n,
             Err(e) => {
                 return Err(every(OutcomeKind::Failed(format!(
-                    "the total slot count is unknown: getTotalNodeCount has not answered since start-up ({e})"
+                    "the total slot count at release block {} is unknown: getTotalNodeCount did not answer ({e})",
+                    epoch.released_block
                 ))));
             }
         };
