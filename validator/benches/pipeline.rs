@@ -2,7 +2,10 @@
 //!
 //! - dequeuer throughput with every check on (form, window, deadline,
 //!   EIP-712 signature recovery, signer, selection, duplicate/equivocation,
-//!   the commit script), 4 workers on their own connections;
+//!   the commit script), 4 workers on their own connections; and again with
+//!   as much junk as honest traffic mixed in (submissions signed by the wrong
+//!   key for registered slots, and for slot ids past the registry), the
+//!   honest throughput printed;
 //! - finalization latency: an epoch of 1,000 projects × 10 votes, from the
 //!   window's close (the event monitor's close) to `finalized:{epochId}`,
 //!   with 2 finalizer workers and the aggregator running.
@@ -69,6 +72,34 @@ fn key(slot: u64) -> [u8; 32] {
     k
 }
 
+/// `n` submissions of one epoch that are not their slot's: signed by the
+/// wrong key for registered slots (1..=64), or naming slots past the registry.
+fn junk(epoch_id: u64, n: u64, deadline: u64) -> Vec<String> {
+    let cid = lite_node_protocol::cid::cid(b"junk");
+    (0..n)
+        .map(|i| {
+            let slot_id = if i % 2 == 0 { 1 + i % 64 } else { 1_000_000 + i };
+            let signer = Signer::new(&key(10_000 + i), CHAIN_ID, scope().protocol_state).unwrap();
+            let request = Request {
+                slot_id,
+                deadline,
+                snapshot_cid: cid.clone(),
+                epoch_id,
+                project_id: format!("baseSnapshot:junk{i}:bench"),
+            };
+            let s = proto::SnapshotSubmission {
+                signature: signer.sign(&request).unwrap(),
+                request: Some((&request).into()),
+                header: String::new(),
+                data_market: scope().data_market.to_string(),
+                node_version: None,
+                protocol_state: scope().protocol_state.to_string(),
+            };
+            gateway::encode(&s, 0, "bench", 101)
+        })
+        .collect()
+}
+
 /// `slots × projects` signed submissions of one epoch, as the gateway queues them.
 fn burst(epoch_id: u64, slots: u64, projects: u64, deadline: u64) -> Vec<String> {
     let signers: Vec<Signer> =
@@ -125,6 +156,7 @@ fn main() {
         let monitor = Monitor::new(market.clone(), conn.clone());
         monitor.released(1, 100, 1, 1).await.unwrap();
         monitor.released(2, 105, 1, 1).await.unwrap();
+        monitor.released(3, 106, 1, 1).await.unwrap();
         monitor.head(101).await.unwrap();
 
         // Dequeuer throughput: 40 slots × 1,000 projects.
@@ -160,11 +192,32 @@ fn main() {
         }
         let took = started.elapsed();
         let accepted: u64 = conn.scard(market.keys.epoch_processed_set(1)).await.unwrap();
+        let honest_alone = total as f64 / took.as_secs_f64();
         println!(
-            "dequeuer: {total} submissions ({accepted} accepted) in {:.2} s = {:.0} submissions/s \
+            "dequeuer: {total} submissions ({accepted} accepted) in {:.2} s = {honest_alone:.0} submissions/s \
              (every check on; 4 workers; goal ≥ 10,000/s)",
             took.as_secs_f64(),
-            total as f64 / took.as_secs_f64()
+        );
+
+        // The same again, half of it junk, interleaved.
+        let honest = burst(3, slots, projects / 2, 200);
+        let forged = junk(3, honest.len() as u64, 200);
+        let mixed: Vec<String> = honest.iter().zip(&forged).flat_map(|(h, j)| [h.clone(), j.clone()]).collect();
+        queue_all(&mut conn, &market, &mixed).await;
+        let started = Instant::now();
+        while verdicts(&mut conn, &market, 3).await < mixed.len() as u64 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let took = started.elapsed();
+        let accepted: u64 = conn.scard(market.keys.epoch_processed_set(3)).await.unwrap();
+        let honest_mixed = honest.len() as f64 / took.as_secs_f64();
+        println!(
+            "dequeuer with 50 % junk: {} submissions ({accepted} accepted, {} junk rejected) in {:.2} s = \
+             {honest_mixed:.0} honest submissions/s, {:.0} % of the honest rate alone (goal ≥ 50 %)",
+            mixed.len(),
+            forged.len(),
+            took.as_secs_f64(),
+            100.0 * honest_mixed / honest_alone
         );
 
         // Finalization: 1,000 projects × 10 votes.

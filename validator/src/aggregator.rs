@@ -36,14 +36,18 @@ pub const OUTGOING_KEPT: isize = 1_000;
 const FINALIZE: &str = r"
 -- KEYS: finalized, outgoing, batches timeline, validator batches, state,
 --       epochs:active, ActiveEpochs, counters
--- ARGV: batch, broadcast message, epoch, now, kept, latency from the close (ms)
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+-- ARGV: batch, broadcast message, epoch, now, kept, latency from the close (ms),
+--       ttl, timeline cutoff
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[7]) then return 0 end
 redis.call('LPUSH', KEYS[2], ARGV[2])
 redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
 redis.call('ZADD', KEYS[3], ARGV[4], 'local:' .. ARGV[3])
 redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[8])
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[8])
 redis.call('HSET', KEYS[5], 'level1_status', 'completed', 'level1_completed_at', ARGV[4],
-  'phase', 'level2_aggregation', 'level1_latency_ms', ARGV[6], 'last_updated', ARGV[4])
+  'phase', 'level1_complete', 'level2_status', 'not_run', 'onchain_status', 'not_run',
+  'level1_latency_ms', ARGV[6], 'last_updated', ARGV[4])
 redis.call('HINCRBY', KEYS[8], 'finalized', 1)
 redis.call('HINCRBY', KEYS[8], 'finalization_latency_ms_sum', ARGV[6])
 redis.call('SREM', KEYS[6], ARGV[3])
@@ -144,7 +148,10 @@ impl Aggregator {
         let _: () = self
             .conn
             .clone()
-            .hset_multiple(self.market.keys.epoch_state(epoch_id), &[("level1_status", "failed"), ("phase", "failed")])
+            .hset_multiple(
+                self.market.keys.epoch_state(epoch_id),
+                &[("level1_status", "failed"), ("phase", "failed"), ("last_updated", &now_secs().to_string())],
+            )
             .await
             .map_err(|e| format!("redis: {e}"))?;
         tracing::error!("epoch {epoch_id}: {why}; level 1 failed");
@@ -162,18 +169,15 @@ impl Aggregator {
         };
         let mut projects = BTreeMap::new();
         for (i, body) in bodies.into_iter().enumerate() {
-            // Parts live 2 hours: only an epoch left far behind loses one. A
-            // part that does not parse never will: retrying it would hold
-            // every later epoch behind it.
+            // Parts live 2 hours (an aggregator down that long), and a part
+            // that does not parse never will: the epoch is counted again from
+            // its votes, which live 7 days; without them it fails for good
+            // (retrying would hold every later epoch behind it).
             let part = match body.map(|b| serde_json::from_str::<Value>(&b)) {
                 Some(Ok(part)) => part,
-                Some(Err(e)) => {
-                    return self.level1_failed(epoch_id, &format!("part {i} of {parts} is not JSON ({e})")).await;
-                }
+                Some(Err(e)) => return self.recount(epoch_id, &format!("part {i} of {parts} is not JSON ({e})")).await,
                 None => {
-                    return self
-                        .level1_failed(epoch_id, &format!("part {i} of {parts} expired before aggregation"))
-                        .await;
+                    return self.recount(epoch_id, &format!("part {i} of {parts} expired before aggregation")).await;
                 }
             };
             for (project, f) in part["projects"].as_object().into_iter().flatten() {
@@ -187,6 +191,27 @@ impl Aggregator {
                 );
             }
         }
+        self.finalize(epoch_id, projects).await
+    }
+
+    /// An epoch whose parts are lost (`why`), counted again from all its
+    /// votes; failed for good when those are gone too.
+    async fn recount(&self, epoch_id: u64, why: &str) -> Result<(), String> {
+        let mut conn = self.conn.clone();
+        let members: Vec<String> =
+            conn.zrange(self.market.keys.votes(epoch_id), 0, -1).await.map_err(|e| format!("redis: {e}"))?;
+        if members.is_empty() {
+            return self.level1_failed(epoch_id, &format!("{why}, and its votes are gone")).await;
+        }
+        tracing::warn!("epoch {epoch_id}: {why}; counting it again from its {} votes", members.len());
+        let tally = consensus::tally(members.iter().filter_map(|m| crate::finalizer::ballot(m)));
+        self.finalize(epoch_id, tally.projects).await
+    }
+
+    /// Writes the epoch's batch (once).
+    async fn finalize(&self, epoch_id: u64, projects: BTreeMap<String, Finalized>) -> Result<(), String> {
+        let k = &self.market.keys;
+        let mut conn = self.conn.clone();
         let root = consensus::root(&projects);
         let batch = Batch { epoch_id, projects, root };
         let batch_cid = batch.cid();
@@ -218,6 +243,8 @@ impl Aggregator {
             .arg(now)
             .arg(OUTGOING_KEPT)
             .arg(latency)
+            .arg(crate::keys::EPOCH_STATE_TTL.as_secs())
+            .arg(now.saturating_sub(crate::keys::TIMELINE_RETENTION.as_secs()))
             .invoke_async(&mut conn)
             .await
             .map_err(|e| format!("redis: {e}"))?;

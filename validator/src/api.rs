@@ -4,10 +4,13 @@
 //! |---|---|
 //! | `/epochs/active` | epochs whose window is open or whose level 1 runs, with their state |
 //! | `/epochs/{id}` | the epoch's state, counts and finalized batch |
-//! | `/epochs/{id}/submissions` | accepted submissions and rejections with reasons |
+//! | `/epochs/{id}/submissions?after=&limit=` | accepted submissions and rejections with reasons, a page at a time (`next` is the following page's `after`) |
 //! | `/epochs/gaps` | epochs closed without a level-1 batch |
-//! | `/dashboard` | the state tracker's summary (computed now if it has expired) |
-//! | `/participation` | 24-hour participation |
+//! | `/dashboard` | the state tracker's summary, computed now |
+//! | `/participation` | 24-hour participation, computed now |
+//!
+//! It reads on a connection of its own (a large answer never holds up the
+//! gateway's or the workers' commands) and writes nothing.
 //! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why |
 //! | `/metrics` | Prometheus text: received, accepted, rejected by reason, queue depths, finalization latency |
 
@@ -15,7 +18,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use axum::{
     Json, Router,
-    extract::{Path, State},
+    extract::{Path, Query, State},
     http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::get,
@@ -52,15 +55,22 @@ pub fn router(market: Arc<Market>, conn: ConnectionManager) -> Router {
         .with_state(Api { market, conn, tracker })
 }
 
-/// Serves the API on `listener` until `stop`.
+/// Serves the API on `listener` until `stop`, on a Redis connection of its
+/// own from `client`.
 pub async fn serve(
     market: Arc<Market>,
-    conn: ConnectionManager,
+    client: redis::Client,
     listener: tokio::net::TcpListener,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let conn = crate::connect_retrying(&client, "monitor API").await;
     axum::serve(listener, router(market, conn)).with_graceful_shutdown(stop).await
 }
+
+/// Submissions per page of `/epochs/{id}/submissions` when none is asked,
+/// and at most.
+const PAGE: usize = 100;
+const MAX_PAGE: usize = 1_000;
 
 type Answer = Result<Response, (StatusCode, String)>;
 
@@ -81,8 +91,12 @@ async fn active(State(api): State<Api>) -> Answer {
     ids.sort_unstable();
     let mut epochs = Vec::new();
     for id in ids {
-        let state = state_of(&api, id).await.map_err(unavailable)?;
+        let mut state = state_of(&api, id).await.map_err(unavailable)?;
         if !state.is_empty() {
+            // Counted now, as `/epochs/{id}` counts it.
+            let accepted: u64 =
+                api.conn.clone().scard(api.market.keys.epoch_processed_set(id)).await.map_err(unavailable)?;
+            state.insert("submissions_count".into(), accepted.to_string());
             epochs.push(json!({"epoch_id": id, "state": state}));
         }
     }
@@ -93,17 +107,21 @@ async fn epoch(State(api): State<Api>, Path(id): Path<u64>) -> Answer {
     let k = &api.market.keys;
     // One transaction: the state and the batch the aggregator wrote together
     // are read together.
-    let (state, finalized, accepted, rejected): (BTreeMap<String, String>, Option<String>, u64, u64) = redis::pipe()
-        .atomic()
-        .hgetall(k.epoch_state(id))
-        .get(k.finalized(id))
-        .scard(k.epoch_processed_set(id))
-        .hlen(k.rejections(id))
-        .query_async(&mut api.conn.clone())
-        .await
-        .map_err(unavailable)?;
+    let (mut state, finalized, accepted, rejected): (BTreeMap<String, String>, Option<String>, u64, u64) =
+        redis::pipe()
+            .atomic()
+            .hgetall(k.epoch_state(id))
+            .get(k.finalized(id))
+            .scard(k.epoch_processed_set(id))
+            .hlen(k.rejections(id))
+            .query_async(&mut api.conn.clone())
+            .await
+            .map_err(unavailable)?;
     if state.is_empty() && finalized.is_none() {
         return Err((StatusCode::NOT_FOUND, format!("epoch {id} is not known here (never released, or pruned)\n")));
+    }
+    if !state.is_empty() {
+        state.insert("submissions_count".into(), accepted.to_string());
     }
     Ok(Json(json!({
         "epoch_id": id,
@@ -115,29 +133,79 @@ async fn epoch(State(api): State<Api>, Path(id): Path<u64>) -> Answer {
     .into_response())
 }
 
-async fn submissions(State(api): State<Api>, Path(id): Path<u64>) -> Answer {
+/// `?after=&limit=` of `/epochs/{id}/submissions`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct PageQuery {
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// One page of an epoch's verdicts: the accepted votes (`ZSCAN` of the
+/// epoch's votes: slot, project, CID, or `void` for a slot that
+/// equivocated), then the rejections (`HSCAN`); `after` is where the last
+/// page stopped (`a:{cursor}` or `r:{cursor}`). A page holds about `limit`
+/// submissions (Redis's scan counts are a hint). Kept for a day.
+async fn submissions(State(api): State<Api>, Path(id): Path<u64>, Query(q): Query<PageQuery>) -> Answer {
     let k = &api.market.keys;
     let mut conn = api.conn.clone();
-    let mut ids: Vec<String> = conn.smembers(k.epoch_processed_set(id)).await.map_err(unavailable)?;
-    ids.sort();
-    let mut pipe = redis::pipe();
-    for sid in &ids {
-        pipe.hgetall(k.processed(&api.market.validator_id, sid));
-    }
-    let accepted: Vec<BTreeMap<String, String>> =
-        if ids.is_empty() { Vec::new() } else { pipe.query_async(&mut conn).await.map_err(unavailable)? };
-    let rejections: BTreeMap<String, String> = conn.hgetall(k.rejections(id)).await.map_err(unavailable)?;
-    let rejected: Vec<Value> = rejections
-        .into_iter()
-        .map(|(sid, record)| {
-            let mut v = parsed(&record);
-            if let Value::Object(o) = &mut v {
-                o.insert("submission_id".into(), sid.into());
-            }
-            v
-        })
-        .collect();
-    Ok(Json(json!({"epoch_id": id, "accepted": accepted, "rejected": rejected})).into_response())
+    let limit = q.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
+    let bad = |why: &str| (StatusCode::BAD_REQUEST, format!("after={}: {why}\n", q.after.as_deref().unwrap_or("")));
+    let (in_accepted, cursor): (bool, u64) = match q.after.as_deref() {
+        None | Some("") => (true, 0),
+        Some(after) => match after.split_once(':') {
+            Some(("a", c)) => (true, c.parse().map_err(|_| bad("not a cursor this API gave"))?),
+            Some(("r", c)) => (false, c.parse().map_err(|_| bad("not a cursor this API gave"))?),
+            _ => return Err(bad("not a cursor this API gave")),
+        },
+    };
+    let (mut accepted, mut rejected) = (Vec::new(), Vec::new());
+    let next = if in_accepted {
+        let (next, members): (u64, Vec<String>) = redis::cmd("ZSCAN")
+            .arg(k.votes(id))
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        // ZSCAN answers member, score, member, score…
+        accepted = members
+            .iter()
+            .step_by(2)
+            .filter_map(|m| {
+                let mut fields = m.splitn(3, '\x1f');
+                let (project, slot, cid) = (fields.next()?, fields.next()?, fields.next()?);
+                let slot: u64 = slot.parse().ok()?;
+                Some(if cid.is_empty() {
+                    json!({"slot_id": slot, "project_id": project, "snapshot_cid": null, "void": true})
+                } else {
+                    json!({"slot_id": slot, "project_id": project, "snapshot_cid": cid})
+                })
+            })
+            .collect();
+        Some(if next == 0 { "r:0".to_owned() } else { format!("a:{next}") })
+    } else {
+        let (next, fields): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+            .arg(k.rejections(id))
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        rejected = fields
+            .into_iter()
+            .map(|(sid, record)| {
+                let mut v = parsed(&record);
+                if let Value::Object(o) = &mut v {
+                    o.insert("submission_id".into(), sid.into());
+                }
+                v
+            })
+            .collect();
+        (next != 0).then(|| format!("r:{next}"))
+    };
+    Ok(Json(json!({"epoch_id": id, "accepted": accepted, "rejected": rejected, "next": next})).into_response())
 }
 
 async fn gaps(State(api): State<Api>) -> Answer {
@@ -154,21 +222,11 @@ async fn gaps(State(api): State<Api>) -> Answer {
 }
 
 async fn dashboard(State(api): State<Api>) -> Answer {
-    let kept: Option<String> = api.conn.clone().get(api.market.keys.dashboard_summary()).await.map_err(unavailable)?;
-    let value = match kept {
-        Some(text) => parsed(&text),
-        None => api.tracker.dashboard().await.map_err(unavailable)?,
-    };
-    Ok(Json(value).into_response())
+    Ok(Json(api.tracker.summary().await.map_err(unavailable)?).into_response())
 }
 
 async fn participation(State(api): State<Api>) -> Answer {
-    let kept: Option<String> = api.conn.clone().get(api.market.keys.participation()).await.map_err(unavailable)?;
-    let value = match kept {
-        Some(text) => parsed(&text),
-        None => api.tracker.participation().await.map_err(unavailable)?,
-    };
-    Ok(Json(value).into_response())
+    Ok(Json(api.tracker.participation_now().await.map_err(unavailable)?).into_response())
 }
 
 async fn health(State(api): State<Api>) -> Response {
@@ -206,14 +264,14 @@ async fn metrics(State(api): State<Api>) -> Answer {
     let k = &api.market.keys;
     let mut conn = api.conn.clone();
     let counters: BTreeMap<String, u64> = conn.hgetall(k.counters()).await.map_err(unavailable)?;
-    let depths: Vec<u64> = redis::pipe()
-        .llen(k.submission_queue())
-        .llen(k.submission_processing())
+    let (waiting, held) = crate::ReliableQueue::submissions(conn.clone(), k).depth().await.map_err(unavailable)?;
+    let more: Vec<u64> = redis::pipe()
         .llen(k.finalization_queue())
         .llen(k.aggregation_queue())
         .query_async(&mut conn)
         .await
         .map_err(unavailable)?;
+    let depths = [waiting as u64, held as u64, more[0], more[1]];
     let count = |name: &str| counters.get(name).copied().unwrap_or(0);
     let mut registry = Registry::with_prefix("validator");
     let counter = |v: u64| {

@@ -52,7 +52,7 @@ use crate::{
     Market,
     chain::{ChainReads, EpochFacts},
     gateway,
-    keys::EPOCH_STATE_TTL,
+    keys::{DETAIL_TTL, EPOCH_STATE_TTL, PROCESSED_TTL, TIMELINE_RETENTION},
     queue::{ReliableQueue, Taken, item_id},
 };
 
@@ -161,9 +161,12 @@ struct Snapshot {
 const ACCEPT: &str = r"
 -- KEYS: votes, processed, epoch processed, EpochProcessed, validations
 --       timeline, counters, rejections, parts total, pending, projects
--- ARGV: project, slot, cid, submission id, now, ttl, rejection record
---       (reason filled here), epoch, then processed hash field/value pairs
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('HEXISTS', KEYS[7], ARGV[4]) == 1 then
+-- ARGV: project, slot, cid, submission id, now, (unused), rejection record
+--       (reason filled here), epoch, timeline cutoff, detail ttl (votes,
+--       EpochProcessed, rejections), processed ttl, then processed hash
+--       field/value pairs
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('HEXISTS', KEYS[7], ARGV[4]) == 1
+  or redis.call('SISMEMBER', KEYS[4], ARGV[4]) == 1 then
   return 'again'
 end
 if redis.call('HINCRBY', KEYS[9], ARGV[8], -1) <= 0 then redis.call('HDEL', KEYS[9], ARGV[8]) end
@@ -171,7 +174,7 @@ local function reject(reason)
   local record = cjson.decode(ARGV[7])
   record['reason'] = reason
   redis.call('HSET', KEYS[7], ARGV[4], cjson.encode(record))
-  redis.call('EXPIRE', KEYS[7], ARGV[6])
+  redis.call('EXPIRE', KEYS[7], ARGV[10])
   redis.call('HINCRBY', KEYS[6], 'rejected:' .. reason, 1)
   return reason
 end
@@ -190,15 +193,18 @@ if #prev > 0 then
   return reject('equivocation')
 end
 redis.call('ZADD', KEYS[1], 0, ballot .. ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('EXPIRE', KEYS[1], ARGV[10])
 redis.call('ZADD', KEYS[10], 0, ARGV[1])
-redis.call('EXPIRE', KEYS[10], ARGV[6])
+redis.call('EXPIRE', KEYS[10], ARGV[10])
 local fields = {}
-for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('EXPIRE', KEYS[2], ARGV[11])
 redis.call('SADD', KEYS[3], ARGV[4])
 redis.call('SADD', KEYS[4], ARGV[4])
+redis.call('EXPIRE', KEYS[4], ARGV[10])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[9])
 redis.call('HINCRBY', KEYS[6], 'accepted', 1)
 return 'accepted'
 ";
@@ -539,7 +545,10 @@ impl<C: ChainReads> Dequeuer<C> {
             .arg(crate::now_secs())
             .arg(EPOCH_STATE_TTL.as_secs())
             .arg(record.to_string())
-            .arg(e);
+            .arg(e)
+            .arg(crate::now_secs().saturating_sub(TIMELINE_RETENTION.as_secs()))
+            .arg(DETAIL_TTL.as_secs())
+            .arg(PROCESSED_TTL.as_secs());
         for (field, value) in [
             ("submission_id", c.id.clone()),
             ("epoch_id", e.to_string()),
@@ -547,7 +556,9 @@ impl<C: ChainReads> Dequeuer<C> {
             ("project_id", r.project_id.clone()),
             ("snapshot_cid", r.snapshot_cid.clone()),
             ("deadline", r.deadline.to_string()),
-            ("signature", c.submission.signature.clone()),
+            // Not the signature: 130 characters, past Redis's 64-byte
+            // compact-hash limit, would double the record (it was checked;
+            // the record lives an hour).
             ("received_at", c.received_at.to_string()),
             ("validated_at", now_ms.clone()),
         ] {
@@ -587,7 +598,7 @@ impl<C: ChainReads> Dequeuer<C> {
             .arg(id)
             .arg(reason.as_str())
             .arg(record.to_string())
-            .arg(EPOCH_STATE_TTL.as_secs())
+            .arg(DETAIL_TTL.as_secs())
             .arg(epoch.map(|e| e.to_string()).unwrap_or_default());
         pipe.invoke_script(&inv);
     }

@@ -46,13 +46,13 @@ pub const FINALIZE_GRACE: Duration = Duration::from_secs(120);
 const SPLIT: &str = r"
 -- KEYS: parts total, parts completed, state, finalizationQueue, projects, pending,
 --       epoch processed
--- ARGV: epoch, part size, now, grace over (1/0)
+-- ARGV: epoch, part size, now, grace over (1/0), ttl
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 if ARGV[4] == '0' and tonumber(redis.call('HGET', KEYS[6], ARGV[1]) or '0') > 0 then return -1 end
 local size = tonumber(ARGV[2])
 local parts = math.max(1, math.ceil(redis.call('ZCARD', KEYS[5]) / size))
-redis.call('SET', KEYS[1], parts)
-redis.call('SET', KEYS[2], 0)
+redis.call('SET', KEYS[1], parts, 'EX', ARGV[5])
+redis.call('SET', KEYS[2], 0, 'EX', ARGV[5])
 redis.call('HSET', KEYS[3], 'level1_status', 'in_progress', 'level1_started_at', ARGV[3], 'last_updated', ARGV[3],
   'submissions_count', redis.call('SCARD', KEYS[7]))
 for i = 0, parts - 1 do
@@ -63,11 +63,11 @@ return 1
 
 const PART: &str = r"
 -- KEYS: part, parts completed, parts total, parts ready, aggregationQueue
--- ARGV: part json, ttl, aggregation item
+-- ARGV: part json, ttl, aggregation item, epoch state ttl
 if not redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2], 'NX') then return 0 end
 local done = redis.call('INCR', KEYS[2])
 if done == tonumber(redis.call('GET', KEYS[3])) then
-  redis.call('SET', KEYS[4], 'true')
+  redis.call('SET', KEYS[4], 'true', 'EX', ARGV[4])
   redis.call('LPUSH', KEYS[5], ARGV[3])
 end
 return 1
@@ -209,6 +209,7 @@ impl Finalizer {
             .arg(self.part_size)
             .arg(now_secs())
             .arg(if grace_over { "1" } else { "0" })
+            .arg(crate::keys::EPOCH_STATE_TTL.as_secs())
             .invoke_async(&mut conn)
             .await?;
         Ok(match answer {
@@ -234,17 +235,7 @@ impl Finalizer {
         high.push(0xff);
         let ballots: Vec<String> =
             redis::cmd("ZRANGE").arg(k.votes(epoch_id)).arg(low).arg(high).arg("BYLEX").query_async(&mut conn).await?;
-        Ok(ballots
-            .iter()
-            .filter_map(|b| {
-                let mut fields = b.splitn(3, '\x1f');
-                let (project, slot, cid) = (fields.next()?, fields.next()?, fields.next()?);
-                if cid.is_empty() {
-                    return None; // void: the slot equivocated
-                }
-                Some(Vote { slot_id: slot.parse().ok()?, project_id: project.to_owned(), cid: cid.to_owned() })
-            })
-            .collect())
+        Ok(ballots.iter().filter_map(|b| ballot(b)).collect())
     }
 
     async fn part(&self, epoch_id: u64, part: u64, of: u64, size: u64) -> redis::RedisResult<()> {
@@ -265,10 +256,22 @@ impl Finalizer {
             .arg(body.to_string())
             .arg(BATCH_PART_TTL.as_secs())
             .arg(json!({"epoch_id": epoch_id, "parts_completed": of}).to_string())
+            .arg(crate::keys::EPOCH_STATE_TTL.as_secs())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())
     }
+}
+
+/// The vote a member of `epoch:{id}:votes` holds (`{project}\x1f{slot}\x1f{cid}`);
+/// `None` for a void one (the slot equivocated) or one that does not parse.
+pub(crate) fn ballot(member: &str) -> Option<Vote> {
+    let mut fields = member.splitn(3, '\x1f');
+    let (project, slot, cid) = (fields.next()?, fields.next()?, fields.next()?);
+    if cid.is_empty() {
+        return None;
+    }
+    Some(Vote { slot_id: slot.parse().ok()?, project_id: project.to_owned(), cid: cid.to_owned() })
 }
 
 /// A worker's loop: takes one item at a time and does it with `handle`,

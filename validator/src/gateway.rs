@@ -41,7 +41,10 @@ use lite_node_protocol::{
 use redis::{Script, aio::ConnectionManager};
 use serde_json::json;
 
-use crate::{Market, keys::SUBMISSION_METADATA_TTL};
+use crate::{
+    Market,
+    keys::{SUBMISSION_METADATA_TTL, TIMELINE_RETENTION},
+};
 
 /// How much the gateway takes in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,12 +169,13 @@ pub fn decode(payload: &str) -> Result<Received, String> {
 const QUEUE: &str = r#"
 -- KEYS: queue, timeline, metadata, counters, anchor head, pending
 -- ARGV: max queue, payload after the head, entity, metadata, now (s),
---       metadata ttl, epoch
+--       metadata ttl, epoch, timeline cutoff
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[1]) then return 'full' end
 local head = redis.call('GET', KEYS[5])
 if not head then return 'no_head' end
 redis.call('LPUSH', KEYS[1], '{"receivedHead":' .. head .. ',' .. ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[8])
 redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[6])
 redis.call('HINCRBY', KEYS[4], 'received', 1)
 redis.call('HINCRBY', KEYS[6], ARGV[7], 1)
@@ -284,6 +288,7 @@ impl Gateway {
             .arg(secs)
             .arg(SUBMISSION_METADATA_TTL.as_secs())
             .arg(r.epoch_id)
+            .arg(secs.saturating_sub(TIMELINE_RETENTION.as_secs()))
             .invoke_async(&mut conn)
             .await?;
         Ok(match answer.as_str() {

@@ -34,7 +34,7 @@ impl KeyType {
 /// How long a key lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ttl {
-    /// No expiry (queues, timelines pruned by the state tracker).
+    /// No expiry (queues; timelines, trimmed by their writers).
     None,
     /// Set when written.
     Fixed(Duration),
@@ -58,6 +58,17 @@ pub const BATCH_PART_TTL: Duration = Duration::from_secs(2 * 3600);
 pub const ANCHOR_HEAD_TTL: Duration = Duration::from_secs(120);
 /// `metrics:submissions:metadata:{entityId}`.
 pub const SUBMISSION_METADATA_TTL: Duration = DAY;
+/// What the timelines keep: each writer drops older entries as it adds one,
+/// so they stay trimmed whichever components run.
+pub const TIMELINE_RETENTION: Duration = DAY;
+/// An epoch's per-submission detail: its votes (each slot's CID per
+/// project, what a lost part is counted again from), its projects, the ids
+/// in `EpochProcessed`, its rejection records.
+pub const DETAIL_TTL: Duration = DAY;
+/// `processed:{sequencerId}:{submissionId}`: the seed's record of an
+/// accepted submission, read when its epoch is finalized; what lasts of it
+/// is its vote and its id in `EpochProcessed`.
+pub const PROCESSED_TTL: Duration = HOUR;
 
 /// One row of the seed's key table: a pattern with `{placeholders}`.
 #[derive(Clone, Copy, Debug)]
@@ -74,36 +85,44 @@ const fn spec(pattern: &'static str, kind: KeyType, ttl: Ttl) -> KeySpec {
 /// The keys of seed 001 this validator writes, with their types and TTLs.
 pub const SCHEMA: &[KeySpec] = &[
     spec("{protocol}:{market}:submissionQueue", KeyType::List, Ttl::None),
-    // Ours, not the seed's: where BLMOVE puts a taken item until its worker
-    // acknowledges it (the seed's dequeuer BRPOPs, and a crash loses the item).
-    spec("{protocol}:{market}:submissionQueue:processing", KeyType::List, Ttl::None),
+    // Ours, not the seed's: each worker process's list of what it took and
+    // has not acknowledged (the seed's dequeuer BRPOPs, and a crash loses
+    // the item), and the set of those workers, for recovery.
+    spec("{protocol}:{market}:submissionQueue:held:{owner}", KeyType::List, Ttl::None),
+    spec("{protocol}:{market}:submissionQueue:holders", KeyType::Set, Ttl::None),
     spec("processingSubmission:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
     // Ours: a worker process's heartbeat; what a worker without one holds is
     // recovered at once, not after its marks' 5 minutes.
     spec("{protocol}:{market}:worker:{instanceId}", KeyType::String, Ttl::Fixed(crate::queue::HEARTBEAT_TTL)),
-    spec("{protocol}:{market}:processed:{sequencerId}:{submissionId}", KeyType::Hash, Ttl::None),
+    // The seed gives the per-epoch and per-submission keys below no TTL; ours
+    // expire by themselves (an accepted submission's record after an hour,
+    // its epoch's after 7 days, with the epoch's state), so no component has
+    // to be running for them to go.
+    spec("{protocol}:{market}:processed:{sequencerId}:{submissionId}", KeyType::Hash, Ttl::Fixed(PROCESSED_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:processed", KeyType::Set, Ttl::AfterWindowClose(WINDOW_CLOSED_TTL)),
-    spec("{protocol}:{market}:EpochProcessed({epochId})", KeyType::Set, Ttl::None),
+    spec("{protocol}:{market}:EpochProcessed({epochId})", KeyType::Set, Ttl::Fixed(DETAIL_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:window", KeyType::String, Ttl::AfterWindowClose(WINDOW_CLOSED_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:state", KeyType::Hash, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:finalizationQueue", KeyType::List, Ttl::None),
     // Ours: the finalizer's and the aggregator's queues are reliable too.
-    spec("{protocol}:{market}:finalizationQueue:processing", KeyType::List, Ttl::None),
-    spec("{protocol}:{market}:finalizationQueue:processing:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
-    spec("{protocol}:{market}:aggregationQueue:processing", KeyType::List, Ttl::None),
-    spec("{protocol}:{market}:aggregationQueue:processing:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
+    spec("{protocol}:{market}:finalizationQueue:held:{owner}", KeyType::List, Ttl::None),
+    spec("{protocol}:{market}:finalizationQueue:holders", KeyType::Set, Ttl::None),
+    spec("{protocol}:{market}:finalizationQueue:mark:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
+    spec("{protocol}:{market}:aggregationQueue:held:{owner}", KeyType::List, Ttl::None),
+    spec("{protocol}:{market}:aggregationQueue:holders", KeyType::Set, Ttl::None),
+    spec("{protocol}:{market}:aggregationQueue:mark:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
     // Ours: each slot's vote per project in an epoch, as members
     // `{projectId}\x1f{slotId}\x1f{cid}` (an empty CID: the slot
     // equivocated, its vote is void) of one score, so a project's votes are
     // a range in byte order: the filter every dequeuer shares for duplicates
     // and equivocation, and what the finalizer's parts read.
-    spec("{protocol}:{market}:epoch:{epochId}:votes", KeyType::ZSet, Ttl::Fixed(EPOCH_STATE_TTL)),
+    spec("{protocol}:{market}:epoch:{epochId}:votes", KeyType::ZSet, Ttl::Fixed(DETAIL_TTL)),
     // Ours: the epoch's projects with a vote, in byte order (what the
     // finalizer's parts are cut from).
-    spec("{protocol}:{market}:epoch:{epochId}:projects", KeyType::ZSet, Ttl::Fixed(EPOCH_STATE_TTL)),
+    spec("{protocol}:{market}:epoch:{epochId}:projects", KeyType::ZSet, Ttl::Fixed(DETAIL_TTL)),
     // Ours: each rejected submission with its reason, and the pipeline's
     // counters (received, accepted, rejected:{reason}) shared by every process.
-    spec("{protocol}:{market}:epoch:{epochId}:rejections", KeyType::Hash, Ttl::Fixed(EPOCH_STATE_TTL)),
+    spec("{protocol}:{market}:epoch:{epochId}:rejections", KeyType::Hash, Ttl::Fixed(DETAIL_TTL)),
     spec("{protocol}:{market}:metrics:counters", KeyType::Hash, Ttl::None),
     // Ours: per epoch, submissions the gateway queued that have no verdict
     // yet; an epoch is finalized once none is left (or its grace ran out).
@@ -117,11 +136,11 @@ pub const SCHEMA: &[KeySpec] = &[
     // that sees it change forgets the signers it cached.
     spec("{protocol}:{market}:slots:generation", KeyType::String, Ttl::None),
     spec("{protocol}:{market}:batch:part:{epochId}:{partId}", KeyType::String, Ttl::Fixed(BATCH_PART_TTL)),
-    spec("{protocol}:{market}:epoch:{epochId}:parts:completed", KeyType::String, Ttl::None),
-    spec("{protocol}:{market}:epoch:{epochId}:parts:total", KeyType::String, Ttl::None),
-    spec("{protocol}:{market}:epoch:{epochId}:parts:ready", KeyType::String, Ttl::None),
+    spec("{protocol}:{market}:epoch:{epochId}:parts:completed", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
+    spec("{protocol}:{market}:epoch:{epochId}:parts:total", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
+    spec("{protocol}:{market}:epoch:{epochId}:parts:ready", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:aggregationQueue", KeyType::List, Ttl::None),
-    spec("{protocol}:{market}:finalized:{epochId}", KeyType::String, Ttl::None),
+    spec("{protocol}:{market}:finalized:{epochId}", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:outgoing:broadcast:batch", KeyType::List, Ttl::None),
     spec("{protocol}:{market}:epochs:active", KeyType::Set, Ttl::None),
     spec("{protocol}:{market}:epochs:gaps", KeyType::ZSet, Ttl::Fixed(DAY)),
@@ -159,10 +178,10 @@ fn matches(pattern: &str, key: &str) -> bool {
     if rest.is_empty() {
         return !tail.is_empty();
     }
-    // The placeholder takes the shortest run after which the rest matches.
+    // The placeholder takes a run without `:` after which the rest matches.
     (1..=tail.len()).filter(|&n| tail.is_char_boundary(n)).any(|n| {
         let (value, after) = tail.split_at(n);
-        !value.is_empty() && matches(rest, after)
+        !value.is_empty() && !value.contains(':') && matches(rest, after)
     })
 }
 
@@ -184,12 +203,6 @@ impl Keys {
 
     pub fn submission_queue(&self) -> String {
         self.ns("submissionQueue")
-    }
-
-    /// Where a dequeuer worker moves an item it is working on (`BLMOVE`), so
-    /// a crash loses nothing.
-    pub fn submission_processing(&self) -> String {
-        self.ns("submissionQueue:processing")
     }
 
     pub fn processing_submission(id: &str) -> String {
@@ -226,16 +239,8 @@ impl Keys {
         self.ns("finalizationQueue")
     }
 
-    pub fn finalization_processing(&self) -> String {
-        self.ns("finalizationQueue:processing")
-    }
-
     pub fn aggregation_queue(&self) -> String {
         self.ns("aggregationQueue")
-    }
-
-    pub fn aggregation_processing(&self) -> String {
-        self.ns("aggregationQueue:processing")
     }
 
     pub fn votes(&self, epoch_id: u64) -> String {
@@ -357,7 +362,7 @@ mod tests {
         let k = Keys::new("0xAbC", "0xDeF");
         let expect = [
             (k.submission_queue(), KeyType::List),
-            (k.submission_processing(), KeyType::List),
+            (format!("{}:held:123-abc", k.submission_queue()), KeyType::List),
             (Keys::processing_submission("s-1"), KeyType::String),
             (k.processed("seq", "s-1"), KeyType::Hash),
             (k.epoch_processed(7), KeyType::Set),
@@ -382,5 +387,13 @@ mod tests {
         );
         assert!(spec_of("0xabc:0xdef:somethingElse").is_none());
         assert!(spec_of("processingSubmission:").is_none(), "a placeholder is never empty");
+        // A placeholder other than the last takes no `:`: a key with one
+        // more part is not filed under a pattern with fewer.
+        assert!(spec_of("0xabc:0xdef:epoch:7:extra:window").is_none());
+        assert_eq!(
+            spec_of("0xabc:0xdef:metrics:submissions:metadata:received:7:3:p:1:grpc").unwrap().pattern,
+            "{protocol}:{market}:metrics:submissions:metadata:{entityId}",
+            "the last placeholder takes the rest"
+        );
     }
 }

@@ -33,7 +33,8 @@ use crate::{
 
 const OPEN: &str = r"
 -- KEYS: window, state, ActiveEpochs, epochs:active, epochs timeline, closing
--- ARGV: epoch, release block, begin, end, closing block, now, state ttl
+-- ARGV: epoch, release block, begin, end, closing block, now, state ttl,
+--       timeline retention
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('SET', KEYS[1], 'open')
 redis.call('HSET', KEYS[2],
@@ -46,6 +47,7 @@ redis.call('EXPIRE', KEYS[2], ARGV[7])
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[6], 'open:' .. ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. (tonumber(ARGV[6]) - tonumber(ARGV[8])))
 redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
 return 1
 ";
@@ -120,6 +122,7 @@ impl Monitor {
             .arg(closes)
             .arg(now_secs())
             .arg(EPOCH_STATE_TTL.as_secs())
+            .arg(crate::keys::TIMELINE_RETENTION.as_secs())
             .invoke_async(&mut self.conn.clone())
             .await?;
         if opened == 1 {

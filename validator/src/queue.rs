@@ -1,48 +1,57 @@
-//! A reliable work queue on Redis lists: an item taken is moved atomically
-//! (`BLMOVE`) onto a processing list and stays there until its worker
-//! acknowledges it, so a worker that dies after taking an item loses
-//! nothing — [`ReliableQueue::recover`] puts what no live worker holds back
-//! on the queue. (The protocol's own dequeuer pops with a plain `BRPOP`: a
-//! crash after the pop loses the submission.)
+//! A reliable work queue on Redis lists. Each worker process (an owner,
+//! kept alive by its heartbeat) has a list of its own, `{queue}:held:{owner}`:
+//! an item taken is moved atomically (`LMOVE` / `BLMOVE`) from the queue onto
+//! its taker's list, and stays there until that worker acknowledges it or
+//! gives it back. What an item belongs to is where it is, so:
 //!
-//! Each taken item is also marked `processingSubmission:{id}` with a 5-minute
-//! TTL while its worker is on it; an item on the processing list whose mark
-//! has expired belongs to a worker that is gone. The mark's id is the SHA-1
-//! of the item, which Redis computes itself (`redis.sha1hex`), so a batch is
-//! moved and marked in one atomic script. It only names the mark; the
+//! - a worker that is slow but alive keeps what it holds, however long it
+//!   takes (its heartbeat, renewed every 5 s, is what says it lives);
+//! - an acknowledgement removes the item from its own worker's list only,
+//!   never another worker's copy;
+//! - a worker that dies loses nothing: [`ReliableQueue::recover`] moves the
+//!   lists of owners whose heartbeat is gone (`{queue}:holders` names every
+//!   owner that ever held an item) back onto the queue, a page at a time.
+//!
+//! Each taken item is also marked `processingSubmission:{id}` (the
+//! submission queue; `{queue}:mark:{id}` for the others) with a 5-minute TTL,
+//! as seed 001 has it: for an operator's eyes, not for liveness. The mark's id
+//! is the SHA-1 of the item (`redis.sha1hex` in the take script); the
 //! submission's own id is [`item_id`] (SHA-256).
 //!
+//! (The protocol's own dequeuer pops with a plain `BRPOP`: a crash after the
+//! pop loses the submission.)
+//!
 //! Delivery is at least once: an item can come back after its worker did
-//! the work but died before acknowledging it (or, rarely, when a recovery
-//! runs between a blocking take and its mark). Consumers make handling
+//! the work but died before acknowledging it. Consumers make handling
 //! idempotent by the item's id, which is how the dequeuer counts every
 //! submission exactly once.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use redis::{AsyncCommands, Direction, Script, aio::ConnectionManager};
 
 use crate::keys::{Keys, PROCESSING_TTL};
 
-/// One queue and its processing list.
+/// One queue, and this worker process's list of what it holds.
 #[derive(Clone)]
 pub struct ReliableQueue {
     conn: ConnectionManager,
     queue: String,
-    processing: String,
+    /// The set of owners that have held items.
+    holders: String,
+    /// An owner's list, without the owner.
+    held_prefix: String,
     /// The mark key without its id.
     mark_prefix: String,
     /// The heartbeat key without the owner.
     heartbeat_prefix: String,
-    /// Who this queue's takes are marked as (a worker process's instance
-    /// id, kept alive by [`ReliableQueue::beat`]); unowned marks say `1`
-    /// and count as live until they expire.
-    owner: Option<std::sync::Arc<str>>,
+    /// Who this queue's takes belong to.
+    owner: Arc<str>,
 }
 
 impl std::fmt::Debug for ReliableQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReliableQueue").field("queue", &self.queue).finish_non_exhaustive()
+        f.debug_struct("ReliableQueue").field("queue", &self.queue).field("owner", &self.owner).finish()
     }
 }
 
@@ -59,16 +68,17 @@ pub fn item_id(payload: &str) -> String {
     hex::encode(Sha256::digest(payload.as_bytes()))
 }
 
-/// The id of an item's `processingSubmission:{id}` mark: the SHA-1 of its
-/// bytes, as `redis.sha1hex` computes it inside the take script.
+/// The id of an item's mark: the SHA-1 of its bytes, as `redis.sha1hex`
+/// computes it inside the take script.
 pub fn mark_id(payload: &str) -> String {
     sha1_smol::Sha1::from(payload.as_bytes()).digest().to_string()
 }
 
-/// Moves up to ARGV[1] items from KEYS[1] to KEYS[2], marking each
-/// `{ARGV[3]}{sha1}` = ARGV[4] for ARGV[2] seconds; returns them oldest
-/// first.
+/// Moves up to ARGV[1] items from KEYS[1] to the owner's list KEYS[2],
+/// marking each `{ARGV[3]}{sha1}` for ARGV[2] seconds, and names the owner
+/// ARGV[4] in the holders set KEYS[3]; returns them oldest first.
 const TAKE_BATCH: &str = r"
+redis.call('SADD', KEYS[3], ARGV[4])
 local items = {}
 for i = 1, tonumber(ARGV[1]) do
   local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
@@ -79,14 +89,24 @@ end
 return items
 ";
 
-/// Puts one held item back (KEYS: processing, queue, mark; ARGV: item),
-/// if it is still held: atomic, so a recoverer dying half-way loses nothing.
-const RECOVER_ONE: &str = r"
-if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
-redis.call('RPUSH', KEYS[2], ARGV[1])
-redis.call('DEL', KEYS[3])
-return 1
+/// Puts back up to ARGV[1] items of a gone owner's list KEYS[1] at the head
+/// of the queue KEYS[2], their marks (`{ARGV[2]}{sha1}`) removed; once the
+/// list is empty, the owner ARGV[3] leaves the holders set KEYS[3]. Returns
+/// how many it moved. Atomic: a recoverer dying half-way loses nothing.
+const RECOVER_PAGE: &str = r"
+local moved = 0
+for i = 1, tonumber(ARGV[1]) do
+  local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')
+  if not item then break end
+  redis.call('DEL', ARGV[2] .. redis.sha1hex(item))
+  moved = moved + 1
+end
+if redis.call('LLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[3]) end
+return moved
 ";
+
+/// Items a recovery moves per script call.
+const RECOVER_PAGE_SIZE: usize = 500;
 
 /// A worker's heartbeat lives this long; it is renewed every third of it.
 pub const HEARTBEAT_TTL: Duration = Duration::from_secs(15);
@@ -102,20 +122,28 @@ impl ReliableQueue {
         format!("{}{}", self.mark_prefix, mark_id(payload))
     }
 
-    fn mark_value(&self) -> &str {
-        self.owner.as_deref().unwrap_or("1")
+    fn held(&self) -> String {
+        format!("{}{}", self.held_prefix, self.owner)
     }
 
-    fn new(conn: ConnectionManager, keys: &Keys, queue: String, processing: String, mark_prefix: String) -> Self {
-        Self { conn, queue, processing, mark_prefix, heartbeat_prefix: keys.worker(""), owner: None }
+    fn new(conn: ConnectionManager, keys: &Keys, queue: String, mark_prefix: String) -> Self {
+        Self {
+            conn,
+            holders: format!("{queue}:holders"),
+            held_prefix: format!("{queue}:held:"),
+            queue,
+            mark_prefix,
+            heartbeat_prefix: keys.worker(""),
+            owner: instance_id().into(),
+        }
     }
 
-    /// Marks this queue's takes as `owner`'s: a worker whose heartbeat
-    /// ([`ReliableQueue::beat`]) has stopped holds nothing, so what it held
-    /// is recovered within [`HEARTBEAT_TTL`] of its death instead of the
-    /// marks' 5 minutes.
+    /// This queue's takes as `owner`'s (a worker process's instance id).
+    /// What an owner holds is its own while its heartbeat
+    /// ([`ReliableQueue::beat`]) lives; within [`HEARTBEAT_TTL`] of its
+    /// death, recovery puts it back.
     pub fn owned_by(mut self, owner: &str) -> Self {
-        self.owner = Some(owner.into());
+        self.owner = owner.into();
         self
     }
 
@@ -136,30 +164,30 @@ impl ReliableQueue {
         }
     }
 
-    /// Renews the owner's heartbeat (a no-op for an unowned queue).
+    /// Renews the owner's heartbeat.
     pub async fn beat(&self) -> redis::RedisResult<()> {
-        let Some(owner) = &self.owner else { return Ok(()) };
-        let key = format!("{}{owner}", self.heartbeat_prefix);
+        let key = format!("{}{}", self.heartbeat_prefix, self.owner);
         self.conn.clone().set_ex(key, crate::now_secs(), HEARTBEAT_TTL.as_secs()).await
     }
 
     /// The submission queue of `keys`.
     pub fn submissions(conn: ConnectionManager, keys: &Keys) -> Self {
-        let mark_prefix = Keys::processing_submission("");
-        Self::new(conn, keys, keys.submission_queue(), keys.submission_processing(), mark_prefix)
+        Self::new(conn, keys, keys.submission_queue(), Keys::processing_submission(""))
     }
 
     /// The finalizer's queue of `keys` (epochs whose window closed, and
     /// parts of them).
     pub fn finalization(conn: ConnectionManager, keys: &Keys) -> Self {
-        let (queue, processing) = (keys.finalization_queue(), keys.finalization_processing());
-        Self::new(conn, keys, queue, processing.clone(), format!("{processing}:"))
+        let queue = keys.finalization_queue();
+        let marks = format!("{queue}:mark:");
+        Self::new(conn, keys, queue, marks)
     }
 
     /// The level-1 aggregator's queue of `keys`.
     pub fn aggregation(conn: ConnectionManager, keys: &Keys) -> Self {
-        let (queue, processing) = (keys.aggregation_queue(), keys.aggregation_processing());
-        Self::new(conn, keys, queue, processing.clone(), format!("{processing}:"))
+        let queue = keys.aggregation_queue();
+        let marks = format!("{queue}:mark:");
+        Self::new(conn, keys, queue, marks)
     }
 
     /// Adds an item (LPUSH: the oldest is taken first).
@@ -167,30 +195,33 @@ impl ReliableQueue {
         self.conn.clone().lpush::<_, _, ()>(&self.queue, payload).await
     }
 
-    /// Takes the oldest item, waiting up to `wait` for one: moved onto the
-    /// processing list and marked as being worked on.
+    /// Takes the oldest item, waiting up to `wait` for one: moved onto this
+    /// owner's list (one atomic move: it is never in neither), then marked.
     pub async fn take(&self, wait: Duration) -> redis::RedisResult<Option<Taken>> {
         let mut conn = self.conn.clone();
+        // Named a holder before anything is held, so a death right after the
+        // move still leaves the list where recovery looks.
+        conn.sadd::<_, _, ()>(&self.holders, &*self.owner).await?;
         let payload: Option<String> =
-            conn.blmove(&self.queue, &self.processing, Direction::Right, Direction::Left, wait.as_secs_f64()).await?;
+            conn.blmove(&self.queue, self.held(), Direction::Right, Direction::Left, wait.as_secs_f64()).await?;
         let Some(payload) = payload else { return Ok(None) };
-        let mark = self.mark(&payload);
-        conn.set_ex::<_, _, ()>(mark, self.mark_value(), PROCESSING_TTL.as_secs()).await?;
+        conn.set_ex::<_, _, ()>(self.mark(&payload), &*self.owner, PROCESSING_TTL.as_secs()).await?;
         Ok(Some(Taken { payload }))
     }
 
     /// Takes up to `max` items without waiting (none when the queue is
-    /// empty), moved and marked atomically, oldest first.
+    /// empty), moved and marked in one script, oldest first.
     pub async fn take_batch(&self, max: usize) -> redis::RedisResult<Vec<Taken>> {
         static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(TAKE_BATCH));
         let mut conn = self.conn.clone();
         let items: Vec<String> = SCRIPT
             .key(&self.queue)
-            .key(&self.processing)
+            .key(self.held())
+            .key(&self.holders)
             .arg(max)
             .arg(PROCESSING_TTL.as_secs())
             .arg(&self.mark_prefix)
-            .arg(self.mark_value())
+            .arg(&*self.owner)
             .invoke_async(&mut conn)
             .await?;
         Ok(items.into_iter().map(|payload| Taken { payload }).collect())
@@ -206,7 +237,7 @@ impl ReliableQueue {
         Ok(self.take(wait).await?.into_iter().collect())
     }
 
-    /// The item is fully handled: off the processing list, mark removed.
+    /// The item is fully handled: off this owner's list, mark removed.
     pub async fn ack(&self, taken: &Taken) -> redis::RedisResult<()> {
         self.ack_all(std::slice::from_ref(taken)).await
     }
@@ -216,11 +247,12 @@ impl ReliableQueue {
         if taken.is_empty() {
             return Ok(());
         }
+        let held = self.held();
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         pipe.atomic();
         for t in taken {
-            pipe.lrem(&self.processing, 1, &t.payload).ignore();
+            pipe.lrem(&held, 1, &t.payload).ignore();
             pipe.del(self.mark(&t.payload)).ignore();
         }
         pipe.query_async::<()>(&mut conn).await
@@ -239,17 +271,18 @@ impl ReliableQueue {
         self.put_back(taken, true).await
     }
 
-    /// Off the processing list and onto the queue, first in line (`next`) or
+    /// Off this owner's list and onto the queue, first in line (`next`) or
     /// last, in one transaction.
     async fn put_back(&self, taken: &[Taken], next: bool) -> redis::RedisResult<()> {
         if taken.is_empty() {
             return Ok(());
         }
+        let held = self.held();
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         pipe.atomic();
         for t in taken {
-            pipe.lrem(&self.processing, 1, &t.payload).ignore();
+            pipe.lrem(&held, 1, &t.payload).ignore();
             if next {
                 pipe.rpush(&self.queue, &t.payload).ignore();
             } else {
@@ -260,37 +293,49 @@ impl ReliableQueue {
         pipe.query_async::<()>(&mut conn).await
     }
 
-    /// Puts back on the queue every item on the processing list that no live
-    /// worker holds — its mark expired, its owner's heartbeat stopped, or it
-    /// was never marked because the worker died between the move and the
-    /// mark; returns how many. Run at start and periodically.
+    /// Puts back on the queue everything held by owners whose heartbeat is
+    /// gone, a page at a time (a crash of a worker that held a million items
+    /// does not make its recoverer load them at once); returns how many.
+    /// Run at start and periodically.
     pub async fn recover(&self) -> redis::RedisResult<usize> {
-        static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(RECOVER_ONE));
+        static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(RECOVER_PAGE));
         let mut conn = self.conn.clone();
-        let held: Vec<String> = conn.lrange(&self.processing, 0, -1).await?;
+        let owners: Vec<String> = conn.smembers(&self.holders).await?;
         let mut moved = 0;
-        for payload in held {
-            let mark = self.mark(&payload);
-            let owner: Option<String> = conn.get(&mark).await?;
-            let live = match owner.as_deref() {
-                None => false,
-                Some("1") => true,
-                Some(owner) => conn.exists(format!("{}{owner}", self.heartbeat_prefix)).await?,
-            };
-            if live {
+        for owner in owners {
+            let alive: bool = conn.exists(format!("{}{owner}", self.heartbeat_prefix)).await?;
+            if alive {
                 continue;
             }
-            // Only if it is still there: another recoverer may have moved it.
-            let n: i64 =
-                SCRIPT.key(&self.processing).key(&self.queue).key(&mark).arg(&payload).invoke_async(&mut conn).await?;
-            moved += n as usize;
+            loop {
+                let n: usize = SCRIPT
+                    .key(format!("{}{owner}", self.held_prefix))
+                    .key(&self.queue)
+                    .key(&self.holders)
+                    .arg(RECOVER_PAGE_SIZE)
+                    .arg(&self.mark_prefix)
+                    .arg(&owner)
+                    .invoke_async(&mut conn)
+                    .await?;
+                moved += n;
+                if n < RECOVER_PAGE_SIZE {
+                    break;
+                }
+            }
         }
         Ok(moved)
     }
 
-    /// Items waiting, and items being worked on.
+    /// Items waiting, and items held by workers (alive or not).
     pub async fn depth(&self) -> redis::RedisResult<(usize, usize)> {
         let mut conn = self.conn.clone();
-        Ok((conn.llen(&self.queue).await?, conn.llen(&self.processing).await?))
+        let waiting: usize = conn.llen(&self.queue).await?;
+        let owners: Vec<String> = conn.smembers(&self.holders).await?;
+        let mut held = 0;
+        for owner in owners {
+            let n: usize = conn.llen(format!("{}{owner}", self.held_prefix)).await?;
+            held += n;
+        }
+        Ok((waiting, held))
     }
 }

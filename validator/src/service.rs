@@ -182,6 +182,15 @@ impl Deps {
             lite_node_core::BadInput(format!("--redis-url {}: {e} (expected redis://HOST:PORT)", wiring.redis_url))
         })?;
         let chains = Chains::connect(&wiring.chains).map_err(lite_node_core::BadInput)?;
+        // The contracts first: a wrong address is found before anything is built.
+        let anchor = chains.anchor()?.clone();
+        let missing =
+            retry(Policy::CHAIN, "reading the contracts' code", || anchor.contracts_without_code(), |_| true).await?;
+        if let Some((flag, address)) = missing.first() {
+            anyhow::bail!(lite_node_core::BadInput(format!(
+                "--{flag} {address}: no contract there on the anchor chain (wrong address, or wrong chain)"
+            )));
+        }
         let projects = match wiring.projects {
             Some((namespace, source)) => {
                 let data_dir = wiring.compute.as_ref().map(|c| c.data_dir.clone()).unwrap_or_else(|| ".".into());
@@ -201,7 +210,7 @@ impl Deps {
             }
             _ => None,
         };
-        Ok(Self { redis, redis_shown: wiring.redis_url, anchor: chains.anchor()?.clone(), selection, projects })
+        Ok(Self { redis, redis_shown: wiring.redis_url, anchor, selection, projects })
     }
 }
 
@@ -295,15 +304,7 @@ async fn run_locked(
         _ = &mut shutdown => return Ok(()),
         id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
     };
-    let missing = tokio::select! {
-        _ = &mut shutdown => return Ok(()),
-        m = retry(Policy::CHAIN, "reading the contracts' code", || anchor.contracts_without_code(), |_| true) => m?,
-    };
-    if let Some((flag, address)) = missing.first() {
-        anyhow::bail!(lite_node_core::BadInput(format!(
-            "--{flag} {address}: no contract there on anchor chain {chain_id} (wrong address, or wrong chain)"
-        )));
-    }
+
     let mut market = Market::new(
         lite_node_protocol::submission::Scope {
             protocol_state: anchor.protocol_state,
@@ -341,7 +342,7 @@ async fn run_locked(
         let listen = settings.api_listen;
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
         announced.push(format!("monitor API listening on http://{}", listener.local_addr()?));
-        let (m, c, stop) = (market.clone(), conn.clone(), stopped());
+        let (m, c, stop) = (market.clone(), redis.clone(), stopped());
         tasks.spawn(async move { crate::api::serve(m, c, listener, stop).await.context("the monitor API stopped") });
     }
     if let Some(selection) = selection {

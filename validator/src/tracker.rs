@@ -1,6 +1,7 @@
-//! The state tracker: pre-computed views for the monitor API and
-//! dashboards, gap detection, and the daily pruning — all from the timelines
-//! and sets the other components write, never by `SCAN`.
+//! The state tracker: pre-computed views for dashboards and gap detection,
+//! from the timelines and sets the other components write, never by `SCAN`.
+//! Nothing depends on it to stay bounded: timelines are trimmed to a day by
+//! whoever writes them, and per-epoch keys expire with the epoch (7 days).
 //!
 //! | key | every | TTL |
 //! |---|---|---|
@@ -8,13 +9,6 @@
 //! | `dashboard:summary`, `stats:current` | 30 s | 60 s |
 //! | `metrics:participation` | 150 s | 300 s |
 //! | `epochs:gaps` (+ `submissions_count` of active epochs) | 30 s | 24 h, members older than 1 h dropped |
-//! | pruning | at start, then daily | — |
-//!
-//! Pruning drops timeline entries older than [`RETENTION`] and, for the
-//! epochs whose `open:` entry goes, the keys the seed gives no TTL that
-//! belong to one epoch: `finalized:{epochId}`, `EpochProcessed({epochId})`
-//! with each `processed:{sequencerId}:{submissionId}` it lists, and the
-//! parts counters. Without it those grow by one set per epoch forever.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -23,8 +17,6 @@ use serde_json::{Value, json};
 
 use crate::{Market, now_secs};
 
-/// How long timelines and finished epochs' keys are kept.
-pub const RETENTION: Duration = Duration::from_secs(2 * 24 * 3600);
 /// An epoch whose window closed this long ago without a level-1 batch is a
 /// gap.
 pub const GAP_AFTER: Duration = Duration::from_secs(120);
@@ -46,7 +38,6 @@ impl Tracker {
     pub async fn run(self, stop: impl std::future::Future<Output = ()> + Send) {
         let work = async {
             let mut tick: u64 = 0;
-            let mut last_prune = None::<tokio::time::Instant>;
             let mut every = tokio::time::interval(Duration::from_secs(15));
             loop {
                 every.tick().await;
@@ -57,13 +48,6 @@ impl Tracker {
                 }
                 if tick.is_multiple_of(10) {
                     jobs.push(("participation", self.participation().await.map(|_| ())));
-                }
-                if last_prune.is_none_or(|at: tokio::time::Instant| at.elapsed() >= Duration::from_secs(24 * 3600)) {
-                    let pruned = self.prune(now_secs().saturating_sub(RETENTION.as_secs())).await;
-                    if pruned.is_ok() {
-                        last_prune = Some(tokio::time::Instant::now());
-                    }
-                    jobs.push(("pruning", pruned.map(|_| ())));
                 }
                 for (what, result) in jobs {
                     if let Err(e) = result {
@@ -95,6 +79,28 @@ impl Tracker {
     /// The dashboard summary, written as `dashboard:summary` (JSON) and
     /// `stats:current` (hash), and returned.
     pub async fn dashboard(&self) -> redis::RedisResult<Value> {
+        let summary = self.summary().await?;
+        let k = &self.market.keys;
+        let fields: Vec<(String, String)> =
+            summary.as_object().expect("an object").iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+        redis::pipe()
+            .atomic()
+            .set_ex(k.dashboard_summary(), summary.to_string(), 60)
+            .ignore()
+            .del(k.stats_current())
+            .ignore()
+            .hset_multiple(k.stats_current(), &fields)
+            .ignore()
+            .expire(k.stats_current(), 60)
+            .ignore()
+            .query_async::<()>(&mut self.conn.clone())
+            .await?;
+        Ok(summary)
+    }
+
+    /// The dashboard summary as it is now, written nowhere (what the monitor
+    /// API answers).
+    pub async fn summary(&self) -> redis::RedisResult<Value> {
         let k = &self.market.keys;
         let epochs = k.epochs_timeline();
         let (epochs_1m, epochs_5m) =
@@ -127,33 +133,28 @@ impl Tracker {
             "queue_depth": queued,
             "updated_at": now_secs(),
         });
-        let fields: Vec<(String, String)> =
-            summary.as_object().expect("an object").iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
-        redis::pipe()
-            .atomic()
-            .set_ex(k.dashboard_summary(), summary.to_string(), 60)
-            .ignore()
-            .del(k.stats_current())
-            .ignore()
-            .hset_multiple(k.stats_current(), &fields)
-            .ignore()
-            .expire(k.stats_current(), 60)
-            .ignore()
-            .query_async::<()>(&mut conn)
-            .await?;
         Ok(summary)
     }
 
     /// 24-hour participation, written as `metrics:participation` and
-    /// returned. Level 2 (the validators' network) is not built yet: its
-    /// inclusions are 0.
+    /// returned.
     pub async fn participation(&self) -> redis::RedisResult<Value> {
+        let value = self.participation_now().await?;
+        self.conn.clone().set_ex::<_, _, ()>(self.market.keys.participation(), value.to_string(), 300).await?;
+        Ok(value)
+    }
+
+    /// 24-hour participation as it is now, written nowhere: epochs whose
+    /// window closed (one still open cannot have been missed yet), and those
+    /// this validator finalized. Level 2 (the validators' network) is not
+    /// built yet: its inclusions are 0.
+    pub async fn participation_now(&self) -> redis::RedisResult<Value> {
         let k = &self.market.keys;
         let day = 24 * 3600;
-        let total = self.count_since(&k.epochs_timeline(), day, Some("open:")).await?;
+        let total = self.count_since(&k.epochs_timeline(), day, Some("close:")).await?;
         let participated = self.count_since(&k.validator_batches(&self.market.validator_id), day, None).await?;
         let level1 = self.count_since(&k.batches_timeline(), day, Some("local:")).await?;
-        let rate = if total == 0 { 0.0 } else { participated as f64 / total as f64 };
+        let rate = if total == 0 { 0.0 } else { (participated as f64 / total as f64).min(1.0) };
         let value = json!({
             "validator_id": self.market.validator_id,
             "epochs_total_24h": total,
@@ -164,7 +165,6 @@ impl Tracker {
             "inclusion_rate": 0.0,
             "updated_at": now_secs(),
         });
-        self.conn.clone().set_ex::<_, _, ()>(k.participation(), value.to_string(), 300).await?;
         Ok(value)
     }
 
@@ -231,49 +231,5 @@ impl Tracker {
         }
         gaps.query_async::<()>(&mut conn).await?;
         conn.zrange(k.epochs_gaps(), 0, -1).await
-    }
-
-    /// Drops what is older than `cutoff` (Unix seconds): timeline entries,
-    /// and the no-TTL keys of epochs opened before it. Returns the epochs
-    /// whose keys were dropped.
-    pub async fn prune(&self, cutoff: u64) -> redis::RedisResult<Vec<u64>> {
-        let k = &self.market.keys;
-        let mut conn = self.conn.clone();
-        let old: Vec<String> = conn.zrangebyscore(k.epochs_timeline(), "-inf", cutoff).await?;
-        let epochs: Vec<u64> =
-            old.iter().filter_map(|m| m.strip_prefix("open:").and_then(|e| e.parse().ok())).collect();
-        for &e in &epochs {
-            let ids: Vec<String> = conn.smembers(k.epoch_processed_set(e)).await?;
-            let mut pipe = redis::pipe();
-            for chunk in ids.chunks(500) {
-                let keys: Vec<String> = chunk.iter().map(|id| k.processed(&self.market.validator_id, id)).collect();
-                pipe.del(keys).ignore();
-            }
-            pipe.del(&[
-                k.epoch_processed_set(e),
-                k.finalized(e),
-                k.parts_total(e),
-                k.parts_completed(e),
-                k.parts_ready(e),
-            ])
-            .ignore();
-            pipe.srem(k.epochs_active(), e).ignore().srem(k.active_epochs(), e).ignore();
-            pipe.query_async::<()>(&mut conn).await?;
-        }
-        let mut pipe = redis::pipe();
-        for timeline in [
-            k.epochs_timeline(),
-            k.batches_timeline(),
-            k.submissions_timeline(),
-            k.validations_timeline(),
-            k.validator_batches(&self.market.validator_id),
-        ] {
-            pipe.zrembyscore(timeline, "-inf", cutoff).ignore();
-        }
-        pipe.query_async::<()>(&mut conn).await?;
-        if !epochs.is_empty() {
-            tracing::info!("state tracker: pruned {} epochs older than the retention", epochs.len());
-        }
-        Ok(epochs)
     }
 }

@@ -13,12 +13,25 @@ pub fn devnet(opts: Options, env: &EnvSnapshot) -> anyhow::Result<()> {
         crate::devnet::run(opts, env.clone(), &mut std::io::stdout(), stop).await
     })?;
     if summary.ok() {
-        Ok(())
-    } else {
-        anyhow::bail!(
-            "{} submission(s) rejected and {} selected slot(s) never answered",
-            summary.rejected,
-            summary.missing
-        )
+        return Ok(());
     }
+    let mut problems = Vec::new();
+    for (n, what) in [
+        (summary.rejected, "submission(s) rejected by the collector"),
+        (summary.missing, "selected slot(s) never answered"),
+        (summary.duplicates, "submission(s) accepted twice"),
+        (summary.validator_disagrees, "submission(s) rejected by the validator"),
+        (summary.validator_unjudged, "submission(s) the validator never judged"),
+    ] {
+        if n > 0 {
+            problems.push(format!("{n} {what}"));
+        }
+    }
+    if let Some(f) = summary.finalized.filter(|f| *f != summary.epochs) {
+        problems.push(format!("{} epoch(s) not finalized by the validator", summary.epochs - f));
+    }
+    if problems.is_empty() {
+        problems.push("no epoch ran".to_owned());
+    }
+    anyhow::bail!("{}", problems.join(", "))
 }

@@ -159,10 +159,22 @@ impl Setup {
             assert_eq!(accepted + rejected, BURST);
             assert_eq!(counters.get("accepted").copied().unwrap_or(0), accepted, "accepted counted once each");
             let queued: u64 = conn.llen(k.submission_queue()).await.unwrap();
-            let held: u64 = conn.llen(k.submission_processing()).await.unwrap();
+            let held = lite_node_validator::ReliableQueue::submissions(conn.clone(), k).depth().await.unwrap().1 as u64;
             assert_eq!((queued, held), (0, 0), "nothing left behind");
         });
     }
+}
+
+/// Submissions the dequeuer workers hold (taken, not yet acknowledged).
+fn held_by_workers(conn: &mut redis::Connection, k: &Keys) -> redis::RedisResult<u64> {
+    let queue = k.submission_queue();
+    let owners: Vec<String> = redis::Commands::smembers(conn, format!("{queue}:holders"))?;
+    let mut held = 0;
+    for owner in owners {
+        let n: u64 = redis::Commands::llen(conn, format!("{queue}:held:{owner}"))?;
+        held += n;
+    }
+    Ok(held)
 }
 
 fn wait_for_verdicts(s: &Setup, url: &str, at_least: u64, child: &mut Child, log: &Path) -> u64 {
@@ -186,7 +198,7 @@ fn a_dequeuer_killed_mid_burst_and_started_again_gives_every_submission_exactly_
     // little further into the burst.
     let held_at_kill = |s: &Setup| -> u64 {
         let mut conn = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
-        redis::Commands::llen(&mut conn, s.market.keys.submission_processing()).unwrap()
+        held_by_workers(&mut conn, &s.market.keys).unwrap()
     };
     let (mut at_kill, mut held) = (0, 0);
     for attempt in 1..=5 {
@@ -211,7 +223,7 @@ fn a_dequeuer_killed_mid_burst_and_started_again_gives_every_submission_exactly_
     poll_until("the dead worker's items recovered", Duration::from_secs(60), || {
         let client = redis::Client::open(redis.url()).ok()?;
         let mut conn = client.get_connection().ok()?;
-        let held: u64 = redis::Commands::llen(&mut conn, s.market.keys.submission_processing()).ok()?;
+        let held: u64 = held_by_workers(&mut conn, &s.market.keys).ok()?;
         (held == 0).then_some(())
     });
     second.kill().unwrap();
@@ -244,7 +256,7 @@ fn redis_restarted_under_a_running_dequeuer_loses_nothing_with_aof_on() {
     poll_until("nothing held", Duration::from_secs(60), || {
         let client = redis::Client::open(url.as_str()).ok()?;
         let mut conn = client.get_connection().ok()?;
-        let held: u64 = redis::Commands::llen(&mut conn, s.market.keys.submission_processing()).ok()?;
+        let held: u64 = held_by_workers(&mut conn, &s.market.keys).ok()?;
         let queued: u64 = redis::Commands::llen(&mut conn, s.market.keys.submission_queue()).ok()?;
         (held + queued == 0).then_some(())
     });
@@ -398,4 +410,56 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     let status = poll_until("the validator stopped", Duration::from_secs(20), || child.try_wait().unwrap());
     assert!(status.success(), "{status}:\n{}", log_text());
+}
+
+/// `lite-node validator` with the world's market flags and `extra`.
+fn validator_command(s: &Setup, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lite-node"));
+    cmd.arg("validator")
+        .args(["--anchor-rpc", &s.world.url()])
+        .args(["--protocol-state", &s.world.manifest.protocol_state])
+        .args(["--data-market", &s.world.manifest.data_market])
+        .arg("--data-dir")
+        .arg(s.cache.path().join("flags"))
+        .args(extra)
+        .env_clear()
+        .envs(toolchain_env())
+        .envs(lite_node_testkit::market_env(s.cache.path()))
+        .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+        .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
+        .env("RUST_LOG", "info");
+    cmd
+}
+
+#[test]
+fn bad_flags_exit_2_naming_the_flag_and_sigterm_stops_a_validator_waiting_for_redis() {
+    let s = setup();
+    let pools = s.world.manifest.pools.join(",");
+    for (extra, says) in [
+        (vec!["--workers", "0", "--pools", &pools], "--workers must be at least 1"),
+        (vec!["--pools", "0xzz,0x12"], "`0xzz`, `0x12`"),
+        (vec!["--pools", &pools, "--protocol-state", "0x00000000000000000000000000000000000000f1"], "no contract"),
+    ] {
+        let out = validator_command(&s, &extra).args(["--redis-url", "redis://127.0.0.1:1"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+    }
+
+    // Redis unreachable: the validator waits for it, and a stop ends the wait.
+    let log = s.cache.path().join("waiting.log");
+    let mut child = validator_command(&s, &["--components", "gateway,monitor", "--redis-url", "redis://127.0.0.1:1"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    poll_until("the wait for Redis logged", Duration::from_secs(60), || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("connecting to Redis").then_some(())
+    });
+    let stopped_at = std::time::Instant::now();
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = poll_until("the validator gone", Duration::from_secs(10), || child.try_wait().unwrap());
+    assert!(status.success(), "{status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    println!("stopped {} ms after SIGTERM", stopped_at.elapsed().as_millis());
 }

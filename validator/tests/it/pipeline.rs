@@ -82,6 +82,7 @@ fn key(slot: u64) -> [u8; 32] {
 
 struct World {
     _server: Option<RedisServer>,
+    url: String,
     conn: ConnectionManager,
     market: Arc<Market>,
     chain: Arc<TableChain>,
@@ -155,6 +156,7 @@ async fn world_at(url: &str, part_size: usize, window_blocks: u64, delay: Durati
         aggregator: Aggregator::new(market.clone(), conn.clone()),
         market,
         conn,
+        url: url.to_owned(),
         _server: None,
     }
 }
@@ -377,7 +379,8 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
 async fn api_answers(w: &World, cid_a: &str) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(lite_node_validator::api::serve(w.market.clone(), w.conn.clone(), listener, std::future::pending()));
+    let client = redis::Client::open(w.url.as_str()).unwrap();
+    tokio::spawn(lite_node_validator::api::serve(w.market.clone(), client, listener, std::future::pending()));
     let get = |path: &str| {
         let url = format!("{base}{path}");
         async move {
@@ -390,10 +393,24 @@ async fn api_answers(w: &World, cid_a: &str) {
     let epoch: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(epoch["accepted"], 6);
     assert_eq!(epoch["finalized"]["projects"][0]["snapshotCid"], cid_a);
-    let (_, body) = get("/epochs/5/submissions").await;
-    let subs: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(subs["accepted"].as_array().unwrap().len(), 6);
-    assert!(subs["rejected"].as_array().unwrap().iter().any(|r| r["reason"] == "equivocation"), "{body}");
+    // Every verdict, a page at a time.
+    let (mut accepted, mut rejected, mut after, mut pages) = (0, Vec::new(), String::new(), 0);
+    loop {
+        let (status, body) = get(&format!("/epochs/5/submissions?limit=2&after={after}")).await;
+        assert_eq!(status, 200, "{body}");
+        let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+        accepted += page["accepted"].as_array().unwrap().len();
+        rejected.extend(page["rejected"].as_array().unwrap().iter().map(|r| r["reason"].as_str().unwrap().to_owned()));
+        pages += 1;
+        match page["next"].as_str() {
+            Some(next) => after = next.to_owned(),
+            None => break,
+        }
+    }
+    assert_eq!(accepted, 6);
+    assert!(rejected.iter().any(|r| r == "equivocation"), "{rejected:?}");
+    assert!(pages >= 2, "{pages} pages");
+    assert_eq!(get("/epochs/5/submissions?after=zz").await.0, 400);
     let (_, body) = get("/epochs/active").await;
     assert!(body.contains("\"epoch_id\":6") && !body.contains("\"epoch_id\":5"), "{body}");
     assert_eq!(get("/epochs/404").await.0, 404);
@@ -518,27 +535,40 @@ async fn a_deadline_on_the_windows_last_block_is_taken_there() {
 }
 
 #[tokio::test]
-async fn an_unreadable_part_fails_its_epoch_and_does_not_hold_the_next_one() {
+async fn a_lost_part_is_counted_again_from_the_votes_and_without_them_fails_alone() {
     let w = world(250).await;
     let (cid_a, _, _) = cids();
-    for (epoch, release) in [(5, 100), (6, 101)] {
+    for (epoch, release) in [(5, 100), (6, 101), (7, 101)] {
         w.monitor.released(epoch, release, 1, 1).await.unwrap();
     }
     w.monitor.head(102).await.unwrap();
-    for epoch in [5, 6] {
+    for epoch in [5, 6, 7] {
         w.submit(signed(1, 1, epoch, &project(POOL_A), &cid_a, 120)).await;
     }
-    assert_eq!(w.drain().await, [Verdict::Accepted, Verdict::Accepted]);
-    assert_eq!(w.monitor.head(112).await.unwrap(), [5, 6]);
-    while w.finalizer.step(Duration::from_millis(100)).await.unwrap() {}
-    // Epoch 5's part is corrupted before the aggregator reads it.
-    let _: () = w.conn.clone().set(w.market.keys.batch_part(5, 0), "{torn").await.unwrap();
-    while w.aggregator.step(Duration::from_millis(100)).await.unwrap() {}
-    let state: BTreeMap<String, String> = w.conn.clone().hgetall(w.market.keys.epoch_state(5)).await.unwrap();
+    assert_eq!(w.drain().await, [Verdict::Accepted, Verdict::Accepted, Verdict::Accepted]);
+    assert_eq!(w.monitor.head(112).await.unwrap(), [5, 6, 7]);
+    let finalization = lite_node_validator::ReliableQueue::finalization(w.conn.clone(), &w.market.keys);
+    while finalization.depth().await.unwrap().0 > 0 {
+        w.finalizer.step(Duration::from_millis(10)).await.unwrap();
+    }
+    // Epoch 5's part is torn, epoch 6's expired (an aggregator down for
+    // hours): both are counted again from their votes. Epoch 7 lost its
+    // votes too: it fails, alone.
+    let mut conn = w.conn.clone();
+    let _: () = conn.set(w.market.keys.batch_part(5, 0), "{torn").await.unwrap();
+    let _: () = conn.del(w.market.keys.batch_part(6, 0)).await.unwrap();
+    let _: () = conn.del(&[w.market.keys.batch_part(7, 0), w.market.keys.votes(7)]).await.unwrap();
+    w.finalize().await;
+    for epoch in [5, 6] {
+        assert_eq!(w.finalized(epoch).await["projects"][0]["snapshotCid"], cid_a.as_str(), "epoch {epoch}");
+    }
+    let state: BTreeMap<String, String> = conn.hgetall(w.market.keys.epoch_state(7)).await.unwrap();
     assert_eq!(state.get("level1_status").map(String::as_str), Some("failed"), "{state:?}");
-    let none: Option<String> = w.conn.clone().get(w.market.keys.finalized(5)).await.unwrap();
+    let none: Option<String> = conn.get(w.market.keys.finalized(7)).await.unwrap();
     assert_eq!(none, None);
-    assert_eq!(w.finalized(6).await["projects"][0]["snapshotCid"], cid_a.as_str());
+    let state: BTreeMap<String, String> = conn.hgetall(w.market.keys.epoch_state(5)).await.unwrap();
+    assert_eq!(state["phase"], "level1_complete");
+    assert_eq!(state["level2_status"], "not_run", "no level 2 here, and the state says so");
 }
 
 #[tokio::test]
@@ -739,4 +769,85 @@ async fn an_epoch_waits_for_what_arrived_in_time_before_it_is_counted() {
     assert_eq!(w.drain().await, [Verdict::Accepted]);
     w.finalize().await;
     assert_eq!(w.finalized(5).await["projects"][0]["votes"], 1);
+}
+
+/// Redis memory per accepted submission once its epoch is finalized —
+/// everything the gateway, the dequeuer, the finalizer and the aggregator
+/// keep for it — printed, and held under a bound.
+#[tokio::test]
+async fn redis_memory_per_accepted_submission_is_printed_and_bounded() {
+    let w = world(250).await;
+    let mut conn = w.conn.clone();
+    async fn dataset(conn: &mut ConnectionManager) -> (u64, u64) {
+        let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await.unwrap();
+        let bytes = info.lines().find_map(|l| l.strip_prefix("used_memory_dataset:")).unwrap().trim().parse().unwrap();
+        (bytes, redis::cmd("DBSIZE").query_async(conn).await.unwrap())
+    }
+    let slots = [1u64, 2, 3, 4, 5, 6, 7];
+    let epochs: Vec<u64> = (10..31).collect();
+    for &e in &epochs {
+        w.monitor.released(e, 100, 1, 1).await.unwrap();
+    }
+    w.monitor.head(101).await.unwrap();
+    // Warm: the first of everything (counters, timelines, scripts) is not
+    // per submission.
+    let warm = lite_node_protocol::cid::cid(b"warm");
+    w.submit(signed(1, 1, 9, &format!("tie0:{NAMESPACE}"), &warm, 120)).await;
+    dataset(&mut conn).await;
+    let (before, keys_before) = dataset(&mut conn).await;
+    let mut n = 0u64;
+    for &e in &epochs {
+        for slot in slots {
+            for i in 0..7 {
+                let cid = lite_node_protocol::cid::cid(format!("{e} {slot} {i}").as_bytes());
+                w.submit(signed(slot, slot, e, &format!("tie{i}:{NAMESPACE}"), &cid, 120)).await;
+                n += 1;
+            }
+        }
+    }
+    let accepted = w.drain().await.iter().filter(|v| **v == Verdict::Accepted).count() as u64;
+    assert_eq!(accepted, n);
+    w.monitor.head(112).await.unwrap();
+    w.finalize().await;
+    let (after, keys_after) = dataset(&mut conn).await;
+    let per = after.saturating_sub(before) as f64 / n as f64;
+    let keys_per = keys_after.saturating_sub(keys_before) as f64 / n as f64;
+    println!(
+        "Redis after {n} accepted submissions, their {} epochs finalized: {per:.0} bytes and {keys_per:.2} keys \
+         per submission (used_memory_dataset)",
+        epochs.len()
+    );
+    // Where it goes, key by key (MEMORY USAGE, sampled in full), and how
+    // long each part of it is kept.
+    let mut breakdown: BTreeMap<String, (u64, u64, i64)> = BTreeMap::new();
+    let mut kept: BTreeMap<&str, u64> = BTreeMap::new();
+    let names: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut conn).await.unwrap();
+    for name in names {
+        let used: u64 =
+            redis::cmd("MEMORY").arg("USAGE").arg(&name).arg("SAMPLES").arg(0).query_async(&mut conn).await.unwrap();
+        let ttl: i64 = conn.ttl(&name).await.unwrap();
+        // Timelines have no TTL: their writers trim them to a day.
+        let class = match ttl {
+            _ if name.ends_with(":timeline") => "a day",
+            0..=3_600 => "an hour",
+            3_601..=86_400 => "a day",
+            _ => "a week or more",
+        };
+        *kept.entry(class).or_default() += used;
+        let pattern = keys::spec_of(&name).map_or(name.clone(), |s| s.pattern.to_owned());
+        let e = breakdown.entry(pattern).or_default();
+        (e.0, e.1, e.2) = (e.0 + used, e.1 + 1, ttl);
+    }
+    let mut rows: Vec<_> = breakdown.into_iter().collect();
+    rows.sort_by_key(|(_, (b, _, _))| std::cmp::Reverse(*b));
+    for (pattern, (bytes, count, ttl)) in rows.iter().take(10) {
+        println!("  {:>6.0} B/submission  {count:>5} keys  ttl {ttl:>7} s  {pattern}", *bytes as f64 / n as f64);
+    }
+    for (class, bytes) in &kept {
+        println!("  kept {class}: {:.0} B per submission", *bytes as f64 / n as f64);
+    }
+    let per_class = |c: &str| kept.get(c).copied().unwrap_or(0) as f64 / n as f64;
+    assert!(per_class("a week or more") < 128.0, "kept a week: {:.0} B", per_class("a week or more"));
+    assert!(per_class("a day") < 1_408.0, "kept a day: {:.0} B", per_class("a day"));
+    assert!(per < 3_072.0, "{per:.0} bytes per accepted submission");
 }

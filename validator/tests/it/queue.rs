@@ -1,6 +1,7 @@
 //! The reliable queue: a worker SIGKILLed in the middle of a burst (here:
-//! items taken and never acknowledged, their marks expired) loses nothing,
-//! and every item is handled exactly once.
+//! items taken and never acknowledged, its heartbeat gone) loses nothing,
+//! every item is handled exactly once, and a worker that is slow but alive
+//! keeps what it holds.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -11,16 +12,17 @@ use lite_node_validator::{
 };
 use redis::AsyncCommands;
 
-async fn queue(server: &RedisServer) -> (ReliableQueue, redis::aio::ConnectionManager) {
+async fn queue(server: &RedisServer, owner: &str) -> (ReliableQueue, redis::aio::ConnectionManager) {
     let client = redis::Client::open(server.url()).unwrap();
     let conn = redis::aio::ConnectionManager::new(client).await.unwrap();
-    (ReliableQueue::submissions(conn.clone(), &Keys::new("0xPS", "0xDM")), conn)
+    (ReliableQueue::submissions(conn.clone(), &Keys::new("0xPS", "0xDM")).owned_by(owner), conn)
 }
 
 #[tokio::test]
 async fn a_worker_that_dies_mid_burst_loses_nothing_and_nothing_is_handled_twice() {
     let server = RedisServer::start();
-    let (q, mut conn) = queue(&server).await;
+    let (q, mut conn) = queue(&server, "dies-1").await;
+    q.beat().await.unwrap();
     for n in 0..200 {
         q.push(&format!("{{\"n\":{n}}}")).await.unwrap();
     }
@@ -34,13 +36,13 @@ async fn a_worker_that_dies_mid_burst_loses_nothing_and_nothing_is_handled_twice
         }
     }
     assert_eq!(q.depth().await.unwrap(), (170, 10), "10 held by the dead worker");
-    // While their marks live, the items are a live worker's: not recovered.
+    // While its heartbeat lives, the items are a live worker's: not recovered.
     assert_eq!(q.recover().await.unwrap(), 0);
-    // Every key written so far is seed 001's, with its type and TTL.
+    // Every key written so far is in the schema, with its type and TTL.
     let keys: Vec<String> = conn.keys("*").await.unwrap();
-    assert_eq!(keys.len(), 12, "the queue, the processing list, 10 marks: {keys:?}");
+    assert_eq!(keys.len(), 14, "the queue, its list, the holders, 10 marks, the heartbeat: {keys:?}");
     for key in &keys {
-        let spec = keys::spec_of(key).unwrap_or_else(|| panic!("{key} is not in seed 001"));
+        let spec = keys::spec_of(key).unwrap_or_else(|| panic!("{key} is not in the schema"));
         let kind: String = redis::cmd("TYPE").arg(key).query_async(&mut conn).await.unwrap();
         assert_eq!(kind, spec.kind.redis_name(), "{key}");
         let ttl: i64 = conn.ttl(key).await.unwrap();
@@ -51,19 +53,61 @@ async fn a_worker_that_dies_mid_burst_loses_nothing_and_nothing_is_handled_twice
             }
         }
     }
-    // The marks expire (5 minutes in production; here deleted as expiry would).
-    let marks: Vec<String> = conn.keys("processingSubmission:*").await.unwrap();
-    assert_eq!(marks.len(), 10);
-    for mark in &marks {
-        conn.del::<_, ()>(mark).await.unwrap();
-    }
+    // The heartbeat lapses (15 s in production; deleted here as expiry would).
+    conn.del::<_, ()>("0xps:0xdm:worker:dies-1").await.unwrap();
     assert_eq!(q.recover().await.unwrap(), 10, "the dead worker's items go back");
+    let marks: Vec<String> = conn.keys("processingSubmission:*").await.unwrap();
+    assert!(marks.is_empty(), "their marks go with them: {marks:?}");
     // Another worker drains the queue.
-    while let Some(taken) = q.take(Duration::from_millis(100)).await.unwrap() {
+    let (other, _) = queue(&server, "drains-2").await;
+    while let Some(taken) = other.take(Duration::from_millis(100)).await.unwrap() {
         *handled.entry(taken.payload.clone()).or_default() += 1;
-        q.ack(&taken).await.unwrap();
+        other.ack(&taken).await.unwrap();
     }
     assert_eq!(handled.len(), 200, "none lost");
     assert!(handled.values().all(|&n| n == 1), "none twice");
     assert_eq!(q.depth().await.unwrap(), (0, 0));
+}
+
+#[tokio::test]
+async fn a_slow_worker_keeps_what_it_holds_and_an_ack_takes_only_its_own_copy() {
+    let server = RedisServer::start();
+    let (slow, mut conn) = queue(&server, "slow-1").await;
+    let (fast, _) = queue(&server, "fast-2").await;
+    slow.beat().await.unwrap();
+    fast.beat().await.unwrap();
+    // The same item twice (a submission sent again): each worker takes one.
+    slow.push("same").await.unwrap();
+    slow.push("same").await.unwrap();
+    let mine = slow.take_batch(1).await.unwrap();
+    let theirs = fast.take_batch(1).await.unwrap();
+    assert_eq!((mine.len(), theirs.len()), (1, 1));
+    // The slow worker's mark expires (5 minutes) while it still works: its
+    // heartbeat says it lives, so nothing is taken from it.
+    let marks: Vec<String> = conn.keys("processingSubmission:*").await.unwrap();
+    for mark in &marks {
+        conn.del::<_, ()>(mark).await.unwrap();
+    }
+    assert_eq!(slow.recover().await.unwrap(), 0);
+    // The fast worker acknowledges its copy: the slow one still holds its own.
+    fast.ack(&theirs[0]).await.unwrap();
+    assert_eq!(slow.depth().await.unwrap(), (0, 1));
+    let held: Vec<String> = conn.lrange("0xps:0xdm:submissionQueue:held:slow-1", 0, -1).await.unwrap();
+    assert_eq!(held, ["same"]);
+    slow.ack(&mine[0]).await.unwrap();
+    assert_eq!(slow.depth().await.unwrap(), (0, 0));
+}
+
+#[tokio::test]
+async fn a_dead_workers_large_hold_comes_back_a_page_at_a_time() {
+    let server = RedisServer::start();
+    let (q, _) = queue(&server, "big-1").await;
+    for n in 0..1_234 {
+        q.push(&format!("item {n}")).await.unwrap();
+    }
+    // Never beat: a worker that died at once.
+    assert_eq!(q.take_batch(2_000).await.unwrap().len(), 1_234);
+    assert_eq!(q.depth().await.unwrap(), (0, 1_234));
+    assert_eq!(q.recover().await.unwrap(), 1_234);
+    assert_eq!(q.depth().await.unwrap(), (1_234, 0));
 }

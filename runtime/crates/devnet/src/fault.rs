@@ -17,10 +17,15 @@ pub enum Fault {
     KillNode { slot: u64, epoch: u64 },
     /// `stall-anvil:SECS@EPOCH`: anvil stops answering for SECS right after the epoch's release.
     StallAnvil { secs: u64, epoch: u64 },
+    /// `restart-redis@EPOCH`: the validator's Redis is stopped (SIGTERM, so
+    /// its append-only file is complete) and started again right after the
+    /// epoch's release.
+    RestartRedis { epoch: u64 },
 }
 
 /// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`),
-/// `kill-node:SLOT@EPOCH` or `stall-anvil:SECONDS@EPOCH`.
+/// `kill-node:SLOT@EPOCH`, `stall-anvil:SECONDS@EPOCH` or
+/// `restart-redis@EPOCH`.
 pub fn parse_fault(s: &str) -> Result<Fault, String> {
     s.parse()
 }
@@ -29,6 +34,10 @@ impl std::str::FromStr for Fault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(epoch) = s.strip_prefix("restart-redis@") {
+            let epoch = epoch.parse().map_err(|_| format!("--fault {s}: `{epoch}` is not an epoch id"))?;
+            return Ok(Fault::RestartRedis { epoch });
+        }
         let (kind, rest) = s
             .split_once(':')
             .ok_or_else(|| format!("--fault {s}: expected KIND:SLOT (e.g. compute-error:1) or kill-node:SLOT@EPOCH"))?;
@@ -44,16 +53,19 @@ impl std::str::FromStr for Fault {
             let (secs, epoch) = (number(secs, "a number of seconds")?, number(epoch, "an epoch id")?);
             return Ok(Fault::StallAnvil { secs, epoch });
         }
-        let drill =
-            kind.parse().map_err(|e: String| format!("{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH"))?;
+        let drill = kind.parse().map_err(|e: String| {
+            format!("{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH")
+        })?;
         Ok(Fault::Drill(number(rest, "a slot number")?, drill))
     }
 }
 
-/// What a fault acts on after a release: the chain and the nodes' processes.
+/// What a fault acts on after a release: the chain, the nodes' processes
+/// and the validators.
 pub(crate) struct Targets<'a> {
     pub anvil: &'a mut AnvilProcess,
     pub nodes: &'a mut [crate::Node],
+    pub validators: &'a mut [crate::validator::DevnetValidator],
 }
 
 impl Fault {
@@ -62,6 +74,9 @@ impl Fault {
         let slot = match *self {
             Self::Drill(slot, _) | Self::KillNode { slot, .. } => slot,
             Self::StallAnvil { .. } => return None,
+            Self::RestartRedis { .. } => {
+                return (opts.validators == 0).then(|| "--fault restart-redis needs --validators 1".to_owned());
+            }
         };
         (slot == 0 || slot > opts.our_slots())
             .then(|| format!("--fault slot {slot} is not one of the devnet's slots 1..={}", opts.our_slots()))
@@ -88,6 +103,14 @@ impl Fault {
                     node.process.kill();
                 }
             }
+            Self::RestartRedis { epoch } if epoch == epoch_id => {
+                for v in targets.validators.iter_mut() {
+                    tracing::info!("drill: the validator's Redis restarts after epoch {epoch}'s release");
+                    if let Err(e) = v.restart_redis() {
+                        tracing::error!("drill: the validator's Redis did not restart: {e:#}");
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -102,6 +125,8 @@ mod tests {
         assert_eq!("compute-error:2".parse::<Fault>(), Ok(Fault::Drill(2, lite_node_config::Drill::ComputeError)));
         assert_eq!("kill-node:1@3".parse::<Fault>(), Ok(Fault::KillNode { slot: 1, epoch: 3 }));
         assert_eq!("stall-anvil:5@2".parse::<Fault>(), Ok(Fault::StallAnvil { secs: 5, epoch: 2 }));
+        assert_eq!("restart-redis@8".parse::<Fault>(), Ok(Fault::RestartRedis { epoch: 8 }));
+        assert!("restart-redis@x".parse::<Fault>().unwrap_err().contains("`x` is not an epoch id"));
         let e = "kill-node:1".parse::<Fault>().unwrap_err();
         assert!(e.contains("expected kill-node:SLOT@EPOCH"), "{e}");
         let e = "melt:1".parse::<Fault>().unwrap_err();

@@ -155,10 +155,12 @@ pub struct Summary {
     pub duplicates: usize,
     /// Nodes the devnet restarted after they died.
     pub restarts: u32,
-    /// With a validator: epochs it finalized, and submissions the collector
-    /// accepted that the validator did not (each a problem).
+    /// With a validator: epochs it finalized; submissions the collector
+    /// accepted that the validator rejected, and those it never judged (each
+    /// a problem).
     pub finalized: Option<usize>,
     pub validator_disagrees: usize,
+    pub validator_unjudged: usize,
 }
 
 impl Summary {
@@ -167,6 +169,7 @@ impl Summary {
             && self.missing == 0
             && self.duplicates == 0
             && self.validator_disagrees == 0
+            && self.validator_unjudged == 0
             && self.finalized.is_none_or(|f| f == self.epochs)
             && (self.epochs > 0 || self.interrupted)
     }
@@ -604,7 +607,8 @@ impl Devnet {
             Ok(result) => result?,
             Err(_) => bail!("anvil did not answer for {}s", STALL_LIMIT.as_secs()),
         };
-        let mut targets = fault::Targets { anvil: &mut self.anvil, nodes: &mut self.nodes };
+        let mut targets =
+            fault::Targets { anvil: &mut self.anvil, nodes: &mut self.nodes, validators: &mut self.validators };
         for fault in &self.opts.faults {
             fault.after_release(epoch.assignment.epoch_id, &mut targets);
         }
@@ -742,15 +746,17 @@ impl Devnet {
         let outcomes = self.outcomes.first().unwrap_or(&empty);
         if !self.validators.is_empty() {
             summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
-            summary.validator_disagrees = seen
+            let verdicts: Vec<Option<&str>> = seen
                 .iter()
                 .filter(|s| s.verdict.is_ok())
                 .filter_map(|s| s.submission.request.as_ref())
-                .filter(|r| {
+                .map(|r| {
                     let key = (r.slot_id, r.project_id.clone(), r.snapshot_cid.clone());
-                    outcomes.get(&r.epoch_id).and_then(|o| o.verdicts.get(&key)).map(String::as_str) != Some("accepted")
+                    outcomes.get(&r.epoch_id).and_then(|o| o.verdicts.get(&key)).map(String::as_str)
                 })
-                .count();
+                .collect();
+            summary.validator_disagrees = verdicts.iter().filter(|v| v.is_some_and(|v| v != "accepted")).count();
+            summary.validator_unjudged = verdicts.iter().filter(|v| v.is_none()).count();
         }
         writeln!(out, "\n{}", summary_text(&summary, self.started.elapsed()))?;
         if let Some(path) = &self.opts.json {
@@ -1134,6 +1140,7 @@ fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], in
         restarts: nodes.iter().map(|n| n.restarts).sum(),
         finalized: None,
         validator_disagrees: 0,
+        validator_unjudged: 0,
     }
 }
 
@@ -1179,9 +1186,12 @@ fn summary_text(s: &Summary, took: Duration) -> String {
     if let Some(f) = s.finalized {
         extra.push_str(&format!("; the validator finalized {f} of {} epochs", s.epochs));
         if s.validator_disagrees > 0 {
+            extra.push_str(&format!("; it rejected {} submission(s) the collector accepted", s.validator_disagrees));
+        }
+        if s.validator_unjudged > 0 {
             extra.push_str(&format!(
-                " and did not accept {} submission(s) the collector accepted",
-                s.validator_disagrees
+                "; {} submission(s) the collector accepted were never judged by it",
+                s.validator_unjudged
             ));
         }
     }

@@ -22,6 +22,9 @@ pub const WINDOW_BLOCKS: u64 = 2;
 /// One validator of the devnet and its Redis.
 pub struct DevnetValidator {
     pub redis: Guarded,
+    /// How its Redis is started (again, for `--fault restart-redis`).
+    redis_port: u16,
+    redis_dir: std::path::PathBuf,
     pub process: Guarded,
     pub gateway: String,
     pub api: String,
@@ -36,6 +39,18 @@ pub struct EpochOutcome {
     pub batch: Option<Value>,
     /// Per submission (slot, project, CID): `accepted` or the rejection reason.
     pub verdicts: BTreeMap<(u64, String, String), String>,
+}
+
+/// `redis-server` on `port` keeping its data in `dir`, with an append-only
+/// file (fsync every second, as a validator's Redis should run), so a
+/// restart keeps what was written.
+fn start_redis(port: u16, dir: &Path, log: &Path) -> Result<Guarded> {
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .args(["--appendonly", "yes", "--appendfsync", "everysec"])
+        .arg("--dir")
+        .arg(dir);
+    Guarded::spawn("redis-server", &mut cmd, log, false)
 }
 
 fn free_port() -> Result<u16> {
@@ -61,11 +76,7 @@ impl DevnetValidator {
         let redis_dir = run_dir.join("redis");
         std::fs::create_dir_all(&redis_dir)?;
         let redis_port = free_port()?;
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&redis_dir);
-        let redis = Guarded::spawn("redis-server", &mut cmd, &run_dir.join("redis.log"), false).map_err(|e| {
+        let redis = start_redis(redis_port, &redis_dir, &run_dir.join("redis.log")).map_err(|e| {
             anyhow!(
                 "cannot start redis-server ({e}): --validators needs it installed (./init.sh devnet installs the \
                  Debian package, or: apt-get install redis-server)"
@@ -110,6 +121,8 @@ impl DevnetValidator {
         let keys = Keys::new(&protocol_state.to_ascii_lowercase(), &data_market.to_ascii_lowercase());
         let mut v = Self {
             redis,
+            redis_port,
+            redis_dir,
             process,
             gateway: format!("http://127.0.0.1:{gateway_port}"),
             api: format!("http://127.0.0.1:{api_port}"),
@@ -144,6 +157,15 @@ impl DevnetValidator {
         }
     }
 
+    /// Stops its Redis (SIGTERM: the append-only file is written out) and
+    /// starts it again on the same port and directory.
+    pub fn restart_redis(&mut self) -> Result<()> {
+        super::process::stop_all(&mut [&mut self.redis], Duration::from_secs(10));
+        let log = self.redis.log.clone();
+        self.redis = start_redis(self.redis_port, &self.redis_dir, &log)?;
+        Ok(())
+    }
+
     /// Waits until the validator has a verdict for `forwarded` submissions of
     /// `epoch_id`, mines up to the block that closes its window, and waits
     /// for its finalized batch (up to `patience` for each step).
@@ -158,9 +180,21 @@ impl DevnetValidator {
         let k = self.keys.clone();
         let deadline = tokio::time::Instant::now() + patience;
         loop {
-            let accepted: usize = self.conn.scard(k.epoch_processed_set(epoch_id)).await?;
-            let rejected: usize = self.conn.hlen(k.rejections(epoch_id)).await?;
-            if accepted + rejected >= forwarded || tokio::time::Instant::now() > deadline {
+            // Redis may be restarting (a drill, or an operator): its
+            // connection comes back on the next command.
+            let judged = async {
+                let accepted: usize = self.conn.scard(k.epoch_processed_set(epoch_id)).await?;
+                let rejected: usize = self.conn.hlen(k.rejections(epoch_id)).await?;
+                Ok::<_, redis::RedisError>(accepted + rejected)
+            };
+            let judged = match judged.await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!("the validator's Redis did not answer ({e}); asking again");
+                    0
+                }
+            };
+            if judged >= forwarded || tokio::time::Instant::now() > deadline {
                 break;
             }
             self.alive()?;
@@ -173,7 +207,13 @@ impl DevnetValidator {
         }
         let deadline = tokio::time::Instant::now() + patience;
         let batch = loop {
-            let stored: Option<String> = self.conn.get(k.finalized(epoch_id)).await?;
+            let stored: Option<String> = match self.conn.get(k.finalized(epoch_id)).await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    tracing::debug!("the validator's Redis did not answer ({e}); asking again");
+                    None
+                }
+            };
             if let Some(text) = stored {
                 break Some(serde_json::from_str::<Value>(&text).context("finalized batch")?);
             }

@@ -205,11 +205,11 @@ impl EpochWork {
         // validator reads alike, whenever they ask.
         let what = format!("epoch {}: reading the total slot count", epoch.epoch_id);
         let total = || self.anchor.total_slots_at(epoch.released_block);
-        let total_slots = match retry(Policy::CHAIN, what, total, |_| true).await {
+        let total_slots = match retry(Policy::PRELOAD, what, total, |_| true).await {
             Ok(n) => n,
             Err(e) => {
                 return Err(every(OutcomeKind::Failed(format!(
-                    "the total slot count at release block {} is unknown: getTotalNodeCount did not answer ({e})",
+                    "the total slot count is unknown: getTotalNodeCount at release block {} did not answer ({e})",
                     epoch.released_block
                 ))));
             }
