@@ -158,21 +158,21 @@ async fn submissions(State(api): State<Api>, Path(id): Path<u64>, Query(q): Quer
             _ => return Err(bad("not a cursor this API gave")),
         },
     };
-    let (mut accepted, mut rejected) = (Vec::new(), Vec::new());
-    let next = if in_accepted {
-        let (next, members): (u64, Vec<String>) = redis::cmd("ZSCAN")
-            .arg(k.votes(id))
-            .arg(cursor)
-            .arg("COUNT")
-            .arg(limit)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        // ZSCAN answers member, score, member, score…
-        accepted = members
-            .iter()
-            .step_by(2)
-            .filter_map(|m| {
+    let (mut accepted, mut rejected) = (Vec::<Value>::new(), Vec::<Value>::new());
+    let (mut in_accepted, mut cursor) = (in_accepted, cursor);
+    // Scans until the page is full or both are done: accepted, then rejected.
+    let next = loop {
+        if in_accepted {
+            let (next, members): (u64, Vec<String>) = redis::cmd("ZSCAN")
+                .arg(k.votes(id))
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(limit)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            // ZSCAN answers member, score, member, score…
+            accepted.extend(members.iter().step_by(2).filter_map(|m| {
                 let mut fields = m.splitn(3, '\x1f');
                 let (project, slot, cid) = (fields.next()?, fields.next()?, fields.next()?);
                 let slot: u64 = slot.parse().ok()?;
@@ -181,29 +181,32 @@ async fn submissions(State(api): State<Api>, Path(id): Path<u64>, Query(q): Quer
                 } else {
                     json!({"slot_id": slot, "project_id": project, "snapshot_cid": cid})
                 })
-            })
-            .collect();
-        Some(if next == 0 { "r:0".to_owned() } else { format!("a:{next}") })
-    } else {
-        let (next, fields): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
-            .arg(k.rejections(id))
-            .arg(cursor)
-            .arg("COUNT")
-            .arg(limit)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        rejected = fields
-            .into_iter()
-            .map(|(sid, record)| {
+            }));
+            (in_accepted, cursor) = if next == 0 { (false, 0) } else { (true, next) };
+        } else {
+            let (next, fields): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                .arg(k.rejections(id))
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(limit)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            rejected.extend(fields.into_iter().map(|(sid, record)| {
                 let mut v = parsed(&record);
                 if let Value::Object(o) = &mut v {
                     o.insert("submission_id".into(), sid.into());
                 }
                 v
-            })
-            .collect();
-        (next != 0).then(|| format!("r:{next}"))
+            }));
+            if next == 0 {
+                break None;
+            }
+            cursor = next;
+        }
+        if accepted.len() + rejected.len() >= limit {
+            break Some(format!("{}:{cursor}", if in_accepted { "a" } else { "r" }));
+        }
     };
     Ok(Json(json!({"epoch_id": id, "accepted": accepted, "rejected": rejected, "next": next})).into_response())
 }

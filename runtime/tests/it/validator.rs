@@ -412,12 +412,13 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
     assert!(status.success(), "{status}:\n{}", log_text());
 }
 
-/// `lite-node validator` with the world's market flags and `extra`.
-fn validator_command(s: &Setup, extra: &[&str]) -> Command {
+/// `lite-node validator` with the world's market flags (ProtocolState
+/// `protocol_state` if given) and `extra`.
+fn validator_command(s: &Setup, protocol_state: Option<&str>, extra: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lite-node"));
     cmd.arg("validator")
         .args(["--anchor-rpc", &s.world.url()])
-        .args(["--protocol-state", &s.world.manifest.protocol_state])
+        .args(["--protocol-state", protocol_state.unwrap_or(&s.world.manifest.protocol_state)])
         .args(["--data-market", &s.world.manifest.data_market])
         .arg("--data-dir")
         .arg(s.cache.path().join("flags"))
@@ -435,12 +436,13 @@ fn validator_command(s: &Setup, extra: &[&str]) -> Command {
 fn bad_flags_exit_2_naming_the_flag_and_sigterm_stops_a_validator_waiting_for_redis() {
     let s = setup();
     let pools = s.world.manifest.pools.join(",");
-    for (extra, says) in [
-        (vec!["--workers", "0", "--pools", &pools], "--workers must be at least 1"),
-        (vec!["--pools", "0xzz,0x12"], "`0xzz`, `0x12`"),
-        (vec!["--pools", &pools, "--protocol-state", "0x00000000000000000000000000000000000000f1"], "no contract"),
+    let nothing_there = Some("0x00000000000000000000000000000000000000f1");
+    for (ps, extra, says) in [
+        (None, vec!["--workers", "0", "--pools", &pools], "--workers must be at least 1"),
+        (None, vec!["--pools", "0xzz,0x12"], "`0xzz`, `0x12`"),
+        (nothing_there, vec!["--pools", &pools], "no contract"),
     ] {
-        let out = validator_command(&s, &extra).args(["--redis-url", "redis://127.0.0.1:1"]).output().unwrap();
+        let out = validator_command(&s, ps, &extra).args(["--redis-url", "redis://127.0.0.1:1"]).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
         assert!(stderr.contains(says), "{extra:?}: {stderr}");
@@ -448,11 +450,12 @@ fn bad_flags_exit_2_naming_the_flag_and_sigterm_stops_a_validator_waiting_for_re
 
     // Redis unreachable: the validator waits for it, and a stop ends the wait.
     let log = s.cache.path().join("waiting.log");
-    let mut child = validator_command(&s, &["--components", "gateway,monitor", "--redis-url", "redis://127.0.0.1:1"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child =
+        validator_command(&s, None, &["--components", "gateway,monitor", "--redis-url", "redis://127.0.0.1:1"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
     poll_until("the wait for Redis logged", Duration::from_secs(60), || {
         std::fs::read_to_string(&log).unwrap_or_default().contains("connecting to Redis").then_some(())
     });
