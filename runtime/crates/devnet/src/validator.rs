@@ -226,11 +226,46 @@ impl DevnetValidator {
         Ok(EpochOutcome { batch, verdicts: self.verdicts(epoch_id).await? })
     }
 
-    /// Every verdict the validator gave for `epoch_id`.
+    /// Every verdict the validator gave for `epoch_id`, page by page. An
+    /// answer other than 200 (the API's Redis connection coming back after
+    /// a restart) is asked again, for up to 10 s.
     async fn verdicts(&mut self, epoch_id: u64) -> Result<BTreeMap<(u64, String, String), String>> {
-        let url = format!("{}/epochs/{epoch_id}/submissions", self.api);
-        let body: Value = reqwest::get(&url).await?.json().await.with_context(|| format!("GET {url}"))?;
         let mut out = BTreeMap::new();
+        let mut after = String::new();
+        loop {
+            let url = format!("{}/epochs/{epoch_id}/submissions?limit=1000&after={after}", self.api);
+            let page = self.get_json(&url).await?;
+            Self::add_verdicts(&page, &mut out);
+            match page["next"].as_str() {
+                Some(next) => after = next.to_owned(),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// `url`'s JSON, asked again while the API answers anything but 200.
+    async fn get_json(&mut self, url: &str) -> Result<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = async {
+                let r = reqwest::get(url).await?;
+                let status = r.status();
+                let text = r.text().await?;
+                anyhow::ensure!(status.is_success(), "{status}: {}", text.trim());
+                Ok::<Value, anyhow::Error>(serde_json::from_str(&text)?)
+            };
+            match answer.await {
+                Ok(v) => return Ok(v),
+                Err(e) if tokio::time::Instant::now() > deadline => return Err(e.context(format!("GET {url}"))),
+                Err(_) => {
+                    self.alive()?;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    fn add_verdicts(body: &Value, out: &mut BTreeMap<(u64, String, String), String>) {
         let field = |v: &Value, k: &str| match &v[k] {
             Value::String(s) => s.clone(),
             other => other.to_string(),
@@ -243,7 +278,6 @@ impl DevnetValidator {
             let slot = r["slot_id"].as_u64().unwrap_or(0);
             out.entry((slot, field(r, "project_id"), field(r, "snapshot_cid"))).or_insert_with(|| field(r, "reason"));
         }
-        Ok(out)
     }
 
     fn alive(&mut self) -> Result<()> {
