@@ -8,7 +8,12 @@
 //!   honest throughput printed;
 //! - finalization latency: an epoch of 1,000 projects × 10 votes, from the
 //!   window's close (the event monitor's close) to `finalized:{epochId}`,
-//!   with 2 finalizer workers and the aggregator running.
+//!   with 2 finalizer workers and the aggregator running;
+//! - the gateway under a reading storm: 50,000 rejection records of one
+//!   epoch (each at the field caps) read page by page by 10 monitor-API
+//!   clients at once, while submissions go through the gateway over gRPC:
+//!   the gateway's latency (p50, p99, max) and whether a worker's heartbeat
+//!   ever lapsed.
 //!
 //!     cargo bench -p lite-node-validator --bench pipeline
 //!
@@ -87,17 +92,22 @@ fn junk(epoch_id: u64, n: u64, deadline: u64) -> Vec<String> {
                 epoch_id,
                 project_id: format!("baseSnapshot:junk{i}:bench"),
             };
-            let s = proto::SnapshotSubmission {
-                signature: signer.sign(&request).unwrap(),
-                request: Some((&request).into()),
-                header: String::new(),
-                data_market: scope().data_market.to_string(),
-                node_version: None,
-                protocol_state: scope().protocol_state.to_string(),
-            };
-            gateway::encode(&s, 0, "bench", 101)
+            queued(&signer, &request)
         })
         .collect()
+}
+
+/// `request` signed by `signer`, as the gateway queues it.
+fn queued(signer: &Signer, request: &Request) -> String {
+    let s = proto::SnapshotSubmission {
+        signature: signer.sign(request).unwrap(),
+        request: Some(request.into()),
+        header: String::new(),
+        data_market: scope().data_market.to_string(),
+        node_version: None,
+        protocol_state: scope().protocol_state.to_string(),
+    };
+    gateway::encode(&s, 0, "bench", 101)
 }
 
 /// `slots × projects` signed submissions of one epoch, as the gateway queues them.
@@ -112,15 +122,7 @@ fn burst(epoch_id: u64, slots: u64, projects: u64, deadline: u64) -> Vec<String>
             let slot_id = i as u64 + 1;
             let cid = cids[(slot_id % 3) as usize].clone();
             let request = Request { slot_id, deadline, snapshot_cid: cid, epoch_id, project_id: project_id.clone() };
-            let s = proto::SnapshotSubmission {
-                signature: signer.sign(&request).unwrap(),
-                request: Some((&request).into()),
-                header: String::new(),
-                data_market: scope().data_market.to_string(),
-                node_version: None,
-                protocol_state: scope().protocol_state.to_string(),
-            };
-            out.push(gateway::encode(&s, 0, "bench", 101));
+            out.push(queued(signer, &request));
         }
     }
     out
@@ -270,5 +272,127 @@ fn main() {
                 if epoch == 2 { " (goal < 100 ms for 1,000 projects × 10 votes)" } else { "" }
             );
         }
+
+        reading_storm(&client, &market, &monitor, quick).await;
     });
+}
+
+/// The gateway's latency while 10 API clients page through 50,000
+/// rejections of one epoch (see the module docs).
+async fn reading_storm(client: &redis::Client, market: &Arc<Market>, monitor: &Monitor, quick: bool) {
+    let (records, sends) = if quick { (500, 20) } else { (50_000, 2_000) };
+    let mut conn = lite_node_validator::connect(client).await.unwrap();
+    let epoch = 4;
+    monitor.released(epoch, 110, 1, 1).await.unwrap();
+    // Rejections as the dequeuer keeps them: every field at its cap.
+    let record = serde_json::json!({
+        "slot_id": 1, "project_id": "p".repeat(256), "snapshot_cid": "c".repeat(100),
+        "reason": "wrong_signer", "detail": "d".repeat(300), "at": 0,
+    })
+    .to_string();
+    for chunk in (0..records).collect::<Vec<u64>>().chunks(1_000) {
+        let fields: Vec<(String, &str)> = chunk.iter().map(|i| (format!("{i:064x}"), record.as_str())).collect();
+        let _: () = conn.hset_multiple(market.keys.rejections(epoch), &fields).await.unwrap();
+    }
+    // A worker's heartbeat, kept as a dequeuer keeps it, watched for a lapse.
+    let beating = lite_node_validator::ReliableQueue::submissions(conn.clone(), &market.keys).owned_by("storm");
+    beating.beat().await.unwrap();
+    let beat = tokio::spawn(beating.keep_beating());
+    let (done_tx, done) = tokio::sync::watch::channel(false);
+    let lapses = {
+        let (mut conn, key, mut done) = (conn.clone(), market.keys.worker("storm"), done.clone());
+        tokio::spawn(async move {
+            let mut lapses = 0u32;
+            while !*done.borrow() {
+                let alive: bool = conn.exists(&key).await.unwrap_or(false);
+                lapses += u32::from(!alive);
+                let _ = tokio::time::timeout(Duration::from_millis(100), done.changed()).await;
+            }
+            lapses
+        })
+    };
+    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api_url = format!("http://{}", api.local_addr().unwrap());
+    let (m, c) = (market.clone(), client.clone());
+    let mut stop = done.clone();
+    tokio::spawn(lite_node_validator::api::serve(m, c, api, async move {
+        let _ = stop.wait_for(|d| *d).await;
+    }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let admission = gateway::Admission {
+        peer_rate: std::num::NonZeroU32::new(1_000_000).unwrap(),
+        peer_burst: std::num::NonZeroU32::new(1_000_000).unwrap(),
+        ..gateway::Admission::default()
+    };
+    let g = gateway::Gateway::with_admission(conn.clone(), market.clone(), None, admission);
+    tokio::spawn(gateway::serve(g, listener, std::future::pending()));
+    // Ten readers, each paging through the whole epoch again and again.
+    let mut readers = Vec::new();
+    for _ in 0..10 {
+        let (url, done) = (format!("{api_url}/epochs/{epoch}/submissions?limit=1000"), done.clone());
+        readers.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut pages = 0u64;
+            while !*done.borrow() {
+                let mut after = String::new();
+                loop {
+                    let Ok(r) = http.get(format!("{url}&after={after}")).send().await else { break };
+                    let Ok(text) = r.text().await else { break };
+                    let Ok(page) = serde_json::from_str::<serde_json::Value>(&text) else { break };
+                    pages += 1;
+                    match page["next"].as_str() {
+                        Some(next) if !*done.borrow() => after = next.to_owned(),
+                        _ => break,
+                    }
+                }
+            }
+            pages
+        }));
+    }
+    let mut grpc = proto::submission_client::SubmissionClient::connect(endpoint).await.unwrap();
+    let signer = Signer::new(&key(1), CHAIN_ID, scope().protocol_state).unwrap();
+    let cid = lite_node_protocol::cid::cid(b"storm");
+    let mut latencies = Vec::with_capacity(sends);
+    let started = Instant::now();
+    for i in 0..sends as u64 {
+        let request = Request {
+            slot_id: 1,
+            deadline: 200,
+            snapshot_cid: cid.clone(),
+            epoch_id: epoch,
+            project_id: format!("baseSnapshot:storm{i}:bench"),
+        };
+        let s = proto::SnapshotSubmission {
+            signature: signer.sign(&request).unwrap(),
+            request: Some((&request).into()),
+            header: String::new(),
+            data_market: scope().data_market.to_string(),
+            node_version: None,
+            protocol_state: scope().protocol_state.to_string(),
+        };
+        let t = Instant::now();
+        let answer = grpc.submit_snapshot(s).await.unwrap().into_inner();
+        latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(answer.message, proto::SUCCESS);
+    }
+    let took = started.elapsed();
+    let _ = done_tx.send(true);
+    let mut pages = 0;
+    for r in readers {
+        pages += r.await.unwrap();
+    }
+    let lapses = lapses.await.unwrap();
+    beat.abort();
+    latencies.sort_by(f64::total_cmp);
+    let q = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
+    println!(
+        "gateway under a reading storm ({records} rejections of one epoch, 10 API clients reading {pages} pages of up \
+         to 1,000 in {:.1} s): {sends} submissions, latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; heartbeat \
+         lapses: {lapses}",
+        took.as_secs_f64(),
+        q(0.5),
+        q(0.99),
+        q(1.0)
+    );
 }

@@ -243,10 +243,24 @@ async fn health(State(api): State<Api>) -> Response {
         Ok(Some(_)) => {}
     }
     let depth: u64 = conn.llen(api.market.keys.submission_queue()).await.unwrap_or(0);
+    // Epochs whose state Redis lost in the last hour: degraded, not down.
+    let since = crate::now_secs().saturating_sub(3600);
+    let gaps: Vec<String> = conn.zrangebyscore(api.market.keys.epochs_gaps(), since, "+inf").await.unwrap_or_default();
+    let lost: Vec<&str> = gaps.iter().filter_map(|g| g.strip_suffix(":state_lost")).collect();
+    let degraded = if lost.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "the state of epoch(s) {} was lost from Redis in the last hour (a restart without persistence?); \
+             they were opened again and their earlier votes are gone",
+            lost.join(", ")
+        )]
+    };
     let status = if problems.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({
-        "status": if problems.is_empty() { "ok" } else { "unhealthy" },
+        "status": if !problems.is_empty() { "unhealthy" } else if !degraded.is_empty() { "degraded" } else { "ok" },
         "problems": problems,
+        "degraded": degraded,
         "anchor_head": head.ok().flatten(),
         "queue_depth": depth,
     });

@@ -89,7 +89,13 @@ static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLOSE));
 pub struct Monitor {
     market: Arc<Market>,
     conn: ConnectionManager,
+    /// The newest epochs released, with their release block and source
+    /// blocks: what [`Monitor::check_kept`] looks for in Redis.
+    recent: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, (u64, u64, u64)>>>,
 }
+
+/// Epochs [`Monitor::check_kept`] watches.
+const WATCHED: usize = 256;
 
 impl std::fmt::Debug for Monitor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -99,13 +105,61 @@ impl std::fmt::Debug for Monitor {
 
 impl Monitor {
     pub fn new(market: Arc<Market>, conn: ConnectionManager) -> Self {
-        Self { market, conn }
+        Self { market, conn, recent: Default::default() }
+    }
+
+    /// Redis lost the state of an epoch this monitor saw released (it
+    /// restarted without persistence, or was flushed): each such epoch is
+    /// opened again (its window closes by the head as before, with the votes
+    /// that arrive now), recorded as a gap `{epochId}:state_lost`, and
+    /// logged. Returns the epochs found lost.
+    pub async fn check_kept(&self) -> redis::RedisResult<Vec<u64>> {
+        let watched: Vec<(u64, (u64, u64, u64))> =
+            self.recent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(e, f)| (*e, *f)).collect();
+        if watched.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = &self.market.keys;
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        for (e, _) in &watched {
+            pipe.exists(k.epoch_state(*e));
+        }
+        let kept: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let mut lost = Vec::new();
+        for ((epoch_id, (release_block, begin, end)), kept) in watched.into_iter().zip(kept) {
+            if kept {
+                continue;
+            }
+            tracing::error!(
+                "epoch {epoch_id}: its state is gone from Redis (a restart without persistence?); opened again, \
+                 and recorded as a gap — votes it had are lost"
+            );
+            self.released(epoch_id, release_block, begin, end).await?;
+            let gap = format!("{epoch_id}:state_lost");
+            redis::pipe()
+                .zadd(k.epochs_gaps(), gap, now_secs())
+                .ignore()
+                .expire(k.epochs_gaps(), 24 * 3600)
+                .ignore()
+                .query_async::<()>(&mut conn)
+                .await?;
+            lost.push(epoch_id);
+        }
+        Ok(lost)
     }
 
     /// Epoch `epoch_id` was released in anchor block `release_block` for
     /// source blocks `begin..=end`: opens its window (once; a release seen
     /// again, after a restart or a reorg, changes nothing). True when opened.
     pub async fn released(&self, epoch_id: u64, release_block: u64, begin: u64, end: u64) -> redis::RedisResult<bool> {
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            recent.insert(epoch_id, (release_block, begin, end));
+            while recent.len() > WATCHED {
+                recent.pop_first();
+            }
+        }
         let k = &self.market.keys;
         let closes = self.market.window_closes(release_block);
         let opened: i64 = OPEN_SCRIPT
@@ -213,6 +267,7 @@ impl Monitor {
                     registrations_from = Some(poll.scanned_to + 1);
                 }
                 self.head(poll.head).await.map_err(|e| Ok(format!("Redis: {e}")))?;
+                self.check_kept().await.map_err(|e| Ok(format!("Redis: {e}")))?;
                 watcher.scan_complete(poll.scanned_to).map_err(|e| Ok(format!("saving the epoch cursor: {e}")))?;
                 Ok::<_, Result<String, BadInput>>(())
             };

@@ -851,3 +851,35 @@ async fn redis_memory_per_accepted_submission_is_printed_and_bounded() {
     assert!(per_class("a day") < 1_408.0, "kept a day: {:.0} B", per_class("a day"));
     assert!(per < 3_072.0, "{per:.0} bytes per accepted submission");
 }
+
+/// Redis restarts without persistence: an epoch the monitor saw released
+/// is opened again, recorded as a gap, and `/health` says the validator is
+/// degraded — not silently forgotten.
+#[tokio::test]
+async fn an_epoch_whose_state_redis_lost_is_opened_again_and_reported() {
+    let w = world(250).await;
+    let (cid_a, _, _) = cids();
+    w.monitor.released(5, 100, 1, 1).await.unwrap();
+    w.monitor.head(101).await.unwrap();
+    assert!(w.monitor.check_kept().await.unwrap().is_empty(), "nothing lost yet");
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut w.conn.clone()).await.unwrap();
+    w.monitor.head(102).await.unwrap();
+    assert_eq!(w.monitor.check_kept().await.unwrap(), [5]);
+    let gaps: Vec<String> = w.conn.clone().zrange(w.market.keys.epochs_gaps(), 0, -1).await.unwrap();
+    assert_eq!(gaps, ["5:state_lost"]);
+    // The epoch takes votes again and is finalized when its window closes.
+    w.submit(signed(1, 1, 5, &project(POOL_A), &cid_a, 120)).await;
+    assert_eq!(w.drain().await, [Verdict::Accepted]);
+    assert_eq!(w.monitor.head(111).await.unwrap(), [5]);
+    w.finalize().await;
+    assert_eq!(w.finalized(5).await["projects"][0]["votes"], 1);
+    // The monitor API says so.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let client = redis::Client::open(w.url.as_str()).unwrap();
+    tokio::spawn(lite_node_validator::api::serve(w.market.clone(), client, listener, std::future::pending()));
+    let health: serde_json::Value =
+        serde_json::from_str(&reqwest::get(format!("{base}/health")).await.unwrap().text().await.unwrap()).unwrap();
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(health["degraded"][0].as_str().unwrap().contains("epoch(s) 5"), "{health}");
+}
