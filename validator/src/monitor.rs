@@ -89,10 +89,13 @@ static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLOSE));
 pub struct Monitor {
     market: Arc<Market>,
     conn: ConnectionManager,
-    /// The newest epochs released, with their release block and source
-    /// blocks: what [`Monitor::check_kept`] looks for in Redis.
-    recent: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, (u64, u64, u64)>>>,
+    /// The newest epochs released: what [`Monitor::check_kept`] looks for
+    /// in Redis.
+    recent: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Released>>>,
 }
+
+/// An epoch's release block and source blocks (`begin`, `end`).
+type Released = (u64, u64, u64);
 
 /// Epochs [`Monitor::check_kept`] watches.
 const WATCHED: usize = 256;
@@ -114,7 +117,7 @@ impl Monitor {
     /// that arrive now), recorded as a gap `{epochId}:state_lost`, and
     /// logged. Returns the epochs found lost.
     pub async fn check_kept(&self) -> redis::RedisResult<Vec<u64>> {
-        let watched: Vec<(u64, (u64, u64, u64))> =
+        let watched: Vec<(u64, Released)> =
             self.recent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(e, f)| (*e, *f)).collect();
         if watched.is_empty() {
             return Ok(Vec::new());
