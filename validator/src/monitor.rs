@@ -94,8 +94,14 @@ pub struct Monitor {
     recent: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Released>>>,
 }
 
-/// An epoch's release block and source blocks (`begin`, `end`).
-type Released = (u64, u64, u64);
+/// An epoch's release block and source blocks (`begin`, `end`), and when
+/// this monitor saw it.
+type Released = (u64, u64, u64, std::time::Instant);
+
+/// How long after its release an epoch's state is looked for: far less
+/// than the state's own 7 days, so an epoch whose state expired as it
+/// should is never taken for one Redis lost.
+const WATCHED_FOR: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Epochs [`Monitor::check_kept`] watches.
 const WATCHED: usize = 256;
@@ -117,8 +123,11 @@ impl Monitor {
     /// that arrive now), recorded as a gap `{epochId}:state_lost`, and
     /// logged. Returns the epochs found lost.
     pub async fn check_kept(&self) -> redis::RedisResult<Vec<u64>> {
-        let watched: Vec<(u64, Released)> =
-            self.recent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(e, f)| (*e, *f)).collect();
+        let watched: Vec<(u64, Released)> = {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            recent.retain(|_, (.., seen)| seen.elapsed() < WATCHED_FOR);
+            recent.iter().map(|(e, f)| (*e, *f)).collect()
+        };
         if watched.is_empty() {
             return Ok(Vec::new());
         }
@@ -130,7 +139,7 @@ impl Monitor {
         }
         let kept: Vec<bool> = pipe.query_async(&mut conn).await?;
         let mut lost = Vec::new();
-        for ((epoch_id, (release_block, begin, end)), kept) in watched.into_iter().zip(kept) {
+        for ((epoch_id, (release_block, begin, end, _)), kept) in watched.into_iter().zip(kept) {
             if kept {
                 continue;
             }
@@ -158,7 +167,7 @@ impl Monitor {
     pub async fn released(&self, epoch_id: u64, release_block: u64, begin: u64, end: u64) -> redis::RedisResult<bool> {
         {
             let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-            recent.insert(epoch_id, (release_block, begin, end));
+            recent.entry(epoch_id).or_insert((release_block, begin, end, std::time::Instant::now()));
             while recent.len() > WATCHED {
                 recent.pop_first();
             }
