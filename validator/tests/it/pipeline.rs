@@ -883,3 +883,44 @@ async fn an_epoch_whose_state_redis_lost_is_opened_again_and_reported() {
     assert_eq!(health["status"], "degraded", "{health}");
     assert!(health["degraded"][0].as_str().unwrap().contains("epoch(s) 5"), "{health}");
 }
+
+/// A registered, selected slot signs 10,000 made-up projects: the gateway
+/// that knows the market's projects refuses every one before storing it;
+/// one that does not queues them, the dequeuer rejects every one as
+/// `unknown_project`, and the finalized batch lists none of them.
+#[tokio::test]
+async fn ten_thousand_made_up_projects_are_unknown_and_never_finalized() {
+    let w = world(250).await;
+    let (cid_a, _, _) = cids();
+    w.monitor.released(5, 100, 1, 1).await.unwrap();
+    w.monitor.head(101).await.unwrap();
+    let spam: Vec<proto::SnapshotSubmission> =
+        (0..10_000).map(|i| signed(1, 1, 5, &format!("spam:{i}:{NAMESPACE}"), &cid_a, 120)).collect();
+    let guarded = lite_node_validator::gateway::Gateway::with_admission(
+        w.conn.clone(),
+        w.market.clone(),
+        Some(projects()),
+        lite_node_validator::gateway::Admission::default(),
+    );
+    for s in &spam {
+        match guarded.accept(s, "test").await.unwrap() {
+            Admitted::Refused(r) => assert_eq!(r.reason, Reason::UnknownProject, "{r:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let queue = lite_node_validator::ReliableQueue::submissions(w.conn.clone(), &w.market.keys);
+    assert_eq!(queue.depth().await.unwrap(), (0, 0), "nothing stored");
+    // Through a gateway without the market's projects: the dequeuer's rule.
+    for s in spam {
+        w.submit(s).await;
+    }
+    w.submit(signed(1, 1, 5, &project(POOL_A), &cid_a, 120)).await;
+    let verdicts = w.drain().await;
+    assert_eq!(verdicts.iter().filter(|v| matches!(v, Verdict::Rejected(Reason::UnknownProject, _))).count(), 10_000);
+    assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Accepted).count(), 1);
+    w.monitor.head(111).await.unwrap();
+    w.finalize().await;
+    let batch = w.finalized(5).await;
+    assert_eq!(batch["projects"].as_array().unwrap().len(), 1, "only the real project: {batch}");
+    assert_eq!(batch["projects"][0]["projectId"], project(POOL_A));
+}

@@ -36,8 +36,10 @@ impl Policy {
     /// start-up. Forever, from 250 ms up to 30 s.
     pub const CHAIN: Self =
         Self { first: Duration::from_millis(250), max: Duration::from_secs(30), retries: None, jitter: true };
-    /// Block details of an epoch (the source chain may lag a little behind
-    /// the anchor): five attempts in all.
+    /// What an epoch needs before its computes run — its block details (the
+    /// source chain may lag a little behind the anchor) and the total slot
+    /// count at its release block: five attempts in all, then the epoch
+    /// fails rather than guess.
     pub const PRELOAD: Self =
         Self { first: Duration::from_millis(250), max: Duration::from_secs(5), retries: Some(4), jitter: true };
     /// A submission while the collector cannot be reached: from 100 ms up to
