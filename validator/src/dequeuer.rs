@@ -52,7 +52,7 @@ use crate::{
     Market,
     chain::{ChainReads, EpochFacts},
     gateway,
-    keys::{DETAIL_TTL, EPOCH_STATE_TTL, PROCESSED_TTL, TIMELINE_RETENTION},
+    keys::{DETAIL_TTL, PROCESSED_TTL, TIMELINE_RETENTION},
     queue::{ReliableQueue, Taken, item_id},
 };
 
@@ -161,10 +161,10 @@ struct Snapshot {
 const ACCEPT: &str = r"
 -- KEYS: votes, processed, epoch processed, EpochProcessed, validations
 --       timeline, counters, rejections, parts total, pending, projects
--- ARGV: project, slot, cid, submission id, now, (unused), rejection record
---       (reason filled here), epoch, timeline cutoff, detail ttl (votes,
---       EpochProcessed, rejections), processed ttl, then processed hash
---       field/value pairs
+-- ARGV: project, slot, cid, submission id, now, detail ttl (votes,
+--       projects, EpochProcessed, rejections), rejection record (reason
+--       filled here), epoch, timeline cutoff, processed ttl, then processed
+--       hash field/value pairs
 if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('HEXISTS', KEYS[7], ARGV[4]) == 1
   or redis.call('SISMEMBER', KEYS[4], ARGV[4]) == 1 then
   return 'again'
@@ -174,7 +174,7 @@ local function reject(reason)
   local record = cjson.decode(ARGV[7])
   record['reason'] = reason
   redis.call('HSET', KEYS[7], ARGV[4], cjson.encode(record))
-  redis.call('EXPIRE', KEYS[7], ARGV[10])
+  redis.call('EXPIRE', KEYS[7], ARGV[6])
   redis.call('HINCRBY', KEYS[6], 'rejected:' .. reason, 1)
   return reason
 end
@@ -193,16 +193,16 @@ if #prev > 0 then
   return reject('equivocation')
 end
 redis.call('ZADD', KEYS[1], 0, ballot .. ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[10])
+redis.call('EXPIRE', KEYS[1], ARGV[6])
 redis.call('ZADD', KEYS[10], 0, ARGV[1])
-redis.call('EXPIRE', KEYS[10], ARGV[10])
+redis.call('EXPIRE', KEYS[10], ARGV[6])
 local fields = {}
-for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[2], unpack(fields))
-redis.call('EXPIRE', KEYS[2], ARGV[11])
+redis.call('EXPIRE', KEYS[2], ARGV[10])
 redis.call('SADD', KEYS[3], ARGV[4])
 redis.call('SADD', KEYS[4], ARGV[4])
-redis.call('EXPIRE', KEYS[4], ARGV[10])
+redis.call('EXPIRE', KEYS[4], ARGV[6])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[9])
 redis.call('HINCRBY', KEYS[6], 'accepted', 1)
@@ -543,11 +543,10 @@ impl<C: ChainReads> Dequeuer<C> {
             .arg(&r.snapshot_cid)
             .arg(&c.id)
             .arg(crate::now_secs())
-            .arg(EPOCH_STATE_TTL.as_secs())
+            .arg(DETAIL_TTL.as_secs())
             .arg(record.to_string())
             .arg(e)
             .arg(crate::now_secs().saturating_sub(TIMELINE_RETENTION.as_secs()))
-            .arg(DETAIL_TTL.as_secs())
             .arg(PROCESSED_TTL.as_secs());
         for (field, value) in [
             ("submission_id", c.id.clone()),
