@@ -135,6 +135,11 @@ pub const SCHEMA: &[KeySpec] = &[
     // Ours: bumped by the event monitor on every `SlotRegistered`; a dequeuer
     // that sees it change forgets the signers it cached.
     spec("{protocol}:{market}:slots:generation", KeyType::String, Ttl::None),
+    // Ours: how far the event monitors have handled the anchor chain
+    // (`scanned_to`, `last_epoch`), kept beside what they wrote so that a
+    // Redis that lost writes has lost this too: a monitor whose own cursor
+    // is ahead reads those blocks again.
+    spec("{protocol}:{market}:monitor:cursor", KeyType::Hash, Ttl::None),
     spec("{protocol}:{market}:batch:part:{epochId}:{partId}", KeyType::String, Ttl::Fixed(BATCH_PART_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:parts:completed", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:parts:total", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
@@ -272,6 +277,10 @@ impl Keys {
         self.ns("slots:generation")
     }
 
+    pub fn monitor_cursor(&self) -> String {
+        self.ns("monitor:cursor")
+    }
+
     pub fn epochs_closing(&self) -> String {
         self.ns("epochs:closing")
     }
@@ -375,6 +384,7 @@ mod tests {
             (k.epochs_timeline(), KeyType::ZSet),
             (k.submissions_timeline(), KeyType::ZSet),
             (k.validations_timeline(), KeyType::ZSet),
+            (k.monitor_cursor(), KeyType::Hash),
         ];
         for (key, kind) in expect {
             let spec = spec_of(&key).unwrap_or_else(|| panic!("{key} is in no row of the schema"));

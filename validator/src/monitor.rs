@@ -80,6 +80,20 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 return tostring(seen)
 ";
 
+const CURSOR: &str = r"
+-- KEYS: monitor cursor.  ARGV: scanned to, last epoch ('' for none).  Each
+-- field only moves forward: several monitors may share the key.
+local function raise(field, value)
+  if value == '' then return end
+  local seen = tonumber(redis.call('HGET', KEYS[1], field) or '-1')
+  if tonumber(value) > seen then redis.call('HSET', KEYS[1], field, value) end
+end
+raise('scanned_to', ARGV[1])
+raise('last_epoch', ARGV[2])
+return 1
+";
+
+static CURSOR_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CURSOR));
 static HEAD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HEAD));
 static OPEN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(OPEN));
 static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLOSE));
@@ -143,19 +157,8 @@ impl Monitor {
             if kept {
                 continue;
             }
-            tracing::error!(
-                "epoch {epoch_id}: its state is gone from Redis (a restart without persistence?); opened again, \
-                 and recorded as a gap — votes it had are lost"
-            );
             self.released(epoch_id, release_block, begin, end).await?;
-            let gap = format!("{epoch_id}:state_lost");
-            redis::pipe()
-                .zadd(k.epochs_gaps(), gap, now_secs())
-                .ignore()
-                .expire(k.epochs_gaps(), 24 * 3600)
-                .ignore()
-                .query_async::<()>(&mut conn)
-                .await?;
+            self.record_lost(epoch_id).await?;
             lost.push(epoch_id);
         }
         Ok(lost)
@@ -233,6 +236,81 @@ impl Monitor {
         Ok(closed)
     }
 
+    /// Records in Redis that every release up to anchor block `scanned_to`
+    /// (epochs up to `last_epoch`) has its window written. It goes after
+    /// those writes on the same connection, so Redis persists it after them
+    /// (the append-only file and snapshots keep the order): a Redis that
+    /// lost any of them has lost this record too.
+    pub async fn record_cursor(&self, scanned_to: u64, last_epoch: Option<u64>) -> redis::RedisResult<()> {
+        let last = last_epoch.map_or(String::new(), |e| e.to_string());
+        CURSOR_SCRIPT
+            .key(self.market.keys.monitor_cursor())
+            .arg(scanned_to)
+            .arg(last)
+            .invoke_async::<i64>(&mut self.conn.clone())
+            .await
+            .map(drop)
+    }
+
+    /// What Redis has of the monitors' progress: `None` when it has nothing
+    /// (a new Redis, or one that lost everything).
+    pub async fn recorded_cursor(&self) -> redis::RedisResult<Option<(u64, Option<u64>)>> {
+        let fields: std::collections::HashMap<String, u64> =
+            self.conn.clone().hgetall(self.market.keys.monitor_cursor()).await?;
+        Ok(fields.get("scanned_to").map(|s| (*s, fields.get("last_epoch").copied())))
+    }
+
+    /// Compares the watcher's saved position with Redis's record of it and
+    /// moves the watcher back to what Redis has: blocks whose writes Redis
+    /// lost are read again. Returns the last epoch this monitor handled
+    /// before it moved back — an epoch up to it that opens anew was lost —
+    /// or `None` when nothing moved.
+    async fn reconcile(&self, watcher: &mut Watcher) -> Result<Option<u64>, String> {
+        let Some(mine) = watcher.cursor().cloned() else { return Ok(None) };
+        let recorded = self.recorded_cursor().await.map_err(|e| format!("Redis: {e}"))?;
+        let (to_block, to_epoch) = match recorded {
+            Some((block, epoch)) if block >= mine.scanned_to && epoch >= mine.last_epoch => return Ok(None),
+            Some((block, epoch)) => {
+                tracing::info!(
+                    "event monitor: Redis has its windows up to anchor block {block} (epoch {}), its cursor says                      {} (epoch {}); reading from block {} again",
+                    epoch.map_or("none".into(), |e| e.to_string()),
+                    mine.scanned_to,
+                    mine.last_epoch.map_or("none".into(), |e| e.to_string()),
+                    block + 1
+                );
+                (block, epoch)
+            }
+            None => {
+                // Nothing of this monitor in Redis: look again at the
+                // releases it remembers handling (its newest 64).
+                let Some(oldest) = mine.recent.first() else { return Ok(None) };
+                tracing::warn!(
+                    "event monitor: Redis has no record of the epochs this monitor opened (a new Redis, or one                      that lost its data); looking again at the releases since anchor block {}",
+                    oldest.block_number
+                );
+                (oldest.block_number.saturating_sub(1), oldest.epoch_id.checked_sub(1))
+            }
+        };
+        let moved = watcher.rewind(to_block, to_epoch).map_err(|e| format!("saving the epoch cursor: {e}"))?;
+        Ok(if moved { mine.last_epoch } else { None })
+    }
+
+    /// An epoch this monitor had opened before, whose state Redis no longer
+    /// has: recorded as a gap `{epochId}:state_lost` and logged.
+    async fn record_lost(&self, epoch_id: u64) -> redis::RedisResult<()> {
+        tracing::error!(
+            "epoch {epoch_id}: its state is gone from Redis (a restart without persistence, or a crash that lost              the last writes?); opened again, and recorded as a gap — votes it had are lost"
+        );
+        let k = &self.market.keys;
+        redis::pipe()
+            .zadd(k.epochs_gaps(), format!("{epoch_id}:state_lost"), now_secs())
+            .ignore()
+            .expire(k.epochs_gaps(), 24 * 3600)
+            .ignore()
+            .query_async::<()>(&mut self.conn.clone())
+            .await
+    }
+
     /// A slot was (re)registered: dequeuers forget the signers they cached.
     pub async fn slot_registered(&self) -> redis::RedisResult<()> {
         self.conn.clone().incr::<_, _, ()>(self.market.keys.slots_generation(), 1).await
@@ -254,8 +332,16 @@ impl Monitor {
         tokio::pin!(stop);
         let mut registrations_from: Option<u64> = watcher.cursor().map(|c| c.scanned_to + 1);
         let mut failing = false;
+        // Epochs up to this one were opened before Redis lost them: one that
+        // opens anew now is a gap.
+        let mut lost_above: Option<u64> = None;
         loop {
             let round = async {
+                if let Some(last) = self.reconcile(&mut watcher).await.map_err(Ok)? {
+                    lost_above = lost_above.max(Some(last));
+                    let rewound = watcher.cursor().map_or(0, |c| c.scanned_to + 1);
+                    registrations_from = Some(registrations_from.map_or(rewound, |f| f.min(rewound)));
+                }
                 let poll = match watcher.poll().await {
                     Ok(p) => p,
                     // Another chain's cursor: the operator's to fix, not to retry.
@@ -263,9 +349,19 @@ impl Monitor {
                     Err(e) => return Err(Ok(e.to_string())),
                 };
                 for epoch in &poll.epochs {
-                    self.released(epoch.epoch_id, epoch.released_block, epoch.begin, epoch.end)
-                        .await
-                        .map_err(|e| Ok(format!("Redis: {e}")))?;
+                    let was_lost = lost_above.is_some_and(|last| epoch.epoch_id <= last);
+                    // A lost epoch older than a day is past anything it
+                    // could still take or report; it is not opened again.
+                    let stale = was_lost && epoch.timestamp.saturating_add(WATCHED_FOR.as_secs()) < now_secs();
+                    if !stale {
+                        let opened = self
+                            .released(epoch.epoch_id, epoch.released_block, epoch.begin, epoch.end)
+                            .await
+                            .map_err(|e| Ok(format!("Redis: {e}")))?;
+                        if opened && was_lost {
+                            self.record_lost(epoch.epoch_id).await.map_err(|e| Ok(format!("Redis: {e}")))?;
+                        }
+                    }
                     watcher.epoch_handled(epoch).map_err(|e| Ok(format!("saving the epoch cursor: {e}")))?;
                 }
                 let from = registrations_from.unwrap_or(poll.scanned_to);
@@ -280,6 +376,11 @@ impl Monitor {
                 }
                 self.head(poll.head).await.map_err(|e| Ok(format!("Redis: {e}")))?;
                 self.check_kept().await.map_err(|e| Ok(format!("Redis: {e}")))?;
+                let last_epoch = watcher.cursor().and_then(|c| c.last_epoch);
+                self.record_cursor(poll.scanned_to, last_epoch).await.map_err(|e| Ok(format!("Redis: {e}")))?;
+                if lost_above.is_some_and(|last| last_epoch.is_some_and(|e| e >= last)) {
+                    lost_above = None;
+                }
                 watcher.scan_complete(poll.scanned_to).map_err(|e| Ok(format!("saving the epoch cursor: {e}")))?;
                 Ok::<_, Result<String, BadInput>>(())
             };

@@ -284,36 +284,41 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
     let (gateway_port, api_port) = (free_port(), free_port());
     let api = format!("http://127.0.0.1:{api_port}");
     let log = s.cache.path().join("validator.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lite-node"))
-        .arg("validator")
-        .args(["--redis-url", &redis.url()])
-        .args(["--listen", &format!("127.0.0.1:{gateway_port}")])
-        .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
-        .args(["--anchor-rpc", &s.world.url()])
-        .args(["--protocol-state", &s.world.manifest.protocol_state])
-        .args(["--data-market", &s.world.manifest.data_market])
-        .args(["--pools", &s.world.manifest.pools.join(",")])
-        .args(["--from-block", &s.world.head().to_string(), "--window-blocks", "5", "--poll-ms", "50"])
-        .arg("--data-dir")
-        .arg(s.cache.path().join("validator"))
-        .env_clear()
-        .envs(toolchain_env())
-        .envs(lite_node_testkit::market_env(s.cache.path()))
-        .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
-        .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
-        .env("LITE_NODE_DATA_DIR", s.cache.path())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let from_block = s.world.head().to_string();
+    let start = |redis_url: &str, log: &std::path::Path| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lite-node"))
+            .arg("validator")
+            .args(["--redis-url", redis_url])
+            .args(["--listen", &format!("127.0.0.1:{gateway_port}")])
+            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+            .args(["--anchor-rpc", &s.world.url()])
+            .args(["--protocol-state", &s.world.manifest.protocol_state])
+            .args(["--data-market", &s.world.manifest.data_market])
+            .args(["--pools", &s.world.manifest.pools.join(",")])
+            .args(["--from-block", &from_block, "--window-blocks", "5", "--poll-ms", "50"])
+            .arg("--data-dir")
+            .arg(s.cache.path().join("validator"))
+            .env_clear()
+            .envs(toolchain_env())
+            .envs(lite_node_testkit::market_env(s.cache.path()))
+            .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+            .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
+            .env("LITE_NODE_DATA_DIR", s.cache.path())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        poll_until("the validator healthy", Duration::from_secs(180), || {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the validator exited ({status}):\n{}", std::fs::read_to_string(log).unwrap_or_default());
+            }
+            http_get(&format!("{api}/health")).filter(|(status, _)| *status == 200)
+        });
+        child
+    };
+    let mut child = start(&redis.url(), &log);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    poll_until("the validator healthy", Duration::from_secs(180), || {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the validator exited ({status}):\n{}", log_text());
-        }
-        http_get(&format!("{api}/health")).filter(|(status, _)| *status == 200)
-    });
 
     // A release on the chain opens the window, seen by the event monitor.
     let (epoch_id, release_block) = s.world.release_next_epoch();
@@ -387,7 +392,13 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
 
     // Redis restarts under every component: each reconnects and the next
     // epoch goes through the whole pipeline.
-    let _redis = redis.restart(&aof);
+    let redis = redis.restart(&aof);
+    // A snapshot of Redis as it is now, before the next epoch: what a Redis
+    // that loses its last writes comes back with.
+    poll_until("a snapshot of Redis", Duration::from_secs(30), || {
+        let mut conn = redis::Client::open(redis.url()).ok()?.get_connection().ok()?;
+        redis::cmd("SAVE").query::<()>(&mut conn).ok()
+    });
     let (next, next_block) = s.world.release_next_epoch();
     poll_until("the next window open", Duration::from_secs(60), || {
         http_get(&format!("{api}/epochs/{next}")).filter(|(status, _)| *status == 200)
@@ -410,6 +421,35 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     let status = poll_until("the validator stopped", Duration::from_secs(20), || child.try_wait().unwrap());
     assert!(status.success(), "{status}:\n{}", log_text());
+
+    // Redis comes back without its last writes (the snapshot from before
+    // the next epoch), and the validator is started again: its cursor on
+    // disk is past that epoch, Redis's record of the monitor is not, so the
+    // monitor reads those blocks again and reports the epoch it lost — and
+    // only that one.
+    let redis = redis.restart(&["--appendonly", "no"]);
+    let log2 = s.cache.path().join("validator-2.log");
+    let mut child = start(&redis.url(), &log2);
+    let lost = || -> Option<Vec<u64>> {
+        let (_, gaps) = http_get(&format!("{api}/epochs/gaps"))?;
+        let lost: Vec<u64> = gaps["gaps"]
+            .as_array()?
+            .iter()
+            .filter(|g| g["gap"] == "state_lost")
+            .filter_map(|g| g["epoch_id"].as_u64())
+            .collect();
+        (!lost.is_empty()).then_some(lost)
+    };
+    assert_eq!(poll_until("the lost epoch reported", Duration::from_secs(60), lost), [next]);
+    let (_, health) = http_get(&format!("{api}/health")).unwrap();
+    assert_eq!(health["status"], "degraded", "{health}");
+    let (_, kept) = http_get(&format!("{api}/epochs/{epoch_id}")).unwrap();
+    assert!(!kept["finalized"].is_null(), "the epoch in the snapshot is kept: {kept}");
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = poll_until("the validator stopped", Duration::from_secs(20), || child.try_wait().unwrap());
+    let log2_text = std::fs::read_to_string(&log2).unwrap_or_default();
+    assert!(status.success(), "{status}:\n{log2_text}");
+    assert!(log2_text.contains(&format!("epoch {next}: its state is gone")), "{log2_text}");
 }
 
 /// `lite-node validator` with the world's market flags (ProtocolState

@@ -255,6 +255,25 @@ impl Watcher {
         Ok(())
     }
 
+    /// Moves the position back to `scanned_to` and `last_epoch` (never
+    /// forward, never below where the watcher started), forgetting the
+    /// releases handled after it, and saves it: the next poll hands those
+    /// epochs out again. For a consumer whose own store lost what it
+    /// recorded of them (the validator's Redis after a crash).
+    pub fn rewind(&mut self, scanned_to: u64, last_epoch: Option<u64>) -> io::Result<bool> {
+        let Some(cursor) = self.cursor.as_mut() else { return Ok(false) };
+        let scanned_to = scanned_to.max(cursor.floor.saturating_sub(1)).min(cursor.scanned_to);
+        let last_epoch = cursor.last_epoch.zip(last_epoch).map(|(mine, theirs)| mine.min(theirs));
+        if scanned_to == cursor.scanned_to && last_epoch == cursor.last_epoch {
+            return Ok(false);
+        }
+        cursor.scanned_to = scanned_to;
+        cursor.last_epoch = last_epoch;
+        cursor.recent.retain(|r| last_epoch.is_some_and(|last| r.epoch_id <= last));
+        cursor.save(&self.path)?;
+        Ok(true)
+    }
+
     /// Saves whatever progress is not saved yet (at shutdown).
     pub fn flush(&self) -> io::Result<()> {
         match &self.cursor {
