@@ -234,6 +234,11 @@ struct ValidatorArgs {
     /// Calls one peer may have in flight at the gateway.
     #[arg(long, value_name = "N", default_value_t = Admission::default().peer_in_flight)]
     peer_in_flight: usize,
+    /// Also keep seed 001's per-submission metadata key for 24 h
+    /// (`metrics:submissions:metadata:{entityId}`, ~550 B per submission),
+    /// for tools that read it; the monitor API does not need it.
+    #[arg(long)]
+    submission_metadata: bool,
 }
 
 #[derive(clap::Args)]
@@ -388,6 +393,7 @@ fn main() -> ExitCode {
                     peer_rate: a.peer_rate,
                     peer_burst: a.peer_burst,
                     peer_in_flight: a.peer_in_flight,
+                    metadata: a.submission_metadata,
                 },
             },
             &env,

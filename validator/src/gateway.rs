@@ -57,6 +57,12 @@ pub struct Admission {
     pub peer_burst: NonZeroU32,
     /// Calls one peer may have in flight at once.
     pub peer_in_flight: usize,
+    /// Also write the seed's `metrics:submissions:metadata:{entityId}` for
+    /// each submission queued (24 h; ~550 B each, more than everything else
+    /// kept for a day). Off by default: the monitor API reads votes and
+    /// rejections, and the seed's own reader falls back to the entity id in
+    /// the timeline when it is missing.
+    pub metadata: bool,
 }
 
 impl Default for Admission {
@@ -68,6 +74,7 @@ impl Default for Admission {
             peer_rate: NonZeroU32::new(500).expect("non-zero"),
             peer_burst: NonZeroU32::new(2_000).expect("non-zero"),
             peer_in_flight: 64,
+            metadata: false,
         }
     }
 }
@@ -168,7 +175,7 @@ pub fn decode(payload: &str) -> Result<Received, String> {
 /// Queues one admitted submission (see the module docs, step 5).
 const QUEUE: &str = r#"
 -- KEYS: queue, timeline, metadata, counters, anchor head, pending
--- ARGV: max queue, payload after the head, entity, metadata, now (s),
+-- ARGV: max queue, payload after the head, entity, metadata ('' for none), now (s),
 --       metadata ttl, epoch, timeline cutoff
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[1]) then return 'full' end
 local head = redis.call('GET', KEYS[5])
@@ -176,7 +183,7 @@ if not head then return 'no_head' end
 redis.call('LPUSH', KEYS[1], '{"receivedHead":' .. head .. ',' .. ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[8])
-redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[6])
+if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[6]) end
 redis.call('HINCRBY', KEYS[4], 'received', 1)
 redis.call('HINCRBY', KEYS[6], ARGV[7], 1)
 return 'queued'
@@ -263,15 +270,18 @@ impl Gateway {
         let millis = crate::now_ms();
         let secs = millis / 1000;
         let entity = format!("received:{}:{}:{}:{millis}:{peer}", r.epoch_id, r.slot_id, r.project_id);
-        let metadata = json!({
-            "epoch_id": r.epoch_id.to_string(),
-            "slot_id": r.slot_id,
-            "project_id": r.project_id,
-            "snapshot_cid": r.snapshot_cid,
-            "peer_id": peer,
-            "timestamp": secs,
-            "entity_id": entity,
-            "validator_id": self.market.validator_id,
+        let metadata = self.admission.metadata.then(|| {
+            json!({
+                "epoch_id": r.epoch_id.to_string(),
+                "slot_id": r.slot_id,
+                "project_id": r.project_id,
+                "snapshot_cid": r.snapshot_cid,
+                "peer_id": peer,
+                "timestamp": secs,
+                "entity_id": entity,
+                "validator_id": self.market.validator_id,
+            })
+            .to_string()
         });
         let k = &self.market.keys;
         let answer: String = QUEUE_SCRIPT
@@ -284,7 +294,7 @@ impl Gateway {
             .arg(self.admission.max_queue)
             .arg(encode_rest(&s, millis, peer))
             .arg(&entity)
-            .arg(metadata.to_string())
+            .arg(metadata.unwrap_or_default())
             .arg(secs)
             .arg(SUBMISSION_METADATA_TTL.as_secs())
             .arg(r.epoch_id)

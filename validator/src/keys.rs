@@ -56,7 +56,8 @@ pub const WINDOW_CLOSED_TTL: Duration = HOUR;
 pub const BATCH_PART_TTL: Duration = Duration::from_secs(2 * 3600);
 /// `anchor:head`: a head older than this is no head (the monitor is gone).
 pub const ANCHOR_HEAD_TTL: Duration = Duration::from_secs(120);
-/// `metrics:submissions:metadata:{entityId}`.
+/// `metrics:submissions:metadata:{entityId}` (written only with
+/// `Admission::metadata`).
 pub const SUBMISSION_METADATA_TTL: Duration = DAY;
 /// What the timelines keep: each writer drops older entries as it adds one,
 /// so they stay trimmed whichever components run.

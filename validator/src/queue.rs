@@ -16,7 +16,7 @@
 //! submission queue; `{queue}:mark:{id}` for the others) with a 5-minute TTL,
 //! as seed 001 has it: for an operator's eyes, not for liveness. The mark's id
 //! is the SHA-1 of the item (`redis.sha1hex` in the take script); the
-//! submission's own id is [`item_id`] (SHA-256).
+//! submission's own id is [`item_id`] (the first 128 bits of its SHA-256).
 //!
 //! (The protocol's own dequeuer pops with a plain `BRPOP`: a crash after the
 //! pop loses the submission.)
@@ -65,7 +65,10 @@ pub struct Taken {
 /// of its bytes.
 pub fn item_id(payload: &str) -> String {
     use sha2::{Digest, Sha256};
-    hex::encode(Sha256::digest(payload.as_bytes()))
+    // 128 bits: no two of the submissions a market sees in its lifetime
+    // collide, and each id is kept three times (its `processed` key,
+    // `EpochProcessed`, the validations timeline).
+    hex::encode(&Sha256::digest(payload.as_bytes())[..16])
 }
 
 /// The id of an item's mark: the SHA-1 of its bytes, as `redis.sha1hex`

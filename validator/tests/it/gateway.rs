@@ -83,7 +83,7 @@ async fn a_submission_is_answered_once_it_is_queued_with_its_timeline_metadata_a
     let keys = market.keys.clone();
     let conn = redis::aio::ConnectionManager::new(redis::Client::open(server.url()).unwrap()).await.unwrap();
     set_head(&conn, &market, 42).await;
-    let endpoint = serve(&conn, &market, Admission::default()).await;
+    let endpoint = serve(&conn, &market, Admission { metadata: true, ..Admission::default() }).await;
     let mut client = SubmissionClient::connect(endpoint).await.unwrap();
     let answer = client.submit_snapshot(submission(&market, 7, 3, &pool_project())).await.unwrap().into_inner();
     assert_eq!(answer.message, proto::SUCCESS);

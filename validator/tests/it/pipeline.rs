@@ -848,7 +848,11 @@ async fn redis_memory_per_accepted_submission_is_printed_and_bounded() {
     }
     let per_class = |c: &str| kept.get(c).copied().unwrap_or(0) as f64 / n as f64;
     assert!(per_class("a week or more") < 128.0, "kept a week: {:.0} B", per_class("a week or more"));
-    assert!(per_class("a day") < 1_408.0, "kept a day: {:.0} B", per_class("a day"));
+    assert!(per_class("a day") < 1_024.0, "kept a day: {:.0} B", per_class("a day"));
+    assert!(
+        !rows.iter().any(|(p, _)| p == "{protocol}:{market}:metrics:submissions:metadata:{entityId}"),
+        "the seed's per-submission metadata is written only when asked for"
+    );
     assert!(per < 3_072.0, "{per:.0} bytes per accepted submission");
 }
 
