@@ -186,6 +186,8 @@ fn main() {
             }
         };
         let settings = DequeuerSettings { workers: 4, ..DequeuerSettings::default() };
+        let redis_cpu_before = redis_cpu(&mut conn).await;
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
         let started = Instant::now();
         let running = tokio::spawn(dequeuer.run(client.clone(), settings, stopped()));
         let total = items.len() as u64;
@@ -199,6 +201,24 @@ fn main() {
             "dequeuer: {total} submissions ({accepted} accepted) in {:.2} s = {honest_alone:.0} submissions/s \
              (every check on; 4 workers; goal ≥ 10,000/s)",
             took.as_secs_f64(),
+        );
+        let redis_cpu = redis_cpu(&mut conn).await - redis_cpu_before;
+        let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.unwrap();
+        let mut busiest: Vec<(f64, String)> = stats
+            .lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let usec: f64 = rest.split(',').find_map(|f| f.strip_prefix("usec="))?.parse().ok()?;
+                let calls = rest.split(',').find_map(|f| f.strip_prefix("calls="))?;
+                Some((usec, format!("{name} {:.0} ms in {calls} calls", usec / 1000.0)))
+            })
+            .collect();
+        busiest.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let busiest: Vec<String> = busiest.into_iter().take(4).map(|(_, s)| s).collect();
+        println!(
+            "  of which redis-server: {redis_cpu:.2} s of CPU ({:.0} µs per submission); busiest: {}",
+            redis_cpu * 1e6 / total as f64,
+            busiest.join("; ")
         );
 
         // The same again, half of it junk, interleaved.
@@ -275,6 +295,15 @@ fn main() {
 
         reading_storm(&client, &market, &monitor, quick).await;
     });
+}
+
+/// CPU seconds redis-server has used (user + system), from `INFO cpu`.
+async fn redis_cpu(conn: &mut redis::aio::ConnectionManager) -> f64 {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await.unwrap();
+    info.lines()
+        .filter_map(|l| l.strip_prefix("used_cpu_user:").or_else(|| l.strip_prefix("used_cpu_sys:")))
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum()
 }
 
 /// The gateway's latency while 10 API clients page through 50,000

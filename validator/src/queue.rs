@@ -254,8 +254,10 @@ impl ReliableQueue {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         pipe.atomic();
+        // From the tail, where the oldest taken are: an item acknowledged in
+        // the order taken is found at once, not after the whole list.
         for t in taken {
-            pipe.lrem(&held, 1, &t.payload).ignore();
+            pipe.lrem(&held, -1, &t.payload).ignore();
             pipe.del(self.mark(&t.payload)).ignore();
         }
         pipe.query_async::<()>(&mut conn).await
@@ -285,7 +287,7 @@ impl ReliableQueue {
         let mut pipe = redis::pipe();
         pipe.atomic();
         for t in taken {
-            pipe.lrem(&held, 1, &t.payload).ignore();
+            pipe.lrem(&held, -1, &t.payload).ignore();
             if next {
                 pipe.rpush(&self.queue, &t.payload).ignore();
             } else {
