@@ -655,6 +655,32 @@ impl Drop for TelegramStandin {
     }
 }
 
+/// A child process killed (and reaped) when dropped, so a test that fails
+/// half-way leaves nothing running behind it.
+pub struct Reaped(pub std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
 /// A real `redis-server` on a free loopback port with a throwaway directory,
 /// no persistence unless asked; stopped on drop.
 pub struct RedisServer {

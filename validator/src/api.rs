@@ -247,7 +247,7 @@ async fn health(State(api): State<Api>) -> Response {
     let since = crate::now_secs().saturating_sub(3600);
     let gaps: Vec<String> = conn.zrangebyscore(api.market.keys.epochs_gaps(), since, "+inf").await.unwrap_or_default();
     let lost: Vec<&str> = gaps.iter().filter_map(|g| g.strip_suffix(":state_lost")).collect();
-    let degraded = if lost.is_empty() {
+    let mut degraded = if lost.is_empty() {
         Vec::new()
     } else {
         vec![format!(
@@ -256,6 +256,8 @@ async fn health(State(api): State<Api>) -> Response {
             lost.join(", ")
         )]
     };
+    let monitor: Option<String> = conn.get(api.market.keys.monitor_problem()).await.unwrap_or_default();
+    degraded.extend(monitor);
     let status = if problems.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({
         "status": if !problems.is_empty() { "unhealthy" } else if !degraded.is_empty() { "degraded" } else { "ok" },

@@ -56,6 +56,9 @@ pub const WINDOW_CLOSED_TTL: Duration = HOUR;
 pub const BATCH_PART_TTL: Duration = Duration::from_secs(2 * 3600);
 /// `anchor:head`: a head older than this is no head (the monitor is gone).
 pub const ANCHOR_HEAD_TTL: Duration = Duration::from_secs(120);
+/// `monitor:problem`: renewed by the event monitor each round while it
+/// lasts.
+pub const MONITOR_PROBLEM_TTL: Duration = MINUTE;
 /// `metrics:submissions:metadata:{entityId}` (written only with
 /// `Admission::metadata`).
 pub const SUBMISSION_METADATA_TTL: Duration = DAY;
@@ -141,6 +144,9 @@ pub const SCHEMA: &[KeySpec] = &[
     // Redis that lost writes has lost this too: a monitor whose own cursor
     // is ahead reads those blocks again.
     spec("{protocol}:{market}:monitor:cursor", KeyType::Hash, Ttl::None),
+    // Ours: what is wrong with an event monitor that still runs (its cursor
+    // file cannot be saved), for `/health`.
+    spec("{protocol}:{market}:monitor:problem", KeyType::String, Ttl::Fixed(MONITOR_PROBLEM_TTL)),
     spec("{protocol}:{market}:batch:part:{epochId}:{partId}", KeyType::String, Ttl::Fixed(BATCH_PART_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:parts:completed", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:parts:total", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
@@ -280,6 +286,10 @@ impl Keys {
 
     pub fn monitor_cursor(&self) -> String {
         self.ns("monitor:cursor")
+    }
+
+    pub fn monitor_problem(&self) -> String {
+        self.ns("monitor:problem")
     }
 
     pub fn epochs_closing(&self) -> String {

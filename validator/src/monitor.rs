@@ -27,7 +27,7 @@ use redis::{AsyncCommands, Script, aio::ConnectionManager};
 
 use crate::{
     Market,
-    keys::{ANCHOR_HEAD_TTL, EPOCH_STATE_TTL, WINDOW_CLOSED_TTL},
+    keys::{ANCHOR_HEAD_TTL, EPOCH_STATE_TTL, MONITOR_PROBLEM_TTL, WINDOW_CLOSED_TTL},
     now_secs,
 };
 
@@ -265,14 +265,15 @@ impl Monitor {
     /// lost are read again. Returns the last epoch this monitor handled
     /// before it moved back — an epoch up to it that opens anew was lost —
     /// or `None` when nothing moved.
-    async fn reconcile(&self, watcher: &mut Watcher) -> Result<Option<u64>, String> {
+    async fn reconcile(&self, watcher: &mut Watcher, disk: &mut Option<String>) -> Result<Option<u64>, String> {
         let Some(mine) = watcher.cursor().cloned() else { return Ok(None) };
         let recorded = self.recorded_cursor().await.map_err(|e| format!("Redis: {e}"))?;
         let (to_block, to_epoch) = match recorded {
             Some((block, epoch)) if block >= mine.scanned_to && epoch >= mine.last_epoch => return Ok(None),
             Some((block, epoch)) => {
                 tracing::info!(
-                    "event monitor: Redis has its windows up to anchor block {block} (epoch {}), its cursor says                      {} (epoch {}); reading from block {} again",
+                    "event monitor: Redis has its windows up to anchor block {block} (epoch {}), its cursor says \
+                     {} (epoch {}); reading from block {} again",
                     epoch.map_or("none".into(), |e| e.to_string()),
                     mine.scanned_to,
                     mine.last_epoch.map_or("none".into(), |e| e.to_string()),
@@ -285,21 +286,39 @@ impl Monitor {
                 // releases it remembers handling (its newest 64).
                 let Some(oldest) = mine.recent.first() else { return Ok(None) };
                 tracing::warn!(
-                    "event monitor: Redis has no record of the epochs this monitor opened (a new Redis, or one                      that lost its data); looking again at the releases since anchor block {}",
+                    "event monitor: Redis has no record of the epochs this monitor opened (a new Redis, or one \
+                     that lost its data); looking again at the releases since anchor block {}",
                     oldest.block_number
                 );
                 (oldest.block_number.saturating_sub(1), oldest.epoch_id.checked_sub(1))
             }
         };
-        let moved = watcher.rewind(to_block, to_epoch).map_err(|e| format!("saving the epoch cursor: {e}"))?;
+        // Moved in memory even when the disk refuses the save: Redis's record
+        // is what counts, the file is only where a restart starts looking.
+        let moved = watcher.rewind(to_block, to_epoch).unwrap_or_else(|e| {
+            *disk = Some(e.to_string());
+            true
+        });
         Ok(if moved { mine.last_epoch } else { None })
+    }
+
+    /// What `/health` reports of the event monitor (a minute, renewed each
+    /// round while it lasts); `None` clears it.
+    async fn report_problem(&self, problem: Option<&str>) -> redis::RedisResult<()> {
+        let key = self.market.keys.monitor_problem();
+        let mut conn = self.conn.clone();
+        match problem {
+            Some(p) => conn.set_ex(key, p, MONITOR_PROBLEM_TTL.as_secs()).await,
+            None => conn.del(key).await,
+        }
     }
 
     /// An epoch this monitor had opened before, whose state Redis no longer
     /// has: recorded as a gap `{epochId}:state_lost` and logged.
     async fn record_lost(&self, epoch_id: u64) -> redis::RedisResult<()> {
         tracing::error!(
-            "epoch {epoch_id}: its state is gone from Redis (a restart without persistence, or a crash that lost              the last writes?); opened again, and recorded as a gap — votes it had are lost"
+            "epoch {epoch_id}: its state is gone from Redis (a restart without persistence, or a crash that lost \
+             the last writes?); opened again, and recorded as a gap — votes it had are lost"
         );
         let k = &self.market.keys;
         redis::pipe()
@@ -335,9 +354,23 @@ impl Monitor {
         // Epochs up to this one were opened before Redis lost them: one that
         // opens anew now is a gap.
         let mut lost_above: Option<u64> = None;
+        // The cursor file could not be saved (a full or read-only disk): the
+        // monitor goes on — Redis holds its position too — and says so.
+        let mut disk_failing = false;
+        // A saved position from another chain is refused before anything
+        // is compared with it.
+        let mut chain_checked = false;
         loop {
+            let mut disk: Option<String> = None;
             let round = async {
-                if let Some(last) = self.reconcile(&mut watcher).await.map_err(Ok)? {
+                if !chain_checked {
+                    match watcher.check_chain().await {
+                        Ok(()) => chain_checked = true,
+                        Err(PollError::Foreign(why)) => return Err(Err(BadInput(why))),
+                        Err(e) => return Err(Ok(e.to_string())),
+                    }
+                }
+                if let Some(last) = self.reconcile(&mut watcher, &mut disk).await.map_err(Ok)? {
                     lost_above = lost_above.max(Some(last));
                     let rewound = watcher.cursor().map_or(0, |c| c.scanned_to + 1);
                     registrations_from = Some(registrations_from.map_or(rewound, |f| f.min(rewound)));
@@ -362,7 +395,9 @@ impl Monitor {
                             self.record_lost(epoch.epoch_id).await.map_err(|e| Ok(format!("Redis: {e}")))?;
                         }
                     }
-                    watcher.epoch_handled(epoch).map_err(|e| Ok(format!("saving the epoch cursor: {e}")))?;
+                    if let Err(e) = watcher.epoch_handled(epoch) {
+                        disk = Some(e.to_string());
+                    }
                 }
                 let from = registrations_from.unwrap_or(poll.scanned_to);
                 if poll.scanned_to >= from {
@@ -381,10 +416,37 @@ impl Monitor {
                 if lost_above.is_some_and(|last| last_epoch.is_some_and(|e| e >= last)) {
                     lost_above = None;
                 }
-                watcher.scan_complete(poll.scanned_to).map_err(|e| Ok(format!("saving the epoch cursor: {e}")))?;
+                if let Err(e) = watcher.scan_complete(poll.scanned_to) {
+                    disk = Some(e.to_string());
+                }
                 Ok::<_, Result<String, BadInput>>(())
             };
-            match round.await {
+            let outcome = round.await;
+            // A failed save is tried again each round until one succeeds:
+            // only a save that worked says the disk is back.
+            let disk = match disk {
+                Some(e) => Some(e),
+                None if disk_failing => watcher.flush().err().map(|e| e.to_string()),
+                None => None,
+            };
+            match disk {
+                Some(e) => {
+                    let problem =
+                        format!("the event monitor cannot save its cursor file ({e}); it goes on from Redis's record");
+                    if !disk_failing {
+                        tracing::error!("{problem}; free space under the validator's --data-dir");
+                        disk_failing = true;
+                    }
+                    self.report_problem(Some(&problem)).await.ok();
+                }
+                None if disk_failing => {
+                    tracing::info!("event monitor: its cursor file is saved again");
+                    disk_failing = false;
+                    self.report_problem(None).await.ok();
+                }
+                None => {}
+            }
+            match outcome {
                 Ok(()) if failing => {
                     tracing::info!("event monitor: following the anchor chain again");
                     failing = false;

@@ -6,7 +6,7 @@
 
 use std::{
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::Arc,
     time::Duration,
 };
@@ -16,7 +16,7 @@ use lite_node_protocol::{
     proto,
     submission::Scope,
 };
-use lite_node_testkit::{RedisServer, World, compute_target_dir, poll_until, toolchain_env};
+use lite_node_testkit::{Reaped, RedisServer, World, compute_target_dir, poll_until, toolchain_env};
 use lite_node_validator::{Keys, Market, gateway::Gateway, monitor::Monitor};
 use redis::AsyncCommands;
 
@@ -109,7 +109,7 @@ impl Setup {
     }
 
     /// A `lite-node validator` running only dequeuers.
-    fn dequeuer(&self, redis: &RedisServer, log: &Path) -> Child {
+    fn dequeuer(&self, redis: &RedisServer, log: &Path) -> Reaped {
         Command::new(env!("CARGO_BIN_EXE_lite-node"))
             .arg("validator")
             .args(["--components", "dequeuer", "--workers", "2"])
@@ -128,6 +128,7 @@ impl Setup {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()
+            .map(Reaped)
             .expect("lite-node validator starts")
     }
 
@@ -177,7 +178,7 @@ fn held_by_workers(conn: &mut redis::Connection, k: &Keys) -> redis::RedisResult
     Ok(held)
 }
 
-fn wait_for_verdicts(s: &Setup, url: &str, at_least: u64, child: &mut Child, log: &Path) -> u64 {
+fn wait_for_verdicts(s: &Setup, url: &str, at_least: u64, child: &mut Reaped, log: &Path) -> u64 {
     poll_until(&format!("{at_least} verdicts"), Duration::from_secs(180), || {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("the validator exited ({status}): {}", std::fs::read_to_string(log).unwrap_or_default());
@@ -286,29 +287,31 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
     let log = s.cache.path().join("validator.log");
     let from_block = s.world.head().to_string();
     let start = |redis_url: &str, log: &std::path::Path| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lite-node"))
-            .arg("validator")
-            .args(["--redis-url", redis_url])
-            .args(["--listen", &format!("127.0.0.1:{gateway_port}")])
-            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
-            .args(["--anchor-rpc", &s.world.url()])
-            .args(["--protocol-state", &s.world.manifest.protocol_state])
-            .args(["--data-market", &s.world.manifest.data_market])
-            .args(["--pools", &s.world.manifest.pools.join(",")])
-            .args(["--from-block", &from_block, "--window-blocks", "5", "--poll-ms", "50"])
-            .arg("--data-dir")
-            .arg(s.cache.path().join("validator"))
-            .env_clear()
-            .envs(toolchain_env())
-            .envs(lite_node_testkit::market_env(s.cache.path()))
-            .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
-            .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
-            .env("LITE_NODE_DATA_DIR", s.cache.path())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap();
+        let mut child = Reaped(
+            Command::new(env!("CARGO_BIN_EXE_lite-node"))
+                .arg("validator")
+                .args(["--redis-url", redis_url])
+                .args(["--listen", &format!("127.0.0.1:{gateway_port}")])
+                .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+                .args(["--anchor-rpc", &s.world.url()])
+                .args(["--protocol-state", &s.world.manifest.protocol_state])
+                .args(["--data-market", &s.world.manifest.data_market])
+                .args(["--pools", &s.world.manifest.pools.join(",")])
+                .args(["--from-block", &from_block, "--window-blocks", "5", "--poll-ms", "50"])
+                .arg("--data-dir")
+                .arg(s.cache.path().join("validator"))
+                .env_clear()
+                .envs(toolchain_env())
+                .envs(lite_node_testkit::market_env(s.cache.path()))
+                .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+                .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
+                .env("LITE_NODE_DATA_DIR", s.cache.path())
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
         poll_until("the validator healthy", Duration::from_secs(180), || {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("the validator exited ({status}):\n{}", std::fs::read_to_string(log).unwrap_or_default());
@@ -495,6 +498,7 @@ fn bad_flags_exit_2_naming_the_flag_and_sigterm_stops_a_validator_waiting_for_re
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
+            .map(Reaped)
             .unwrap();
     poll_until("the wait for Redis logged", Duration::from_secs(60), || {
         std::fs::read_to_string(&log).unwrap_or_default().contains("connecting to Redis").then_some(())
