@@ -3,7 +3,11 @@ pragma solidity ^0.8.20;
 
 /// ProtocolState for the local network: the part of Powerloom's protocol
 /// state a lite node reads (epochs, days, the slot registry, the node count),
-/// with owner-only setters so tests and the devnet can drive it.
+/// with owner-only setters so tests and the devnet can drive it; and the
+/// Protocol V2 batch flow validators use (docs/protocol.md §12): a registry of
+/// validators per data market, one batch per epoch, attestations, and
+/// finalization once more than half of the registered validators attest the
+/// batch's root.
 contract ProtocolState {
     event EpochReleased(
         address indexed dataMarketAddress, uint256 indexed epochId, uint256 begin, uint256 end, uint256 timestamp
@@ -13,6 +17,44 @@ contract ProtocolState {
         address indexed dataMarketAddress, address snapshotterAddress, uint256 slotId, uint256 dayId, uint256 timestamp
     );
     event SlotRegistered(uint256 indexed slotId, address indexed snapshotter);
+    event ValidatorsUpdated(address indexed dataMarketAddress, address validatorAddress, bool allowed);
+    event SnapshotBatchSubmitted(
+        address indexed dataMarketAddress, string batchCid, uint256 indexed epochId, uint256 timestamp
+    );
+    event SnapshotBatchAttestationSubmitted(
+        address indexed dataMarketAddress,
+        string batchCid,
+        uint256 indexed epochId,
+        uint256 timestamp,
+        address indexed validatorAddr
+    );
+    event SnapshotBatchFinalized(
+        address indexed dataMarketAddress, uint256 indexed epochId, string indexed batchCid, uint256 timestamp
+    );
+
+    enum SnapshotStatus {
+        PENDING,
+        FINALIZED
+    }
+
+    struct ConsensusStatus {
+        SnapshotStatus status;
+        string snapshotCid;
+        uint256 timestamp;
+    }
+
+    /// One epoch's batch, as its submitter put it on chain.
+    struct Batch {
+        string batchCid;
+        bytes32 root;
+        address submitter;
+        bool finalized;
+        string[] projectIds;
+    }
+
+    /// `updateAddresses` roles, as upstream numbers them; only validators
+    /// are kept here.
+    uint8 public constant ROLE_VALIDATOR = 0;
 
     address public owner;
     uint256 private totalNodeCount;
@@ -20,6 +62,16 @@ contract ProtocolState {
     mapping(address => uint256) public currentDayId;
     mapping(uint256 => address) public slotSnapshotterMapping;
     mapping(address => bool) public allSnapshotters;
+
+    mapping(address => address[]) private validatorList;
+    mapping(address => mapping(address => bool)) public isValidator;
+    mapping(address => mapping(uint256 => Batch)) private batches;
+    /// The root each validator attested for an epoch (zero: none yet).
+    mapping(address => mapping(uint256 => mapping(address => bytes32))) public attestedRoot;
+    mapping(address => mapping(bytes32 => mapping(bytes32 => uint256))) private attestationsByRoot;
+    mapping(address => mapping(bytes32 => address[])) private divergent;
+    mapping(address => mapping(string => mapping(uint256 => ConsensusStatus))) private statuses;
+    mapping(address => mapping(string => uint256)) public lastFinalizedSnapshot;
 
     constructor(uint256 initialNodeCount) {
         owner = msg.sender;
@@ -73,6 +125,163 @@ contract ProtocolState {
             mstore(0, 7)
             log3(0, 32, signature, market, 99)
         }
+    }
+
+    modifier onlyValidator(address dataMarketAddress) {
+        require(isValidator[dataMarketAddress][msg.sender], "not a validator of this data market");
+        _;
+    }
+
+    /// Adds (`true`) or removes (`false`) validators of a data market.
+    function updateAddresses(address dataMarketAddress, uint8 role, address[] calldata addrs, bool[] calldata allowed)
+        external
+        onlyOwner
+    {
+        require(role == ROLE_VALIDATOR, "only the validator role is kept here");
+        require(addrs.length == allowed.length, "addresses and flags differ in length");
+        address[] storage list = validatorList[dataMarketAddress];
+        for (uint256 i = 0; i < addrs.length; i++) {
+            address a = addrs[i];
+            if (allowed[i] && !isValidator[dataMarketAddress][a]) {
+                isValidator[dataMarketAddress][a] = true;
+                list.push(a);
+            } else if (!allowed[i] && isValidator[dataMarketAddress][a]) {
+                isValidator[dataMarketAddress][a] = false;
+                for (uint256 j = 0; j < list.length; j++) {
+                    if (list[j] == a) {
+                        list[j] = list[list.length - 1];
+                        list.pop();
+                        break;
+                    }
+                }
+            }
+            emit ValidatorsUpdated(dataMarketAddress, a, allowed[i]);
+        }
+    }
+
+    function getValidators(address dataMarketAddress) external view returns (address[] memory) {
+        return validatorList[dataMarketAddress];
+    }
+
+    function getTotalValidatorsCount(address dataMarketAddress) public view returns (uint256) {
+        return validatorList[dataMarketAddress].length;
+    }
+
+    /// Puts an epoch's batch on chain: its CID, each project's CID (pending
+    /// until finalized) and the root of its (projectId, CID) Merkle tree.
+    /// One batch per epoch: a second, from a fallback submitter that came
+    /// too late, is refused.
+    function submitSubmissionBatch(
+        address dataMarketAddress,
+        string calldata batchCid,
+        uint256 epochId,
+        string[] calldata projectIds,
+        string[] calldata snapshotCids,
+        bytes32 finalizedCidsRootHash
+    ) external onlyValidator(dataMarketAddress) {
+        require(projectIds.length == snapshotCids.length, "project ids and CIDs differ in length");
+        require(bytes(batchCid).length > 0, "empty batch CID");
+        require(finalizedCidsRootHash != bytes32(0), "empty root");
+        Batch storage b = batches[dataMarketAddress][epochId];
+        require(b.submitter == address(0), "this epoch already has a batch");
+        b.batchCid = batchCid;
+        b.root = finalizedCidsRootHash;
+        b.submitter = msg.sender;
+        for (uint256 i = 0; i < projectIds.length; i++) {
+            b.projectIds.push(projectIds[i]);
+            statuses[dataMarketAddress][projectIds[i]][epochId] =
+                ConsensusStatus(SnapshotStatus.PENDING, snapshotCids[i], block.timestamp);
+        }
+        emit SnapshotBatchSubmitted(dataMarketAddress, batchCid, epochId, block.timestamp);
+    }
+
+    /// A validator's own root for the epoch's batch, once. A root other than
+    /// the batch's is recorded as divergent; the batch is finalized when
+    /// more than half of the registered validators attested its root.
+    function submitBatchAttestation(
+        address dataMarketAddress,
+        string calldata batchCid,
+        uint256 epochId,
+        bytes32 finalizedCidsRootHash
+    ) external onlyValidator(dataMarketAddress) {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        require(b.submitter != address(0), "no batch for this epoch");
+        require(keccak256(bytes(batchCid)) == keccak256(bytes(b.batchCid)), "not this epoch's batch");
+        require(finalizedCidsRootHash != bytes32(0), "empty root");
+        require(attestedRoot[dataMarketAddress][epochId][msg.sender] == bytes32(0), "already attested");
+        attestedRoot[dataMarketAddress][epochId][msg.sender] = finalizedCidsRootHash;
+        bytes32 key = keccak256(bytes(batchCid));
+        uint256 count = ++attestationsByRoot[dataMarketAddress][key][finalizedCidsRootHash];
+        if (finalizedCidsRootHash != b.root) {
+            divergent[dataMarketAddress][key].push(msg.sender);
+        }
+        emit SnapshotBatchAttestationSubmitted(dataMarketAddress, batchCid, epochId, block.timestamp, msg.sender);
+        if (!b.finalized && finalizedCidsRootHash == b.root && count * 2 > getTotalValidatorsCount(dataMarketAddress)) {
+            b.finalized = true;
+            for (uint256 i = 0; i < b.projectIds.length; i++) {
+                ConsensusStatus storage st = statuses[dataMarketAddress][b.projectIds[i]][epochId];
+                st.status = SnapshotStatus.FINALIZED;
+                st.timestamp = block.timestamp;
+                if (epochId > lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]]) {
+                    lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]] = epochId;
+                }
+            }
+            emit SnapshotBatchFinalized(dataMarketAddress, epochId, batchCid, block.timestamp);
+        }
+    }
+
+    /// A project's CID for an epoch and its status: `("", PENDING)` when no
+    /// batch named it.
+    function maxSnapshotsCid(address dataMarketAddress, string calldata projectId, uint256 epochId)
+        external
+        view
+        returns (string memory, SnapshotStatus)
+    {
+        ConsensusStatus storage st = statuses[dataMarketAddress][projectId][epochId];
+        return (st.snapshotCid, st.status);
+    }
+
+    function snapshotStatus(address dataMarketAddress, string calldata projectId, uint256 epochId)
+        external
+        view
+        returns (SnapshotStatus status, string memory snapshotCid, uint256 timestamp)
+    {
+        ConsensusStatus storage st = statuses[dataMarketAddress][projectId][epochId];
+        return (st.status, st.snapshotCid, st.timestamp);
+    }
+
+    /// An epoch's batch: its CID, root, submitter and whether it is final.
+    function epochBatch(address dataMarketAddress, uint256 epochId)
+        external
+        view
+        returns (string memory batchCid, bytes32 root, address submitter, bool finalized)
+    {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        return (b.batchCid, b.root, b.submitter, b.finalized);
+    }
+
+    function attestationsReceivedCount(address dataMarketAddress, string calldata batchCid, bytes32 root)
+        external
+        view
+        returns (uint256)
+    {
+        return attestationsByRoot[dataMarketAddress][keccak256(bytes(batchCid))][root];
+    }
+
+    function batchCidDivergentValidators(address dataMarketAddress, string calldata batchCid, uint256 idx)
+        external
+        view
+        returns (address)
+    {
+        return divergent[dataMarketAddress][keccak256(bytes(batchCid))][idx];
+    }
+
+    function batchCidDivergentValidatorsLen(address dataMarketAddress, string calldata batchCid)
+        external
+        view
+        returns (uint256)
+    {
+        return divergent[dataMarketAddress][keccak256(bytes(batchCid))].length;
     }
 
     /// Starts the next day for a data market.

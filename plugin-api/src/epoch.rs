@@ -30,6 +30,10 @@ pub struct EpochContext {
     pub slot_id: u64,
     /// Total registered slots (`getTotalNodeCount()`), 0 when not known.
     pub total_slots: u64,
+    /// The anchor block that released this epoch: pin every read of the
+    /// anchor chain to it (`eth_call` at this block number, never `latest`)
+    /// so every node reads the same state (docs/protocol.md §10).
+    pub anchor_block: u64,
     /// `{POWERLOOM_CHAIN}-{NAMESPACE}-{SOURCE_CHAIN}`.
     pub namespace: RString,
     /// The project type from projects.json this processor serves.
@@ -54,6 +58,7 @@ impl EpochContext {
             day_id: 0,
             slot_id: 1,
             total_slots: 1,
+            anchor_block: 0,
             namespace: "devnet-UNISWAPV3-ETH".into(),
             project_type: RString::new(),
         })
@@ -69,6 +74,12 @@ impl EpochContextBuilder {
     pub fn slot(mut self, slot_id: u64, total_slots: u64) -> Self {
         self.0.slot_id = slot_id;
         self.0.total_slots = total_slots;
+        self
+    }
+
+    /// The anchor block that released the epoch.
+    pub fn anchor_block(mut self, block: u64) -> Self {
+        self.0.anchor_block = block;
         self
     }
 

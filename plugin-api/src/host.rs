@@ -111,17 +111,19 @@ pub trait HostApi: Sync {
     /// Writes a message into the node's log, attributed to the plugin.
     fn log(&self, level: LogLevel, message: RStr<'_>);
 
-    /// `(epoch_id, cid)` of the snapshots this node recently produced for
-    /// `data_source` in this project, oldest first.
+    /// `(epoch_id, cid)` the anchor chain finalized for `data_source` in
+    /// this project in the five epochs before this one, as read at the
+    /// epoch's release block, oldest first (docs/protocol.md §10).
     #[sabi(last_prefix_field)]
-    fn previous_snapshots(&self, data_source: RStr<'_>) -> RVec<PreviousSnapshot>;
+    fn previous_snapshots(&self, data_source: RStr<'_>) -> RResult<RVec<PreviousSnapshot>, RpcError>;
 }
 
-/// A snapshot the node produced earlier for the same project and data source.
+/// A snapshot the chain finalized for an earlier epoch of the same project
+/// and data source.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct PreviousSnapshot {
-    /// The epoch it was computed for.
+    /// The epoch it was finalized for.
     pub epoch_id: u64,
     /// Its CID (CIDv1, raw codec, SHA-256, base32: `bafkrei…`).
     pub cid: RString,
@@ -205,17 +207,18 @@ impl<'a> Host<'a> {
         self.inner.log(level, message.into());
     }
 
-    /// `(epoch_id, cid)` of the snapshots this node computed for
-    /// `data_source` in this project in earlier epochs (the newest few,
-    /// oldest first; never the current epoch). Empty on a fresh node, and
-    /// different from node to node: include it in a snapshot only if the
-    /// market accepts that votes then differ.
-    pub fn previous_snapshots(&self, data_source: &str) -> Vec<(u64, String)> {
-        self.inner
-            .previous_snapshots(data_source.into())
-            .into_iter()
-            .map(|p| (p.epoch_id, p.cid.into_string()))
-            .collect()
+    /// `(epoch_id, cid)` the anchor chain finalized for `data_source` in
+    /// this project (`maxSnapshotsCid`, status `FINALIZED`) in the five
+    /// epochs before this one, oldest first, read at the anchor block that
+    /// released this epoch ([`crate::EpochContext::anchor_block`]). The same
+    /// on every node, whatever each computed or stored before; empty while
+    /// the market finalizes nothing on chain. An `Err` is the anchor chain
+    /// out of reach: fail the compute (the node runs it again) rather than
+    /// leave the field out — a snapshot without it would differ from
+    /// everyone else's.
+    pub fn previous_snapshots(&self, data_source: &str) -> Result<Vec<(u64, String)>, RpcError> {
+        let found = self.inner.previous_snapshots(data_source.into()).into_result()?;
+        Ok(found.into_iter().map(|p| (p.epoch_id, p.cid.into_string())).collect())
     }
 
     /// [`Host::log`] at [`LogLevel::Info`].

@@ -26,7 +26,8 @@ pub struct TestHost {
     pub reports: Mutex<Vec<(u64, bool, u64)>>,
     /// Every logged line, in order.
     pub logs: Mutex<Vec<(LogLevel, String)>>,
-    /// What `previous_snapshots` answers: `(data_source, epoch_id, cid)`.
+    /// What `previous_snapshots` answers: `(data_source, epoch_id, cid)` —
+    /// what the chain finalized, as a test sets it.
     pub previous: Vec<(String, u64, String)>,
 }
 
@@ -98,11 +99,13 @@ impl HostApi for TestHost {
         self.logs.lock().unwrap_or_else(|p| p.into_inner()).push((level, message.to_string()));
     }
 
-    fn previous_snapshots(&self, data_source: RStr<'_>) -> RVec<PreviousSnapshot> {
-        self.previous
-            .iter()
-            .filter(|(ds, _, _)| ds.as_str() == data_source.as_str())
-            .map(|(_, epoch_id, cid)| PreviousSnapshot { epoch_id: *epoch_id, cid: cid.as_str().into() })
-            .collect()
+    fn previous_snapshots(&self, data_source: RStr<'_>) -> RResult<RVec<PreviousSnapshot>, RpcError> {
+        RResult::ROk(
+            self.previous
+                .iter()
+                .filter(|(ds, _, _)| ds.as_str() == data_source.as_str())
+                .map(|(_, epoch_id, cid)| PreviousSnapshot { epoch_id: *epoch_id, cid: cid.as_str().into() })
+                .collect(),
+        )
     }
 }

@@ -15,4 +15,39 @@ alloy::sol! {
     function getTotalNodeCount() external view returns (uint256);
     function slotSnapshotterMapping(uint256 slotId) external view returns (address);
     function allSnapshotters(address snapshotter) external view returns (bool);
+
+    // The Protocol V2 batch flow (docs/protocol.md §12): per data market,
+    // validators, one batch per epoch, attestations, finalized CIDs.
+    event ValidatorsUpdated(address indexed dataMarketAddress, address validatorAddress, bool allowed);
+    event SnapshotBatchSubmitted(
+        address indexed dataMarketAddress, string batchCid, uint256 indexed epochId, uint256 timestamp
+    );
+    event SnapshotBatchAttestationSubmitted(
+        address indexed dataMarketAddress,
+        string batchCid,
+        uint256 indexed epochId,
+        uint256 timestamp,
+        address indexed validatorAddr
+    );
+    event SnapshotBatchFinalized(
+        address indexed dataMarketAddress, uint256 indexed epochId, string indexed batchCid, uint256 timestamp
+    );
+    function updateAddresses(address dataMarketAddress, uint8 role, address[] addrs, bool[] allowed) external;
+    function getValidators(address dataMarketAddress) external view returns (address[]);
+    function getTotalValidatorsCount(address dataMarketAddress) external view returns (uint256);
+    function submitSubmissionBatch(
+        address dataMarketAddress,
+        string batchCid,
+        uint256 epochId,
+        string[] projectIds,
+        string[] snapshotCids,
+        bytes32 finalizedCidsRootHash
+    ) external;
+    function submitBatchAttestation(
+        address dataMarketAddress, string batchCid, uint256 epochId, bytes32 finalizedCidsRootHash
+    ) external;
+    /// `(cid, status)`: status 0 pending, 1 finalized; `("", 0)` for nothing.
+    function maxSnapshotsCid(address dataMarketAddress, string projectId, uint256 epochId)
+        external view returns (string, uint8);
+    function lastFinalizedSnapshot(address dataMarketAddress, string projectId) external view returns (uint256);
 }

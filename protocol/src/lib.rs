@@ -10,6 +10,7 @@ pub mod canonical_json;
 pub mod cid;
 pub mod contracts;
 pub mod eip712;
+pub mod finalized;
 pub mod project_id;
 pub mod proto;
 pub mod quantity;

@@ -80,6 +80,7 @@ fn main() {
         day_id: 1,
         slot_id: 1,
         total_slots: 1,
+        anchor_block: 0,
         namespace: "devnet-UNISWAPV3-ETH".into(),
         project_type: "baseSnapshot".into(),
     };

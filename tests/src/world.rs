@@ -56,6 +56,18 @@ sol! {
     function registerSlot(uint256 slotId, address snapshotter) external;
     function setSnapshotterEnabled(address snapshotter, bool enabled) external;
     function setTotalNodeCount(uint256 n) external;
+    function updateAddresses(address dataMarketAddress, uint8 role, address[] addrs, bool[] allowed) external;
+    function submitSubmissionBatch(
+        address dataMarketAddress,
+        string batchCid,
+        uint256 epochId,
+        string[] projectIds,
+        string[] snapshotCids,
+        bytes32 finalizedCidsRootHash
+    ) external;
+    function submitBatchAttestation(
+        address dataMarketAddress, string batchCid, uint256 epochId, bytes32 finalizedCidsRootHash
+    ) external;
 }
 
 /// An anvil account of the world (public development keys).
@@ -295,6 +307,43 @@ impl World {
 
     pub fn register_slot(&self, slot_id: u64, snapshotter: &str) {
         let call = registerSlotCall { slotId: U256::from(slot_id), snapshotter: snapshotter.parse().unwrap() };
+        self.transact(call.abi_encode());
+    }
+
+    /// Makes the deployer (who sends every transaction here) a validator of
+    /// our data market.
+    pub fn register_deployer_as_validator(&self) {
+        let call = updateAddressesCall {
+            dataMarketAddress: self.market(),
+            role: 0,
+            addrs: vec![self.manifest.accounts[0].address.parse().unwrap()],
+            allowed: vec![true],
+        };
+        self.transact(call.abi_encode());
+    }
+
+    /// Puts epoch `epoch_id`'s batch on chain (as the deployer, a
+    /// validator): `projects` as `(project id, CID)`, under `root`.
+    pub fn submit_batch(&self, epoch_id: u64, batch_cid: &str, projects: &[(String, String)], root: [u8; 32]) {
+        let call = submitSubmissionBatchCall {
+            dataMarketAddress: self.market(),
+            batchCid: batch_cid.to_owned(),
+            epochId: U256::from(epoch_id),
+            projectIds: projects.iter().map(|(p, _)| p.clone()).collect(),
+            snapshotCids: projects.iter().map(|(_, c)| c.clone()).collect(),
+            finalizedCidsRootHash: root.into(),
+        };
+        self.transact(call.abi_encode());
+    }
+
+    /// The deployer attests `root` for epoch `epoch_id`'s batch.
+    pub fn attest(&self, epoch_id: u64, batch_cid: &str, root: [u8; 32]) {
+        let call = submitBatchAttestationCall {
+            dataMarketAddress: self.market(),
+            batchCid: batch_cid.to_owned(),
+            epochId: U256::from(epoch_id),
+            finalizedCidsRootHash: root.into(),
+        };
         self.transact(call.abi_encode());
     }
 

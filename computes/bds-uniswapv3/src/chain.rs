@@ -32,16 +32,13 @@ pub struct Call {
     pub pool: String,
     pub to: String,
     pub data: String,
-    pub block: Option<u64>,
+    pub block: u64,
     pub what: &'static str,
 }
 
 impl Call {
     fn describe(&self) -> String {
-        match self.block {
-            Some(b) => format!("pool {}: eth_call {} at block {b}", self.pool, self.what),
-            None => format!("pool {}: eth_call {}", self.pool, self.what),
-        }
+        format!("pool {}: eth_call {} at block {}", self.pool, self.what, self.block)
     }
 }
 
@@ -52,7 +49,7 @@ pub fn eth_calls(host: &Host<'_>, calls: &[Call]) -> Result<Vec<Vec<u8>>, String
         let requests: Vec<RpcCall> = chunk
             .iter()
             .map(|c| {
-                let tag = c.block.map_or_else(|| "latest".to_owned(), |b| format!("0x{b:x}"));
+                let tag = format!("0x{:x}", c.block);
                 RpcCall {
                     method: "eth_call".into(),
                     params_json: json!([{"to": c.to, "data": c.data}, tag]).to_string().into(),

@@ -23,7 +23,9 @@
 //!   leg), in token1; `totalFee`: Σ |amount1| · fee / 10^6, in token1;
 //!   `totalTradeMintBurn`: Σ (amount1 + amount0 valued at the block's pool
 //!   price) over mints and burns, in token1, 18 or more fractional digits.
-//! - `previousSnapshots`: `[[epoch, cid], …]` this node produced for the pool.
+//! - `previousSnapshots`: `[[epoch, cid], …]` the chain finalized for the pool
+//!   in the five epochs before (`Host::previous_snapshots`, read at the
+//!   release block: the same on every node).
 //! - With a USD source configured (`usd: {stablecoins, pools}`, see `usd.rs`):
 //!   `token0PricesUSD`, `token1PricesUSD`, `token0ReservesUSD`,
 //!   `token1ReservesUSD` `{block: decimal}`; `token0TradeVolumeUSD`,

@@ -154,7 +154,11 @@ impl BaseSnapshotProcessor {
         Ok(pools)
     }
 
-    fn ensure_meta(&self, host: &Host<'_>, pools: &[String]) -> Result<HashMap<String, PoolMeta>, String> {
+    /// Each pool's tokens and fee and each token's decimals, read at block
+    /// `at` (the epoch's last) the first time and kept: a pool's tokens and
+    /// fee are immutable and ERC-20 decimals are constant, so whether this
+    /// node had them cached never changes a snapshot's bytes.
+    fn ensure_meta(&self, host: &Host<'_>, pools: &[String], at: u64) -> Result<HashMap<String, PoolMeta>, String> {
         let missing: Vec<String> = {
             let meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
             pools.iter().filter(|p| !meta.contains_key(*p)).cloned().collect()
@@ -163,9 +167,8 @@ impl BaseSnapshotProcessor {
             let calls: Vec<Call> = missing
                 .iter()
                 .flat_map(|p| {
-                    [(chain::TOKEN0, "token0()"), (chain::TOKEN1, "token1()"), (chain::FEE, "fee()")].map(
-                        |(data, what)| Call { pool: p.clone(), to: p.clone(), data: data.into(), block: None, what },
-                    )
+                    [(chain::TOKEN0, "token0()"), (chain::TOKEN1, "token1()"), (chain::FEE, "fee()")]
+                        .map(|(data, what)| Call { pool: p.clone(), to: p.clone(), data: data.into(), block: at, what })
                 })
                 .collect();
             let answers = chain::eth_calls(host, &calls)?;
@@ -199,7 +202,7 @@ impl BaseSnapshotProcessor {
                     pool: p.clone(),
                     to: t.clone(),
                     data: chain::DECIMALS.into(),
-                    block: None,
+                    block: at,
                     what: "decimals() of a token",
                 })
                 .collect();
@@ -233,7 +236,7 @@ impl BaseSnapshotProcessor {
     ) -> Result<Vec<(String, Value)>, String> {
         let route_pools: Vec<String> = self.settings.usd.as_ref().map(|u| u.pools.clone()).unwrap_or_default();
         let all: Vec<String> = pools.iter().chain(&route_pools).cloned().collect();
-        let meta = self.ensure_meta(host, &all)?;
+        let meta = self.ensure_meta(host, &all, epoch.end)?;
         let refs: Vec<&str> = pools.iter().map(String::as_str).collect();
         let mut events = chain::pool_events(host, &refs, epoch.begin, epoch.end)?;
         let blocks: Vec<u64> = (epoch.begin..=epoch.end).collect();
@@ -245,7 +248,7 @@ impl BaseSnapshotProcessor {
                     pool: p.clone(),
                     to: p.clone(),
                     data: chain::SLOT0.into(),
-                    block: Some(b),
+                    block: b,
                     what: "slot0()",
                 });
                 let bal = chain::balance_of(p);
@@ -253,14 +256,14 @@ impl BaseSnapshotProcessor {
                     pool: p.clone(),
                     to: m.token0.clone(),
                     data: bal.clone(),
-                    block: Some(b),
+                    block: b,
                     what: "token0.balanceOf(pool)",
                 });
                 calls.push(Call {
                     pool: p.clone(),
                     to: m.token1.clone(),
                     data: bal,
-                    block: Some(b),
+                    block: b,
                     what: "token1.balanceOf(pool)",
                 });
             }
@@ -271,7 +274,7 @@ impl BaseSnapshotProcessor {
                     pool: r.clone(),
                     to: r.clone(),
                     data: chain::SLOT0.into(),
-                    block: Some(b),
+                    block: b,
                     what: "slot0() (USD route)",
                 });
             }
@@ -310,7 +313,10 @@ impl BaseSnapshotProcessor {
                 let usd1 = usd::token_usd(source, &routes, p, &view, &view.token1, &blocks)?;
                 add_usd_fields(&mut snapshot, &meta[p], &blocks, state, &pool_events, &usd0, &usd1);
             }
-            let previous: Vec<Value> = host.previous_snapshots(p).into_iter().map(|(e, cid)| json!([e, cid])).collect();
+            // What the chain finalized, the same on every node (an anchor
+            // out of reach fails the compute: the node runs it again).
+            let finalized = host.previous_snapshots(p).map_err(|e| format!("pool {p}: previous snapshots: {e}"))?;
+            let previous: Vec<Value> = finalized.into_iter().map(|(e, cid)| json!([e, cid])).collect();
             snapshot["previousSnapshots"] = Value::Array(previous);
             out.push((p.clone(), snapshot));
         }

@@ -77,6 +77,7 @@ mod tests {
             day_id: 1,
             slot_id: 3,
             total_slots: 10,
+            anchor_block: 0,
             namespace: "devnet-BLOCKS-ETH".into(),
             project_type: "blockDetails".into(),
         }

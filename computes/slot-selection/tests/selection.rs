@@ -173,6 +173,7 @@ mod decide {
             day_id: 1,
             slot_id,
             total_slots,
+            anchor_block: 0,
             namespace: "devnet-UNISWAPV3-ETH".into(),
             project_type: "baseSnapshot".into(),
         }

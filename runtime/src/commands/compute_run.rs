@@ -16,7 +16,7 @@ use crate::{
     compute::{
         self,
         executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, Task},
-        host::RpcEndpoint,
+        host::{FinalizedReads, RpcEndpoint},
     },
     config::{ComputeRunConfig, EnvSnapshot, Project},
     epochs::preload,
@@ -100,8 +100,8 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
 
     // The epoch.
     let epoch_id = query.epoch_id.unwrap_or(1);
-    let (begin, end, whence) = match (query.begin, &anchor) {
-        (Some(begin), _) => (begin, query.end.unwrap_or(begin), "given".to_owned()),
+    let (begin, end, whence, released_at) = match (query.begin, &anchor) {
+        (Some(begin), _) => (begin, query.end.unwrap_or(begin), "given".to_owned(), None),
         (None, Some(anchor)) if query.epoch_id.is_some() => {
             let release = anchor
                 .epoch_release(epoch_id, query.from_block.unwrap_or(0))
@@ -121,7 +121,12 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
                         query.from_block.unwrap_or(0)
                     ))
                 })?;
-            (release.begin, release.end, format!("as released at anchor block {}", release.block_number))
+            (
+                release.begin,
+                release.end,
+                format!("as released at anchor block {}", release.block_number),
+                Some(release.block_number),
+            )
         }
         _ => {
             return Err(BadInput(
@@ -148,15 +153,39 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         );
     }
 
+    // Where previousSnapshots is read: at the epoch's release block, as a
+    // node reads it; at the anchor's head when the epoch was given by its
+    // blocks (said below); nowhere without an anchor (empty).
+    let anchor_block = match (released_at, &anchor) {
+        (Some(block), _) => block,
+        (None, Some(anchor)) => anchor.head().await.map_err(|e| anyhow!("reading the anchor chain's head: {e}"))?,
+        (None, None) => 0,
+    };
+    let anchor_whence = match (released_at, &anchor) {
+        (Some(_), _) => format!("previous snapshots as finalized at anchor block {anchor_block}, as a node reads them"),
+        (None, Some(_)) => format!(
+            "previous snapshots as finalized at anchor block {anchor_block}, the head (give --epoch-id to read them \
+             at the epoch's release block, as a node does)"
+        ),
+        (None, None) => "no anchor configured: previous snapshots are empty".to_owned(),
+    };
+
     // The node's executor: the same host, preload, tracker and chains.
     let projects: Vec<Project> = processors.iter().map(|p| p.project.clone()).collect();
-    let executor = LocalExecutor::new(
+    let mut executor = LocalExecutor::new(
         processors,
         cfg.watch.max_concurrent_computes,
         cfg.watch.compute_timeout,
         Some(source.clone() as Arc<dyn RpcEndpoint>),
         anchor_rpc,
     );
+    if let Some((_, protocol_state, data_market)) = &cfg.anchor {
+        executor = executor.with_finalized(FinalizedReads {
+            protocol_state: *protocol_state,
+            data_market: *data_market,
+            namespace: cfg.namespace.clone(),
+        });
+    }
     let blocks = if executor.needs_block_details() {
         preload::block_details(&source, begin, end).await.map_err(|e| anyhow!("preloading block details: {e}"))?
     } else {
@@ -171,6 +200,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             day_id: query.day_id.unwrap_or(1),
             slot_id,
             total_slots,
+            anchor_block,
             namespace: cfg.namespace.clone(),
             project_type: p.project_type.clone(),
         })
@@ -223,7 +253,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
     if query.json {
         let doc = json!({
             "epoch": {"epoch_id": epoch_id, "begin": begin, "end": end, "slot_id": slot_id, "total_slots": total_slots,
-                      "namespace": cfg.namespace},
+                      "anchor_block": anchor_block, "namespace": cfg.namespace},
             "compute_package": package.package.manifest.commit,
             "projects": report,
         });
@@ -232,7 +262,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         writeln!(
             out,
             "epoch {epoch_id}: source blocks {begin}..={end} ({whence}); slot {slot_id} of {total_slots} total \
-             ({total_whence}); compute package {}",
+             ({total_whence}); {anchor_whence}; compute package {}",
             package.package.manifest.commit
         )?;
         let unset = if cfg.namespace.contains("POWERLOOM_CHAIN")

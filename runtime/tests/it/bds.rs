@@ -69,6 +69,7 @@ fn context(epoch_id: u64, begin: u64, end: u64, slot_id: u64, total_slots: u64) 
         day_id: 1,
         slot_id,
         total_slots,
+        anchor_block: 0,
         namespace: "devnet-UNISWAPV3-ETH".into(),
         project_type: "baseSnapshot".into(),
     }
@@ -166,21 +167,25 @@ fn a_lite_node_snapshots_only_its_assigned_pool_or_nothing() {
     }
 }
 
+/// Two nodes with different histories compute the same epoch of the same
+/// pool: byte-identical snapshots, whose `previousSnapshots` is what the
+/// chain finalized before the epoch (not what either node computed), read
+/// at the epoch's release block (a finalization after it changes nothing).
 #[test]
-fn previous_snapshots_are_the_nodes_own_recent_cids() {
+fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_finalized() {
     use futures_util::StreamExt;
     use lite_node::{
+        compute::host::FinalizedReads,
         config::Project,
         executor::{Executor, LocalExecutor, OutcomeKind, ProjectProcessor, Task},
         snapshots::SnapshotStore,
     };
     let world = World::load();
     let (begin, end) = activity(&world);
-    let data_dir = tempfile::tempdir().unwrap();
-    let package = bundled(data_dir.path());
     let pool = world.manifest.pools[0].clone();
+    let namespace = "devnet-UNISWAPV3-ETH";
+    let project_id = format!("baseSnapshot:{}:{namespace}", pool.to_lowercase());
     let settings = json!({"pools": [pool], "full_node": true});
-    let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
     let project = Project {
         project_type: "baseSnapshot".into(),
         module: "bds_uniswapv3".into(),
@@ -189,20 +194,39 @@ fn previous_snapshots_are_the_nodes_own_recent_cids() {
         settings: settings.as_object().unwrap().clone(),
     };
     let c = chain(&world);
-    let store = Arc::new(SnapshotStore::open(data_dir.path()).unwrap());
-    let namespace = "devnet-UNISWAPV3-ETH";
-    let executor = LocalExecutor::new(
-        vec![ProjectProcessor { project, processor: Arc::new(processor) }],
-        1,
-        Duration::from_secs(60),
-        Some(c.source.clone() as Arc<dyn RpcEndpoint>),
-        None,
-    )
-    .with_history(store.clone(), namespace.into());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let blocks: Arc<[_]> = rt.block_on(preload::block_details(&c.source, begin, end)).unwrap().into();
-    let mut cids = Vec::new();
-    for epoch_id in [11u64, 12, 13] {
+
+    // On chain: epoch 11 finalized, epoch 12 only submitted (pending), 9
+    // finalized later (after epoch 13's release block).
+    world.register_deployer_as_validator();
+    let finalized_cid = lite_node_protocol::cid(b"epoch 11 as the validators finalized it");
+    let pending_cid = lite_node_protocol::cid(b"epoch 12, not attested yet");
+    let root = [7u8; 32];
+    world.submit_batch(11, "batch-11", &[(project_id.clone(), finalized_cid.clone())], root);
+    world.attest(11, "batch-11", root);
+    world.submit_batch(12, "batch-12", &[(project_id.clone(), pending_cid)], root);
+    let release_block = world.head();
+
+    let node = |dir: &std::path::Path| {
+        let package = bundled(dir);
+        let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
+        let store = Arc::new(SnapshotStore::open(dir).unwrap());
+        let executor = LocalExecutor::new(
+            vec![ProjectProcessor { project: project.clone(), processor: Arc::new(processor) }],
+            1,
+            Duration::from_secs(60),
+            Some(c.source.clone() as Arc<dyn RpcEndpoint>),
+            Some(c.source.clone() as Arc<dyn RpcEndpoint>),
+        )
+        .with_finalized(FinalizedReads {
+            protocol_state: world.manifest.protocol_state.parse().unwrap(),
+            data_market: world.manifest.data_market.parse().unwrap(),
+            namespace: namespace.into(),
+        });
+        (executor, store)
+    };
+    let compute = |executor: &LocalExecutor, store: &SnapshotStore, epoch_id: u64, anchor_block: u64| {
         let task = Task {
             epoch_id,
             begin,
@@ -210,20 +234,39 @@ fn previous_snapshots_are_the_nodes_own_recent_cids() {
             day_id: 1,
             slot_id: 1,
             total_slots: 4,
+            anchor_block,
             namespace: namespace.into(),
             project_type: "baseSnapshot".into(),
         };
         let results: Vec<_> = rt.block_on(executor.execute(vec![task], blocks.clone()).collect());
-        assert_eq!(results[0].kind, OutcomeKind::Computed);
+        assert_eq!(results[0].kind, OutcomeKind::Computed, "{:?}", results[0]);
         let stored = &store.store(epoch_id, namespace, &results[0]).unwrap()[0];
-        assert_eq!(stored.project_id, format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", pool.to_lowercase()));
-        let bytes = std::fs::read(&stored.path).unwrap();
-        assert_eq!(stored.cid, lite_node_protocol::cid(&bytes), "the CID is of the exact bytes on disk");
-        let snapshot: Value = serde_json::from_slice(&bytes).unwrap();
-        let previous: Vec<Value> = cids.iter().map(|(e, c): &(u64, String)| json!([e, c])).collect();
-        assert_eq!(snapshot["previousSnapshots"], Value::Array(previous), "epoch {epoch_id}");
-        cids.push((epoch_id, stored.cid.clone()));
+        assert_eq!(stored.project_id, project_id);
+        std::fs::read(&stored.path).unwrap()
+    };
+
+    // Node A has a history: it computed epochs 10 to 12 itself.
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, store_a) = node(dir_a.path());
+    for epoch_id in 10..=12 {
+        compute(&a, &store_a, epoch_id, release_block);
     }
+    let from_a = compute(&a, &store_a, 13, release_block);
+    // Node B is fresh.
+    let (b, store_b) = node(dir_b.path());
+    let from_b = compute(&b, &store_b, 13, release_block);
+    assert_eq!(String::from_utf8_lossy(&from_a), String::from_utf8_lossy(&from_b), "byte-identical");
+    let snapshot: Value = serde_json::from_slice(&from_a).unwrap();
+    assert_eq!(snapshot["previousSnapshots"], json!([[11, finalized_cid]]), "finalized only, from the chain");
+
+    // A finalization after the release block does not change the epoch's
+    // bytes: the read is pinned to the release.
+    let late = lite_node_protocol::cid(b"epoch 9, finalized late");
+    world.submit_batch(9, "batch-9", &[(project_id.clone(), late.clone())], root);
+    world.attest(9, "batch-9", root);
+    assert_eq!(compute(&b, &store_b, 13, release_block), from_b, "pinned to the release block");
+    let later: Value = serde_json::from_slice(&compute(&b, &store_b, 14, world.head())).unwrap();
+    assert_eq!(later["previousSnapshots"], json!([[9, late], [11, finalized_cid]]), "read at a later release");
 }
 
 #[test]

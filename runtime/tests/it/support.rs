@@ -132,6 +132,7 @@ pub fn task(epoch_id: u64, project_type: &str) -> Task {
         day_id: 1,
         slot_id: 4,
         total_slots: 10,
+        anchor_block: 0,
         namespace: "devnet-TEST-ETH".into(),
         project_type: project_type.into(),
     }

@@ -34,7 +34,6 @@ use tokio::sync::Semaphore;
 use crate::{
     host::{RuntimeHost, SelectionTracker},
     memo::Memo,
-    snapshots::SnapshotStore,
 };
 
 /// One compute to run: a project of one slot for one epoch, with everything
@@ -47,6 +46,9 @@ pub struct Task {
     pub day_id: u64,
     pub slot_id: u64,
     pub total_slots: u64,
+    /// The anchor block that released the epoch (what anchor reads are
+    /// pinned to, `previousSnapshots` among them).
+    pub anchor_block: u64,
     pub namespace: String,
     pub project_type: String,
 }
@@ -61,6 +63,7 @@ impl Task {
             day_id: self.day_id,
             slot_id: self.slot_id,
             total_slots: self.total_slots,
+            anchor_block: self.anchor_block,
             namespace: self.namespace.as_str().into(),
             project_type: self.project_type.as_str().into(),
         }
@@ -180,9 +183,8 @@ pub struct LocalExecutor {
     /// Each slot's SlotSelectionTracker; a slot not listed reports to `tracker`.
     trackers: BTreeMap<u64, Arc<SelectionTracker>>,
     tracker: Arc<SelectionTracker>,
-    /// What computes read as their recent snapshots, and the namespace that
-    /// completes their project ids.
-    history: Option<(Arc<SnapshotStore>, String)>,
+    /// Where computes read what the chain finalized (`previousSnapshots`).
+    finalized: Option<Arc<crate::host::FinalizedReads>>,
     drill: Option<Drill>,
 }
 
@@ -204,7 +206,7 @@ impl LocalExecutor {
             anchor,
             trackers: BTreeMap::new(),
             tracker: Arc::new(SelectionTracker::default()),
-            history: None,
+            finalized: None,
             drill: None,
         }
     }
@@ -221,10 +223,10 @@ impl LocalExecutor {
         self
     }
 
-    /// Lets computes see their recent snapshots in `store`; `namespace`
-    /// completes project ids.
-    pub fn with_history(mut self, store: Arc<SnapshotStore>, namespace: String) -> Self {
-        self.history = Some((store, namespace));
+    /// Lets computes read what the anchor chain finalized for their
+    /// projects (`Host::previous_snapshots`).
+    pub fn with_finalized(mut self, reads: crate::host::FinalizedReads) -> Self {
+        self.finalized = Some(Arc::new(reads));
         self
     }
 
@@ -292,8 +294,9 @@ impl LocalExecutor {
             if p.project.preload_tasks.iter().any(|t| t == "block_details") { blocks.to_vec() } else { vec![] };
         let mut host =
             RuntimeHost::new(&project_type, reach.source.clone(), reach.anchor.clone(), reach.tracker.clone(), blocks);
-        host.history = self.history.clone();
+        host.finalized = self.finalized.clone();
         host.epoch_id = ctx.epoch_id;
+        host.anchor_block = ctx.anchor_block;
         // Shared, so what the compute reported is known even if it times out.
         let host = Arc::new(host);
         let reported_by = host.clone();

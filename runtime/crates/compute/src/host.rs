@@ -63,6 +63,16 @@ impl SelectionTracker {
     }
 }
 
+/// Where a data market's finalized CIDs are read: its ProtocolState and
+/// data market on the anchor chain, and the namespace that completes
+/// project ids.
+#[derive(Clone, Debug)]
+pub struct FinalizedReads {
+    pub protocol_state: alloy::primitives::Address,
+    pub data_market: alloy::primitives::Address,
+    pub namespace: String,
+}
+
 /// What one compute call sees of the node.
 pub struct RuntimeHost {
     /// Names the processor in log lines (`project_type`).
@@ -73,10 +83,12 @@ pub struct RuntimeHost {
     pub blocks: Vec<BlockDetail>,
     /// What this compute call itself reported, `(epoch_id, was_selected)`.
     pub reported: Mutex<Option<(u64, bool)>>,
-    /// Where `previous_snapshots` looks, and the namespace of project ids.
-    pub history: Option<(Arc<crate::snapshots::SnapshotStore>, String)>,
-    /// The epoch being computed: `previous_snapshots` answers only earlier ones.
+    /// Where `previous_snapshots` reads what the chain finalized.
+    pub finalized: Option<Arc<FinalizedReads>>,
+    /// The epoch being computed: `previous_snapshots` answers earlier ones.
     pub epoch_id: u64,
+    /// The anchor block that released it: `previous_snapshots` reads there.
+    pub anchor_block: u64,
     /// Calls that failed without a JSON-RPC error: the chain was not reached
     /// or did not answer properly (a reason to compute again, unlike a revert).
     unreachable: std::sync::atomic::AtomicU32,
@@ -98,8 +110,9 @@ impl RuntimeHost {
             tracker,
             blocks,
             reported: Mutex::new(None),
-            history: None,
+            finalized: None,
             epoch_id: 0,
+            anchor_block: 0,
             unreachable: std::sync::atomic::AtomicU32::new(0),
         }
     }
@@ -115,6 +128,61 @@ impl RuntimeHost {
             self.unreachable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         result
+    }
+
+    /// What the chain finalized for `data_source` of this project in the
+    /// epochs before this one (`lite_node_protocol::finalized`), read at the
+    /// release block in one batch. A revert (a ProtocolState without the
+    /// V2 batch flow) reads as nothing finalized, the same on every node;
+    /// an unreachable anchor is an error, so the compute fails and runs
+    /// again rather than submit bytes no other node writes.
+    fn finalized_before(&self, data_source: &str) -> Result<Vec<PreviousSnapshot>, RpcError> {
+        use lite_node_protocol::finalized;
+        let refuse = |message: String| RpcError { code: ROption::RNone, message: message.into() };
+        // A run without an anchor (`compute run` offline, tests) reads none.
+        let Some(reads) = &self.finalized else { return Ok(Vec::new()) };
+        let epochs = finalized::previous_epochs(self.epoch_id);
+        if epochs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.anchor_block == 0 {
+            return Err(refuse(format!(
+                "epoch {}: the anchor block that released it is not known, so what the chain finalized before it \
+                 cannot be read the same way as other nodes read it",
+                self.epoch_id
+            )));
+        }
+        let project_id = lite_node_protocol::project_id(&self.project, data_source, &reads.namespace);
+        let calls: Vec<RpcCall> = epochs
+            .clone()
+            .map(|e| RpcCall {
+                method: "eth_call".into(),
+                params_json: finalized::max_snapshots_cid_params(
+                    reads.protocol_state,
+                    reads.data_market,
+                    &project_id,
+                    e,
+                    self.anchor_block,
+                )
+                .to_string()
+                .into(),
+            })
+            .collect();
+        let answers = self.endpoint(Chain::Anchor).and_then(|e| self.counted(e.batch(&calls)))?;
+        let mut found = Vec::new();
+        for (epoch_id, answer) in epochs.zip(answers) {
+            match self.counted(answer) {
+                Ok(text) => {
+                    let cid = finalized::finalized_cid(&text)
+                        .map_err(|e| refuse(format!("epoch {epoch_id} of {project_id}: {e}")))?;
+                    found.extend(cid.map(|cid| PreviousSnapshot { epoch_id, cid: cid.into() }));
+                }
+                // The chain answered with an error: no such function there.
+                Err(RpcError { code: ROption::RSome(_), .. }) => return Ok(Vec::new()),
+                Err(unreached) => return Err(unreached),
+            }
+        }
+        Ok(found)
     }
 
     /// What this call reported to the tracker, if anything.
@@ -171,14 +239,8 @@ impl HostApi for RuntimeHost {
         self.blocks.clone().into()
     }
 
-    fn previous_snapshots(&self, data_source: RStr<'_>) -> RVec<PreviousSnapshot> {
-        let Some((store, namespace)) = &self.history else { return RVec::new() };
-        let id = lite_node_protocol::project_id(&self.project, data_source.as_str(), namespace);
-        store
-            .previous(&id, self.epoch_id)
-            .into_iter()
-            .map(|(epoch_id, cid)| PreviousSnapshot { epoch_id, cid: cid.into() })
-            .collect()
+    fn previous_snapshots(&self, data_source: RStr<'_>) -> RResult<RVec<PreviousSnapshot>, RpcError> {
+        self.finalized_before(data_source.as_str()).map(RVec::from).into()
     }
 
     fn log(&self, level: LogLevel, message: RStr<'_>) {

@@ -1,6 +1,6 @@
 //! The snapshots this node produced: their exact canonical bytes on disk and
-//! the recent CIDs per project id, which computes read as
-//! `previousSnapshots`.
+//! the recent CIDs per project id it stored (its own record: computes read
+//! `previousSnapshots` from the chain, never from here).
 
 use lite_node_protocol::{canonical_json, cid, project_id};
 
@@ -17,7 +17,7 @@ const KEPT_PER_PROJECT: usize = 2 * RECENT_PER_PROJECT;
 /// The snapshots this node produced: their exact bytes under
 /// `<data dir>/snapshots/<epoch>/<project id>.json`, and the recent
 /// `(epoch, cid)` per project id in `<data dir>/state/recent-snapshots.json`
-/// (what computes see as `previousSnapshots`).
+/// (what it stored; several slots drawing one pool store its bytes once).
 #[derive(Debug)]
 pub struct SnapshotStore {
     root: std::path::PathBuf,
@@ -49,7 +49,6 @@ impl SnapshotStore {
         Ok(Self { root: data_dir.join("snapshots"), recent_path, recent: std::sync::Mutex::new(recent) })
     }
 
-    /// Recent `(epoch, cid)` of a project id, oldest first.
     /// The last [`RECENT_PER_PROJECT`] `(epoch, cid)` of a project id from
     /// epochs before `epoch_id`, oldest first.
     pub fn previous(&self, project_id: &str, epoch_id: u64) -> Vec<(u64, String)> {

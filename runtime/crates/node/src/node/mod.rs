@@ -31,7 +31,7 @@ use crate::{
     chain::Chains,
     compute::{
         self,
-        host::{RpcEndpoint, SelectionTracker},
+        host::{FinalizedReads, RpcEndpoint, SelectionTracker},
     },
     config::NodeConfig,
     data_dir::DataDirLock,
@@ -247,7 +247,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
     )
     .with_trackers(lanes.iter().map(|l| (l.slot_id, l.tracker.clone())))
     .with_drill(cfg.drill)
-    .with_history(store.clone(), cfg.full_namespace());
+    .with_finalized(FinalizedReads { protocol_state, data_market, namespace: cfg.full_namespace() });
     let follow = Follow { confirmations: cfg.watch.confirmations, start_block: cfg.watch.start_block };
     let mut watcher = Watcher::open(anchor.clone(), &data_dir, follow)
         .with_context(|| format!("opening the epoch cursor in {}", data_dir.display()))?;

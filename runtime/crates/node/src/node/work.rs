@@ -183,6 +183,7 @@ impl EpochWork {
                     day_id: epoch.day_id,
                     slot_id: lane.slot_id,
                     total_slots: 0,
+                    anchor_block: epoch.released_block,
                     namespace: self.namespace.clone(),
                     project_type: project.project_type.clone(),
                 });
