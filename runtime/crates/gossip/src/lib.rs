@@ -1,0 +1,413 @@
+//! The validators' network (docs/protocol.md §11): libp2p gossipsub over
+//! TCP with noise and yamux. Each peer keeps its identity (an ed25519 key)
+//! in its data dir, dials the peers of a bootstrap list, and joins one
+//! topic. Every message that arrives is judged by the caller's check
+//! *before* gossipsub relays it: accepted messages are relayed and handed
+//! over, rejected ones are dropped and count against the peer that sent
+//! them (its score falls until its messages are ignored), and messages the
+//! receiver cannot take now are ignored — neither relayed nor held against
+//! the sender.
+//!
+//! A [`Gossip`] is a handle on a task that owns the libp2p swarm: publishing
+//! never waits for the mesh (a full outbox is counted and dropped), and the
+//! task ends when every handle is dropped.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use futures_util::StreamExt;
+use libp2p::{
+    Multiaddr, PeerId, Swarm, gossipsub,
+    identity::Keypair,
+    multiaddr::Protocol,
+    noise,
+    swarm::{NetworkBehaviour, SwarmEvent},
+    tcp, yamux,
+};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The topic snapshot submissions travel on (the protocol's name for it).
+pub const SUBMISSIONS_TOPIC: &str = "/powerloom/snapshot-submissions/all";
+
+/// The largest message payload taken: a signed submission with its fields
+/// at their caps is well under it (the validator's gRPC limit too).
+pub const MAX_PAYLOAD: usize = 2 * 1024;
+
+/// Room for gossipsub's envelope (the author's key and signature, the
+/// sequence number, the topic) around [`MAX_PAYLOAD`].
+const MAX_FRAME: usize = MAX_PAYLOAD + 1024;
+
+/// Messages waiting to be published; past it, [`Gossip::publish`] drops
+/// and counts.
+const OUTBOX: usize = 4096;
+
+/// How often unconnected bootstrap peers are dialled again.
+const REDIAL_EVERY: Duration = Duration::from_secs(5);
+
+/// What a received message is, as the caller's check sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Well-formed and signed: relay it and hand it over.
+    Accept,
+    /// Junk (malformed, a bad signature, too large): dropped, and held
+    /// against the peer that sent it.
+    Reject(String),
+    /// Not junk, but not taken now (the receiver is full): neither relayed
+    /// nor held against anyone.
+    Ignore,
+}
+
+/// Judges a received payload before anything is done with it.
+pub type Check = Arc<dyn Fn(&[u8]) -> Verdict + Send + Sync>;
+
+/// Where a peer listens, who it knows first, and where its identity lives.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// E.g. `/ip4/127.0.0.1/tcp/0` (a free port).
+    pub listen: Multiaddr,
+    /// Peers to dial, each `/ip4/…/tcp/…/p2p/<peer id>`.
+    pub bootstrap: Vec<Multiaddr>,
+    /// The identity file (created on first start).
+    pub identity: PathBuf,
+    pub topic: String,
+}
+
+/// What went wrong starting a peer: each names the setting to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the gossip identity {path}: {why}")]
+    Identity { path: PathBuf, why: String },
+    #[error("bootstrap address {addr}: {why}")]
+    Bootstrap { addr: String, why: String },
+    #[error("gossip listen address {addr}: {why}")]
+    Listen { addr: String, why: String },
+    #[error("gossip: {0}")]
+    Setup(String),
+}
+
+/// Counters of one peer's traffic.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Messages this peer published.
+    pub published: AtomicU64,
+    /// Messages that could not be published: the outbox was full, or no
+    /// peer was connected to take them.
+    pub unpublished: AtomicU64,
+    /// Received messages the check accepted (relayed, handed over).
+    pub accepted: AtomicU64,
+    /// Received messages the check rejected (dropped, held against the sender).
+    pub rejected: AtomicU64,
+    /// Received messages ignored (the receiver was full).
+    pub ignored: AtomicU64,
+}
+
+impl Stats {
+    fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+enum Command {
+    Publish(Vec<u8>),
+    MeshPeers(oneshot::Sender<usize>),
+    Score(PeerId, oneshot::Sender<Option<f64>>),
+}
+
+/// A running peer.
+#[derive(Clone, Debug)]
+pub struct Gossip {
+    commands: mpsc::Sender<Command>,
+    peer_id: PeerId,
+    listening: watch::Receiver<Vec<Multiaddr>>,
+    stats: Arc<Stats>,
+}
+
+#[derive(NetworkBehaviour)]
+struct Behaviour {
+    gossipsub: gossipsub::Behaviour,
+}
+
+/// Reads the peer's key from `path`, or makes one and saves it there (owner
+/// read-only) when there is none.
+pub fn load_or_create_identity(path: &Path) -> Result<Keypair, Error> {
+    let fail = |why: String| Error::Identity { path: path.to_owned(), why };
+    match std::fs::read(path) {
+        Ok(bytes) => Keypair::from_protobuf_encoding(&bytes).map_err(|e| {
+            fail(format!("not a libp2p key ({e}); move it away to make a new identity (the peer id changes)"))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = Keypair::generate_ed25519();
+            let bytes = key.to_protobuf_encoding().map_err(|e| fail(e.to_string()))?;
+            lite_node_core::atomic_file::write(path, &bytes).map_err(|e| fail(format!("cannot be written: {e}")))?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| fail(format!("cannot be made private: {e}")))?;
+            }
+            Ok(key)
+        }
+        Err(e) => Err(fail(format!("cannot be read: {e}"))),
+    }
+}
+
+/// The peer id a bootstrap address names (its `/p2p/…` part).
+fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
+    addr.iter().find_map(|p| match p {
+        Protocol::P2p(id) => Some(id),
+        _ => None,
+    })
+}
+
+fn gossipsub_config() -> Result<gossipsub::Config, Error> {
+    gossipsub::ConfigBuilder::default()
+        .heartbeat_interval(Duration::from_millis(700))
+        .validation_mode(gossipsub::ValidationMode::Strict)
+        // Nothing is relayed before the check has judged it.
+        .validate_messages()
+        .max_transmit_size(MAX_FRAME)
+        // The same submission from two peers is one message.
+        .message_id_fn(|m: &gossipsub::Message| gossipsub::MessageId::from(Sha256::digest(&m.data).to_vec()))
+        // Small networks (a devnet of three validators) still form a mesh.
+        .mesh_n_low(1)
+        .mesh_outbound_min(0)
+        .build()
+        .map_err(|e| Error::Setup(format!("gossipsub configuration: {e}")))
+}
+
+/// The score below which a peer's messages are ignored: with each rejected
+/// message counting −10 × (rejections)², three rejections put a peer there.
+pub const GRAYLIST: f64 = -80.0;
+
+/// Peers whose messages were rejected lose score until they are
+/// graylisted: what they send is then ignored.
+fn scoring(topic: &gossipsub::IdentTopic) -> (gossipsub::PeerScoreParams, gossipsub::PeerScoreThresholds) {
+    let mut params = gossipsub::PeerScoreParams::default();
+    let topic_params = gossipsub::TopicScoreParams {
+        topic_weight: 1.0,
+        invalid_message_deliveries_weight: -10.0,
+        invalid_message_deliveries_decay: 0.9,
+        ..gossipsub::TopicScoreParams::default()
+    };
+    params.topics.insert(topic.hash(), topic_params);
+    let thresholds = gossipsub::PeerScoreThresholds {
+        gossip_threshold: -10.0,
+        publish_threshold: -50.0,
+        graylist_threshold: GRAYLIST,
+        ..gossipsub::PeerScoreThresholds::default()
+    };
+    (params, thresholds)
+}
+
+impl Gossip {
+    /// Starts a peer: its identity from `settings.identity`, listening on
+    /// `settings.listen`, dialling the bootstrap peers, subscribed to the
+    /// topic. Accepted messages go to `deliver` (whose free room decides
+    /// between accepting and ignoring).
+    pub fn start(settings: Settings, check: Check, deliver: mpsc::Sender<Vec<u8>>) -> Result<Self, Error> {
+        let mut bootstrap = Vec::new();
+        for addr in &settings.bootstrap {
+            let peer = peer_of(addr).ok_or_else(|| Error::Bootstrap {
+                addr: addr.to_string(),
+                why: "it names no peer: end it with /p2p/<peer id>".into(),
+            })?;
+            bootstrap.push((peer, addr.clone()));
+        }
+        let key = load_or_create_identity(&settings.identity)?;
+        let topic = gossipsub::IdentTopic::new(settings.topic.clone());
+        let config = gossipsub_config()?;
+        let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key)
+            .with_tokio()
+            .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default)
+            .map_err(|e| Error::Setup(format!("TCP transport: {e}")))?
+            .with_behaviour(|key| {
+                let mut gossipsub =
+                    gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), config)
+                        .map_err(|e| format!("gossipsub: {e}"))?;
+                let (params, thresholds) = scoring(&topic);
+                gossipsub.with_peer_score(params, thresholds).map_err(|e| format!("gossipsub scoring: {e}"))?;
+                Ok(Behaviour { gossipsub })
+            })
+            .map_err(|e| Error::Setup(e.to_string()))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+            .build();
+        swarm
+            .behaviour_mut()
+            .gossipsub
+            .subscribe(&topic)
+            .map_err(|e| Error::Setup(format!("subscribing to {topic}: {e}")))?;
+        swarm
+            .listen_on(settings.listen.clone())
+            .map_err(|e| Error::Listen { addr: settings.listen.to_string(), why: e.to_string() })?;
+        let peer_id = *swarm.local_peer_id();
+        let (commands, inbox) = mpsc::channel(OUTBOX);
+        let (listening_tx, listening) = watch::channel(Vec::new());
+        let stats = Arc::new(Stats::default());
+        let task = Task { swarm, topic, check, deliver, bootstrap, stats: stats.clone(), listening: listening_tx };
+        tokio::spawn(task.run(inbox));
+        Ok(Self { commands, peer_id, listening, stats })
+    }
+
+    pub fn peer_id(&self) -> PeerId {
+        self.peer_id
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Publishes `payload` without waiting for the mesh; false (and
+    /// counted) when the outbox is full.
+    pub fn publish(&self, payload: Vec<u8>) -> bool {
+        let sent = self.commands.try_send(Command::Publish(payload)).is_ok();
+        if !sent {
+            Stats::add(&self.stats.unpublished);
+        }
+        sent
+    }
+
+    /// The addresses this peer listens on, each ending in its `/p2p/` id
+    /// (what another peer's bootstrap list names); waits for the first.
+    pub async fn listening(&self) -> Vec<Multiaddr> {
+        let mut rx = self.listening.clone();
+        let addrs = rx.wait_for(|a| !a.is_empty()).await.map(|a| a.clone()).unwrap_or_default();
+        addrs.into_iter().map(|a| a.with(Protocol::P2p(self.peer_id))).collect()
+    }
+
+    /// The score this peer gives `peer` (negative after junk; below
+    /// [`GRAYLIST`] its messages are ignored), if it knows it.
+    pub async fn score_of(&self, peer: PeerId) -> Option<f64> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(Command::Score(peer, tx)).await.ok()?;
+        rx.await.ok().flatten()
+    }
+
+    /// Peers in this peer's mesh for the topic.
+    pub async fn mesh_peers(&self) -> usize {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::MeshPeers(tx)).await.is_err() {
+            return 0;
+        }
+        rx.await.unwrap_or(0)
+    }
+}
+
+struct Task {
+    swarm: Swarm<Behaviour>,
+    topic: gossipsub::IdentTopic,
+    check: Check,
+    deliver: mpsc::Sender<Vec<u8>>,
+    bootstrap: Vec<(PeerId, Multiaddr)>,
+    stats: Arc<Stats>,
+    listening: watch::Sender<Vec<Multiaddr>>,
+}
+
+impl Task {
+    async fn run(mut self, mut inbox: mpsc::Receiver<Command>) {
+        let mut redial = tokio::time::interval(REDIAL_EVERY);
+        loop {
+            tokio::select! {
+                command = inbox.recv() => match command {
+                    Some(Command::Publish(payload)) => self.publish(payload),
+                    Some(Command::MeshPeers(answer)) => {
+                        let _ = answer.send(self.swarm.behaviour().gossipsub.mesh_peers(&self.topic.hash()).count());
+                    }
+                    Some(Command::Score(peer, answer)) => {
+                        let _ = answer.send(self.swarm.behaviour().gossipsub.peer_score(&peer));
+                    }
+                    // Every handle is gone: the peer stops.
+                    None => return,
+                },
+                event = self.swarm.select_next_some() => self.on_event(event),
+                _ = redial.tick() => self.dial_bootstrap(),
+            }
+        }
+    }
+
+    fn publish(&mut self, payload: Vec<u8>) {
+        match self.swarm.behaviour_mut().gossipsub.publish(self.topic.clone(), payload) {
+            Ok(_) => Stats::add(&self.stats.published),
+            // The same payload again is not a new message.
+            Err(gossipsub::PublishError::Duplicate) => {}
+            Err(e) => {
+                Stats::add(&self.stats.unpublished);
+                tracing::debug!("gossip: not published: {e}");
+            }
+        }
+    }
+
+    fn dial_bootstrap(&mut self) {
+        for (peer, addr) in &self.bootstrap {
+            if *peer != *self.swarm.local_peer_id()
+                && !self.swarm.is_connected(peer)
+                && let Err(e) = self.swarm.dial(addr.clone())
+            {
+                tracing::debug!("gossip: dialling {addr}: {e}");
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::NewListenAddr { address, .. } => {
+                tracing::info!("gossip: listening on {address}/p2p/{}", self.swarm.local_peer_id());
+                self.listening.send_modify(|a| a.push(address));
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Message {
+                propagation_source,
+                message_id,
+                message,
+            })) => {
+                let verdict = if message.data.len() > MAX_PAYLOAD {
+                    Verdict::Reject(format!("{} bytes, more than {MAX_PAYLOAD}", message.data.len()))
+                } else if self.deliver.capacity() == 0 {
+                    Verdict::Ignore
+                } else {
+                    (self.check)(&message.data)
+                };
+                let acceptance = match &verdict {
+                    Verdict::Accept => gossipsub::MessageAcceptance::Accept,
+                    Verdict::Reject(why) => {
+                        tracing::debug!("gossip: rejected a message from {propagation_source}: {why}");
+                        gossipsub::MessageAcceptance::Reject
+                    }
+                    Verdict::Ignore => gossipsub::MessageAcceptance::Ignore,
+                };
+                self.swarm.behaviour_mut().gossipsub.report_message_validation_result(
+                    &message_id,
+                    &propagation_source,
+                    acceptance,
+                );
+                match verdict {
+                    Verdict::Accept => {
+                        if self.deliver.try_send(message.data).is_ok() {
+                            Stats::add(&self.stats.accepted);
+                        } else {
+                            Stats::add(&self.stats.ignored);
+                        }
+                    }
+                    Verdict::Reject(_) => Stats::add(&self.stats.rejected),
+                    Verdict::Ignore => Stats::add(&self.stats.ignored),
+                }
+            }
+            SwarmEvent::ConnectionEstablished { peer_id, endpoint, .. } => {
+                tracing::debug!("gossip: connected to {peer_id} at {}", endpoint.get_remote_address());
+            }
+            SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+                tracing::debug!("gossip: could not reach {peer_id:?}: {error}");
+            }
+            _ => {}
+        }
+    }
+}

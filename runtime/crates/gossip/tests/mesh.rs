@@ -1,0 +1,110 @@
+//! Real libp2p peers on loopback: what is published arrives through a
+//! relaying peer, junk is dropped at the first hop and never relayed, and a
+//! peer keeps its identity across restarts.
+
+use std::{sync::Arc, time::Duration};
+
+use lite_node_gossip::{Check, Error, Gossip, Settings, Stats, Verdict};
+use tokio::sync::mpsc;
+
+fn settings(dir: &std::path::Path, name: &str, bootstrap: Vec<libp2p::Multiaddr>) -> Settings {
+    Settings {
+        listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+        bootstrap,
+        identity: dir.join(name).join("p2p-identity.key"),
+        topic: lite_node_gossip::SUBMISSIONS_TOPIC.into(),
+    }
+}
+
+/// Accepts payloads starting with `ok`, rejects the rest.
+fn strict() -> Check {
+    Arc::new(|p: &[u8]| if p.starts_with(b"ok") { Verdict::Accept } else { Verdict::Reject("junk".into()) })
+}
+
+/// Accepts everything: a peer that would hand over junk if it reached it.
+fn lenient() -> Check {
+    Arc::new(|_: &[u8]| Verdict::Accept)
+}
+
+/// The next payload `rx` gets, within 30 s.
+async fn next(rx: &mut mpsc::Receiver<Vec<u8>>, what: &str) -> Vec<u8> {
+    tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+        .expect("the peer is running")
+}
+
+async fn until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_crosses_a_relay_and_junk_stops_at_the_first_hop() {
+    let dir = tempfile::tempdir().unwrap();
+    // b in the middle checks; honest h and junk-sending j dial b; c dials b
+    // and would hand over anything that reached it.
+    let (b_tx, mut b_rx) = mpsc::channel(64);
+    let b = Gossip::start(settings(dir.path(), "b", vec![]), strict(), b_tx).unwrap();
+    let b_addr = tokio::time::timeout(Duration::from_secs(10), b.listening()).await.expect("b listens");
+    let start = |name: &str, check: Check| {
+        let (tx, rx) = mpsc::channel(64);
+        (Gossip::start(settings(dir.path(), name, b_addr.clone()), check, tx).unwrap(), rx)
+    };
+    let (h, _h_rx) = start("h", strict());
+    let (j, _j_rx) = start("j", strict());
+    let (c, mut c_rx) = start("c", lenient());
+    for (name, peer) in [("h", &h), ("j", &j), ("c", &c)] {
+        until(&format!("{name} in b's mesh"), async || (peer.mesh_peers().await > 0).then_some(())).await;
+    }
+    until("b meshed with all three", async || (b.mesh_peers().await == 3).then_some(())).await;
+
+    // j sends junk: b rejects each, relays none, and scores j down.
+    for i in 0..5 {
+        assert!(j.publish(format!("junk {i}").into_bytes()));
+    }
+    // Once j is graylisted, b drops what it sends unread.
+    let score =
+        until("j graylisted at b", async || b.score_of(j.peer_id()).await.filter(|s| *s < lite_node_gossip::GRAYLIST))
+            .await;
+    let rejected = Stats::get(&b.stats().rejected);
+    println!("b rejected {rejected} of j's 5 junk messages; j's score at b: {score}");
+    assert!((3..=5).contains(&rejected), "{rejected}");
+    assert!(b.score_of(h.peer_id()).await.expect("b scores h") >= 0.0, "h is not");
+
+    // h's message crosses b to c; the junk never reached c.
+    assert!(h.publish(b"ok 1".to_vec()));
+    assert_eq!(next(&mut c_rx, "ok 1 at c").await, b"ok 1");
+    assert_eq!(next(&mut b_rx, "ok 1 at b").await, b"ok 1");
+    assert_eq!(Stats::get(&c.stats().accepted), 1);
+    assert!(c_rx.try_recv().is_err(), "nothing else reached c");
+
+    // The same payload again is one message; the next new one arrives.
+    assert!(h.publish(b"ok 1".to_vec()));
+    assert!(h.publish(b"ok 2".to_vec()));
+    assert_eq!(next(&mut c_rx, "ok 2 at c").await, b"ok 2");
+}
+
+#[tokio::test]
+async fn a_peer_keeps_its_identity_and_bad_settings_name_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, _rx) = mpsc::channel(1);
+    let first = Gossip::start(settings(dir.path(), "v", vec![]), lenient(), tx.clone()).unwrap().peer_id();
+    let again = Gossip::start(settings(dir.path(), "v", vec![]), lenient(), tx.clone()).unwrap().peer_id();
+    assert_eq!(first, again, "the identity file is kept");
+
+    std::fs::write(dir.path().join("v/p2p-identity.key"), b"not a key").unwrap();
+    let err = Gossip::start(settings(dir.path(), "v", vec![]), lenient(), tx.clone()).unwrap_err();
+    assert!(matches!(err, Error::Identity { .. }), "{err}");
+    assert!(err.to_string().contains("p2p-identity.key") && err.to_string().contains("move it away"), "{err}");
+
+    let no_peer = vec!["/ip4/127.0.0.1/tcp/4001".parse().unwrap()];
+    let err = Gossip::start(settings(dir.path(), "w", no_peer), lenient(), tx).unwrap_err();
+    assert!(err.to_string().contains("/p2p/<peer id>"), "{err}");
+}
