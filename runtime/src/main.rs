@@ -234,6 +234,15 @@ struct ValidatorArgs {
     /// Calls one peer may have in flight at the gateway.
     #[arg(long, value_name = "N", default_value_t = Admission::default().peer_in_flight)]
     peer_in_flight: usize,
+    /// Take submissions from the validators' gossip network too: where this
+    /// validator's libp2p peer listens (e.g. /ip4/0.0.0.0/tcp/9000; its
+    /// identity is p2p-identity.key in --data-dir).
+    #[arg(long, value_name = "MULTIADDR")]
+    p2p_listen: Option<lite_node_validator::gossip::Multiaddr>,
+    /// Gossip peers to dial first, comma-separated, each ending in
+    /// /p2p/<peer id> (a collector's, other validators').
+    #[arg(long, value_name = "MULTIADDR,…", value_delimiter = ',')]
+    p2p_bootstrap: Vec<lite_node_validator::gossip::Multiaddr>,
     /// Also keep seed 001's per-submission metadata key for 24 h
     /// (`metrics:submissions:metadata:{entityId}`, ~550 B per submission),
     /// for tools that read it; the monitor API does not need it.
@@ -395,6 +404,8 @@ fn main() -> ExitCode {
                     peer_in_flight: a.peer_in_flight,
                     metadata: a.submission_metadata,
                 },
+                p2p_listen: a.p2p_listen,
+                p2p_bootstrap: a.p2p_bootstrap,
             },
             &env,
         ),

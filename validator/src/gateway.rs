@@ -223,6 +223,35 @@ impl Drop for InFlight {
 }
 
 impl Gateway {
+    /// A gossip message judged before gossipsub relays it: it must decode
+    /// as a submission within the caps, be well-formed and carry a valid
+    /// signature, and (when the market's projects are known) name one of
+    /// them. Junk is rejected (held against the peer that sent it).
+    pub fn judge_gossip(&self, payload: &[u8]) -> lite_node_gossip::Verdict {
+        use lite_node_gossip::Verdict;
+        let s = match <SnapshotSubmission as prost::Message>::decode(payload) {
+            Ok(s) => s,
+            Err(e) => return Verdict::Reject(format!("not a submission: {e}")),
+        };
+        let request = match admit(&s, &self.market.scope, &self.domain) {
+            Ok((r, _)) => r,
+            Err(rejection) => return Verdict::Reject(rejection.to_string()),
+        };
+        match self.projects.as_ref().map(|p| p.check(&request.project_id)) {
+            Some(Err(why)) => Verdict::Reject(why),
+            _ => Verdict::Accept,
+        }
+    }
+
+    /// Queues a submission that came over gossip (already judged by
+    /// [`Gateway::judge_gossip`]) as one that came over gRPC.
+    pub async fn take_gossip(&self, payload: &[u8]) -> redis::RedisResult<Admitted> {
+        match <SnapshotSubmission as prost::Message>::decode(payload) {
+            Ok(s) => self.accept(&s, "gossip").await,
+            Err(e) => Ok(Admitted::Refused(Rejection::new(Reason::BadForm, format!("not a submission: {e}")))),
+        }
+    }
+
     pub fn new(conn: ConnectionManager, market: Arc<Market>) -> Self {
         Self::with_admission(conn, market, None, Admission::default())
     }

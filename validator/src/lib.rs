@@ -19,6 +19,7 @@
 //! - `queue`: the reliable queue each component's intake rests on;
 //! - `service`: which components run in a process, and [`service::run`].
 
+pub use lite_node_gossip as gossip;
 pub mod aggregator;
 pub mod api;
 pub mod chain;

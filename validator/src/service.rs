@@ -113,6 +113,17 @@ pub struct Settings {
     pub part_size: usize,
     /// What the gateway takes in.
     pub admission: Admission,
+    /// The gateway also takes submissions from the validators' gossip
+    /// network (`None`: gRPC only).
+    pub gossip: Option<GossipSettings>,
+}
+
+/// Where the gateway's gossip peer listens and whom it dials first; its
+/// identity is `p2p-identity.key` in the data dir.
+#[derive(Clone, Debug)]
+pub struct GossipSettings {
+    pub listen: lite_node_gossip::Multiaddr,
+    pub bootstrap: Vec<lite_node_gossip::Multiaddr>,
 }
 
 impl Settings {
@@ -335,6 +346,44 @@ async fn run_locked(
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
         announced.push(format!("gateway (gRPC) listening on {}", listener.local_addr()?));
         let gateway = Gateway::with_admission(conn.clone(), market.clone(), deps.projects.clone(), settings.admission);
+        if let Some(g) = &settings.gossip {
+            let (deliver, mut delivered) = tokio::sync::mpsc::channel::<Vec<u8>>(1024);
+            let judge = gateway.clone();
+            let check: lite_node_gossip::Check = Arc::new(move |payload: &[u8]| judge.judge_gossip(payload));
+            let peer = lite_node_gossip::Gossip::start(
+                lite_node_gossip::Settings {
+                    listen: g.listen.clone(),
+                    bootstrap: g.bootstrap.clone(),
+                    identity: settings.data_dir.join("p2p-identity.key"),
+                    topic: lite_node_gossip::SUBMISSIONS_TOPIC.into(),
+                },
+                check,
+                deliver,
+            )
+            .map_err(|e| lite_node_core::BadInput(e.to_string()))?;
+            let addrs = peer.listening().await;
+            announced.push(format!(
+                "gossip: peer {} on {}",
+                peer.peer_id(),
+                addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ));
+            let (taker, mut stop) = (gateway.clone(), Box::pin(stopped()));
+            tasks.spawn(async move {
+                // The peer lives as long as this task holds it.
+                let _peer = peer;
+                loop {
+                    let payload = tokio::select! {
+                        p = delivered.recv() => match p { Some(p) => p, None => return Ok(()) },
+                        _ = &mut stop => return Ok(()),
+                    };
+                    match taker.take_gossip(&payload).await {
+                        Ok(crate::gateway::Admitted::Queued) => {}
+                        Ok(other) => tracing::debug!("gossip: a submission was not queued: {other:?}"),
+                        Err(e) => tracing::warn!("gossip: Redis did not take a submission ({e}); it is lost here"),
+                    }
+                }
+            });
+        }
         let stop = stopped();
         tasks.spawn(async move { crate::gateway::serve(gateway, listener, stop).await.context("the gateway stopped") });
     }

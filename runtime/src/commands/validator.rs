@@ -8,7 +8,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use lite_node_validator::{
     gateway::Admission,
-    service::{self, Component, Settings, Wiring},
+    gossip::Multiaddr,
+    service::{self, Component, GossipSettings, Settings, Wiring},
 };
 
 use super::MarketOptions;
@@ -33,6 +34,10 @@ pub struct ValidatorOptions {
     pub data_dir: PathBuf,
     pub poll_interval: Duration,
     pub admission: Admission,
+    /// `--p2p-listen`: take submissions from the gossip network too.
+    pub p2p_listen: Option<Multiaddr>,
+    /// `--p2p-bootstrap`: peers to dial first.
+    pub p2p_bootstrap: Vec<Multiaddr>,
 }
 
 /// Runs the chosen components until Ctrl-C or SIGTERM: the flags become
@@ -50,7 +55,16 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         workers: o.workers,
         part_size: o.part_size,
         admission: o.admission,
+        gossip: o.p2p_listen.map(|listen| GossipSettings { listen, bootstrap: o.p2p_bootstrap.clone() }),
     };
+    if settings.gossip.is_none() && !o.p2p_bootstrap.is_empty() {
+        return Err(crate::exit::BadInput(
+            "--p2p-bootstrap needs --p2p-listen (where this validator's gossip peer \
+                                           listens, e.g. /ip4/0.0.0.0/tcp/9000)"
+                .into(),
+        )
+        .into());
+    }
     settings.check()?;
     // The compute package is cached under --data-dir unless
     // LITE_NODE_DATA_DIR says otherwise.

@@ -439,13 +439,34 @@ impl Devnet {
         (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
         collector.own =
             Some(slots.iter().flat_map(|(n, signer, _)| opts.slots_of(*n).map(move |slot| (slot, *signer))).collect());
-        // The first validator's gateway takes what the collector relays (the
-        // validators' own network is the gossip issue's).
-        if let Some(v) = validators.first() {
-            let client = lite_node_protocol::proto::submission_client::SubmissionClient::connect(v.gateway.clone())
-                .await
-                .context("connecting to the validator's gateway")?;
-            collector.forward = Some(client);
+        // The collector publishes what it accepts on the validators' gossip
+        // network; the nodes are started once every validator is in its mesh.
+        if !validators.is_empty() {
+            let (deliver, _nothing_comes_back) = tokio::sync::mpsc::channel(1);
+            let gossip = lite_node_validator::gossip::Gossip::start(
+                lite_node_validator::gossip::Settings {
+                    listen: "/ip4/127.0.0.1/tcp/0".parse()?,
+                    bootstrap: validators.iter().map(|v| v.p2p.clone()).collect(),
+                    identity: run_dir.join("collector").join("p2p-identity.key"),
+                    topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
+                },
+                // The collector relays nothing it has not checked itself.
+                std::sync::Arc::new(|_: &[u8]| lite_node_validator::gossip::Verdict::Ignore),
+                deliver,
+            )?;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while gossip.mesh_peers().await < validators.len() {
+                if tokio::time::Instant::now() > deadline {
+                    bail!(
+                        "the collector's gossip peer did not mesh with the {} validator(s) within 30 s; see their \
+                         logs in {}",
+                        validators.len(),
+                        run_dir.display()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            collector.gossip = Some(gossip);
         }
         let serving = tokio::spawn(collector::serve(
             collector,
@@ -457,7 +478,7 @@ impl Devnet {
         writeln!(
             out,
             "collector on 127.0.0.1:{collector_port} (checks signer, deadline and selection{})",
-            if validators.is_empty() { "" } else { "; relays every submission to the validator" }
+            if validators.is_empty() { "" } else { "; publishes what it accepts to the validators over gossip" }
         )?;
 
         let rerun = write_compute_run_env(&run_dir, &url, &manifest, &projects, &child_env)?;
@@ -651,7 +672,8 @@ impl Devnet {
         }
         let mut line = row(&epoch, &self.received, self.width);
         let e = epoch.assignment.epoch_id;
-        let forwarded = arrived(&self.received, &epoch).len();
+        // What the collector accepted is what it published to the validators.
+        let forwarded = arrived(&self.received, &epoch).iter().filter(|s| s.verdict.is_ok()).count();
         for (v, outcomes) in self.validators.iter_mut().zip(&mut self.outcomes) {
             match v.settle(&self.driver, e, epoch.release_block, forwarded, Duration::from_secs(30)).await {
                 Ok(outcome) => {

@@ -28,6 +28,8 @@ pub struct DevnetValidator {
     pub process: Guarded,
     pub gateway: String,
     pub api: String,
+    /// Its gossip peer's address, ending in `/p2p/<peer id>`.
+    pub p2p: lite_node_validator::gossip::Multiaddr,
     conn: redis::aio::ConnectionManager,
     keys: Keys,
 }
@@ -97,7 +99,13 @@ impl DevnetValidator {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
 
-        let (gateway_port, api_port) = (free_port()?, free_port()?);
+        let (gateway_port, api_port, p2p_port) = (free_port()?, free_port()?, free_port()?);
+        // Its gossip identity made here, so its address is known before it
+        // starts (the collector dials it).
+        let identity = run_dir.join("validator").join("p2p-identity.key");
+        let peer = lite_node_validator::gossip::load_or_create_identity(&identity)?.public().to_peer_id();
+        let p2p_listen = format!("/ip4/127.0.0.1/tcp/{p2p_port}");
+        let p2p: lite_node_validator::gossip::Multiaddr = format!("{p2p_listen}/p2p/{peer}").parse()?;
         let log = run_dir.join("validator.log");
         let mut cmd = Command::new(exe);
         cmd.arg("validator")
@@ -111,6 +119,7 @@ impl DevnetValidator {
             .args(["--from-block", &start_block.to_string()])
             .args(["--window-blocks", &WINDOW_BLOCKS.to_string()])
             .args(["--poll-ms", &poll.as_millis().to_string()])
+            .args(["--p2p-listen", &p2p_listen])
             .arg("--data-dir")
             .arg(run_dir.join("validator"))
             .env_clear()
@@ -126,6 +135,7 @@ impl DevnetValidator {
             process,
             gateway: format!("http://127.0.0.1:{gateway_port}"),
             api: format!("http://127.0.0.1:{api_port}"),
+            p2p,
             conn,
             keys,
         };

@@ -22,8 +22,9 @@ use std::{
 };
 
 use futures_util::StreamExt;
+pub use libp2p::{Multiaddr, PeerId};
 use libp2p::{
-    Multiaddr, PeerId, Swarm, gossipsub,
+    Swarm, gossipsub,
     identity::Keypair,
     multiaddr::Protocol,
     noise,

@@ -75,6 +75,9 @@ pub struct DevnetCollector {
     /// not: the validator checks for itself). When it cannot take one, the
     /// node is asked to retry.
     pub forward: Option<proto::submission_client::SubmissionClient<tonic::transport::Channel>>,
+    /// The validators' gossip network: every accepted submission is
+    /// published there, without waiting for the mesh.
+    pub gossip: Option<lite_node_validator::gossip::Gossip>,
     /// The slots whose nodes the caller started, with their signers: other
     /// submissions are still checked and answered, but marked foreign.
     pub own: Option<BTreeMap<u64, Address>>,
@@ -99,6 +102,7 @@ impl DevnetCollector {
             announce: false,
             from_block: 0,
             forward: None,
+            gossip: None,
             own: None,
             releases: Default::default(),
         }
@@ -215,6 +219,12 @@ impl proto::submission_server::Submission for DevnetCollector {
         {
             tracing::warn!("the validator's gateway did not take a submission ({e}); asking the node to retry");
             return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
+        }
+        if verdict.is_ok()
+            && let Some(gossip) = &self.gossip
+            && !gossip.publish(prost::Message::encode_to_vec(&s))
+        {
+            tracing::warn!("gossip: the outbox is full; a submission was not published");
         }
         let message = if verdict.is_ok() { proto::SUCCESS } else { proto::FAILURE };
         let reason = verdict.as_ref().err().map(|r| proto::reason_metadata(&r.detail));
