@@ -190,3 +190,85 @@ async fn a_peer_past_its_rate_or_a_full_queue_is_told_to_slow_down() {
     let queued: u64 = conn.clone().llen(market.keys.submission_queue()).await.unwrap();
     assert_eq!(queued, 3);
 }
+
+/// The gateway's gossip peer between a collector and a junk peer, and a
+/// second validator behind it: an honest submission reaches both queues;
+/// malformed bytes, a bad signature and a made-up project are rejected at
+/// the first hop, never relayed, and the peer that sent them is graylisted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted() {
+    use lite_node_validator::gossip::{Gossip, Settings, Stats, Verdict};
+    let dir = tempfile::tempdir().unwrap();
+    let market = market();
+    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
+    let settings = |name: &str, bootstrap: Vec<lite_node_validator::gossip::Multiaddr>| Settings {
+        listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+        bootstrap,
+        identity: dir.path().join(name).join("p2p-identity.key"),
+        topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
+    };
+    // A validator: its gateway on its own Redis, fed by its gossip peer.
+    let validator = async |name: &str, bootstrap| {
+        let server = RedisServer::start();
+        let conn = redis::aio::ConnectionManager::new(redis::Client::open(server.url()).unwrap()).await.unwrap();
+        set_head(&conn, &market, 42).await;
+        let gateway =
+            Gateway::with_admission(conn.clone(), market.clone(), Some(projects.clone()), Admission::default());
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+        let judge = gateway.clone();
+        let peer =
+            Gossip::start(settings(name, bootstrap), Arc::new(move |p: &[u8]| judge.judge_gossip(p)), tx).unwrap();
+        tokio::spawn(async move {
+            while let Some(p) = rx.recv().await {
+                gateway.take_gossip(&p).await.unwrap();
+            }
+        });
+        (server, conn, peer)
+    };
+    let (_s1, conn1, v1) = validator("v1", vec![]).await;
+    let v1_addr = v1.listening().await;
+    let (_s2, conn2, v2) = validator("v2", v1_addr.clone()).await;
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    let quiet = || -> lite_node_validator::gossip::Check { Arc::new(|_: &[u8]| Verdict::Ignore) };
+    let collector = Gossip::start(settings("collector", v1_addr.clone()), quiet(), tx.clone()).unwrap();
+    let junk = Gossip::start(settings("junk", v1_addr), quiet(), tx).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while v1.mesh_peers().await < 3 || v2.mesh_peers().await < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "no mesh in 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Junk: bytes that are no submission, a bad signature, a made-up project.
+    let mut forged = submission(&market, 7, 3, &pool_project());
+    forged.signature = format!("0x{}1b", "00".repeat(64)); // recovers to no key
+    let made_up = submission(&market, 7, 3, &format!("spam:0xaa:{NAMESPACE}"));
+    for payload in
+        [b"not a submission".to_vec(), prost::Message::encode_to_vec(&forged), prost::Message::encode_to_vec(&made_up)]
+    {
+        assert!(junk.publish(payload));
+    }
+    while Stats::get(&v1.stats().rejected) < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "v1 judged the junk");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let score = v1.score_of(junk.peer_id()).await.unwrap();
+    assert!(score < lite_node_validator::gossip::GRAYLIST, "the junk peer is graylisted: {score}");
+
+    // An honest submission reaches both validators' queues.
+    let honest = submission(&market, 7, 3, &pool_project());
+    assert!(collector.publish(prost::Message::encode_to_vec(&honest)));
+    let queue = market.keys.submission_queue();
+    for (name, conn) in [("v1", &conn1), ("v2", &conn2)] {
+        loop {
+            let queued: u64 = conn.clone().llen(&queue).await.unwrap();
+            if queued == 1 {
+                break;
+            }
+            assert!(queued == 0, "{name}: only the honest one is queued, {queued} are");
+            assert!(tokio::time::Instant::now() < deadline, "{name} queued the honest submission");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(Stats::get(&v2.stats().rejected), 0, "no junk was relayed to v2");
+    assert_eq!(Stats::get(&v2.stats().accepted), 1);
+}
