@@ -137,6 +137,17 @@ struct CollectorArgs {
     /// Anchor block where EpochReleased lookups start.
     #[arg(long, value_name = "N", default_value_t = 0)]
     from_block: u64,
+    /// Publish every accepted submission on the validators' gossip network:
+    /// where this collector's libp2p peer listens (e.g. /ip4/0.0.0.0/tcp/9100).
+    #[arg(long, value_name = "MULTIADDR")]
+    p2p_listen: Option<lite_node_validator::gossip::Multiaddr>,
+    /// Gossip peers to dial first (validators), comma-separated, each ending
+    /// in /p2p/<peer id>.
+    #[arg(long, value_name = "MULTIADDR,…", value_delimiter = ',')]
+    p2p_bootstrap: Vec<lite_node_validator::gossip::Multiaddr>,
+    /// Where the collector keeps its gossip identity (p2p-identity.key).
+    #[arg(long, value_name = "DIR", default_value = "collector-data")]
+    data_dir: PathBuf,
 }
 
 /// The data market a collector or validator serves.
@@ -380,7 +391,14 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run => commands::run(&env),
         Command::Collector(a) => commands::collector(
-            commands::CollectorOptions { listen: a.listen, market: a.market.into(), from_block: a.from_block },
+            commands::CollectorOptions {
+                listen: a.listen,
+                market: a.market.into(),
+                from_block: a.from_block,
+                p2p_listen: a.p2p_listen,
+                p2p_bootstrap: a.p2p_bootstrap,
+                data_dir: a.data_dir,
+            },
             &env,
         ),
         Command::Validator(a) => commands::validator(

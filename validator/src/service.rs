@@ -147,6 +147,10 @@ impl Settings {
         if self.admission.max_queue == 0 {
             return bad("--max-queue must be at least 1");
         }
+        if let Some(g) = &self.gossip {
+            lite_node_gossip::check(&g.bootstrap, &self.data_dir.join("p2p-identity.key"))
+                .map_err(|e| lite_node_core::BadInput(format!("--p2p-bootstrap or --data-dir: {e}")))?;
+        }
         Ok(())
     }
 }

@@ -22,6 +22,11 @@ pub struct CollectorOptions {
     pub listen: SocketAddr,
     pub market: MarketOptions,
     pub from_block: u64,
+    /// Publish accepted submissions on the gossip network from here.
+    pub p2p_listen: Option<lite_node_validator::gossip::Multiaddr>,
+    pub p2p_bootstrap: Vec<lite_node_validator::gossip::Multiaddr>,
+    /// Where the gossip identity is kept.
+    pub data_dir: std::path::PathBuf,
 }
 
 /// Connections still open this long after a stop do not hold the exit.
@@ -39,6 +44,15 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         let projects = Projects::new(market.namespace, projects.projects.into_iter().map(|p| p.project_type));
         Some((Arc::new(compute::load(&cfg)?), projects))
     };
+    if a.p2p_listen.is_none() && !a.p2p_bootstrap.is_empty() {
+        return Err(
+            BadInput("--p2p-bootstrap needs --p2p-listen (where this collector's gossip peer listens)".into()).into()
+        );
+    }
+    if a.p2p_listen.is_some() {
+        lite_node_validator::gossip::check(&a.p2p_bootstrap, &a.data_dir.join("p2p-identity.key"))
+            .map_err(|e| BadInput(format!("--p2p-bootstrap or --data-dir: {e}")))?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("collector").build()?;
     runtime.block_on(async {
         let signals = shutdown_signals(false);
@@ -66,6 +80,28 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         };
         let mut collector = DevnetCollector::new(anchor, chain_id);
         (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
+        if let Some(listen) = a.p2p_listen.clone() {
+            use lite_node_validator::gossip;
+            // It relays nothing it did not check itself: what others send it
+            // is ignored, neither relayed nor held against them.
+            let (deliver, _nothing_comes_back) = tokio::sync::mpsc::channel(1);
+            let peer = gossip::Gossip::start(
+                gossip::Settings {
+                    listen,
+                    bootstrap: a.p2p_bootstrap.clone(),
+                    identity: a.data_dir.join("p2p-identity.key"),
+                    topic: gossip::SUBMISSIONS_TOPIC.into(),
+                },
+                Arc::new(|_: &[u8]| gossip::Verdict::Ignore),
+                deliver,
+            )
+            .map_err(|e| BadInput(e.to_string()))?;
+            for addr in peer.listening().await {
+                println!("gossip: publishing accepted submissions from {addr}");
+            }
+            std::io::stdout().flush()?;
+            collector.gossip = Some(peer);
+        }
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = crate::collector::serve(
             collector,

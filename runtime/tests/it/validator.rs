@@ -484,6 +484,17 @@ fn bad_flags_exit_2_naming_the_flag_and_sigterm_stops_a_validator_waiting_for_re
         (None, vec!["--workers", "0", "--pools", &pools], "--workers must be at least 1"),
         (None, vec!["--pools", "0xzz,0x12"], "`0xzz`, `0x12`"),
         (nothing_there, vec!["--pools", &pools], "no contract"),
+        (
+            None,
+            vec!["--p2p-bootstrap", "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWCg2PHtjJj4CvERPhm9GKLkmrD1KK5dVd97jZNy5FKv93"],
+            "--p2p-bootstrap needs --p2p-listen",
+        ),
+        (
+            None,
+            vec!["--p2p-listen", "/ip4/127.0.0.1/tcp/0", "--p2p-bootstrap", "/ip4/127.0.0.1/tcp/1"],
+            "end it with /p2p/<peer id>",
+        ),
+        (None, vec!["--p2p-listen", "/ip4/nonsense"], "invalid value '/ip4/nonsense' for '--p2p-listen"),
     ] {
         let out = validator_command(&s, ps, &extra).args(["--redis-url", "redis://127.0.0.1:1"]).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

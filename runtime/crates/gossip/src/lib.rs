@@ -163,6 +163,23 @@ pub fn load_or_create_identity(path: &Path) -> Result<Keypair, Error> {
     }
 }
 
+/// Checks settings before anything starts: every bootstrap address names
+/// its peer, and an identity file that exists is a key.
+pub fn check(bootstrap: &[Multiaddr], identity: &Path) -> Result<(), Error> {
+    for addr in bootstrap {
+        if peer_of(addr).is_none() {
+            return Err(Error::Bootstrap {
+                addr: addr.to_string(),
+                why: "it names no peer: end it with /p2p/<peer id>".into(),
+            });
+        }
+    }
+    if identity.exists() {
+        load_or_create_identity(identity)?;
+    }
+    Ok(())
+}
+
 /// The peer id a bootstrap address names (its `/p2p/…` part).
 fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
     addr.iter().find_map(|p| match p {
