@@ -56,19 +56,10 @@ sol! {
     function registerSlot(uint256 slotId, address snapshotter) external;
     function setSnapshotterEnabled(address snapshotter, bool enabled) external;
     function setTotalNodeCount(uint256 n) external;
-    function updateAddresses(address dataMarketAddress, uint8 role, address[] addrs, bool[] allowed) external;
-    function submitSubmissionBatch(
-        address dataMarketAddress,
-        string batchCid,
-        uint256 epochId,
-        string[] projectIds,
-        string[] snapshotCids,
-        bytes32 finalizedCidsRootHash
-    ) external;
-    function submitBatchAttestation(
-        address dataMarketAddress, string batchCid, uint256 epochId, bytes32 finalizedCidsRootHash
-    ) external;
 }
+
+// The V2 batch flow, as the protocol crate declares it.
+use lite_node_protocol::contracts::{submitBatchAttestationCall, submitSubmissionBatchCall, updateAddressesCall};
 
 /// An anvil account of the world (public development keys).
 #[derive(Clone, Debug)]

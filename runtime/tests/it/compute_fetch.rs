@@ -190,7 +190,7 @@ fn a_package_for_another_interface_is_bad_input_naming_both_versions_and_caches_
         (
             "other/Cargo.toml",
             "[package]\nname = \"other\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\", \
-             \"rlib\"]\n\n[dependencies]\nlite-node-plugin-api = \"0.3\"\n",
+             \"rlib\"]\n\n[dependencies]\nlite-node-plugin-api = \"0.4\"\n",
         ),
         ("other/src/lib.rs", "//! Written for an interface this node does not provide.\n"),
     ];
@@ -205,11 +205,11 @@ fn a_package_for_another_interface_is_bad_input_naming_both_versions_and_caches_
     assert_eq!(run.code, 2, "{run:?}");
     let provided = lite_node_plugin_api::PLUGIN_API_VERSION;
     assert!(
-        run.stderr.contains(&format!("needs lite-node-plugin-api ^0.3, this node provides {provided}")),
+        run.stderr.contains(&format!("needs lite-node-plugin-api ^0.4, this node provides {provided}")),
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("`lite-node-plugin-api = \"0.2\"`"), "{}", run.stderr);
+    assert!(run.stderr.contains("`lite-node-plugin-api = \"0.3\"`"), "{}", run.stderr);
     assert!(!run.stderr.contains("compute fetch` does"), "no advice that cannot help: {}", run.stderr);
     assert!(cached_packages(node.data_dir()).is_empty());
 }

@@ -409,9 +409,11 @@ impl Task {
                 );
                 match verdict {
                     Verdict::Accept => {
-                        if self.deliver.try_send(message.data).is_ok() {
-                            Stats::add(&self.stats.accepted);
-                        } else {
+                        // Counted before it is handed over, so whoever takes
+                        // it sees it counted.
+                        Stats::add(&self.stats.accepted);
+                        if self.deliver.try_send(message.data).is_err() {
+                            self.stats.accepted.fetch_sub(1, Ordering::Relaxed);
                             Stats::add(&self.stats.ignored);
                         }
                     }
