@@ -380,10 +380,25 @@ async fn run_locked(
                         p = delivered.recv() => match p { Some(p) => p, None => return Ok(()) },
                         _ = &mut stop => return Ok(()),
                     };
-                    match taker.take_gossip(&payload).await {
+                    // Nobody waits for an answer here: while Redis is away
+                    // (a restart) the submission is held and tried again, and
+                    // what gossip delivers meanwhile waits in the channel —
+                    // once that is full, new messages are ignored, not
+                    // rejected, and the other validators still relay them.
+                    let queued = lite_node_core::retry::retry(
+                        lite_node_core::retry::Policy::REDIS,
+                        "queueing a submission from gossip",
+                        || taker.take_gossip(&payload),
+                        |_| true,
+                    );
+                    let admitted = tokio::select! {
+                        a = queued => a,
+                        _ = &mut stop => return Ok(()),
+                    };
+                    match admitted {
                         Ok(crate::gateway::Admitted::Queued) => {}
                         Ok(other) => tracing::debug!("gossip: a submission was not queued: {other:?}"),
-                        Err(e) => tracing::warn!("gossip: Redis did not take a submission ({e}); it is lost here"),
+                        Err(e) => tracing::warn!("gossip: a submission was not queued: {e}"),
                     }
                 }
             });
