@@ -229,26 +229,35 @@ impl Gateway {
     /// them. Junk is rejected (held against the peer that sent it).
     pub fn judge_gossip(&self, payload: &[u8]) -> lite_node_gossip::Verdict {
         use lite_node_gossip::Verdict;
-        let s = match <SnapshotSubmission as prost::Message>::decode(payload) {
-            Ok(s) => s,
-            Err(e) => return Verdict::Reject(format!("not a submission: {e}")),
-        };
-        let request = match admit(&s, &self.market.scope, &self.domain) {
-            Ok((r, _)) => r,
-            Err(rejection) => return Verdict::Reject(rejection.to_string()),
-        };
-        match self.projects.as_ref().map(|p| p.check(&request.project_id)) {
-            Some(Err(why)) => Verdict::Reject(why),
-            _ => Verdict::Accept,
+        match <SnapshotSubmission as prost::Message>::decode(payload) {
+            Err(e) => Verdict::Reject(format!("not a submission: {e}")),
+            Ok(s) => match self.refusal(&s) {
+                Some(rejection) => Verdict::Reject(rejection.to_string()),
+                None => Verdict::Accept,
+            },
         }
     }
 
-    /// Queues a submission that came over gossip (already judged by
-    /// [`Gateway::judge_gossip`]) as one that came over gRPC.
+    /// Queues a submission that came over gossip as one that came over
+    /// gRPC. Gossip hands over only what [`Gateway::judge_gossip`] accepted,
+    /// so its checks (the signature recovery above all) are not run again.
     pub async fn take_gossip(&self, payload: &[u8]) -> redis::RedisResult<Admitted> {
         match <SnapshotSubmission as prost::Message>::decode(payload) {
-            Ok(s) => self.accept(&s, "gossip").await,
+            Ok(s) => self.queue(&s, "gossip").await,
             Err(e) => Ok(Admitted::Refused(Rejection::new(Reason::BadForm, format!("not a submission: {e}")))),
+        }
+    }
+
+    /// What the checks made before storage refuse of `s` (form, signature,
+    /// the market's projects), if anything.
+    fn refusal(&self, s: &SnapshotSubmission) -> Option<Rejection> {
+        match admit(s, &self.market.scope, &self.domain) {
+            Err(rejection) => Some(rejection),
+            Ok((r, _)) => self
+                .projects
+                .as_ref()
+                .and_then(|p| p.check(&r.project_id).err())
+                .map(|why| Rejection::new(Reason::UnknownProject, why)),
         }
     }
 
@@ -279,22 +288,23 @@ impl Gateway {
     /// Checks one submission and, if it passes, queues it (module docs).
     /// `Err` is Redis unreachable.
     pub async fn accept(&self, s: &SnapshotSubmission, peer: &str) -> redis::RedisResult<Admitted> {
-        let refused = match admit(s, &self.market.scope, &self.domain) {
-            Err(rejection) => Some(rejection),
-            Ok((r, _)) => self
-                .projects
-                .as_ref()
-                .and_then(|p| p.check(&r.project_id).err())
-                .map(|why| Rejection::new(Reason::UnknownProject, why)),
-        };
-        let mut conn = self.conn.clone();
-        if let Some(rejection) = refused {
+        if let Some(rejection) = self.refusal(s) {
             let field = format!("rejected:{}", rejection.reason);
+            let mut conn = self.conn.clone();
             redis::cmd("HINCRBY").arg(self.market.keys.counters()).arg(field).arg(1).exec_async(&mut conn).await?;
             return Ok(Admitted::Refused(rejection));
         }
+        self.queue(s, peer).await
+    }
+
+    /// Queues a submission the checks admitted (module docs, step 5).
+    async fn queue(&self, s: &SnapshotSubmission, peer: &str) -> redis::RedisResult<Admitted> {
+        let mut conn = self.conn.clone();
         let mut s = s.clone();
-        s.signature = eip712::canonical_signature(&s.signature).expect("admitted: the signature is one");
+        s.signature = match eip712::canonical_signature(&s.signature) {
+            Ok(signature) => signature,
+            Err(why) => return Ok(Admitted::Refused(Rejection::new(Reason::BadSignature, why))),
+        };
         let r = s.request.clone().unwrap_or_default();
         let millis = crate::now_ms();
         let secs = millis / 1000;

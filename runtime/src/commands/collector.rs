@@ -82,19 +82,12 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
         if let Some(listen) = a.p2p_listen.clone() {
             use lite_node_validator::gossip;
-            // It relays nothing it did not check itself: what others send it
-            // is ignored, neither relayed nor held against them.
-            let (deliver, _nothing_comes_back) = tokio::sync::mpsc::channel(1);
-            let peer = gossip::Gossip::start(
-                gossip::Settings {
-                    listen,
-                    bootstrap: a.p2p_bootstrap.clone(),
-                    identity: a.data_dir.join("p2p-identity.key"),
-                    topic: gossip::SUBMISSIONS_TOPIC.into(),
-                },
-                Arc::new(|_: &[u8]| gossip::Verdict::Ignore),
-                deliver,
-            )
+            let peer = gossip::Gossip::publisher(gossip::Settings {
+                listen,
+                bootstrap: a.p2p_bootstrap.clone(),
+                identity: a.data_dir.join("p2p-identity.key"),
+                topic: gossip::SUBMISSIONS_TOPIC.into(),
+            })
             .map_err(|e| BadInput(e.to_string()))?;
             for addr in peer.listening().await {
                 println!("gossip: publishing accepted submissions from {addr}");

@@ -156,18 +156,19 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
     // Where previousSnapshots is read: at the epoch's release block, as a
     // node reads it; at the anchor's head when the epoch was given by its
     // blocks (said below); nowhere without an anchor (empty).
-    let anchor_block = match (released_at, &anchor) {
-        (Some(block), _) => block,
-        (None, Some(anchor)) => anchor.head().await.map_err(|e| anyhow!("reading the anchor chain's head: {e}"))?,
-        (None, None) => 0,
-    };
-    let anchor_whence = match (released_at, &anchor) {
-        (Some(_), _) => format!("previous snapshots as finalized at anchor block {anchor_block}, as a node reads them"),
-        (None, Some(_)) => format!(
-            "previous snapshots as finalized at anchor block {anchor_block}, the head (give --epoch-id to read them \
-             at the epoch's release block, as a node does)"
-        ),
-        (None, None) => "no anchor configured: previous snapshots are empty".to_owned(),
+    let (anchor_block, anchor_whence) = match (released_at, &anchor) {
+        (Some(block), _) => {
+            (block, format!("previous snapshots as finalized at anchor block {block}, as a node reads them"))
+        }
+        (None, Some(anchor)) => {
+            let head = anchor.head().await.map_err(|e| anyhow!("reading the anchor chain's head: {e}"))?;
+            let whence = format!(
+                "previous snapshots as finalized at anchor block {head}, the head (give --epoch-id to read them at \
+                 the epoch's release block, as a node does)"
+            );
+            (head, whence)
+        }
+        (None, None) => (0, "no anchor configured: previous snapshots are empty".to_owned()),
     };
 
     // The node's executor: the same host, preload, tracker and chains.

@@ -442,18 +442,12 @@ impl Devnet {
         // The collector publishes what it accepts on the validators' gossip
         // network; the nodes are started once every validator is in its mesh.
         if !validators.is_empty() {
-            let (deliver, _nothing_comes_back) = tokio::sync::mpsc::channel(1);
-            let gossip = lite_node_validator::gossip::Gossip::start(
-                lite_node_validator::gossip::Settings {
-                    listen: "/ip4/127.0.0.1/tcp/0".parse()?,
-                    bootstrap: validators.iter().map(|v| v.p2p.clone()).collect(),
-                    identity: run_dir.join("collector").join("p2p-identity.key"),
-                    topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
-                },
-                // The collector relays nothing it has not checked itself.
-                std::sync::Arc::new(|_: &[u8]| lite_node_validator::gossip::Verdict::Ignore),
-                deliver,
-            )?;
+            let gossip = lite_node_validator::gossip::Gossip::publisher(lite_node_validator::gossip::Settings {
+                listen: "/ip4/127.0.0.1/tcp/0".parse()?,
+                bootstrap: validators.iter().map(|v| v.p2p.clone()).collect(),
+                identity: run_dir.join("collector").join("p2p-identity.key"),
+                topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
+            })?;
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             while gossip.mesh_peers().await < validators.len() {
                 if tokio::time::Instant::now() > deadline {

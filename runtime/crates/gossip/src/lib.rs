@@ -277,6 +277,14 @@ impl Gossip {
         Ok(Self { commands, peer_id, listening, stats })
     }
 
+    /// A peer that only publishes (a collector): it takes nothing from the
+    /// network and relays nothing it did not check itself — what others
+    /// send it is ignored, neither relayed nor held against them.
+    pub fn publisher(settings: Settings) -> Result<Self, Error> {
+        let (deliver, _nothing_comes_back) = mpsc::channel(1);
+        Self::start(settings, Arc::new(|_: &[u8]| Verdict::Ignore), deliver)
+    }
+
     pub fn peer_id(&self) -> PeerId {
         self.peer_id
     }
