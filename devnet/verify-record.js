@@ -5,10 +5,13 @@
 // (docs/protocol.md §2, reimplemented here from the text) — that each accepted
 // submission's slot was selected for that epoch and pool, that every selected
 // slot of the run's nodes was accepted, and that nothing was rejected.
-// With a validator (`--validators 1`), also its finalized batch of each epoch
-// (docs/protocol.md §11, reimplemented here): that it accepted every submission
-// the collector accepted, and — from those submissions alone — each project's
-// winning CID and votes, the root over the sorted pairs, and the batch's CID.
+// With validators (`--validators N`), also each validator's level-1 batch of each
+// epoch (docs/protocol.md §11, reimplemented here): that it accepted every
+// submission the collector accepted, and — from those submissions alone — each
+// project's winning CID and votes, the Merkle root over the pairs (with
+// OpenZeppelin's own @openzeppelin/merkle-tree), and the batch's CID; then the
+// root more than half of the validators hold, and that the chain finalized
+// exactly that root and, per project, that CID (docs/protocol.md §12).
 //
 //   node devnet/verify-record.js run.json
 //
@@ -17,6 +20,7 @@
 const fs = require('fs');
 const crypto = require('crypto');
 const { ethers } = require('ethers');
+const { StandardMerkleTree } = require('@openzeppelin/merkle-tree');
 
 const SLOTS_PER_EPOCH = 1000n;
 
@@ -89,9 +93,22 @@ function batchOf(epochId, submissions) {
     }
     projects.push({ projectId, snapshotCid: best.snapshotCid, votes: best.votes });
   }
-  const root = sha256(projects.map((p) => `${p.projectId}:${p.snapshotCid},`).join('')).toString('hex');
+  // Project ids in byte order (ASCII: JS's default sort); no leaves: keccak256("").
+  const root = projects.length === 0
+    ? ethers.keccak256('0x')
+    : StandardMerkleTree.of(projects.map((p) => [p.projectId, p.snapshotCid]), ['string', 'string'], { sortLeaves: false }).root;
   const content = JSON.stringify({ epochId, projects, root });
   return { projects, root, batchCid: cidOf(Buffer.from(content)) };
+}
+
+// One validator's batch (`theirs`) against the one recomputed from what the
+// collector accepted.
+function checkBatch(where, theirs, mine, problems) {
+  const got = (theirs.projects || []).map((p) => `${p.projectId}=${p.snapshotCid}×${p.votes}`).join(' ');
+  const want = mine.projects.map((p) => `${p.projectId}=${p.snapshotCid}×${p.votes}`).join(' ');
+  if (got !== want) problems.push(`${where}: finalized ${got || '(nothing)'}, recomputed ${want || '(nothing)'}`);
+  if (theirs.root !== mine.root) problems.push(`${where}: root ${theirs.root}, recomputed ${mine.root}`);
+  if (theirs.batch_cid !== mine.batchCid) problems.push(`${where}: batch CID ${theirs.batch_cid}, recomputed ${mine.batchCid}`);
 }
 
 function checkFinalized(e, problems) {
@@ -103,13 +120,42 @@ function checkFinalized(e, problems) {
     }
   }
   const mine = batchOf(e.epochId, e.submissions.filter((s) => s.validatorVerdict === 'accepted'));
-  const theirs = e.finalized;
-  const got = (theirs.projects || []).map((p) => `${p.projectId}=${p.snapshotCid}×${p.votes}`).join(' ');
-  const want = mine.projects.map((p) => `${p.projectId}=${p.snapshotCid}×${p.votes}`).join(' ');
-  if (got !== want) problems.push(`${where}: finalized ${got || '(nothing)'}, recomputed ${want || '(nothing)'}`);
-  if (theirs.root !== mine.root) problems.push(`${where}: root ${theirs.root}, recomputed ${mine.root}`);
-  if (theirs.batch_cid !== mine.batchCid) problems.push(`${where}: batch CID ${theirs.batch_cid}, recomputed ${mine.batchCid}`);
+  checkBatch(where, e.finalized, mine, problems);
+  if (e.validators && e.onchain !== undefined) checkOnchain(e, mine, problems);
   return mine.projects.length;
+}
+
+// Every validator's batch, the majority root, and what the chain finalized.
+// A validator that did not act on chain for the epoch — it says it did not
+// watch it whole (`skipped`: it was down or cut off), or has no on-chain state
+// for it (it was down) — is not held to the batch and does not count.
+function checkOnchain(e, honest, problems) {
+  const n = e.validators.length;
+  const roots = new Map();
+  for (const v of e.validators) {
+    const where = `epoch ${e.epochId} (validator ${v.index})`;
+    const status = v.onchain && v.onchain.onchain_status;
+    if (!status || status === 'skipped' || status === 'not_run') continue;
+    if (!v.batch) { problems.push(`${where}: no level-1 batch`); continue; }
+    checkBatch(where, v.batch, honest, problems);
+    roots.set(v.batch.root, (roots.get(v.batch.root) || 0) + 1);
+  }
+  const where = `epoch ${e.epochId} (chain)`;
+  const majority = [...roots].find(([, count]) => count * 2 > n);
+  const c = e.onchain;
+  if (!majority) { problems.push(`${where}: no root is held by more than half of the ${n} validators`); return; }
+  if (!c || !c.finalized) { problems.push(`${where}: not finalized on chain`); return; }
+  if (c.root !== majority[0]) problems.push(`${where}: the chain finalized root ${c.root}, the validators' majority holds ${majority[0]}`);
+  if (majority[0] !== honest.root) problems.push(`${where}: the majority's root ${majority[0]} is not the recomputed ${honest.root}`);
+  if (c.finalizedBlock == null) problems.push(`${where}: no SnapshotBatchFinalized event`);
+  const onChain = new Map((c.cids || []).map((p) => [p.projectId, p]));
+  for (const p of honest.projects) {
+    const got = onChain.get(p.projectId);
+    if (!got || got.snapshotCid !== p.snapshotCid || got.status !== 1) {
+      problems.push(`${where}: ${p.projectId}: the chain has ${got ? `${got.snapshotCid} (status ${got.status})` : 'nothing'}, the recomputed batch ${p.snapshotCid}`);
+    }
+  }
+  if (c.attestations < Math.floor(n / 2) + 1) problems.push(`${where}: ${c.attestations} attestations of ${n} validators`);
 }
 
 function main() {
@@ -163,7 +209,12 @@ function main() {
     for (const p of problems) console.log(`FAIL ${p}`);
     process.exit(1);
   }
-  const batches = withValidator ? `; ${finalized} finalized batches recomputed (votes, root, batch CID)` : '';
+  const onchain = record.epochs.filter((e) => e.onchain && e.onchain.finalized).length;
+  const validators = (record.epochs[0] && record.epochs[0].validators) ? record.epochs[0].validators.length : 0;
+  const batches = withValidator
+    ? `; ${finalized} finalized batches recomputed (votes, root, batch CID)` +
+      (validators ? `; ${validators} validators' batches each epoch; ${onchain} epochs finalized on chain with the majority's root and CIDs` : '')
+    : '';
   console.log(`verified ${checked} submissions over ${record.epochs.length} epochs: signatures, CIDs and selection hold${batches}`);
 }
 

@@ -68,8 +68,14 @@ contract ProtocolState {
     mapping(address => mapping(uint256 => Batch)) private batches;
     /// The root each validator attested for an epoch (zero: none yet).
     mapping(address => mapping(uint256 => mapping(address => bytes32))) public attestedRoot;
-    mapping(address => mapping(bytes32 => mapping(bytes32 => uint256))) private attestationsByRoot;
-    mapping(address => mapping(bytes32 => address[])) private divergent;
+    /// Per epoch and root, how many validators attested it.
+    mapping(address => mapping(uint256 => mapping(bytes32 => uint256))) public attestationsForRoot;
+    /// Per epoch, every validator that attested, in order.
+    mapping(address => mapping(uint256 => address[])) private attesters;
+    /// Per finalized epoch, the validators whose root was not the finalized one.
+    mapping(address => mapping(uint256 => address[])) private divergent;
+    /// The epoch each batch CID was submitted for, plus one (zero: none).
+    mapping(address => mapping(bytes32 => uint256)) private batchEpochPlusOne;
     mapping(address => mapping(string => mapping(uint256 => ConsensusStatus))) private statuses;
     mapping(address => mapping(string => uint256)) public lastFinalizedSnapshot;
 
@@ -168,9 +174,11 @@ contract ProtocolState {
     }
 
     /// Puts an epoch's batch on chain: its CID, each project's CID (pending
-    /// until finalized) and the root of its (projectId, CID) Merkle tree.
-    /// One batch per epoch: a second, from a fallback submitter that came
-    /// too late, is refused.
+    /// until finalized) and the root of its (projectId, CID) Merkle tree. The
+    /// batch is its submitter's attestation of that root. One batch per
+    /// epoch, replaced only once its root can no longer win (the validators
+    /// that attested other roots are at least half of all of them): the
+    /// replacement comes from a validator whose own attested root it carries.
     function submitSubmissionBatch(
         address dataMarketAddress,
         string calldata batchCid,
@@ -183,7 +191,17 @@ contract ProtocolState {
         require(bytes(batchCid).length > 0, "empty batch CID");
         require(finalizedCidsRootHash != bytes32(0), "empty root");
         Batch storage b = batches[dataMarketAddress][epochId];
-        require(b.submitter == address(0), "this epoch already has a batch");
+        require(!b.finalized, "this epoch is finalized");
+        if (b.submitter != address(0)) {
+            require(outvoted(dataMarketAddress, epochId), "this epoch already has a batch");
+            for (uint256 i = 0; i < b.projectIds.length; i++) {
+                delete statuses[dataMarketAddress][b.projectIds[i]][epochId];
+            }
+            delete b.projectIds;
+        }
+        bytes32 cidKey = keccak256(bytes(batchCid));
+        require(batchEpochPlusOne[dataMarketAddress][cidKey] == 0, "this batch CID was submitted before");
+        batchEpochPlusOne[dataMarketAddress][cidKey] = epochId + 1;
         b.batchCid = batchCid;
         b.root = finalizedCidsRootHash;
         b.submitter = msg.sender;
@@ -193,11 +211,19 @@ contract ProtocolState {
                 ConsensusStatus(SnapshotStatus.PENDING, snapshotCids[i], block.timestamp);
         }
         emit SnapshotBatchSubmitted(dataMarketAddress, batchCid, epochId, block.timestamp);
+        bytes32 mine = attestedRoot[dataMarketAddress][epochId][msg.sender];
+        if (mine == bytes32(0)) {
+            attest(dataMarketAddress, batchCid, epochId, finalizedCidsRootHash);
+        } else {
+            require(mine == finalizedCidsRootHash, "the batch's root is not the one its submitter attested");
+        }
+        tryFinalize(dataMarketAddress, epochId);
     }
 
-    /// A validator's own root for the epoch's batch, once. A root other than
-    /// the batch's is recorded as divergent; the batch is finalized when
-    /// more than half of the registered validators attested its root.
+    /// A validator's own root for the epoch's batch, once per epoch. The
+    /// epoch is finalized when more than half of the registered validators
+    /// attested the batch's root; whoever attested another root is recorded
+    /// as divergent.
     function submitBatchAttestation(
         address dataMarketAddress,
         string calldata batchCid,
@@ -209,25 +235,51 @@ contract ProtocolState {
         require(keccak256(bytes(batchCid)) == keccak256(bytes(b.batchCid)), "not this epoch's batch");
         require(finalizedCidsRootHash != bytes32(0), "empty root");
         require(attestedRoot[dataMarketAddress][epochId][msg.sender] == bytes32(0), "already attested");
-        attestedRoot[dataMarketAddress][epochId][msg.sender] = finalizedCidsRootHash;
-        bytes32 key = keccak256(bytes(batchCid));
-        uint256 count = ++attestationsByRoot[dataMarketAddress][key][finalizedCidsRootHash];
-        if (finalizedCidsRootHash != b.root) {
-            divergent[dataMarketAddress][key].push(msg.sender);
+        attest(dataMarketAddress, batchCid, epochId, finalizedCidsRootHash);
+        if (b.finalized && finalizedCidsRootHash != b.root) {
+            divergent[dataMarketAddress][epochId].push(msg.sender);
         }
+        tryFinalize(dataMarketAddress, epochId);
+    }
+
+    function attest(address dataMarketAddress, string calldata batchCid, uint256 epochId, bytes32 root) private {
+        attestedRoot[dataMarketAddress][epochId][msg.sender] = root;
+        attestationsForRoot[dataMarketAddress][epochId][root] += 1;
+        attesters[dataMarketAddress][epochId].push(msg.sender);
         emit SnapshotBatchAttestationSubmitted(dataMarketAddress, batchCid, epochId, block.timestamp, msg.sender);
-        if (!b.finalized && finalizedCidsRootHash == b.root && count * 2 > getTotalValidatorsCount(dataMarketAddress)) {
-            b.finalized = true;
-            for (uint256 i = 0; i < b.projectIds.length; i++) {
-                ConsensusStatus storage st = statuses[dataMarketAddress][b.projectIds[i]][epochId];
-                st.status = SnapshotStatus.FINALIZED;
-                st.timestamp = block.timestamp;
-                if (epochId > lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]]) {
-                    lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]] = epochId;
-                }
-            }
-            emit SnapshotBatchFinalized(dataMarketAddress, epochId, batchCid, block.timestamp);
+    }
+
+    /// Whether the epoch's batch root can no longer win: the validators that
+    /// attested other roots are at least half of all of them.
+    function outvoted(address dataMarketAddress, uint256 epochId) public view returns (bool) {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        if (b.submitter == address(0)) return false;
+        uint256 others = attesters[dataMarketAddress][epochId].length - attestationsForRoot[dataMarketAddress][epochId][b.root];
+        return others * 2 >= getTotalValidatorsCount(dataMarketAddress);
+    }
+
+    function tryFinalize(address dataMarketAddress, uint256 epochId) private {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        if (b.finalized) return;
+        if (attestationsForRoot[dataMarketAddress][epochId][b.root] * 2 <= getTotalValidatorsCount(dataMarketAddress)) {
+            return;
         }
+        b.finalized = true;
+        for (uint256 i = 0; i < b.projectIds.length; i++) {
+            ConsensusStatus storage st = statuses[dataMarketAddress][b.projectIds[i]][epochId];
+            st.status = SnapshotStatus.FINALIZED;
+            st.timestamp = block.timestamp;
+            if (epochId > lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]]) {
+                lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]] = epochId;
+            }
+        }
+        address[] storage all = attesters[dataMarketAddress][epochId];
+        for (uint256 i = 0; i < all.length; i++) {
+            if (attestedRoot[dataMarketAddress][epochId][all[i]] != b.root) {
+                divergent[dataMarketAddress][epochId].push(all[i]);
+            }
+        }
+        emit SnapshotBatchFinalized(dataMarketAddress, epochId, b.batchCid, block.timestamp);
     }
 
     /// A project's CID for an epoch and its status: `("", PENDING)` when no
@@ -260,20 +312,49 @@ contract ProtocolState {
         return (b.batchCid, b.root, b.submitter, b.finalized);
     }
 
+    /// How many validators attested `root` for the epoch of `batchCid`.
     function attestationsReceivedCount(address dataMarketAddress, string calldata batchCid, bytes32 root)
         external
         view
         returns (uint256)
     {
-        return attestationsByRoot[dataMarketAddress][keccak256(bytes(batchCid))][root];
+        uint256 e = batchEpochPlusOne[dataMarketAddress][keccak256(bytes(batchCid))];
+        return e == 0 ? 0 : attestationsForRoot[dataMarketAddress][e - 1][root];
     }
 
+    /// Whether `proof` shows that `projectId`'s finalized CID in the epoch is
+    /// `cid`, against the root the epoch was finalized with (the leaf and the
+    /// pair hashing of docs/protocol.md §11: OpenZeppelin's standard tree).
+    function verifyFinalizedCid(
+        address dataMarketAddress,
+        uint256 epochId,
+        string calldata projectId,
+        string calldata cid,
+        bytes32[] calldata proof
+    ) external view returns (bool) {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        if (!b.finalized) return false;
+        bytes32 h = keccak256(bytes.concat(keccak256(abi.encode(projectId, cid))));
+        for (uint256 i = 0; i < proof.length; i++) {
+            h = h < proof[i] ? keccak256(abi.encodePacked(h, proof[i])) : keccak256(abi.encodePacked(proof[i], h));
+        }
+        return h == b.root;
+    }
+
+    /// How many validators attested the epoch, whatever their root.
+    function attestationsCount(address dataMarketAddress, uint256 epochId) external view returns (uint256) {
+        return attesters[dataMarketAddress][epochId].length;
+    }
+
+    /// The `idx`-th divergent validator of the (finalized) epoch of `batchCid`.
     function batchCidDivergentValidators(address dataMarketAddress, string calldata batchCid, uint256 idx)
         external
         view
         returns (address)
     {
-        return divergent[dataMarketAddress][keccak256(bytes(batchCid))][idx];
+        uint256 e = batchEpochPlusOne[dataMarketAddress][keccak256(bytes(batchCid))];
+        require(e != 0, "unknown batch CID");
+        return divergent[dataMarketAddress][e - 1][idx];
     }
 
     function batchCidDivergentValidatorsLen(address dataMarketAddress, string calldata batchCid)
@@ -281,7 +362,13 @@ contract ProtocolState {
         view
         returns (uint256)
     {
-        return divergent[dataMarketAddress][keccak256(bytes(batchCid))].length;
+        uint256 e = batchEpochPlusOne[dataMarketAddress][keccak256(bytes(batchCid))];
+        return e == 0 ? 0 : divergent[dataMarketAddress][e - 1].length;
+    }
+
+    /// The validators of a finalized epoch whose root was not the finalized one.
+    function divergentValidators(address dataMarketAddress, uint256 epochId) external view returns (address[] memory) {
+        return divergent[dataMarketAddress][epochId];
     }
 
     /// Starts the next day for a data market.

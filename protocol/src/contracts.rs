@@ -50,4 +50,17 @@ alloy::sol! {
     function maxSnapshotsCid(address dataMarketAddress, string projectId, uint256 epochId)
         external view returns (string, uint8);
     function lastFinalizedSnapshot(address dataMarketAddress, string projectId) external view returns (uint256);
+    // Ours (the devnet's ProtocolState, docs/protocol.md §12).
+    function epochBatch(address dataMarketAddress, uint256 epochId)
+        external view returns (string batchCid, bytes32 root, address submitter, bool finalized);
+    function attestedRoot(address dataMarketAddress, uint256 epochId, address validator)
+        external view returns (bytes32);
+    function attestationsForRoot(address dataMarketAddress, uint256 epochId, bytes32 root)
+        external view returns (uint256);
+    function attestationsCount(address dataMarketAddress, uint256 epochId) external view returns (uint256);
+    function outvoted(address dataMarketAddress, uint256 epochId) external view returns (bool);
+    function divergentValidators(address dataMarketAddress, uint256 epochId) external view returns (address[]);
+    function verifyFinalizedCid(
+        address dataMarketAddress, uint256 epochId, string projectId, string cid, bytes32[] proof
+    ) external view returns (bool);
 }

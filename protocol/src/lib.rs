@@ -11,6 +11,7 @@ pub mod cid;
 pub mod contracts;
 pub mod eip712;
 pub mod finalized;
+pub mod merkle;
 pub mod project_id;
 pub mod proto;
 pub mod quantity;

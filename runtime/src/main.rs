@@ -40,6 +40,10 @@ enum Command {
     /// The data market's slot assignment for one epoch, as JSON, computed by
     /// the configured compute package: which slots work it and on which pool.
     Assignments(AssignmentsArgs),
+    /// What the anchor chain finalized for an epoch (batch, root, validators,
+    /// each project's CID); with --project P --proof, the Merkle proof of P's
+    /// CID, checked against the root on chain before it is printed.
+    Finalized(FinalizedArgs),
     /// A collector for the local network: checks each submission's signer and
     /// deadline against ProtocolState and, given the active pools, that the
     /// slot was selected for that epoch and pool; answers Success or Failure.
@@ -259,6 +263,10 @@ struct ValidatorArgs {
     /// for tools that read it; the monitor API does not need it.
     #[arg(long)]
     submission_metadata: bool,
+    /// Anchor blocks the chosen submitter of an epoch's batch has before the
+    /// next validator in turn submits it (with VALIDATOR_SIGNER_PRIVATE_KEY).
+    #[arg(long, value_name = "BLOCKS", default_value_t = lite_node_validator::onchain::FALLBACK_BLOCKS)]
+    fallback_blocks: u64,
 }
 
 #[derive(clap::Args)]
@@ -281,6 +289,31 @@ struct AssignmentsArgs {
     /// Answer for this slot only.
     #[arg(long, value_name = "S")]
     slot: Option<u64>,
+}
+
+#[derive(clap::Args)]
+struct FinalizedArgs {
+    /// Epoch id.
+    #[arg(long, value_name = "E")]
+    epoch_id: u64,
+    /// Only this project (its id, as submitted).
+    #[arg(long, value_name = "P")]
+    project: Option<String>,
+    /// Print the Merkle proof of the project's CID (needs --project).
+    #[arg(long)]
+    proof: bool,
+    /// Anchor chain JSON-RPC URL (default: POWERLOOM_RPC_URL).
+    #[arg(long, value_name = "URL")]
+    anchor_rpc: Option<String>,
+    /// ProtocolState address (default: PROTOCOL_STATE_CONTRACT).
+    #[arg(long, value_name = "ADDRESS")]
+    protocol_state: Option<String>,
+    /// Data market address (default: DATA_MARKET_CONTRACT).
+    #[arg(long, value_name = "ADDRESS")]
+    data_market: Option<String>,
+    /// The anchor block to look for the epoch's events from.
+    #[arg(long, value_name = "B", default_value_t = 0)]
+    from_block: u64,
 }
 
 #[derive(clap::Args)]
@@ -424,6 +457,7 @@ fn main() -> ExitCode {
                 },
                 p2p_listen: a.p2p_listen,
                 p2p_bootstrap: a.p2p_bootstrap,
+                fallback_blocks: a.fallback_blocks,
             },
             &env,
         ),
@@ -463,6 +497,19 @@ fn main() -> ExitCode {
                 pools_file: a.pools_file,
                 slot: a.slot,
             },
+            &mut stdout(),
+        ),
+        Command::Finalized(a) => commands::finalized(
+            &commands::FinalizedQuery {
+                epoch_id: a.epoch_id,
+                project: a.project,
+                proof: a.proof,
+                anchor_rpc: a.anchor_rpc,
+                protocol_state: a.protocol_state,
+                data_market: a.data_market,
+                from_block: a.from_block,
+            },
+            &env,
             &mut stdout(),
         ),
         Command::Compute(ComputeCommand::Run(a)) => commands::compute_run(

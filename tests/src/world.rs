@@ -301,20 +301,18 @@ impl World {
         self.transact(call.abi_encode());
     }
 
-    /// Makes the deployer (who sends every transaction here) a validator of
-    /// our data market.
-    pub fn register_deployer_as_validator(&self) {
-        let call = updateAddressesCall {
-            dataMarketAddress: self.market(),
-            role: 0,
-            addrs: vec![self.manifest.accounts[0].address.parse().unwrap()],
-            allowed: vec![true],
-        };
+    /// Makes the world's first `n` accounts (the deployer, who sends every
+    /// transaction here, first) the validators of our data market.
+    pub fn register_validators(&self, n: usize) {
+        let addrs: Vec<Address> = self.manifest.accounts[..n].iter().map(|a| a.address.parse().unwrap()).collect();
+        let call =
+            updateAddressesCall { dataMarketAddress: self.market(), role: 0, allowed: vec![true; addrs.len()], addrs };
         self.transact(call.abi_encode());
     }
 
     /// Puts epoch `epoch_id`'s batch on chain (as the deployer, a
-    /// validator): `projects` as `(project id, CID)`, under `root`.
+    /// validator; the batch is its attestation): `projects` as `(project
+    /// id, CID)`, under `root`.
     pub fn submit_batch(&self, epoch_id: u64, batch_cid: &str, projects: &[(String, String)], root: [u8; 32]) {
         let call = submitSubmissionBatchCall {
             dataMarketAddress: self.market(),
@@ -327,15 +325,24 @@ impl World {
         self.transact(call.abi_encode());
     }
 
-    /// The deployer attests `root` for epoch `epoch_id`'s batch.
-    pub fn attest(&self, epoch_id: u64, batch_cid: &str, root: [u8; 32]) {
+    /// The world's account `account` (a validator) attests `root` for epoch
+    /// `epoch_id`'s batch; panics when the chain refuses it.
+    pub fn attest_as(&self, account: usize, epoch_id: u64, batch_cid: &str, root: [u8; 32]) {
         let call = submitBatchAttestationCall {
             dataMarketAddress: self.market(),
             batchCid: batch_cid.to_owned(),
             epochId: U256::from(epoch_id),
             finalizedCidsRootHash: root.into(),
         };
-        self.transact(call.abi_encode());
+        let tx = json!({
+            "from": self.manifest.accounts[account].address,
+            "to": self.manifest.protocol_state,
+            "data": format!("0x{}", hex(&call.abi_encode())),
+            "gas": "0xe4e1c0",
+        });
+        let hash = self.rpc("eth_sendTransaction", json!([tx]));
+        let receipt = self.receipt(&hash);
+        assert_eq!(receipt["status"], "0x1", "the attestation of epoch {epoch_id} reverted: {receipt}");
     }
 
     fn pool_field(&self, pool: usize, field: &str) -> String {

@@ -1,7 +1,7 @@
 //! The level-1 aggregator: once an epoch's parts are ready
 //! (`aggregationQueue`), merges them into the validator's batch and writes
 //! `finalized:{epochId}`, queues it for broadcast
-//! (`outgoing:broadcast:batch`), and notes it on the batches timeline and
+//! (`outgoing:broadcast:batch`) and for the chain (`onchain:pending`), and notes it on the batches timeline and
 //! this validator's — in one script guarded by `finalized:{epochId}`, so an
 //! epoch is finalized once.
 //!
@@ -35,7 +35,7 @@ pub const OUTGOING_KEPT: isize = 1_000;
 
 const FINALIZE: &str = r"
 -- KEYS: finalized, outgoing, batches timeline, validator batches, state,
---       epochs:active, ActiveEpochs, counters
+--       epochs:active, ActiveEpochs, counters, onchain pending
 -- ARGV: batch, broadcast message, epoch, now, kept, latency from the close (ms),
 --       ttl, timeline cutoff
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[7]) then return 0 end
@@ -52,6 +52,8 @@ redis.call('HINCRBY', KEYS[8], 'finalized', 1)
 redis.call('HINCRBY', KEYS[8], 'finalization_latency_ms_sum', ARGV[6])
 redis.call('SREM', KEYS[6], ARGV[3])
 redis.call('SREM', KEYS[7], ARGV[3])
+redis.call('ZADD', KEYS[9], ARGV[3], ARGV[3])
+redis.call('ZREMRANGEBYRANK', KEYS[9], 0, -1025)
 return 1
 ";
 
@@ -237,6 +239,7 @@ impl Aggregator {
             .key(k.epochs_active())
             .key(k.active_epochs())
             .key(k.counters())
+            .key(k.onchain_pending())
             .arg(stored.to_string())
             .arg(message.to_string())
             .arg(epoch_id)

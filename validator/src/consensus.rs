@@ -11,13 +11,13 @@
 //! - **Ties are decided by a rule, not by chance:** among CIDs with the most
 //!   votes, the smallest in byte order wins. (The protocol's validator takes
 //!   the first maximum in Go's random map order.)
-//! - **The root** is the SHA-256 of `projectId:cid,` for every project,
-//!   sorted by project id (byte order), as lower-case hex. (The protocol's
-//!   validator hashes the same pairs in map order, so two runs disagree.)
+//! - **The root** is the Merkle root of the `(projectId, cid)` pairs in
+//!   project-id order (`lite_node_protocol::merkle`, OpenZeppelin's standard
+//!   tree with keccak256), as `0x` and lower-case hex, so one project's CID
+//!   can be proven against it alone. (The protocol's validator hashes the
+//!   pairs in map order, so two runs disagree.)
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use sha2::{Digest, Sha256};
 
 /// One slot's vote: it submitted `cid` for `project_id`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,14 +93,13 @@ pub fn tally(votes: impl IntoIterator<Item = Vote>) -> Tally {
 
 /// The batch root over `(project id, cid)` pairs (see the module docs).
 pub fn root(projects: &BTreeMap<String, Finalized>) -> String {
-    let mut hasher = Sha256::new();
-    for (project, f) in projects {
-        hasher.update(project.as_bytes());
-        hasher.update(b":");
-        hasher.update(f.cid.as_bytes());
-        hasher.update(b",");
-    }
-    hex::encode(hasher.finalize())
+    tree(projects).root().to_string()
+}
+
+/// The Merkle tree over `(project id, cid)` pairs, leaves in project-id order.
+pub fn tree(projects: &BTreeMap<String, Finalized>) -> lite_node_protocol::merkle::Tree {
+    lite_node_protocol::merkle::Tree::of(projects.iter().map(|(p, f)| (p.as_str(), f.cid.as_str())))
+        .expect("a map holds each project once")
 }
 
 #[cfg(test)]
@@ -154,8 +153,11 @@ mod tests {
         let a = tally([vote(1, "b:x", "bafy2"), vote(1, "a:x", "bafy1")]);
         let b = tally([vote(1, "a:x", "bafy1"), vote(1, "b:x", "bafy2")]);
         assert_eq!(root(&a.projects), root(&b.projects));
-        let expected = hex::encode(Sha256::digest(b"a:x:bafy1,b:x:bafy2,"));
-        assert_eq!(root(&a.projects), expected);
+        let expected = lite_node_protocol::merkle::hash_pair(
+            lite_node_protocol::merkle::leaf("a:x", "bafy1"),
+            lite_node_protocol::merkle::leaf("b:x", "bafy2"),
+        );
+        assert_eq!(root(&a.projects), expected.to_string());
         assert_ne!(root(&a.projects), root(&tally([vote(1, "a:x", "bafy1")]).projects));
     }
 }

@@ -147,6 +147,14 @@ pub const SCHEMA: &[KeySpec] = &[
     // Ours: what is wrong with an event monitor that still runs (its cursor
     // file cannot be saved), for `/health`.
     spec("{protocol}:{market}:monitor:problem", KeyType::String, Ttl::Fixed(MONITOR_PROBLEM_TTL)),
+    // Ours: epochs whose level-1 batch waits to be submitted, attested or
+    // finalized on chain (the newest 1,024); the lease of the one process
+    // that acts on chain for this validator; and the anchor block since which
+    // this validator's intake has been listening (none: it is not), so it
+    // vouches only for epochs it watched whole.
+    spec("{protocol}:{market}:onchain:pending", KeyType::ZSet, Ttl::None),
+    spec("{protocol}:{market}:onchain:lease", KeyType::String, Ttl::Fixed(Duration::from_secs(15))),
+    spec("{protocol}:{market}:intake:since", KeyType::String, Ttl::None),
     spec("{protocol}:{market}:batch:part:{epochId}:{partId}", KeyType::String, Ttl::Fixed(BATCH_PART_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:parts:completed", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:parts:total", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
@@ -310,6 +318,18 @@ impl Keys {
 
     pub fn parts_ready(&self, epoch_id: u64) -> String {
         self.ns(&format!("epoch:{epoch_id}:parts:ready"))
+    }
+
+    pub fn onchain_pending(&self) -> String {
+        self.ns("onchain:pending")
+    }
+
+    pub fn onchain_lease(&self) -> String {
+        self.ns("onchain:lease")
+    }
+
+    pub fn intake_since(&self) -> String {
+        self.ns("intake:since")
     }
 
     pub fn outgoing_batches(&self) -> String {

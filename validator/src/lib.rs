@@ -14,6 +14,7 @@
 //!   blocks;
 //! - `finalizer` and `aggregator`: the epoch's consensus (`consensus`) in
 //!   parts, and the validator's level-1 batch;
+//! - `onchain`: the batch submitted and attested on the anchor chain;
 //! - `tracker`: the dashboards and gap detection; `api`: the read-only
 //!   monitor API;
 //! - `queue`: the reliable queue each component's intake rests on;
@@ -29,6 +30,7 @@ pub mod finalizer;
 pub mod gateway;
 pub mod keys;
 pub mod monitor;
+pub mod onchain;
 pub mod queue;
 pub mod service;
 pub mod tracker;

@@ -9,7 +9,9 @@
 //! Opening writes `epoch:{id}:window` = `open`, `epoch:{id}:state` (7 days),
 //! `ActiveEpochs`, `epochs:active`, `open:{id}` on the epochs timeline.
 //! Closing sets the window `closed` (1 hour), gives `epoch:{id}:processed`
-//! its hour, notes `close:{id}`, and pushes the epoch onto
+//! its hour, notes `close:{id}`, records since when the intake had been
+//! listening then (`intake_since_at_close`: whether this validator watched
+//! the window whole), and pushes the epoch onto
 //! `finalizationQueue` — in one script, so a close happens once however
 //! many monitors run or restart.
 
@@ -53,13 +55,15 @@ return 1
 ";
 
 const CLOSE: &str = r"
--- KEYS: window, state, epoch processed, closing, epochs timeline, finalizationQueue
+-- KEYS: window, state, epoch processed, closing, epochs timeline, finalizationQueue,
+--       intake since
 -- ARGV: epoch, now, closed ttl, now in ms
 if redis.call('ZREM', KEYS[4], ARGV[1]) == 0 then return 0 end
 redis.call('SET', KEYS[1], 'closed', 'EX', ARGV[3])
 redis.call('HSET', KEYS[2], 'window_status', 'closed', 'window_closes_at', ARGV[2],
   'window_closed_at_ms', ARGV[4], 'phase', 'level1_finalization',
-  'submissions_count', redis.call('SCARD', KEYS[3]), 'last_updated', ARGV[2])
+  'submissions_count', redis.call('SCARD', KEYS[3]), 'last_updated', ARGV[2],
+  'intake_since_at_close', redis.call('GET', KEYS[7]) or '')
 redis.call('EXPIRE', KEYS[3], ARGV[3])
 redis.call('ZADD', KEYS[5], ARGV[2], 'close:' .. ARGV[1])
 redis.call('LPUSH', KEYS[6], ARGV[1])
@@ -222,6 +226,7 @@ impl Monitor {
                 .key(k.epochs_closing())
                 .key(k.epochs_timeline())
                 .key(k.finalization_queue())
+                .key(k.intake_since())
                 .arg(epoch_id)
                 .arg(now_secs())
                 .arg(WINDOW_CLOSED_TTL.as_secs())

@@ -91,6 +91,9 @@ components! {
     Tracker = "tracker",
     /// The read-only monitor API.
     Api = "api",
+    /// The epoch's batch submitted and attested on the anchor chain (with a
+    /// validator key; one process per validator).
+    Onchain = "onchain",
 }
 
 /// How this process's components run.
@@ -116,6 +119,18 @@ pub struct Settings {
     /// The gateway also takes submissions from the validators' gossip
     /// network (`None`: gRPC only).
     pub gossip: Option<GossipSettings>,
+    /// The validator's account on the anchor chain (`None`: nothing is
+    /// submitted or attested).
+    pub onchain: Option<OnchainSettings>,
+}
+
+/// How the validator acts on chain.
+#[derive(Clone, Debug)]
+pub struct OnchainSettings {
+    /// Its registered validator key (never printed).
+    pub key: lite_node_config::SecretKey,
+    /// Anchor blocks a submitter's turn lasts.
+    pub fallback_blocks: u64,
 }
 
 /// Where the gateway's gossip peer listens and whom it dials first; its
@@ -129,6 +144,9 @@ pub struct GossipSettings {
 impl Settings {
     /// Whether `c` runs in this process.
     pub fn runs(&self, c: Component) -> bool {
+        if c == Component::Onchain && self.onchain.is_none() {
+            return false;
+        }
         self.components.is_empty() || self.components.contains(&c)
     }
 
@@ -146,6 +164,12 @@ impl Settings {
         }
         if self.admission.max_queue == 0 {
             return bad("--max-queue must be at least 1");
+        }
+        if self.components.contains(&Component::Onchain) && self.onchain.is_none() {
+            return bad("--components onchain needs the validator's key in VALIDATOR_SIGNER_PRIVATE_KEY");
+        }
+        if self.onchain.as_ref().is_some_and(|o| o.fallback_blocks == 0) {
+            return bad("--fallback-blocks must be at least 1");
         }
         if let Some(g) = &self.gossip {
             lite_node_gossip::check(&g.bootstrap, &self.data_dir.join("p2p-identity.key"))
@@ -249,11 +273,15 @@ pub fn start(
     })
 }
 
-/// One event monitor per directory (its cursor is there): the lock, when
-/// the monitor runs in this process.
+/// One event monitor (its cursor is there) and one on-chain worker (its
+/// lease is named after it) per directory: the lock, when either runs in
+/// this process.
 fn lock(settings: &Settings) -> anyhow::Result<Option<DataDirLock>> {
-    Ok(if settings.runs(Component::Monitor) {
-        Some(DataDirLock::acquire_for(&settings.data_dir, "--data-dir (one event monitor per directory)")?)
+    Ok(if settings.runs(Component::Monitor) || settings.runs(Component::Onchain) {
+        Some(DataDirLock::acquire_for(
+            &settings.data_dir,
+            "--data-dir (one event monitor and one on-chain worker per directory)",
+        )?)
     } else {
         None
     })
@@ -371,6 +399,16 @@ async fn run_locked(
                 peer.peer_id(),
                 addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             ));
+            let (watched, conn_since, market_since, stop_since) =
+                (peer.clone(), conn.clone(), market.clone(), stopped());
+            tasks.spawn(async move {
+                let listening = move || {
+                    let p = watched.clone();
+                    async move { p.mesh_peers().await > 0 }
+                };
+                crate::onchain::keep_intake_since(conn_since, market_since, listening, stop_since).await;
+                Ok(())
+            });
             let (taker, mut stop) = (gateway.clone(), Box::pin(stopped()));
             tasks.spawn(async move {
                 // The peer lives as long as this task holds it.
@@ -385,10 +423,22 @@ async fn run_locked(
                     // what gossip delivers meanwhile waits in the channel —
                     // once that is full, new messages are ignored, not
                     // rejected, and the other validators still relay them.
+                    // Held as well while the event monitor has no anchor head
+                    // yet (it is starting) or the queue is full: gossip is not
+                    // sent again, so what was accepted must not be dropped.
                     let queued = lite_node_core::retry::retry(
                         lite_node_core::retry::Policy::REDIS,
                         "queueing a submission from gossip",
-                        || taker.take_gossip(&payload),
+                        || async {
+                            match taker.take_gossip(&payload).await {
+                                Ok(crate::gateway::Admitted::NoHead) => {
+                                    Err("no anchor head in Redis yet (the event monitor is starting)".to_owned())
+                                }
+                                Ok(crate::gateway::Admitted::Full) => Err("the submission queue is full".to_owned()),
+                                Ok(admitted) => Ok(admitted),
+                                Err(e) => Err(format!("Redis: {e}")),
+                            }
+                        },
                         |_| true,
                     );
                     let admitted = tokio::select! {
@@ -401,6 +451,14 @@ async fn run_locked(
                         Err(e) => tracing::warn!("gossip: a submission was not queued: {e}"),
                     }
                 }
+            });
+        }
+        if settings.gossip.is_none() {
+            // gRPC only: listening from the start.
+            let (conn_since, market_since, stop_since) = (conn.clone(), market.clone(), stopped());
+            tasks.spawn(async move {
+                crate::onchain::keep_intake_since(conn_since, market_since, || async { true }, stop_since).await;
+                Ok(())
             });
         }
         let stop = stopped();
@@ -448,7 +506,43 @@ async fn run_locked(
             Ok(())
         });
     }
-    if lock.is_some() {
+    if let (true, Some(o)) = (settings.runs(Component::Onchain), &settings.onchain) {
+        let sender = lite_node_chain::TxSender::new(anchor.shared_rpc(), o.key.bytes(), chain_id)
+            .map_err(|e| lite_node_core::BadInput(format!("VALIDATOR_SIGNER_PRIVATE_KEY: {e}")))?;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let dir = std::path::absolute(&settings.data_dir).unwrap_or_else(|_| settings.data_dir.clone());
+        let holder = format!("{}@{}:{}", sender.address(), host.trim(), dir.display());
+        let onchain =
+            crate::onchain::Onchain::new(market.clone(), conn.clone(), anchor.clone(), sender, o.fallback_blocks)
+                .holding_as(holder);
+        let registered = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            r = retry(Policy::CHAIN, "reading the data market's validators", || onchain.registered(), |_| true) => {
+                r.map_err(|e| anyhow::anyhow!(e))?
+            }
+        };
+        if !registered {
+            anyhow::bail!(lite_node_core::BadInput(format!(
+                "VALIDATOR_SIGNER_PRIVATE_KEY: its address {} is not a registered validator of data market {} \
+                 (ProtocolState {}, getValidators): have the market's owner register it (updateAddresses with role \
+                 0), or give this validator its registered key",
+                onchain.address(),
+                anchor.data_market,
+                anchor.protocol_state
+            )));
+        }
+        announced.push(format!(
+            "on chain: submits and attests as {}; a submitter's turn lasts {} anchor blocks",
+            onchain.address(),
+            o.fallback_blocks
+        ));
+        let (stop, every) = (stopped(), settings.poll_interval);
+        tasks.spawn(async move {
+            onchain.run(every, stop).await;
+            Ok(())
+        });
+    }
+    if settings.runs(Component::Monitor) {
         let follow = Follow { confirmations: 12, start_block: settings.from_block };
         let watcher = Watcher::open(anchor.clone(), &settings.data_dir, follow)?;
         announced.push(format!(

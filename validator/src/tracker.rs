@@ -193,7 +193,9 @@ impl Tracker {
     }
 
     /// Records epochs whose window closed more than [`GAP_AFTER`] ago
-    /// without a level-1 batch (`{epochId}:missing_level1`), drops gaps
+    /// without a level-1 batch (`{epochId}:missing_level1`), or, where this
+    /// validator acts on chain, not finalized there
+    /// (`{epochId}:missing_onchain`), drops gaps
     /// since filled and those older than an hour, refreshes active epochs'
     /// `submissions_count`. Returns the gaps now listed.
     pub async fn gaps(&self) -> redis::RedisResult<Vec<String>> {
@@ -208,15 +210,31 @@ impl Tracker {
         let mut exists = redis::pipe();
         for (epoch_id, _) in &closes {
             exists.exists(k.finalized(*epoch_id));
+            exists.hget(k.epoch_state(*epoch_id), "onchain_status");
         }
-        let finalized: Vec<bool> = if closes.is_empty() { Vec::new() } else { exists.query_async(&mut conn).await? };
+        let found: Vec<(bool, Option<String>)> =
+            if closes.is_empty() { Vec::new() } else { exists.query_async(&mut conn).await? };
         let mut gaps = redis::pipe();
-        for ((epoch_id, at), finalized) in closes.into_iter().zip(finalized) {
+        for ((epoch_id, at), (finalized, onchain)) in closes.into_iter().zip(found) {
+            let due = at + GAP_AFTER.as_secs() <= now;
             let gap = format!("{epoch_id}:missing_level1");
             if finalized {
                 gaps.zrem(k.epochs_gaps(), &gap).ignore();
-            } else if at + GAP_AFTER.as_secs() <= now {
+            } else if due {
                 gaps.zadd(k.epochs_gaps(), &gap, now).ignore();
+            }
+            // On chain: only where this validator acts on chain (a status
+            // other than `not_run`), and not for an epoch it did not watch whole.
+            let gap = format!("{epoch_id}:missing_onchain");
+            match onchain.as_deref() {
+                Some("finalized") => {
+                    gaps.zrem(k.epochs_gaps(), &gap).ignore();
+                }
+                Some("not_run" | "skipped" | "pending") | None => {}
+                Some(_) if due => {
+                    gaps.zadd(k.epochs_gaps(), &gap, now).ignore();
+                }
+                Some(_) => {}
             }
         }
         gaps.zrembyscore(k.epochs_gaps(), "-inf", now.saturating_sub(3600)).ignore();

@@ -10,6 +10,7 @@ mod collector;
 mod compute;
 mod compute_run;
 mod devnet;
+mod finalized;
 mod run;
 mod validator;
 
@@ -20,6 +21,7 @@ pub use collector::{CollectorOptions, collector};
 pub use compute::{compute_new, compute_show, print_package};
 pub use compute_run::{ComputeRunFailed, EpochQuery, compute_run};
 pub use devnet::devnet;
+pub use finalized::{FinalizedQuery, finalized};
 pub use lite_node_validator::service::Component;
 pub use run::run;
 pub use validator::{ValidatorOptions, validator};

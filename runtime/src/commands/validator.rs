@@ -9,7 +9,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use lite_node_validator::{
     gateway::Admission,
     gossip::Multiaddr,
-    service::{self, Component, GossipSettings, Settings, Wiring},
+    service::{self, Component, GossipSettings, OnchainSettings, Settings, Wiring},
 };
 
 use super::MarketOptions;
@@ -38,7 +38,12 @@ pub struct ValidatorOptions {
     pub p2p_listen: Option<Multiaddr>,
     /// `--p2p-bootstrap`: peers to dial first.
     pub p2p_bootstrap: Vec<Multiaddr>,
+    /// `--fallback-blocks`: a submitter's turn on chain.
+    pub fallback_blocks: u64,
 }
+
+/// The variable that holds the validator's key for its transactions.
+pub const VALIDATOR_KEY_VAR: &str = "VALIDATOR_SIGNER_PRIVATE_KEY";
 
 /// Runs the chosen components until Ctrl-C or SIGTERM: the flags become
 /// the validator's settings and wiring, and the validator runs itself.
@@ -56,6 +61,13 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         part_size: o.part_size,
         admission: o.admission,
         gossip: o.p2p_listen.map(|listen| GossipSettings { listen, bootstrap: o.p2p_bootstrap.clone() }),
+        onchain: match env.get(VALIDATOR_KEY_VAR) {
+            Some(value) => Some(OnchainSettings {
+                key: lite_node_config::SecretKey::parse_hex(VALIDATOR_KEY_VAR, value).map_err(crate::exit::BadInput)?,
+                fallback_blocks: o.fallback_blocks,
+            }),
+            None => None,
+        },
     };
     if settings.gossip.is_none() && !o.p2p_bootstrap.is_empty() {
         return Err(crate::exit::BadInput(

@@ -199,12 +199,13 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
 
     // On chain: epoch 11 finalized, epoch 12 only submitted (pending), 9
     // finalized later (after epoch 13's release block).
-    world.register_deployer_as_validator();
+    // Two validators: the deployer's batch is one attestation of two.
+    world.register_validators(2);
     let finalized_cid = lite_node_protocol::cid(b"epoch 11 as the validators finalized it");
     let pending_cid = lite_node_protocol::cid(b"epoch 12, not attested yet");
     let root = [7u8; 32];
     world.submit_batch(11, "batch-11", &[(project_id.clone(), finalized_cid.clone())], root);
-    world.attest(11, "batch-11", root);
+    world.attest_as(1, 11, "batch-11", root);
     world.submit_batch(12, "batch-12", &[(project_id.clone(), pending_cid)], root);
     let release_block = world.head();
 
@@ -263,7 +264,7 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
     // bytes: the read is pinned to the release.
     let late = lite_node_protocol::cid(b"epoch 9, finalized late");
     world.submit_batch(9, "batch-9", &[(project_id.clone(), late.clone())], root);
-    world.attest(9, "batch-9", root);
+    world.attest_as(1, 9, "batch-9", root);
     assert_eq!(compute(&b, &store_b, 13, release_block), from_b, "pinned to the release block");
     let later: Value = serde_json::from_slice(&compute(&b, &store_b, 14, world.head())).unwrap();
     assert_eq!(later["previousSnapshots"], json!([[9, late], [11, finalized_cid]]), "read at a later release");

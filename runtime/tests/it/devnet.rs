@@ -215,6 +215,7 @@ fn a_devnet_with_a_validator_finalizes_every_epoch_and_its_batches_verify_indepe
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("finalized (projects, votes, root)"), "{stdout}");
     assert!(stdout.contains("the validator finalized 3 of 3 epochs"), "{stdout}");
+    assert!(stdout.contains("the chain finalized 3 of 3 epochs"), "{stdout}");
     let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
     for epoch in json["epochs"].as_array().unwrap() {
         let votes: u64 =
@@ -236,6 +237,66 @@ fn a_devnet_with_a_validator_finalizes_every_epoch_and_its_batches_verify_indepe
     let verified = verify(&record);
     assert_eq!(verified.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&verified.stdout).contains("(validator): finalized"));
+}
+
+/// Three validators, meshed with each other and the collector, each with
+/// its own Redis and registered key: every epoch is finalized on chain once,
+/// with the root the record's checker recomputes; one of them SIGKILLed
+/// after epoch 2's release is started again, does not attest the epoch it
+/// did not watch whole, and attests the later ones.
+#[test]
+fn three_validators_finalize_every_epoch_on_chain_and_one_killed_does_not_stop_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let args = [
+        "--epochs",
+        "4",
+        "--nodes",
+        "2",
+        "--slots-per-node",
+        "3",
+        "--validators",
+        "3",
+        "--fault",
+        "kill-validator:2@2",
+        "--json",
+        record.to_str().unwrap(),
+    ];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("the chain finalized 4 of 4 epochs, 1 validator restart(s)"), "{stdout}");
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    for epoch in json["epochs"].as_array().unwrap() {
+        let e = epoch["epochId"].as_u64().unwrap();
+        let chain = &epoch["onchain"];
+        assert_eq!(chain["finalized"], true, "epoch {e}: {chain}");
+        let validators = epoch["validators"].as_array().unwrap();
+        assert_eq!(validators.len(), 3);
+        let status = |i: usize| validators[i]["onchain"]["onchain_status"].as_str().unwrap_or("").to_owned();
+        if e == 2 {
+            assert_eq!(status(1), "skipped", "epoch 2: the killed validator vouches for nothing: {epoch}");
+            assert_eq!(chain["attestations"], 2, "{chain}");
+        } else {
+            assert_eq!(chain["attestations"], 3, "epoch {e}: {chain}");
+            for (i, v) in validators.iter().enumerate() {
+                assert_eq!(v["batch"]["root"], chain["root"], "epoch {e} validator {}", i + 1);
+                assert_eq!(status(i), "finalized", "epoch {e} validator {}", i + 1);
+            }
+        }
+    }
+    let verified = verify(&record);
+    let text = String::from_utf8_lossy(&verified.stdout);
+    assert!(verified.status.success(), "{text}");
+    assert!(text.contains("3 validators' batches each epoch; 4 epochs finalized on chain"), "{text}");
+
+    // The checker can fail: a chain root the validators do not hold.
+    let mut tampered = json.clone();
+    tampered["epochs"][0]["onchain"]["root"] = Value::from(format!("0x{}", "11".repeat(32)));
+    std::fs::write(&record, serde_json::to_vec(&tampered).unwrap()).unwrap();
+    let verified = verify(&record);
+    assert_eq!(verified.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&verified.stdout).contains("(chain): the chain finalized root"));
 }
 
 /// Two nodes of five slots each: every selected slot's submission is

@@ -10,6 +10,7 @@ mod compute_fetch;
 mod container;
 mod devnet;
 mod executor;
+mod finalized;
 mod init_sh;
 mod node;
 mod plugins;

@@ -15,7 +15,7 @@ use lite_node_protocol::{parse_quantity, to_quantity};
 use serde_json::{Value, json};
 
 use lite_node_protocol::contracts::{
-    DayStartedEvent, EpochReleased, SlotRegistered, allSnapshottersCall, getTotalNodeCountCall,
+    DayStartedEvent, EpochReleased, SlotRegistered, SnapshotBatchFinalized, allSnapshottersCall, getTotalNodeCountCall,
     slotSnapshotterMappingCall,
 };
 
@@ -258,6 +258,39 @@ impl Anchor {
             }
         }
         Ok(slots)
+    }
+
+    /// A ProtocolState view `call` as of anchor block `block` (`None`: the
+    /// latest), decoded.
+    pub async fn read<C: SolCall>(&self, call: &C, block: Option<u64>) -> Result<C::Return, RpcError> {
+        let at = block.map_or(json!("latest"), |b| json!(to_quantity(b)));
+        let out = self.call_at(call.abi_encode(), C::SIGNATURE, at).await?;
+        C::abi_decode_returns(&out).map_err(|e| bad_answer(C::SIGNATURE, e))
+    }
+
+    /// The anchor block in which our data market's epoch `epoch_id` was
+    /// finalized on chain (its `SnapshotBatchFinalized`), looking from block
+    /// `from`; `None` when it was not.
+    pub async fn finalized_in(&self, epoch_id: u64, from: u64) -> Result<Option<u64>, RpcError> {
+        let filter = json!([{
+            "address": self.protocol_state,
+            "fromBlock": to_quantity(from),
+            "toBlock": "latest",
+            "topics": [
+                SnapshotBatchFinalized::SIGNATURE_HASH,
+                B256::left_padding_from(self.data_market.as_slice()),
+                B256::from(U256::from(epoch_id)),
+            ],
+        }]);
+        let raw = self.rpc.call_value("eth_getLogs", filter).await?;
+        let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
+        for entry in entries {
+            let log: RpcLog = serde_json::from_value(entry.clone()).map_err(|e| bad_answer("eth_getLogs", e))?;
+            if let (false, Some(block)) = (log.removed, log.block_number) {
+                return parse_quantity(&block).map(Some).map_err(|e| bad_answer("eth_getLogs", e));
+            }
+        }
+        Ok(None)
     }
 
     /// How our data market's epoch `epoch_id` was released, looked up by its

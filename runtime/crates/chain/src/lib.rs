@@ -2,7 +2,8 @@
 //! WebSockets with new-head notifications) with failover on the node's
 //! dedicated I/O runtime, and ProtocolState on the anchor chain (alloy types
 //! and ABI); and the epochs it releases, followed with a persisted cursor,
-//! with the source chain's block details preloaded for them.
+//! with the source chain's block details preloaded for them; and
+//! transactions signed here and sent raw.
 //!
 //! Each type takes the settings it reads; `Chains::connect` builds them all
 //! from the configuration's `ChainConfig`, the one way every verb does.
@@ -11,9 +12,11 @@ pub mod anchor;
 mod connect;
 pub mod epochs;
 pub mod rpc;
+pub mod tx;
 pub(crate) mod ws;
 
 pub use anchor::{Anchor, AnchorEvent, EventKind, Identity, Release};
 pub use connect::Chains;
 pub use rpc::{HttpRpc, IoRuntime, RpcEndpoint};
+pub use tx::{Receipt, TxError, TxSender};
 pub use ws::HeadSignal;

@@ -132,6 +132,19 @@ impl SecretKey {
         Self(bytes)
     }
 
+    /// A key from 64 hex digits (with or without `0x`), as `name` gives it;
+    /// the error names `name` and never echoes the value.
+    pub fn parse_hex(name: &str, value: &str) -> Result<Self, String> {
+        let hex = value.trim().strip_prefix("0x").unwrap_or(value.trim());
+        let mut bytes = [0u8; 32];
+        match hex::decode_to_slice(hex, &mut bytes) {
+            Ok(()) if bytes != [0; 32] && alloy::signers::local::PrivateKeySigner::from_slice(&bytes).is_ok() => {
+                Ok(Self(bytes))
+            }
+            _ => Err(format!("{name} is not a secp256k1 private key: expected 64 hex digits (with or without 0x)")),
+        }
+    }
+
     /// A key from raw bytes, for tests.
     pub fn for_tests(bytes: [u8; 32]) -> Self {
         Self(bytes)

@@ -21,6 +21,9 @@ pub enum Fault {
     /// its append-only file is complete) and started again right after the
     /// epoch's release.
     RestartRedis { epoch: u64 },
+    /// `kill-validator:N@EPOCH`: validator N (1, 2, …) is SIGKILLed right
+    /// after the epoch's release (the devnet starts it again).
+    KillValidator { validator: u64, epoch: u64 },
 }
 
 /// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`),
@@ -47,6 +50,12 @@ impl std::str::FromStr for Fault {
                 rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected kill-node:SLOT@EPOCH"))?;
             return Ok(Fault::KillNode { slot: number(slot, "a slot number")?, epoch: number(epoch, "an epoch id")? });
         }
+        if kind == "kill-validator" {
+            let (v, epoch) =
+                rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected kill-validator:N@EPOCH"))?;
+            let validator = number(v, "a validator number (1, 2, …)")?;
+            return Ok(Fault::KillValidator { validator, epoch: number(epoch, "an epoch id")? });
+        }
         if kind == "stall-anvil" {
             let (secs, epoch) =
                 rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected stall-anvil:SECONDS@EPOCH"))?;
@@ -54,7 +63,10 @@ impl std::str::FromStr for Fault {
             return Ok(Fault::StallAnvil { secs, epoch });
         }
         let drill = kind.parse().map_err(|e: String| {
-            format!("{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH")
+            format!(
+                "{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH, or \
+                 kill-validator:N@EPOCH"
+            )
         })?;
         Ok(Fault::Drill(number(rest, "a slot number")?, drill))
     }
@@ -76,6 +88,11 @@ impl Fault {
             Self::StallAnvil { .. } => return None,
             Self::RestartRedis { .. } => {
                 return (opts.validators == 0).then(|| "--fault restart-redis needs --validators 1".to_owned());
+            }
+            Self::KillValidator { validator, .. } => {
+                return (validator == 0 || validator > opts.validators).then(|| {
+                    format!("--fault kill-validator:{validator}: the devnet has validators 1..={}", opts.validators)
+                });
             }
         };
         (slot == 0 || slot > opts.our_slots())
@@ -103,6 +120,12 @@ impl Fault {
                     node.process.kill();
                 }
             }
+            Self::KillValidator { validator, epoch } if epoch == epoch_id => {
+                if let Some(v) = targets.validators.get_mut(validator as usize - 1) {
+                    tracing::info!("drill: SIGKILL to validator {validator} after epoch {epoch}'s release");
+                    v.process.kill();
+                }
+            }
             Self::RestartRedis { epoch } if epoch == epoch_id => {
                 for v in targets.validators.iter_mut() {
                     tracing::info!("drill: the validator's Redis restarts after epoch {epoch}'s release");
@@ -126,6 +149,7 @@ mod tests {
         assert_eq!("kill-node:1@3".parse::<Fault>(), Ok(Fault::KillNode { slot: 1, epoch: 3 }));
         assert_eq!("stall-anvil:5@2".parse::<Fault>(), Ok(Fault::StallAnvil { secs: 5, epoch: 2 }));
         assert_eq!("restart-redis@8".parse::<Fault>(), Ok(Fault::RestartRedis { epoch: 8 }));
+        assert_eq!("kill-validator:2@5".parse::<Fault>(), Ok(Fault::KillValidator { validator: 2, epoch: 5 }));
         assert!("restart-redis@x".parse::<Fault>().unwrap_err().contains("`x` is not an epoch id"));
         let e = "kill-node:1".parse::<Fault>().unwrap_err();
         assert!(e.contains("expected kill-node:SLOT@EPOCH"), "{e}");

@@ -134,6 +134,9 @@ impl Options {
 /// How often the devnet restarts one node that keeps dying before it gives up.
 const MAX_RESTARTS: u32 = 3;
 
+/// Validators one devnet runs (each a process and a Redis on this machine).
+const MAX_VALIDATORS: u64 = 16;
+
 /// The devnet's placeholder bot token and chat, sent to `--telegram-api-url`.
 pub const PLACEHOLDER_BOT_TOKEN: &str = "123456:devnet-placeholder-token";
 pub const PLACEHOLDER_CHAT_ID: &str = "1";
@@ -161,6 +164,10 @@ pub struct Summary {
     pub finalized: Option<usize>,
     pub validator_disagrees: usize,
     pub validator_unjudged: usize,
+    /// With validators: epochs the chain finalized.
+    pub onchain_finalized: Option<usize>,
+    /// Validators the devnet restarted after they died.
+    pub validator_restarts: u32,
 }
 
 impl Summary {
@@ -171,6 +178,7 @@ impl Summary {
             && self.validator_disagrees == 0
             && self.validator_unjudged == 0
             && self.finalized.is_none_or(|f| f == self.epochs)
+            && self.onchain_finalized.is_none_or(|f| f == self.epochs)
             && (self.epochs > 0 || self.interrupted)
     }
 }
@@ -278,6 +286,8 @@ struct Devnet {
     /// Validators behind the collector, each with what it made of each epoch.
     validators: Vec<validator::DevnetValidator>,
     outcomes: Vec<BTreeMap<u64, validator::EpochOutcome>>,
+    /// What the chain made of each epoch (with validators).
+    onchain: BTreeMap<u64, validator::OnchainOutcome>,
     nodes: Vec<Node>,
     exe: PathBuf,
     /// The table's width for the selected slots.
@@ -393,12 +403,26 @@ impl Devnet {
         validator_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
         validator_env.push(("PROJECTS_CONFIG".to_owned(), projects.display().to_string()));
 
-        // The validators, when asked: each its own Redis and process.
-        let mut validators = Vec::new();
-        for _ in 0..opts.validators {
+        // The validators, when asked: each its own Redis, process, gossip
+        // identity and registered key, dialing the ones before it.
+        let keys: Vec<String> = (1..=opts.validators).map(derived_validator_key).collect();
+        if !keys.is_empty() {
+            let addresses = keys
+                .iter()
+                .map(|k| k.parse::<PrivateKeySigner>().map(|s| s.address()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| anyhow!("a validator key: {e}"))?;
+            driver.register_validators(&addresses).await?;
+        }
+        let mut validators: Vec<validator::DevnetValidator> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let bootstrap: Vec<_> = validators.iter().map(|v| v.p2p.clone()).collect();
             let v = validator::DevnetValidator::start(
                 &exe,
                 &run_dir,
+                i + 1,
+                key,
+                &bootstrap,
                 &validator_env,
                 &url,
                 &manifest.protocol_state,
@@ -410,10 +434,13 @@ impl Devnet {
             .await?;
             writeln!(
                 out,
-                "validator on {} (gRPC gateway), monitor API on {}, Redis log {}; windows stay open {} anchor blocks after a release",
+                "validator {} ({}) on {} (gRPC gateway), monitor API on {}, gossip {}; windows stay open {} anchor \
+                 blocks after a release",
+                v.index,
+                v.address,
                 v.gateway,
                 v.api,
-                v.redis.log.display(),
+                v.p2p,
                 validator::WINDOW_BLOCKS
             )?;
             validators.push(v);
@@ -553,6 +580,7 @@ impl Devnet {
             serving,
             validators,
             outcomes,
+            onchain: BTreeMap::new(),
             nodes,
             exe,
             width,
@@ -668,16 +696,60 @@ impl Devnet {
         let e = epoch.assignment.epoch_id;
         // What the collector accepted is what it published to the validators.
         let forwarded = arrived(&self.received, &epoch).iter().filter(|s| s.verdict.is_ok()).count();
+        // Every validator judges what it was sent before the window closes
+        // (mined once all have, or their patience ran out): a slow one is
+        // not cut off by a fast one.
+        for v in self.validators.iter_mut() {
+            if let Err(err) = restart_dead_validator(v, e) {
+                self.failure = Some(err);
+                break;
+            }
+            // A validator that died this epoch misses what was gossiped
+            // while it was down: it is not waited for.
+            let patience = if v.restarted_in == Some(e) { Duration::from_secs(2) } else { Duration::from_secs(30) };
+            if let Err(err) = v.wait_judged(e, forwarded, patience).await {
+                self.failure = Some(err.context(format!("epoch {e} at validator {}", v.index)));
+                break;
+            }
+        }
         for (v, outcomes) in self.validators.iter_mut().zip(&mut self.outcomes) {
-            match v.settle(&self.driver, e, epoch.release_block, forwarded, Duration::from_secs(30)).await {
+            if self.failure.is_some() {
+                break;
+            }
+            match v.settle(&self.driver, e, epoch.release_block, Duration::from_secs(30)).await {
                 Ok(outcome) => {
-                    line = with_finalized(line, &outcome);
+                    if v.index == 1 {
+                        line = with_finalized(line, &outcome);
+                    }
                     outcomes.insert(e, outcome);
                 }
                 Err(err) => {
-                    self.failure = Some(err.context(format!("epoch {e} at the validator")));
+                    self.failure = Some(err.context(format!("epoch {e} at validator {}", v.index)));
                     break;
                 }
+            }
+        }
+        if !self.validators.is_empty() && self.failure.is_none() {
+            match validator::settle_onchain(
+                &self.driver,
+                &self.anchor,
+                &mut self.validators,
+                e,
+                epoch.release_block,
+                Duration::from_secs(60),
+            )
+            .await
+            {
+                Ok((onchain, states)) => {
+                    line = with_onchain(line, &onchain, self.validators.len());
+                    for (outcomes, state) in self.outcomes.iter_mut().zip(states) {
+                        if let Some(o) = outcomes.get_mut(&e) {
+                            o.onchain = state;
+                        }
+                    }
+                    self.onchain.insert(e, onchain);
+                }
+                Err(err) => self.failure = Some(err.context(format!("epoch {e} on chain"))),
             }
         }
         writeln!(out, "{line}")?;
@@ -762,6 +834,8 @@ impl Devnet {
         let outcomes = self.outcomes.first().unwrap_or(&empty);
         if !self.validators.is_empty() {
             summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
+            summary.onchain_finalized = Some(self.onchain.values().filter(|o| o.finalized).count());
+            summary.validator_restarts = self.validators.iter().map(|v| v.restarts).sum();
             let verdicts: Vec<Option<&str>> = seen
                 .iter()
                 .filter(|s| s.verdict.is_ok())
@@ -785,6 +859,9 @@ impl Devnet {
                 nodes: &self.nodes,
                 summary: &summary,
                 outcomes,
+                validators: &self.validators.iter().map(|v| (v.index, v.address.to_string())).collect::<Vec<_>>(),
+                all_outcomes: &self.outcomes,
+                onchain: &self.onchain,
             });
             let text = serde_json::to_vec_pretty(&record)?;
             lite_node_core::atomic_file::write(path, &text)?;
@@ -805,11 +882,8 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
     if opts.slots_per_node == 0 || opts.slots_per_node > lite_node_config::MAX_SLOTS as u64 {
         problems.push(format!("--slots-per-node must be between 1 and {}", lite_node_config::MAX_SLOTS));
     }
-    if opts.validators > 1 {
-        problems.push(format!(
-            "--validators {}: one validator for now (0 or 1); the network of validators is not built yet",
-            opts.validators
-        ));
+    if opts.validators > MAX_VALIDATORS {
+        problems.push(format!("--validators {}: at most {MAX_VALIDATORS} on one machine", opts.validators));
     }
     if let Some(t) = opts.total_slots
         && t < opts.our_slots()
@@ -988,6 +1062,13 @@ fn node_log_filter(env: &EnvSnapshot) -> String {
 
 /// A signer key for a slot the saved world did not register (public:
 /// anyone can derive it, like anvil's own development keys).
+/// Validator `index`'s key (1, 2, …), derived so a devnet's validators are
+/// the same from run to run.
+fn derived_validator_key(index: u64) -> String {
+    let key = alloy::primitives::keccak256(format!("lite-node devnet validator {index}"));
+    format!("0x{}", hex::encode(key))
+}
+
 fn derived_key(slot_id: u64) -> String {
     let key = alloy::primitives::keccak256(format!("lite-node devnet slot {slot_id}"));
     format!("0x{}", hex::encode(key))
@@ -1157,7 +1238,42 @@ fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], in
         finalized: None,
         validator_disagrees: 0,
         validator_unjudged: 0,
+        onchain_finalized: None,
+        validator_restarts: 0,
     }
+}
+
+/// Starts again a validator whose process ended; an error once it has been
+/// restarted [`MAX_RESTARTS`] times.
+fn restart_dead_validator(v: &mut validator::DevnetValidator, epoch_id: u64) -> Result<()> {
+    let Some(status) = v.exited() else { return Ok(()) };
+    if v.restarts >= MAX_RESTARTS {
+        bail!(
+            "validator {} exited ({status}) after {} restarts; last lines of {}:\n{}",
+            v.index,
+            v.restarts,
+            v.process.log.display(),
+            v.process.log_tail(15)
+        );
+    }
+    tracing::warn!("validator {} exited ({status}); restarting it", v.index);
+    v.restarted_in = Some(epoch_id);
+    v.restart()
+}
+
+/// The chain's part of a row: how many validators attested and where the
+/// epoch was finalized, counted in anchor blocks after its window closed.
+fn with_onchain(mut line: String, o: &validator::OnchainOutcome, validators: usize) -> String {
+    match o.finalized_block {
+        Some(b) if o.finalized => line.push_str(&format!(
+            "  on chain +{} blk, {}/{validators} attested{}",
+            b.saturating_sub(o.closes),
+            o.attestations,
+            if o.divergent.is_empty() { String::new() } else { format!(", {} divergent", o.divergent.len()) }
+        )),
+        _ => line.push_str(&format!("  NOT finalized on chain ({}/{validators} attested)", o.attestations)),
+    }
+    line
 }
 
 /// The row's finalized column: projects, total votes and the root's start,
@@ -1209,6 +1325,12 @@ fn summary_text(s: &Summary, took: Duration) -> String {
                 "; {} submission(s) the collector accepted were never judged by it",
                 s.validator_unjudged
             ));
+        }
+    }
+    if let Some(f) = s.onchain_finalized {
+        extra.push_str(&format!("; the chain finalized {f} of {} epochs", s.epochs));
+        if s.validator_restarts > 0 {
+            extra.push_str(&format!(", {} validator restart(s)", s.validator_restarts));
         }
     }
     format!(

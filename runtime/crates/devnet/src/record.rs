@@ -21,10 +21,16 @@ pub(super) struct Run<'a> {
     pub summary: &'a Summary,
     /// What the validator made of each epoch (empty without one).
     pub outcomes: &'a std::collections::BTreeMap<u64, EpochOutcome>,
+    /// Every validator (index, address) and what it made of each epoch.
+    pub validators: &'a [(usize, String)],
+    pub all_outcomes: &'a [std::collections::BTreeMap<u64, EpochOutcome>],
+    /// What the chain made of each epoch.
+    pub onchain: &'a std::collections::BTreeMap<u64, super::validator::OnchainOutcome>,
 }
 
 pub(super) fn build(run: &Run<'_>) -> Value {
-    let Run { manifest, pools, package, released, seen, nodes, summary, outcomes } = *run;
+    let Run { manifest, pools, package, released, seen, nodes, summary, outcomes, validators, all_outcomes, onchain } =
+        *run;
     let domain =
         lite_node_protocol::eip712::domain(manifest.chain_id, manifest.protocol_state.parse().unwrap_or_default());
     let epochs: Vec<Value> = released
@@ -70,6 +76,28 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                 "selected": a.selected.iter().map(|(s, p)| json!({"slotId": s, "pool": p})).collect::<Vec<_>>(),
                 "submissions": submissions,
                 "finalized": outcome.map(|o| o.batch.clone()),
+                "validators": validators.iter().zip(all_outcomes).map(|((index, address), outcomes)| {
+                    let o = outcomes.get(&a.epoch_id);
+                    json!({
+                        "index": index,
+                        "address": address,
+                        "batch": o.and_then(|o| o.batch.clone()),
+                        "onchain": o.map(|o| &o.onchain),
+                    })
+                }).collect::<Vec<_>>(),
+                "onchain": onchain.get(&a.epoch_id).map(|o| json!({
+                    "batchCid": o.batch_cid,
+                    "root": o.root,
+                    "submitter": o.submitter.to_string(),
+                    "finalized": o.finalized,
+                    "finalizedBlock": o.finalized_block,
+                    "windowClosesBlock": o.closes,
+                    "attestations": o.attestations,
+                    "divergent": o.divergent.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "cids": o.cids.iter().map(|(p, (cid, status))| json!({
+                        "projectId": p, "snapshotCid": cid, "status": status,
+                    })).collect::<Vec<_>>(),
+                })),
             })
         })
         .collect();
@@ -99,6 +127,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
             "missing": summary.missing,
             "interrupted": summary.interrupted,
             "finalized": summary.finalized,
+            "onchainFinalized": summary.onchain_finalized,
             "latencyMs": {"median": ms(0.5), "p90": ms(0.9), "p99": ms(0.99), "max": ms(1.0)},
         },
     })

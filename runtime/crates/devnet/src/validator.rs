@@ -1,10 +1,13 @@
-//! `lite-node devnet --validators 1`: a real `redis-server` and a real
-//! `lite-node validator` process behind the devnet's collector, which
-//! forwards every submission to the validator's gateway. After each epoch's
-//! submissions arrive and the validator has given each a verdict, the devnet
-//! mines the anchor blocks that close the epoch's window (the window is
-//! counted in blocks, so this is how a devnet moves time) and waits for the
-//! epoch's finalized batch.
+//! `lite-node devnet --validators N`: per validator a real `redis-server`
+//! and a real `lite-node validator` process with its own gossip identity and
+//! registered validator key, meshed on loopback with the others and with the
+//! devnet's collector, which publishes every submission it accepts. After
+//! each epoch's submissions arrive and each validator has given each a
+//! verdict, the devnet mines the anchor blocks that close the epoch's window
+//! (the window is counted in blocks, so this is how a devnet moves time),
+//! waits for every validator's level-1 batch, then for the chain to finalize
+//! the epoch — mining a block whenever the chain has been idle a second, so
+//! a fallback submitter's turn comes.
 
 use std::{collections::BTreeMap, path::Path, process::Command, time::Duration};
 
@@ -19,8 +22,22 @@ use super::{process::Guarded, world::Driver};
 /// release: the devnet closes it itself once an epoch's submissions are in.
 pub const WINDOW_BLOCKS: u64 = 2;
 
+/// Anchor blocks a submitter's turn lasts on the devnet.
+pub const FALLBACK_BLOCKS: u64 = 3;
+
 /// One validator of the devnet and its Redis.
 pub struct DevnetValidator {
+    /// 1, 2, …
+    pub index: usize,
+    /// Its registered validator account.
+    pub address: alloy::primitives::Address,
+    /// How it is started (again, when it dies).
+    cmd: Vec<std::ffi::OsString>,
+    env: Vec<(String, String)>,
+    exe: std::path::PathBuf,
+    pub restarts: u32,
+    /// The epoch in whose settling it was last restarted.
+    pub restarted_in: Option<u64>,
     pub redis: Guarded,
     /// How its Redis is started (again, for `--fault restart-redis`).
     redis_port: u16,
@@ -41,6 +58,8 @@ pub struct EpochOutcome {
     pub batch: Option<Value>,
     /// Per submission (slot, project, CID): `accepted` or the rejection reason.
     pub verdicts: BTreeMap<(u64, String, String), String>,
+    /// Its `onchain_*` fields of the epoch's state, once settled.
+    pub onchain: BTreeMap<String, String>,
 }
 
 /// `redis-server` on `port` keeping its data in `dir`, with an append-only
@@ -67,6 +86,9 @@ impl DevnetValidator {
     pub async fn start(
         exe: &Path,
         run_dir: &Path,
+        index: usize,
+        key: &str,
+        bootstrap: &[lite_node_validator::gossip::Multiaddr],
         env: &[(String, String)],
         anchor_url: &str,
         protocol_state: &str,
@@ -75,10 +97,10 @@ impl DevnetValidator {
         start_block: u64,
         poll: Duration,
     ) -> Result<Self> {
-        let redis_dir = run_dir.join("redis");
+        let redis_dir = run_dir.join(format!("redis-{index}"));
         std::fs::create_dir_all(&redis_dir)?;
         let redis_port = free_port()?;
-        let redis = start_redis(redis_port, &redis_dir, &run_dir.join("redis.log")).map_err(|e| {
+        let redis = start_redis(redis_port, &redis_dir, &run_dir.join(format!("redis-{index}.log"))).map_err(|e| {
             anyhow!(
                 "cannot start redis-server ({e}): --validators needs it installed (./init.sh devnet installs the \
                  Debian package, or: apt-get install redis-server)"
@@ -102,33 +124,54 @@ impl DevnetValidator {
         let (gateway_port, api_port, p2p_port) = (free_port()?, free_port()?, free_port()?);
         // Its gossip identity made here, so its address is known before it
         // starts (the collector dials it).
-        let identity = run_dir.join("validator").join("p2p-identity.key");
+        let data_dir = run_dir.join(format!("validator-{index}"));
+        let identity = data_dir.join("p2p-identity.key");
         let peer = lite_node_validator::gossip::load_or_create_identity(&identity)?.public().to_peer_id();
         let p2p_listen = format!("/ip4/127.0.0.1/tcp/{p2p_port}");
         let p2p: lite_node_validator::gossip::Multiaddr = format!("{p2p_listen}/p2p/{peer}").parse()?;
-        let log = run_dir.join("validator.log");
-        let mut cmd = Command::new(exe);
-        cmd.arg("validator")
-            .args(["--redis-url", &redis_url])
-            .args(["--listen", &format!("127.0.0.1:{gateway_port}")])
-            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
-            .args(["--anchor-rpc", anchor_url])
-            .args(["--protocol-state", protocol_state])
-            .args(["--data-market", data_market])
-            .args(["--pools", &pools.join(",")])
-            .args(["--from-block", &start_block.to_string()])
-            .args(["--window-blocks", &WINDOW_BLOCKS.to_string()])
-            .args(["--poll-ms", &poll.as_millis().to_string()])
-            .args(["--p2p-listen", &p2p_listen])
-            .arg("--data-dir")
-            .arg(run_dir.join("validator"))
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("LITE_NODE_DATA_DIR", run_dir.join("validator"))
-            .env("RUST_LOG", "info");
-        let process = Guarded::spawn("validator", &mut cmd, &log, false)?;
+        let log = run_dir.join(format!("validator-{index}.log"));
+        let signer: alloy::signers::local::PrivateKeySigner =
+            key.parse().map_err(|e| anyhow!("validator {index}'s key: {e}"))?;
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        let mut arg = |a: &str| args.push(a.into());
+        arg("validator");
+        for (flag, value) in [
+            ("--redis-url", redis_url.clone()),
+            ("--validator-id", format!("devnet-validator-{index}")),
+            ("--listen", format!("127.0.0.1:{gateway_port}")),
+            ("--api-listen", format!("127.0.0.1:{api_port}")),
+            ("--anchor-rpc", anchor_url.to_owned()),
+            ("--protocol-state", protocol_state.to_owned()),
+            ("--data-market", data_market.to_owned()),
+            ("--pools", pools.join(",")),
+            ("--from-block", start_block.to_string()),
+            ("--window-blocks", WINDOW_BLOCKS.to_string()),
+            ("--fallback-blocks", FALLBACK_BLOCKS.to_string()),
+            ("--poll-ms", poll.as_millis().to_string()),
+            ("--p2p-listen", p2p_listen.clone()),
+            ("--data-dir", data_dir.display().to_string()),
+        ] {
+            arg(flag);
+            arg(&value);
+        }
+        if !bootstrap.is_empty() {
+            arg("--p2p-bootstrap");
+            arg(&bootstrap.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
+        }
+        let mut env = env.to_vec();
+        env.push(("LITE_NODE_DATA_DIR".into(), data_dir.display().to_string()));
+        env.push(("RUST_LOG".into(), "info".into()));
+        env.push(("VALIDATOR_SIGNER_PRIVATE_KEY".into(), key.to_owned()));
+        let process = spawn(exe, &args, &env, &log)?;
         let keys = Keys::new(&protocol_state.to_ascii_lowercase(), &data_market.to_ascii_lowercase());
         let mut v = Self {
+            index,
+            address: signer.address(),
+            cmd: args,
+            env,
+            exe: exe.to_owned(),
+            restarts: 0,
+            restarted_in: None,
             redis,
             redis_port,
             redis_dir,
@@ -143,6 +186,35 @@ impl DevnetValidator {
         Ok(v)
     }
 
+    /// Starts again a validator whose process ended, on its Redis and data
+    /// dir: it rejoins the mesh and catches up from the chain and Redis.
+    pub fn restart(&mut self) -> Result<()> {
+        self.restarts += 1;
+        let log = self.process.log.clone();
+        self.process = spawn(&self.exe, &self.cmd, &self.env, &log)?;
+        Ok(())
+    }
+
+    /// Whether its process has ended (and how).
+    pub fn exited(&mut self) -> Option<String> {
+        self.process.exited().map(|s| s.to_string())
+    }
+
+    /// Its `onchain_*` fields of epoch `epoch_id`'s state.
+    pub async fn onchain_state(&mut self, epoch_id: u64) -> BTreeMap<String, String> {
+        let state: std::collections::HashMap<String, String> =
+            self.conn.hgetall(self.keys.epoch_state(epoch_id)).await.unwrap_or_default();
+        state.into_iter().filter(|(k, _)| k.starts_with("onchain_")).collect()
+    }
+}
+
+fn spawn(exe: &Path, args: &[std::ffi::OsString], env: &[(String, String)], log: &Path) -> Result<Guarded> {
+    let mut cmd = Command::new(exe);
+    cmd.args(args).env_clear().envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    Guarded::spawn("validator", &mut cmd, log, false)
+}
+
+impl DevnetValidator {
     async fn wait_healthy(&mut self) -> Result<()> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         let health = format!("{}/health", self.api);
@@ -179,14 +251,9 @@ impl DevnetValidator {
     /// Waits until the validator has a verdict for `forwarded` submissions of
     /// `epoch_id`, mines up to the block that closes its window, and waits
     /// for its finalized batch (up to `patience` for each step).
-    pub async fn settle(
-        &mut self,
-        driver: &Driver,
-        epoch_id: u64,
-        release_block: u64,
-        forwarded: usize,
-        patience: Duration,
-    ) -> Result<EpochOutcome> {
+    /// Waits (up to `patience`) until the validator has a verdict for
+    /// `forwarded` submissions of `epoch_id`.
+    pub async fn wait_judged(&mut self, epoch_id: u64, forwarded: usize, patience: Duration) -> Result<()> {
         let k = self.keys.clone();
         let deadline = tokio::time::Instant::now() + patience;
         loop {
@@ -210,6 +277,19 @@ impl DevnetValidator {
             self.alive()?;
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        Ok(())
+    }
+
+    /// Mines up to the block that closes `epoch_id`'s window (when no other
+    /// validator did) and waits (up to `patience`) for its finalized batch.
+    pub async fn settle(
+        &mut self,
+        driver: &Driver,
+        epoch_id: u64,
+        release_block: u64,
+        patience: Duration,
+    ) -> Result<EpochOutcome> {
+        let k = self.keys.clone();
         let closes = lite_node_validator::window_closes(release_block, WINDOW_BLOCKS);
         let head = driver.head().await?;
         if head < closes {
@@ -233,7 +313,7 @@ impl DevnetValidator {
             self.alive()?;
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
-        Ok(EpochOutcome { batch, verdicts: self.verdicts(epoch_id).await? })
+        Ok(EpochOutcome { batch, verdicts: self.verdicts(epoch_id).await?, onchain: BTreeMap::new() })
     }
 
     /// Every verdict the validator gave for `epoch_id`, page by page. An
@@ -300,4 +380,107 @@ impl DevnetValidator {
         }
         Ok(())
     }
+}
+
+/// What the chain made of one epoch, read back from it.
+#[derive(Clone, Debug, Default)]
+pub struct OnchainOutcome {
+    /// The first anchor block at which the epoch's window was closed.
+    pub closes: u64,
+    pub batch_cid: String,
+    pub root: String,
+    pub submitter: alloy::primitives::Address,
+    pub finalized: bool,
+    pub finalized_block: Option<u64>,
+    /// Validators that attested (the batch counts as its submitter's).
+    pub attestations: u64,
+    pub divergent: Vec<alloy::primitives::Address>,
+    /// Per project of the validators' batches: `maxSnapshotsCid` (CID, status).
+    pub cids: BTreeMap<String, (String, u8)>,
+}
+
+/// Terminal on-chain states of a validator's epoch.
+const SETTLED: [&str; 3] = ["finalized", "skipped", "not_finalized"];
+
+/// Waits (up to `patience`) until the chain finalized `epoch_id` and every
+/// live validator with a batch is done with it, mining a block whenever the
+/// chain was idle for a second (a submitter that is down: the next one's
+/// turn comes in blocks); restarts a validator that dies meanwhile. Returns
+/// what the chain holds and each validator's `onchain_*` fields.
+pub async fn settle_onchain(
+    driver: &Driver,
+    anchor: &lite_node_chain::Anchor,
+    validators: &mut [DevnetValidator],
+    epoch_id: u64,
+    release_block: u64,
+    patience: Duration,
+) -> Result<(OnchainOutcome, Vec<BTreeMap<String, String>>)> {
+    use alloy::primitives::U256;
+    use lite_node_protocol::contracts::{
+        attestationsCountCall, divergentValidatorsCall, epochBatchCall, maxSnapshotsCidCall,
+    };
+    let dm = anchor.data_market;
+    let e = U256::from(epoch_id);
+    let deadline = tokio::time::Instant::now() + patience;
+    let (mut last_head, mut idle_since) = (driver.head().await?, tokio::time::Instant::now());
+    let mut states;
+    let batch = loop {
+        let batch = anchor.read(&epochBatchCall { dataMarketAddress: dm, epochId: e }, None).await?;
+        states = Vec::new();
+        let mut settled = true;
+        for v in validators.iter_mut() {
+            if let Some(status) = v.exited() {
+                tracing::warn!("validator {} exited ({status}); restarting it", v.index);
+                v.restarted_in = Some(epoch_id);
+                v.restart()?;
+            }
+            let has_batch: bool = v.conn.exists(v.keys.finalized(epoch_id)).await.unwrap_or(false);
+            let state = v.onchain_state(epoch_id).await;
+            let done = state.get("onchain_status").is_some_and(|s| SETTLED.contains(&s.as_str()));
+            settled &= done || !has_batch;
+            states.push(state);
+        }
+        if (batch.finalized && settled) || tokio::time::Instant::now() > deadline {
+            break batch;
+        }
+        let head = driver.head().await?;
+        if head != last_head {
+            (last_head, idle_since) = (head, tokio::time::Instant::now());
+        } else if idle_since.elapsed() > Duration::from_secs(1) {
+            driver.call("anvil_mine", json!(["0x1"])).await?;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let attestations =
+        anchor.read(&attestationsCountCall { dataMarketAddress: dm, epochId: e }, None).await?.to::<u64>();
+    let divergent = anchor.read(&divergentValidatorsCall { dataMarketAddress: dm, epochId: e }, None).await?;
+    let finalized_block = if batch.finalized { anchor.finalized_in(epoch_id, release_block).await? } else { None };
+    let mut projects = std::collections::BTreeSet::new();
+    for v in validators.iter_mut() {
+        let stored: Option<String> = v.conn.get(v.keys.finalized(epoch_id)).await.unwrap_or(None);
+        let batch: Value = stored.and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
+        for p in batch["projects"].as_array().into_iter().flatten() {
+            if let Some(id) = p["projectId"].as_str() {
+                projects.insert(id.to_owned());
+            }
+        }
+    }
+    let mut cids = BTreeMap::new();
+    for project in projects {
+        let call = maxSnapshotsCidCall { dataMarketAddress: dm, projectId: project.clone(), epochId: e };
+        let read = anchor.read(&call, None).await?;
+        cids.insert(project, (read._0, read._1));
+    }
+    let outcome = OnchainOutcome {
+        closes: lite_node_validator::window_closes(release_block, WINDOW_BLOCKS),
+        batch_cid: batch.batchCid,
+        root: batch.root.to_string(),
+        submitter: batch.submitter,
+        finalized: batch.finalized,
+        finalized_block,
+        attestations,
+        divergent,
+        cids,
+    };
+    Ok((outcome, states))
 }

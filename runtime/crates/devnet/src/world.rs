@@ -160,6 +160,23 @@ impl Driver {
         self.transact(&self.protocol_state(), call.abi_encode(), "registerSlot").await.map(drop)
     }
 
+    /// Makes `validators` the data market's validators (on top of any) and
+    /// gives each 100 ETH for its transactions.
+    pub async fn register_validators(&self, validators: &[Address]) -> Result<()> {
+        let market = address(&self.manifest.data_market, "dataMarket")?;
+        let call = lite_node_protocol::contracts::updateAddressesCall {
+            dataMarketAddress: market,
+            role: 0,
+            addrs: validators.to_vec(),
+            allowed: vec![true; validators.len()],
+        };
+        self.transact(&self.protocol_state(), call.abi_encode(), "updateAddresses").await?;
+        for v in validators {
+            self.call("anvil_setBalance", json!([v, "0x56bc75e2d63100000"])).await?;
+        }
+        Ok(())
+    }
+
     pub async fn set_total_node_count(&self, n: u64) -> Result<()> {
         let call = setTotalNodeCountCall { n: U256::from(n) };
         self.transact(&self.protocol_state(), call.abi_encode(), "setTotalNodeCount").await.map(drop)

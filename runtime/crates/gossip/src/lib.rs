@@ -197,8 +197,9 @@ fn gossipsub_config() -> Result<gossipsub::Config, Error> {
         .max_transmit_size(MAX_FRAME)
         // The same submission from two peers is one message.
         .message_id_fn(|m: &gossipsub::Message| gossipsub::MessageId::from(Sha256::digest(&m.data).to_vec()))
-        // Small networks (a devnet of three validators) still form a mesh.
-        .mesh_n_low(1)
+        // Below `mesh_n_low` (5) peers a heartbeat grafts every subscribed
+        // peer it knows: a small network (a devnet's validators and its
+        // collector) is one full mesh, whoever dialled whom.
         .mesh_outbound_min(0)
         .build()
         .map_err(|e| Error::Setup(format!("gossipsub configuration: {e}")))

@@ -1,0 +1,166 @@
+//! Transactions this process signs itself and sends raw
+//! (`eth_sendRawTransaction`), so no node has to hold the key: each is
+//! estimated first (a call that would revert is refused here, with the
+//! chain's reason, and costs nothing), given the account's next nonce
+//! counting its pending transactions, priced from `eth_gasPrice`, signed
+//! (EIP-1559) and sent. The key never leaves [`TxSender`] and is never
+//! printed.
+
+use std::sync::Arc;
+
+use alloy::{
+    consensus::{SignableTransaction, TxEip1559},
+    eips::eip2718::Encodable2718,
+    primitives::{Address, B256, Bytes, TxKind, U256},
+    signers::{SignerSync, local::PrivateKeySigner},
+};
+use lite_node_plugin_api::RpcError;
+use serde_json::{Value, json};
+
+use crate::HttpRpc;
+
+/// Signs and sends transactions from one account.
+#[derive(Clone)]
+pub struct TxSender {
+    rpc: Arc<HttpRpc>,
+    key: PrivateKeySigner,
+    chain_id: u64,
+}
+
+impl std::fmt::Debug for TxSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxSender").field("from", &self.key.address()).field("chain_id", &self.chain_id).finish()
+    }
+}
+
+/// Why a transaction was not sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxError {
+    /// The chain says the call would revert (its reason, as the node gave it).
+    Reverted(String),
+    /// The chain could not be asked, or gave an answer that does not parse.
+    Rpc(RpcError),
+}
+
+impl std::fmt::Display for TxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TxError::Reverted(why) => write!(f, "the chain refuses the call: {why}"),
+            TxError::Rpc(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for TxError {}
+
+/// A mined transaction's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt {
+    pub block_number: u64,
+    /// `false`: it reverted when mined.
+    pub success: bool,
+    pub gas_used: u64,
+}
+
+/// The priority fee offered, capped by the fee cap.
+const PRIORITY_FEE: u128 = 1_000_000_000;
+
+fn bad(what: &str, detail: impl std::fmt::Display) -> RpcError {
+    RpcError { code: None.into(), message: format!("{what}: unexpected answer: {detail}").into() }
+}
+
+fn quantity(v: &Value, what: &str) -> Result<u128, RpcError> {
+    v.as_str()
+        .and_then(|s| s.strip_prefix("0x"))
+        .and_then(|h| u128::from_str_radix(h, 16).ok())
+        .ok_or_else(|| bad(what, v))
+}
+
+impl TxSender {
+    /// A sender from `key` (a raw secp256k1 secret) on the chain `chain_id`.
+    pub fn new(rpc: Arc<HttpRpc>, key: &[u8; 32], chain_id: u64) -> Result<Self, String> {
+        let key = PrivateKeySigner::from_slice(key)
+            .map_err(|_| "not a valid secp256k1 private key (zero, or not below the curve order)".to_owned())?;
+        Ok(Self { rpc, key, chain_id })
+    }
+
+    pub fn address(&self) -> Address {
+        self.key.address()
+    }
+
+    /// Estimates, signs and sends a call of `input` to `to`; returns its hash.
+    pub async fn send(&self, to: Address, input: Bytes) -> Result<B256, TxError> {
+        let from = self.address();
+        let call = json!({"from": from, "to": to, "data": input});
+        let answers = self
+            .rpc
+            .batch_values(&[
+                ("eth_estimateGas", json!([call])),
+                ("eth_getTransactionCount", json!([from, "pending"])),
+                ("eth_gasPrice", json!([])),
+            ])
+            .await
+            .map_err(TxError::Rpc)?;
+        let mut answers = answers.into_iter();
+        let mut next = || answers.next().unwrap_or_else(|| Err(bad("batch", "too few answers")));
+        let gas = match next() {
+            Ok(v) => quantity(&v, "eth_estimateGas").map_err(TxError::Rpc)?,
+            // A node answers a call that would revert with an error object
+            // (code 3, or -32000/-32603 with "revert" in the message).
+            Err(e) if e.code.into_option().is_some() && e.message.to_ascii_lowercase().contains("revert") => {
+                return Err(TxError::Reverted(e.message.to_string()));
+            }
+            Err(e) => return Err(TxError::Rpc(e)),
+        };
+        let nonce = quantity(&next().map_err(TxError::Rpc)?, "eth_getTransactionCount").map_err(TxError::Rpc)?;
+        let gas_price = quantity(&next().map_err(TxError::Rpc)?, "eth_gasPrice").map_err(TxError::Rpc)?;
+        let max_fee = gas_price.saturating_mul(2).max(1);
+        let tx = TxEip1559 {
+            chain_id: self.chain_id,
+            nonce: u64::try_from(nonce).map_err(|_| TxError::Rpc(bad("eth_getTransactionCount", nonce)))?,
+            // A fifth over the estimate: the state may move between the
+            // estimate and the block.
+            gas_limit: u64::try_from(gas.saturating_mul(6) / 5).unwrap_or(u64::MAX),
+            max_fee_per_gas: max_fee,
+            max_priority_fee_per_gas: PRIORITY_FEE.min(max_fee),
+            to: TxKind::Call(to),
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input,
+        };
+        let signature = self
+            .key
+            .sign_hash_sync(&tx.signature_hash())
+            .map_err(|e| TxError::Rpc(bad("signing the transaction", e)))?;
+        let signed = tx.into_signed(signature);
+        let hash = *signed.hash();
+        let raw = format!("0x{}", hex::encode(signed.encoded_2718()));
+        match self.rpc.call_value("eth_sendRawTransaction", json!([raw])).await {
+            Ok(_) => Ok(hash),
+            Err(e) if e.message.to_ascii_lowercase().contains("revert") => {
+                Err(TxError::Reverted(e.message.to_string()))
+            }
+            Err(e) => Err(TxError::Rpc(e)),
+        }
+    }
+
+    /// The receipt of `hash`: `None` while it is not mined.
+    pub async fn receipt(&self, hash: B256) -> Result<Option<Receipt>, RpcError> {
+        let v = self.rpc.call_value("eth_getTransactionReceipt", json!([hash])).await?;
+        if v.is_null() {
+            return Ok(None);
+        }
+        let field = |k: &str| quantity(&v[k], "eth_getTransactionReceipt");
+        Ok(Some(Receipt {
+            block_number: field("blockNumber")? as u64,
+            success: field("status")? == 1,
+            gas_used: field("gasUsed")? as u64,
+        }))
+    }
+
+    /// Whether the node knows `hash` at all (pending or mined); a
+    /// transaction it does not know was never received, or was dropped.
+    pub async fn known(&self, hash: B256) -> Result<bool, RpcError> {
+        Ok(!self.rpc.call_value("eth_getTransactionByHash", json!([hash])).await?.is_null())
+    }
+}

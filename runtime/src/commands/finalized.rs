@@ -1,0 +1,201 @@
+//! `lite-node finalized --epoch-id E [--project P] [--proof]`: what the
+//! anchor chain finalized for an epoch of a data market, read from
+//! ProtocolState by anyone (docs/protocol.md §12). With `--proof`, the
+//! Merkle proof of one project's CID (docs/protocol.md §11): the leaves come
+//! from the transaction that put the batch on chain, the tree they make must
+//! have the root the chain finalized, and the proof is checked twice before
+//! it is printed — here, and by the contract (`verifyFinalizedCid`).
+
+use std::io::Write;
+
+use alloy::{
+    primitives::{Address, B256, U256},
+    sol_types::{SolCall, SolEvent},
+};
+use anyhow::{Context, Result, anyhow, bail};
+use lite_node_chain::{Anchor, Chains};
+use lite_node_protocol::{
+    contracts::{
+        SnapshotBatchSubmitted, attestationsCountCall, divergentValidatorsCall, epochBatchCall,
+        getTotalValidatorsCountCall, maxSnapshotsCidCall, submitSubmissionBatchCall, verifyFinalizedCidCall,
+    },
+    merkle,
+};
+use serde_json::{Value, json};
+
+use crate::{config::EnvSnapshot, exit::BadInput};
+
+/// What `lite-node finalized` is asked.
+#[derive(Clone, Debug)]
+pub struct FinalizedQuery {
+    pub epoch_id: u64,
+    pub project: Option<String>,
+    pub proof: bool,
+    /// `--anchor-rpc`, `--protocol-state`, `--data-market`; each defaults to
+    /// the node's variable.
+    pub anchor_rpc: Option<String>,
+    pub protocol_state: Option<String>,
+    pub data_market: Option<String>,
+    /// Where to look for the epoch's events from.
+    pub from_block: u64,
+}
+
+/// Prints what the chain finalized for the epoch.
+pub fn finalized(q: &FinalizedQuery, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+    if q.proof && q.project.is_none() {
+        bail!(BadInput("--proof needs --project (the project whose CID is proven)".into()));
+    }
+    let pick = |flag: &Option<String>, name: &str, var: &str| -> Result<String> {
+        flag.clone().or_else(|| env.get(var).map(str::to_owned)).ok_or_else(|| {
+            BadInput(format!("give --{name}, or set {var} (e.g. lite-node --env-file .env finalized …)")).into()
+        })
+    };
+    let anchor_rpc = pick(&q.anchor_rpc, "anchor-rpc", "POWERLOOM_RPC_URL")?;
+    let address = |name: &str, text: String| -> Result<Address> {
+        text.trim().parse().map_err(|_| BadInput(format!("--{name} {text}: not an address")).into())
+    };
+    let protocol_state =
+        address("protocol-state", pick(&q.protocol_state, "protocol-state", "PROTOCOL_STATE_CONTRACT")?)?;
+    let data_market = address("data-market", pick(&q.data_market, "data-market", "DATA_MARKET_CONTRACT")?)?;
+    let cfg = lite_node_config::ChainConfig::from_flags(&anchor_rpc, None, protocol_state, data_market, env)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let chains = Chains::connect(&cfg).map_err(BadInput)?;
+        let anchor = chains.anchor()?.clone();
+        report(&anchor, q, out).await
+    })
+}
+
+async fn report(anchor: &Anchor, q: &FinalizedQuery, out: &mut dyn Write) -> Result<()> {
+    let (dm, e) = (anchor.data_market, U256::from(q.epoch_id));
+    let batch = anchor
+        .read(&epochBatchCall { dataMarketAddress: dm, epochId: e }, None)
+        .await
+        .context("reading epochBatch from ProtocolState")?;
+    let attestations = anchor.read(&attestationsCountCall { dataMarketAddress: dm, epochId: e }, None).await?;
+    let validators = anchor.read(&getTotalValidatorsCountCall { dataMarketAddress: dm }, None).await?;
+    if !batch.finalized {
+        let state = if batch.submitter == Address::ZERO { "no batch yet" } else { "a batch, not finalized" };
+        bail!(
+            "epoch {} of data market {dm} is not finalized on chain ({state}; {attestations} of {validators} \
+             validators attested)",
+            q.epoch_id
+        );
+    }
+    let block = anchor.finalized_in(q.epoch_id, q.from_block).await?;
+    let divergent = anchor.read(&divergentValidatorsCall { dataMarketAddress: dm, epochId: e }, None).await?;
+    writeln!(
+        out,
+        "epoch {} of data market {dm}: finalized on chain{} (ProtocolState {})",
+        q.epoch_id,
+        block.map_or(String::new(), |b| format!(" in anchor block {b}")),
+        anchor.protocol_state
+    )?;
+    writeln!(out, "  batch {} submitted by {}", batch.batchCid, batch.submitter)?;
+    writeln!(out, "  root {}", batch.root)?;
+    writeln!(
+        out,
+        "  {attestations} of {validators} validators attested; divergent: {}",
+        if divergent.is_empty() {
+            "none".to_owned()
+        } else {
+            divergent.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        }
+    )?;
+    let leaves = leaves(anchor, q, &batch.batchCid, batch.root).await?;
+    let projects: Vec<&(String, String)> = match &q.project {
+        Some(p) => {
+            let one: Vec<_> = leaves.iter().filter(|(id, _)| id == p).collect();
+            if one.is_empty() {
+                bail!(BadInput(format!("--project {p}: epoch {} finalized no CID for it", q.epoch_id)));
+            }
+            one
+        }
+        None => leaves.iter().collect(),
+    };
+    for (project, cid) in &projects {
+        // The chain's own answer for the project, beside the batch's.
+        let call = maxSnapshotsCidCall { dataMarketAddress: dm, projectId: project.clone(), epochId: e };
+        let read = anchor.read(&call, None).await?;
+        if read._0 != *cid || read._1 != 1 {
+            bail!("{project}: the batch names {cid}, maxSnapshotsCid answers {} (status {})", read._0, read._1);
+        }
+        writeln!(out, "  {project}  {cid}")?;
+    }
+    if !q.proof {
+        return Ok(());
+    }
+    let (project, cid) = projects[0];
+    let tree = merkle::Tree::of(leaves.iter().map(|(p, c)| (p.as_str(), c.as_str()))).map_err(|e| anyhow!(e))?;
+    let index = leaves.iter().position(|(p, _)| p == project).expect("the project is a leaf");
+    let proof = tree.proof(index).expect("the leaf exists");
+    if !merkle::verify(batch.root, project, cid, &proof) {
+        bail!("the proof of {project} does not verify against the root {} (a bug: report it)", batch.root);
+    }
+    let call = verifyFinalizedCidCall {
+        dataMarketAddress: dm,
+        epochId: e,
+        projectId: project.clone(),
+        cid: cid.clone(),
+        proof: proof.clone(),
+    };
+    if !anchor.read(&call, None).await.context("verifyFinalizedCid")? {
+        bail!("ProtocolState's verifyFinalizedCid refuses the proof of {project} against the root {}", batch.root);
+    }
+    writeln!(out, "proof of {project} = {cid} (leaf {index} of {}):", leaves.len())?;
+    writeln!(out, "  leaf  {}", merkle::leaf(project, cid))?;
+    for (i, p) in proof.iter().enumerate() {
+        writeln!(out, "  {i:>4}  {p}")?;
+    }
+    writeln!(out, "verified against the root on chain: here, and by ProtocolState.verifyFinalizedCid (true)")?;
+    let as_json = json!({"projectId": project, "cid": cid, "leaf": merkle::leaf(project, cid), "proof": proof, "root": batch.root});
+    writeln!(out, "{}", Value::to_string(&as_json))?;
+    Ok(())
+}
+
+/// The finalized batch's `(project id, CID)` pairs, from the transaction
+/// that submitted it (its `SnapshotBatchSubmitted` log names it), checked:
+/// they make the root the chain finalized.
+async fn leaves(anchor: &Anchor, q: &FinalizedQuery, batch_cid: &str, root: B256) -> Result<Vec<(String, String)>> {
+    let filter = json!([{
+        "address": anchor.protocol_state,
+        "fromBlock": format!("0x{:x}", q.from_block),
+        "toBlock": "latest",
+        "topics": [
+            SnapshotBatchSubmitted::SIGNATURE_HASH,
+            B256::left_padding_from(anchor.data_market.as_slice()),
+            B256::from(U256::from(q.epoch_id)),
+        ],
+    }]);
+    let logs = anchor.rpc().call_value("eth_getLogs", filter).await?;
+    for log in logs.as_array().into_iter().flatten() {
+        let Some(hash) = log["transactionHash"].as_str() else { continue };
+        let tx = anchor.rpc().call_value("eth_getTransactionByHash", json!([hash])).await?;
+        let input = tx["input"].as_str().or_else(|| tx["data"].as_str()).unwrap_or_default();
+        let Ok(bytes) = alloy::hex::decode(input) else { continue };
+        // Only a direct call carries the batch in its input.
+        let Ok(call) = submitSubmissionBatchCall::abi_decode(&bytes) else { continue };
+        if call.batchCid != batch_cid || call.finalizedCidsRootHash != root {
+            continue; // a batch that lost and was replaced
+        }
+        let pairs: Vec<(String, String)> = call.projectIds.into_iter().zip(call.snapshotCids).collect();
+        let tree = merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str())))
+            .map_err(|e| anyhow!("the batch on chain: {e}"))?;
+        if tree.root() != root {
+            bail!(
+                "the batch's pairs (transaction {hash}) make the root {}, not the finalized {root}: it was not \
+                 made by the rule of docs/protocol.md §11",
+                tree.root()
+            );
+        }
+        let mut pairs = pairs;
+        pairs.sort();
+        return Ok(pairs);
+    }
+    bail!(
+        "no transaction from block {} on submitted the batch {batch_cid} of epoch {} (give --from-block at or before \
+         it)",
+        q.from_block,
+        q.epoch_id
+    )
+}

@@ -1,0 +1,588 @@
+//! The validator on the anchor chain (docs/protocol.md §12): each epoch whose
+//! level-1 batch is written (`finalized:{epochId}`, which queues it on
+//! `onchain:pending`) is put on chain and attested, and the validator
+//! follows it until the contract finalizes it.
+//!
+//! - **Who submits the batch.** The validators registered for the data
+//!   market at the epoch's release block (`getValidators`), sorted by
+//!   address; the one at index `epochId mod n` has rank 0, the next rank 1,
+//!   and so on around. Rank `r` submits once the anchor head is at least
+//!   `window close + r × fallback_blocks` and no batch is on chain, so a
+//!   submitter that is down is replaced after `fallback_blocks`; the
+//!   contract takes one batch an epoch. The batch carries the submitter's
+//!   root and counts as its attestation.
+//! - **Every validator attests its own root,** once an epoch: the contract
+//!   refuses a second, and the transaction's hash is kept in the epoch's
+//!   state before it is sent, so a restart waits for it instead of sending
+//!   another.
+//! - **A batch whose root lost** (the validators that attested other roots
+//!   are at least half of them) is replaced by a validator whose own root
+//!   has more than half of the attestations: the contract finalizes it at
+//!   once. An epoch is finalized once, whoever submits.
+//! - **An epoch this validator did not watch whole** — its intake was not
+//!   listening without a break from the release to the close of its window
+//!   (`intake:since`, kept by the gateway: the anchor block since which it
+//!   has listened, set when it starts or its gossip peer rejoins the mesh,
+//!   removed when the mesh is lost; the event monitor copies it into the
+//!   epoch's state as it closes the window) — is neither submitted nor
+//!   attested by it (`onchain_status` `skipped`): its batch may lack
+//!   submissions it never received.
+//!
+//! The epoch's state records what happened: `onchain_status` (`pending`,
+//! `waiting`, `batch_sent`, `attestation_sent`, `submitted`, `attested`,
+//! `finalized`, `skipped`, `not_finalized`), `onchain_tx_hash` and
+//! `onchain_block_number` (this validator's last transaction and the block
+//! it was mined in), `onchain_finalized_block`, `onchain_error`.
+//!
+//! One process a validator runs this (a Redis lease, `onchain:lease`): two
+//! would race for the account's nonces. A process started again on the same
+//! host and data dir takes the lease over at once.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use alloy::{
+    primitives::{Address, B256, U256},
+    sol_types::SolCall,
+};
+use lite_node_chain::{Anchor, TxError, TxSender};
+use lite_node_protocol::contracts::{
+    attestationsForRootCall, attestedRootCall, epochBatchCall, getTotalValidatorsCountCall, getValidatorsCall,
+    outvotedCall, submitBatchAttestationCall, submitSubmissionBatchCall,
+};
+use redis::{AsyncCommands, aio::ConnectionManager};
+use serde_json::Value;
+
+use crate::{Market, now_secs};
+
+/// Anchor blocks a submitter's turn lasts before the next in rank may submit.
+pub const FALLBACK_BLOCKS: u64 = 5;
+
+/// Anchor blocks after its window closed that an epoch is followed on chain;
+/// past them it is `not_finalized` and left (the gap detector lists it).
+pub const FOLLOW_BLOCKS: u64 = 600;
+
+/// How long the lease on the on-chain work lasts without renewal.
+const LEASE: Duration = Duration::from_secs(15);
+
+/// Epochs looked at a round, oldest first.
+const PER_ROUND: isize = 64;
+
+/// What this validator does on chain.
+#[derive(Clone)]
+pub struct Onchain {
+    market: Arc<Market>,
+    conn: ConnectionManager,
+    anchor: Arc<Anchor>,
+    sender: TxSender,
+    fallback_blocks: u64,
+    instance: String,
+    /// Per release block, the validators registered then, sorted.
+    validators: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Vec<Address>>>>,
+}
+
+impl std::fmt::Debug for Onchain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Onchain").field("from", &self.sender.address()).finish_non_exhaustive()
+    }
+}
+
+/// What became of one epoch in a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to do yet (a transaction in flight, another's turn).
+    Wait,
+    /// A transaction was sent (its hash).
+    Sent(B256),
+    /// Done with the epoch (finalized, skipped, or given up).
+    Done(&'static str),
+}
+
+/// The rank of `me` among `validators` (sorted) for `epoch_id`: 0 submits
+/// first. `None` when `me` is not among them.
+pub fn rank(validators: &[Address], me: Address, epoch_id: u64) -> Option<u64> {
+    let n = validators.len() as u64;
+    let index = validators.iter().position(|v| *v == me)? as u64;
+    let first = epoch_id % n;
+    Some((index + n - first) % n)
+}
+
+/// The `bytes32` of a batch's `root` (64 hex digits).
+pub fn root_bytes(root: &str) -> Option<B256> {
+    root.strip_prefix("0x").unwrap_or(root).parse::<B256>().ok().filter(|r| !r.is_zero())
+}
+
+impl Onchain {
+    pub fn new(
+        market: Arc<Market>,
+        conn: ConnectionManager,
+        anchor: Arc<Anchor>,
+        sender: TxSender,
+        fallback_blocks: u64,
+    ) -> Self {
+        Self {
+            market,
+            conn,
+            anchor,
+            sender,
+            fallback_blocks,
+            instance: crate::queue::instance_id(),
+            validators: Default::default(),
+        }
+    }
+
+    pub fn address(&self) -> Address {
+        self.sender.address()
+    }
+
+    /// Who holds the lease: the same name for a process started again on
+    /// the same host and data dir (which is locked, so only one runs), so a
+    /// restart takes over at once instead of waiting out its predecessor's
+    /// lease.
+    pub fn holding_as(mut self, holder: impl Into<String>) -> Self {
+        self.instance = holder.into();
+        self
+    }
+
+    /// Whether this validator's key is registered for the data market now.
+    pub async fn registered(&self) -> Result<bool, String> {
+        Ok(self.validators_at(None).await?.contains(&self.address()))
+    }
+
+    async fn validators_at(&self, block: Option<u64>) -> Result<Vec<Address>, String> {
+        if let Some(b) = block
+            && let Some(v) = self.validators.lock().unwrap_or_else(|p| p.into_inner()).get(&b)
+        {
+            return Ok(v.clone());
+        }
+        let call = getValidatorsCall { dataMarketAddress: self.anchor.data_market };
+        let mut list = self.anchor.read(&call, block).await.map_err(|e| format!("getValidators: {e}"))?;
+        list.sort();
+        list.dedup();
+        if let Some(b) = block {
+            let mut cache = self.validators.lock().unwrap_or_else(|p| p.into_inner());
+            cache.insert(b, list.clone());
+            while cache.len() > 64 {
+                cache.pop_first();
+            }
+        }
+        Ok(list)
+    }
+
+    /// Runs rounds every `every` until `stop`, while this process holds the
+    /// lease.
+    pub async fn run(self, every: Duration, stop: impl std::future::Future<Output = ()> + Send) {
+        tracing::info!("on chain: submitting and attesting batches as {}", self.address());
+        let work = async {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut holding = false;
+            loop {
+                tick.tick().await;
+                match self.lease().await {
+                    Ok(true) if !holding => {
+                        holding = true;
+                        tracing::info!("on chain: this process holds the lease");
+                    }
+                    Ok(true) => {}
+                    Ok(false) => {
+                        if holding {
+                            tracing::warn!("on chain: the lease went to another process");
+                        }
+                        holding = false;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!("on chain: Redis: {e}; trying again");
+                        continue;
+                    }
+                }
+                if let Err(e) = self.round().await {
+                    tracing::warn!("on chain: {e}; trying again");
+                }
+            }
+        };
+        tokio::select! {
+            _ = work => {}
+            _ = stop => {}
+        }
+    }
+
+    async fn lease(&self) -> redis::RedisResult<bool> {
+        let key = self.market.keys.onchain_lease();
+        let mut conn = self.conn.clone();
+        let ms = LEASE.as_millis() as u64;
+        let took: bool = redis::cmd("SET")
+            .arg(&key)
+            .arg(&self.instance)
+            .arg("NX")
+            .arg("PX")
+            .arg(ms)
+            .query_async::<Option<String>>(&mut conn)
+            .await?
+            .is_some();
+        if took {
+            return Ok(true);
+        }
+        let holder: Option<String> = conn.get(&key).await?;
+        if holder.as_deref() == Some(self.instance.as_str()) {
+            let _: bool = conn.pexpire(&key, ms as i64).await?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// One look at every pending epoch, oldest first.
+    pub async fn round(&self) -> Result<(), String> {
+        let k = &self.market.keys;
+        let mut conn = self.conn.clone();
+        let pending: Vec<u64> =
+            conn.zrange(k.onchain_pending(), 0, PER_ROUND - 1).await.map_err(|e| format!("Redis: {e}"))?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let head = self.anchor.head().await.map_err(|e| format!("the anchor's head: {e}"))?;
+        for epoch_id in pending {
+            match self.step(epoch_id, head).await {
+                Ok(Step::Done(status)) => {
+                    let _: () = conn.zrem(k.onchain_pending(), epoch_id).await.map_err(|e| format!("Redis: {e}"))?;
+                    tracing::debug!("epoch {epoch_id}: on chain {status}");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!("epoch {epoch_id}: on chain: {e}");
+                    self.record(epoch_id, &[("onchain_error", e.as_str())]).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn record(&self, epoch_id: u64, fields: &[(&str, &str)]) -> Result<(), String> {
+        let now = now_secs().to_string();
+        let mut all: Vec<(&str, &str)> = fields.to_vec();
+        all.push(("last_updated", &now));
+        let _: () = self
+            .conn
+            .clone()
+            .hset_multiple(self.market.keys.epoch_state(epoch_id), &all)
+            .await
+            .map_err(|e| format!("Redis: {e}"))?;
+        Ok(())
+    }
+
+    /// Where `epoch_id` stands and what this validator does about it now.
+    pub async fn step(&self, epoch_id: u64, head: u64) -> Result<Step, String> {
+        let k = &self.market.keys;
+        let mut conn = self.conn.clone();
+        let state: HashMap<String, String> =
+            conn.hgetall(k.epoch_state(epoch_id)).await.map_err(|e| format!("Redis: {e}"))?;
+        let batch: Option<String> = conn.get(k.finalized(epoch_id)).await.map_err(|e| format!("Redis: {e}"))?;
+        let (Some(release_block), Some(batch)) =
+            (state.get("release_block").and_then(|b| b.parse::<u64>().ok()), batch)
+        else {
+            // Its state or batch expired: nothing to put on chain.
+            return Ok(Step::Done("expired"));
+        };
+        let closes = crate::window_closes(release_block, self.market.window_blocks);
+        let batch: Value = serde_json::from_str(&batch).map_err(|e| format!("finalized:{epoch_id}: {e}"))?;
+        let mine = Mine::from_batch(&batch).ok_or_else(|| format!("finalized:{epoch_id} has no usable root"))?;
+
+        // A transaction of ours in flight: wait for it.
+        if let (Some(status), Some(hash)) = (state.get("onchain_status"), state.get("onchain_tx_hash"))
+            && (status == "batch_sent" || status == "attestation_sent")
+            && let Ok(hash) = hash.parse::<B256>()
+        {
+            match self.sender.receipt(hash).await.map_err(|e| format!("the receipt of {hash}: {e}"))? {
+                Some(r) if r.success => {
+                    let done = if status == "batch_sent" { "submitted" } else { "attested" };
+                    tracing::info!("epoch {epoch_id}: {done} on chain in block {} ({hash})", r.block_number);
+                    self.record(
+                        epoch_id,
+                        &[
+                            ("onchain_status", done),
+                            ("onchain_block_number", &r.block_number.to_string()),
+                            ("onchain_error", ""),
+                        ],
+                    )
+                    .await?;
+                }
+                Some(r) => {
+                    let why = format!("transaction {hash} reverted in block {}", r.block_number);
+                    tracing::warn!("epoch {epoch_id}: {why}");
+                    self.record(epoch_id, &[("onchain_status", "waiting"), ("onchain_error", &why)]).await?;
+                }
+                None if self.sender.known(hash).await.map_err(|e| format!("transaction {hash}: {e}"))? => {
+                    return Ok(Step::Wait);
+                }
+                None => {
+                    tracing::warn!("epoch {epoch_id}: transaction {hash} is unknown to the chain; deciding again");
+                    self.record(epoch_id, &[("onchain_status", "waiting")]).await?;
+                }
+            }
+        }
+
+        let dm = self.anchor.data_market;
+        let e = U256::from(epoch_id);
+        let chain = self
+            .anchor
+            .read(&epochBatchCall { dataMarketAddress: dm, epochId: e }, None)
+            .await
+            .map_err(|err| format!("epochBatch: {err}"))?;
+        let attested = self
+            .anchor
+            .read(&attestedRootCall { dataMarketAddress: dm, epochId: e, validator: self.address() }, None)
+            .await
+            .map_err(|err| format!("attestedRoot: {err}"))?;
+
+        if attested.is_zero() {
+            // Only an epoch watched whole is vouched for: the intake listened
+            // from before its release to its close, without a break.
+            let since = state.get("intake_since_at_close").and_then(|s| s.parse::<u64>().ok());
+            let why = match since {
+                None => Some("this validator's intake was not listening when the epoch's window closed".to_owned()),
+                // Listening since the release block itself is not enough:
+                // the epoch's first submissions may have come before.
+                Some(since) if release_block <= since => Some(format!(
+                    "this validator's intake was not listening before the epoch was released (block \
+                     {release_block}; listening since block {since})"
+                )),
+                Some(_) => None,
+            };
+            if let Some(why) = why {
+                let why = format!("not attested: {why}");
+                tracing::warn!("epoch {epoch_id}: {why}");
+                self.record(epoch_id, &[("onchain_status", "skipped"), ("onchain_error", &why)]).await?;
+                return Ok(Step::Done("skipped"));
+            }
+        }
+
+        if chain.finalized && attested.is_zero() && head <= closes.saturating_add(FOLLOW_BLOCKS) {
+            // Finalized without us: our root still goes on record (agreeing,
+            // or divergent), as every validator's does.
+            let call = submitBatchAttestationCall {
+                dataMarketAddress: dm,
+                batchCid: chain.batchCid.clone(),
+                epochId: e,
+                finalizedCidsRootHash: mine.root,
+            };
+            tracing::info!("epoch {epoch_id}: finalized already; attesting our root {} for the record", mine.root);
+            return self.send(epoch_id, call.abi_encode(), "attestation_sent").await;
+        }
+        if chain.finalized {
+            let block = self.anchor.finalized_in(epoch_id, release_block).await.ok().flatten();
+            let agreed = if chain.root == mine.root { "our root" } else { "another root than ours" };
+            tracing::info!(
+                "epoch {epoch_id}: finalized on chain{} with {agreed} (batch {})",
+                block.map_or(String::new(), |b| format!(" in block {b}")),
+                chain.batchCid
+            );
+            let block = block.map_or(String::new(), |b| b.to_string());
+            self.record(
+                epoch_id,
+                &[("onchain_status", "finalized"), ("onchain_finalized_block", &block), ("onchain_error", "")],
+            )
+            .await?;
+            return Ok(Step::Done("finalized"));
+        }
+        if head > closes.saturating_add(FOLLOW_BLOCKS) {
+            tracing::warn!("epoch {epoch_id}: not finalized on chain {FOLLOW_BLOCKS} blocks after its window closed");
+            self.record(epoch_id, &[("onchain_status", "not_finalized")]).await?;
+            return Ok(Step::Done("not_finalized"));
+        }
+        if chain.submitter == Address::ZERO {
+            let validators = self.validators_at(Some(release_block)).await?;
+            let Some(rank) = rank(&validators, self.address(), epoch_id) else {
+                return Err(format!(
+                    "this validator ({}) was not a registered validator of the data market at block {release_block}",
+                    self.address()
+                ));
+            };
+            let turn = closes.saturating_add(rank.saturating_mul(self.fallback_blocks));
+            if head < turn {
+                self.record(epoch_id, &[("onchain_status", "waiting")]).await?;
+                return Ok(Step::Wait);
+            }
+            return self.submit(epoch_id, &mine, rank).await;
+        }
+        if attested.is_zero() {
+            let call = submitBatchAttestationCall {
+                dataMarketAddress: dm,
+                batchCid: chain.batchCid.clone(),
+                epochId: e,
+                finalizedCidsRootHash: mine.root,
+            };
+            let what = if chain.root == mine.root { "attesting" } else { "attesting a root other than the batch's" };
+            tracing::info!("epoch {epoch_id}: {what} (batch {}, root {})", chain.batchCid, mine.root);
+            return self.send(epoch_id, call.abi_encode(), "attestation_sent").await;
+        }
+        if chain.root != mine.root && attested == mine.root {
+            // Our root against the batch's: replace the batch once ours has
+            // more than half of the attestations and the batch's cannot win.
+            let lost = self
+                .anchor
+                .read(&outvotedCall { dataMarketAddress: dm, epochId: e }, None)
+                .await
+                .map_err(|err| format!("outvoted: {err}"))?;
+            let ours = self
+                .anchor
+                .read(&attestationsForRootCall { dataMarketAddress: dm, epochId: e, root: mine.root }, None)
+                .await
+                .map_err(|err| format!("attestationsForRoot: {err}"))?;
+            let total = self
+                .anchor
+                .read(&getTotalValidatorsCountCall { dataMarketAddress: dm }, None)
+                .await
+                .map_err(|err| format!("getTotalValidatorsCount: {err}"))?;
+            if lost && ours * U256::from(2) > total {
+                tracing::warn!(
+                    "epoch {epoch_id}: the batch on chain ({}, root {}) lost to our root {}; replacing it",
+                    chain.batchCid,
+                    chain.root,
+                    mine.root
+                );
+                return self.submit(epoch_id, &mine, 0).await;
+            }
+        }
+        Ok(Step::Wait)
+    }
+
+    async fn submit(&self, epoch_id: u64, mine: &Mine, rank: u64) -> Result<Step, String> {
+        let call = submitSubmissionBatchCall {
+            dataMarketAddress: self.anchor.data_market,
+            batchCid: mine.cid.clone(),
+            epochId: U256::from(epoch_id),
+            projectIds: mine.projects.iter().map(|(p, _)| p.clone()).collect(),
+            snapshotCids: mine.projects.iter().map(|(_, c)| c.clone()).collect(),
+            finalizedCidsRootHash: mine.root,
+        };
+        tracing::info!(
+            "epoch {epoch_id}: submitting the batch {} ({} projects, root {}){}",
+            mine.cid,
+            mine.projects.len(),
+            mine.root,
+            if rank > 0 { format!(" as fallback of rank {rank}") } else { String::new() }
+        );
+        self.send(epoch_id, call.abi_encode(), "batch_sent").await
+    }
+
+    async fn send(&self, epoch_id: u64, input: Vec<u8>, status: &'static str) -> Result<Step, String> {
+        match self.sender.send(self.anchor.protocol_state, input.into()).await {
+            Ok(hash) => {
+                self.record(
+                    epoch_id,
+                    &[("onchain_status", status), ("onchain_tx_hash", &hash.to_string()), ("onchain_error", "")],
+                )
+                .await?;
+                Ok(Step::Sent(hash))
+            }
+            // Refused before sending (another validator's transaction got
+            // there first, most often): decided again next round.
+            Err(TxError::Reverted(why)) => Err(format!("not sent: {why}")),
+            Err(TxError::Rpc(e)) => Err(format!("sending: {e}")),
+        }
+    }
+}
+
+/// Keeps `intake:since` — the anchor block since which this validator's
+/// intake has listened without a break — while `listening()` says it does:
+/// set to the anchor head (as the event monitor recorded it) when listening
+/// starts or comes back, removed when it stops. Checked every half second
+/// until `stop`.
+pub async fn keep_intake_since<L, F>(
+    conn: ConnectionManager,
+    market: Arc<Market>,
+    listening: L,
+    stop: impl std::future::Future<Output = ()> + Send,
+) where
+    L: Fn() -> F + Send,
+    F: std::future::Future<Output = bool> + Send,
+{
+    let k = market.keys.clone();
+    let work = async {
+        let mut conn = conn;
+        let mut known: Option<bool> = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            let now = listening().await;
+            if known == Some(now) {
+                continue;
+            }
+            let done = if now {
+                let head: redis::RedisResult<Option<u64>> = conn.get(k.anchor_head()).await;
+                match head {
+                    // Not known yet (the event monitor has not recorded one): asked again.
+                    Ok(None) => false,
+                    Ok(Some(head)) => {
+                        let set: redis::RedisResult<()> = conn.set(k.intake_since(), head).await;
+                        if set.is_ok() {
+                            tracing::info!("intake listening since anchor block {head}");
+                        }
+                        set.is_ok()
+                    }
+                    Err(_) => false,
+                }
+            } else {
+                let del: redis::RedisResult<()> = conn.del(k.intake_since()).await;
+                match (del.is_ok(), known) {
+                    (true, Some(true)) => tracing::warn!(
+                        "intake: no gossip peer in the mesh; epochs released until it is back are not attested"
+                    ),
+                    (true, _) => tracing::info!("intake: waiting for a gossip peer in the mesh"),
+                    _ => {}
+                }
+                del.is_ok()
+            };
+            if done {
+                known = Some(now);
+            }
+        }
+    };
+    tokio::select! {
+        _ = work => {}
+        _ = stop => {}
+    }
+}
+
+/// This validator's batch of an epoch, as the chain takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Mine {
+    cid: String,
+    root: B256,
+    /// `(project id, CID)` in project-id order.
+    projects: Vec<(String, String)>,
+}
+
+impl Mine {
+    /// From `finalized:{epochId}` (the aggregator's batch).
+    fn from_batch(batch: &Value) -> Option<Self> {
+        let root = root_bytes(batch["root"].as_str()?)?;
+        let cid = batch["batch_cid"].as_str()?.to_owned();
+        let projects = batch["projects"]
+            .as_array()?
+            .iter()
+            .map(|p| Some((p["projectId"].as_str()?.to_owned(), p["snapshotCid"].as_str()?.to_owned())))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self { cid, root, projects })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_go_round_from_the_epoch_and_name_one_submitter_each() {
+        let v: Vec<Address> = (1..=3u8).map(Address::repeat_byte).collect();
+        // Epoch 4: index 4 mod 3 = 1 is first.
+        assert_eq!(rank(&v, v[1], 4), Some(0));
+        assert_eq!(rank(&v, v[2], 4), Some(1));
+        assert_eq!(rank(&v, v[0], 4), Some(2));
+        for e in 0..10 {
+            let mut ranks: Vec<u64> = v.iter().map(|a| rank(&v, *a, e).unwrap()).collect();
+            ranks.sort();
+            assert_eq!(ranks, [0, 1, 2]);
+        }
+        assert_eq!(rank(&v, Address::repeat_byte(9), 4), None);
+    }
+}

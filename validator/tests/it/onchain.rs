@@ -1,0 +1,293 @@
+//! Validators on a real anvil with the devnet's ProtocolState, each with its
+//! own Redis database on a real redis-server: who submits the batch, the
+//! fallback when that one is down, attestations, the replacement of a batch
+//! whose root lost, and an epoch a validator did not watch whole.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use alloy::{
+    primitives::{Address, U256},
+    sol_types::SolCall,
+};
+use lite_node_chain::{Anchor, HttpRpc, IoRuntime, TxSender};
+use lite_node_protocol::contracts::{
+    attestationsCountCall, divergentValidatorsCall, epochBatchCall, epochBatchReturn, maxSnapshotsCidCall,
+    updateAddressesCall,
+};
+use lite_node_testkit::{RedisServer, world::World};
+use lite_node_validator::{
+    Market,
+    aggregator::Batch,
+    consensus::Finalized,
+    onchain::{Onchain, Step, rank},
+};
+use redis::AsyncCommands;
+use serde_json::json;
+
+const WINDOW: u64 = 2;
+const FALLBACK: u64 = 3;
+
+struct Net {
+    world: World,
+    _redis: RedisServer,
+    validators: Vec<V>,
+    anchor: Arc<Anchor>,
+    rt: tokio::runtime::Runtime,
+}
+
+/// One validator: its account, its Redis database, its on-chain worker.
+struct V {
+    address: Address,
+    onchain: Onchain,
+    conn: redis::aio::ConnectionManager,
+    market: Arc<Market>,
+}
+
+/// Accounts 7, 8 and 9 of the world registered as the data market's
+/// validators, each with Redis database 1, 2 or 3.
+fn net() -> Net {
+    let world = World::load();
+    let redis = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let accounts: Vec<_> = world.manifest.accounts[7..10].to_vec();
+    let market_addr: Address = world.manifest.data_market.parse().unwrap();
+    let call = updateAddressesCall {
+        dataMarketAddress: market_addr,
+        role: 0,
+        addrs: accounts.iter().map(|a| a.address.parse().unwrap()).collect(),
+        allowed: vec![true; accounts.len()],
+    };
+    world.transact(call.abi_encode());
+    let io = IoRuntime::new().unwrap();
+    let rpc = HttpRpc::new("anchor", vec![world.url()], Duration::from_secs(10), io).unwrap();
+    let anchor = Arc::new(Anchor::new(rpc, world.manifest.protocol_state.parse().unwrap(), market_addr));
+    let chain_id = world.manifest.chain_id;
+    let validators = accounts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            rt.block_on(async {
+                let client = redis::Client::open(format!("{}/{}", redis.url(), i + 1)).unwrap();
+                let conn = lite_node_validator::connect(&client).await.unwrap();
+                let _: () = redis::cmd("FLUSHDB").query_async(&mut conn.clone()).await.unwrap();
+                let mut market = Market::new(
+                    lite_node_protocol::submission::Scope {
+                        protocol_state: anchor.protocol_state,
+                        data_market: anchor.data_market,
+                    },
+                    chain_id,
+                    format!("validator-{i}"),
+                );
+                market.window_blocks = WINDOW;
+                let market = Arc::new(market);
+                let key: [u8; 32] = alloy::hex::decode(&a.private_key).unwrap().try_into().unwrap();
+                let sender = TxSender::new(anchor.shared_rpc(), &key, chain_id).unwrap();
+                let onchain = Onchain::new(market.clone(), conn.clone(), anchor.clone(), sender, FALLBACK);
+                V { address: a.address.parse().unwrap(), onchain, conn, market }
+            })
+        })
+        .collect();
+    Net { world, _redis: redis, validators, anchor, rt }
+}
+
+/// A level-1 batch of `epoch_id` over `projects` as the aggregator stores it.
+fn level1(epoch_id: u64, projects: &[(&str, &str)]) -> (String, String) {
+    let projects: BTreeMap<String, Finalized> = projects
+        .iter()
+        .map(|(p, c)| ((*p).to_owned(), Finalized { cid: (*c).to_owned(), votes: 1, voters: 1 }))
+        .collect();
+    let root = lite_node_validator::consensus::root(&projects);
+    let batch = Batch { epoch_id, projects, root: root.clone() };
+    let stored = json!({
+        "epoch_id": epoch_id,
+        "batch_cid": batch.cid(),
+        "root": root,
+        "projects": batch.content()["projects"],
+    });
+    (stored.to_string(), root)
+}
+
+impl Net {
+    /// Validator `v` has its level-1 batch of `epoch_id` (released in
+    /// `release_block`) and has listened since `since`.
+    fn finalized(&self, v: usize, epoch_id: u64, release_block: u64, since: u64, batch: &str) {
+        let v = &self.validators[v];
+        let k = &v.market.keys;
+        let mut conn = v.conn.clone();
+        self.rt.block_on(async {
+            let state = [("release_block", release_block), ("intake_since_at_close", since)];
+            let _: () = conn.hset_multiple(k.epoch_state(epoch_id), &state).await.unwrap();
+            let _: () = conn.set(k.finalized(epoch_id), batch).await.unwrap();
+            let _: () = conn.zadd(k.onchain_pending(), epoch_id, epoch_id).await.unwrap();
+        });
+    }
+
+    /// Rounds of the validators in `who` until nothing is pending for them or
+    /// the head passes `until`; one block is mined between rounds with
+    /// nothing sent (the devnet's clock).
+    fn rounds(&self, who: &[usize], until: u64) {
+        loop {
+            let mut pending = 0;
+            let head = self.world.head();
+            for &i in who {
+                let v = &self.validators[i];
+                self.rt.block_on(v.onchain.round()).unwrap();
+                let n: usize = self.rt.block_on(v.conn.clone().zcard(v.market.keys.onchain_pending())).unwrap();
+                pending += n;
+            }
+            if pending == 0 {
+                return;
+            }
+            assert!(head <= until, "still pending at block {head}");
+            if self.world.head() == head {
+                self.world.mine(1);
+            }
+        }
+    }
+
+    fn state(&self, v: usize, epoch_id: u64) -> std::collections::HashMap<String, String> {
+        let v = &self.validators[v];
+        self.rt.block_on(v.conn.clone().hgetall(v.market.keys.epoch_state(epoch_id))).unwrap()
+    }
+
+    fn chain_batch(&self, epoch_id: u64) -> epochBatchReturn {
+        let call = epochBatchCall { dataMarketAddress: self.anchor.data_market, epochId: U256::from(epoch_id) };
+        self.rt.block_on(self.anchor.read(&call, None)).unwrap()
+    }
+
+    fn attestations(&self, epoch_id: u64) -> u64 {
+        let call = attestationsCountCall { dataMarketAddress: self.anchor.data_market, epochId: U256::from(epoch_id) };
+        self.rt.block_on(self.anchor.read(&call, None)).unwrap().to::<u64>()
+    }
+
+    /// Validators by rank for `epoch_id` (rank 0 first).
+    fn by_rank(&self, epoch_id: u64) -> Vec<usize> {
+        let mut sorted: Vec<Address> = self.validators.iter().map(|v| v.address).collect();
+        sorted.sort();
+        let mut order: Vec<usize> = (0..self.validators.len()).collect();
+        order.sort_by_key(|i| rank(&sorted, self.validators[*i].address, epoch_id).unwrap());
+        order
+    }
+}
+
+#[test]
+fn the_chosen_validator_submits_the_others_attest_and_the_epoch_is_finalized_once() {
+    let n = net();
+    let epoch = 21;
+    let release = n.world.head();
+    let (batch, _) = level1(epoch, &[("p:a", "bafyA"), ("p:b", "bafyB")]);
+    for v in 0..3 {
+        n.finalized(v, epoch, release, release - 1, &batch);
+    }
+    let order = n.by_rank(epoch);
+    // Before the window closes nobody acts.
+    for v in 0..3 {
+        assert_eq!(n.rt.block_on(n.validators[v].onchain.step(epoch, release)).unwrap(), Step::Wait);
+    }
+    assert_eq!(n.chain_batch(epoch).submitter, Address::ZERO);
+    n.world.mine(WINDOW + 1);
+    n.rounds(&[0, 1, 2], release + 20);
+    let on_chain = n.chain_batch(epoch);
+    assert!(on_chain.finalized, "finalized");
+    assert_eq!(on_chain.submitter, n.validators[order[0]].address, "rank 0 submitted");
+    assert_eq!(n.attestations(epoch), 3, "each validator attested once");
+    let cid = maxSnapshotsCidCall {
+        dataMarketAddress: n.anchor.data_market,
+        projectId: "p:a".into(),
+        epochId: U256::from(epoch),
+    };
+    let read = n.rt.block_on(n.anchor.read(&cid, None)).unwrap();
+    assert_eq!((read._0.as_str(), read._1), ("bafyA", 1));
+    for v in 0..3 {
+        let s = n.state(v, epoch);
+        assert_eq!(s["onchain_status"], "finalized", "validator {v}: {s:?}");
+        assert!(s["onchain_tx_hash"].starts_with("0x"), "{s:?}");
+        assert!(s["onchain_block_number"].parse::<u64>().unwrap() > release);
+        assert!(!s["onchain_finalized_block"].is_empty());
+    }
+    // Asked again (a restart that finds the epoch pending): nothing is sent.
+    for v in 0..3 {
+        let k = &n.validators[v].market.keys;
+        let _: () = n.rt.block_on(n.validators[v].conn.clone().zadd(k.onchain_pending(), epoch, epoch)).unwrap();
+        assert_eq!(
+            n.rt.block_on(n.validators[v].onchain.step(epoch, n.world.head())).unwrap(),
+            Step::Done("finalized")
+        );
+    }
+    assert_eq!(n.attestations(epoch), 3);
+}
+
+#[test]
+fn a_submitter_that_is_down_is_replaced_after_its_turn() {
+    let n = net();
+    let epoch = 22;
+    let release = n.world.head();
+    let (batch, _) = level1(epoch, &[("p:a", "bafyA")]);
+    let order = n.by_rank(epoch);
+    for v in 0..3 {
+        n.finalized(v, epoch, release, release - 1, &batch);
+    }
+    n.world.mine(WINDOW + 1);
+    let alive = [order[1], order[2]];
+    let closes = release + WINDOW + 1;
+    // Rank 1 waits out rank 0's turn…
+    n.rt.block_on(n.validators[order[1]].onchain.round()).unwrap();
+    assert_eq!(n.chain_batch(epoch).submitter, Address::ZERO, "rank 1 waits for its turn");
+    n.rounds(&alive, closes + 2 * FALLBACK + 5);
+    let on_chain = n.chain_batch(epoch);
+    assert!(on_chain.finalized, "finalized by two of three");
+    assert_eq!(on_chain.submitter, n.validators[order[1]].address, "the fallback submitted");
+    assert!(n.world.head() >= closes + FALLBACK, "not before its turn");
+    assert_eq!(n.attestations(epoch), 2);
+}
+
+#[test]
+fn a_batch_whose_root_lost_is_replaced_and_its_submitter_recorded_as_divergent() {
+    let n = net();
+    let epoch = 24;
+    let release = n.world.head();
+    let order = n.by_rank(epoch);
+    let (honest, honest_root) = level1(epoch, &[("p:a", "bafyA")]);
+    let (wrong, _) = level1(epoch, &[("p:a", "bafyWRONG")]);
+    n.finalized(order[0], epoch, release, release - 1, &wrong);
+    n.finalized(order[1], epoch, release, release - 1, &honest);
+    n.finalized(order[2], epoch, release, release - 1, &honest);
+    n.world.mine(WINDOW + 1);
+    // The divergent one is rank 0: its batch goes on chain first.
+    n.rt.block_on(n.validators[order[0]].onchain.round()).unwrap();
+    assert_eq!(n.chain_batch(epoch).submitter, n.validators[order[0]].address);
+    n.rounds(&[0, 1, 2], release + 30);
+    let on_chain = n.chain_batch(epoch);
+    assert!(on_chain.finalized);
+    assert_eq!(on_chain.root.to_string(), honest_root, "the honest root won");
+    let cid = maxSnapshotsCidCall {
+        dataMarketAddress: n.anchor.data_market,
+        projectId: "p:a".into(),
+        epochId: U256::from(epoch),
+    };
+    assert_eq!(n.rt.block_on(n.anchor.read(&cid, None)).unwrap()._0, "bafyA");
+    let divergent = divergentValidatorsCall { dataMarketAddress: n.anchor.data_market, epochId: U256::from(epoch) };
+    assert_eq!(n.rt.block_on(n.anchor.read(&divergent, None)).unwrap(), vec![n.validators[order[0]].address]);
+    assert_eq!(n.attestations(epoch), 3);
+}
+
+#[test]
+fn an_epoch_released_before_the_intake_listened_is_not_attested() {
+    let n = net();
+    let epoch = 25;
+    let release = n.world.head();
+    let (batch, _) = level1(epoch, &[("p:a", "bafyA")]);
+    let order = n.by_rank(epoch);
+    for v in 0..3 {
+        // The last in rank joined late: listening only since after the release.
+        let since = if v == order[2] { release + 1 } else { release - 1 };
+        n.finalized(v, epoch, release, since, &batch);
+    }
+    n.world.mine(WINDOW + 1);
+    n.rounds(&[0, 1, 2], release + 20);
+    assert!(n.chain_batch(epoch).finalized, "two of three finalize it");
+    assert_eq!(n.attestations(epoch), 2, "the late joiner did not attest");
+    let s = n.state(order[2], epoch);
+    assert_eq!(s["onchain_status"], "skipped", "{s:?}");
+    assert!(s["onchain_error"].contains("not listening"), "{s:?}");
+}
