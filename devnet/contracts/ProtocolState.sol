@@ -56,6 +56,10 @@ contract ProtocolState {
     /// are kept here.
     uint8 public constant ROLE_VALIDATOR = 0;
 
+    /// Projects one batch may name (its submission, its replacement and its
+    /// finalization each loop over them).
+    uint256 public constant MAX_BATCH_PROJECTS = 2000;
+
     address public owner;
     uint256 private totalNodeCount;
     mapping(address => uint256) public currentEpochId;
@@ -188,28 +192,18 @@ contract ProtocolState {
         bytes32 finalizedCidsRootHash
     ) external onlyValidator(dataMarketAddress) {
         require(projectIds.length == snapshotCids.length, "project ids and CIDs differ in length");
+        require(projectIds.length <= MAX_BATCH_PROJECTS, "too many projects in one batch");
         require(bytes(batchCid).length > 0, "empty batch CID");
-        require(finalizedCidsRootHash != bytes32(0), "empty root");
-        Batch storage b = batches[dataMarketAddress][epochId];
-        require(!b.finalized, "this epoch is finalized");
-        if (b.submitter != address(0)) {
-            require(outvoted(dataMarketAddress, epochId), "this epoch already has a batch");
-            for (uint256 i = 0; i < b.projectIds.length; i++) {
-                delete statuses[dataMarketAddress][b.projectIds[i]][epochId];
-            }
-            delete b.projectIds;
-        }
-        bytes32 cidKey = keccak256(bytes(batchCid));
-        require(batchEpochPlusOne[dataMarketAddress][cidKey] == 0, "this batch CID was submitted before");
-        batchEpochPlusOne[dataMarketAddress][cidKey] = epochId + 1;
-        b.batchCid = batchCid;
-        b.root = finalizedCidsRootHash;
-        b.submitter = msg.sender;
-        for (uint256 i = 0; i < projectIds.length; i++) {
-            b.projectIds.push(projectIds[i]);
-            statuses[dataMarketAddress][projectIds[i]][epochId] =
-                ConsensusStatus(SnapshotStatus.PENDING, snapshotCids[i], block.timestamp);
-        }
+        require(epochId > 0 && epochId <= currentEpochId[dataMarketAddress], "this epoch was not released");
+        // The pairs are the root's leaves: a batch cannot name CIDs other
+        // than the ones its root (what validators attest) commits to.
+        require(
+            merkleRoot(projectIds, snapshotCids) == finalizedCidsRootHash,
+            "the root is not the Merkle root of the batch's pairs (project ids ascending, each once)"
+        );
+        clearForReplacement(dataMarketAddress, epochId);
+        claimCid(dataMarketAddress, batchCid, epochId);
+        storeBatch(dataMarketAddress, batchCid, epochId, projectIds, snapshotCids, finalizedCidsRootHash);
         emit SnapshotBatchSubmitted(dataMarketAddress, batchCid, epochId, block.timestamp);
         bytes32 mine = attestedRoot[dataMarketAddress][epochId][msg.sender];
         if (mine == bytes32(0)) {
@@ -218,6 +212,48 @@ contract ProtocolState {
             require(mine == finalizedCidsRootHash, "the batch's root is not the one its submitter attested");
         }
         tryFinalize(dataMarketAddress, epochId);
+    }
+
+    /// An epoch not finalized, with no batch or one that lost: its old
+    /// batch's CIDs are cleared.
+    function clearForReplacement(address dataMarketAddress, uint256 epochId) private {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        require(!b.finalized, "this epoch is finalized");
+        if (b.submitter == address(0)) return;
+        require(outvoted(dataMarketAddress, epochId), "this epoch already has a batch");
+        for (uint256 i = 0; i < b.projectIds.length; i++) {
+            delete statuses[dataMarketAddress][b.projectIds[i]][epochId];
+        }
+        delete b.projectIds;
+    }
+
+    /// A batch CID names one epoch's batch: never another epoch's (the same
+    /// CID again in this epoch is fine — whoever knows the honest batch's CID
+    /// must not be able to block it by using it first).
+    function claimCid(address dataMarketAddress, string calldata batchCid, uint256 epochId) private {
+        bytes32 cidKey = keccak256(bytes(batchCid));
+        uint256 known = batchEpochPlusOne[dataMarketAddress][cidKey];
+        require(known == 0 || known == epochId + 1, "this batch CID belongs to another epoch");
+        batchEpochPlusOne[dataMarketAddress][cidKey] = epochId + 1;
+    }
+
+    function storeBatch(
+        address dataMarketAddress,
+        string calldata batchCid,
+        uint256 epochId,
+        string[] calldata projectIds,
+        string[] calldata snapshotCids,
+        bytes32 root
+    ) private {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        b.batchCid = batchCid;
+        b.root = root;
+        b.submitter = msg.sender;
+        for (uint256 i = 0; i < projectIds.length; i++) {
+            b.projectIds.push(projectIds[i]);
+            statuses[dataMarketAddress][projectIds[i]][epochId] =
+                ConsensusStatus(SnapshotStatus.PENDING, snapshotCids[i], block.timestamp);
+        }
     }
 
     /// A validator's own root for the epoch's batch, once per epoch. The
@@ -232,7 +268,11 @@ contract ProtocolState {
     ) external onlyValidator(dataMarketAddress) {
         Batch storage b = batches[dataMarketAddress][epochId];
         require(b.submitter != address(0), "no batch for this epoch");
-        require(keccak256(bytes(batchCid)) == keccak256(bytes(b.batchCid)), "not this epoch's batch");
+        // Any batch submitted for the epoch (attestations count per root; a
+        // replacement in flight must not make honest attestations revert).
+        require(
+            batchEpochPlusOne[dataMarketAddress][keccak256(bytes(batchCid))] == epochId + 1, "not a batch of this epoch"
+        );
         require(finalizedCidsRootHash != bytes32(0), "empty root");
         require(attestedRoot[dataMarketAddress][epochId][msg.sender] == bytes32(0), "already attested");
         attest(dataMarketAddress, batchCid, epochId, finalizedCidsRootHash);
@@ -240,6 +280,42 @@ contract ProtocolState {
             divergent[dataMarketAddress][epochId].push(msg.sender);
         }
         tryFinalize(dataMarketAddress, epochId);
+    }
+
+    /// Finalizes the epoch if its batch's root has a majority now (after a
+    /// change of the validator set, say); anyone may call it.
+    function finalize(address dataMarketAddress, uint256 epochId) external {
+        tryFinalize(dataMarketAddress, epochId);
+    }
+
+    /// The Merkle root of `(projectIds[i], cids[i])` as docs/protocol.md §11
+    /// defines it (OpenZeppelin's standard tree, leaves in project-id order);
+    /// the project ids must be strictly ascending (byte order).
+    function merkleRoot(string[] calldata projectIds, string[] calldata cids) public pure returns (bytes32) {
+        uint256 n = projectIds.length;
+        if (n == 0) return keccak256("");
+        bytes32[] memory tree = new bytes32[](2 * n - 1);
+        for (uint256 i = 0; i < n; i++) {
+            if (i > 0) require(less(bytes(projectIds[i - 1]), bytes(projectIds[i])), "project ids not ascending");
+            tree[tree.length - 1 - i] = keccak256(bytes.concat(keccak256(abi.encode(projectIds[i], cids[i]))));
+        }
+        for (uint256 j = n - 1; j > 0; j--) {
+            tree[j - 1] = pairHash(tree[2 * j - 1], tree[2 * j]);
+        }
+        return tree[0];
+    }
+
+    function pairHash(bytes32 a, bytes32 b) private pure returns (bytes32) {
+        return a < b ? keccak256(abi.encodePacked(a, b)) : keccak256(abi.encodePacked(b, a));
+    }
+
+    /// Byte-order `a < b`.
+    function less(bytes memory a, bytes memory b) private pure returns (bool) {
+        uint256 n = a.length < b.length ? a.length : b.length;
+        for (uint256 i = 0; i < n; i++) {
+            if (a[i] != b[i]) return a[i] < b[i];
+        }
+        return a.length < b.length;
     }
 
     function attest(address dataMarketAddress, string calldata batchCid, uint256 epochId, bytes32 root) private {
@@ -336,7 +412,7 @@ contract ProtocolState {
         if (!b.finalized) return false;
         bytes32 h = keccak256(bytes.concat(keccak256(abi.encode(projectId, cid))));
         for (uint256 i = 0; i < proof.length; i++) {
-            h = h < proof[i] ? keccak256(abi.encodePacked(h, proof[i])) : keccak256(abi.encodePacked(proof[i], h));
+            h = pairHash(h, proof[i]);
         }
         return h == b.root;
     }

@@ -310,19 +310,38 @@ impl World {
         self.transact(call.abi_encode());
     }
 
+    /// Releases epoch `epoch_id` of our data market (over block 1), making
+    /// it the market's current epoch.
+    pub fn release_epoch_with_id(&self, epoch_id: u64) {
+        let call = releaseEpochWithIdCall {
+            dataMarketAddress: self.market(),
+            epochId: U256::from(epoch_id),
+            begin: U256::from(1),
+            end: U256::from(1),
+        };
+        self.transact(call.abi_encode());
+    }
+
     /// Puts epoch `epoch_id`'s batch on chain (as the deployer, a
     /// validator; the batch is its attestation): `projects` as `(project
-    /// id, CID)`, under `root`.
-    pub fn submit_batch(&self, epoch_id: u64, batch_cid: &str, projects: &[(String, String)], root: [u8; 32]) {
+    /// id, CID)`, sorted here, under their Merkle root, which is returned.
+    /// The epoch must have been released (see [`World::release_epoch_with_id`]).
+    pub fn submit_batch(&self, epoch_id: u64, batch_cid: &str, projects: &[(String, String)]) -> [u8; 32] {
+        let mut sorted = projects.to_vec();
+        sorted.sort();
+        let root =
+            lite_node_protocol::merkle::Tree::of(sorted.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap().root();
         let call = submitSubmissionBatchCall {
             dataMarketAddress: self.market(),
             batchCid: batch_cid.to_owned(),
             epochId: U256::from(epoch_id),
-            projectIds: projects.iter().map(|(p, _)| p.clone()).collect(),
-            snapshotCids: projects.iter().map(|(_, c)| c.clone()).collect(),
-            finalizedCidsRootHash: root.into(),
+            projectIds: sorted.iter().map(|(p, _)| p.clone()).collect(),
+            snapshotCids: sorted.iter().map(|(_, c)| c.clone()).collect(),
+            finalizedCidsRootHash: root,
         };
-        self.transact(call.abi_encode());
+        let receipt = self.transact(call.abi_encode());
+        assert_eq!(receipt["status"], "0x1", "the batch of epoch {epoch_id} reverted: {receipt}");
+        root.0
     }
 
     /// The world's account `account` (a validator) attests `root` for epoch

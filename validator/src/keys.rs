@@ -154,7 +154,7 @@ pub const SCHEMA: &[KeySpec] = &[
     // vouches only for epochs it watched whole.
     spec("{protocol}:{market}:onchain:pending", KeyType::ZSet, Ttl::None),
     spec("{protocol}:{market}:onchain:lease", KeyType::String, Ttl::Fixed(Duration::from_secs(15))),
-    spec("{protocol}:{market}:intake:since", KeyType::String, Ttl::None),
+    spec("{protocol}:{market}:intake:since", KeyType::String, Ttl::Fixed(crate::onchain::INTAKE_SINCE_TTL)),
     spec("{protocol}:{market}:batch:part:{epochId}:{partId}", KeyType::String, Ttl::Fixed(BATCH_PART_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:parts:completed", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:parts:total", KeyType::String, Ttl::Fixed(EPOCH_STATE_TTL)),

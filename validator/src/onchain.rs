@@ -64,6 +64,22 @@ pub const FOLLOW_BLOCKS: u64 = 600;
 /// How long the lease on the on-chain work lasts without renewal.
 const LEASE: Duration = Duration::from_secs(15);
 
+const LEASE_LUA: &str = r"
+-- KEYS: lease.  ARGV: holder, ms.
+local holder = redis.call('GET', KEYS[1])
+if holder == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+";
+
+static LEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| redis::Script::new(LEASE_LUA));
+
 /// Epochs looked at a round, oldest first.
 const PER_ROUND: isize = 64;
 
@@ -207,28 +223,17 @@ impl Onchain {
         }
     }
 
+    /// Takes the lease, or extends it when this process holds it (one
+    /// script: a lease that lapsed and went to another process is never
+    /// extended by this one).
     async fn lease(&self) -> redis::RedisResult<bool> {
-        let key = self.market.keys.onchain_lease();
-        let mut conn = self.conn.clone();
-        let ms = LEASE.as_millis() as u64;
-        let took: bool = redis::cmd("SET")
-            .arg(&key)
+        let held: i64 = LEASE_SCRIPT
+            .key(self.market.keys.onchain_lease())
             .arg(&self.instance)
-            .arg("NX")
-            .arg("PX")
-            .arg(ms)
-            .query_async::<Option<String>>(&mut conn)
-            .await?
-            .is_some();
-        if took {
-            return Ok(true);
-        }
-        let holder: Option<String> = conn.get(&key).await?;
-        if holder.as_deref() == Some(self.instance.as_str()) {
-            let _: bool = conn.pexpire(&key, ms as i64).await?;
-            return Ok(true);
-        }
-        Ok(false)
+            .arg(LEASE.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(held == 1)
     }
 
     /// One look at every pending epoch, oldest first.
@@ -242,6 +247,11 @@ impl Onchain {
         }
         let head = self.anchor.head().await.map_err(|e| format!("the anchor's head: {e}"))?;
         for epoch_id in pending {
+            // The lease is checked before each epoch: a long round must not
+            // go on sending after it went to another process.
+            if !self.lease().await.map_err(|e| format!("Redis: {e}"))? {
+                return Ok(());
+            }
             match self.step(epoch_id, head).await {
                 Ok(Step::Done(status)) => {
                     let _: () = conn.zrem(k.onchain_pending(), epoch_id).await.map_err(|e| format!("Redis: {e}"))?;
@@ -287,6 +297,14 @@ impl Onchain {
         let batch: Value = serde_json::from_str(&batch).map_err(|e| format!("finalized:{epoch_id}: {e}"))?;
         let mine = Mine::from_batch(&batch).ok_or_else(|| format!("finalized:{epoch_id} has no usable root"))?;
 
+        if head > closes.saturating_add(FOLLOW_BLOCKS) {
+            tracing::warn!(
+                "epoch {epoch_id}: given up on chain {FOLLOW_BLOCKS} blocks after its window closed (status {})",
+                state.get("onchain_status").map_or("none", String::as_str)
+            );
+            self.record(epoch_id, &[("onchain_status", "not_finalized")]).await?;
+            return Ok(Step::Done("not_finalized"));
+        }
         // A transaction of ours in flight: wait for it.
         if let (Some(status), Some(hash)) = (state.get("onchain_status"), state.get("onchain_tx_hash"))
             && (status == "batch_sent" || status == "attestation_sent")
@@ -384,11 +402,6 @@ impl Onchain {
             .await?;
             return Ok(Step::Done("finalized"));
         }
-        if head > closes.saturating_add(FOLLOW_BLOCKS) {
-            tracing::warn!("epoch {epoch_id}: not finalized on chain {FOLLOW_BLOCKS} blocks after its window closed");
-            self.record(epoch_id, &[("onchain_status", "not_finalized")]).await?;
-            return Ok(Step::Done("not_finalized"));
-        }
         if chain.submitter == Address::ZERO {
             let validators = self.validators_at(Some(release_block)).await?;
             let Some(rank) = rank(&validators, self.address(), epoch_id) else {
@@ -465,62 +478,85 @@ impl Onchain {
         self.send(epoch_id, call.abi_encode(), "batch_sent").await
     }
 
+    /// Signs, records the hash (before anything can be mined: a restart
+    /// finds it and waits for it instead of sending again), then sends.
     async fn send(&self, epoch_id: u64, input: Vec<u8>, status: &'static str) -> Result<Step, String> {
-        match self.sender.send(self.anchor.protocol_state, input.into()).await {
-            Ok(hash) => {
-                self.record(
-                    epoch_id,
-                    &[("onchain_status", status), ("onchain_tx_hash", &hash.to_string()), ("onchain_error", "")],
-                )
-                .await?;
-                Ok(Step::Sent(hash))
-            }
+        let tx = match self.sender.prepare(self.anchor.protocol_state, input.into()).await {
+            Ok(tx) => tx,
             // Refused before sending (another validator's transaction got
             // there first, most often): decided again next round.
-            Err(TxError::Reverted(why)) => Err(format!("not sent: {why}")),
-            Err(TxError::Rpc(e)) => Err(format!("sending: {e}")),
+            Err(TxError::Reverted(why)) => return Err(format!("not sent: {why}")),
+            Err(TxError::Rpc(e)) => return Err(format!("preparing the transaction: {e}")),
+        };
+        let hash = tx.hash.to_string();
+        self.record(epoch_id, &[("onchain_status", status), ("onchain_tx_hash", &hash), ("onchain_error", "")]).await?;
+        match self.sender.broadcast(&tx).await {
+            Ok(()) => Ok(Step::Sent(tx.hash)),
+            Err(e) => {
+                // Not in the pool (or not known to be): decided again next
+                // round, from the chain.
+                let why = format!("sending {hash}: {e}");
+                self.record(epoch_id, &[("onchain_status", "waiting"), ("onchain_error", &why)]).await?;
+                Err(why)
+            }
         }
     }
 }
 
+/// How long `intake:since` outlives its last renewal: a gateway that died
+/// stops vouching for its intake within it.
+pub const INTAKE_SINCE_TTL: Duration = Duration::from_secs(10);
+
 /// Keeps `intake:since` — the anchor block since which this validator's
 /// intake has listened without a break — while `listening()` says it does:
-/// set to the anchor head (as the event monitor recorded it) when listening
-/// starts or comes back, removed when it stops. Checked every half second
-/// until `stop`.
-pub async fn keep_intake_since<L, F>(
+/// set to the anchor chain's head (`head()`, read from the chain) when
+/// listening starts or comes back, renewed every 100 ms (it expires
+/// [`INTAKE_SINCE_TTL`] after the last renewal, so a gateway that died
+/// vouches for nothing), removed when listening stops. Runs until `stop`.
+pub async fn keep_intake_since<L, F, H, G>(
     conn: ConnectionManager,
     market: Arc<Market>,
     listening: L,
+    head: H,
     stop: impl std::future::Future<Output = ()> + Send,
 ) where
     L: Fn() -> F + Send,
     F: std::future::Future<Output = bool> + Send,
+    H: Fn() -> G + Send,
+    G: std::future::Future<Output = Option<u64>> + Send,
 {
     let k = market.keys.clone();
+    let ttl = INTAKE_SINCE_TTL.as_secs();
     let work = async {
         let mut conn = conn;
+        // Whatever a predecessor left is not this process's to vouch for.
+        let _: redis::RedisResult<()> = conn.del(k.intake_since()).await;
         let mut known: Option<bool> = None;
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
             tick.tick().await;
             let now = listening().await;
             if known == Some(now) {
+                if now {
+                    // Renewed; gone (expired while Redis was away): set again.
+                    let renewed: redis::RedisResult<bool> = conn.expire(k.intake_since(), ttl as i64).await;
+                    if let Ok(false) = renewed {
+                        known = None;
+                    }
+                }
                 continue;
             }
             let done = if now {
-                let head: redis::RedisResult<Option<u64>> = conn.get(k.anchor_head()).await;
-                match head {
-                    // Not known yet (the event monitor has not recorded one): asked again.
-                    Ok(None) => false,
-                    Ok(Some(head)) => {
-                        let set: redis::RedisResult<()> = conn.set(k.intake_since(), head).await;
+                match head().await {
+                    // The chain not answering: asked again.
+                    None => false,
+                    Some(head) => {
+                        let set: redis::RedisResult<()> = conn.set_ex(k.intake_since(), head, ttl).await;
                         if set.is_ok() {
                             tracing::info!("intake listening since anchor block {head}");
                         }
                         set.is_ok()
                     }
-                    Err(_) => false,
                 }
             } else {
                 let del: redis::RedisResult<()> = conn.del(k.intake_since()).await;

@@ -399,14 +399,18 @@ async fn run_locked(
                 peer.peer_id(),
                 addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             ));
-            let (watched, conn_since, market_since, stop_since) =
-                (peer.clone(), conn.clone(), market.clone(), stopped());
+            let (watched, conn_since, market_since, stop_since, chain) =
+                (peer.clone(), conn.clone(), market.clone(), stopped(), anchor.clone());
             tasks.spawn(async move {
                 let listening = move || {
                     let p = watched.clone();
                     async move { p.mesh_peers().await > 0 }
                 };
-                crate::onchain::keep_intake_since(conn_since, market_since, listening, stop_since).await;
+                let head = move || {
+                    let c = chain.clone();
+                    async move { c.head().await.ok() }
+                };
+                crate::onchain::keep_intake_since(conn_since, market_since, listening, head, stop_since).await;
                 Ok(())
             });
             let (taker, mut stop) = (gateway.clone(), Box::pin(stopped()));
@@ -455,9 +459,14 @@ async fn run_locked(
         }
         if settings.gossip.is_none() {
             // gRPC only: listening from the start.
-            let (conn_since, market_since, stop_since) = (conn.clone(), market.clone(), stopped());
+            let (conn_since, market_since, stop_since, chain) =
+                (conn.clone(), market.clone(), stopped(), anchor.clone());
             tasks.spawn(async move {
-                crate::onchain::keep_intake_since(conn_since, market_since, || async { true }, stop_since).await;
+                let head = move || {
+                    let c = chain.clone();
+                    async move { c.head().await.ok() }
+                };
+                crate::onchain::keep_intake_since(conn_since, market_since, || async { true }, head, stop_since).await;
                 Ok(())
             });
         }

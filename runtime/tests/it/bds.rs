@@ -203,10 +203,10 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
     world.register_validators(2);
     let finalized_cid = lite_node_protocol::cid(b"epoch 11 as the validators finalized it");
     let pending_cid = lite_node_protocol::cid(b"epoch 12, not attested yet");
-    let root = [7u8; 32];
-    world.submit_batch(11, "batch-11", &[(project_id.clone(), finalized_cid.clone())], root);
+    world.release_epoch_with_id(12);
+    let root = world.submit_batch(11, "batch-11", &[(project_id.clone(), finalized_cid.clone())]);
     world.attest_as(1, 11, "batch-11", root);
-    world.submit_batch(12, "batch-12", &[(project_id.clone(), pending_cid)], root);
+    world.submit_batch(12, "batch-12", &[(project_id.clone(), pending_cid)]);
     let release_block = world.head();
 
     let node = |dir: &std::path::Path| {
@@ -263,7 +263,7 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
     // A finalization after the release block does not change the epoch's
     // bytes: the read is pinned to the release.
     let late = lite_node_protocol::cid(b"epoch 9, finalized late");
-    world.submit_batch(9, "batch-9", &[(project_id.clone(), late.clone())], root);
+    let root = world.submit_batch(9, "batch-9", &[(project_id.clone(), late.clone())]);
     world.attest_as(1, 9, "batch-9", root);
     assert_eq!(compute(&b, &store_b, 13, release_block), from_b, "pinned to the release block");
     let later: Value = serde_json::from_slice(&compute(&b, &store_b, 14, world.head())).unwrap();

@@ -41,6 +41,8 @@ struct V {
     onchain: Onchain,
     conn: redis::aio::ConnectionManager,
     market: Arc<Market>,
+    /// Its account's own transactions (a byzantine validator's, in a test).
+    sender: TxSender,
 }
 
 /// Accounts 7, 8 and 9 of the world registered as the data market's
@@ -58,6 +60,8 @@ fn net() -> Net {
         allowed: vec![true; accounts.len()],
     };
     world.transact(call.abi_encode());
+    // The tests' epochs (21…25) are released.
+    world.release_epoch_with_id(30);
     let io = IoRuntime::new().unwrap();
     let rpc = HttpRpc::new("anchor", vec![world.url()], Duration::from_secs(10), io).unwrap();
     let anchor = Arc::new(Anchor::new(rpc, world.manifest.protocol_state.parse().unwrap(), market_addr));
@@ -82,8 +86,8 @@ fn net() -> Net {
                 let market = Arc::new(market);
                 let key: [u8; 32] = alloy::hex::decode(&a.private_key).unwrap().try_into().unwrap();
                 let sender = TxSender::new(anchor.shared_rpc(), &key, chain_id).unwrap();
-                let onchain = Onchain::new(market.clone(), conn.clone(), anchor.clone(), sender, FALLBACK);
-                V { address: a.address.parse().unwrap(), onchain, conn, market }
+                let onchain = Onchain::new(market.clone(), conn.clone(), anchor.clone(), sender.clone(), FALLBACK);
+                V { address: a.address.parse().unwrap(), onchain, conn, market, sender }
             })
         })
         .collect();
@@ -290,4 +294,63 @@ fn an_epoch_released_before_the_intake_listened_is_not_attested() {
     let s = n.state(order[2], epoch);
     assert_eq!(s["onchain_status"], "skipped", "{s:?}");
     assert!(s["onchain_error"].contains("not listening"), "{s:?}");
+}
+
+/// A byzantine validator can neither name CIDs its root does not commit to,
+/// nor block the honest batch by putting its CID on chain first with other
+/// pairs: the honest ones outvote it and replace it under that same CID.
+#[test]
+fn pairs_that_do_not_make_the_root_are_refused_and_a_squatted_batch_cid_blocks_nothing() {
+    let n = net();
+    let epoch = 26;
+    let release = n.world.head();
+    let order = n.by_rank(epoch);
+    let (honest, honest_root) = level1(epoch, &[("p:a", "bafyA"), ("p:b", "bafyB")]);
+    let honest_cid =
+        serde_json::from_str::<serde_json::Value>(&honest).unwrap()["batch_cid"].as_str().unwrap().to_owned();
+    let byzantine = &n.validators[order[1]];
+    let dm = n.anchor.data_market;
+    let batch = |cid: &str, pairs: &[(&str, &str)], root: alloy::primitives::B256| {
+        lite_node_protocol::contracts::submitSubmissionBatchCall {
+            dataMarketAddress: dm,
+            batchCid: cid.to_owned(),
+            epochId: U256::from(epoch),
+            projectIds: pairs.iter().map(|(p, _)| (*p).to_owned()).collect(),
+            snapshotCids: pairs.iter().map(|(_, c)| (*c).to_owned()).collect(),
+            finalizedCidsRootHash: root,
+        }
+        .abi_encode()
+    };
+    // The honest root over other CIDs: refused.
+    let root: alloy::primitives::B256 = honest_root.parse().unwrap();
+    let refused = n.rt.block_on(
+        byzantine
+            .sender
+            .send(n.anchor.protocol_state, batch(&honest_cid, &[("p:a", "bafyX"), ("p:b", "bafyB")], root).into()),
+    );
+    match refused {
+        Err(lite_node_chain::TxError::Reverted(why)) => assert!(why.contains("not the Merkle root"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Pairs out of order: refused too.
+    let unsorted = batch(&honest_cid, &[("p:b", "bafyB"), ("p:a", "bafyA")], root);
+    assert!(n.rt.block_on(byzantine.sender.send(n.anchor.protocol_state, unsorted.into())).is_err());
+    // The honest batch's CID squatted with junk pairs (consistent with their root).
+    let junk = lite_node_protocol::merkle::Tree::of([("p:a", "bafyJUNK")]).unwrap().root();
+    n.rt.block_on(
+        byzantine.sender.send(n.anchor.protocol_state, batch(&honest_cid, &[("p:a", "bafyJUNK")], junk).into()),
+    )
+    .unwrap();
+    assert_eq!(n.chain_batch(epoch).root, junk);
+    for v in 0..3 {
+        n.finalized(v, epoch, release, release - 1, &honest);
+    }
+    n.world.mine(WINDOW + 1);
+    n.rounds(&[order[0], order[2]], release + 30);
+    let on_chain = n.chain_batch(epoch);
+    assert!(on_chain.finalized, "the honest two finalize it");
+    assert_eq!(on_chain.root.to_string(), honest_root);
+    assert_eq!(on_chain.batchCid, honest_cid, "under the CID the byzantine one used first");
+    let divergent = divergentValidatorsCall { dataMarketAddress: dm, epochId: U256::from(epoch) };
+    assert_eq!(n.rt.block_on(n.anchor.read(&divergent, None)).unwrap(), vec![byzantine.address]);
 }

@@ -18,5 +18,5 @@ pub(crate) mod ws;
 pub use anchor::{Anchor, AnchorEvent, EventKind, Identity, Release};
 pub use connect::Chains;
 pub use rpc::{HttpRpc, IoRuntime, RpcEndpoint};
-pub use tx::{Receipt, TxError, TxSender};
+pub use tx::{Prepared, Receipt, TxError, TxSender};
 pub use ws::HeadSignal;

@@ -53,6 +53,13 @@ impl std::fmt::Display for TxError {
 
 impl std::error::Error for TxError {}
 
+/// A signed transaction, not sent yet.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub hash: B256,
+    raw: String,
+}
+
 /// A mined transaction's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Receipt {
@@ -90,6 +97,14 @@ impl TxSender {
 
     /// Estimates, signs and sends a call of `input` to `to`; returns its hash.
     pub async fn send(&self, to: Address, input: Bytes) -> Result<B256, TxError> {
+        let tx = self.prepare(to, input).await?;
+        self.broadcast(&tx).await?;
+        Ok(tx.hash)
+    }
+
+    /// Estimates and signs a call of `input` to `to`, without sending it:
+    /// its hash is known (and can be recorded) before it can be mined.
+    pub async fn prepare(&self, to: Address, input: Bytes) -> Result<Prepared, TxError> {
         let from = self.address();
         let call = json!({"from": from, "to": to, "data": input});
         let answers = self
@@ -118,9 +133,10 @@ impl TxSender {
         let tx = TxEip1559 {
             chain_id: self.chain_id,
             nonce: u64::try_from(nonce).map_err(|_| TxError::Rpc(bad("eth_getTransactionCount", nonce)))?,
-            // A fifth over the estimate: the state may move between the
-            // estimate and the block.
-            gas_limit: u64::try_from(gas.saturating_mul(6) / 5).unwrap_or(u64::MAX),
+            // Half again the estimate: the state may move between the
+            // estimate and the block (another validator's attestation first
+            // makes ours the one that finalizes, which costs more).
+            gas_limit: u64::try_from(gas.saturating_mul(3) / 2).unwrap_or(u64::MAX),
             max_fee_per_gas: max_fee,
             max_priority_fee_per_gas: PRIORITY_FEE.min(max_fee),
             to: TxKind::Call(to),
@@ -133,10 +149,15 @@ impl TxSender {
             .sign_hash_sync(&tx.signature_hash())
             .map_err(|e| TxError::Rpc(bad("signing the transaction", e)))?;
         let signed = tx.into_signed(signature);
-        let hash = *signed.hash();
-        let raw = format!("0x{}", hex::encode(signed.encoded_2718()));
-        match self.rpc.call_value("eth_sendRawTransaction", json!([raw])).await {
-            Ok(_) => Ok(hash),
+        Ok(Prepared { hash: *signed.hash(), raw: format!("0x{}", hex::encode(signed.encoded_2718())) })
+    }
+
+    /// Sends a prepared transaction.
+    pub async fn broadcast(&self, tx: &Prepared) -> Result<(), TxError> {
+        match self.rpc.call_value("eth_sendRawTransaction", json!([tx.raw])).await {
+            Ok(_) => Ok(()),
+            // Sent before (a retry after a timeout): it is in the pool.
+            Err(e) if e.message.to_ascii_lowercase().contains("already known") => Ok(()),
             Err(e) if e.message.to_ascii_lowercase().contains("revert") => {
                 Err(TxError::Reverted(e.message.to_string()))
             }

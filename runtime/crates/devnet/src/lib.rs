@@ -487,6 +487,11 @@ impl Devnet {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            // …and each validator's intake says it listens (so the first
+            // epoch, released after this, is one it watched whole).
+            for v in validators.iter_mut() {
+                v.wait_listening(Duration::from_secs(30)).await?;
+            }
             collector.gossip = Some(gossip);
         }
         let serving = tokio::spawn(collector::serve(
@@ -1060,15 +1065,15 @@ fn node_log_filter(env: &EnvSnapshot) -> String {
     lite_node_config::LogSettings::from_env(env).map_or_else(|_| "info".to_owned(), |log| log.for_child_logs())
 }
 
-/// A signer key for a slot the saved world did not register (public:
-/// anyone can derive it, like anvil's own development keys).
 /// Validator `index`'s key (1, 2, …), derived so a devnet's validators are
-/// the same from run to run.
+/// the same from run to run (public: anyone can derive it).
 fn derived_validator_key(index: u64) -> String {
     let key = alloy::primitives::keccak256(format!("lite-node devnet validator {index}"));
     format!("0x{}", hex::encode(key))
 }
 
+/// A signer key for a slot the saved world did not register (public:
+/// anyone can derive it, like anvil's own development keys).
 fn derived_key(slot_id: u64) -> String {
     let key = alloy::primitives::keccak256(format!("lite-node devnet slot {slot_id}"));
     format!("0x{}", hex::encode(key))

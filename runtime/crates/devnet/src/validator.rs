@@ -160,7 +160,10 @@ impl DevnetValidator {
         }
         let mut env = env.to_vec();
         env.push(("LITE_NODE_DATA_DIR".into(), data_dir.display().to_string()));
-        env.push(("RUST_LOG".into(), "info".into()));
+        env.push((
+            "RUST_LOG".into(),
+            std::env::var("LITE_NODE_DEVNET_VALIDATOR_LOG").unwrap_or_else(|_| "info".into()),
+        ));
         env.push(("VALIDATOR_SIGNER_PRIVATE_KEY".into(), key.to_owned()));
         let process = spawn(exe, &args, &env, &log)?;
         let keys = Keys::new(&protocol_state.to_ascii_lowercase(), &data_market.to_ascii_lowercase());
@@ -198,6 +201,28 @@ impl DevnetValidator {
     /// Whether its process has ended (and how).
     pub fn exited(&mut self) -> Option<String> {
         self.process.exited().map(|s| s.to_string())
+    }
+
+    /// Waits (up to `patience`) until its intake says it listens
+    /// (`intake:since`, kept by its gateway once its gossip peer is in a mesh).
+    pub async fn wait_listening(&mut self, patience: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let since: Option<u64> = self.conn.get(self.keys.intake_since()).await.unwrap_or(None);
+            if since.is_some() {
+                return Ok(());
+            }
+            self.alive()?;
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "validator {}'s gossip intake was not listening after {} s; see {}",
+                    self.index,
+                    patience.as_secs(),
+                    self.process.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Its `onchain_*` fields of epoch `epoch_id`'s state.

@@ -41,9 +41,13 @@ pub const SUBMISSIONS_TOPIC: &str = "/powerloom/snapshot-submissions/all";
 /// at their caps is well under it (the validator's gRPC limit too).
 pub const MAX_PAYLOAD: usize = 2 * 1024;
 
-/// Room for gossipsub's envelope (the author's key and signature, the
-/// sequence number, the topic) around [`MAX_PAYLOAD`].
-const MAX_FRAME: usize = MAX_PAYLOAD + 1024;
+/// The largest frame read from a peer (gossipsub's `max_transmit_size`).
+/// Not the message cap — that is [`MAX_PAYLOAD`], checked before anything
+/// is relayed — because the codec compares it with what it has buffered, and
+/// a burst of small messages buffers 8 KiB at a time: a cap of 3 KiB closed
+/// the stream in the middle of every burst, and the rest of the burst was
+/// lost (found with 50 submissions an epoch through one collector).
+const MAX_FRAME: usize = 64 * 1024;
 
 /// Messages waiting to be published; past it, [`Gossip::publish`] drops
 /// and counts.
@@ -213,10 +217,17 @@ pub const GRAYLIST: f64 = -80.0;
 /// graylisted: what they send is then ignored.
 fn scoring(topic: &gossipsub::IdentTopic) -> (gossipsub::PeerScoreParams, gossipsub::PeerScoreThresholds) {
     let mut params = gossipsub::PeerScoreParams::default();
+    // Only junk counts against a peer. The default topic parameters also
+    // penalize a mesh peer that delivers fewer than 20 messages in a
+    // window; submissions come in bursts at each epoch (a collector is quiet
+    // between them), so that graylisted every honest collector within
+    // seconds and the validators ignored all it sent.
     let topic_params = gossipsub::TopicScoreParams {
         topic_weight: 1.0,
         invalid_message_deliveries_weight: -10.0,
         invalid_message_deliveries_decay: 0.9,
+        mesh_message_deliveries_weight: 0.0,
+        mesh_failure_penalty_weight: 0.0,
         ..gossipsub::TopicScoreParams::default()
     };
     params.topics.insert(topic.hash(), topic_params);

@@ -1,0 +1,278 @@
+//! Submissions through the gossip mesh into three validators (printed, not
+//! asserted): three validators in this process, each with its own real
+//! redis-server, gossip peer (libp2p on loopback, noise, yamux), gateway
+//! (every message checked — form, EIP-712 signature, project — before it is
+//! relayed or queued) and dequeuer (every check on); a collector's
+//! publish-only peer meshed with all three.
+//!
+//! - **Latency**: one submission at a time, from the collector's publish to
+//!   its presence in every validator's `submissionQueue` (dequeuers off),
+//!   p50 / p99 / max (goal p99 < 50 ms);
+//! - **Throughput**: a burst published as fast as the collector's outbox
+//!   takes it, until every validator has a verdict for each (dequeuers on,
+//!   2 workers each): submissions per second into three validators' verdicts
+//!   on this machine (goal ≥ 3,000/s), and the bytes a submission takes.
+//!
+//!     cargo bench -p lite-node-validator --bench mesh
+//!
+//! Without `--bench` (as CI runs it), tiny sizes: it only proves it runs.
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use alloy::primitives::Address;
+use lite_node_protocol::{
+    eip712::{Request, Signer},
+    proto,
+    submission::Scope,
+};
+use lite_node_testkit::RedisServer;
+use lite_node_validator::{
+    Market,
+    chain::{ChainReads, EpochFacts, Selection},
+    dequeuer::{Dequeuer, DequeuerSettings},
+    gateway::{Admitted, Gateway},
+    gossip::{self, Gossip},
+    monitor::Monitor,
+};
+use redis::AsyncCommands;
+
+const CHAIN_ID: u64 = 31337;
+
+struct Registry(HashMap<u64, Address>);
+
+impl ChainReads for Registry {
+    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        Ok(self.0.get(&slot_id).copied().unwrap_or(Address::ZERO))
+    }
+    async fn total_slots(&self) -> Result<u64, String> {
+        Ok(self.0.len() as u64)
+    }
+    async fn selection(&self, _: EpochFacts, _: u64, _: &str) -> Result<Selection, String> {
+        Ok(Selection::Selected)
+    }
+}
+
+fn scope() -> Scope {
+    Scope {
+        data_market: "0x0000000000000000000000000000000000000d01".parse().unwrap(),
+        protocol_state: "0x0000000000000000000000000000000000000501".parse().unwrap(),
+    }
+}
+
+fn key(slot: u64) -> [u8; 32] {
+    let mut k = [3u8; 32];
+    k[..8].copy_from_slice(&slot.to_be_bytes());
+    k
+}
+
+/// `slots × projects` signed submissions of `epoch_id` as gossip carries them.
+fn burst(epoch_id: u64, slots: u64, projects: u64, first_project: u64) -> Vec<Vec<u8>> {
+    let signers: Vec<Signer> =
+        (1..=slots).map(|s| Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap()).collect();
+    let mut out = Vec::new();
+    for p in first_project..first_project + projects {
+        let project_id = format!("baseSnapshot:project{p:06}:bench");
+        for (i, signer) in signers.iter().enumerate() {
+            let slot_id = i as u64 + 1;
+            let cid = lite_node_protocol::cid::cid(format!("{p} {}", slot_id % 3).as_bytes());
+            let request =
+                Request { slot_id, deadline: 200, snapshot_cid: cid, epoch_id, project_id: project_id.clone() };
+            let s = proto::SnapshotSubmission {
+                signature: signer.sign(&request).unwrap(),
+                request: Some((&request).into()),
+                header: String::new(),
+                data_market: scope().data_market.to_string(),
+                node_version: None,
+                protocol_state: scope().protocol_state.to_string(),
+            };
+            out.push(prost::Message::encode_to_vec(&s));
+        }
+    }
+    out
+}
+
+struct Validator {
+    _redis: RedisServer,
+    client: redis::Client,
+    conn: redis::aio::ConnectionManager,
+    market: Arc<Market>,
+    peer: Gossip,
+    _dir: tempfile::TempDir,
+}
+
+async fn validator(bootstrap: Vec<gossip::Multiaddr>) -> Validator {
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let conn = lite_node_validator::connect(&client).await.unwrap();
+    let mut market = Market::new(scope(), CHAIN_ID, "bench");
+    market.window_blocks = 10;
+    let market = Arc::new(market);
+    let monitor = Monitor::new(market.clone(), conn.clone());
+    for e in 1..=3 {
+        monitor.released(e, 100, 1, 1).await.unwrap();
+    }
+    monitor.head(101).await.unwrap();
+    let gateway = Gateway::new(conn.clone(), market.clone());
+    let (deliver, mut delivered) = tokio::sync::mpsc::channel::<Vec<u8>>(4096);
+    let judge = gateway.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let peer = Gossip::start(
+        gossip::Settings {
+            listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+            bootstrap,
+            identity: dir.path().join("p2p-identity.key"),
+            topic: gossip::SUBMISSIONS_TOPIC.into(),
+        },
+        Arc::new(move |payload: &[u8]| judge.judge_gossip(payload)),
+        deliver,
+    )
+    .unwrap();
+    tokio::spawn(async move {
+        while let Some(payload) = delivered.recv().await {
+            match gateway.take_gossip(&payload).await {
+                Ok(Admitted::Queued) => {}
+                other => panic!("not queued: {other:?}"),
+            }
+        }
+    });
+    Validator { _redis: redis, client, conn, market, peer, _dir: dir }
+}
+
+async fn address_of(peer: &Gossip) -> gossip::Multiaddr {
+    loop {
+        if let Some(a) = peer.listening().await.into_iter().next() {
+            return format!("{a}/p2p/{}", peer.peer_id()).parse().unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn queued(v: &mut Validator) -> u64 {
+    v.conn.llen(v.market.keys.submission_queue()).await.unwrap()
+}
+
+async fn verdicts(v: &mut Validator, epoch_id: u64) -> u64 {
+    let a: u64 = v.conn.scard(v.market.keys.epoch_processed_set(epoch_id)).await.unwrap();
+    let r: u64 = v.conn.hlen(v.market.keys.rejections(epoch_id)).await.unwrap();
+    a + r
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+fn main() {
+    let quick = lite_node_testkit::bench_is_quick();
+    let (latency_n, slots, projects) = if quick { (20, 4, 5) } else { (500, 40, 250) };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut validators = vec![validator(Vec::new()).await];
+        let first = address_of(&validators[0].peer).await;
+        validators.push(validator(vec![first.clone()]).await);
+        let second = address_of(&validators[1].peer).await;
+        validators.push(validator(vec![first.clone(), second.clone()]).await);
+        let third = address_of(&validators[2].peer).await;
+        let dir = tempfile::tempdir().unwrap();
+        let collector = Gossip::publisher(gossip::Settings {
+            listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+            bootstrap: vec![first, second, third],
+            identity: dir.path().join("p2p-identity.key"),
+            topic: gossip::SUBMISSIONS_TOPIC.into(),
+        })
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while collector.mesh_peers().await < 3 {
+            assert!(Instant::now() < deadline, "the collector did not mesh with the three validators");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        // Latency: one at a time, into every validator's queue.
+        let items = burst(1, 1, latency_n, 0);
+        let mut latencies = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            let start = Instant::now();
+            assert!(collector.publish(item));
+            for v in validators.iter_mut() {
+                while queued(v).await < i as u64 + 1 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            latencies.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        latencies.sort_by(f64::total_cmp);
+        println!(
+            "collector publish → in all 3 validators' queues: {} submissions, p50 {:.2} ms, p99 {:.2} ms, max {:.2} \
+             ms (goal p99 < 50 ms)",
+            latencies.len(),
+            quantile(&latencies, 0.5),
+            quantile(&latencies, 0.99),
+            quantile(&latencies, 1.0)
+        );
+
+        // Throughput: dequeuers on (what the latency phase queued is judged
+        // first, epoch 1), then a burst of epoch 2.
+        let registry: HashMap<u64, Address> = (1..=slots)
+            .map(|s| (s, Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap().address()))
+            .collect();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        for v in &validators {
+            let dequeuer = Dequeuer::new(v.market.clone(), Arc::new(Registry(registry.clone())), v.conn.clone());
+            let mut rx = stop_rx.clone();
+            let settings = DequeuerSettings { workers: 2, ..DequeuerSettings::default() };
+            tokio::spawn(dequeuer.run(v.client.clone(), settings, async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }));
+        }
+        for v in validators.iter_mut() {
+            while verdicts(v, 1).await < latency_n {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        let signing = Instant::now();
+        let items = burst(2, slots, projects, 1_000);
+        let total = items.len() as u64;
+        let bytes: usize = items.iter().map(Vec::len).sum();
+        println!(
+            "signed {total} submissions in {:.1} s (setup); {} bytes each on average",
+            signing.elapsed().as_secs_f64(),
+            bytes / items.len()
+        );
+        let sent_before: Vec<u64> = validators.iter().map(|v| gossip::Stats::get(&v.peer.stats().accepted)).collect();
+        let started = Instant::now();
+        let mut dropped = 0u64;
+        for item in items {
+            while !collector.publish(item.clone()) {
+                dropped += 1;
+                tokio::task::yield_now().await;
+            }
+        }
+        let published = started.elapsed();
+        for v in validators.iter_mut() {
+            let deadline = Instant::now() + Duration::from_secs(600);
+            while verdicts(v, 2).await < total {
+                assert!(Instant::now() < deadline, "not every submission reached a verdict");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        let took = started.elapsed();
+        let received: Vec<u64> = validators
+            .iter()
+            .zip(&sent_before)
+            .map(|(v, before)| gossip::Stats::get(&v.peer.stats().accepted) - before)
+            .collect();
+        println!(
+            "through the mesh into 3 validators' verdicts: {total} submissions in {:.2} s = {:.0} submissions/s \
+             (published in {:.2} s, {dropped} outbox-full retries; every check on, 2 dequeuer workers each; goal \
+             ≥ 3,000/s)",
+            took.as_secs_f64(),
+            total as f64 / took.as_secs_f64(),
+            published.as_secs_f64()
+        );
+        println!("  messages each validator's check accepted (gossip drops duplicates first): {received:?} of {total}");
+        let _ = stop_tx.send(true);
+    });
+}
