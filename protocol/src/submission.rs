@@ -316,6 +316,37 @@ pub fn admit<'a>(
     Ok((r, signer))
 }
 
+/// The id a submission travels under on the validators' gossip network: the
+/// SHA-256 of what is signed and checked — the request, the signature in its
+/// one form ([`eip712::canonical_signature`]), the data market and
+/// ProtocolState (lower-case) — encoded again, without the fields nobody
+/// signs (`header`, `nodeVersion`) and whatever else the sender's encoding
+/// carried. So one signed submission is one message however it is
+/// respelled, and a replay with another header is a duplicate, dropped
+/// before any check runs. A payload that does not decode: the SHA-256 of
+/// its bytes.
+pub fn gossip_message_id(payload: &[u8]) -> [u8; 32] {
+    use prost::Message;
+    use sha2::{Digest, Sha256};
+    let raw = || Sha256::digest(payload).into();
+    let Ok(mut s) = SnapshotSubmission::decode(payload) else { return raw() };
+    let Ok(signature) = eip712::canonical_signature(&s.signature) else { return raw() };
+    s.signature = signature;
+    s.header.clear();
+    s.node_version = None;
+    s.data_market.make_ascii_lowercase();
+    s.protocol_state.make_ascii_lowercase();
+    Sha256::digest(s.encode_to_vec()).into()
+}
+
+/// Whether `payload` is the canonical encoding of `s` (what it decoded to):
+/// fields in order, minimal, no unknown fields. A gossip peer relays only
+/// those, so nobody can mint new messages out of one submission by
+/// re-encoding it.
+pub fn is_canonical_encoding(s: &SnapshotSubmission, payload: &[u8]) -> bool {
+    prost::Message::encode_to_vec(s) == payload
+}
+
 /// The data market and ProtocolState a collector serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Scope {
@@ -602,5 +633,37 @@ mod tests {
             std::task::Poll::Ready(v) => v,
             std::task::Poll::Pending => panic!("the table's facts answer at once"),
         }
+    }
+
+    #[test]
+    fn a_respelled_or_reheaded_submission_has_the_same_gossip_id_and_another_request_does_not() {
+        use prost::Message;
+        let signer = eip712::Signer::new(&[7u8; 32], 31337, PS.parse().unwrap()).unwrap();
+        let mut s = good();
+        s.signature = signer.sign(&eip712::Request::from(s.request.as_ref().unwrap())).unwrap();
+        let payload = s.encode_to_vec();
+        let id = gossip_message_id(&payload);
+        assert!(is_canonical_encoding(&s, &payload));
+        // Another header, the signature spelled otherwise, the addresses in
+        // capitals: the same signed submission, the same id.
+        let mut respelled = s.clone();
+        respelled.header = "replayed".into();
+        respelled.node_version = Some("0.0.1".into());
+        let mut sig = hex::decode(&s.signature).unwrap();
+        sig[64] -= 27;
+        respelled.signature = format!("0x{}", hex::encode_upper(sig));
+        respelled.data_market = DM.to_ascii_uppercase().replacen("0X", "0x", 1);
+        assert_eq!(gossip_message_id(&respelled.encode_to_vec()), id);
+        // Another request: another id.
+        let mut other = s.clone();
+        other.request.as_mut().unwrap().epoch_id = 4;
+        assert_ne!(gossip_message_id(&other.encode_to_vec()), id);
+        // Bytes that are not a submission: hashed as they are.
+        assert_ne!(gossip_message_id(b"junk"), gossip_message_id(b"junk2"));
+        // The same submission with an unknown field appended is not canonical.
+        let mut padded = payload.clone();
+        padded.extend_from_slice(&[0xf8, 0x01, 0x01]); // field 31, varint 1
+        let decoded = SnapshotSubmission::decode(padded.as_slice()).unwrap();
+        assert!(!is_canonical_encoding(&decoded, &padded));
     }
 }

@@ -31,8 +31,9 @@
 //! The epoch's state records what happened: `onchain_status` (`pending`,
 //! `waiting`, `batch_sent`, `attestation_sent`, `submitted`, `attested`,
 //! `finalized`, `skipped`, `not_finalized`), `onchain_tx_hash` and
-//! `onchain_block_number` (this validator's last transaction and the block
-//! it was mined in), `onchain_finalized_block`, `onchain_error`.
+//! `onchain_block_number` and `onchain_gas_used` (this validator's last
+//! transaction, the block it was mined in, its gas), `onchain_finalized_block`,
+//! `onchain_error`.
 //!
 //! One process a validator runs this (a Redis lease, `onchain:lease`): two
 //! would race for the account's nonces. A process started again on the same
@@ -319,6 +320,7 @@ impl Onchain {
                         &[
                             ("onchain_status", done),
                             ("onchain_block_number", &r.block_number.to_string()),
+                            ("onchain_gas_used", &r.gas_used.to_string()),
                             ("onchain_error", ""),
                         ],
                     )

@@ -502,6 +502,28 @@ fn bad_flags_exit_2_naming_the_flag_and_sigterm_stops_a_validator_waiting_for_re
         assert!(stderr.contains(says), "{extra:?}: {stderr}");
     }
 
+    // The validator key: not a key (never echoed), not registered for the
+    // market, or asked for without one.
+    let redis = RedisServer::start();
+    let unregistered = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+    for (key, extra, says) in [
+        (Some("0xnot-a-key-but-secret"), vec![], "VALIDATOR_SIGNER_PRIVATE_KEY is not a secp256k1 private key"),
+        (Some(unregistered), vec!["--fallback-blocks", "0"], "--fallback-blocks must be at least 1"),
+        (Some(unregistered), vec![], "is not a registered validator of data market"),
+        (None, vec!["--components", "onchain"], "--components onchain needs the validator's key"),
+    ] {
+        let mut cmd = validator_command(&s, None, &extra);
+        cmd.args(["--redis-url", &redis.url(), "--pools", &pools, "--components", "onchain,monitor"]);
+        if let Some(key) = key {
+            cmd.env("VALIDATOR_SIGNER_PRIVATE_KEY", key);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{key:?} {extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{key:?} {extra:?}: {stderr}");
+        assert!(!stderr.contains("secret") && !stderr.contains(&unregistered[4..20]), "the key leaked: {stderr}");
+    }
+
     // Redis unreachable: the validator waits for it, and a stop ends the wait.
     let log = s.cache.path().join("waiting.log");
     let mut child =

@@ -31,7 +31,6 @@ use libp2p::{
     swarm::{NetworkBehaviour, SwarmEvent},
     tcp, yamux,
 };
-use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// The topic snapshot submissions travel on (the protocol's name for it).
@@ -199,8 +198,12 @@ fn gossipsub_config() -> Result<gossipsub::Config, Error> {
         // Nothing is relayed before the check has judged it.
         .validate_messages()
         .max_transmit_size(MAX_FRAME)
-        // The same submission from two peers is one message.
-        .message_id_fn(|m: &gossipsub::Message| gossipsub::MessageId::from(Sha256::digest(&m.data).to_vec()))
+        // One signed submission is one message, however it is respelled
+        // (another header, another spelling of its signature): a replay is a
+        // duplicate, dropped before any check.
+        .message_id_fn(|m: &gossipsub::Message| {
+            gossipsub::MessageId::from(lite_node_protocol::submission::gossip_message_id(&m.data).to_vec())
+        })
         // Below `mesh_n_low` (5) peers a heartbeat grafts every subscribed
         // peer it knows: a small network (a devnet's validators and its
         // collector) is one full mesh, whoever dialled whom.
