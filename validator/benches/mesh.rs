@@ -34,7 +34,7 @@ use lite_node_validator::{
     Market,
     chain::{ChainReads, EpochFacts, Selection},
     dequeuer::{Dequeuer, DequeuerSettings},
-    gateway::{Admitted, Gateway},
+    gateway::Gateway,
     gossip::{self, Gossip},
     monitor::Monitor,
 };
@@ -131,14 +131,7 @@ async fn validator(bootstrap: Vec<gossip::Multiaddr>) -> Validator {
         deliver,
     )
     .unwrap();
-    tokio::spawn(async move {
-        while let Some(payload) = delivered.recv().await {
-            match gateway.take_gossip(&payload).await {
-                Ok(Admitted::Queued) => {}
-                other => panic!("not queued: {other:?}"),
-            }
-        }
-    });
+    tokio::spawn(async move { gateway.take_gossip_from(&mut delivered).await });
     Validator { _redis: redis, client, conn, market, peer, _dir: dir }
 }
 
@@ -245,9 +238,11 @@ fn main() {
         let started = Instant::now();
         let mut dropped = 0u64;
         for item in items {
+            // The outbox full: wait a little (spinning would take the CPU
+            // the validators need).
             while !collector.publish(item.clone()) {
                 dropped += 1;
-                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_micros(500)).await;
             }
         }
         let published = started.elapsed();

@@ -204,6 +204,9 @@ pub enum Admitted {
     NoHead,
 }
 
+/// Submissions from gossip queued together at most.
+pub const GOSSIP_BATCH: usize = 256;
+
 /// A call in flight for a peer, released when dropped.
 struct InFlight {
     table: Arc<Mutex<HashMap<IpAddr, usize>>>,
@@ -248,6 +251,56 @@ impl Gateway {
         match <SnapshotSubmission as prost::Message>::decode(payload) {
             Ok(s) => self.queue(&s, "gossip").await,
             Err(e) => Ok(Admitted::Refused(Rejection::new(Reason::BadForm, format!("not a submission: {e}")))),
+        }
+    }
+
+    /// Queues what gossip hands over on `delivered`, until it closes: what
+    /// is waiting is taken together (up to [`GOSSIP_BATCH`]) and queued
+    /// concurrently on the one connection, so Redis sees them pipelined —
+    /// one at a time, a burst outran the queueing and the channel filled,
+    /// and gossip ignores (and loses: it is not sent again) what arrives
+    /// then. A submission that cannot be queued now — Redis away (a
+    /// restart), no anchor head yet (the event monitor starting), the queue
+    /// full — is held and tried again with backoff, never dropped.
+    pub async fn take_gossip_from(&self, delivered: &mut tokio::sync::mpsc::Receiver<Vec<u8>>) {
+        let mut batch = Vec::with_capacity(GOSSIP_BATCH);
+        loop {
+            batch.clear();
+            if delivered.recv_many(&mut batch, GOSSIP_BATCH).await == 0 {
+                return;
+            }
+            let mut pending = std::mem::take(&mut batch);
+            let mut delays = lite_node_core::retry::Policy::REDIS.delays();
+            loop {
+                let results = futures_util::future::join_all(pending.iter().map(|p| self.take_gossip(p))).await;
+                let mut again = Vec::new();
+                let mut why = String::new();
+                for (payload, result) in pending.into_iter().zip(results) {
+                    match result {
+                        Ok(Admitted::Queued) => {}
+                        Ok(Admitted::Refused(r)) => tracing::debug!("gossip: a submission was not queued: {r}"),
+                        Ok(Admitted::NoHead) => {
+                            why = "no anchor head in Redis yet (the event monitor is starting)".into();
+                            again.push(payload);
+                        }
+                        Ok(Admitted::Full) => {
+                            why = "the submission queue is full".into();
+                            again.push(payload);
+                        }
+                        Err(e) => {
+                            why = format!("Redis: {e}");
+                            again.push(payload);
+                        }
+                    }
+                }
+                if again.is_empty() {
+                    break;
+                }
+                let wait = delays.next().unwrap_or(lite_node_core::retry::Policy::REDIS.max);
+                tracing::warn!("gossip: {} submission(s) held ({why}); trying again in {wait:?}", again.len());
+                tokio::time::sleep(wait).await;
+                pending = again;
+            }
         }
     }
 

@@ -379,7 +379,7 @@ async fn run_locked(
         announced.push(format!("gateway (gRPC) listening on {}", listener.local_addr()?));
         let gateway = Gateway::with_admission(conn.clone(), market.clone(), deps.projects.clone(), settings.admission);
         if let Some(g) = &settings.gossip {
-            let (deliver, mut delivered) = tokio::sync::mpsc::channel::<Vec<u8>>(1024);
+            let (deliver, mut delivered) = tokio::sync::mpsc::channel::<Vec<u8>>(4096);
             let judge = gateway.clone();
             let check: lite_node_gossip::Check = Arc::new(move |payload: &[u8]| judge.judge_gossip(payload));
             let peer = lite_node_gossip::Gossip::start(
@@ -417,43 +417,9 @@ async fn run_locked(
             tasks.spawn(async move {
                 // The peer lives as long as this task holds it.
                 let _peer = peer;
-                loop {
-                    let payload = tokio::select! {
-                        p = delivered.recv() => match p { Some(p) => p, None => return Ok(()) },
-                        _ = &mut stop => return Ok(()),
-                    };
-                    // Nobody waits for an answer here: while Redis is away
-                    // (a restart) the submission is held and tried again, and
-                    // what gossip delivers meanwhile waits in the channel —
-                    // once that is full, new messages are ignored, not
-                    // rejected, and the other validators still relay them.
-                    // Held as well while the event monitor has no anchor head
-                    // yet (it is starting) or the queue is full: gossip is not
-                    // sent again, so what was accepted must not be dropped.
-                    let queued = lite_node_core::retry::retry(
-                        lite_node_core::retry::Policy::REDIS,
-                        "queueing a submission from gossip",
-                        || async {
-                            match taker.take_gossip(&payload).await {
-                                Ok(crate::gateway::Admitted::NoHead) => {
-                                    Err("no anchor head in Redis yet (the event monitor is starting)".to_owned())
-                                }
-                                Ok(crate::gateway::Admitted::Full) => Err("the submission queue is full".to_owned()),
-                                Ok(admitted) => Ok(admitted),
-                                Err(e) => Err(format!("Redis: {e}")),
-                            }
-                        },
-                        |_| true,
-                    );
-                    let admitted = tokio::select! {
-                        a = queued => a,
-                        _ = &mut stop => return Ok(()),
-                    };
-                    match admitted {
-                        Ok(crate::gateway::Admitted::Queued) => {}
-                        Ok(other) => tracing::debug!("gossip: a submission was not queued: {other:?}"),
-                        Err(e) => tracing::warn!("gossip: a submission was not queued: {e}"),
-                    }
+                tokio::select! {
+                    _ = taker.take_gossip_from(&mut delivered) => Ok(()),
+                    _ = &mut stop => Ok(()),
                 }
             });
         }

@@ -134,6 +134,14 @@ impl Options {
 /// How often the devnet restarts one node that keeps dying before it gives up.
 const MAX_RESTARTS: u32 = 3;
 
+/// The stop grace the devnet gives its nodes (`LITE_NODE_STOP_GRACE_SECS`):
+/// a node ends its epoch in flight within it, then exits.
+const NODE_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How much longer than a node's own grace the devnet waits before it kills
+/// the node: never at the very moment the node would have finished.
+const STOP_MARGIN: Duration = Duration::from_secs(10);
+
 /// Validators one devnet runs (each a process and a Redis on this machine).
 const MAX_VALIDATORS: u64 = 16;
 
@@ -539,6 +547,7 @@ impl Devnet {
                 ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
                 ("LITE_NODE_START_BLOCK", start_block.to_string()),
                 ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
+                ("LITE_NODE_STOP_GRACE_SECS", NODE_STOP_GRACE.as_secs().to_string()),
                 ("RUST_LOG", node_log_filter(env)),
             ];
             node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
@@ -792,7 +801,7 @@ impl Devnet {
     fn stop_quietly(&mut self) {
         tokio::task::block_in_place(|| {
             let mut procs: Vec<&mut Guarded> = self.nodes.iter_mut().map(|n| &mut n.process).collect();
-            stop_all(&mut procs, Duration::from_secs(30));
+            stop_all(&mut procs, NODE_STOP_GRACE + STOP_MARGIN);
         });
         self.serving.abort();
         for v in &mut self.validators {
@@ -809,7 +818,7 @@ impl Devnet {
         }
         tokio::task::block_in_place(|| {
             let mut procs: Vec<&mut Guarded> = self.nodes.iter_mut().map(|n| &mut n.process).collect();
-            stop_all(&mut procs, Duration::from_secs(30));
+            stop_all(&mut procs, NODE_STOP_GRACE + STOP_MARGIN);
         });
         let _ = self.stop_collector.send(());
         // A client someone else left connected must not keep the devnet from ending.
