@@ -18,21 +18,17 @@
 //! Without `--bench` (as CI runs it), tiny sizes: it only proves it runs.
 
 use std::{
-    collections::HashMap,
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use alloy::primitives::Address;
 use lite_node_protocol::{
     eip712::{Request, Signer},
     proto,
-    submission::Scope,
 };
 use lite_node_testkit::RedisServer;
 use lite_node_validator::{
     Market,
-    chain::{ChainReads, EpochFacts, Selection},
     dequeuer::{Dequeuer, DequeuerSettings},
     gateway::Gateway,
     gossip::{self, Gossip},
@@ -40,34 +36,8 @@ use lite_node_validator::{
 };
 use redis::AsyncCommands;
 
-const CHAIN_ID: u64 = 31337;
-
-struct Registry(HashMap<u64, Address>);
-
-impl ChainReads for Registry {
-    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
-        Ok(self.0.get(&slot_id).copied().unwrap_or(Address::ZERO))
-    }
-    async fn total_slots(&self) -> Result<u64, String> {
-        Ok(self.0.len() as u64)
-    }
-    async fn selection(&self, _: EpochFacts, _: u64, _: &str) -> Result<Selection, String> {
-        Ok(Selection::Selected)
-    }
-}
-
-fn scope() -> Scope {
-    Scope {
-        data_market: "0x0000000000000000000000000000000000000d01".parse().unwrap(),
-        protocol_state: "0x0000000000000000000000000000000000000501".parse().unwrap(),
-    }
-}
-
-fn key(slot: u64) -> [u8; 32] {
-    let mut k = [3u8; 32];
-    k[..8].copy_from_slice(&slot.to_be_bytes());
-    k
-}
+mod support;
+use support::{CHAIN_ID, Registry, key, scope};
 
 /// `slots × projects` signed submissions of `epoch_id` as gossip carries them.
 fn burst(epoch_id: u64, slots: u64, projects: u64, first_project: u64) -> Vec<Vec<u8>> {
@@ -208,12 +178,9 @@ fn main() {
 
         // Throughput: dequeuers on (what the latency phase queued is judged
         // first, epoch 1), then a burst of epoch 2.
-        let registry: HashMap<u64, Address> = (1..=slots)
-            .map(|s| (s, Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap().address()))
-            .collect();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         for v in &validators {
-            let dequeuer = Dequeuer::new(v.market.clone(), Arc::new(Registry(registry.clone())), v.conn.clone());
+            let dequeuer = Dequeuer::new(v.market.clone(), Arc::new(Registry::of(slots)), v.conn.clone());
             let mut rx = stop_rx.clone();
             let settings = DequeuerSettings { workers: 2, ..DequeuerSettings::default() };
             tokio::spawn(dequeuer.run(v.client.clone(), settings, async move {

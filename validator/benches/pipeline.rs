@@ -22,22 +22,18 @@
 //! compiling or never finishes is caught; its numbers mean nothing then.
 
 use std::{
-    collections::HashMap,
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use alloy::primitives::Address;
 use lite_node_protocol::{
     eip712::{Request, Signer},
     proto,
-    submission::Scope,
 };
 use lite_node_testkit::RedisServer;
 use lite_node_validator::{
     Market,
     aggregator::Aggregator,
-    chain::{ChainReads, EpochFacts, Selection},
     dequeuer::{Dequeuer, DequeuerSettings},
     finalizer::Finalizer,
     gateway,
@@ -45,37 +41,8 @@ use lite_node_validator::{
 };
 use redis::AsyncCommands;
 
-const CHAIN_ID: u64 = 31337;
-
-/// Every slot registered with its key; every slot selected.
-struct Registry(HashMap<u64, Address>);
-
-impl ChainReads for Registry {
-    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
-        Ok(self.0.get(&slot_id).copied().unwrap_or(Address::ZERO))
-    }
-
-    async fn total_slots(&self) -> Result<u64, String> {
-        Ok(self.0.len() as u64)
-    }
-
-    async fn selection(&self, _: EpochFacts, _: u64, _: &str) -> Result<Selection, String> {
-        Ok(Selection::Selected)
-    }
-}
-
-fn scope() -> Scope {
-    Scope {
-        data_market: "0x0000000000000000000000000000000000000d01".parse().unwrap(),
-        protocol_state: "0x0000000000000000000000000000000000000501".parse().unwrap(),
-    }
-}
-
-fn key(slot: u64) -> [u8; 32] {
-    let mut k = [3u8; 32];
-    k[..8].copy_from_slice(&slot.to_be_bytes());
-    k
-}
+mod support;
+use support::{CHAIN_ID, Registry, key, scope};
 
 /// `n` submissions of one epoch that are not their slot's: signed by the
 /// wrong key for registered slots (1..=64), or naming slots past the registry.
@@ -152,9 +119,7 @@ fn main() {
         let mut market = Market::new(scope(), CHAIN_ID, "bench");
         market.window_blocks = 10;
         let market = Arc::new(market);
-        let registry = Registry(
-            (1..=64).map(|s| (s, Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap().address())).collect(),
-        );
+        let registry = Registry::of(64);
         let monitor = Monitor::new(market.clone(), conn.clone());
         monitor.released(1, 100, 1, 1).await.unwrap();
         monitor.released(2, 105, 1, 1).await.unwrap();

@@ -714,7 +714,7 @@ impl Devnet {
         // (mined once all have, or their patience ran out): a slow one is
         // not cut off by a fast one.
         for v in self.validators.iter_mut() {
-            if let Err(err) = restart_dead_validator(v, e) {
+            if let Err(err) = v.restart_if_dead(e, MAX_RESTARTS) {
                 self.failure = Some(err);
                 break;
             }
@@ -780,15 +780,13 @@ impl Devnet {
             Some((n, status))
         });
         let Some((node, status)) = dead else { return Ok(()) };
-        if node.restarts >= MAX_RESTARTS {
-            bail!(
-                "node {} exited ({status}) after {} restarts; last lines of {}:\n{}",
-                node.index,
-                node.restarts,
-                node.process.log.display(),
-                node.process.log_tail(15)
-            );
-        }
+        process::refuse_after(
+            &format!("node {}", node.index),
+            node.restarts,
+            MAX_RESTARTS,
+            &status.to_string(),
+            &node.process,
+        )?;
         tracing::warn!("node {} exited ({status}); restarting it", node.index);
         node.restarts += 1;
         let log = node.process.log.clone();
@@ -1255,24 +1253,6 @@ fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], in
         onchain_finalized: None,
         validator_restarts: 0,
     }
-}
-
-/// Starts again a validator whose process ended; an error once it has been
-/// restarted [`MAX_RESTARTS`] times.
-fn restart_dead_validator(v: &mut validator::DevnetValidator, epoch_id: u64) -> Result<()> {
-    let Some(status) = v.exited() else { return Ok(()) };
-    if v.restarts >= MAX_RESTARTS {
-        bail!(
-            "validator {} exited ({status}) after {} restarts; last lines of {}:\n{}",
-            v.index,
-            v.restarts,
-            v.process.log.display(),
-            v.process.log_tail(15)
-        );
-    }
-    tracing::warn!("validator {} exited ({status}); restarting it", v.index);
-    v.restarted_in = Some(epoch_id);
-    v.restart()
 }
 
 /// The chain's part of a row: how many validators attested and where the

@@ -14,6 +14,19 @@ use std::{
 use anyhow::{Context, Result, bail};
 use rustix::process::{Pid, Signal, kill_process};
 
+/// Refuses another restart of `who` (a node, a validator) once it has been
+/// restarted `max` times, naming how it ended and its log's last lines.
+pub fn refuse_after(who: &str, restarts: u32, max: u32, status: &str, process: &Guarded) -> anyhow::Result<()> {
+    if restarts >= max {
+        anyhow::bail!(
+            "{who} exited ({status}) after {restarts} restarts; last lines of {}:\n{}",
+            process.log.display(),
+            process.log_tail(15)
+        );
+    }
+    Ok(())
+}
+
 /// A child process that is stopped when dropped.
 pub struct Guarded {
     pub name: String,

@@ -198,6 +198,16 @@ impl DevnetValidator {
         Ok(())
     }
 
+    /// Starts it again (while settling `epoch_id`) if its process ended; an
+    /// error once it has been restarted `max` times.
+    pub fn restart_if_dead(&mut self, epoch_id: u64, max: u32) -> Result<()> {
+        let Some(status) = self.exited() else { return Ok(()) };
+        super::process::refuse_after(&format!("validator {}", self.index), self.restarts, max, &status, &self.process)?;
+        tracing::warn!("validator {} exited ({status}); restarting it", self.index);
+        self.restarted_in = Some(epoch_id);
+        self.restart()
+    }
+
     /// Whether its process has ended (and how).
     pub fn exited(&mut self) -> Option<String> {
         self.process.exited().map(|s| s.to_string())
@@ -454,11 +464,7 @@ pub async fn settle_onchain(
         states = Vec::new();
         let mut settled = true;
         for v in validators.iter_mut() {
-            if let Some(status) = v.exited() {
-                tracing::warn!("validator {} exited ({status}); restarting it", v.index);
-                v.restarted_in = Some(epoch_id);
-                v.restart()?;
-            }
+            v.restart_if_dead(epoch_id, super::MAX_RESTARTS)?;
             let has_batch: bool = v.conn.exists(v.keys.finalized(epoch_id)).await.unwrap_or(false);
             let state = v.onchain_state(epoch_id).await;
             let done = state.get("onchain_status").is_some_and(|s| SETTLED.contains(&s.as_str()));
