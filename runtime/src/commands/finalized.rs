@@ -157,18 +157,8 @@ async fn report(anchor: &Anchor, q: &FinalizedQuery, out: &mut dyn Write) -> Res
 /// that submitted it (its `SnapshotBatchSubmitted` log names it), checked:
 /// they make the root the chain finalized.
 async fn leaves(anchor: &Anchor, q: &FinalizedQuery, batch_cid: &str, root: B256) -> Result<Vec<(String, String)>> {
-    let filter = json!([{
-        "address": anchor.protocol_state,
-        "fromBlock": format!("0x{:x}", q.from_block),
-        "toBlock": "latest",
-        "topics": [
-            SnapshotBatchSubmitted::SIGNATURE_HASH,
-            B256::left_padding_from(anchor.data_market.as_slice()),
-            B256::from(U256::from(q.epoch_id)),
-        ],
-    }]);
-    let logs = anchor.rpc().call_value("eth_getLogs", filter).await?;
-    for log in logs.as_array().into_iter().flatten() {
+    let logs = anchor.epoch_logs(SnapshotBatchSubmitted::SIGNATURE_HASH, q.epoch_id, q.from_block).await?;
+    for log in &logs {
         let Some(hash) = log["transactionHash"].as_str() else { continue };
         let tx = anchor.rpc().call_value("eth_getTransactionByHash", json!([hash])).await?;
         let input = tx["input"].as_str().or_else(|| tx["data"].as_str()).unwrap_or_default();

@@ -268,23 +268,31 @@ impl Anchor {
         C::abi_decode_returns(&out).map_err(|e| bad_answer(C::SIGNATURE, e))
     }
 
-    /// The anchor block in which our data market's epoch `epoch_id` was
-    /// finalized on chain (its `SnapshotBatchFinalized`), looking from block
-    /// `from`; `None` when it was not.
-    pub async fn finalized_in(&self, epoch_id: u64, from: u64) -> Result<Option<u64>, RpcError> {
+    /// ProtocolState's logs of `event` (its signature hash) for our data
+    /// market's epoch `epoch_id` (events indexed by market, then epoch id),
+    /// from block `from` to the head, as the node answered them.
+    pub async fn epoch_logs(&self, event: B256, epoch_id: u64, from: u64) -> Result<Vec<Value>, RpcError> {
         let filter = json!([{
             "address": self.protocol_state,
             "fromBlock": to_quantity(from),
             "toBlock": "latest",
             "topics": [
-                SnapshotBatchFinalized::SIGNATURE_HASH,
+                event,
                 B256::left_padding_from(self.data_market.as_slice()),
                 B256::from(U256::from(epoch_id)),
             ],
         }]);
-        let raw = self.rpc.call_value("eth_getLogs", filter).await?;
-        let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
-        for entry in entries {
+        match self.rpc.call_value("eth_getLogs", filter).await? {
+            Value::Array(entries) => Ok(entries),
+            _ => Err(bad_answer("eth_getLogs", "not an array")),
+        }
+    }
+
+    /// The anchor block in which our data market's epoch `epoch_id` was
+    /// finalized on chain (its `SnapshotBatchFinalized`), looking from block
+    /// `from`; `None` when it was not.
+    pub async fn finalized_in(&self, epoch_id: u64, from: u64) -> Result<Option<u64>, RpcError> {
+        for entry in self.epoch_logs(SnapshotBatchFinalized::SIGNATURE_HASH, epoch_id, from).await? {
             let log: RpcLog = serde_json::from_value(entry.clone()).map_err(|e| bad_answer("eth_getLogs", e))?;
             if let (false, Some(block)) = (log.removed, log.block_number) {
                 return parse_quantity(&block).map(Some).map_err(|e| bad_answer("eth_getLogs", e));
@@ -296,19 +304,7 @@ impl Anchor {
     /// How our data market's epoch `epoch_id` was released, looked up by its
     /// indexed id from block `from`; `None` when no such release exists.
     pub async fn epoch_release(&self, epoch_id: u64, from: u64) -> Result<Option<Release>, RpcError> {
-        let filter = json!([{
-            "address": self.protocol_state,
-            "fromBlock": to_quantity(from),
-            "toBlock": "latest",
-            "topics": [
-                EpochReleased::SIGNATURE_HASH,
-                B256::left_padding_from(self.data_market.as_slice()),
-                B256::from(U256::from(epoch_id)),
-            ],
-        }]);
-        let raw = self.rpc.call_value("eth_getLogs", filter).await?;
-        let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
-        for entry in entries {
+        for entry in self.epoch_logs(EpochReleased::SIGNATURE_HASH, epoch_id, from).await? {
             if let Ok(Some(AnchorEvent {
                 kind: EventKind::EpochReleased { epoch_id: id, begin, end, .. },
                 block_number,
