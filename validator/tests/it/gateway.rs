@@ -272,3 +272,91 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
     assert_eq!(Stats::get(&v2.stats().rejected), 0, "no junk was relayed to v2");
     assert_eq!(Stats::get(&v2.stats().accepted), 1);
 }
+
+/// A junk peer floods the first validator at ten times the honest rate —
+/// bytes that are no submission, bad signatures, and replays of the honest
+/// submissions under another header: every honest submission reaches both
+/// validators' queues once, the junk is rejected at the first hop (the
+/// replays are the same messages, dropped unjudged) and never relayed, and
+/// the flooder ends graylisted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_junk_flood_at_ten_times_the_honest_rate_loses_no_honest_submission() {
+    use lite_node_validator::gossip::{Gossip, Settings, Stats, Verdict};
+    let dir = tempfile::tempdir().unwrap();
+    let market = market();
+    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
+    let settings = |name: &str, bootstrap: Vec<lite_node_validator::gossip::Multiaddr>| Settings {
+        listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+        bootstrap,
+        identity: dir.path().join(name).join("p2p-identity.key"),
+        topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
+    };
+    let validator = async |name: &str, bootstrap| {
+        let server = RedisServer::start();
+        let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
+        set_head(&conn, &market, 42).await;
+        let gateway =
+            Gateway::with_admission(conn.clone(), market.clone(), Some(projects.clone()), Admission::default());
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4096);
+        let judge = gateway.clone();
+        let peer =
+            Gossip::start(settings(name, bootstrap), Arc::new(move |p: &[u8]| judge.judge_gossip(p)), tx).unwrap();
+        tokio::spawn(async move { gateway.take_gossip_from(&mut rx).await });
+        (server, conn, peer)
+    };
+    let (_s1, conn1, v1) = validator("v1", vec![]).await;
+    let v1_addr = v1.listening().await;
+    let (_s2, conn2, v2) = validator("v2", v1_addr.clone()).await;
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    let quiet = || -> lite_node_validator::gossip::Check { Arc::new(|_: &[u8]| Verdict::Ignore) };
+    let collector = Gossip::start(settings("collector", v1_addr.clone()), quiet(), tx.clone()).unwrap();
+    let junk = Gossip::start(settings("junk", v1_addr), quiet(), tx).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while v1.mesh_peers().await < 3 || v2.mesh_peers().await < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "no mesh in 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    const HONEST: u64 = 50;
+    let mut junk_sent = 0;
+    for slot in 1..=HONEST {
+        let honest = submission(&market, 7, slot, &pool_project());
+        assert!(collector.publish(prost::Message::encode_to_vec(&honest)));
+        for i in 0..10u64 {
+            let payload = match i % 3 {
+                0 => format!("not a submission {slot} {i}").into_bytes(),
+                1 => {
+                    let mut forged = submission(&market, 7, 1_000 + slot * 10 + i, &pool_project());
+                    forged.signature = format!("0x{}1b", "00".repeat(64)); // recovers to no key
+                    prost::Message::encode_to_vec(&forged)
+                }
+                _ => {
+                    let mut replay = honest.clone();
+                    replay.header = format!("replayed {i}");
+                    prost::Message::encode_to_vec(&replay)
+                }
+            };
+            assert!(junk.publish(payload));
+            junk_sent += 1;
+        }
+    }
+    let queue = market.keys.submission_queue();
+    for (name, conn) in [("v1", &conn1), ("v2", &conn2)] {
+        loop {
+            let queued: u64 = conn.clone().llen(&queue).await.unwrap();
+            if queued == HONEST {
+                break;
+            }
+            assert!(queued < HONEST, "{name}: each honest submission once, {queued} queued");
+            assert!(tokio::time::Instant::now() < deadline, "{name} queued {queued} of {HONEST}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(Stats::get(&v2.stats().rejected), 0, "no junk was relayed to v2");
+    assert_eq!(Stats::get(&v2.stats().accepted), HONEST);
+    let rejected = Stats::get(&v1.stats().rejected);
+    assert!(rejected >= 3, "v1 rejected the junk it judged ({rejected} of {junk_sent} sent)");
+    let score = v1.score_of(junk.peer_id()).await.unwrap();
+    assert!(score < lite_node_validator::gossip::GRAYLIST, "the flooder is graylisted: {score}");
+    println!("junk: {junk_sent} sent, {rejected} judged and rejected at the first hop, the rest dropped unread");
+}
