@@ -337,10 +337,16 @@ fn pairs_that_do_not_make_the_root_are_refused_and_a_squatted_batch_cid_blocks_n
     assert!(n.rt.block_on(byzantine.sender.send(n.anchor.protocol_state, unsorted.into())).is_err());
     // The honest batch's CID squatted with junk pairs (consistent with their root).
     let junk = lite_node_protocol::merkle::Tree::of([("p:a", "bafyJUNK")]).unwrap().root();
-    n.rt.block_on(
-        byzantine.sender.send(n.anchor.protocol_state, batch(&honest_cid, &[("p:a", "bafyJUNK")], junk).into()),
-    )
-    .unwrap();
+    let squat =
+        n.rt.block_on(
+            byzantine.sender.send(n.anchor.protocol_state, batch(&honest_cid, &[("p:a", "bafyJUNK")], junk).into()),
+        )
+        .unwrap();
+    // Mined on arrival, but its receipt can trail the answer.
+    let receipt = lite_node_testkit::poll_until("the squatting batch mined", Duration::from_secs(30), || {
+        n.rt.block_on(byzantine.sender.receipt(squat)).unwrap()
+    });
+    assert!(receipt.success, "{receipt:?}");
     assert_eq!(n.chain_batch(epoch).root, junk);
     for v in 0..3 {
         n.finalized(v, epoch, release, release - 1, &honest);
