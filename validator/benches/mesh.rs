@@ -22,10 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lite_node_protocol::{
-    eip712::{Request, Signer},
-    proto,
-};
+use lite_node_protocol::eip712::{Request, Signer};
 use lite_node_testkit::RedisServer;
 use lite_node_validator::{
     Market,
@@ -37,7 +34,7 @@ use lite_node_validator::{
 use redis::AsyncCommands;
 
 mod support;
-use support::{CHAIN_ID, Registry, key, scope};
+use support::{CHAIN_ID, Registry, key, scope, signed};
 
 /// `slots × projects` signed submissions of `epoch_id` as gossip carries them.
 fn burst(epoch_id: u64, slots: u64, projects: u64, first_project: u64) -> Vec<Vec<u8>> {
@@ -51,15 +48,7 @@ fn burst(epoch_id: u64, slots: u64, projects: u64, first_project: u64) -> Vec<Ve
             let cid = lite_node_protocol::cid::cid(format!("{p} {}", slot_id % 3).as_bytes());
             let request =
                 Request { slot_id, deadline: 200, snapshot_cid: cid, epoch_id, project_id: project_id.clone() };
-            let s = proto::SnapshotSubmission {
-                signature: signer.sign(&request).unwrap(),
-                request: Some((&request).into()),
-                header: String::new(),
-                data_market: scope().data_market.to_string(),
-                node_version: None,
-                protocol_state: scope().protocol_state.to_string(),
-            };
-            out.push(prost::Message::encode_to_vec(&s));
+            out.push(prost::Message::encode_to_vec(&signed(signer, &request)));
         }
     }
     out

@@ -42,7 +42,7 @@ use lite_node_validator::{
 use redis::AsyncCommands;
 
 mod support;
-use support::{CHAIN_ID, Registry, key, scope};
+use support::{CHAIN_ID, Registry, key, scope, signed};
 
 /// `n` submissions of one epoch that are not their slot's: signed by the
 /// wrong key for registered slots (1..=64), or naming slots past the registry.
@@ -66,15 +66,7 @@ fn junk(epoch_id: u64, n: u64, deadline: u64) -> Vec<String> {
 
 /// `request` signed by `signer`, as the gateway queues it.
 fn queued(signer: &Signer, request: &Request) -> String {
-    let s = proto::SnapshotSubmission {
-        signature: signer.sign(request).unwrap(),
-        request: Some(request.into()),
-        header: String::new(),
-        data_market: scope().data_market.to_string(),
-        node_version: None,
-        protocol_state: scope().protocol_state.to_string(),
-    };
-    gateway::encode(&s, 0, "bench", 101)
+    gateway::encode(&signed(signer, request), 0, "bench", 101)
 }
 
 /// `slots × projects` signed submissions of one epoch, as the gateway queues them.
@@ -357,14 +349,7 @@ async fn reading_storm(client: &redis::Client, market: &Arc<Market>, monitor: &M
             epoch_id: epoch,
             project_id: format!("baseSnapshot:storm{i}:bench"),
         };
-        let s = proto::SnapshotSubmission {
-            signature: signer.sign(&request).unwrap(),
-            request: Some((&request).into()),
-            header: String::new(),
-            data_market: scope().data_market.to_string(),
-            node_version: None,
-            protocol_state: scope().protocol_state.to_string(),
-        };
+        let s = signed(&signer, &request);
         let t = Instant::now();
         let answer = grpc.submit_snapshot(s).await.unwrap().into_inner();
         latencies.push(t.elapsed().as_secs_f64() * 1000.0);

@@ -5,7 +5,11 @@
 use std::collections::HashMap;
 
 use alloy::primitives::Address;
-use lite_node_protocol::{eip712::Signer, submission::Scope};
+use lite_node_protocol::{
+    eip712::{Request, Signer},
+    proto,
+    submission::Scope,
+};
 use lite_node_validator::chain::{ChainReads, EpochFacts, Selection};
 
 pub const CHAIN_ID: u64 = 31337;
@@ -50,4 +54,16 @@ pub fn key(slot: u64) -> [u8; 32] {
 /// Slot `slot`'s signer.
 pub fn signer(slot: u64) -> Signer {
     Signer::new(&key(slot), CHAIN_ID, scope().protocol_state).unwrap()
+}
+
+/// `request` signed by `signer`, in the market's envelope.
+pub fn signed(signer: &Signer, request: &Request) -> proto::SnapshotSubmission {
+    proto::SnapshotSubmission {
+        signature: signer.sign(request).unwrap(),
+        request: Some(request.into()),
+        header: String::new(),
+        data_market: scope().data_market.to_string(),
+        node_version: None,
+        protocol_state: scope().protocol_state.to_string(),
+    }
 }
