@@ -191,52 +191,70 @@ async fn a_peer_past_its_rate_or_a_full_queue_is_told_to_slow_down() {
     assert_eq!(queued, 3);
 }
 
+/// Two validators' gateways, each on its own redis-server and fed by its
+/// gossip peer through the production intake; a collector and a junk peer
+/// dial the first, the second validator sits behind it. Returned once the
+/// first has all three in its mesh and the second has the first.
+struct Mesh {
+    _dir: tempfile::TempDir,
+    _servers: [RedisServer; 2],
+    conn1: redis::aio::ConnectionManager,
+    conn2: redis::aio::ConnectionManager,
+    v1: lite_node_validator::gossip::Gossip,
+    v2: lite_node_validator::gossip::Gossip,
+    collector: lite_node_validator::gossip::Gossip,
+    junk: lite_node_validator::gossip::Gossip,
+}
+
+async fn mesh(market: &Arc<Market>) -> Mesh {
+    use lite_node_validator::gossip::{Gossip, Multiaddr, Settings, Verdict};
+    let dir = tempfile::tempdir().unwrap();
+    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
+    let settings = |name: &str, bootstrap: Vec<Multiaddr>| Settings {
+        listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+        bootstrap,
+        identity: dir.path().join(name).join("p2p-identity.key"),
+        topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
+    };
+    let validator = async |name: &str, bootstrap| {
+        let server = RedisServer::start();
+        let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
+        set_head(&conn, market, 42).await;
+        let gateway =
+            Gateway::with_admission(conn.clone(), market.clone(), Some(projects.clone()), Admission::default());
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4096);
+        let judge = gateway.clone();
+        let peer =
+            Gossip::start(settings(name, bootstrap), Arc::new(move |p: &[u8]| judge.judge_gossip(p)), tx).unwrap();
+        tokio::spawn(async move { gateway.take_gossip_from(&mut rx).await });
+        (server, conn, peer)
+    };
+    let (s1, conn1, v1) = validator("v1", vec![]).await;
+    let v1_addr = v1.listening().await;
+    let (s2, conn2, v2) = validator("v2", v1_addr.clone()).await;
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    let quiet = || -> lite_node_validator::gossip::Check { Arc::new(|_: &[u8]| Verdict::Ignore) };
+    let collector = Gossip::start(settings("collector", v1_addr.clone()), quiet(), tx.clone()).unwrap();
+    let junk = Gossip::start(settings("junk", v1_addr), quiet(), tx).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while v1.mesh_peers().await < 3 || v2.mesh_peers().await < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "no mesh in 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Mesh { _dir: dir, _servers: [s1, s2], conn1, conn2, v1, v2, collector, junk }
+}
+
 /// The gateway's gossip peer between a collector and a junk peer, and a
 /// second validator behind it: an honest submission reaches both queues;
 /// malformed bytes, a bad signature and a made-up project are rejected at
 /// the first hop, never relayed, and the peer that sent them is graylisted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted() {
-    use lite_node_validator::gossip::{Gossip, Settings, Stats, Verdict};
-    let dir = tempfile::tempdir().unwrap();
+    use lite_node_validator::gossip::{GRAYLIST, Stats};
     let market = market();
-    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
-    let settings = |name: &str, bootstrap: Vec<lite_node_validator::gossip::Multiaddr>| Settings {
-        listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
-        bootstrap,
-        identity: dir.path().join(name).join("p2p-identity.key"),
-        topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
-    };
-    // A validator: its gateway on its own Redis, fed by its gossip peer.
-    let validator = async |name: &str, bootstrap| {
-        let server = RedisServer::start();
-        let conn = redis::aio::ConnectionManager::new(redis::Client::open(server.url()).unwrap()).await.unwrap();
-        set_head(&conn, &market, 42).await;
-        let gateway =
-            Gateway::with_admission(conn.clone(), market.clone(), Some(projects.clone()), Admission::default());
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
-        let judge = gateway.clone();
-        let peer =
-            Gossip::start(settings(name, bootstrap), Arc::new(move |p: &[u8]| judge.judge_gossip(p)), tx).unwrap();
-        tokio::spawn(async move {
-            while let Some(p) = rx.recv().await {
-                gateway.take_gossip(&p).await.unwrap();
-            }
-        });
-        (server, conn, peer)
-    };
-    let (_s1, conn1, v1) = validator("v1", vec![]).await;
-    let v1_addr = v1.listening().await;
-    let (_s2, conn2, v2) = validator("v2", v1_addr.clone()).await;
-    let (tx, _rx) = tokio::sync::mpsc::channel(1);
-    let quiet = || -> lite_node_validator::gossip::Check { Arc::new(|_: &[u8]| Verdict::Ignore) };
-    let collector = Gossip::start(settings("collector", v1_addr.clone()), quiet(), tx.clone()).unwrap();
-    let junk = Gossip::start(settings("junk", v1_addr), quiet(), tx).unwrap();
+    let m = mesh(&market).await;
+    let Mesh { conn1, conn2, v1, v2, collector, junk, .. } = &m;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while v1.mesh_peers().await < 3 || v2.mesh_peers().await < 1 {
-        assert!(tokio::time::Instant::now() < deadline, "no mesh in 30 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 
     // Junk: bytes that are no submission, a bad signature, a made-up project.
     let mut forged = submission(&market, 7, 3, &pool_project());
@@ -252,13 +270,13 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let score = v1.score_of(junk.peer_id()).await.unwrap();
-    assert!(score < lite_node_validator::gossip::GRAYLIST, "the junk peer is graylisted: {score}");
+    assert!(score < GRAYLIST, "the junk peer is graylisted: {score}");
 
     // An honest submission reaches both validators' queues.
     let honest = submission(&market, 7, 3, &pool_project());
     assert!(collector.publish(prost::Message::encode_to_vec(&honest)));
     let queue = market.keys.submission_queue();
-    for (name, conn) in [("v1", &conn1), ("v2", &conn2)] {
+    for (name, conn) in [("v1", conn1), ("v2", conn2)] {
         loop {
             let queued: u64 = conn.clone().llen(&queue).await.unwrap();
             if queued == 1 {
@@ -281,41 +299,11 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
 /// the flooder ends graylisted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_junk_flood_at_ten_times_the_honest_rate_loses_no_honest_submission() {
-    use lite_node_validator::gossip::{Gossip, Settings, Stats, Verdict};
-    let dir = tempfile::tempdir().unwrap();
+    use lite_node_validator::gossip::{GRAYLIST, Stats};
     let market = market();
-    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
-    let settings = |name: &str, bootstrap: Vec<lite_node_validator::gossip::Multiaddr>| Settings {
-        listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
-        bootstrap,
-        identity: dir.path().join(name).join("p2p-identity.key"),
-        topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
-    };
-    let validator = async |name: &str, bootstrap| {
-        let server = RedisServer::start();
-        let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
-        set_head(&conn, &market, 42).await;
-        let gateway =
-            Gateway::with_admission(conn.clone(), market.clone(), Some(projects.clone()), Admission::default());
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4096);
-        let judge = gateway.clone();
-        let peer =
-            Gossip::start(settings(name, bootstrap), Arc::new(move |p: &[u8]| judge.judge_gossip(p)), tx).unwrap();
-        tokio::spawn(async move { gateway.take_gossip_from(&mut rx).await });
-        (server, conn, peer)
-    };
-    let (_s1, conn1, v1) = validator("v1", vec![]).await;
-    let v1_addr = v1.listening().await;
-    let (_s2, conn2, v2) = validator("v2", v1_addr.clone()).await;
-    let (tx, _rx) = tokio::sync::mpsc::channel(1);
-    let quiet = || -> lite_node_validator::gossip::Check { Arc::new(|_: &[u8]| Verdict::Ignore) };
-    let collector = Gossip::start(settings("collector", v1_addr.clone()), quiet(), tx.clone()).unwrap();
-    let junk = Gossip::start(settings("junk", v1_addr), quiet(), tx).unwrap();
+    let m = mesh(&market).await;
+    let Mesh { conn1, conn2, v1, v2, collector, junk, .. } = &m;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while v1.mesh_peers().await < 3 || v2.mesh_peers().await < 1 {
-        assert!(tokio::time::Instant::now() < deadline, "no mesh in 60 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 
     const HONEST: u64 = 50;
     let mut junk_sent = 0;
@@ -341,7 +329,7 @@ async fn a_junk_flood_at_ten_times_the_honest_rate_loses_no_honest_submission() 
         }
     }
     let queue = market.keys.submission_queue();
-    for (name, conn) in [("v1", &conn1), ("v2", &conn2)] {
+    for (name, conn) in [("v1", conn1), ("v2", conn2)] {
         loop {
             let queued: u64 = conn.clone().llen(&queue).await.unwrap();
             if queued == HONEST {
@@ -357,6 +345,6 @@ async fn a_junk_flood_at_ten_times_the_honest_rate_loses_no_honest_submission() 
     let rejected = Stats::get(&v1.stats().rejected);
     assert!(rejected >= 3, "v1 rejected the junk it judged ({rejected} of {junk_sent} sent)");
     let score = v1.score_of(junk.peer_id()).await.unwrap();
-    assert!(score < lite_node_validator::gossip::GRAYLIST, "the flooder is graylisted: {score}");
+    assert!(score < GRAYLIST, "the flooder is graylisted: {score}");
     println!("junk: {junk_sent} sent, {rejected} judged and rejected at the first hop, the rest dropped unread");
 }
