@@ -379,14 +379,8 @@ impl Onchain {
         if chain.finalized && attested.is_zero() && head <= closes.saturating_add(FOLLOW_BLOCKS) {
             // Finalized without us: our root still goes on record (agreeing,
             // or divergent), as every validator's does.
-            let call = submitBatchAttestationCall {
-                dataMarketAddress: dm,
-                batchCid: chain.batchCid.clone(),
-                epochId: e,
-                finalizedCidsRootHash: mine.root,
-            };
             tracing::info!("epoch {epoch_id}: finalized already; attesting our root {} for the record", mine.root);
-            return self.send(epoch_id, call.abi_encode(), "attestation_sent").await;
+            return self.attest(epoch_id, &chain.batchCid, mine.root).await;
         }
         if chain.finalized {
             let block = self.anchor.finalized_in(epoch_id, release_block).await.ok().flatten();
@@ -420,15 +414,9 @@ impl Onchain {
             return self.submit(epoch_id, &mine, rank).await;
         }
         if attested.is_zero() {
-            let call = submitBatchAttestationCall {
-                dataMarketAddress: dm,
-                batchCid: chain.batchCid.clone(),
-                epochId: e,
-                finalizedCidsRootHash: mine.root,
-            };
             let what = if chain.root == mine.root { "attesting" } else { "attesting a root other than the batch's" };
             tracing::info!("epoch {epoch_id}: {what} (batch {}, root {})", chain.batchCid, mine.root);
-            return self.send(epoch_id, call.abi_encode(), "attestation_sent").await;
+            return self.attest(epoch_id, &chain.batchCid, mine.root).await;
         }
         if chain.root != mine.root && attested == mine.root {
             // Our root against the batch's: replace the batch once ours has
@@ -459,6 +447,17 @@ impl Onchain {
             }
         }
         Ok(Step::Wait)
+    }
+
+    /// Attests `root` for the epoch's batch `batch_cid`.
+    async fn attest(&self, epoch_id: u64, batch_cid: &str, root: B256) -> Result<Step, String> {
+        let call = submitBatchAttestationCall {
+            dataMarketAddress: self.anchor.data_market,
+            batchCid: batch_cid.to_owned(),
+            epochId: U256::from(epoch_id),
+            finalizedCidsRootHash: root,
+        };
+        self.send(epoch_id, call.abi_encode(), "attestation_sent").await
     }
 
     async fn submit(&self, epoch_id: u64, mine: &Mine, rank: u64) -> Result<Step, String> {
