@@ -5,7 +5,7 @@
 //! | `/epochs/active` | epochs whose window is open or whose level 1 runs, with their state |
 //! | `/epochs/{id}` | the epoch's state, counts and finalized batch |
 //! | `/epochs/{id}/submissions?after=&limit=` | accepted submissions and rejections with reasons, a page at a time (`next` is the following page's `after`) |
-//! | `/epochs/gaps` | epochs closed without a level-1 batch |
+//! | `/epochs/gaps` | epochs closed without a level-1 batch, not finalized on chain, or not watched whole |
 //! | `/dashboard` | the state tracker's summary, computed now |
 //! | `/participation` | 24-hour participation, computed now |
 //!
@@ -256,6 +256,14 @@ async fn health(State(api): State<Api>) -> Response {
             lost.join(", ")
         )]
     };
+    let unwatched: Vec<&str> = gaps.iter().filter_map(|g| g.strip_suffix(":not_watched")).collect();
+    if !unwatched.is_empty() {
+        degraded.push(format!(
+            "epoch(s) {} were not attested in the last hour: this validator's gossip intake was not listening for the \
+             whole epoch (cut off from the mesh, or restarting); see /epochs/gaps",
+            unwatched.join(", ")
+        ));
+    }
     let monitor: Option<String> = conn.get(api.market.keys.monitor_problem()).await.unwrap_or_default();
     degraded.extend(monitor);
     let status = if problems.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };

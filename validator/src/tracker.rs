@@ -195,7 +195,9 @@ impl Tracker {
     /// Records epochs whose window closed more than [`GAP_AFTER`] ago
     /// without a level-1 batch (`{epochId}:missing_level1`), or, where this
     /// validator acts on chain, not finalized there
-    /// (`{epochId}:missing_onchain`), drops gaps
+    /// (`{epochId}:missing_onchain`), or not attested because this
+    /// validator did not watch it whole (`{epochId}:not_watched`: its gossip
+    /// intake was cut off or restarting), drops gaps
     /// since filled and those older than an hour, refreshes active epochs'
     /// `submissions_count`. Returns the gaps now listed.
     pub async fn gaps(&self) -> redis::RedisResult<Vec<String>> {
@@ -224,13 +226,17 @@ impl Tracker {
                 gaps.zadd(k.epochs_gaps(), &gap, now).ignore();
             }
             // On chain: only where this validator acts on chain (a status
-            // other than `not_run`), and not for an epoch it did not watch whole.
+            // other than `not_run`); an epoch it did not watch whole is a gap
+            // of its own, at once (it will not be attested).
             let gap = format!("{epoch_id}:missing_onchain");
             match onchain.as_deref() {
                 Some("finalized") => {
                     gaps.zrem(k.epochs_gaps(), &gap).ignore();
                 }
-                Some("not_run" | "skipped" | "pending") | None => {}
+                Some("skipped") => {
+                    gaps.zadd(k.epochs_gaps(), format!("{epoch_id}:not_watched"), now).ignore();
+                }
+                Some("not_run" | "pending") | None => {}
                 Some(_) if due => {
                     gaps.zadd(k.epochs_gaps(), &gap, now).ignore();
                 }

@@ -243,14 +243,16 @@ fn a_devnet_with_a_validator_finalizes_every_epoch_and_its_batches_verify_indepe
 /// its own Redis and registered key: every epoch is finalized on chain once,
 /// with the root the record's checker recomputes; one of them SIGKILLed
 /// after epoch 2's release is started again, does not attest the epoch it
-/// did not watch whole, and attests the later ones.
+/// did not watch whole, and attests the later ones; another, cut off the
+/// mesh for epochs 4 and 5 (its connections closed and refused, as a blocked
+/// port would), attests neither, lists them as gaps, and attests epoch 6.
 #[test]
-fn three_validators_finalize_every_epoch_on_chain_and_one_killed_does_not_stop_them() {
+fn three_validators_finalize_every_epoch_on_chain_and_one_killed_or_cut_off_does_not_stop_them() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("run.json");
     let args = [
         "--epochs",
-        "4",
+        "6",
         "--nodes",
         "2",
         "--slots-per-node",
@@ -259,13 +261,15 @@ fn three_validators_finalize_every_epoch_on_chain_and_one_killed_does_not_stop_t
         "3",
         "--fault",
         "kill-validator:2@2",
+        "--fault",
+        "cut-validator:3@4..5",
         "--json",
         record.to_str().unwrap(),
     ];
     let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("the chain finalized 4 of 4 epochs, 1 validator restart(s)"), "{stdout}");
+    assert!(stdout.contains("the chain finalized 6 of 6 epochs, 1 validator restart(s)"), "{stdout}");
     let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
     for epoch in json["epochs"].as_array().unwrap() {
         let e = epoch["epochId"].as_u64().unwrap();
@@ -274,8 +278,15 @@ fn three_validators_finalize_every_epoch_on_chain_and_one_killed_does_not_stop_t
         let validators = epoch["validators"].as_array().unwrap();
         assert_eq!(validators.len(), 3);
         let status = |i: usize| validators[i]["onchain"]["onchain_status"].as_str().unwrap_or("").to_owned();
-        if e == 2 {
-            assert_eq!(status(1), "skipped", "epoch 2: the killed validator vouches for nothing: {epoch}");
+        if e == 2 || e == 4 || e == 5 {
+            let v = if e == 2 { 1 } else { 2 };
+            assert_eq!(
+                status(v),
+                "skipped",
+                "epoch {e}: a validator that did not watch it vouches for nothing: {epoch}"
+            );
+            let why = validators[v]["onchain"]["onchain_error"].as_str().unwrap_or("");
+            assert!(why.contains("not listening"), "epoch {e}: it says why: {why}");
             assert_eq!(chain["attestations"], 2, "{chain}");
         } else {
             assert_eq!(chain["attestations"], 3, "epoch {e}: {chain}");
@@ -288,7 +299,7 @@ fn three_validators_finalize_every_epoch_on_chain_and_one_killed_does_not_stop_t
     let verified = verify(&record);
     let text = String::from_utf8_lossy(&verified.stdout);
     assert!(verified.status.success(), "{text}");
-    assert!(text.contains("3 validators' batches each epoch; 4 epochs finalized on chain"), "{text}");
+    assert!(text.contains("3 validators' batches each epoch; 6 epochs finalized on chain"), "{text}");
 
     // The checker can fail: a chain root the validators do not hold.
     let mut tampered = json.clone();

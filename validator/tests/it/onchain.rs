@@ -10,6 +10,7 @@ use alloy::{
     sol_types::SolCall,
 };
 use lite_node_chain::{Anchor, HttpRpc, IoRuntime, TxSender};
+use lite_node_core::time::now_secs;
 use lite_node_protocol::contracts::{
     attestationsCountCall, divergentValidatorsCall, epochBatchCall, epochBatchReturn, maxSnapshotsCidCall,
     updateAddressesCall,
@@ -20,6 +21,7 @@ use lite_node_validator::{
     aggregator::Batch,
     consensus::Finalized,
     onchain::{Onchain, Step, rank},
+    tracker::Tracker,
 };
 use redis::AsyncCommands;
 use serde_json::json;
@@ -294,6 +296,16 @@ fn an_epoch_released_before_the_intake_listened_is_not_attested() {
     let s = n.state(order[2], epoch);
     assert_eq!(s["onchain_status"], "skipped", "{s:?}");
     assert!(s["onchain_error"].contains("not listening"), "{s:?}");
+    // It reports the gap; the others, which attested, do not.
+    for v in 0..3 {
+        let (market, mut conn) = (n.validators[v].market.clone(), n.validators[v].conn.clone());
+        let gaps = n.rt.block_on(async {
+            let _: () = conn.zadd(market.keys.epochs_timeline(), format!("close:{epoch}"), now_secs()).await.unwrap();
+            Tracker::new(market, conn).gaps().await.unwrap()
+        });
+        let expected: &[&str] = if v == order[2] { &["25:not_watched"] } else { &[] };
+        assert_eq!(gaps, expected, "validator {v}");
+    }
 }
 
 /// A byzantine validator can neither name CIDs its root does not commit to,

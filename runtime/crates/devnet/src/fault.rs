@@ -24,11 +24,17 @@ pub enum Fault {
     /// `kill-validator:N@EPOCH`: validator N (1, 2, …) is SIGKILLed right
     /// after the epoch's release (the devnet starts it again).
     KillValidator { validator: u64, epoch: u64 },
+    /// `cut-validator:N@FROM..TO`: validator N is cut off the gossip mesh
+    /// right after epoch FROM's release (its connections closed, new ones
+    /// refused, as a blocked port would) and joins again before epoch TO + 1
+    /// is released: it misses epochs FROM..=TO.
+    CutValidator { validator: u64, from: u64, to: u64 },
 }
 
 /// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`),
-/// `kill-node:SLOT@EPOCH`, `stall-anvil:SECONDS@EPOCH` or
-/// `restart-redis@EPOCH`.
+/// `kill-node:SLOT@EPOCH`, `stall-anvil:SECONDS@EPOCH`,
+/// `restart-redis@EPOCH`, `kill-validator:N@EPOCH` or
+/// `cut-validator:N@FROM..TO`.
 pub fn parse_fault(s: &str) -> Result<Fault, String> {
     s.parse()
 }
@@ -56,6 +62,17 @@ impl std::str::FromStr for Fault {
             let validator = number(v, "a validator number (1, 2, …)")?;
             return Ok(Fault::KillValidator { validator, epoch: number(epoch, "an epoch id")? });
         }
+        if kind == "cut-validator" {
+            let expected = || format!("--fault {s}: expected cut-validator:N@FROM..TO (epoch ids, FROM <= TO)");
+            let (v, epochs) = rest.split_once('@').ok_or_else(expected)?;
+            let (from, to) = epochs.split_once("..").ok_or_else(expected)?;
+            let validator = number(v, "a validator number (1, 2, …)")?;
+            let (from, to) = (number(from, "an epoch id")?, number(to, "an epoch id")?);
+            if from > to {
+                return Err(expected());
+            }
+            return Ok(Fault::CutValidator { validator, from, to });
+        }
         if kind == "stall-anvil" {
             let (secs, epoch) =
                 rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected stall-anvil:SECONDS@EPOCH"))?;
@@ -65,7 +82,7 @@ impl std::str::FromStr for Fault {
         let drill = kind.parse().map_err(|e: String| {
             format!(
                 "{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH, or \
-                 kill-validator:N@EPOCH"
+                 kill-validator:N@EPOCH, or cut-validator:N@FROM..TO"
             )
         })?;
         Ok(Fault::Drill(number(rest, "a slot number")?, drill))
@@ -78,6 +95,7 @@ pub(crate) struct Targets<'a> {
     pub anvil: &'a mut AnvilProcess,
     pub nodes: &'a mut [crate::Node],
     pub validators: &'a mut [crate::validator::DevnetValidator],
+    pub switch: &'a mut crate::switch::Switch,
 }
 
 impl Fault {
@@ -89,9 +107,10 @@ impl Fault {
             Self::RestartRedis { .. } => {
                 return (opts.validators == 0).then(|| "--fault restart-redis needs --validators 1".to_owned());
             }
-            Self::KillValidator { validator, .. } => {
+            Self::KillValidator { validator, .. } | Self::CutValidator { validator, .. } => {
+                let kind = if matches!(self, Self::KillValidator { .. }) { "kill" } else { "cut" };
                 return (validator == 0 || validator > opts.validators).then(|| {
-                    format!("--fault kill-validator:{validator}: the devnet has validators 1..={}", opts.validators)
+                    format!("--fault {kind}-validator:{validator}: the devnet has validators 1..={}", opts.validators)
                 });
             }
         };
@@ -104,6 +123,19 @@ impl Fault {
         match *self {
             Self::Drill(slot, drill) if slots.contains(&slot) => Some(drill),
             _ => None,
+        }
+    }
+
+    /// What the fault does right before epoch `epoch_id`'s release (before
+    /// the devnet waits for every validator not cut off to listen).
+    pub(crate) fn before_release(&self, epoch_id: u64, targets: &mut Targets<'_>) {
+        if let Self::CutValidator { validator, to, .. } = *self
+            && to + 1 == epoch_id
+            && let Some(v) = targets.validators.get_mut(validator as usize - 1)
+        {
+            tracing::info!("drill: validator {validator} joins the mesh again before epoch {epoch_id}'s release");
+            v.cut_off = false;
+            targets.switch.set_cut(v.index, false);
         }
     }
 
@@ -124,6 +156,15 @@ impl Fault {
                 if let Some(v) = targets.validators.get_mut(validator as usize - 1) {
                     tracing::info!("drill: SIGKILL to validator {validator} after epoch {epoch}'s release");
                     v.process.kill();
+                }
+            }
+            Self::CutValidator { validator, from, .. } if from == epoch_id => {
+                if let Some(v) = targets.validators.get_mut(validator as usize - 1) {
+                    tracing::info!("drill: validator {validator} is cut off the mesh after epoch {epoch_id}'s release");
+                    // Released as it is cut: not watched whole.
+                    v.unwatched.insert(epoch_id);
+                    v.cut_off = true;
+                    targets.switch.set_cut(v.index, true);
                 }
             }
             Self::RestartRedis { epoch } if epoch == epoch_id => {
@@ -150,6 +191,11 @@ mod tests {
         assert_eq!("stall-anvil:5@2".parse::<Fault>(), Ok(Fault::StallAnvil { secs: 5, epoch: 2 }));
         assert_eq!("restart-redis@8".parse::<Fault>(), Ok(Fault::RestartRedis { epoch: 8 }));
         assert_eq!("kill-validator:2@5".parse::<Fault>(), Ok(Fault::KillValidator { validator: 2, epoch: 5 }));
+        assert_eq!("cut-validator:3@4..5".parse::<Fault>(), Ok(Fault::CutValidator { validator: 3, from: 4, to: 5 }));
+        let e = "cut-validator:3@5..4".parse::<Fault>().unwrap_err();
+        assert!(e.contains("FROM <= TO"), "{e}");
+        let e = "cut-validator:3@5".parse::<Fault>().unwrap_err();
+        assert!(e.contains("expected cut-validator:N@FROM..TO"), "{e}");
         assert!("restart-redis@x".parse::<Fault>().unwrap_err().contains("`x` is not an epoch id"));
         let e = "kill-node:1".parse::<Fault>().unwrap_err();
         assert!(e.contains("expected kill-node:SLOT@EPOCH"), "{e}");

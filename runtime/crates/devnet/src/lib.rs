@@ -11,6 +11,7 @@ pub mod collector;
 mod fault;
 mod process;
 mod record;
+mod switch;
 mod validator;
 pub(crate) mod world;
 
@@ -293,6 +294,8 @@ struct Devnet {
     serving: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     /// Validators behind the collector, each with what it made of each epoch.
     validators: Vec<validator::DevnetValidator>,
+    /// The relays every gossip connection runs through (`--fault cut-validator`).
+    switch: switch::Switch,
     outcomes: Vec<BTreeMap<u64, validator::EpochOutcome>>,
     /// What the chain made of each epoch (with validators).
     onchain: BTreeMap<u64, validator::OnchainOutcome>,
@@ -412,7 +415,8 @@ impl Devnet {
         validator_env.push(("PROJECTS_CONFIG".to_owned(), projects.display().to_string()));
 
         // The validators, when asked: each its own Redis, process, gossip
-        // identity and registered key, dialing the ones before it.
+        // identity and registered key, dialing the ones before it — through
+        // the devnet's relays, so a drill can cut one off.
         let keys: Vec<String> = (1..=opts.validators).map(derived_validator_key).collect();
         if !keys.is_empty() {
             let addresses = keys
@@ -423,8 +427,12 @@ impl Devnet {
             driver.register_validators(&addresses).await?;
         }
         let mut validators: Vec<validator::DevnetValidator> = Vec::new();
+        let mut switch = switch::Switch::default();
         for (i, key) in keys.iter().enumerate() {
-            let bootstrap: Vec<_> = validators.iter().map(|v| v.p2p.clone()).collect();
+            let mut bootstrap = Vec::new();
+            for v in &validators {
+                bootstrap.push(switch.link(i + 1, v.index, v.p2p_socket(), &v.peer_id).await?.parse()?);
+            }
             let v = validator::DevnetValidator::start(
                 &exe,
                 &run_dir,
@@ -477,9 +485,13 @@ impl Devnet {
         // The collector publishes what it accepts on the validators' gossip
         // network; the nodes are started once every validator is in its mesh.
         if !validators.is_empty() {
+            let mut bootstrap = Vec::new();
+            for v in &validators {
+                bootstrap.push(switch.link(0, v.index, v.p2p_socket(), &v.peer_id).await?.parse()?);
+            }
             let gossip = lite_node_validator::gossip::Gossip::publisher(lite_node_validator::gossip::Settings {
                 listen: "/ip4/127.0.0.1/tcp/0".parse()?,
-                bootstrap: validators.iter().map(|v| v.p2p.clone()).collect(),
+                bootstrap,
                 identity: run_dir.join("collector").join("p2p-identity.key"),
                 topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
             })?;
@@ -593,6 +605,7 @@ impl Devnet {
             stop_collector,
             serving,
             validators,
+            switch,
             outcomes,
             onchain: BTreeMap::new(),
             nodes,
@@ -652,6 +665,23 @@ impl Devnet {
     /// stalled anvil is waited out (two minutes at most), not a reason to
     /// tear the network down.
     async fn release(&mut self, k: u64) -> Result<Released> {
+        // Epoch ids count up by one from the first release.
+        if let Some(next) = self.released.last().map(|e| e.assignment.epoch_id + 1) {
+            let mut targets = fault::Targets {
+                anvil: &mut self.anvil,
+                nodes: &mut self.nodes,
+                validators: &mut self.validators,
+                switch: &mut self.switch,
+            };
+            for fault in &self.opts.faults {
+                fault.before_release(next, &mut targets);
+            }
+        }
+        // Each validator not cut off listens again (one restarted, or joined
+        // again, rejoins the mesh first), so the epoch is one it watches whole.
+        for v in self.validators.iter_mut().filter(|v| !v.cut_off) {
+            v.wait_listening(Duration::from_secs(30)).await?;
+        }
         let drills = self.opts.drilled_slots();
         let (driver, anchor, selection, ours) = (&self.driver, &self.anchor, &self.selection, self.opts.our_slots());
         let release = retry(
@@ -664,8 +694,15 @@ impl Devnet {
             Ok(result) => result?,
             Err(_) => bail!("anvil did not answer for {}s", STALL_LIMIT.as_secs()),
         };
-        let mut targets =
-            fault::Targets { anvil: &mut self.anvil, nodes: &mut self.nodes, validators: &mut self.validators };
+        for v in self.validators.iter_mut().filter(|v| v.cut_off) {
+            v.unwatched.insert(epoch.assignment.epoch_id);
+        }
+        let mut targets = fault::Targets {
+            anvil: &mut self.anvil,
+            nodes: &mut self.nodes,
+            validators: &mut self.validators,
+            switch: &mut self.switch,
+        };
         for fault in &self.opts.faults {
             fault.after_release(epoch.assignment.epoch_id, &mut targets);
         }
@@ -718,9 +755,10 @@ impl Devnet {
                 self.failure = Some(err);
                 break;
             }
-            // A validator that died this epoch misses what was gossiped
-            // while it was down: it is not waited for.
-            let patience = if v.restarted_in == Some(e) { Duration::from_secs(2) } else { Duration::from_secs(30) };
+            // A validator that died or was cut off this epoch misses what was
+            // gossiped meanwhile: it is not waited for.
+            let missed = v.restarted_in == Some(e) || v.unwatched.contains(&e);
+            let patience = if missed { Duration::from_secs(2) } else { Duration::from_secs(30) };
             if let Err(err) = v.wait_judged(e, forwarded, patience).await {
                 self.failure = Some(err.context(format!("epoch {e} at validator {}", v.index)));
                 break;

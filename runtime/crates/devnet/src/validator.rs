@@ -47,6 +47,14 @@ pub struct DevnetValidator {
     pub api: String,
     /// Its gossip peer's address, ending in `/p2p/<peer id>`.
     pub p2p: lite_node_validator::gossip::Multiaddr,
+    /// Where its gossip peer listens, and its peer id (for the devnet's relays).
+    pub p2p_port: u16,
+    pub peer_id: String,
+    /// Cut off the mesh by a drill, now.
+    pub cut_off: bool,
+    /// Epochs the devnet knows it did not watch whole (released while it
+    /// was cut off): not waited for.
+    pub unwatched: std::collections::BTreeSet<u64>,
     conn: redis::aio::ConnectionManager,
     keys: Keys,
 }
@@ -182,6 +190,10 @@ impl DevnetValidator {
             gateway: format!("http://127.0.0.1:{gateway_port}"),
             api: format!("http://127.0.0.1:{api_port}"),
             p2p,
+            p2p_port,
+            peer_id: peer.to_string(),
+            cut_off: false,
+            unwatched: Default::default(),
             conn,
             keys,
         };
@@ -206,6 +218,11 @@ impl DevnetValidator {
         tracing::warn!("validator {} exited ({status}); restarting it", self.index);
         self.restarted_in = Some(epoch_id);
         self.restart()
+    }
+
+    /// Where its gossip peer listens.
+    pub fn p2p_socket(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.p2p_port))
     }
 
     /// Whether its process has ended (and how).
