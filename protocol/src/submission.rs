@@ -316,35 +316,40 @@ pub fn admit<'a>(
     Ok((r, signer))
 }
 
-/// The id a submission travels under on the validators' gossip network: the
-/// SHA-256 of what is signed and checked — the request, the signature in its
-/// one form ([`eip712::canonical_signature`]), the data market and
-/// ProtocolState (lower-case) — encoded again, without the fields nobody
-/// signs (`header`, `nodeVersion`) and whatever else the sender's encoding
-/// carried. So one signed submission is one message however it is
-/// respelled, and a replay with another header is a duplicate, dropped
-/// before any check runs. A payload that does not decode: the SHA-256 of
-/// its bytes.
-pub fn gossip_message_id(payload: &[u8]) -> [u8; 32] {
-    use prost::Message;
-    use sha2::{Digest, Sha256};
-    let raw = || Sha256::digest(payload).into();
-    let Ok(mut s) = SnapshotSubmission::decode(payload) else { return raw() };
-    let Ok(signature) = eip712::canonical_signature(&s.signature) else { return raw() };
-    s.signature = signature;
-    s.header.clear();
-    s.node_version = None;
-    s.data_market.make_ascii_lowercase();
-    s.protocol_state.make_ascii_lowercase();
-    Sha256::digest(s.encode_to_vec()).into()
+/// The one form a submission travels in on the validators' gossip network:
+/// what is signed and checked — the request, the signature in its one form
+/// ([`eip712::canonical_signature`]), the data market and ProtocolState in
+/// lower case — and nothing else (`header` and `nodeVersion`, which nobody
+/// signs, are empty). A collector publishes this form; a validator relays
+/// only payloads that are exactly this form's canonical encoding
+/// ([`is_gossip_form`]), so one signed submission is one byte string, and
+/// one message id ([`gossip_message_id`]) however a peer respells it.
+/// `Err`: the signature is not one.
+pub fn gossip_form(s: &SnapshotSubmission) -> Result<SnapshotSubmission, String> {
+    let mut g = s.clone();
+    g.signature = eip712::canonical_signature(&s.signature)?;
+    g.header.clear();
+    g.node_version = None;
+    g.data_market.make_ascii_lowercase();
+    g.protocol_state.make_ascii_lowercase();
+    Ok(g)
 }
 
-/// Whether `payload` is the canonical encoding of `s` (what it decoded to):
-/// fields in order, minimal, no unknown fields. A gossip peer relays only
-/// those, so nobody can mint new messages out of one submission by
-/// re-encoding it.
-pub fn is_canonical_encoding(s: &SnapshotSubmission, payload: &[u8]) -> bool {
-    prost::Message::encode_to_vec(s) == payload
+/// Whether `payload` is exactly the canonical encoding of the gossip form
+/// ([`gossip_form`]) of `s`, what it decoded to: fields in order, minimal,
+/// no unknown fields, no header, every spelling the canonical one.
+pub fn is_gossip_form(s: &SnapshotSubmission, payload: &[u8]) -> bool {
+    gossip_form(s).is_ok_and(|g| prost::Message::encode_to_vec(&g) == payload)
+}
+
+/// The id a gossip message travels under: the SHA-256 of its bytes. Only
+/// the gossip form of a submission is relayed ([`is_gossip_form`]), so a
+/// respelled copy (another header, the signature in capitals) is another
+/// message, rejected on its own — it can never share an id with the honest
+/// one and have that dropped as its duplicate.
+pub fn gossip_message_id(payload: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(payload).into()
 }
 
 /// The data market and ProtocolState a collector serves.
@@ -636,34 +641,47 @@ mod tests {
     }
 
     #[test]
-    fn a_respelled_or_reheaded_submission_has_the_same_gossip_id_and_another_request_does_not() {
+    fn only_the_gossip_form_is_relayed_and_a_respelled_copy_never_shares_its_id() {
         use prost::Message;
         let signer = eip712::Signer::new(&[7u8; 32], 31337, PS.parse().unwrap()).unwrap();
         let mut s = good();
-        s.signature = signer.sign(&eip712::Request::from(s.request.as_ref().unwrap())).unwrap();
-        let payload = s.encode_to_vec();
-        let id = gossip_message_id(&payload);
-        assert!(is_canonical_encoding(&s, &payload));
-        // Another header, the signature spelled otherwise, the addresses in
-        // capitals: the same signed submission, the same id.
-        let mut respelled = s.clone();
-        respelled.header = "replayed".into();
-        respelled.node_version = Some("0.0.1".into());
-        let mut sig = hex::decode(&s.signature).unwrap();
+        s.header = "from a node".into();
+        s.node_version = Some("0.3.0".into());
+        s.data_market = DM.to_ascii_uppercase().replacen("0X", "0x", 1);
+        let mut sig = hex::decode(signer.sign(&eip712::Request::from(s.request.as_ref().unwrap())).unwrap()).unwrap();
         sig[64] -= 27;
-        respelled.signature = format!("0x{}", hex::encode_upper(sig));
-        respelled.data_market = DM.to_ascii_uppercase().replacen("0X", "0x", 1);
-        assert_eq!(gossip_message_id(&respelled.encode_to_vec()), id);
+        s.signature = format!("0x{}", hex::encode_upper(&sig));
+        // As a node sent it: not the gossip form.
+        assert!(!is_gossip_form(&s, &s.encode_to_vec()));
+        let g = gossip_form(&s).unwrap();
+        let payload = g.encode_to_vec();
+        assert!(is_gossip_form(&g, &payload));
+        assert_eq!((g.header.as_str(), g.node_version.as_deref()), ("", None));
+        assert_eq!(gossip_form(&g).unwrap(), g, "the form of the form is itself");
+        let id = gossip_message_id(&payload);
+        // Respelled copies (a header, an upper-case signature): other ids,
+        // and none of them is the gossip form.
+        let mut reheaded = g.clone();
+        reheaded.header = "x".repeat(caps::HEADER + 1);
+        let mut upper = g.clone();
+        upper.signature = g.signature.to_ascii_uppercase();
+        for copy in [reheaded, upper] {
+            let bytes = copy.encode_to_vec();
+            assert_ne!(gossip_message_id(&bytes), id);
+            assert!(!is_gossip_form(&copy, &bytes));
+        }
         // Another request: another id.
-        let mut other = s.clone();
+        let mut other = g.clone();
         other.request.as_mut().unwrap().epoch_id = 4;
         assert_ne!(gossip_message_id(&other.encode_to_vec()), id);
-        // Bytes that are not a submission: hashed as they are.
-        assert_ne!(gossip_message_id(b"junk"), gossip_message_id(b"junk2"));
-        // The same submission with an unknown field appended is not canonical.
+        // The gossip form with an unknown field appended is not the gossip form.
         let mut padded = payload.clone();
         padded.extend_from_slice(&[0xf8, 0x01, 0x01]); // field 31, varint 1
         let decoded = SnapshotSubmission::decode(padded.as_slice()).unwrap();
-        assert!(!is_canonical_encoding(&decoded, &padded));
+        assert!(!is_gossip_form(&decoded, &padded));
+        // A signature that is none: no gossip form.
+        let mut unsigned = g.clone();
+        unsigned.signature = "zz".into();
+        assert!(gossip_form(&unsigned).is_err());
     }
 }

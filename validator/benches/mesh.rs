@@ -48,7 +48,9 @@ fn burst(epoch_id: u64, slots: u64, projects: u64, first_project: u64) -> Vec<Ve
             let cid = lite_node_protocol::cid::cid(format!("{p} {}", slot_id % 3).as_bytes());
             let request =
                 Request { slot_id, deadline: 200, snapshot_cid: cid, epoch_id, project_id: project_id.clone() };
-            out.push(prost::Message::encode_to_vec(&signed(signer, &request)));
+            out.push(prost::Message::encode_to_vec(
+                &lite_node_protocol::submission::gossip_form(&signed(signer, &request)).unwrap(),
+            ));
         }
     }
     out

@@ -234,9 +234,11 @@ impl Gateway {
         use lite_node_gossip::Verdict;
         match <SnapshotSubmission as prost::Message>::decode(payload) {
             Err(e) => Verdict::Reject(format!("not a submission: {e}")),
-            Ok(s) if !lite_node_protocol::submission::is_canonical_encoding(&s, payload) => {
-                Verdict::Reject("not in the canonical encoding (fields out of order, or unknown ones)".into())
-            }
+            Ok(s) if !lite_node_protocol::submission::is_gossip_form(&s, payload) => Verdict::Reject(
+                "not in the gossip form (a header, a respelled signature or address, fields out of order or \
+                 unknown ones)"
+                    .into(),
+            ),
             Ok(s) => match self.refusal(&s) {
                 Some(rejection) => Verdict::Reject(rejection.to_string()),
                 None => Verdict::Accept,

@@ -48,6 +48,13 @@ fn submission(market: &Market, epoch_id: u64, slot_id: u64, project_id: &str) ->
     }
 }
 
+/// `s` as a collector publishes it: its gossip form, encoded (as it is, if
+/// its signature is none).
+fn gossip_bytes(s: &proto::SnapshotSubmission) -> Vec<u8> {
+    let form = lite_node_protocol::submission::gossip_form(s).unwrap_or_else(|_| s.clone());
+    prost::Message::encode_to_vec(&form)
+}
+
 fn pool_project() -> String {
     format!("baseSnapshot:0x00000000000000000000000000000000000000aa:{NAMESPACE}")
 }
@@ -260,9 +267,7 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
     let mut forged = submission(&market, 7, 3, &pool_project());
     forged.signature = format!("0x{}1b", "00".repeat(64)); // recovers to no key
     let made_up = submission(&market, 7, 3, &format!("spam:0xaa:{NAMESPACE}"));
-    for payload in
-        [b"not a submission".to_vec(), prost::Message::encode_to_vec(&forged), prost::Message::encode_to_vec(&made_up)]
-    {
+    for payload in [b"not a submission".to_vec(), gossip_bytes(&forged), gossip_bytes(&made_up)] {
         assert!(junk.publish(payload));
     }
     while Stats::get(&v1.stats().rejected) < 3 {
@@ -274,7 +279,7 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
 
     // An honest submission reaches both validators' queues.
     let honest = submission(&market, 7, 3, &pool_project());
-    assert!(collector.publish(prost::Message::encode_to_vec(&honest)));
+    assert!(collector.publish(gossip_bytes(&honest)));
     let queue = market.keys.submission_queue();
     for (name, conn) in [("v1", conn1), ("v2", conn2)] {
         loop {
@@ -292,11 +297,12 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
 }
 
 /// A junk peer floods the first validator at ten times the honest rate —
-/// bytes that are no submission, bad signatures, and replays of the honest
-/// submissions under another header: every honest submission reaches both
-/// validators' queues once, the junk is rejected at the first hop (the
-/// replays are the same messages, dropped unjudged) and never relayed, and
-/// the flooder ends graylisted.
+/// bytes that are no submission, bad signatures, and copies of the honest
+/// submissions under another header, one of them sent *before* the honest
+/// one (a copy the check rejects must not share the honest message's id, or
+/// the honest one would be dropped as its duplicate): every honest
+/// submission reaches both validators' queues once, the junk is rejected at
+/// the first hop and never relayed, and the flooder ends graylisted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_junk_flood_at_ten_times_the_honest_rate_loses_no_honest_submission() {
     use lite_node_validator::gossip::{GRAYLIST, Stats};
@@ -306,20 +312,36 @@ async fn a_junk_flood_at_ten_times_the_honest_rate_loses_no_honest_submission() 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
 
     const HONEST: u64 = 50;
-    let mut junk_sent = 0;
+    // Ahead of each honest submission: its copy with a header over the cap.
+    let ahead = |honest: &proto::SnapshotSubmission| {
+        let mut copy = lite_node_protocol::submission::gossip_form(honest).unwrap();
+        copy.header = "x".repeat(lite_node_protocol::submission::caps::HEADER + 1);
+        prost::Message::encode_to_vec(&copy)
+    };
+    // The first one certainly judged (and rejected) before its honest original is sent.
+    assert!(junk.publish(ahead(&submission(&market, 7, 1, &pool_project()))));
+    while Stats::get(&v1.stats().rejected) < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "v1 judged the first copy");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut junk_sent = 1;
     for slot in 1..=HONEST {
         let honest = submission(&market, 7, slot, &pool_project());
-        assert!(collector.publish(prost::Message::encode_to_vec(&honest)));
-        for i in 0..10u64 {
+        if slot > 1 {
+            assert!(junk.publish(ahead(&honest)));
+            junk_sent += 1;
+        }
+        assert!(collector.publish(gossip_bytes(&honest)));
+        for i in 1..10u64 {
             let payload = match i % 3 {
                 0 => format!("not a submission {slot} {i}").into_bytes(),
                 1 => {
                     let mut forged = submission(&market, 7, 1_000 + slot * 10 + i, &pool_project());
                     forged.signature = format!("0x{}1b", "00".repeat(64)); // recovers to no key
-                    prost::Message::encode_to_vec(&forged)
+                    gossip_bytes(&forged)
                 }
                 _ => {
-                    let mut replay = honest.clone();
+                    let mut replay = lite_node_protocol::submission::gossip_form(&honest).unwrap();
                     replay.header = format!("replayed {i}");
                     prost::Message::encode_to_vec(&replay)
                 }

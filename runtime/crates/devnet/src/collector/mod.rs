@@ -220,9 +220,11 @@ impl proto::submission_server::Submission for DevnetCollector {
             tracing::warn!("the validator's gateway did not take a submission ({e}); asking the node to retry");
             return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
         }
+        // Published in its one gossip form (accepted: its signature is one).
         if verdict.is_ok()
             && let Some(gossip) = &self.gossip
-            && !gossip.publish(prost::Message::encode_to_vec(&s))
+            && let Ok(form) = lite_node_protocol::submission::gossip_form(&s)
+            && !gossip.publish(prost::Message::encode_to_vec(&form))
         {
             tracing::warn!("gossip: the outbox is full; a submission was not published");
         }
