@@ -78,8 +78,9 @@ contract ProtocolState {
     mapping(address => mapping(uint256 => address[])) private attesters;
     /// Per finalized epoch, the validators whose root was not the finalized one.
     mapping(address => mapping(uint256 => address[])) private divergent;
-    /// The epoch each batch CID was submitted for, plus one (zero: none).
-    mapping(address => mapping(bytes32 => uint256)) private batchEpochPlusOne;
+    /// Per epoch, the batch CIDs submitted for it. A CID is known per epoch
+    /// only: one validator using another epoch's CID blocks nothing.
+    mapping(address => mapping(uint256 => mapping(bytes32 => bool))) private batchCidOfEpoch;
     mapping(address => mapping(string => mapping(uint256 => ConsensusStatus))) private statuses;
     mapping(address => mapping(string => uint256)) public lastFinalizedSnapshot;
 
@@ -202,7 +203,7 @@ contract ProtocolState {
             "the root is not the Merkle root of the batch's pairs (project ids ascending, each once)"
         );
         clearForReplacement(dataMarketAddress, epochId);
-        claimCid(dataMarketAddress, batchCid, epochId);
+        batchCidOfEpoch[dataMarketAddress][epochId][keccak256(bytes(batchCid))] = true;
         storeBatch(dataMarketAddress, batchCid, epochId, projectIds, snapshotCids, finalizedCidsRootHash);
         emit SnapshotBatchSubmitted(dataMarketAddress, batchCid, epochId, block.timestamp);
         bytes32 mine = attestedRoot[dataMarketAddress][epochId][msg.sender];
@@ -225,16 +226,6 @@ contract ProtocolState {
             delete statuses[dataMarketAddress][b.projectIds[i]][epochId];
         }
         delete b.projectIds;
-    }
-
-    /// A batch CID names one epoch's batch: never another epoch's (the same
-    /// CID again in this epoch is fine — whoever knows the honest batch's CID
-    /// must not be able to block it by using it first).
-    function claimCid(address dataMarketAddress, string calldata batchCid, uint256 epochId) private {
-        bytes32 cidKey = keccak256(bytes(batchCid));
-        uint256 known = batchEpochPlusOne[dataMarketAddress][cidKey];
-        require(known == 0 || known == epochId + 1, "this batch CID belongs to another epoch");
-        batchEpochPlusOne[dataMarketAddress][cidKey] = epochId + 1;
     }
 
     function storeBatch(
@@ -270,9 +261,7 @@ contract ProtocolState {
         require(b.submitter != address(0), "no batch for this epoch");
         // Any batch submitted for the epoch (attestations count per root; a
         // replacement in flight must not make honest attestations revert).
-        require(
-            batchEpochPlusOne[dataMarketAddress][keccak256(bytes(batchCid))] == epochId + 1, "not a batch of this epoch"
-        );
+        require(batchCidOfEpoch[dataMarketAddress][epochId][keccak256(bytes(batchCid))], "not a batch of this epoch");
         require(finalizedCidsRootHash != bytes32(0), "empty root");
         require(attestedRoot[dataMarketAddress][epochId][msg.sender] == bytes32(0), "already attested");
         attest(dataMarketAddress, batchCid, epochId, finalizedCidsRootHash);
@@ -388,16 +377,6 @@ contract ProtocolState {
         return (b.batchCid, b.root, b.submitter, b.finalized);
     }
 
-    /// How many validators attested `root` for the epoch of `batchCid`.
-    function attestationsReceivedCount(address dataMarketAddress, string calldata batchCid, bytes32 root)
-        external
-        view
-        returns (uint256)
-    {
-        uint256 e = batchEpochPlusOne[dataMarketAddress][keccak256(bytes(batchCid))];
-        return e == 0 ? 0 : attestationsForRoot[dataMarketAddress][e - 1][root];
-    }
-
     /// Whether `proof` shows that `projectId`'s finalized CID in the epoch is
     /// `cid`, against the root the epoch was finalized with (the leaf and the
     /// pair hashing of docs/protocol.md §11: OpenZeppelin's standard tree).
@@ -420,26 +399,6 @@ contract ProtocolState {
     /// How many validators attested the epoch, whatever their root.
     function attestationsCount(address dataMarketAddress, uint256 epochId) external view returns (uint256) {
         return attesters[dataMarketAddress][epochId].length;
-    }
-
-    /// The `idx`-th divergent validator of the (finalized) epoch of `batchCid`.
-    function batchCidDivergentValidators(address dataMarketAddress, string calldata batchCid, uint256 idx)
-        external
-        view
-        returns (address)
-    {
-        uint256 e = batchEpochPlusOne[dataMarketAddress][keccak256(bytes(batchCid))];
-        require(e != 0, "unknown batch CID");
-        return divergent[dataMarketAddress][e - 1][idx];
-    }
-
-    function batchCidDivergentValidatorsLen(address dataMarketAddress, string calldata batchCid)
-        external
-        view
-        returns (uint256)
-    {
-        uint256 e = batchEpochPlusOne[dataMarketAddress][keccak256(bytes(batchCid))];
-        return e == 0 ? 0 : divergent[dataMarketAddress][e - 1].length;
     }
 
     /// The validators of a finalized epoch whose root was not the finalized one.

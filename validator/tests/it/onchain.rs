@@ -309,8 +309,9 @@ fn an_epoch_released_before_the_intake_listened_is_not_attested() {
 }
 
 /// A byzantine validator can neither name CIDs its root does not commit to,
-/// nor block the honest batch by putting its CID on chain first with other
-/// pairs: the honest ones outvote it and replace it under that same CID.
+/// nor block the honest batch by putting its CID on chain first — for
+/// another epoch, or for this one with other pairs: the honest ones outvote
+/// it and replace it under that same CID.
 #[test]
 fn pairs_that_do_not_make_the_root_are_refused_and_a_squatted_batch_cid_blocks_nothing() {
     let n = net();
@@ -322,7 +323,7 @@ fn pairs_that_do_not_make_the_root_are_refused_and_a_squatted_batch_cid_blocks_n
         serde_json::from_str::<serde_json::Value>(&honest).unwrap()["batch_cid"].as_str().unwrap().to_owned();
     let byzantine = &n.validators[order[1]];
     let dm = n.anchor.data_market;
-    let batch = |cid: &str, pairs: &[(&str, &str)], root: alloy::primitives::B256| {
+    let batch_of = |epoch: u64, cid: &str, pairs: &[(&str, &str)], root: alloy::primitives::B256| {
         lite_node_protocol::contracts::submitSubmissionBatchCall {
             dataMarketAddress: dm,
             batchCid: cid.to_owned(),
@@ -333,6 +334,20 @@ fn pairs_that_do_not_make_the_root_are_refused_and_a_squatted_batch_cid_blocks_n
         }
         .abi_encode()
     };
+    let batch = |cid: &str, pairs: &[(&str, &str)], root| batch_of(epoch, cid, pairs, root);
+    let mined = |hash| {
+        // Mined on arrival, but its receipt can trail the answer.
+        let receipt = lite_node_testkit::poll_until("a byzantine batch mined", Duration::from_secs(30), || {
+            n.rt.block_on(byzantine.sender.receipt(hash)).unwrap()
+        });
+        assert!(receipt.success, "{receipt:?}");
+    };
+    // The honest batch's CID (learnt from the mempool, say) put on chain
+    // first for another released epoch, with an empty batch: it blocks
+    // nothing in this one.
+    let empty = lite_node_protocol::merkle::Tree::of(std::iter::empty::<(&str, &str)>()).unwrap().root();
+    let elsewhere = batch_of(epoch + 1, &honest_cid, &[], empty);
+    mined(n.rt.block_on(byzantine.sender.send(n.anchor.protocol_state, elsewhere.into())).unwrap());
     // The honest root over other CIDs: refused.
     let root: alloy::primitives::B256 = honest_root.parse().unwrap();
     let refused = n.rt.block_on(
@@ -354,11 +369,7 @@ fn pairs_that_do_not_make_the_root_are_refused_and_a_squatted_batch_cid_blocks_n
             byzantine.sender.send(n.anchor.protocol_state, batch(&honest_cid, &[("p:a", "bafyJUNK")], junk).into()),
         )
         .unwrap();
-    // Mined on arrival, but its receipt can trail the answer.
-    let receipt = lite_node_testkit::poll_until("the squatting batch mined", Duration::from_secs(30), || {
-        n.rt.block_on(byzantine.sender.receipt(squat)).unwrap()
-    });
-    assert!(receipt.success, "{receipt:?}");
+    mined(squat);
     assert_eq!(n.chain_batch(epoch).root, junk);
     for v in 0..3 {
         n.finalized(v, epoch, release, release - 1, &honest);
