@@ -65,7 +65,8 @@ struct Validator {
     _dir: tempfile::TempDir,
 }
 
-async fn validator(bootstrap: Vec<gossip::Multiaddr>) -> Validator {
+/// A validator whose gossip intake checks signers against `slots` slots.
+async fn validator(bootstrap: Vec<gossip::Multiaddr>, slots: u64) -> Validator {
     let redis = RedisServer::start();
     let client = redis::Client::open(redis.url()).unwrap();
     let conn = lite_node_validator::connect(&client).await.unwrap();
@@ -77,8 +78,9 @@ async fn validator(bootstrap: Vec<gossip::Multiaddr>) -> Validator {
         monitor.released(e, 100, 1, 1).await.unwrap();
     }
     monitor.head(101).await.unwrap();
-    let gateway = Gateway::new(conn.clone(), market.clone());
-    let (deliver, mut delivered) = tokio::sync::mpsc::channel::<Vec<u8>>(4096);
+    let book = lite_node_validator::signers::SignerBook::new(Arc::new(Registry::of(slots)));
+    let gateway = Gateway::new(conn.clone(), market.clone()).with_signers(Arc::new(book));
+    let (deliver, mut delivered) = tokio::sync::mpsc::channel::<gossip::Delivery>(4096);
     let judge = gateway.clone();
     let dir = tempfile::tempdir().unwrap();
     let peer = Gossip::start(
@@ -124,11 +126,11 @@ fn main() {
     let (latency_n, slots, projects) = if quick { (20, 4, 5) } else { (500, 40, 250) };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let mut validators = vec![validator(Vec::new()).await];
+        let mut validators = vec![validator(Vec::new(), slots).await];
         let first = address_of(&validators[0].peer).await;
-        validators.push(validator(vec![first.clone()]).await);
+        validators.push(validator(vec![first.clone()], slots).await);
         let second = address_of(&validators[1].peer).await;
-        validators.push(validator(vec![first.clone(), second.clone()]).await);
+        validators.push(validator(vec![first.clone(), second.clone()], slots).await);
         let third = address_of(&validators[2].peer).await;
         let dir = tempfile::tempdir().unwrap();
         let collector = Gossip::publisher(gossip::Settings {

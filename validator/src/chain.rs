@@ -20,16 +20,20 @@ pub struct EpochFacts {
 
 pub use lite_node_protocol::submission::Selection;
 
-/// The chain reads the dequeuer makes. `Err` means the chain could not be
-/// read (the submission is given back and tried again), never that the
-/// submission is wrong.
-pub trait ChainReads: Send + Sync + 'static {
+/// The slot registry's reads (the gossip intake's and the dequeuer's).
+/// `Err` means the chain could not be read, never that a slot is wrong.
+pub trait SlotRegistry: Send + Sync + 'static {
     /// The signer registered for `slot_id`; `Address::ZERO` when none is.
     fn signer(&self, slot_id: u64) -> impl Future<Output = Result<Address, String>> + Send;
 
     /// How many slots the registry has (slots are numbered from 1).
     fn total_slots(&self) -> impl Future<Output = Result<u64, String>> + Send;
+}
 
+/// The chain reads the dequeuer makes: the registry's, and the assignment
+/// rule. `Err` means the chain could not be read (the submission is given
+/// back and tried again), never that the submission is wrong.
+pub trait ChainReads: SlotRegistry {
     /// The compute package's assignment rule for `epoch`, applied to
     /// `slot_id` and `project_id`.
     fn selection(

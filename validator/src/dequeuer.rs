@@ -27,13 +27,14 @@
 //! **Bounded chain reads.** A slot's signer is read at most once per
 //! `slots:generation` (the event monitor bumps it on every registration),
 //! however many submissions name the slot and however many workers ask at
-//! once; slot ids past the registry's total are unregistered without a
-//! read. A read that fails gives back only the submissions that needed it.
+//! once ([`SignerBook`]); slot ids past the registry's total are
+//! unregistered without a read. A read that fails gives back only the
+//! submissions that needed it.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     sync::{Arc, LazyLock, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use alloy::primitives::Address;
@@ -54,6 +55,7 @@ use crate::{
     gateway,
     keys::{DETAIL_TTL, PROCESSED_TTL, TIMELINE_RETENTION},
     queue::{ReliableQueue, Taken, item_id},
+    signers::SignerBook,
 };
 
 /// What became of one submission.
@@ -97,11 +99,6 @@ impl Default for DequeuerSettings {
     }
 }
 
-/// How long the registry is trusted without a `SlotRegistered` telling
-/// otherwise (a safety net: the event monitor bumps `slots:generation` on
-/// every registration, which empties the cache at once).
-const SIGNER_TTL: Duration = Duration::from_secs(600);
-
 /// Checks and commits submissions; cheap to clone (one per worker task).
 pub struct Dequeuer<C> {
     market: Arc<Market>,
@@ -109,7 +106,7 @@ pub struct Dequeuer<C> {
     conn: ConnectionManager,
     queue: ReliableQueue,
     domain: Arc<alloy::sol_types::Eip712Domain>,
-    signers: Arc<Mutex<Signers>>,
+    signers: Arc<SignerBook<C>>,
     epochs: Arc<Mutex<BTreeMap<u64, EpochFacts>>>,
 }
 
@@ -124,22 +121,6 @@ impl<C> Clone for Dequeuer<C> {
             signers: self.signers.clone(),
             epochs: self.epochs.clone(),
         }
-    }
-}
-
-/// What the registry said, for one `slots:generation`: the total number of
-/// slots and each slot's signer, each read once (concurrent askers wait for
-/// the one read; a failed read is tried again by the next asker).
-struct Signers {
-    generation: Option<String>,
-    since: Instant,
-    total: Arc<tokio::sync::OnceCell<u64>>,
-    by_slot: HashMap<u64, Arc<tokio::sync::OnceCell<Address>>>,
-}
-
-impl Default for Signers {
-    fn default() -> Self {
-        Self { generation: None, since: Instant::now(), total: Default::default(), by_slot: HashMap::new() }
     }
 }
 
@@ -229,7 +210,8 @@ impl<C: ChainReads> Dequeuer<C> {
     pub fn new(market: Arc<Market>, chain: Arc<C>, conn: ConnectionManager) -> Self {
         let queue = ReliableQueue::submissions(conn.clone(), &market.keys);
         let domain = Arc::new(eip712::domain(market.chain_id, market.scope.protocol_state));
-        Self { market, chain, conn, queue, domain, signers: Default::default(), epochs: Default::default() }
+        let signers = Arc::new(SignerBook::new(chain.clone()));
+        Self { market, chain, conn, queue, domain, signers, epochs: Default::default() }
     }
 
     pub fn queue(&self) -> &ReliableQueue {
@@ -447,12 +429,7 @@ impl<C: ChainReads> Dequeuer<C> {
         let head: Option<u64> = redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).ok().flatten();
         let generation: Option<String> =
             redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).ok().flatten();
-        {
-            let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
-            if signers.generation != generation || signers.since.elapsed() > SIGNER_TTL {
-                *signers = Signers { generation, ..Signers::default() };
-            }
-        }
+        self.signers.refresh(generation);
         let mut epochs = BTreeMap::new();
         for &e in epoch_ids {
             let facts: Vec<Option<u64>> =
@@ -494,28 +471,6 @@ impl<C: ChainReads> Dequeuer<C> {
             Ok(Judgement::Rejected(Rejection { reason, detail })) => Checked::Reject(reason, detail, s),
             Ok(Judgement::Deferred) => Checked::Defer,
         }
-    }
-
-    /// The signer registered for `slot_id`, read from the chain at most
-    /// once per generation; `Address::ZERO` without a read for a slot id
-    /// past the registry's total.
-    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
-        let (total, cell) = {
-            let signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
-            (signers.total.clone(), signers.by_slot.get(&slot_id).cloned())
-        };
-        let total = *total.get_or_try_init(|| self.chain.total_slots()).await?;
-        if slot_id > total {
-            return Ok(Address::ZERO);
-        }
-        let cell = match cell {
-            Some(cell) => cell,
-            None => {
-                let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
-                signers.by_slot.entry(slot_id).or_default().clone()
-            }
-        };
-        cell.get_or_try_init(|| self.chain.signer(slot_id)).await.copied()
     }
 
     fn add_accept(&self, pipe: &mut redis::Pipeline, c: &Candidate) {
@@ -662,7 +617,7 @@ impl<C: ChainReads> Facts for ItemFacts<'_, C> {
     }
 
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
-        self.dequeuer.signer(slot_id).await
+        self.dequeuer.signers.signer(slot_id).await
     }
 
     async fn selection(&self, r: &Request) -> Result<Selection, String> {

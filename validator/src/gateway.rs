@@ -44,6 +44,7 @@ use serde_json::json;
 use crate::{
     Market,
     keys::{SUBMISSION_METADATA_TTL, TIMELINE_RETENTION},
+    signers::Registered,
 };
 
 /// How much the gateway takes in.
@@ -91,6 +92,9 @@ pub struct Gateway {
     admission: Admission,
     rate: Arc<PeerLimiter>,
     in_flight: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// The slot registry, when the gossip intake checks signers before it
+    /// relays ([`Gateway::with_signers`]).
+    signers: Option<Arc<dyn Registered>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -204,6 +208,25 @@ pub enum Admitted {
     NoHead,
 }
 
+/// A gossip submission by `signer` for `slot_id`, whose registered signer
+/// is `registered`: accepted when they are one; a slot nobody holds is
+/// ignored (it may be registered after this validator's last read), another
+/// signer rejected.
+fn signer_verdict(
+    slot_id: u64,
+    signer: alloy::primitives::Address,
+    registered: alloy::primitives::Address,
+) -> lite_node_gossip::Verdict {
+    use lite_node_gossip::Verdict;
+    if registered == signer {
+        Verdict::Accept
+    } else if registered.is_zero() {
+        Verdict::Ignore
+    } else {
+        Verdict::Reject(format!("signed by {signer}, not by slot {slot_id}'s registered signer {registered}"))
+    }
+}
+
 /// Submissions from gossip queued together at most.
 pub const GOSSIP_BATCH: usize = 256;
 
@@ -227,9 +250,14 @@ impl Drop for InFlight {
 
 impl Gateway {
     /// A gossip message judged before gossipsub relays it: it must decode
-    /// as a submission within the caps, be well-formed and carry a valid
+    /// as a submission in its gossip form, be well-formed and carry a valid
     /// signature, and (when the market's projects are known) name one of
-    /// them. Junk is rejected (held against the peer that sent it).
+    /// them; with the slot registry ([`Gateway::with_signers`]), be signed
+    /// by its slot's registered signer — known without a read, or the
+    /// message is held until [`Gateway::take_gossip_from`] has read it.
+    /// Junk is rejected (held against the peer that sent it); a slot that is
+    /// not registered is ignored (the registration may be newer than what
+    /// this validator has read).
     pub fn judge_gossip(&self, payload: &[u8]) -> lite_node_gossip::Verdict {
         use lite_node_gossip::Verdict;
         match <SnapshotSubmission as prost::Message>::decode(payload) {
@@ -239,11 +267,44 @@ impl Gateway {
                  unknown ones)"
                     .into(),
             ),
-            Ok(s) => match self.refusal(&s) {
-                Some(rejection) => Verdict::Reject(rejection.to_string()),
-                None => Verdict::Accept,
+            Ok(s) => match self.admitted(&s) {
+                Err(rejection) => Verdict::Reject(rejection.to_string()),
+                Ok((slot_id, signer)) => match &self.signers {
+                    None => Verdict::Accept,
+                    Some(book) => match book.cached(slot_id) {
+                        None => Verdict::Hold,
+                        Some(registered) => signer_verdict(slot_id, signer, registered),
+                    },
+                },
             },
         }
+    }
+
+    /// A held gossip message's verdict, from the slot registry (read now if
+    /// need be), given on its ticket; its payload if it was accepted. One
+    /// handed over without a ticket was accepted at once.
+    async fn settle(&self, delivery: lite_node_gossip::Delivery) -> Option<Vec<u8>> {
+        use lite_node_gossip::Verdict;
+        let Some(ticket) = delivery.ticket else { return Some(delivery.data) };
+        let admitted = <SnapshotSubmission as prost::Message>::decode(delivery.data.as_slice())
+            .map_err(|e| e.to_string())
+            .and_then(|s| self.admitted(&s).map_err(|r| r.to_string()));
+        let verdict = match (admitted, &self.signers) {
+            (Err(why), _) => Verdict::Reject(why),
+            (Ok(_), None) => Verdict::Accept,
+            (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id).await {
+                Ok(registered) => signer_verdict(slot_id, signer, registered),
+                // The anchor not answering: relayed and queued as before the
+                // check (the dequeuer checks the signer again), not lost.
+                Err(why) => {
+                    tracing::warn!("gossip: slot {slot_id}'s signer could not be read ({why}); relaying unchecked");
+                    Verdict::Accept
+                }
+            },
+        };
+        let accepted = verdict == Verdict::Accept;
+        ticket.settle(&verdict);
+        accepted.then_some(delivery.data)
     }
 
     /// Queues a submission that came over gossip as one that came over
@@ -264,14 +325,28 @@ impl Gateway {
     /// then. A submission that cannot be queued now — Redis away (a
     /// restart), no anchor head yet (the event monitor starting), the queue
     /// full — is held and tried again with backoff, never dropped.
-    pub async fn take_gossip_from(&self, delivered: &mut tokio::sync::mpsc::Receiver<Vec<u8>>) {
+    ///
+    /// Messages the check held are settled first ([`Gateway::judge_gossip`]):
+    /// the registry's generation is read once a batch (a registration
+    /// empties the book), then each held slot's signer, concurrently.
+    pub async fn take_gossip_from(&self, delivered: &mut tokio::sync::mpsc::Receiver<lite_node_gossip::Delivery>) {
         let mut batch = Vec::with_capacity(GOSSIP_BATCH);
         loop {
             batch.clear();
             if delivered.recv_many(&mut batch, GOSSIP_BATCH).await == 0 {
                 return;
             }
-            let mut pending = std::mem::take(&mut batch);
+            if let Some(book) = &self.signers
+                && batch.iter().any(|d| d.ticket.is_some())
+            {
+                let generation: redis::RedisResult<Option<String>> =
+                    redis::AsyncCommands::get(&mut self.conn.clone(), self.market.keys.slots_generation()).await;
+                if let Ok(generation) = generation {
+                    book.refresh(generation);
+                }
+            }
+            let settled = futures_util::future::join_all(batch.drain(..).map(|d| self.settle(d))).await;
+            let mut pending: Vec<Vec<u8>> = settled.into_iter().flatten().collect();
             let mut delays = lite_node_core::retry::Policy::REDIS.delays();
             loop {
                 let results = futures_util::future::join_all(pending.iter().map(|p| self.take_gossip(p))).await;
@@ -306,17 +381,19 @@ impl Gateway {
         }
     }
 
-    /// What the checks made before storage refuse of `s` (form, signature,
-    /// the market's projects), if anything.
-    fn refusal(&self, s: &SnapshotSubmission) -> Option<Rejection> {
-        match admit(s, &self.market.scope, &self.domain) {
-            Err(rejection) => Some(rejection),
-            Ok((r, _)) => self
-                .projects
-                .as_ref()
-                .and_then(|p| p.check(&r.project_id).err())
-                .map(|why| Rejection::new(Reason::UnknownProject, why)),
+    /// The checks made before storage (form, signature, the market's
+    /// projects): the slot and who signed, or why `s` is refused.
+    fn admitted(&self, s: &SnapshotSubmission) -> Result<(u64, alloy::primitives::Address), Rejection> {
+        let (r, signer) = admit(s, &self.market.scope, &self.domain)?;
+        if let Some(Err(why)) = self.projects.as_ref().map(|p| p.check(&r.project_id)) {
+            return Err(Rejection::new(Reason::UnknownProject, why));
         }
+        Ok((r.slot_id, signer))
+    }
+
+    /// Why the checks made before storage refuse `s`, if they do.
+    fn refusal(&self, s: &SnapshotSubmission) -> Option<Rejection> {
+        self.admitted(s).err()
     }
 
     pub fn new(conn: ConnectionManager, market: Arc<Market>) -> Self {
@@ -340,7 +417,15 @@ impl Gateway {
             admission,
             rate: Arc::new(governor::RateLimiter::keyed(quota)),
             in_flight: Default::default(),
+            signers: None,
         }
+    }
+
+    /// The same gateway, whose gossip intake also checks each submission's
+    /// signer against its slot's registered one before relaying it.
+    pub fn with_signers(mut self, signers: Arc<dyn Registered>) -> Self {
+        self.signers = Some(signers);
+        self
     }
 
     /// Checks one submission and, if it passes, queues it (module docs).

@@ -33,6 +33,7 @@ pub mod monitor;
 pub mod onchain;
 pub mod queue;
 pub mod service;
+pub mod signers;
 pub mod tracker;
 
 pub use keys::Keys;

@@ -30,7 +30,7 @@ use lite_node_protocol::submission::Projects;
 use crate::{
     Market,
     aggregator::Aggregator,
-    chain::{ChainReads, EpochFacts, Selection},
+    chain::{ChainReads, EpochFacts, Selection, SlotRegistry},
     dequeuer::{Dequeuer, DequeuerSettings},
     finalizer::Finalizer,
     gateway::{Admission, Gateway},
@@ -295,15 +295,28 @@ pub struct AnchorChain {
     pub selection: Arc<SelectionCheck>,
 }
 
-impl ChainReads for AnchorChain {
+/// The slot registry on the anchor (the gossip intake's signer check).
+impl SlotRegistry for Anchor {
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
-        self.anchor.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
+        self.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
     }
 
     async fn total_slots(&self) -> Result<u64, String> {
-        self.anchor.total_slots().await.map_err(|e| format!("anchor unavailable: {e}"))
+        Anchor::total_slots(self).await.map_err(|e| format!("anchor unavailable: {e}"))
+    }
+}
+
+impl SlotRegistry for AnchorChain {
+    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        SlotRegistry::signer(&*self.anchor, slot_id).await
     }
 
+    async fn total_slots(&self) -> Result<u64, String> {
+        SlotRegistry::total_slots(&*self.anchor).await
+    }
+}
+
+impl ChainReads for AnchorChain {
     async fn selection(&self, epoch: EpochFacts, slot_id: u64, project_id: &str) -> Result<Selection, String> {
         let release = Release { begin: epoch.begin, end: epoch.end, block_number: epoch.release_block };
         let assignment = self.selection.epoch(&self.anchor, epoch.epoch_id, release).await.map_err(|e| match e {
@@ -377,9 +390,12 @@ async fn run_locked(
         let listen = settings.listen;
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
         announced.push(format!("gateway (gRPC) listening on {}", listener.local_addr()?));
-        let gateway = Gateway::with_admission(conn.clone(), market.clone(), deps.projects.clone(), settings.admission);
+        let mut gateway =
+            Gateway::with_admission(conn.clone(), market.clone(), deps.projects.clone(), settings.admission);
         if let Some(g) = &settings.gossip {
-            let (deliver, mut delivered) = tokio::sync::mpsc::channel::<Vec<u8>>(4096);
+            // Nothing is relayed that its slot's registered signer did not sign.
+            gateway = gateway.with_signers(Arc::new(crate::signers::SignerBook::new(anchor.clone())));
+            let (deliver, mut delivered) = tokio::sync::mpsc::channel::<lite_node_gossip::Delivery>(4096);
             let judge = gateway.clone();
             let check: lite_node_gossip::Check = Arc::new(move |payload: &[u8]| judge.judge_gossip(payload));
             let peer = lite_node_gossip::Gossip::start(

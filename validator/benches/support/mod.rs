@@ -10,7 +10,7 @@ use lite_node_protocol::{
     proto,
     submission::Scope,
 };
-use lite_node_validator::chain::{ChainReads, EpochFacts, Selection};
+use lite_node_validator::chain::{ChainReads, EpochFacts, Selection, SlotRegistry};
 
 pub const CHAIN_ID: u64 = 31337;
 
@@ -24,7 +24,7 @@ impl Registry {
     }
 }
 
-impl ChainReads for Registry {
+impl SlotRegistry for Registry {
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
         Ok(self.0.get(&slot_id).copied().unwrap_or(Address::ZERO))
     }
@@ -32,7 +32,9 @@ impl ChainReads for Registry {
     async fn total_slots(&self) -> Result<u64, String> {
         Ok(self.0.len() as u64)
     }
+}
 
+impl ChainReads for Registry {
     async fn selection(&self, _: EpochFacts, _: u64, _: &str) -> Result<Selection, String> {
         Ok(Selection::Selected)
     }

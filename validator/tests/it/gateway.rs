@@ -14,7 +14,9 @@ use lite_node_protocol::{
 use lite_node_testkit::RedisServer;
 use lite_node_validator::{
     Market, ReliableQueue,
+    chain::SlotRegistry,
     gateway::{Admission, Gateway},
+    signers::SignerBook,
 };
 use redis::AsyncCommands;
 
@@ -53,6 +55,26 @@ fn submission(market: &Market, epoch_id: u64, slot_id: u64, project_id: &str) ->
 fn gossip_bytes(s: &proto::SnapshotSubmission) -> Vec<u8> {
     let form = lite_node_protocol::submission::gossip_form(s).unwrap_or_else(|_| s.clone());
     prost::Message::encode_to_vec(&form)
+}
+
+/// The slot registry of these tests: slots 1..=10,000, each registered to
+/// the key [`submission`] signs with.
+struct OneSigner(alloy::primitives::Address);
+
+impl OneSigner {
+    fn of(market: &Market) -> Self {
+        Self(Signer::new(&[9u8; 32], CHAIN_ID, market.scope.protocol_state).unwrap().address())
+    }
+}
+
+impl SlotRegistry for OneSigner {
+    async fn signer(&self, _: u64) -> Result<alloy::primitives::Address, String> {
+        Ok(self.0)
+    }
+
+    async fn total_slots(&self) -> Result<u64, String> {
+        Ok(10_000)
+    }
 }
 
 fn pool_project() -> String {
@@ -228,8 +250,9 @@ async fn mesh(market: &Arc<Market>) -> Mesh {
         let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
         set_head(&conn, market, 42).await;
         let gateway =
-            Gateway::with_admission(conn.clone(), market.clone(), Some(projects.clone()), Admission::default());
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4096);
+            Gateway::with_admission(conn.clone(), market.clone(), Some(projects.clone()), Admission::default())
+                .with_signers(Arc::new(SignerBook::new(Arc::new(OneSigner::of(market)))));
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<lite_node_validator::gossip::Delivery>(4096);
         let judge = gateway.clone();
         let peer =
             Gossip::start(settings(name, bootstrap), Arc::new(move |p: &[u8]| judge.judge_gossip(p)), tx).unwrap();
@@ -252,9 +275,11 @@ async fn mesh(market: &Arc<Market>) -> Mesh {
 }
 
 /// The gateway's gossip peer between a collector and a junk peer, and a
-/// second validator behind it: an honest submission reaches both queues;
-/// malformed bytes, a bad signature and a made-up project are rejected at
-/// the first hop, never relayed, and the peer that sent them is graylisted.
+/// second validator behind it: an honest submission reaches both queues; a
+/// valid signature by a key that is not the slot's, malformed bytes, a bad
+/// signature and a made-up project are rejected at the first hop, never
+/// relayed, and the peer that sent them is graylisted; a slot nobody
+/// holds is ignored (neither relayed nor held against the sender).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted() {
     use lite_node_validator::gossip::{GRAYLIST, Stats};
@@ -263,15 +288,34 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
     let Mesh { conn1, conn2, v1, v2, collector, junk, .. } = &m;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
 
-    // Junk: bytes that are no submission, a bad signature, a made-up project.
+    // Junk: signed by a fresh key (for a slot held by another, and for a
+    // slot nobody holds), bytes that are no submission, a bad signature, a
+    // made-up project.
+    let fresh_key = |slot: u64| {
+        let mut s = submission(&market, 7, slot, &pool_project());
+        let request = lite_node_protocol::eip712::Request::from(s.request.as_ref().unwrap());
+        let stranger = Signer::new(&[0x77u8; 32], CHAIN_ID, market.scope.protocol_state).unwrap();
+        s.signature = stranger.sign(&request).unwrap();
+        s
+    };
+    // The fresh keys' first: their slots are read before they are judged
+    // (held meanwhile), so they are judged before the peer is graylisted.
+    assert!(junk.publish(gossip_bytes(&fresh_key(3))));
+    assert!(junk.publish(gossip_bytes(&fresh_key(20_000))));
+    while Stats::get(&v1.stats().rejected) < 1 || Stats::get(&v1.stats().ignored) < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "v1 judged the fresh keys: {:?}", v1.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(Stats::get(&v1.stats().held) >= 1, "slot 3 was read before it was judged: {:?}", v1.stats());
     let mut forged = submission(&market, 7, 3, &pool_project());
     forged.signature = format!("0x{}1b", "00".repeat(64)); // recovers to no key
     let made_up = submission(&market, 7, 3, &format!("spam:0xaa:{NAMESPACE}"));
     for payload in [b"not a submission".to_vec(), gossip_bytes(&forged), gossip_bytes(&made_up)] {
         assert!(junk.publish(payload));
     }
+    // Three rejections graylist the peer (what it sends after is dropped unread).
     while Stats::get(&v1.stats().rejected) < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "v1 judged the junk");
+        assert!(tokio::time::Instant::now() < deadline, "v1 judged the junk: {:?}", v1.stats());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let score = v1.score_of(junk.peer_id()).await.unwrap();

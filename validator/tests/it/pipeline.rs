@@ -19,7 +19,7 @@ use lite_node_testkit::RedisServer;
 use lite_node_validator::{
     Market,
     aggregator::{Aggregator, Batch},
-    chain::{ChainReads, EpochFacts, Selection},
+    chain::{ChainReads, EpochFacts, Selection, SlotRegistry},
     consensus::Finalized,
     dequeuer::{Dequeuer, Reason, Verdict},
     finalizer::Finalizer,
@@ -49,7 +49,7 @@ struct TableChain {
     delay: Duration,
 }
 
-impl ChainReads for TableChain {
+impl SlotRegistry for TableChain {
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
         tokio::time::sleep(self.delay).await;
         *self.signer_reads.lock().unwrap().entry(slot_id).or_default() += 1;
@@ -59,7 +59,9 @@ impl ChainReads for TableChain {
     async fn total_slots(&self) -> Result<u64, String> {
         Ok(10)
     }
+}
 
+impl ChainReads for TableChain {
     async fn selection(&self, epoch: EpochFacts, slot_id: u64, project_id: &str) -> Result<Selection, String> {
         if let Err(why) = self.projects.check(project_id) {
             return Ok(Selection::UnknownProject(why));

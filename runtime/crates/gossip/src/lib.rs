@@ -66,6 +66,61 @@ pub enum Verdict {
     /// Not junk, but not taken now (the receiver is full): neither relayed
     /// nor held against anyone.
     Ignore,
+    /// Not decided without a slower check: handed over with a [`Ticket`],
+    /// neither relayed nor dropped until the receiver gives its verdict on
+    /// the ticket (a ticket dropped without one ignores the message).
+    Hold,
+}
+
+/// A message handed over, and when its check held it, the ticket on which
+/// the receiver gives the verdict that decides whether it is relayed.
+#[derive(Debug)]
+pub struct Delivery {
+    pub data: Vec<u8>,
+    pub ticket: Option<Ticket>,
+}
+
+/// A held message's verdict, still to be given ([`Ticket::settle`]); dropped
+/// without one, the message is ignored.
+#[derive(Debug)]
+pub struct Ticket {
+    message: gossipsub::MessageId,
+    source: PeerId,
+    commands: mpsc::Sender<Command>,
+    stats: Arc<Stats>,
+    settled: bool,
+}
+
+impl Ticket {
+    /// Gives the held message its verdict: accepted, it is relayed;
+    /// rejected, it is dropped and held against the peer that sent it.
+    /// `Hold` is taken as `Ignore`.
+    pub fn settle(mut self, verdict: &Verdict) {
+        self.give(verdict);
+    }
+
+    fn give(&mut self, verdict: &Verdict) {
+        self.settled = true;
+        let (acceptance, counter) = match verdict {
+            Verdict::Accept => (gossipsub::MessageAcceptance::Accept, &self.stats.accepted),
+            Verdict::Reject(_) => (gossipsub::MessageAcceptance::Reject, &self.stats.rejected),
+            Verdict::Ignore | Verdict::Hold => (gossipsub::MessageAcceptance::Ignore, &self.stats.ignored),
+        };
+        Stats::add(counter);
+        let report = Command::Report(self.message.clone(), self.source, acceptance);
+        // The peer's inbox full (or the peer gone): the message stays
+        // unvalidated, never relayed, and leaves gossipsub's cache in a few
+        // heartbeats.
+        let _ = self.commands.try_send(report);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.give(&Verdict::Ignore);
+        }
+    }
 }
 
 /// Judges a received payload before anything is done with it.
@@ -104,8 +159,11 @@ pub struct Stats {
     /// Messages that could not be published: the outbox was full, or no
     /// peer was connected to take them.
     pub unpublished: AtomicU64,
-    /// Received messages the check accepted (relayed, handed over).
+    /// Received messages accepted (relayed, handed over).
     pub accepted: AtomicU64,
+    /// Received messages the check held (handed over with a ticket); each
+    /// is counted again once settled (accepted, rejected or ignored).
+    pub held: AtomicU64,
     /// Received messages the check rejected (dropped, held against the sender).
     pub rejected: AtomicU64,
     /// Received messages ignored (the receiver was full).
@@ -122,8 +180,10 @@ impl Stats {
     }
 }
 
+#[derive(Debug)]
 enum Command {
     Publish(Vec<u8>),
+    Report(gossipsub::MessageId, PeerId, gossipsub::MessageAcceptance),
     MeshPeers(oneshot::Sender<usize>),
     Score(PeerId, oneshot::Sender<Option<f64>>),
 }
@@ -246,9 +306,9 @@ fn scoring(topic: &gossipsub::IdentTopic) -> (gossipsub::PeerScoreParams, gossip
 impl Gossip {
     /// Starts a peer: its identity from `settings.identity`, listening on
     /// `settings.listen`, dialling the bootstrap peers, subscribed to the
-    /// topic. Accepted messages go to `deliver` (whose free room decides
-    /// between accepting and ignoring).
-    pub fn start(settings: Settings, check: Check, deliver: mpsc::Sender<Vec<u8>>) -> Result<Self, Error> {
+    /// topic. Accepted and held messages go to `deliver` (whose free room
+    /// decides between taking and ignoring).
+    pub fn start(settings: Settings, check: Check, deliver: mpsc::Sender<Delivery>) -> Result<Self, Error> {
         let mut bootstrap = Vec::new();
         for addr in &settings.bootstrap {
             let peer = peer_of(addr).ok_or_else(|| Error::Bootstrap {
@@ -287,7 +347,16 @@ impl Gossip {
         let (commands, inbox) = mpsc::channel(OUTBOX);
         let (listening_tx, listening) = watch::channel(Vec::new());
         let stats = Arc::new(Stats::default());
-        let task = Task { swarm, topic, check, deliver, bootstrap, stats: stats.clone(), listening: listening_tx };
+        let task = Task {
+            swarm,
+            topic,
+            check,
+            deliver,
+            bootstrap,
+            stats: stats.clone(),
+            listening: listening_tx,
+            commands: commands.downgrade(),
+        };
         tokio::spawn(task.run(inbox));
         Ok(Self { commands, peer_id, listening, stats })
     }
@@ -348,8 +417,11 @@ struct Task {
     swarm: Swarm<Behaviour>,
     topic: gossipsub::IdentTopic,
     check: Check,
-    deliver: mpsc::Sender<Vec<u8>>,
+    deliver: mpsc::Sender<Delivery>,
     bootstrap: Vec<(PeerId, Multiaddr)>,
+    /// For the tickets of held messages (weak: the task still ends when
+    /// every handle is gone).
+    commands: mpsc::WeakSender<Command>,
     stats: Arc<Stats>,
     listening: watch::Sender<Vec<Multiaddr>>,
 }
@@ -361,6 +433,7 @@ impl Task {
             tokio::select! {
                 command = inbox.recv() => match command {
                     Some(Command::Publish(payload)) => self.publish(payload),
+                    Some(Command::Report(message, source, acceptance)) => self.report(&message, &source, acceptance),
                     Some(Command::MeshPeers(answer)) => {
                         let _ = answer.send(self.swarm.behaviour().gossipsub.mesh_peers(&self.topic.hash()).count());
                     }
@@ -386,6 +459,10 @@ impl Task {
                 tracing::debug!("gossip: not published: {e}");
             }
         }
+    }
+
+    fn report(&mut self, message: &gossipsub::MessageId, source: &PeerId, acceptance: gossipsub::MessageAcceptance) {
+        self.swarm.behaviour_mut().gossipsub.report_message_validation_result(message, source, acceptance);
     }
 
     fn dial_bootstrap(&mut self) {
@@ -417,31 +494,44 @@ impl Task {
                 } else {
                     (self.check)(&message.data)
                 };
-                let acceptance = match &verdict {
-                    Verdict::Accept => gossipsub::MessageAcceptance::Accept,
-                    Verdict::Reject(why) => {
-                        tracing::debug!("gossip: rejected a message from {propagation_source}: {why}");
-                        gossipsub::MessageAcceptance::Reject
-                    }
-                    Verdict::Ignore => gossipsub::MessageAcceptance::Ignore,
-                };
-                self.swarm.behaviour_mut().gossipsub.report_message_validation_result(
-                    &message_id,
-                    &propagation_source,
-                    acceptance,
-                );
                 match verdict {
-                    Verdict::Accept => {
+                    Verdict::Accept | Verdict::Hold => {
                         // Counted before it is handed over, so whoever takes
                         // it sees it counted.
-                        Stats::add(&self.stats.accepted);
-                        if self.deliver.try_send(message.data).is_err() {
-                            self.stats.accepted.fetch_sub(1, Ordering::Relaxed);
-                            Stats::add(&self.stats.ignored);
+                        let held = verdict == Verdict::Hold;
+                        Stats::add(if held { &self.stats.held } else { &self.stats.accepted });
+                        let ticket = match (held, self.commands.upgrade()) {
+                            (true, Some(commands)) => Some(Ticket {
+                                message: message_id.clone(),
+                                source: propagation_source,
+                                commands,
+                                stats: self.stats.clone(),
+                                settled: false,
+                            }),
+                            _ => None,
+                        };
+                        if !held {
+                            self.report(&message_id, &propagation_source, gossipsub::MessageAcceptance::Accept);
+                        }
+                        if self.deliver.try_send(Delivery { data: message.data, ticket }).is_err() {
+                            // Not taken after all (the room went): ignored —
+                            // a held one by its ticket, dropped with it.
+                            let counter = if held { &self.stats.held } else { &self.stats.accepted };
+                            counter.fetch_sub(1, Ordering::Relaxed);
+                            if !held {
+                                Stats::add(&self.stats.ignored);
+                            }
                         }
                     }
-                    Verdict::Reject(_) => Stats::add(&self.stats.rejected),
-                    Verdict::Ignore => Stats::add(&self.stats.ignored),
+                    Verdict::Reject(why) => {
+                        tracing::debug!("gossip: rejected a message from {propagation_source}: {why}");
+                        self.report(&message_id, &propagation_source, gossipsub::MessageAcceptance::Reject);
+                        Stats::add(&self.stats.rejected);
+                    }
+                    Verdict::Ignore => {
+                        self.report(&message_id, &propagation_source, gossipsub::MessageAcceptance::Ignore);
+                        Stats::add(&self.stats.ignored);
+                    }
                 }
             }
             SwarmEvent::ConnectionEstablished { peer_id, endpoint, .. } => {

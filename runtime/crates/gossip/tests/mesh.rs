@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use lite_node_gossip::{Check, Error, Gossip, Settings, Stats, Verdict};
+use lite_node_gossip::{Check, Delivery, Error, Gossip, Settings, Stats, Verdict};
 use tokio::sync::mpsc;
 
 fn settings(dir: &std::path::Path, name: &str, bootstrap: Vec<libp2p::Multiaddr>) -> Settings {
@@ -26,12 +26,17 @@ fn lenient() -> Check {
     Arc::new(|_: &[u8]| Verdict::Accept)
 }
 
-/// The next payload `rx` gets, within 30 s.
-async fn next(rx: &mut mpsc::Receiver<Vec<u8>>, what: &str) -> Vec<u8> {
+/// The next delivery `rx` gets, within 30 s.
+async fn next_delivery(rx: &mut mpsc::Receiver<Delivery>, what: &str) -> Delivery {
     tokio::time::timeout(Duration::from_secs(30), rx.recv())
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
         .expect("the peer is running")
+}
+
+/// The next payload `rx` gets, within 30 s.
+async fn next(rx: &mut mpsc::Receiver<Delivery>, what: &str) -> Vec<u8> {
+    next_delivery(rx, what).await.data
 }
 
 async fn until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
@@ -107,4 +112,56 @@ async fn a_peer_keeps_its_identity_and_bad_settings_name_themselves() {
     let no_peer = vec!["/ip4/127.0.0.1/tcp/4001".parse().unwrap()];
     let err = Gossip::start(settings(dir.path(), "w", no_peer), lenient(), tx).unwrap_err();
     assert!(err.to_string().contains("/p2p/<peer id>"), "{err}");
+}
+
+/// A check that cannot decide alone holds the message: nothing is relayed
+/// until the receiver settles its ticket — accepted, it crosses; rejected,
+/// it stops there and counts against its sender; a ticket dropped unsettled
+/// ignores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_message_is_relayed_only_once_its_ticket_accepts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b_tx, mut b_rx) = mpsc::channel(64);
+    let hold: Check = Arc::new(|_: &[u8]| Verdict::Hold);
+    let b = Gossip::start(settings(dir.path(), "b", vec![]), hold, b_tx).unwrap();
+    let b_addr = tokio::time::timeout(Duration::from_secs(10), b.listening()).await.expect("b listens");
+    let start = |name: &str| {
+        let (tx, rx) = mpsc::channel(64);
+        (Gossip::start(settings(dir.path(), name, b_addr.clone()), lenient(), tx).unwrap(), rx)
+    };
+    let (h, _h_rx) = start("h");
+    let (c, mut c_rx) = start("c");
+    for (name, peer) in [("h", &h), ("c", &c)] {
+        until(&format!("{name} in b's mesh"), async || (peer.mesh_peers().await > 0).then_some(())).await;
+    }
+    until("b meshed with both", async || (b.mesh_peers().await == 2).then_some(())).await;
+
+    // Held at b: handed over with a ticket, not relayed while it waits.
+    assert!(h.publish(b"first".to_vec()));
+    let first = next_delivery(&mut b_rx, "first at b").await;
+    assert_eq!(first.data, b"first");
+    let ticket = first.ticket.expect("a held message comes with its ticket");
+    assert_eq!(Stats::get(&b.stats().held), 1);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), c_rx.recv()).await.is_err(),
+        "nothing crosses b before its verdict"
+    );
+    ticket.settle(&Verdict::Accept);
+    assert_eq!(next(&mut c_rx, "first at c").await, b"first");
+    assert_eq!(Stats::get(&b.stats().accepted), 1);
+
+    // Rejected on its ticket: never relayed, held against h.
+    assert!(h.publish(b"second".to_vec()));
+    let second = next_delivery(&mut b_rx, "second at b").await;
+    second.ticket.expect("held").settle(&Verdict::Reject("not the slot's signer".into()));
+    until("b scores h down", async || b.score_of(h.peer_id()).await.filter(|s| *s < 0.0)).await;
+    assert_eq!(Stats::get(&b.stats().rejected), 1);
+
+    // Dropped unsettled: ignored. The next accepted one is the next to cross.
+    assert!(h.publish(b"third".to_vec()));
+    drop(next_delivery(&mut b_rx, "third at b").await);
+    until("the dropped ticket ignores it", async || (Stats::get(&b.stats().ignored) == 1).then_some(())).await;
+    assert!(h.publish(b"fourth".to_vec()));
+    next_delivery(&mut b_rx, "fourth at b").await.ticket.expect("held").settle(&Verdict::Accept);
+    assert_eq!(next(&mut c_rx, "fourth at c").await, b"fourth", "second and third never crossed");
 }
