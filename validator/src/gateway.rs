@@ -95,6 +95,9 @@ pub struct Gateway {
     /// The slot registry, when the gossip intake checks signers before it
     /// relays ([`Gateway::with_signers`]).
     signers: Option<Arc<dyn Registered>>,
+    /// Gossip submissions that could not be queued at once (held and tried
+    /// again): each is a break in the intake (`intake:since`).
+    held_back: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -373,6 +376,7 @@ impl Gateway {
                 if again.is_empty() {
                     break;
                 }
+                self.held_back.fetch_add(again.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 let wait = delays.next().unwrap_or(lite_node_core::retry::Policy::REDIS.max);
                 tracing::warn!("gossip: {} submission(s) held ({why}); trying again in {wait:?}", again.len());
                 tokio::time::sleep(wait).await;
@@ -418,7 +422,15 @@ impl Gateway {
             rate: Arc::new(governor::RateLimiter::keyed(quota)),
             in_flight: Default::default(),
             signers: None,
+            held_back: Default::default(),
         }
+    }
+
+    /// How many gossip submissions could not be queued at once so far (a
+    /// Redis restart, a full queue): what arrived meanwhile may be judged
+    /// late, so the intake has had a break.
+    pub fn held_back(&self) -> u64 {
+        self.held_back.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The same gateway, whose gossip intake also checks each submission's
@@ -611,12 +623,25 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
+    // Peers not seen for a while leave the rate table: however many
+    // addresses a flood comes from, the table holds the recent ones only.
+    let rate = gateway.rate.clone();
+    let pruning = tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            every.tick().await;
+            rate.retain_recent();
+            rate.shrink_to_fit();
+        }
+    });
     let service = proto::submission_server::SubmissionServer::new(gateway).max_decoding_message_size(caps::MESSAGE);
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .layer(tower::util::MapResponseLayer::new(oversized_is_invalid))
         .add_service(service)
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
-        .await
+        .await;
+    pruning.abort();
+    served
 }
 
 /// Rewrites tonic's `OUT_OF_RANGE` for a message past the size limit (a

@@ -494,40 +494,46 @@ impl Onchain {
         match self.sender.broadcast(&tx).await {
             Ok(()) => Ok(Step::Sent(tx.hash)),
             Err(e) => {
-                // Not in the pool (or not known to be): decided again next
-                // round, from the chain.
+                // Perhaps in the pool all the same (the answer lost, not the
+                // transaction): it stays the one in flight. Next round looks
+                // it up — known to the chain, it is waited for; unknown, the
+                // epoch is decided again — so a lost answer never makes a
+                // second transaction.
                 let why = format!("sending {hash}: {e}");
-                self.record(epoch_id, &[("onchain_status", "waiting"), ("onchain_error", &why)]).await?;
+                self.record(epoch_id, &[("onchain_error", &why)]).await?;
                 Err(why)
             }
         }
     }
 }
 
-/// How long `intake:since` outlives its last renewal: a gateway that died
-/// stops vouching for its intake within it.
-pub const INTAKE_SINCE_TTL: Duration = Duration::from_secs(10);
+/// How long `intake:since` outlives its last renewal (every 100 ms): a
+/// gateway that died, or hangs, stops vouching for its intake within it.
+pub const INTAKE_SINCE_TTL: Duration = Duration::from_secs(3);
 
 /// Keeps `intake:since` — the anchor block since which this validator's
-/// intake has listened without a break — while `listening()` says it does:
-/// set to the anchor chain's head (`head()`, read from the chain) when
-/// listening starts or comes back, renewed every 100 ms (it expires
+/// intake has listened without a break — while `interrupted()` has nothing
+/// to say: set to the anchor chain's head (`head()`, read from the chain)
+/// when listening starts or comes back, renewed every 100 ms (it expires
 /// [`INTAKE_SINCE_TTL`] after the last renewal, so a gateway that died
-/// vouches for nothing), removed when listening stops. Runs until `stop`.
+/// vouches for nothing), removed as soon as `interrupted()` names a break
+/// (no peer in the mesh, a message lost for lack of room, a submission
+/// held back) and when `stop` comes.
 pub async fn keep_intake_since<L, F, H, G>(
     conn: ConnectionManager,
     market: Arc<Market>,
-    listening: L,
+    interrupted: L,
     head: H,
     stop: impl std::future::Future<Output = ()> + Send,
 ) where
     L: Fn() -> F + Send,
-    F: std::future::Future<Output = bool> + Send,
+    F: std::future::Future<Output = Option<String>> + Send,
     H: Fn() -> G + Send,
     G: std::future::Future<Output = Option<u64>> + Send,
 {
     let k = market.keys.clone();
     let ttl = INTAKE_SINCE_TTL.as_secs();
+    let mut conn_at_stop = conn.clone();
     let work = async {
         let mut conn = conn;
         // Whatever a predecessor left is not this process's to vouch for.
@@ -536,7 +542,8 @@ pub async fn keep_intake_since<L, F, H, G>(
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
             tick.tick().await;
-            let now = listening().await;
+            let why = interrupted().await;
+            let now = why.is_none();
             if known == Some(now) {
                 if now {
                     // Renewed; gone (expired while Redis was away): set again.
@@ -561,11 +568,12 @@ pub async fn keep_intake_since<L, F, H, G>(
                 }
             } else {
                 let del: redis::RedisResult<()> = conn.del(k.intake_since()).await;
+                let why = why.unwrap_or_default();
                 match (del.is_ok(), known) {
-                    (true, Some(true)) => tracing::warn!(
-                        "intake: no gossip peer in the mesh; epochs released until it is back are not attested"
-                    ),
-                    (true, _) => tracing::info!("intake: waiting for a gossip peer in the mesh"),
+                    (true, Some(true)) => {
+                        tracing::warn!("intake: {why}; epochs released until it listens again are not attested")
+                    }
+                    (true, _) => tracing::info!("intake: not listening yet ({why})"),
                     _ => {}
                 }
                 del.is_ok()
@@ -579,6 +587,8 @@ pub async fn keep_intake_since<L, F, H, G>(
         _ = work => {}
         _ = stop => {}
     }
+    // Stopped: it vouches for nothing from here.
+    let _: redis::RedisResult<()> = conn_at_stop.del(k.intake_since()).await;
 }
 
 /// This validator's batch of an epoch, as the chain takes it.

@@ -218,7 +218,8 @@ impl Deps {
     /// if it is not in the cache.
     pub async fn connect(wiring: Wiring) -> anyhow::Result<Self> {
         let redis = redis::Client::open(wiring.redis_url.as_str()).map_err(|e| {
-            lite_node_core::BadInput(format!("--redis-url {}: {e} (expected redis://HOST:PORT)", wiring.redis_url))
+            let shown = lite_node_core::url::redact_url(&wiring.redis_url);
+            lite_node_core::BadInput(format!("--redis-url {shown}: {e} (expected redis://HOST:PORT)"))
         })?;
         let chains = Chains::connect(&wiring.chains).map_err(lite_node_core::BadInput)?;
         // The contracts first: a wrong address is found before anything is built.
@@ -249,7 +250,9 @@ impl Deps {
             }
             _ => None,
         };
-        Ok(Self { redis, redis_shown: wiring.redis_url, anchor, selection, projects })
+        // Its password, if it has one, never reaches a log line.
+        let redis_shown = lite_node_core::url::redact_url(&wiring.redis_url);
+        Ok(Self { redis, redis_shown, anchor, selection, projects })
     }
 }
 
@@ -417,16 +420,28 @@ async fn run_locked(
             ));
             let (watched, conn_since, market_since, stop_since, chain) =
                 (peer.clone(), conn.clone(), market.clone(), stopped(), anchor.clone());
+            let (counted, seen) = (gateway.clone(), Arc::new(std::sync::atomic::AtomicU64::new(0)));
             tasks.spawn(async move {
-                let listening = move || {
-                    let p = watched.clone();
-                    async move { p.mesh_peers().await > 0 }
+                // A break: no peer in the mesh, or since the last look a
+                // message lost for lack of room or a submission held back.
+                let interrupted = move || {
+                    let (p, counted, seen) = (watched.clone(), counted.clone(), seen.clone());
+                    async move {
+                        use std::sync::atomic::Ordering::Relaxed;
+                        let lost = lite_node_gossip::Stats::get(&p.stats().full) + counted.held_back();
+                        if seen.swap(lost, Relaxed) != lost {
+                            return Some(
+                                "gossip submissions were dropped or held back (no room, or Redis away)".into(),
+                            );
+                        }
+                        (p.mesh_peers().await == 0).then(|| "no gossip peer in the mesh".to_owned())
+                    }
                 };
                 let head = move || {
                     let c = chain.clone();
                     async move { c.head().await.ok() }
                 };
-                crate::onchain::keep_intake_since(conn_since, market_since, listening, head, stop_since).await;
+                crate::onchain::keep_intake_since(conn_since, market_since, interrupted, head, stop_since).await;
                 Ok(())
             });
             let (taker, mut stop) = (gateway.clone(), Box::pin(stopped()));
@@ -448,7 +463,7 @@ async fn run_locked(
                     let c = chain.clone();
                     async move { c.head().await.ok() }
                 };
-                crate::onchain::keep_intake_since(conn_since, market_since, || async { true }, head, stop_since).await;
+                crate::onchain::keep_intake_since(conn_since, market_since, || async { None }, head, stop_since).await;
                 Ok(())
             });
         }

@@ -524,15 +524,19 @@ fn bad_flags_exit_2_naming_the_flag_and_sigterm_stops_a_validator_waiting_for_re
         assert!(!stderr.contains("secret") && !stderr.contains(&unregistered[4..20]), "the key leaked: {stderr}");
     }
 
-    // Redis unreachable: the validator waits for it, and a stop ends the wait.
+    // Redis unreachable: the validator waits for it (its password never
+    // shown), and a stop ends the wait.
     let log = s.cache.path().join("waiting.log");
-    let mut child =
-        validator_command(&s, None, &["--components", "gateway,monitor", "--redis-url", "redis://127.0.0.1:1"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .map(Reaped)
-            .unwrap();
+    let mut child = validator_command(
+        &s,
+        None,
+        &["--components", "gateway,monitor", "--redis-url", "redis://u:hunter2@127.0.0.1:1"],
+    )
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .map(Reaped)
+    .unwrap();
     poll_until("the wait for Redis logged", Duration::from_secs(60), || {
         std::fs::read_to_string(&log).unwrap_or_default().contains("connecting to Redis").then_some(())
     });
@@ -540,6 +544,8 @@ fn bad_flags_exit_2_naming_the_flag_and_sigterm_stops_a_validator_waiting_for_re
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let status = poll_until("the validator gone", Duration::from_secs(10), || child.try_wait().unwrap());
-    assert!(status.success(), "{status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{status}: {logged}");
+    assert!(!logged.contains("hunter2"), "the Redis password leaked: {logged}");
     println!("stopped {} ms after SIGTERM", stopped_at.elapsed().as_millis());
 }

@@ -387,3 +387,68 @@ fn pairs_that_do_not_make_the_root_are_refused_and_a_squatted_batch_cid_blocks_n
     let divergent = divergentValidatorsCall { dataMarketAddress: dm, epochId: U256::from(epoch) };
     assert_eq!(n.rt.block_on(n.anchor.read(&divergent, None)).unwrap(), vec![byzantine.address]);
 }
+
+/// `intake:since` is the head at the moment the intake (re)starts
+/// listening; any break (here: signalled by the test) removes it at once,
+/// and the next look sets it again to the head then — so no epoch released
+/// before a break is ever vouched for; a stop removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_break_in_the_intake_moves_intake_since_to_the_head_after_it_and_a_stop_removes_it() {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    let redis = RedisServer::start();
+    let conn = lite_node_validator::connect(&redis::Client::open(redis.url()).unwrap()).await.unwrap();
+    let scope = lite_node_protocol::submission::Scope {
+        data_market: Address::repeat_byte(0xd1),
+        protocol_state: Address::repeat_byte(0x51),
+    };
+    let market = Arc::new(Market::new(scope, 31337, "intake"));
+    let key = market.keys.intake_since();
+    // The test's chain head and its count of breaks.
+    let (head, breaks) = (Arc::new(AtomicU64::new(100)), Arc::new(AtomicU64::new(0)));
+    let seen = Arc::new(AtomicU64::new(0));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let keeper = {
+        let (head, breaks, seen) = (head.clone(), breaks.clone(), seen.clone());
+        tokio::spawn(lite_node_validator::onchain::keep_intake_since(
+            conn.clone(),
+            market.clone(),
+            move || {
+                let (breaks, seen) = (breaks.clone(), seen.clone());
+                async move {
+                    let now = breaks.load(SeqCst);
+                    (seen.swap(now, SeqCst) != now).then(|| "a message was dropped".to_owned())
+                }
+            },
+            move || {
+                let head = head.clone();
+                async move { Some(head.load(SeqCst)) }
+            },
+            async move {
+                let _ = stop_rx.await;
+            },
+        ))
+    };
+    let since = || {
+        let mut conn = conn.clone();
+        let key = key.clone();
+        async move { conn.get::<_, Option<u64>>(&key).await.unwrap() }
+    };
+    let until = async |want: Option<u64>| {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while since().await != want {
+            assert!(tokio::time::Instant::now() < deadline, "intake:since never became {want:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    until(Some(100)).await;
+    // The chain moves on; nothing breaks: it still vouches since 100.
+    head.store(105, SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(since().await, Some(100));
+    // A break: it listens again only from the head after it.
+    breaks.fetch_add(1, SeqCst);
+    until(Some(105)).await;
+    stop_tx.send(()).unwrap();
+    keeper.await.unwrap();
+    assert_eq!(since().await, None, "a stopped intake vouches for nothing");
+}

@@ -166,8 +166,11 @@ pub struct Stats {
     pub held: AtomicU64,
     /// Received messages the check rejected (dropped, held against the sender).
     pub rejected: AtomicU64,
-    /// Received messages ignored (the receiver was full).
+    /// Received messages ignored (not for the receiver, or no room).
     pub ignored: AtomicU64,
+    /// Of those, the ones ignored because the receiver had no room: lost
+    /// to it (gossip does not send them again).
+    pub full: AtomicU64,
 }
 
 impl Stats {
@@ -490,6 +493,7 @@ impl Task {
                 let verdict = if message.data.len() > MAX_PAYLOAD {
                     Verdict::Reject(format!("{} bytes, more than {MAX_PAYLOAD}", message.data.len()))
                 } else if self.deliver.capacity() == 0 {
+                    Stats::add(&self.stats.full);
                     Verdict::Ignore
                 } else {
                     (self.check)(&message.data)
@@ -518,6 +522,7 @@ impl Task {
                             // a held one by its ticket, dropped with it.
                             let counter = if held { &self.stats.held } else { &self.stats.accepted };
                             counter.fetch_sub(1, Ordering::Relaxed);
+                            Stats::add(&self.stats.full);
                             if !held {
                                 Stats::add(&self.stats.ignored);
                             }
