@@ -98,6 +98,10 @@ pub struct Gateway {
     /// Gossip submissions that could not be queued at once (held and tried
     /// again): each is a break in the intake (`intake:since`).
     held_back: Arc<std::sync::atomic::AtomicU64>,
+    /// The anchor head as the gossip intake last read it (0: not yet): a
+    /// gossip submission whose deadline it has passed is stale (a replay,
+    /// most often) and ignored before it is relayed.
+    head: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -260,7 +264,9 @@ impl Gateway {
     /// message is held until [`Gateway::take_gossip_from`] has read it.
     /// Junk is rejected (held against the peer that sent it); a slot that is
     /// not registered is ignored (the registration may be newer than what
-    /// this validator has read).
+    /// this validator has read), and so is a submission whose deadline the
+    /// anchor head has passed (stale: a replay of an old one, most often;
+    /// the dequeuer would refuse it).
     pub fn judge_gossip(&self, payload: &[u8]) -> lite_node_gossip::Verdict {
         use lite_node_gossip::Verdict;
         match <SnapshotSubmission as prost::Message>::decode(payload) {
@@ -272,6 +278,7 @@ impl Gateway {
             ),
             Ok(s) => match self.admitted(&s) {
                 Err(rejection) => Verdict::Reject(rejection.to_string()),
+                Ok(_) if s.request.as_ref().is_some_and(|r| self.stale(r.deadline)) => Verdict::Ignore,
                 Ok((slot_id, signer)) => match &self.signers {
                     None => Verdict::Accept,
                     Some(book) => match book.cached(slot_id) {
@@ -339,12 +346,17 @@ impl Gateway {
             if delivered.recv_many(&mut batch, GOSSIP_BATCH).await == 0 {
                 return;
             }
-            if let Some(book) = &self.signers
-                && batch.iter().any(|d| d.ticket.is_some())
-            {
-                let generation: redis::RedisResult<Option<String>> =
-                    redis::AsyncCommands::get(&mut self.conn.clone(), self.market.keys.slots_generation()).await;
-                if let Ok(generation) = generation {
+            // The head and the registry's generation, once a batch.
+            let read: redis::RedisResult<(Option<u64>, Option<String>)> = redis::pipe()
+                .get(self.market.keys.anchor_head())
+                .get(self.market.keys.slots_generation())
+                .query_async(&mut self.conn.clone())
+                .await;
+            if let Ok((head, generation)) = read {
+                if let Some(head) = head {
+                    self.head.fetch_max(head, std::sync::atomic::Ordering::Relaxed);
+                }
+                if let Some(book) = &self.signers {
                     book.refresh(generation);
                 }
             }
@@ -385,6 +397,11 @@ impl Gateway {
         }
     }
 
+    /// Whether the anchor head the intake last read has passed `deadline`.
+    fn stale(&self, deadline: u64) -> bool {
+        self.head.load(std::sync::atomic::Ordering::Relaxed) > deadline
+    }
+
     /// The checks made before storage (form, signature, the market's
     /// projects): the slot and who signed, or why `s` is refused.
     fn admitted(&self, s: &SnapshotSubmission) -> Result<(u64, alloy::primitives::Address), Rejection> {
@@ -423,6 +440,7 @@ impl Gateway {
             in_flight: Default::default(),
             signers: None,
             held_back: Default::default(),
+            head: Default::default(),
         }
     }
 

@@ -338,6 +338,23 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
     }
     assert_eq!(Stats::get(&v2.stats().rejected), 0, "no junk was relayed to v2");
     assert_eq!(Stats::get(&v2.stats().accepted), 1);
+
+    // A replay of a signed submission whose deadline the head (42) has
+    // passed: stale, ignored at the first hop — not relayed, not queued, and
+    // not held against the collector that relayed it.
+    let ignored = Stats::get(&v1.stats().ignored);
+    let mut stale = submission(&market, 6, 4, &pool_project());
+    stale.request.as_mut().unwrap().deadline = 41;
+    let request = lite_node_protocol::eip712::Request::from(stale.request.as_ref().unwrap());
+    stale.signature = Signer::new(&[9u8; 32], CHAIN_ID, market.scope.protocol_state).unwrap().sign(&request).unwrap();
+    assert!(collector.publish(gossip_bytes(&stale)));
+    while Stats::get(&v1.stats().ignored) == ignored {
+        assert!(tokio::time::Instant::now() < deadline, "v1 judged the stale one: {:?}", v1.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(conn1.clone().llen::<_, u64>(&queue).await.unwrap(), 1, "the stale one was not queued");
+    assert_eq!(Stats::get(&v2.stats().accepted) + Stats::get(&v2.stats().ignored), 1, "nor relayed");
+    assert!(v1.score_of(collector.peer_id()).await.unwrap() >= 0.0, "nor held against the collector");
 }
 
 /// A junk peer floods the first validator at ten times the honest rate —
