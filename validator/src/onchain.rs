@@ -81,8 +81,10 @@ return 0
 
 static LEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| redis::Script::new(LEASE_LUA));
 
-/// Epochs looked at a round, oldest first.
-const PER_ROUND: isize = 64;
+/// Epochs looked at a round: the next ones after the last round's, going
+/// round the pending set, so epochs that wait long (a transaction stuck, a
+/// chain outage) never keep newer ones from their turn.
+const PER_ROUND: usize = 64;
 
 /// What this validator does on chain.
 #[derive(Clone)]
@@ -95,6 +97,8 @@ pub struct Onchain {
     instance: String,
     /// Per release block, the validators registered then, sorted.
     validators: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Vec<Address>>>>,
+    /// The last epoch a round looked at.
+    cursor: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Onchain {
@@ -144,6 +148,7 @@ impl Onchain {
             fallback_blocks,
             instance: crate::queue::instance_id(),
             validators: Default::default(),
+            cursor: Default::default(),
         }
     }
 
@@ -172,7 +177,22 @@ impl Onchain {
             return Ok(v.clone());
         }
         let call = getValidatorsCall { dataMarketAddress: self.anchor.data_market };
-        let mut list = self.anchor.read(&call, block).await.map_err(|e| format!("getValidators: {e}"))?;
+        let mut list = match (self.anchor.read(&call, block).await, block) {
+            (Ok(list), _) => list,
+            // The release block's state pruned (a full node keeps ~128
+            // blocks; the window alone is longer): the set now. The turns
+            // only order who submits — a validator that misjudges its turn
+            // sends a batch the contract refuses, or waits — so this can
+            // delay an epoch, never finalize a wrong one.
+            (Err(at_release), Some(b)) => {
+                tracing::warn!(
+                    "getValidators at block {b} (the release): {at_release}; taking today's set for the turns (an \
+                     archive anchor RPC keeps them exact)"
+                );
+                self.anchor.read(&call, None).await.map_err(|e| format!("getValidators: {e}"))?
+            }
+            (Err(e), None) => return Err(format!("getValidators: {e}")),
+        };
         list.sort();
         list.dedup();
         if let Some(b) = block {
@@ -241,8 +261,22 @@ impl Onchain {
     pub async fn round(&self) -> Result<(), String> {
         let k = &self.market.keys;
         let mut conn = self.conn.clone();
-        let pending: Vec<u64> =
-            conn.zrange(k.onchain_pending(), 0, PER_ROUND - 1).await.map_err(|e| format!("Redis: {e}"))?;
+        let cursor = self.cursor.load(std::sync::atomic::Ordering::Relaxed);
+        let mut pending: Vec<u64> = conn
+            .zrangebyscore_limit(k.onchain_pending(), format!("({cursor}"), "+inf", 0, PER_ROUND as isize)
+            .await
+            .map_err(|e| format!("Redis: {e}"))?;
+        if pending.len() < PER_ROUND {
+            // Round again from the oldest.
+            let wrapped: Vec<u64> = conn
+                .zrangebyscore_limit(k.onchain_pending(), "-inf", cursor, 0, (PER_ROUND - pending.len()) as isize)
+                .await
+                .map_err(|e| format!("Redis: {e}"))?;
+            pending.extend(wrapped);
+        }
+        if let Some(last) = pending.last() {
+            self.cursor.store(*last, std::sync::atomic::Ordering::Relaxed);
+        }
         if pending.is_empty() {
             return Ok(());
         }
