@@ -212,20 +212,27 @@ impl Onchain {
         let work = async {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut holding = false;
+            // None: not looked yet; Some(held).
+            let mut holding: Option<bool> = None;
             loop {
                 tick.tick().await;
                 match self.lease().await {
-                    Ok(true) if !holding => {
-                        holding = true;
+                    Ok(true) if holding != Some(true) => {
+                        holding = Some(true);
                         tracing::info!("on chain: this process holds the lease");
                     }
                     Ok(true) => {}
                     Ok(false) => {
-                        if holding {
-                            tracing::warn!("on chain: the lease went to another process");
+                        if holding != Some(false) {
+                            let holder: Option<String> =
+                                self.conn.clone().get(self.market.keys.onchain_lease()).await.unwrap_or(None);
+                            let holder = holder.unwrap_or_else(|| "another process".into());
+                            let was = if holding == Some(true) { "the lease went to" } else { "the lease is held by" };
+                            tracing::warn!(
+                                "on chain: {was} {holder} (one process per validator acts on chain); standing by"
+                            );
                         }
-                        holding = false;
+                        holding = Some(false);
                         continue;
                     }
                     Err(e) => {
