@@ -2,7 +2,12 @@
 //! from the library, and turns its outcome into an exit code.
 
 use lite_node_validator::gateway::Admission;
-use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Duration};
+use std::{
+    io::{IsTerminal, Write},
+    path::PathBuf,
+    process::ExitCode,
+    time::Duration,
+};
 
 use clap::{Parser, Subcommand};
 use lite_node::{
@@ -408,7 +413,7 @@ fn main() -> ExitCode {
     };
     let logs = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&log.filter).unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_target(false);
     if log.json {
         logs.json().with_ansi(false).init();
@@ -537,8 +542,30 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Not eprintln!: a stderr that cannot be written must not turn
+            // the exit status into a panic's.
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
             ExitCode::from(exit_status(&e) as u8)
         }
+    }
+}
+
+/// Standard error for the logs, losing a line rather than the process when
+/// it cannot be written (a full disk under a redirected log): for a write
+/// that fails, tracing-subscriber falls back to printing to stderr itself,
+/// which panics — found by filling the disk under a devnet, where every
+/// node and validator then died at its next log line and again at each
+/// restart.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
     }
 }

@@ -214,6 +214,17 @@ impl Onchain {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             // None: not looked yet; Some(held).
             let mut holding: Option<bool> = None;
+            // The same trouble every tick (Redis refusing writes on a full
+            // disk, say) is said once, then every 30 s, not 20 times a second.
+            let mut said: Option<(String, tokio::time::Instant)> = None;
+            let mut warn = |what: String| {
+                let again =
+                    said.as_ref().is_none_or(|(last, at)| *last != what || at.elapsed() > Duration::from_secs(30));
+                if again {
+                    tracing::warn!("on chain: {what}; trying again");
+                    said = Some((what, tokio::time::Instant::now()));
+                }
+            };
             loop {
                 tick.tick().await;
                 match self.lease().await {
@@ -236,12 +247,12 @@ impl Onchain {
                         continue;
                     }
                     Err(e) => {
-                        tracing::warn!("on chain: Redis: {e}; trying again");
+                        warn(format!("Redis: {e}"));
                         continue;
                     }
                 }
                 if let Err(e) = self.round().await {
-                    tracing::warn!("on chain: {e}; trying again");
+                    warn(e);
                 }
             }
         };

@@ -559,14 +559,20 @@ async fn run_locked(
         let (anchor, stop, every) = (anchor.clone(), stopped(), settings.poll_interval);
         tasks.spawn(async move { monitor.follow(anchor, watcher, every, stop).await });
     }
-    println!(
-        "validator {} for data market {} on anchor chain {chain_id}; Redis {}",
-        market.validator_id, market.scope.data_market, deps.redis_shown
-    );
-    for line in announced {
-        println!("  {line}");
+    // A banner that cannot be written (stdout on a full disk) is lost, not
+    // the validator.
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "validator {} for data market {} on anchor chain {chain_id}; Redis {}",
+            market.validator_id, market.scope.data_market, deps.redis_shown
+        );
+        for line in announced {
+            let _ = writeln!(out, "  {line}");
+        }
+        let _ = out.flush();
     }
-    std::io::stdout().flush()?;
 
     let outcome = tokio::select! {
         _ = &mut shutdown => Ok(()),

@@ -68,12 +68,16 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         };
         let listener =
             tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
-        println!("collector listening on {}", listener.local_addr()?);
-        match &selection {
-            Some(s) => println!("selection check on: {} active pools", s.pools().len()),
-            None => println!("selection check off: give --pools or --pools-file to check slot selection"),
-        }
-        std::io::stdout().flush()?;
+        // Lines that cannot be written (stdout on a full disk) are lost, not the collector.
+        let say = |line: String| {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+        };
+        say(format!("collector listening on {}", listener.local_addr()?));
+        say(match &selection {
+            Some(s) => format!("selection check on: {} active pools", s.pools().len()),
+            None => "selection check off: give --pools or --pools-file to check slot selection".to_owned(),
+        });
         let chain_id = tokio::select! {
             _ = &mut signals => return Ok(()),
             id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
@@ -90,9 +94,8 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             })
             .map_err(|e| BadInput(e.to_string()))?;
             for addr in peer.listening().await {
-                println!("gossip: publishing accepted submissions from {addr}");
+                say(format!("gossip: publishing accepted submissions from {addr}"));
             }
-            std::io::stdout().flush()?;
             collector.gossip = Some(peer);
         }
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

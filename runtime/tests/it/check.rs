@@ -154,3 +154,24 @@ fn a_project_without_the_preload_its_processor_needs_is_refused_by_check() {
     assert!(line.contains("needs the preload task(s) `block_details`"), "{line}");
     assert!(line.contains(r#"add "preload_tasks": ["block_details"] to it in projects.json"#), "{line}");
 }
+
+/// A stderr that cannot be written (a log redirected to a full disk) costs
+/// the log lines, not the process: a warning is logged (a variable set
+/// twice in the env file), then the missing configuration is reported with
+/// exit 2 — not a panic (101), which is what tracing's own fallback print
+/// used to cause.
+#[test]
+fn a_full_disk_under_the_log_loses_lines_not_the_exit_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("twice.env");
+    std::fs::write(&env_file, "REPEATED=1\nREPEATED=2\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .arg("--env-file")
+        .arg(&env_file)
+        .args(["check", "--offline"])
+        .env_clear()
+        .stderr(std::fs::File::options().write(true).open("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
