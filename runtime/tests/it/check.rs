@@ -170,6 +170,8 @@ fn a_full_disk_under_the_log_loses_lines_not_the_exit_status() {
         .arg(&env_file)
         .args(["check", "--offline"])
         .env_clear()
+        // Its default data dir (`./data`) inside the test's directory, not the repository.
+        .current_dir(dir.path())
         .stderr(std::fs::File::options().write(true).open("/dev/full").unwrap())
         .output()
         .unwrap();
