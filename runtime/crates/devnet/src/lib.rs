@@ -667,15 +667,7 @@ impl Devnet {
     async fn release(&mut self, k: u64) -> Result<Released> {
         // Epoch ids count up by one from the first release.
         if let Some(next) = self.released.last().map(|e| e.assignment.epoch_id + 1) {
-            let mut targets = fault::Targets {
-                anvil: &mut self.anvil,
-                nodes: &mut self.nodes,
-                validators: &mut self.validators,
-                switch: &mut self.switch,
-            };
-            for fault in &self.opts.faults {
-                fault.before_release(next, &mut targets);
-            }
+            self.drill(|fault, targets| fault.before_release(next, targets));
         }
         // Each validator not cut off listens again (one restarted, or joined
         // again, rejoins the mesh first), so the epoch is one it watches whole.
@@ -697,6 +689,13 @@ impl Devnet {
         for v in self.validators.iter_mut().filter(|v| v.cut_off) {
             v.unwatched.insert(epoch.assignment.epoch_id);
         }
+        let epoch_id = epoch.assignment.epoch_id;
+        self.drill(|fault, targets| fault.after_release(epoch_id, targets));
+        Ok(epoch)
+    }
+
+    /// `act` for every `--fault`, on the devnet's parts.
+    fn drill(&mut self, act: impl Fn(&Fault, &mut fault::Targets<'_>)) {
         let mut targets = fault::Targets {
             anvil: &mut self.anvil,
             nodes: &mut self.nodes,
@@ -704,9 +703,8 @@ impl Devnet {
             switch: &mut self.switch,
         };
         for fault in &self.opts.faults {
-            fault.after_release(epoch.assignment.epoch_id, &mut targets);
+            act(fault, &mut targets);
         }
-        Ok(epoch)
     }
 
     /// Waits for `epoch`'s submissions (restarting a node that died, at most
