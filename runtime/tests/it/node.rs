@@ -502,7 +502,7 @@ fn a_stop_with_a_compute_still_running_ends_within_the_stop_grace() {
 
 /// A compute that never returns: the other project of that epoch is
 /// submitted as soon as it is computed (not after the timeout), later epochs
-/// still run (the permit side is in `dispatch.rs`), /health says so at once,
+/// still run (the permit side is `LocalExecutor`, in the compute crate), /health says so at once,
 /// and when hung computes reach LITE_NODE_MAX_HUNG_COMPUTES the node exits
 /// with code 4 for a restart.
 #[test]
