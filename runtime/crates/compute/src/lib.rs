@@ -17,6 +17,7 @@ pub(crate) mod memo;
 mod plugin_api_src;
 mod progress;
 mod projects;
+pub mod queue;
 pub(crate) mod repo;
 pub mod scaffold;
 pub mod selection;

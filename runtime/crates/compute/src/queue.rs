@@ -1,0 +1,464 @@
+//! The work queue under compute dispatch (issue 24; seed 002's slot queue
+//! without its defects). Pure: no runtime, no clock — the caller says what
+//! the anchor head is and when an epoch's window closed, and holds the
+//! queue behind its own lock.
+//!
+//! - **Order** (what [`Queue::pop`] hands out first): the earliest deadline
+//!   (an anchor block); among equal deadlines the costliest expected work
+//!   first (longest processing time first: on parallel workers the last one
+//!   finishes soonest); then a tie-break that is fixed on one host and
+//!   differs between hosts (a hash of the host's seed and the item's key),
+//!   so that hosts competing for shared work start in different places;
+//!   then arrival.
+//! - **Dedupe**: one item per [`Key`] (epoch, project, data source) waiting
+//!   or being worked on; the same key again is ignored and counted.
+//! - **Bounded**: at most `capacity` items wait; one more drops the
+//!   lowest-priority waiting item — the newcomer itself when it is the
+//!   lowest — and counts it (seed 002's queue dropped an arbitrary leaf of
+//!   its heap instead).
+//! - **Workers**: at most `workers` items are out at once, each handed out
+//!   with a [`Permit`] that gives its worker back when dropped — on success,
+//!   error, panic (unwinding) or timeout (its future dropped) alike, and also
+//!   for an item the worker skips (seed 002's leaked workers that way).
+//! - **Expiry**: [`Queue::expire`] drops every waiting item whose deadline the
+//!   head has passed; [`Queue::close_epoch`] drops an epoch's waiting items
+//!   once its window closed. Both are counted.
+//! - **Pause**: while paused nothing is handed out; items still arrive,
+//!   expire and are dropped.
+
+use std::{
+    cmp::Reverse,
+    collections::{BTreeMap, HashMap, HashSet},
+    hash::{Hash, Hasher},
+    sync::{Arc, Mutex},
+};
+
+/// What is deduplicated: one epoch's work on one project's data source
+/// (`None`: the project whole).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub epoch_id: u64,
+    pub project: String,
+    pub source: Option<String>,
+}
+
+/// One piece of work and what orders it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item<T> {
+    pub key: Key,
+    /// The anchor block after which its result is of no use.
+    pub deadline: u64,
+    /// Its expected cost (say, milliseconds last time), any unit.
+    pub cost: u64,
+    pub payload: T,
+}
+
+/// What became of a pushed item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    Queued,
+    /// Its key is waiting or being worked on already: ignored.
+    Duplicate,
+    /// The queue was full and it was the lowest in priority: dropped.
+    Dropped,
+    /// Queued; the queue was full, and this lower item was dropped for it.
+    QueuedDropping(Key),
+}
+
+/// What the queue did, since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub queued: u64,
+    pub duplicates: u64,
+    /// Dropped because the queue was full (the lowest in priority).
+    pub dropped_full: u64,
+    /// Dropped because the head passed their deadline while they waited.
+    pub expired: u64,
+    /// Dropped because their epoch's window closed while they waited.
+    pub closed: u64,
+    pub handed_out: u64,
+}
+
+/// Where an item stands in the order (smallest first).
+type Rank = (u64, Reverse<u64>, u64, u64);
+
+/// The queue; see the module's documentation for its rules.
+#[derive(Debug)]
+pub struct Queue<T> {
+    waiting: BTreeMap<Rank, Item<T>>,
+    ranks: HashMap<Key, Rank>,
+    out: Arc<Mutex<HashSet<Key>>>,
+    capacity: usize,
+    workers: usize,
+    seed: u64,
+    arrivals: u64,
+    paused: bool,
+    counters: Counters,
+}
+
+/// An item's worker, given back when this is dropped.
+#[derive(Debug)]
+pub struct Permit {
+    key: Key,
+    out: Arc<Mutex<HashSet<Key>>>,
+}
+
+impl Permit {
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.out.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
+    }
+}
+
+/// The host-dependent tie-break of `key` under `seed`.
+pub fn tie_break(seed: u64, key: &Key) -> u64 {
+    // SipHash with fixed keys: the same on every run of one build.
+    let mut h = std::hash::DefaultHasher::new();
+    seed.hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
+}
+
+impl<T> Queue<T> {
+    /// A queue of at most `capacity` waiting items (at least 1) and
+    /// `workers` items out at once (at least 1), ordered with `seed`'s
+    /// tie-break (the host's: a hash of its identity, say).
+    pub fn new(capacity: usize, workers: usize, seed: u64) -> Self {
+        Self {
+            waiting: BTreeMap::new(),
+            ranks: HashMap::new(),
+            out: Arc::default(),
+            capacity: capacity.max(1),
+            workers: workers.max(1),
+            seed,
+            arrivals: 0,
+            paused: false,
+            counters: Counters::default(),
+        }
+    }
+
+    fn working(&self) -> std::sync::MutexGuard<'_, HashSet<Key>> {
+        self.out.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds `item` (module documentation: dedupe, bound).
+    pub fn push(&mut self, item: Item<T>) -> Pushed {
+        if self.ranks.contains_key(&item.key) || self.working().contains(&item.key) {
+            self.counters.duplicates += 1;
+            return Pushed::Duplicate;
+        }
+        self.arrivals += 1;
+        let rank = (item.deadline, Reverse(item.cost), tie_break(self.seed, &item.key), self.arrivals);
+        self.ranks.insert(item.key.clone(), rank);
+        self.waiting.insert(rank, item);
+        if self.waiting.len() <= self.capacity {
+            self.counters.queued += 1;
+            return Pushed::Queued;
+        }
+        self.counters.dropped_full += 1;
+        let (lowest, dropped) = self.waiting.pop_last().expect("over capacity: not empty");
+        self.ranks.remove(&dropped.key);
+        if lowest == rank {
+            Pushed::Dropped
+        } else {
+            self.counters.queued += 1;
+            Pushed::QueuedDropping(dropped.key)
+        }
+    }
+
+    /// The first item in the order, with its worker — none while paused,
+    /// while every worker is out, or when nothing waits.
+    pub fn pop(&mut self) -> Option<(Item<T>, Permit)> {
+        if self.paused || self.working().len() >= self.workers {
+            return None;
+        }
+        let (_, item) = self.waiting.pop_first()?;
+        self.ranks.remove(&item.key);
+        self.working().insert(item.key.clone());
+        self.counters.handed_out += 1;
+        let permit = Permit { key: item.key.clone(), out: self.out.clone() };
+        Some((item, permit))
+    }
+
+    /// Drops every waiting item whose deadline `head` has passed; their keys.
+    pub fn expire(&mut self, head: u64) -> Vec<Key> {
+        let gone = self.remove_where(|item| item.deadline < head);
+        self.counters.expired += gone.len() as u64;
+        gone
+    }
+
+    /// Drops epoch `epoch_id`'s waiting items (its window closed); their keys.
+    pub fn close_epoch(&mut self, epoch_id: u64) -> Vec<Key> {
+        let gone = self.remove_where(|item| item.key.epoch_id == epoch_id);
+        self.counters.closed += gone.len() as u64;
+        gone
+    }
+
+    fn remove_where(&mut self, gone: impl Fn(&Item<T>) -> bool) -> Vec<Key> {
+        let ranks: Vec<Rank> = self.waiting.iter().filter(|(_, item)| gone(item)).map(|(rank, _)| *rank).collect();
+        let mut keys = Vec::with_capacity(ranks.len());
+        for rank in ranks {
+            if let Some(item) = self.waiting.remove(&rank) {
+                self.ranks.remove(&item.key);
+                keys.push(item.key);
+            }
+        }
+        keys
+    }
+
+    /// Nothing is handed out until [`Queue::resume`].
+    pub fn pause(&mut self) {
+        self.paused = true;
+    }
+
+    pub fn resume(&mut self) {
+        self.paused = false;
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Items waiting.
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Items out with a worker now.
+    pub fn running(&self) -> usize {
+        self.working().len()
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(epoch_id: u64, project: &str) -> Key {
+        Key { epoch_id, project: project.to_owned(), source: None }
+    }
+
+    fn item(epoch_id: u64, project: &str, deadline: u64, cost: u64) -> Item<()> {
+        Item { key: key(epoch_id, project), deadline, cost, payload: () }
+    }
+
+    #[test]
+    fn the_earliest_deadline_goes_first_then_the_costliest() {
+        let mut q = Queue::new(10, 10, 7);
+        q.push(item(2, "late", 200, 1));
+        q.push(item(1, "cheap", 100, 1));
+        q.push(item(1, "dear", 100, 50));
+        let order: Vec<String> = std::iter::from_fn(|| q.pop().map(|(i, _)| i.key.project)).collect();
+        assert_eq!(order, ["dear", "cheap", "late"]);
+    }
+
+    #[test]
+    fn a_key_waiting_or_out_is_a_duplicate_and_comes_back_once_its_worker_is_given_back() {
+        let mut q = Queue::new(10, 1, 0);
+        assert_eq!(q.push(item(1, "p", 100, 1)), Pushed::Queued);
+        assert_eq!(q.push(item(1, "p", 100, 9)), Pushed::Duplicate);
+        let (_, permit) = q.pop().unwrap();
+        assert_eq!(q.push(item(1, "p", 100, 1)), Pushed::Duplicate, "out with a worker");
+        drop(permit);
+        assert_eq!(q.push(item(1, "p", 100, 1)), Pushed::Queued);
+        assert_eq!(q.counters().duplicates, 2);
+    }
+
+    #[test]
+    fn full_drops_the_lowest_in_priority_and_counts_it() {
+        let mut q = Queue::new(2, 1, 0);
+        q.push(item(1, "a", 100, 1));
+        q.push(item(1, "b", 300, 1));
+        assert_eq!(q.push(item(1, "c", 200, 1)), Pushed::QueuedDropping(key(1, "b")));
+        assert_eq!(q.push(item(1, "d", 400, 1)), Pushed::Dropped, "the newcomer is the lowest");
+        assert_eq!(q.counters().dropped_full, 2);
+        assert_eq!(q.len(), 2);
+    }
+
+    #[test]
+    fn workers_are_bounded_and_given_back_on_a_panic_too() {
+        let mut q = Queue::new(10, 2, 0);
+        for p in ["a", "b", "c"] {
+            q.push(item(1, p, 100, 1));
+        }
+        let (_, first) = q.pop().unwrap();
+        let (_, second) = q.pop().unwrap();
+        assert!(q.pop().is_none(), "two workers out");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _held = first;
+            panic!("the compute panicked");
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(q.running(), 1, "the panicking worker's permit came back");
+        assert!(q.pop().is_some());
+        drop(second);
+    }
+
+    #[test]
+    fn expiry_closing_and_pause_drop_or_hold_what_waits() {
+        let mut q = Queue::new(10, 10, 0);
+        q.push(item(1, "a", 100, 1));
+        q.push(item(1, "b", 105, 1));
+        q.push(item(2, "c", 110, 1));
+        assert_eq!(q.expire(101), [key(1, "a")]);
+        assert_eq!(q.close_epoch(1), [key(1, "b")]);
+        q.pause();
+        assert!(q.pop().is_none(), "paused");
+        q.resume();
+        assert_eq!(q.pop().unwrap().0.key, key(2, "c"));
+        assert_eq!((q.counters().expired, q.counters().closed), (1, 1));
+    }
+
+    #[test]
+    fn hosts_break_ties_differently_and_each_host_always_the_same_way() {
+        let order = |seed: u64| {
+            let mut q = Queue::new(100, 100, seed);
+            for p in 0..20 {
+                q.push(item(1, &format!("p{p}"), 100, 1));
+            }
+            std::iter::from_fn(|| q.pop().map(|(i, _)| i.key.project)).collect::<Vec<_>>()
+        };
+        assert_eq!(order(1), order(1));
+        assert_ne!(order(1), order(2));
+    }
+
+    mod model {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        /// The queue as a plain list, every rule spelled out the slow way.
+        #[derive(Default)]
+        struct Model {
+            waiting: Vec<(Rank, Key)>,
+            out: Vec<Key>,
+            arrivals: u64,
+            paused: bool,
+        }
+
+        const CAPACITY: usize = 4;
+        const WORKERS: usize = 2;
+        const SEED: u64 = 11;
+
+        impl Model {
+            fn push(&mut self, key: Key, deadline: u64, cost: u64) -> Pushed {
+                if self.waiting.iter().any(|(_, k)| *k == key) || self.out.contains(&key) {
+                    return Pushed::Duplicate;
+                }
+                self.arrivals += 1;
+                let rank = (deadline, Reverse(cost), tie_break(SEED, &key), self.arrivals);
+                self.waiting.push((rank, key));
+                if self.waiting.len() <= CAPACITY {
+                    return Pushed::Queued;
+                }
+                let lowest = (0..self.waiting.len()).max_by_key(|&i| self.waiting[i].0).unwrap();
+                let (dropped_rank, dropped) = self.waiting.remove(lowest);
+                if dropped_rank == rank { Pushed::Dropped } else { Pushed::QueuedDropping(dropped) }
+            }
+
+            fn pop(&mut self) -> Option<Key> {
+                if self.paused || self.out.len() >= WORKERS || self.waiting.is_empty() {
+                    return None;
+                }
+                let first = (0..self.waiting.len()).min_by_key(|&i| self.waiting[i].0).unwrap();
+                let (_, key) = self.waiting.remove(first);
+                self.out.push(key.clone());
+                Some(key)
+            }
+
+            fn remove_where(&mut self, gone: impl Fn(&Rank, &Key) -> bool) -> Vec<Key> {
+                let mut all: Vec<(Rank, Key)> = self.waiting.drain(..).collect();
+                all.sort_by_key(|(rank, _)| *rank);
+                let (gone, kept): (Vec<_>, Vec<_>) = all.into_iter().partition(|(r, k)| gone(r, k));
+                self.waiting = kept;
+                gone.into_iter().map(|(_, k)| k).collect()
+            }
+        }
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            Push {
+                epoch: u64,
+                project: u8,
+                deadline: u64,
+                cost: u64,
+            },
+            Pop,
+            /// Gives back the n-th worker out (if any).
+            Finish(usize),
+            Expire(u64),
+            Close(u64),
+            Pause,
+            Resume,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0..3u64, 0..6u8, 0..20u64, 0..4u64)
+                    .prop_map(|(epoch, project, deadline, cost)| Op::Push { epoch, project, deadline, cost }),
+                3 => Just(Op::Pop),
+                2 => (0..3usize).prop_map(Op::Finish),
+                1 => (0..20u64).prop_map(Op::Expire),
+                1 => (0..3u64).prop_map(Op::Close),
+                1 => Just(Op::Pause),
+                1 => Just(Op::Resume),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn the_queue_does_what_the_plain_model_does(ops in proptest::collection::vec(op(), 1..120)) {
+                let mut q: Queue<()> = Queue::new(CAPACITY, WORKERS, SEED);
+                let mut m = Model::default();
+                let mut permits: Vec<Permit> = Vec::new();
+                for op in ops {
+                    match op {
+                        Op::Push { epoch, project, deadline, cost } => {
+                            let key = Key { epoch_id: epoch, project: format!("p{project}"), source: None };
+                            let got = q.push(Item { key: key.clone(), deadline, cost, payload: () });
+                            prop_assert_eq!(got, m.push(key, deadline, cost));
+                        }
+                        Op::Pop => {
+                            let got = q.pop().map(|(item, permit)| {
+                                permits.push(permit);
+                                item.key
+                            });
+                            prop_assert_eq!(got, m.pop());
+                        }
+                        Op::Finish(n) => {
+                            if n < permits.len() {
+                                let permit = permits.remove(n);
+                                let at = m.out.iter().position(|k| k == permit.key()).unwrap();
+                                m.out.remove(at);
+                            }
+                        }
+                        Op::Expire(head) => {
+                            prop_assert_eq!(q.expire(head), m.remove_where(|r, _| r.0 < head));
+                        }
+                        Op::Close(epoch) => {
+                            prop_assert_eq!(q.close_epoch(epoch), m.remove_where(|_, k| k.epoch_id == epoch));
+                        }
+                        Op::Pause => { q.pause(); m.paused = true; }
+                        Op::Resume => { q.resume(); m.paused = false; }
+                    }
+                    prop_assert_eq!(q.len(), m.waiting.len());
+                    prop_assert_eq!(q.running(), m.out.len());
+                    prop_assert!(q.len() <= CAPACITY && q.running() <= WORKERS);
+                }
+            }
+        }
+    }
+}
