@@ -50,6 +50,13 @@ fn submission(market: &Market, epoch_id: u64, slot_id: u64, project_id: &str) ->
     }
 }
 
+/// `s` signed again by `key` (after its request was changed, or by a stranger).
+fn signed_by(mut s: proto::SnapshotSubmission, market: &Market, key: [u8; 32]) -> proto::SnapshotSubmission {
+    let request = Request::from(s.request.as_ref().unwrap());
+    s.signature = Signer::new(&key, CHAIN_ID, market.scope.protocol_state).unwrap().sign(&request).unwrap();
+    s
+}
+
 /// `s` as a collector publishes it: its gossip form, encoded (as it is, if
 /// its signature is none).
 fn gossip_bytes(s: &proto::SnapshotSubmission) -> Vec<u8> {
@@ -291,13 +298,7 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
     // Junk: signed by a fresh key (for a slot held by another, and for a
     // slot nobody holds), bytes that are no submission, a bad signature, a
     // made-up project.
-    let fresh_key = |slot: u64| {
-        let mut s = submission(&market, 7, slot, &pool_project());
-        let request = lite_node_protocol::eip712::Request::from(s.request.as_ref().unwrap());
-        let stranger = Signer::new(&[0x77u8; 32], CHAIN_ID, market.scope.protocol_state).unwrap();
-        s.signature = stranger.sign(&request).unwrap();
-        s
-    };
+    let fresh_key = |slot: u64| signed_by(submission(&market, 7, slot, &pool_project()), &market, [0x77u8; 32]);
     // The fresh keys' first: their slots are read before they are judged
     // (held meanwhile), so they are judged before the peer is graylisted.
     assert!(junk.publish(gossip_bytes(&fresh_key(3))));
@@ -345,8 +346,7 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
     let ignored = Stats::get(&v1.stats().ignored);
     let mut stale = submission(&market, 6, 4, &pool_project());
     stale.request.as_mut().unwrap().deadline = 41;
-    let request = lite_node_protocol::eip712::Request::from(stale.request.as_ref().unwrap());
-    stale.signature = Signer::new(&[9u8; 32], CHAIN_ID, market.scope.protocol_state).unwrap().sign(&request).unwrap();
+    let stale = signed_by(stale, &market, [9u8; 32]);
     assert!(collector.publish(gossip_bytes(&stale)));
     while Stats::get(&v1.stats().ignored) == ignored {
         assert!(tokio::time::Instant::now() < deadline, "v1 judged the stale one: {:?}", v1.stats());
