@@ -204,6 +204,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             anchor_block,
             namespace: cfg.namespace.clone(),
             project_type: p.project_type.clone(),
+            deadline: u64::MAX,
         })
         .collect();
     let mut results: Vec<ComputeResult> = executor.execute(tasks, blocks.into()).collect().await;

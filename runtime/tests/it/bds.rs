@@ -238,6 +238,7 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
             anchor_block,
             namespace: namespace.into(),
             project_type: "baseSnapshot".into(),
+            deadline: u64::MAX,
         };
         let results: Vec<_> = rt.block_on(executor.execute(vec![task], blocks.clone()).collect());
         assert_eq!(results[0].kind, OutcomeKind::Computed, "{:?}", results[0]);

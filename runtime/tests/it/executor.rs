@@ -155,3 +155,72 @@ fn a_compute_failing_on_an_unreachable_chain_is_run_again() {
     assert!(reason.starts_with("every source RPC endpoint failed (http://127.0.0.1:"), "{reason}");
     assert_eq!(proxy.refusals_left(), 6, "four attempts, one connection each");
 }
+
+/// The work queue under the executor, with one worker: tasks that fail,
+/// panic and hang each give their worker back (none leaks, the last task
+/// still runs), a task still waiting when the head passes its deadline ends
+/// as missed, and a duplicate of a task waiting or running is refused.
+#[test]
+fn every_ending_gives_the_worker_back_and_a_task_past_its_deadline_is_missed() {
+    let data = tempfile::tempdir().unwrap();
+    let package = load_faulty(data.path());
+    let projects = vec![
+        project(&package, "fails", "FailingProcessor", json!({})),
+        project(&package, "panics", "PanickingProcessor", json!({})),
+        project(&package, "hangs", "SlowProcessor", json!({"sleep_ms": 3000})),
+        project(&package, "slow", "SlowProcessor", json!({"sleep_ms": 400})),
+        project(&package, "echo", "EchoProcessor", json!({"k": 1})),
+    ];
+    let d = LocalExecutor::new(projects, 1, Duration::from_millis(300), None, None);
+    let rt = runtime();
+    let outcomes = rt.block_on(run(&d, tasks(&d, 1)));
+    let kinds: Vec<&OutcomeKind> = outcomes.iter().map(|o| &o.kind).collect();
+    assert!(matches!(kinds[0], OutcomeKind::Failed(_)), "{kinds:?}");
+    assert!(matches!(kinds[1], OutcomeKind::Failed(e) if e.contains("panicked")), "{kinds:?}");
+    assert_eq!(kinds[2], &OutcomeKind::Failed("timed out after 0.3s".into()));
+    assert_eq!(kinds[3], &OutcomeKind::Failed("timed out after 0.3s".into()));
+    assert_eq!(kinds[4], &OutcomeKind::Computed, "the last task got the one worker");
+    let q = d.queue();
+    assert_eq!((q.running, q.waiting, q.handed_out), (0, 0, 5), "{q:?}");
+
+    // Epoch 2: `slow` holds the one worker; `echo` waits until the head
+    // passes its deadline.
+    let d = LocalExecutor::new(
+        vec![
+            project(&package, "slow", "SlowProcessor", json!({"sleep_ms": 400})),
+            project(&package, "echo", "EchoProcessor", json!({"k": 1})),
+        ],
+        1,
+        Duration::from_secs(30),
+        None,
+        None,
+    );
+    let mut waits = task(2, "echo");
+    waits.deadline = 150;
+    let (slow, echo) = rt.block_on(async {
+        let work = run(&d, vec![task(2, "slow"), waits]);
+        tokio::pin!(work);
+        let observed = async {
+            while d.queue().waiting == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            d.observe_head(149);
+            assert_eq!(d.queue().waiting, 1, "not past its deadline yet");
+            d.observe_head(151);
+            std::future::pending::<()>().await
+        };
+        tokio::select! { results = &mut work => (results[0].clone(), results[1].clone()), _ = observed => unreachable!() }
+    });
+    assert_eq!(slow.kind, OutcomeKind::Computed);
+    assert!(
+        matches!(&echo.kind, OutcomeKind::Missed(e) if e.contains("deadline (anchor block 150) passed")),
+        "{echo:?}"
+    );
+    assert_eq!(d.queue().expired, 1);
+
+    let twice =
+        rt.block_on(d.execute(vec![task(3, "slow"), task(3, "slow")], Arc::from(Vec::new())).collect::<Vec<_>>());
+    let mut kinds: Vec<String> = twice.iter().map(|o| format!("{:?}", o.kind)).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["Computed", "Failed(\"the same compute is already queued or running\")"]);
+}

@@ -2,7 +2,7 @@
 //! dispatched once, in order, across restarts and RPC outages.
 
 use lite_node_testkit::{KuboStandin, RunningCollector, RunningNode, World};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{node_env, start_node};
 
@@ -457,22 +457,21 @@ fn each_verdict_is_logged_and_log_format_json_writes_json_lines() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("LOG_FORMAT=xml is not a log format"));
 }
 
-/// A node whose first project sleeps ten minutes and whose second echoes,
-/// from the faulty fixture package, with extra settings.
-fn node_with_a_sleeper(world: &World, data: &std::path::Path, extra: &[(&str, &str)]) -> RunningNode {
+/// A node whose first projects (`hanging`) sleep ten minutes and whose last
+/// (`echo`) echoes, from the faulty fixture package, with extra settings.
+fn node_with_sleepers(world: &World, data: &std::path::Path, hanging: &[&str], extra: &[(&str, &str)]) -> RunningNode {
     let repo = crate::support::faulty_repo();
     let projects = data.join("projects.json");
-    std::fs::write(
-        &projects,
-        serde_json::json!({"config": [
-            {"project_type": "hangs", "processor": {"module": "faulty", "class_name": "SlowProcessor"},
-             "preload_tasks": [], "sleep_ms": 600_000},
-            {"project_type": "echo", "processor": {"module": "faulty", "class_name": "EchoProcessor"},
-             "preload_tasks": [], "k": 1},
-        ]})
-        .to_string(),
-    )
-    .unwrap();
+    let mut config: Vec<Value> = hanging
+        .iter()
+        .map(|p| {
+            json!({"project_type": p, "processor": {"module": "faulty", "class_name": "SlowProcessor"},
+                   "preload_tasks": [], "sleep_ms": 600_000})
+        })
+        .collect();
+    config.push(json!({"project_type": "echo", "processor": {"module": "faulty", "class_name": "EchoProcessor"},
+                       "preload_tasks": [], "k": 1}));
+    std::fs::write(&projects, json!({ "config": config }).to_string()).unwrap();
     let mut env = node_env(&world.url(), &world.manifest, 1);
     env.retain(|(k, _)| k != "PROJECTS_CONFIG");
     env.push(("PROJECTS_CONFIG".into(), projects.display().to_string()));
@@ -491,7 +490,7 @@ fn node_with_a_sleeper(world: &World, data: &std::path::Path, extra: &[(&str, &s
 fn a_stop_with_a_compute_still_running_ends_within_the_stop_grace() {
     let world = World::load();
     let data = tempfile::tempdir().unwrap();
-    let mut node = node_with_a_sleeper(&world, data.path(), &[("LITE_NODE_STOP_GRACE_SECS", "2")]);
+    let mut node = node_with_sleepers(&world, data.path(), &["hangs"], &[("LITE_NODE_STOP_GRACE_SECS", "2")]);
     world.release_next_epoch();
     node.wait_for_log("submission accepted");
     let asked = std::time::Instant::now();
@@ -500,43 +499,88 @@ fn a_stop_with_a_compute_still_running_ends_within_the_stop_grace() {
     assert!(took < std::time::Duration::from_millis(3500), "stopped in {took:?}, grace 2 s");
 }
 
-/// A compute that never returns: the other project of that epoch is
-/// submitted as soon as it is computed (not after the timeout), later epochs
-/// still run (the permit side is `LocalExecutor`, in the compute crate), /health says so at once,
-/// and when hung computes reach LITE_NODE_MAX_HUNG_COMPUTES the node exits
-/// with code 4 for a restart.
-#[test]
-fn a_hung_compute_holds_up_nothing_else_and_too_many_end_the_node_with_code_4() {
-    let world = World::load();
-    let data = tempfile::tempdir().unwrap();
-    let extra = [
-        ("LITE_NODE_COMPUTE_TIMEOUT_SECS", "1"),
-        ("LITE_NODE_MAX_HUNG_COMPUTES", "2"),
-        ("STATUS_PORT", "0"),
-        ("STATUS_HOST", "127.0.0.1"),
-    ];
-    let mut node = node_with_a_sleeper(&world, data.path(), &extra);
-    world.release_next_epoch();
-    let journal = node.wait_for_journal(2);
-    let of = |p: &str| journal.iter().find(|l| l["project_type"] == p).unwrap().clone();
-    let (hangs, echo) = (of("hangs"), of("echo"));
-    assert_eq!(hangs["outcome"], "failed", "{hangs}");
-    assert!(hangs["error"].as_str().unwrap().contains("timed out after 1s"), "{hangs}");
-    assert_eq!(echo["outcome"], "computed", "{echo}");
-    assert_eq!(echo["submissions"][0]["verdict"], "accepted", "{echo}");
-    let answered = echo["submissions"][0]["answered_at_ms"].as_u64().unwrap();
-    assert!(answered < hangs["finished_at_ms"].as_u64().unwrap(), "submitted before the slow project gave up");
-    let port = node
-        .log()
+fn status_port(node: &RunningNode) -> u16 {
+    node.log()
         .lines()
         .find_map(|l| {
             l.split("status API on http://").nth(1)?.split(' ').next()?.rsplit(':').next()?.parse::<u16>().ok()
         })
-        .unwrap();
+        .unwrap()
+}
+
+/// Two projects whose computes never return beside a healthy one, 8 epochs
+/// on the real binary. The healthy project is submitted in every epoch, and
+/// in the first before the hanging ones time out. Each hanging project is
+/// quarantined: called in the 1st, 3rd and 6th epochs only (1, 2, then 4
+/// epochs off), alerted, and named by `/health`, `/status` and `/metrics`.
+/// The node keeps running. (It used to exit with code 4 once 4 computes
+/// hung, taking the healthy project down with it.)
+#[test]
+fn projects_that_hang_are_quarantined_and_a_healthy_one_is_submitted_in_every_epoch() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let extra = [("LITE_NODE_COMPUTE_TIMEOUT_SECS", "1"), ("STATUS_PORT", "0"), ("STATUS_HOST", "127.0.0.1")];
+    let mut node = node_with_sleepers(&world, data.path(), &["hangs", "hangs2"], &extra);
+    let port = status_port(&node);
+    let mut journal = vec![];
+    for n in 1..=8 {
+        world.release_next_epoch();
+        journal = node.wait_for_journal(3 * n);
+    }
+    let first = journal[0]["epoch_id"].as_u64().unwrap();
+    for project in ["hangs", "hangs2"] {
+        let called: Vec<u64> = journal
+            .iter()
+            .filter(|l| l["project_type"] == project)
+            .filter(|l| l["error"].as_str().unwrap().contains("timed out after 1s"))
+            .map(|l| l["epoch_id"].as_u64().unwrap() - first + 1)
+            .collect();
+        assert_eq!(called, [1, 3, 6], "{project}: {journal:?}");
+        let kept_out = journal.iter().filter(|l| l["project_type"] == project && l["outcome"] == "failed");
+        for l in kept_out.filter(|l| !l["error"].as_str().unwrap().contains("timed out")) {
+            assert!(l["error"].as_str().unwrap().contains(&format!("project `{project}` is quarantined")), "{l}");
+        }
+    }
+    let echoes: Vec<&Value> = journal.iter().filter(|l| l["project_type"] == "echo").collect();
+    assert_eq!(echoes.len(), 8);
+    for echo in &echoes {
+        assert_eq!(echo["outcome"], "computed", "{echo}");
+        assert_eq!(echo["submissions"][0]["verdict"], "accepted", "{echo}");
+    }
+    let hung_first = journal.iter().find(|l| l["project_type"] == "hangs").unwrap();
+    let answered = echoes[0]["submissions"][0]["answered_at_ms"].as_u64().unwrap();
+    assert!(answered < hung_first["finished_at_ms"].as_u64().unwrap(), "submitted before the hanging ones gave up");
+
     let health = reqwest::blocking::get(format!("http://127.0.0.1:{port}/health")).unwrap();
     assert_eq!(health.status().as_u16(), 503);
-    assert!(health.text().unwrap().contains("1 compute(s) hung past their timeout"));
+    let health = health.text().unwrap();
+    for project in ["hangs", "hangs2"] {
+        assert!(health.contains(&format!("project `{project}` is quarantined")), "{health}");
+    }
+    assert!(health.contains("6 compute(s) hung past their timeout"), "{health}");
+    let status: Value = reqwest::blocking::get(format!("http://127.0.0.1:{port}/status")).unwrap().json().unwrap();
+    let held = status["computes"]["quarantined"].as_array().unwrap();
+    assert_eq!(held.len(), 2, "{status}");
+    assert_eq!((held[0]["hangs"].as_u64(), held[0]["until_epoch"].as_u64()), (Some(3), Some(first - 1 + 6 + 1 + 4)));
+    assert_eq!(status["computes"]["queue"]["running"], 0, "{status}");
+    let metrics = reqwest::blocking::get(format!("http://127.0.0.1:{port}/metrics")).unwrap().text().unwrap();
+    for line in
+        ["lite_node_projects_quarantined 2", "lite_node_project_quarantines_total 6", "lite_node_computes_hung 6"]
+    {
+        assert!(metrics.lines().any(|l| l == line), "no `{line}` in\n{metrics}");
+    }
+    assert!(node.log().contains("project `hangs2` is quarantined"), "logged");
+    assert_eq!(node.stop(), 0, "still running, and stops cleanly");
+}
 
+/// The node exits with code 4 for a restart only when the threads that hung
+/// computes hold reach LITE_NODE_MAX_HUNG_COMPUTES.
+#[test]
+fn hung_threads_at_the_bound_end_the_node_with_code_4() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let extra = [("LITE_NODE_COMPUTE_TIMEOUT_SECS", "1"), ("LITE_NODE_MAX_HUNG_COMPUTES", "2")];
+    let mut node = node_with_sleepers(&world, data.path(), &["hangs", "hangs2"], &extra);
     world.release_next_epoch();
     assert_eq!(node.wait_exit(), 4, "{}", node.log());
     assert!(node.log().contains("LITE_NODE_MAX_HUNG_COMPUTES is 2"), "{}", node.log());

@@ -135,6 +135,7 @@ pub fn task(epoch_id: u64, project_type: &str) -> Task {
         anchor_block: 0,
         namespace: "devnet-TEST-ETH".into(),
         project_type: project_type.into(),
+        deadline: u64::MAX,
     }
 }
 

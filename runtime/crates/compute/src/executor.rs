@@ -5,17 +5,21 @@
 //! submitted, counted) is the caller's, in stages that take it.
 //!
 //! [`LocalExecutor`] runs them here: each on a blocking worker, with a
-//! per-compute timeout and a bound on concurrent computes. A compute that
-//! times out keeps its worker thread (a thread cannot be stopped) but gives
-//! back its permit, so a hung compute never holds up other projects or later
-//! epochs; it is counted as *hung* until it really returns. The count is
-//! watched ([`LocalExecutor::hung`]): `/health` reports hung computes, and
-//! the node exits for a restart when too many pile up.
-//! [`LocalExecutor::drain`] waits for the running (not hung) computes.
+//! per-compute timeout, taking its turn in the work queue
+//! ([`crate::queue`]: earliest deadline first, then the costliest, with a
+//! bound on workers and on what waits; see [`crate::dispatch`]). A compute
+//! that times out keeps its thread (a thread cannot be stopped) but gives
+//! back its worker, so a hung compute never holds up other projects or later
+//! epochs; it is counted as *hung* until it really returns
+//! ([`LocalExecutor::hung`]), and its project is quarantined
+//! ([`LocalExecutor::quarantine`]): not called for 1, 2, 4, … epochs, while
+//! every other project goes on. `/health` reports both, and the node exits
+//! for a restart only when the threads hung computes hold reach a real
+//! limit. [`LocalExecutor::drain`] waits for the running (not hung) computes.
 
 use std::{
-    collections::BTreeMap,
-    sync::{Arc, atomic::Ordering::SeqCst},
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex, atomic::Ordering::SeqCst},
     time::Duration,
 };
 
@@ -29,12 +33,17 @@ use lite_node_core::{
 };
 use lite_node_plugin_api::{BlockDetail, EpochContext, Host, ProcessorBox};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
 
 use crate::{
+    dispatch::{ComputeWatch, Gate, Quarantine, Quarantined, QueueView, Refused},
     host::{RuntimeHost, SelectionTracker},
     memo::Memo,
+    queue::Key,
 };
+
+/// Tasks that may wait for a worker at once, by default (a node of 1,000
+/// slots with a dozen projects each fits).
+pub const QUEUE_CAPACITY: usize = 16_384;
 
 /// One compute to run: a project of one slot for one epoch, with everything
 /// the processor's [`EpochContext`] is made of.
@@ -51,6 +60,14 @@ pub struct Task {
     pub anchor_block: u64,
     pub namespace: String,
     pub project_type: String,
+    /// The anchor block after which its result is of no use (the end of the
+    /// submission window); a task still waiting for a worker then is dropped.
+    #[serde(default = "no_deadline")]
+    pub deadline: u64,
+}
+
+fn no_deadline() -> u64 {
+    u64::MAX
 }
 
 impl Task {
@@ -173,8 +190,10 @@ struct Reach {
 #[derive(Debug)]
 pub struct LocalExecutor {
     projects: Vec<ProjectProcessor>,
-    permits: Arc<Semaphore>,
-    max_concurrent: usize,
+    gate: Arc<Gate>,
+    quarantine: Quarantine,
+    /// Each project's last compute time (ms), its expected cost.
+    costs: Mutex<HashMap<String, u64>>,
     /// Computes past their timeout that have not returned yet.
     hung: Arc<tokio::sync::watch::Sender<usize>>,
     timeout: Duration,
@@ -198,8 +217,9 @@ impl LocalExecutor {
     ) -> Self {
         Self {
             projects,
-            permits: Arc::new(Semaphore::new(max_concurrent)),
-            max_concurrent,
+            gate: Gate::new(QUEUE_CAPACITY, max_concurrent, 0),
+            quarantine: Quarantine::default(),
+            costs: Mutex::default(),
             hung: Arc::new(tokio::sync::watch::Sender::new(0)),
             timeout,
             source,
@@ -209,6 +229,14 @@ impl LocalExecutor {
             finalized: None,
             drill: None,
         }
+    }
+
+    /// A work queue of `capacity` waiting tasks, ties broken with `seed`
+    /// (the host's; see [`crate::queue`]).
+    pub fn with_queue(mut self, capacity: usize, seed: u64) -> Self {
+        let workers = self.gate.view().workers;
+        self.gate = Gate::new(capacity, workers, seed);
+        self
     }
 
     /// Each slot's computes report their selection to that slot's tracker.
@@ -240,10 +268,40 @@ impl LocalExecutor {
         self.hung.subscribe()
     }
 
+    /// The quarantined projects, as a watch.
+    pub fn quarantine(&self) -> tokio::sync::watch::Receiver<BTreeMap<String, Quarantined>> {
+        self.quarantine.watch()
+    }
+
+    /// What the work queue holds and did.
+    pub fn queue(&self) -> QueueView {
+        self.gate.view()
+    }
+
+    /// The queue, quarantine and hung computes, for the status API.
+    pub fn watch(&self) -> ComputeWatch {
+        ComputeWatch { gate: self.gate.clone(), quarantine: self.quarantine.watch(), hung: self.hung.subscribe() }
+    }
+
+    /// The anchor head is `head`: tasks still waiting past their deadline
+    /// are dropped (each gets a missed result).
+    pub fn observe_head(&self, head: u64) {
+        self.gate.expire(head);
+    }
+
+    /// Nothing new starts until [`LocalExecutor::resume`] (while every
+    /// source RPC fails, say); tasks still wait, expire and are dropped.
+    pub fn pause(&self) {
+        self.gate.pause();
+    }
+
+    pub fn resume(&self) {
+        self.gate.resume();
+    }
+
     /// Waits until no compute is running (hung ones aside), at most `grace`.
     pub async fn drain(&self, grace: Duration) -> bool {
-        let all = self.max_concurrent as u32;
-        matches!(tokio::time::timeout(grace, self.permits.acquire_many(all)).await, Ok(Ok(_)))
+        tokio::time::timeout(grace, self.gate.idle()).await.is_ok()
     }
 
     /// The chains for one epoch's computes: with several slots, through one
@@ -268,6 +326,9 @@ impl LocalExecutor {
             let why = format!("no processor runs project `{}` here", task.project_type);
             return ComputeResult::without_compute(task, OutcomeKind::Failed(why));
         };
+        if let Some(q) = self.quarantine.holds(&task.project_type, task.epoch_id) {
+            return ComputeResult::without_compute(task, refused(Refused::Quarantined(q)));
+        }
         let what = if reach.named {
             format!("epoch {} {} slot {}: the compute", task.epoch_id, task.project_type, task.slot_id)
         } else {
@@ -301,7 +362,12 @@ impl LocalExecutor {
         let host = Arc::new(host);
         let reported_by = host.clone();
         let processor = p.processor.clone();
-        let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let key = Key { epoch_id: ctx.epoch_id, slot_id: task.slot_id, project: project_type.clone(), source: None };
+        let cost = self.costs.lock().unwrap_or_else(|p| p.into_inner()).get(&project_type).copied().unwrap_or(0);
+        let turn = match self.gate.turn(key, task.deadline, cost).await {
+            Ok(turn) => turn,
+            Err(why) => return (ComputeResult::without_compute(task, refused(why)), false),
+        };
         let started_at_ms = now_ms();
         let epoch_id = ctx.epoch_id;
         // RUNNING until one side settles it: the worker (DONE) or the timeout (HUNG).
@@ -322,8 +388,17 @@ impl LocalExecutor {
                  running (hung) and other computes go on",
                 self.timeout.as_secs_f64()
             );
+            if let Some(q) = self.quarantine.hung(&project_type, epoch_id) {
+                tracing::warn!("{q}");
+                self.gate.quarantine(&q);
+            }
         }
-        drop(permit);
+        drop(turn);
+        if answer.is_ok() {
+            self.quarantine.returned(&project_type, epoch_id);
+            let took = now_ms().saturating_sub(started_at_ms);
+            self.costs.lock().unwrap_or_else(|p| p.into_inner()).insert(project_type.clone(), took);
+        }
         let selected = reported_by.reported().filter(|(e, _)| *e == epoch_id).map(|(_, s)| s);
         if let Ok(Ok((result, _))) = &mut answer {
             match (self.drill, selected) {
@@ -369,12 +444,22 @@ impl LocalExecutor {
     }
 }
 
+/// What a task refused a worker ends as: not computed in time is missed;
+/// a duplicate or a quarantined project is a failure whose selection is not
+/// known.
+fn refused(why: Refused) -> OutcomeKind {
+    match why {
+        Refused::Full | Refused::Expired { .. } | Refused::Closed => OutcomeKind::Missed(why.to_string()),
+        Refused::Duplicate | Refused::Quarantined(_) => OutcomeKind::Failed(why.to_string()),
+    }
+}
+
 impl Executor for LocalExecutor {
     fn needs_block_details(&self) -> bool {
         self.projects.iter().any(|p| p.project.preload_tasks.iter().any(|t| t == "block_details"))
     }
 
-    /// Every task at once, bounded by the permits; with tasks of several
+    /// Every task at once, each waiting its turn in the queue; with tasks of several
     /// slots, the epoch's pinned chain reads are asked once for all of them.
     fn execute<'a>(&'a self, tasks: Vec<Task>, blocks: Arc<[BlockDetail]>) -> BoxStream<'a, ComputeResult> {
         let mut slots: Vec<u64> = tasks.iter().map(|t| t.slot_id).collect();

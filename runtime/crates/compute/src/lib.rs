@@ -10,6 +10,7 @@
 //! nor cargo and two nodes starting together build once.
 
 mod cargo_build;
+pub mod dispatch;
 pub mod executor;
 pub mod host;
 pub(crate) mod loader;

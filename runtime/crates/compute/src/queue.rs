@@ -33,11 +33,14 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-/// What is deduplicated: one epoch's work on one project's data source
-/// (`None`: the project whole).
+/// What is deduplicated: one epoch's work for one slot on one project's
+/// data source (`None`: the project whole). Lite slots each compute every
+/// project, so the slot is part of the key; a full node's work is its one
+/// slot's.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     pub epoch_id: u64,
+    pub slot_id: u64,
     pub project: String,
     pub source: Option<String>,
 }
@@ -53,16 +56,26 @@ pub struct Item<T> {
     pub payload: T,
 }
 
-/// What became of a pushed item.
+/// What became of a pushed item (an item not kept comes back).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Pushed {
+pub enum Pushed<T> {
     Queued,
     /// Its key is waiting or being worked on already: ignored.
-    Duplicate,
+    Duplicate(Item<T>),
     /// The queue was full and it was the lowest in priority: dropped.
-    Dropped,
+    Dropped(Item<T>),
     /// Queued; the queue was full, and this lower item was dropped for it.
-    QueuedDropping(Key),
+    QueuedDropping(Item<T>),
+}
+
+impl<T> Pushed<T> {
+    /// The key of the item not kept, if any (`Queued`: none).
+    pub fn key(&self) -> Option<&Key> {
+        match self {
+            Pushed::Queued => None,
+            Pushed::Duplicate(i) | Pushed::Dropped(i) | Pushed::QueuedDropping(i) => Some(&i.key),
+        }
+    }
 }
 
 /// What the queue did, since it was made.
@@ -76,6 +89,8 @@ pub struct Counters {
     pub expired: u64,
     /// Dropped because their epoch's window closed while they waited.
     pub closed: u64,
+    /// Taken back by the caller ([`Queue::withdraw`]: a quarantined project's).
+    pub withdrawn: u64,
     pub handed_out: u64,
 }
 
@@ -147,10 +162,10 @@ impl<T> Queue<T> {
     }
 
     /// Adds `item` (module documentation: dedupe, bound).
-    pub fn push(&mut self, item: Item<T>) -> Pushed {
+    pub fn push(&mut self, item: Item<T>) -> Pushed<T> {
         if self.ranks.contains_key(&item.key) || self.working().contains(&item.key) {
             self.counters.duplicates += 1;
-            return Pushed::Duplicate;
+            return Pushed::Duplicate(item);
         }
         self.arrivals += 1;
         let rank = (item.deadline, Reverse(item.cost), tie_break(self.seed, &item.key), self.arrivals);
@@ -164,10 +179,10 @@ impl<T> Queue<T> {
         let (lowest, dropped) = self.waiting.pop_last().expect("over capacity: not empty");
         self.ranks.remove(&dropped.key);
         if lowest == rank {
-            Pushed::Dropped
+            Pushed::Dropped(dropped)
         } else {
             self.counters.queued += 1;
-            Pushed::QueuedDropping(dropped.key)
+            Pushed::QueuedDropping(dropped)
         }
     }
 
@@ -185,30 +200,44 @@ impl<T> Queue<T> {
         Some((item, permit))
     }
 
-    /// Drops every waiting item whose deadline `head` has passed; their keys.
-    pub fn expire(&mut self, head: u64) -> Vec<Key> {
+    /// Drops every waiting item whose deadline `head` has passed, in order.
+    pub fn expire(&mut self, head: u64) -> Vec<Item<T>> {
         let gone = self.remove_where(|item| item.deadline < head);
         self.counters.expired += gone.len() as u64;
         gone
     }
 
-    /// Drops epoch `epoch_id`'s waiting items (its window closed); their keys.
-    pub fn close_epoch(&mut self, epoch_id: u64) -> Vec<Key> {
+    /// Drops epoch `epoch_id`'s waiting items (its window closed), in order.
+    pub fn close_epoch(&mut self, epoch_id: u64) -> Vec<Item<T>> {
         let gone = self.remove_where(|item| item.key.epoch_id == epoch_id);
         self.counters.closed += gone.len() as u64;
         gone
     }
 
-    fn remove_where(&mut self, gone: impl Fn(&Item<T>) -> bool) -> Vec<Key> {
+    /// Takes back the waiting items `gone` picks, in order.
+    pub fn withdraw(&mut self, gone: impl Fn(&Key) -> bool) -> Vec<Item<T>> {
+        let gone = self.remove_where(|item| gone(&item.key));
+        self.counters.withdrawn += gone.len() as u64;
+        gone
+    }
+
+    /// Takes back the waiting item of `key`, if it waits, uncounted (its
+    /// caller gave up waiting).
+    pub fn cancel(&mut self, key: &Key) -> Option<Item<T>> {
+        let rank = self.ranks.remove(key)?;
+        self.waiting.remove(&rank)
+    }
+
+    fn remove_where(&mut self, gone: impl Fn(&Item<T>) -> bool) -> Vec<Item<T>> {
         let ranks: Vec<Rank> = self.waiting.iter().filter(|(_, item)| gone(item)).map(|(rank, _)| *rank).collect();
-        let mut keys = Vec::with_capacity(ranks.len());
+        let mut items = Vec::with_capacity(ranks.len());
         for rank in ranks {
             if let Some(item) = self.waiting.remove(&rank) {
                 self.ranks.remove(&item.key);
-                keys.push(item.key);
+                items.push(item);
             }
         }
-        keys
+        items
     }
 
     /// Nothing is handed out until [`Queue::resume`].
@@ -238,6 +267,16 @@ impl<T> Queue<T> {
         self.working().len()
     }
 
+    /// Items that may be out at once.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Items that may wait at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub fn counters(&self) -> Counters {
         self.counters
     }
@@ -248,7 +287,7 @@ mod tests {
     use super::*;
 
     fn key(epoch_id: u64, project: &str) -> Key {
-        Key { epoch_id, project: project.to_owned(), source: None }
+        Key { epoch_id, slot_id: 1, project: project.to_owned(), source: None }
     }
 
     fn item(epoch_id: u64, project: &str, deadline: u64, cost: u64) -> Item<()> {
@@ -269,12 +308,15 @@ mod tests {
     fn a_key_waiting_or_out_is_a_duplicate_and_comes_back_once_its_worker_is_given_back() {
         let mut q = Queue::new(10, 1, 0);
         assert_eq!(q.push(item(1, "p", 100, 1)), Pushed::Queued);
-        assert_eq!(q.push(item(1, "p", 100, 9)), Pushed::Duplicate);
+        assert_eq!(q.push(item(1, "p", 100, 9)), Pushed::Duplicate(item(1, "p", 100, 9)));
         let (_, permit) = q.pop().unwrap();
-        assert_eq!(q.push(item(1, "p", 100, 1)), Pushed::Duplicate, "out with a worker");
+        assert_eq!(q.push(item(1, "p", 100, 1)), Pushed::Duplicate(item(1, "p", 100, 1)), "out with a worker");
+        let other_slot = Item { key: Key { slot_id: 2, ..key(1, "p") }, deadline: 100, cost: 1, payload: () };
+        assert_eq!(q.push(other_slot), Pushed::Queued, "another slot's work on the same project");
         drop(permit);
         assert_eq!(q.push(item(1, "p", 100, 1)), Pushed::Queued);
-        assert_eq!(q.counters().duplicates, 2);
+        assert_eq!(q.push(item(1, "p", 100, 1)), Pushed::Duplicate(item(1, "p", 100, 1)), "waiting again");
+        assert_eq!(q.counters().duplicates, 3);
     }
 
     #[test]
@@ -282,8 +324,8 @@ mod tests {
         let mut q = Queue::new(2, 1, 0);
         q.push(item(1, "a", 100, 1));
         q.push(item(1, "b", 300, 1));
-        assert_eq!(q.push(item(1, "c", 200, 1)), Pushed::QueuedDropping(key(1, "b")));
-        assert_eq!(q.push(item(1, "d", 400, 1)), Pushed::Dropped, "the newcomer is the lowest");
+        assert_eq!(q.push(item(1, "c", 200, 1)), Pushed::QueuedDropping(item(1, "b", 300, 1)));
+        assert_eq!(q.push(item(1, "d", 400, 1)), Pushed::Dropped(item(1, "d", 400, 1)), "the newcomer is the lowest");
         assert_eq!(q.counters().dropped_full, 2);
         assert_eq!(q.len(), 2);
     }
@@ -313,13 +355,17 @@ mod tests {
         q.push(item(1, "a", 100, 1));
         q.push(item(1, "b", 105, 1));
         q.push(item(2, "c", 110, 1));
-        assert_eq!(q.expire(101), [key(1, "a")]);
-        assert_eq!(q.close_epoch(1), [key(1, "b")]);
+        assert_eq!(q.expire(101), [item(1, "a", 100, 1)]);
+        assert_eq!(q.close_epoch(1), [item(1, "b", 105, 1)]);
         q.pause();
         assert!(q.pop().is_none(), "paused");
         q.resume();
         assert_eq!(q.pop().unwrap().0.key, key(2, "c"));
-        assert_eq!((q.counters().expired, q.counters().closed), (1, 1));
+        q.push(item(3, "d", 120, 1));
+        q.push(item(3, "e", 120, 1));
+        assert_eq!(q.withdraw(|k| k.project == "e"), [item(3, "e", 120, 1)]);
+        let c = q.counters();
+        assert_eq!((c.expired, c.closed, c.withdrawn), (1, 1, 1));
     }
 
     #[test]
@@ -354,19 +400,19 @@ mod tests {
         const SEED: u64 = 11;
 
         impl Model {
-            fn push(&mut self, key: Key, deadline: u64, cost: u64) -> Pushed {
+            /// What is not kept, and whether it was a duplicate.
+            fn push(&mut self, key: Key, deadline: u64, cost: u64) -> (Option<Key>, bool) {
                 if self.waiting.iter().any(|(_, k)| *k == key) || self.out.contains(&key) {
-                    return Pushed::Duplicate;
+                    return (Some(key), true);
                 }
                 self.arrivals += 1;
                 let rank = (deadline, Reverse(cost), tie_break(SEED, &key), self.arrivals);
                 self.waiting.push((rank, key));
                 if self.waiting.len() <= CAPACITY {
-                    return Pushed::Queued;
+                    return (None, false);
                 }
                 let lowest = (0..self.waiting.len()).max_by_key(|&i| self.waiting[i].0).unwrap();
-                let (dropped_rank, dropped) = self.waiting.remove(lowest);
-                if dropped_rank == rank { Pushed::Dropped } else { Pushed::QueuedDropping(dropped) }
+                (Some(self.waiting.remove(lowest).1), false)
             }
 
             fn pop(&mut self) -> Option<Key> {
@@ -401,6 +447,7 @@ mod tests {
             Finish(usize),
             Expire(u64),
             Close(u64),
+            Withdraw(u8),
             Pause,
             Resume,
         }
@@ -413,6 +460,7 @@ mod tests {
                 2 => (0..3usize).prop_map(Op::Finish),
                 1 => (0..20u64).prop_map(Op::Expire),
                 1 => (0..3u64).prop_map(Op::Close),
+                1 => (0..6u8).prop_map(Op::Withdraw),
                 1 => Just(Op::Pause),
                 1 => Just(Op::Resume),
             ]
@@ -427,8 +475,9 @@ mod tests {
                 for op in ops {
                     match op {
                         Op::Push { epoch, project, deadline, cost } => {
-                            let key = Key { epoch_id: epoch, project: format!("p{project}"), source: None };
+                            let key = Key { epoch_id: epoch, slot_id: 1, project: format!("p{project}"), source: None };
                             let got = q.push(Item { key: key.clone(), deadline, cost, payload: () });
+                            let got = (got.key().cloned(), matches!(got, Pushed::Duplicate(_)));
                             prop_assert_eq!(got, m.push(key, deadline, cost));
                         }
                         Op::Pop => {
@@ -446,10 +495,17 @@ mod tests {
                             }
                         }
                         Op::Expire(head) => {
-                            prop_assert_eq!(q.expire(head), m.remove_where(|r, _| r.0 < head));
+                            let got: Vec<Key> = q.expire(head).into_iter().map(|i| i.key).collect();
+                            prop_assert_eq!(got, m.remove_where(|r, _| r.0 < head));
                         }
                         Op::Close(epoch) => {
-                            prop_assert_eq!(q.close_epoch(epoch), m.remove_where(|_, k| k.epoch_id == epoch));
+                            let got: Vec<Key> = q.close_epoch(epoch).into_iter().map(|i| i.key).collect();
+                            prop_assert_eq!(got, m.remove_where(|_, k| k.epoch_id == epoch));
+                        }
+                        Op::Withdraw(project) => {
+                            let p = format!("p{project}");
+                            let got: Vec<Key> = q.withdraw(|k| k.project == p).into_iter().map(|i| i.key).collect();
+                            prop_assert_eq!(got, m.remove_where(|_, k| k.project == p));
                         }
                         Op::Pause => { q.pause(); m.paused = true; }
                         Op::Resume => { q.resume(); m.paused = false; }

@@ -242,9 +242,14 @@ pub struct WatchSettings {
     pub compute_timeout: Duration,
     /// `LITE_NODE_MAX_CONCURRENT_COMPUTES` (default 4).
     pub max_concurrent_computes: usize,
-    /// Computes hung past their timeout at once before the node exits for a
-    /// restart (`LITE_NODE_MAX_HUNG_COMPUTES`, default 4; exit code 4).
+    /// Computes hung past their timeout at once (each holds a thread of the
+    /// runtime's blocking pool, 512 threads) before the node exits for a
+    /// restart (`LITE_NODE_MAX_HUNG_COMPUTES`, default 128; exit code 4). A
+    /// hanging project is quarantined long before that.
     pub max_hung_computes: usize,
+    /// Computes that may wait for a worker at once (`LITE_NODE_QUEUE_CAPACITY`,
+    /// default 16384); past it the lowest in priority is dropped.
+    pub queue_capacity: usize,
     /// An anchor head that has not moved for this long makes the node
     /// unhealthy (`LITE_NODE_ANCHOR_STALL_SECS`, default 120).
     pub anchor_stall_after: Duration,
@@ -289,7 +294,8 @@ impl WatchSettings {
             start_block: env.get("LITE_NODE_START_BLOCK").map(|_| number("LITE_NODE_START_BLOCK", 0, 0)),
             compute_timeout: Duration::from_secs(number("LITE_NODE_COMPUTE_TIMEOUT_SECS", 60, 1)),
             max_concurrent_computes: number("LITE_NODE_MAX_CONCURRENT_COMPUTES", 4, 1) as usize,
-            max_hung_computes: number("LITE_NODE_MAX_HUNG_COMPUTES", 4, 1) as usize,
+            max_hung_computes: number("LITE_NODE_MAX_HUNG_COMPUTES", 128, 1) as usize,
+            queue_capacity: number("LITE_NODE_QUEUE_CAPACITY", 16_384, 1) as usize,
             anchor_stall_after: Duration::from_secs(number("LITE_NODE_ANCHOR_STALL_SECS", 120, 1)),
             retain_epochs: number("LITE_NODE_RETAIN_EPOCHS", 1000, 1),
             rpc_timeout,

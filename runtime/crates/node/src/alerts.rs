@@ -47,6 +47,9 @@ pub enum AlertKind {
     MissedSnapshot { epoch_id: u64, project: String, error: String },
     /// The safety net found no epoch processed for a while (cooldown applies).
     Unhealthy { idle: Duration, checks: u32, exit_after: u32 },
+    /// A project's compute hung past its timeout, so it is not called for
+    /// a while (once per quarantine: the back-off spaces them).
+    Quarantined { project: String, hangs: u32, epoch_id: u64, until_epoch: u64 },
     /// `lite-node alert test`.
     Test,
 }
@@ -55,7 +58,7 @@ impl AlertKind {
     /// The protocol's issue type.
     pub fn issue_type(&self) -> &'static str {
         match self {
-            Self::ThreeFailures { .. } | Self::MissedSnapshot { .. } => "MISSED_SNAPSHOT",
+            Self::ThreeFailures { .. } | Self::MissedSnapshot { .. } | Self::Quarantined { .. } => "MISSED_SNAPSHOT",
             Self::Recovered { .. } => "SNAPSHOTTER_RECOVERED",
             Self::Unhealthy { .. } => "UNHEALTHY_EPOCH_PROCESSING",
             Self::Test => "LITE_NODE_TEST_MESSAGE",
@@ -69,6 +72,7 @@ impl AlertKind {
             Self::Recovered { .. } => "recovery",
             Self::MissedSnapshot { .. } => "missed-snapshot",
             Self::Unhealthy { .. } => "unhealthy",
+            Self::Quarantined { .. } => "quarantine",
             Self::Test => "test",
         }
     }
@@ -161,6 +165,11 @@ impl Alert {
                  (stuck check {checks} of {exit_after}; the node exits for a restart after {exit_after}).",
                 idle.as_secs() / 60
             ),
+            AlertKind::Quarantined { project, hangs, epoch_id, until_epoch } => format!(
+                "🟠 lite-node {slot}: project {project} is quarantined: its compute hung past the timeout in \
+                 {hangs} epoch(s) in a row (last in epoch {epoch_id}); it is not called again before epoch \
+                 {until_epoch}. Every other project goes on."
+            ),
             AlertKind::Test => {
                 format!("lite-node {slot} ({}): test message from `lite-node alert test`.", self.from.signer)
             }
@@ -178,7 +187,9 @@ impl Alert {
     /// The reporting service's endpoint and body, when it takes this kind.
     fn report(&self, chat_id: &str) -> Option<(&'static str, serde_json::Value)> {
         let (project, epoch) = match &self.kind {
-            AlertKind::MissedSnapshot { epoch_id, project, .. } => (project.clone(), epoch_id.to_string()),
+            AlertKind::MissedSnapshot { epoch_id, project, .. } | AlertKind::Quarantined { epoch_id, project, .. } => {
+                (project.clone(), epoch_id.to_string())
+            }
             AlertKind::ThreeFailures { streak } => {
                 (String::new(), streak.last().map(|s| s.epoch_id.to_string()).unwrap_or_default())
             }

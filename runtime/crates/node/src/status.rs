@@ -27,7 +27,7 @@ use serde_json::json;
 
 use crate::{
     books::{Books, Verdict},
-    compute::host::SelectionTracker,
+    compute::{dispatch::ComputeWatch, host::SelectionTracker},
     safety::Activity,
 };
 
@@ -39,6 +39,11 @@ pub struct ChainLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SlotLabel {
     pub slot: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -74,6 +79,18 @@ pub struct Metrics {
     /// Per slot: its epochs by verdict, and its streak of selected failures.
     pub slot_epochs: Family<SlotVerdictLabel, Counter>,
     pub slot_consecutive_failures: Family<SlotLabel, Gauge>,
+    /// The compute work queue (set from the executor's view when read).
+    pub queue_waiting: Gauge,
+    pub queue_running: Gauge,
+    pub queue_workers: Gauge,
+    pub queue_paused: Gauge,
+    pub queue_handed_out: Counter,
+    pub queue_wait_ms: Counter,
+    pub queue_dropped: Family<ReasonLabel, Counter>,
+    pub computes_hung: Gauge,
+    pub projects_quarantined: Gauge,
+    /// Quarantines started (each project's each back-off).
+    pub quarantines: Counter,
 }
 
 impl Default for Metrics {
@@ -96,6 +113,16 @@ impl Default for Metrics {
             anchor_lag_blocks: Gauge::default(),
             slot_epochs: Family::default(),
             slot_consecutive_failures: Family::default(),
+            queue_waiting: Gauge::default(),
+            queue_running: Gauge::default(),
+            queue_workers: Gauge::default(),
+            queue_paused: Gauge::default(),
+            queue_handed_out: Counter::default(),
+            queue_wait_ms: Counter::default(),
+            queue_dropped: Family::default(),
+            computes_hung: Gauge::default(),
+            projects_quarantined: Gauge::default(),
+            quarantines: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -151,6 +178,36 @@ impl Default for Metrics {
             "Consecutive selected epochs the slot failed (3 raises the alert)",
             m.slot_consecutive_failures.clone(),
         );
+        registry.register("compute_queue_waiting", "Computes waiting for a worker", m.queue_waiting.clone());
+        registry.register("compute_queue_running", "Computes running on a worker", m.queue_running.clone());
+        registry.register(
+            "compute_queue_workers",
+            "Workers (LITE_NODE_MAX_CONCURRENT_COMPUTES)",
+            m.queue_workers.clone(),
+        );
+        registry.register("compute_queue_paused", "1 while the queue hands out nothing", m.queue_paused.clone());
+        registry.register("compute_queue_handed_out", "Computes given a worker", m.queue_handed_out.clone());
+        registry.register(
+            "compute_queue_wait_milliseconds",
+            "Time computes waited for a worker, in all (divide by handed_out for the mean)",
+            m.queue_wait_ms.clone(),
+        );
+        registry.register(
+            "compute_queue_dropped",
+            "Computes that never got a worker, by reason (full, expired, closed, quarantined, duplicate)",
+            m.queue_dropped.clone(),
+        );
+        registry.register(
+            "computes_hung",
+            "Computes past their timeout that have not returned",
+            m.computes_hung.clone(),
+        );
+        registry.register(
+            "projects_quarantined",
+            "Projects not called now because their compute hung",
+            m.projects_quarantined.clone(),
+        );
+        registry.register("project_quarantines", "Quarantines started", m.quarantines.clone());
         Self { registry, ..m }
     }
 }
@@ -187,6 +244,31 @@ impl Metrics {
     /// A counter of failed requests for one chain's RPC.
     pub fn rpc_errors(&self, chain: &str) -> Counter {
         self.rpc_errors.get_or_create(&ChainLabel { chain: chain.to_owned() }).clone()
+    }
+
+    /// Brings the queue's series up to `w`'s view.
+    pub fn observe_computes(&self, w: &ComputeWatch) {
+        let q = w.queue();
+        self.queue_waiting.set(q.waiting as i64);
+        self.queue_running.set(q.running as i64);
+        self.queue_workers.set(q.workers as i64);
+        self.queue_paused.set(i64::from(q.paused));
+        let catch_up = |c: &Counter, to: u64| {
+            c.inc_by(to.saturating_sub(c.get()));
+        };
+        catch_up(&self.queue_handed_out, q.handed_out);
+        catch_up(&self.queue_wait_ms, q.waited_ms);
+        for (reason, n) in [
+            ("full", q.dropped_full),
+            ("expired", q.expired),
+            ("closed", q.closed),
+            ("quarantined", q.withdrawn),
+            ("duplicate", q.duplicates),
+        ] {
+            catch_up(&self.queue_dropped.get_or_create(&ReasonLabel { reason }), n);
+        }
+        self.computes_hung.set(w.hung() as i64);
+        self.projects_quarantined.set(w.quarantined().len() as i64);
     }
 
     pub fn encode(&self) -> String {
@@ -228,6 +310,8 @@ pub struct NodeStatus {
     /// What is failing right now (the anchor, writing state, the collector,
     /// hung computes), by kind: unhealthy while any is.
     pub troubles: Arc<Troubles>,
+    /// The executor's queue, quarantine and hung computes, once it runs.
+    pub computes: std::sync::OnceLock<ComputeWatch>,
 }
 
 /// One slot as the status API shows it.
@@ -402,11 +486,19 @@ impl NodeStatus {
             "lastSelection": first["lastSelection"],
             "books": first["books"],
             "slots": slots.iter().map(|slot| slot.json()).collect::<Vec<_>>(),
+            "computes": self.computes.get().map(|w| json!({
+                "queue": w.queue(),
+                "hung": w.hung(),
+                "quarantined": w.quarantined(),
+            })),
         })
     }
 }
 
 async fn metrics(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
+    if let Some(w) = s.computes.get() {
+        s.metrics.observe_computes(w);
+    }
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
 }
 
@@ -459,6 +551,7 @@ mod tests {
             stuck_after: Duration::from_secs(600),
             last_epoch_problem: Mutex::default(),
             troubles: Arc::default(),
+            computes: Default::default(),
         };
         status.activity.touch();
         let slots = worked

@@ -141,6 +141,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         stuck_after: cfg.safety.stuck_after,
         last_epoch_problem: Default::default(),
         troubles: Default::default(),
+        computes: Default::default(),
     });
     let mut tasks = Supervisor::new();
     if let Some(addr) = cfg.status_addr {
@@ -245,6 +246,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         Some(source.clone() as Arc<dyn RpcEndpoint>),
         Some(anchor_for_host),
     )
+    .with_queue(cfg.watch.queue_capacity, slots.first().map_or(0, |s| s.slot_id))
     .with_trackers(lanes.iter().map(|l| (l.slot_id, l.tracker.clone())))
     .with_drill(cfg.drill)
     .with_finalized(FinalizedReads { protocol_state, data_market, namespace: cfg.full_namespace() });
@@ -297,18 +299,44 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         );
         status.metrics.alerts.inc_by(taken as u64);
     };
-    // Hung computes: /health says so while there are any; at the bound the
-    // node exits for a restart.
+    // Hung computes and quarantined projects: /health names them while
+    // there are any, each quarantine is alerted, and the node exits for a
+    // restart only when hung threads reach the bound.
     let mut hung = work.executor.hung();
-    let hung_status = status.clone();
-    tasks.spawn_critical("hung compute watch", {
-        let mut hung = work.executor.hung();
+    let _ = status.computes.set(work.executor.watch());
+    tasks.spawn_critical("compute health watch", {
+        let (status, alerter) = (status.clone(), alerter.clone());
+        let mut watch = work.executor.watch();
         async move {
+            let mut alerted = std::collections::BTreeSet::new();
             loop {
-                let n = *hung.borrow_and_update();
-                let problem = (n > 0).then(|| format!("{n} compute(s) hung past their timeout"));
-                hung_status.troubles.set(Trouble::Computes, problem);
-                if hung.changed().await.is_err() {
+                let n = *watch.hung.borrow_and_update();
+                let held: Vec<_> = watch.quarantine.borrow_and_update().values().cloned().collect();
+                for q in &held {
+                    if alerted.insert((q.project.clone(), q.epoch_id)) {
+                        status.metrics.quarantines.inc();
+                        let slots = status.slots();
+                        let kind = AlertKind::Quarantined {
+                            project: q.project.clone(),
+                            hangs: q.hangs,
+                            epoch_id: q.epoch_id,
+                            until_epoch: q.until_epoch,
+                        };
+                        let books = slots.first().map(|s| s.books()).unwrap_or_default();
+                        let taken = alerter.notify_slots(kind, &books, slots.iter().map(|s| s.slot_id).collect());
+                        status.metrics.alerts.inc_by(taken as u64);
+                    }
+                }
+                let mut problems: Vec<String> = held.iter().map(ToString::to_string).collect();
+                if n > 0 {
+                    problems.push(format!("{n} compute(s) hung past their timeout"));
+                }
+                status.troubles.set(Trouble::Computes, (!problems.is_empty()).then(|| problems.join("; ")));
+                let changed = tokio::select! {
+                    c = watch.hung.changed() => c,
+                    c = watch.quarantine.changed() => c,
+                };
+                if changed.is_err() {
                     // The executor is gone: the node is stopping.
                     std::future::pending::<()>().await;
                 }

@@ -98,10 +98,17 @@ impl Work for EpochWork {
         let unanswered = tasks.clone();
         let stages = self.executor.execute(tasks, blocks).map(|result| self.submit(epoch, result));
         let mut done = stages.buffer_unordered(usize::MAX);
-        while let Some((key, outcome)) = done.try_next().await? {
-            if let Some(&(lane, project)) = place.get(&key) {
-                slots[lane][project] = Some(outcome);
+        let gathered = async {
+            while let Some((key, outcome)) = done.try_next().await? {
+                if let Some(&(lane, project)) = place.get(&key) {
+                    slots[lane][project] = Some(outcome);
+                }
             }
+            anyhow::Ok(())
+        };
+        tokio::select! {
+            gathered = gathered => gathered?,
+            never = self.expire_waiting() => match never {},
         }
         // Every task has an outcome, so the epoch's cursor can move.
         let outcomes = slots
@@ -168,7 +175,26 @@ impl Work for EpochWork {
     }
 }
 
+/// How often the anchor head is read while computes wait for a worker, so
+/// that those past their deadline are dropped.
+const EXPIRY_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl EpochWork {
+    /// While computes wait for a worker, reads the anchor head now and then
+    /// and drops those whose submission window closed (they end as missed).
+    async fn expire_waiting(&self) -> std::convert::Infallible {
+        let mut tick = tokio::time::interval(EXPIRY_CHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if self.executor.queue().waiting > 0
+                && let Ok(head) = self.anchor.head().await
+            {
+                self.executor.observe_head(head);
+            }
+        }
+    }
+
     /// The epoch's tasks (every lane × every project) and the block details
     /// they are given — or, when the epoch cannot be computed at all, every
     /// lane's outcomes.
@@ -186,6 +212,7 @@ impl EpochWork {
                     anchor_block: epoch.released_block,
                     namespace: self.namespace.clone(),
                     project_type: project.project_type.clone(),
+                    deadline: epoch.released_block + self.submission_window,
                 });
             }
         }
