@@ -3,7 +3,7 @@
 use abi_stable::{
     StableAbi, sabi_trait,
     sabi_trait::prelude::TD_Opaque,
-    std_types::{RBox, RResult, RString, RVec},
+    std_types::{RBox, ROption, RResult, RSlice, RString, RVec},
 };
 
 use crate::{
@@ -41,8 +41,20 @@ impl Snapshot {
 #[sabi_trait]
 pub trait Processor: Send + Sync {
     /// Computes the epoch. An empty list means "nothing to submit".
-    #[sabi(last_prefix_field)]
     fn compute(&self, epoch: &EpochContext, host: HostRef<'_>) -> RResult<RVec<Snapshot>, RString>;
+
+    /// The data sources the epoch's work divides into, in a fixed order;
+    /// `None` when it cannot be divided (it runs whole).
+    fn data_sources(&self, epoch: &EpochContext, host: HostRef<'_>) -> RResult<ROption<RVec<RString>>, RString>;
+
+    /// Computes only `sources` (some of what `data_sources` gave).
+    #[sabi(last_prefix_field)]
+    fn compute_share(
+        &self,
+        epoch: &EpochContext,
+        host: HostRef<'_>,
+        sources: RSlice<'_, RString>,
+    ) -> RResult<RVec<Snapshot>, RString>;
 }
 
 /// An owned processor instance, as returned by the module.
@@ -65,6 +77,32 @@ pub trait ComputeProcessor: Send + Sync + 'static {
     /// `host.report_selection` before doing any work; return an empty list
     /// when this slot has nothing to do.
     fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String>;
+
+    /// The data sources this epoch's work divides into (a full node's
+    /// pools, say), in an order that is the same on every machine, so that
+    /// a full node can spread them over workers. `None`, the default: the
+    /// work cannot be divided, and the processor runs whole (with
+    /// [`ComputeProcessor::compute`]).
+    fn data_sources(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Option<Vec<String>>, String> {
+        let _ = (epoch, host);
+        Ok(None)
+    }
+
+    /// Computes only `sources`, some of what
+    /// [`ComputeProcessor::data_sources`] gave for this epoch: one snapshot
+    /// per source, each **byte-identical** to the one computing them all at
+    /// once gives (the node may split the sources any way, over machines).
+    /// Check it with [`crate::testing::check_shares`]. Needed only when
+    /// `data_sources` divides the work.
+    fn compute_share(
+        &self,
+        epoch: &EpochContext,
+        host: &Host<'_>,
+        sources: &[String],
+    ) -> Result<Vec<Snapshot>, String> {
+        let _ = (epoch, host, sources);
+        Err("this processor does not compute shares of its data sources (data_sources gives none)".into())
+    }
 }
 
 /// Something a processor needs the node to prepare for every epoch: a
@@ -115,6 +153,28 @@ impl Processor for Guarded {
     fn compute(&self, epoch: &EpochContext, host: HostRef<'_>) -> RResult<RVec<Snapshot>, RString> {
         let host = Host::new(host);
         guarded(self.class_name, || self.inner.compute(epoch, &host)).map(RVec::from).map_err(RString::from).into()
+    }
+
+    fn data_sources(&self, epoch: &EpochContext, host: HostRef<'_>) -> RResult<ROption<RVec<RString>>, RString> {
+        let host = Host::new(host);
+        guarded(self.class_name, || self.inner.data_sources(epoch, &host))
+            .map(|sources| ROption::from(sources.map(|s| s.into_iter().map(RString::from).collect())))
+            .map_err(RString::from)
+            .into()
+    }
+
+    fn compute_share(
+        &self,
+        epoch: &EpochContext,
+        host: HostRef<'_>,
+        sources: RSlice<'_, RString>,
+    ) -> RResult<RVec<Snapshot>, RString> {
+        let host = Host::new(host);
+        let sources: Vec<String> = sources.iter().map(|s| s.as_str().to_owned()).collect();
+        guarded(self.class_name, || self.inner.compute_share(epoch, &host, &sources))
+            .map(RVec::from)
+            .map_err(RString::from)
+            .into()
     }
 }
 

@@ -109,3 +109,98 @@ impl HostApi for TestHost {
         )
     }
 }
+
+/// Checks that `processor` computes shares of its data sources byte for
+/// byte as it computes them all, as a full node spreading them over workers
+/// needs: asks [`ComputeProcessor::data_sources`] for `epoch`, computes them
+/// all at once with [`ComputeProcessor::compute_share`], then again in
+/// `parts` interleaved shares (source `i` in share `i mod parts`), each
+/// share's sources in reverse order, and compares each source's snapshot.
+/// Returns how many sources were checked (0 when the processor does not
+/// divide its work).
+///
+/// ```ignore
+/// let host = TestHost { rpc: Some(my_chain_stub()), ..TestHost::default() };
+/// assert_eq!(check_shares(&processor, &epoch, &host, 3), Ok(5));
+/// ```
+pub fn check_shares(
+    processor: &dyn crate::ComputeProcessor,
+    epoch: &crate::EpochContext,
+    host: &TestHost,
+    parts: usize,
+) -> Result<usize, String> {
+    let host = host.host();
+    let Some(sources) = processor.data_sources(epoch, &host)? else { return Ok(0) };
+    let by_source = |share: &[String], snapshots: Vec<crate::Snapshot>| {
+        let mut out = std::collections::BTreeMap::new();
+        for s in snapshots {
+            let source = s.data_source.into_string();
+            if !share.iter().any(|x| x.eq_ignore_ascii_case(&source)) {
+                return Err(format!("a share of {share:?} returned a snapshot of `{source}`, not in it"));
+            }
+            if out.insert(source.to_ascii_lowercase(), s.json.into_string()).is_some() {
+                return Err(format!("a share returned `{source}` twice"));
+            }
+        }
+        if out.len() != share.len() {
+            return Err(format!("a share of {} sources returned {} snapshots", share.len(), out.len()));
+        }
+        Ok(out)
+    };
+    let whole = by_source(&sources, processor.compute_share(epoch, &host, &sources)?)?;
+    let parts = parts.max(1);
+    let mut pieced = std::collections::BTreeMap::new();
+    for k in 0..parts {
+        let mut share: Vec<String> = sources.iter().skip(k).step_by(parts).cloned().collect();
+        share.reverse();
+        if share.is_empty() {
+            continue;
+        }
+        pieced.extend(by_source(&share, processor.compute_share(epoch, &host, &share)?)?);
+    }
+    for (source, json) in &whole {
+        if pieced.get(source) != Some(json) {
+            return Err(format!(
+                "`{source}`: computed in a share of {parts} it differs from computed with all sources:\n  all:   \
+                 {json}\n  share: {}",
+                pieced.get(source).map_or("(missing)", String::as_str)
+            ));
+        }
+    }
+    Ok(whole.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ComputeProcessor, EpochContext, Snapshot};
+
+    /// Snapshots each source; `leaky` also writes how many sources the call had.
+    struct Sources {
+        leaky: bool,
+    }
+
+    impl ComputeProcessor for Sources {
+        fn compute(&self, _: &EpochContext, _: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+            Ok(vec![])
+        }
+
+        fn data_sources(&self, _: &EpochContext, _: &Host<'_>) -> Result<Option<Vec<String>>, String> {
+            Ok(Some((0..5).map(|i| format!("s{i}")).collect()))
+        }
+
+        fn compute_share(&self, _: &EpochContext, _: &Host<'_>, sources: &[String]) -> Result<Vec<Snapshot>, String> {
+            let n = if self.leaky { sources.len() } else { 0 };
+            Ok(sources.iter().map(|s| Snapshot::new(s.as_str(), format!("{{\"s\":\"{s}\",\"n\":{n}}}"))).collect())
+        }
+    }
+
+    #[test]
+    fn check_shares_passes_a_processor_whose_bytes_do_not_depend_on_the_share_and_names_one_that_does() {
+        let epoch = EpochContext::builder(1, 10, 10).build();
+        let host = TestHost::default();
+        assert_eq!(check_shares(&Sources { leaky: false }, &epoch, &host, 2), Ok(5));
+        let err = check_shares(&Sources { leaky: true }, &epoch, &host, 2).unwrap_err();
+        assert!(err.starts_with("`s0`: computed in a share of 2 it differs"), "{err}");
+    }
+}

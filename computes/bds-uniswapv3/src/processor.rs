@@ -479,27 +479,25 @@ fn block_details(host: &Host<'_>, epoch: &EpochContext) -> Result<Vec<BlockDetai
         .collect()
 }
 
-impl ComputeProcessor for BaseSnapshotProcessor {
-    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+impl BaseSnapshotProcessor {
+    /// The active pools, or why there are none.
+    fn pools(&self, host: &Host<'_>, epoch: &EpochContext) -> Result<Vec<String>, String> {
         let pools = self.active_pools(host, epoch.end)?;
         if pools.is_empty() {
             return Err("no active pools (the configured list is empty and discovery found none)".into());
         }
-        let details = block_details(host, epoch)?;
-        let seed_block = details
-            .iter()
-            .find(|d| d.number == epoch.begin)
-            .ok_or_else(|| format!("no block details for block {}, the epoch's seed block", epoch.begin))?;
+        Ok(pools)
+    }
+
+    /// Snapshots of `targets` (pools as given), in their order.
+    fn snapshots_of(
+        &self,
+        host: &Host<'_>,
+        epoch: &EpochContext,
+        targets: &[String],
+        details: &[BlockDetail],
+    ) -> Result<Vec<Snapshot>, String> {
         let timestamps: BTreeMap<u64, u64> = details.iter().map(|d| (d.number, d.timestamp)).collect();
-        let targets: Vec<String> = if self.settings.full_node {
-            host.report_selection(epoch.epoch_id, true, epoch.slot_id);
-            pools.clone()
-        } else {
-            match slot_selection::decide(epoch, host, &seed_block.hash, &pools)? {
-                None => return Ok(vec![]),
-                Some(pool) => vec![pool.to_owned()],
-            }
-        };
         let lower: Vec<String> = targets.iter().map(|p| p.to_ascii_lowercase()).collect();
         let computed = if self.settings.batch_pools {
             self.snapshot_pools(host, epoch, &lower, &timestamps)?
@@ -515,5 +513,56 @@ impl ComputeProcessor for BaseSnapshotProcessor {
             .zip(computed)
             .map(|(given, (_, snapshot))| Snapshot::new(given.clone(), snapshot.to_string()))
             .collect())
+    }
+}
+
+impl ComputeProcessor for BaseSnapshotProcessor {
+    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+        let pools = self.pools(host, epoch)?;
+        let details = block_details(host, epoch)?;
+        let seed_block = details
+            .iter()
+            .find(|d| d.number == epoch.begin)
+            .ok_or_else(|| format!("no block details for block {}, the epoch's seed block", epoch.begin))?;
+        let targets: Vec<String> = if self.settings.full_node {
+            host.report_selection(epoch.epoch_id, true, epoch.slot_id);
+            pools.clone()
+        } else {
+            match slot_selection::decide(epoch, host, &seed_block.hash, &pools)? {
+                None => return Ok(vec![]),
+                Some(pool) => vec![pool.to_owned()],
+            }
+        };
+        self.snapshots_of(host, epoch, &targets, &details)
+    }
+
+    /// A full node's pools: every active pool, sorted as the selection
+    /// sorts them. A lite slot's work is the one pool its selection gives,
+    /// so it does not divide.
+    fn data_sources(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Option<Vec<String>>, String> {
+        if !self.settings.full_node {
+            return Ok(None);
+        }
+        self.pools(host, epoch).map(Some)
+    }
+
+    /// Each pool's snapshot depends only on its own reads, the USD route
+    /// pools' and what the chain finalized for it, so a share's bytes are
+    /// the whole's.
+    fn compute_share(
+        &self,
+        epoch: &EpochContext,
+        host: &Host<'_>,
+        sources: &[String],
+    ) -> Result<Vec<Snapshot>, String> {
+        if !self.settings.full_node {
+            return Err("only a full node (`full_node: true`) divides its pools into shares".into());
+        }
+        let pools = self.pools(host, epoch)?;
+        if let Some(stray) = sources.iter().find(|s| !pools.iter().any(|p| p.eq_ignore_ascii_case(s))) {
+            return Err(format!("pool {stray} is not one of the epoch's {} active pools", pools.len()));
+        }
+        let details = block_details(host, epoch)?;
+        self.snapshots_of(host, epoch, sources, &details)
     }
 }

@@ -72,15 +72,10 @@ impl TemplateProcessor {
     }
 }
 
-impl ComputeProcessor for TemplateProcessor {
-    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
-        // 1. Decide whether this slot works this epoch, and on which pool.
-        //    `decide` reports the answer to the node before anything else;
-        //    return `Ok(vec![])` when not selected.
-        let seed = compute_kit::seed_block_hash(host, epoch)?;
-        let Some(pool) = slot_selection::decide(epoch, host, &seed, &self.pools)? else {
-            return Ok(vec![]);
-        };
+impl TemplateProcessor {
+    /// One pool's snapshot: what it reads depends on that pool alone, so it
+    /// is the same whichever other pools are computed beside it.
+    fn snapshot(&self, epoch: &EpochContext, host: &Host<'_>, pool: &str) -> Result<Snapshot, String> {
         // 2. Gather data through the host, pinned to a block so every node
         //    computes the same bytes. Errors are values: return `Err` naming
         //    what failed (compute_kit's errors name the call and the block).
@@ -96,7 +91,42 @@ impl ComputeProcessor for TemplateProcessor {
             "tick": state.tick.as_i32(),
             "liquidity": liquidity.to_string(),
         });
-        Ok(vec![Snapshot::new(pool, snapshot.to_string())])
+        Ok(Snapshot::new(pool, snapshot.to_string()))
+    }
+}
+
+impl ComputeProcessor for TemplateProcessor {
+    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+        // 1. Decide whether this slot works this epoch, and on which pool.
+        //    `decide` reports the answer to the node before anything else;
+        //    return `Ok(vec![])` when not selected.
+        let seed = compute_kit::seed_block_hash(host, epoch)?;
+        let Some(pool) = slot_selection::decide(epoch, host, &seed, &self.pools)? else {
+            return Ok(vec![]);
+        };
+        Ok(vec![self.snapshot(epoch, host, pool)?])
+    }
+
+    // A full node computes every pool each epoch and may spread them over
+    // machines: these two say how the work divides. Delete them if a
+    // processor of yours cannot divide its work (it then runs whole).
+
+    /// The pools, sorted, so every machine divides them the same way.
+    fn data_sources(&self, _epoch: &EpochContext, _host: &Host<'_>) -> Result<Option<Vec<String>>, String> {
+        let mut pools = self.pools.clone();
+        pools.sort();
+        Ok(Some(pools))
+    }
+
+    /// Just these pools: each snapshot the bytes `snapshot` gives, whatever
+    /// the share (`testing::check_shares` checks it).
+    fn compute_share(
+        &self,
+        epoch: &EpochContext,
+        host: &Host<'_>,
+        sources: &[String],
+    ) -> Result<Vec<Snapshot>, String> {
+        sources.iter().map(|pool| self.snapshot(epoch, host, pool)).collect()
     }
 }
 
@@ -138,6 +168,13 @@ mod tests {
             })),
             ..TestHost::default()
         }
+    }
+
+    #[test]
+    fn shares_of_the_pools_give_the_bytes_all_of_them_give() {
+        let host = chain();
+        let epoch = EpochContext::builder(3, 40, 42).slot(1, 1).build();
+        assert_eq!(lite_node_plugin_api::testing::check_shares(processor().as_ref(), &epoch, &host, 2), Ok(2));
     }
 
     #[test]

@@ -205,6 +205,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             namespace: cfg.namespace.clone(),
             project_type: p.project_type.clone(),
             deadline: u64::MAX,
+            sources: None,
         })
         .collect();
     let mut results: Vec<ComputeResult> = executor.execute(tasks, blocks.into()).collect().await;

@@ -239,6 +239,7 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
             namespace: namespace.into(),
             project_type: "baseSnapshot".into(),
             deadline: u64::MAX,
+            sources: None,
         };
         let results: Vec<_> = rt.block_on(executor.execute(vec![task], blocks.clone()).collect());
         assert_eq!(results[0].kind, OutcomeKind::Computed, "{:?}", results[0]);
@@ -289,14 +290,9 @@ fn pools_are_discovered_from_the_factory() {
     assert_eq!(found, expected, "every pool the factory created, sorted as the protocol sorts them");
 }
 
-#[test]
-fn usd_fields_appear_with_a_usd_source_and_match_exactly() {
-    let world = World::load();
-    let (begin, end) = activity(&world);
-    let data_dir = tempfile::tempdir().unwrap();
-    let package = bundled(data_dir.path());
-    let pools = world.manifest.pools.clone();
-    // The world's first token plays the stablecoin; its 0.3 % pools route prices.
+/// The world's first token as the stablecoin and its 0.3 % pools as the
+/// USD routes: `(stablecoin, route pools)`.
+fn usd_routes(world: &World) -> (String, Vec<String>) {
     let stable = world.manifest.raw["tokens"][0].as_str().unwrap().to_lowercase();
     let routes: Vec<String> = world.manifest.raw["pools"]
         .as_array()
@@ -307,6 +303,17 @@ fn usd_fields_appear_with_a_usd_source_and_match_exactly() {
         .map(|p| p["address"].as_str().unwrap().to_lowercase())
         .collect();
     assert_eq!(routes.len(), 2, "two tokens to price through the stablecoin");
+    (stable, routes)
+}
+
+#[test]
+fn usd_fields_appear_with_a_usd_source_and_match_exactly() {
+    let world = World::load();
+    let (begin, end) = activity(&world);
+    let data_dir = tempfile::tempdir().unwrap();
+    let package = bundled(data_dir.path());
+    let pools = world.manifest.pools.clone();
+    let (stable, routes) = usd_routes(&world);
     let settings = json!({"pools": pools, "full_node": true, "usd": {"stablecoins": [stable], "pools": routes}});
     let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
     let c = chain(&world);
@@ -333,4 +340,102 @@ fn usd_fields_appear_with_a_usd_source_and_match_exactly() {
         .unwrap();
     let out = plain.compute(&context(9, begin, end, 1, 4), Host::to_ref(&h)).into_result().unwrap();
     assert!(!out[0].json.contains("USD"), "{}", out[0].json);
+}
+
+/// A full node's pools computed in shares, as the workers of a cluster
+/// compute them (split any way, each share's pools in any order), give the
+/// bytes computing them all at once gives — with the USD route pools, which
+/// every share reads, on. Through the executor, with the processor's own
+/// `data_sources`; a fresh processor each time, so no cache helps.
+#[test]
+fn a_full_nodes_pools_computed_in_shares_give_the_bytes_of_all_at_once() {
+    use lite_node::{
+        config::Project,
+        executor::{Executor, LocalExecutor, OutcomeKind, ProjectProcessor, Task},
+    };
+    let world = World::load();
+    let (begin, end) = activity(&world);
+    let data_dir = tempfile::tempdir().unwrap();
+    let package = bundled(data_dir.path());
+    let (stable, routes) = usd_routes(&world);
+    let settings = json!({"pools": world.manifest.pools, "full_node": true,
+                          "usd": {"stablecoins": [stable], "pools": routes}});
+    let c = chain(&world);
+    let executor = || {
+        let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
+        let project = Project {
+            project_type: "baseSnapshot".into(),
+            module: "bds_uniswapv3".into(),
+            class_name: "BaseSnapshotProcessor".into(),
+            preload_tasks: vec!["block_details".into()],
+            settings: settings.as_object().unwrap().clone(),
+        };
+        let source = Some(c.source.clone() as Arc<dyn RpcEndpoint>);
+        LocalExecutor::new(
+            vec![ProjectProcessor { project, processor: Arc::new(processor) }],
+            2,
+            Duration::from_secs(60),
+            source,
+            None,
+        )
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let blocks: Arc<[_]> = rt.block_on(preload::block_details(&c.source, begin, end)).unwrap().into();
+    let task = |sources: Option<Vec<String>>| Task {
+        epoch_id: 9,
+        begin,
+        end,
+        day_id: 1,
+        slot_id: 1,
+        total_slots: 4,
+        anchor_block: 0,
+        namespace: "devnet-UNISWAPV3-ETH".into(),
+        project_type: "baseSnapshot".into(),
+        deadline: u64::MAX,
+        sources,
+    };
+    let snapshots = |tasks: Vec<Task>| {
+        let results: Vec<_> =
+            rt.block_on(futures_util::StreamExt::collect::<Vec<_>>(executor().execute(tasks, blocks.clone())));
+        let mut all = std::collections::BTreeMap::new();
+        for r in results {
+            assert_eq!((&r.kind, r.selected), (&OutcomeKind::Computed, Some(true)), "{r:?}");
+            for (pool, json) in r.snapshots {
+                assert!(all.insert(pool.clone(), json).is_none(), "{pool} twice");
+            }
+        }
+        all
+    };
+
+    let sources = rt.block_on(executor().data_sources(&task(None), &blocks)).unwrap().unwrap();
+    let mut sorted = world.manifest.pools.clone();
+    sorted.sort();
+    assert_eq!(sources, sorted, "every active pool, sorted");
+    let whole = snapshots(vec![task(Some(sources.clone()))]);
+    assert_eq!(whole.len(), sources.len());
+    for parts in [2, 3, sources.len()] {
+        let shares: Vec<Task> = (0..parts)
+            .map(|k| {
+                let mut share: Vec<String> = sources.iter().skip(k).step_by(parts).cloned().collect();
+                share.reverse();
+                task(Some(share))
+            })
+            .collect();
+        assert_eq!(snapshots(shares), whole, "in {parts} shares");
+    }
+    // compute (the node's whole-project call) gives the same bytes too.
+    let results: Vec<_> =
+        rt.block_on(futures_util::StreamExt::collect::<Vec<_>>(executor().execute(vec![task(None)], blocks.clone())));
+    let by_compute: std::collections::BTreeMap<String, String> = results[0].snapshots.iter().cloned().collect();
+    assert_eq!(by_compute, whole);
+
+    let stray = "0x00000000000000000000000000000000000000aa".to_owned();
+    let results: Vec<_> = rt.block_on(futures_util::StreamExt::collect::<Vec<_>>(
+        executor().execute(vec![task(Some(vec![stray]))], blocks.clone()),
+    ));
+    assert!(
+        matches!(&results[0].kind, OutcomeKind::Failed(e) if e.contains("is not one of the epoch's 5 active pools")),
+        "{:?}",
+        results[0].kind
+    );
 }

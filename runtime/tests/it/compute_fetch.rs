@@ -121,12 +121,12 @@ fn build_failure_shows_commit_and_compiler_error_and_caches_nothing() {
 
 #[test]
 fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
-    // Another interface: version 0.3.1 with one more field in a boundary type.
+    // Another interface: version 0.4.1 with one more field in a boundary type.
     let api = tempfile::tempdir().unwrap();
     copy_tree(&workspace_root().join("plugin-api"), api.path());
     let manifest = fs::read_to_string(api.path().join("Cargo.toml")).unwrap().replacen(
-        "version = \"0.3.0\"",
-        "version = \"0.3.1\"",
+        "version = \"0.4.0\"",
+        "version = \"0.4.1\"",
         1,
     );
     fs::write(api.path().join("Cargo.toml"), manifest).unwrap();
@@ -150,7 +150,7 @@ fn plugin_built_against_another_interface_is_refused_with_a_short_summary() {
         .env("LITE_NODE_PLUGIN_API_DIR", api.path().display().to_string());
     let run = node.run(&["compute", "fetch"]);
     assert_eq!(run.code, 2, "bad input, not a failure to retry: {run:?}");
-    assert!(run.stderr.contains("needs lite-node-plugin-api 0.3.1, this node provides 0.3.0"), "{}", run.stderr);
+    assert!(run.stderr.contains("needs lite-node-plugin-api 0.4.1, this node provides 0.4.0"), "{}", run.stderr);
     assert!(cached_packages(node.data_dir()).is_empty(), "an unloadable build is not cached");
     assert!(
         run.stderr.contains("layouts differ: `EpochContext` incompatible type size (expected 120, found 128)"),
@@ -190,7 +190,7 @@ fn a_package_for_another_interface_is_bad_input_naming_both_versions_and_caches_
         (
             "other/Cargo.toml",
             "[package]\nname = \"other\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\", \
-             \"rlib\"]\n\n[dependencies]\nlite-node-plugin-api = \"0.4\"\n",
+             \"rlib\"]\n\n[dependencies]\nlite-node-plugin-api = \"0.5\"\n",
         ),
         ("other/src/lib.rs", "//! Written for an interface this node does not provide.\n"),
     ];
@@ -205,11 +205,11 @@ fn a_package_for_another_interface_is_bad_input_naming_both_versions_and_caches_
     assert_eq!(run.code, 2, "{run:?}");
     let provided = lite_node_plugin_api::PLUGIN_API_VERSION;
     assert!(
-        run.stderr.contains(&format!("needs lite-node-plugin-api ^0.4, this node provides {provided}")),
+        run.stderr.contains(&format!("needs lite-node-plugin-api ^0.5, this node provides {provided}")),
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("`lite-node-plugin-api = \"0.3\"`"), "{}", run.stderr);
+    assert!(run.stderr.contains("`lite-node-plugin-api = \"0.4\"`"), "{}", run.stderr);
     assert!(!run.stderr.contains("compute fetch` does"), "no advice that cannot help: {}", run.stderr);
     assert!(cached_packages(node.data_dir()).is_empty());
 }

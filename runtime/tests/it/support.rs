@@ -136,6 +136,7 @@ pub fn task(epoch_id: u64, project_type: &str) -> Task {
         namespace: "devnet-TEST-ETH".into(),
         project_type: project_type.into(),
         deadline: u64::MAX,
+        sources: None,
     }
 }
 

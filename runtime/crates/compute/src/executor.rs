@@ -33,6 +33,7 @@ use lite_node_core::{
 };
 use lite_node_plugin_api::{BlockDetail, EpochContext, Host, ProcessorBox};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::{
     dispatch::{ComputeWatch, Gate, Quarantine, Quarantined, QueueView, Refused},
@@ -64,6 +65,10 @@ pub struct Task {
     /// submission window); a task still waiting for a worker then is dropped.
     #[serde(default = "no_deadline")]
     pub deadline: u64,
+    /// A share of the project's data sources to compute (some of what
+    /// [`LocalExecutor::data_sources`] gave); `None`: the project whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<String>>,
 }
 
 fn no_deadline() -> u64 {
@@ -71,6 +76,20 @@ fn no_deadline() -> u64 {
 }
 
 impl Task {
+    /// What the work queue deduplicates it by: its epoch, slot and project,
+    /// and for a share, a digest of its data sources.
+    pub fn key(&self) -> Key {
+        let source = self.sources.as_ref().map(|s| {
+            let mut h = Sha256::new();
+            for source in s {
+                h.update(source.to_ascii_lowercase().as_bytes());
+                h.update([0]);
+            }
+            format!("{} sources {}", s.len(), hex::encode(&h.finalize()[..8]))
+        });
+        Key { epoch_id: self.epoch_id, slot_id: self.slot_id, project: self.project_type.clone(), source }
+    }
+
     /// What the processor is called with.
     pub fn context(&self) -> EpochContext {
         EpochContext {
@@ -304,6 +323,34 @@ impl LocalExecutor {
         tokio::time::timeout(grace, self.gate.idle()).await.is_ok()
     }
 
+    /// The data sources `task`'s project divides into this epoch, in the
+    /// processor's fixed order (`None`: it runs whole), asked on a blocking
+    /// thread within the compute timeout.
+    pub async fn data_sources(&self, task: &Task, blocks: &[BlockDetail]) -> Result<Option<Vec<String>>, String> {
+        let Some(p) = self.projects.iter().find(|p| p.project.project_type == task.project_type) else {
+            return Err(format!("no processor runs project `{}` here", task.project_type));
+        };
+        let tracker = self.trackers.get(&task.slot_id).unwrap_or(&self.tracker).clone();
+        let blocks =
+            if p.project.preload_tasks.iter().any(|t| t == "block_details") { blocks.to_vec() } else { vec![] };
+        let mut host = RuntimeHost::new(&task.project_type, self.source.clone(), self.anchor.clone(), tracker, blocks);
+        host.finalized = self.finalized.clone();
+        host.epoch_id = task.epoch_id;
+        host.anchor_block = task.anchor_block;
+        let (processor, ctx) = (p.processor.clone(), task.context());
+        let asked = tokio::task::spawn_blocking(move || {
+            processor
+                .data_sources(&ctx, Host::to_ref(&host))
+                .into_result()
+                .map(|s| s.into_option().map(|s| s.into_iter().map(RString::into_string).collect::<Vec<_>>()))
+        });
+        match tokio::time::timeout(self.timeout, asked).await {
+            Ok(Ok(answer)) => answer.map_err(RString::into_string),
+            Ok(Err(join)) => Err(format!("data_sources worker failed: {join}")),
+            Err(_) => Err(format!("data_sources did not return within {}s", self.timeout.as_secs_f64())),
+        }
+    }
+
     /// The chains for one epoch's computes: with several slots, through one
     /// [`Memo`] each, so the computes of many slots ask each pinned read once.
     fn epoch_chains(&self, shared: Option<u64>) -> (Endpoint, Endpoint) {
@@ -362,7 +409,7 @@ impl LocalExecutor {
         let host = Arc::new(host);
         let reported_by = host.clone();
         let processor = p.processor.clone();
-        let key = Key { epoch_id: ctx.epoch_id, slot_id: task.slot_id, project: project_type.clone(), source: None };
+        let key = task.key();
         let cost = self.costs.lock().unwrap_or_else(|p| p.into_inner()).get(&project_type).copied().unwrap_or(0);
         let turn = match self.gate.turn(key, task.deadline, cost).await {
             Ok(turn) => turn,
@@ -373,8 +420,15 @@ impl LocalExecutor {
         // RUNNING until one side settles it: the worker (DONE) or the timeout (HUNG).
         let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
         let (worker_state, hung) = (state.clone(), self.hung.clone());
+        let share: Option<Vec<RString>> =
+            task.sources.as_ref().map(|s| s.iter().map(|s| RString::from(s.as_str())).collect());
         let worker = tokio::task::spawn_blocking(move || {
-            let result = processor.compute(&ctx, Host::to_ref(&*host)).into_result();
+            let host_ref = Host::to_ref(&*host);
+            let result = match &share {
+                Some(share) => processor.compute_share(&ctx, host_ref, share.as_slice().into()),
+                None => processor.compute(&ctx, host_ref),
+            }
+            .into_result();
             if worker_state.compare_exchange(RUNNING, DONE, SeqCst, SeqCst).is_err() {
                 hung.send_modify(|n| *n = n.saturating_sub(1));
             }
@@ -399,7 +453,11 @@ impl LocalExecutor {
             let took = now_ms().saturating_sub(started_at_ms);
             self.costs.lock().unwrap_or_else(|p| p.into_inner()).insert(project_type.clone(), took);
         }
-        let selected = reported_by.reported().filter(|(e, _)| *e == epoch_id).map(|(_, s)| s);
+        // A share is a full node's work: selected every epoch, whatever the
+        // processor reported.
+        let share = task.sources.is_some();
+        let selected =
+            if share { Some(true) } else { reported_by.reported().filter(|(e, _)| *e == epoch_id).map(|(_, s)| s) };
         if let Ok(Ok((result, _))) = &mut answer {
             match (self.drill, selected) {
                 (Some(Drill::ComputeError), Some(true)) => {
@@ -421,6 +479,9 @@ impl LocalExecutor {
             Ok(Ok((Err(e), _))) => (OutcomeKind::Failed(e.into_string()), vec![]),
             Ok(Ok((Ok(snapshots), reported))) if snapshots.is_empty() => match reported {
                 // docs/protocol.md §9: nothing returned after selection is a failure.
+                _ if share => {
+                    (OutcomeKind::Failed(format!("a share of epoch {epoch_id} returned no snapshots")), vec![])
+                }
                 Some((e, true)) if e == epoch_id => {
                     (OutcomeKind::Failed(format!("selected for epoch {epoch_id} but returned no snapshots")), vec![])
                 }

@@ -213,6 +213,7 @@ impl EpochWork {
                     namespace: self.namespace.clone(),
                     project_type: project.project_type.clone(),
                     deadline: epoch.released_block + self.submission_window,
+                    sources: None,
                 });
             }
         }
