@@ -159,7 +159,12 @@ fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_rea
         ),
     ];
     for (n, (sub, want, reason)) in cases.into_iter().enumerate() {
-        let verdict = s.runtime.block_on(submission::submit(&endpoint, sub, async || true, |_| {}));
+        let verdict = s.runtime.block_on(submission::submit(
+            &submission::Collector::new(&endpoint),
+            sub,
+            || Box::pin(async { true }) as submission::InTime,
+            |_| {},
+        ));
         match (&verdict, &want, reason) {
             // The node hears why, not only `Failure`.
             (Verdict::Rejected(got), Verdict::Rejected(answer), Some(text)) => {
@@ -185,13 +190,14 @@ fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadlin
 
     // Nothing listens and the deadline has passed: the miss is reported, not hidden.
     let verdict = s.runtime.block_on(submission::submit(
-        &endpoint,
+        &submission::Collector::new(&endpoint),
         sub.clone(),
         {
             let mut tries = 0;
-            async move || {
+            move || {
                 tries += 1;
-                tries <= 2
+                let in_time = tries <= 2;
+                Box::pin(async move { in_time }) as submission::InTime
             }
         },
         |_| {},
@@ -207,11 +213,11 @@ fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadlin
     let target = endpoint.clone();
     let pending = s.runtime.spawn(async move {
         submission::submit(
-            &target,
+            &submission::Collector::new(target),
             sub,
-            async move || {
+            move || {
                 counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                true
+                Box::pin(async { true }) as submission::InTime
             },
             |_| {},
         )
@@ -307,8 +313,12 @@ fn the_collector_gives_every_shared_submission_case_its_reason() {
         unregistered_slot_id: 9,
     };
     for (n, case) in cases::cases().into_iter().enumerate() {
-        let verdict =
-            s.runtime.block_on(submission::submit(&endpoint, case.submission(&setting), async || true, |_| {}));
+        let verdict = s.runtime.block_on(submission::submit(
+            &submission::Collector::new(&endpoint),
+            case.submission(&setting),
+            || Box::pin(async { true }) as submission::InTime,
+            |_| {},
+        ));
         let seen = received.lock().unwrap()[n].clone();
         assert_eq!(seen.reason, case.expect, "{}: {:?}", case.name, seen.verdict);
         let accepted = verdict == Verdict::Accepted;
@@ -352,7 +362,12 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
         ),
     ];
     for (n, (sub, reason)) in cases.into_iter().enumerate() {
-        let verdict = s.runtime.block_on(submission::submit(&endpoint, sub, async || true, |_| {}));
+        let verdict = s.runtime.block_on(submission::submit(
+            &submission::Collector::new(&endpoint),
+            sub,
+            || Box::pin(async { true }) as submission::InTime,
+            |_| {},
+        ));
         let recorded = received.lock().unwrap()[n].verdict.clone();
         match reason {
             None => {

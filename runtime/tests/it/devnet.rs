@@ -395,11 +395,17 @@ fn submissions_from_a_node_the_devnet_did_not_start_are_not_counted_as_its_own()
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let endpoint = format!("http://{collector}");
     let mut tries = 0;
-    let in_time = async || {
+    let in_time = || {
         tries += 1;
-        tries <= 20
+        let in_time = tries <= 20;
+        Box::pin(async move { in_time }) as lite_node::submission::InTime
     };
-    let verdict = runtime.block_on(lite_node::submission::submit(&endpoint, stranger, in_time, |_| {}));
+    let verdict = runtime.block_on(lite_node::submission::submit(
+        &lite_node::submission::Collector::new(&endpoint),
+        stranger,
+        in_time,
+        |_| {},
+    ));
     assert!(matches!(verdict, lite_node::submission::Verdict::Rejected(_)), "{verdict:?}");
     let started = std::time::Instant::now();
     let status = loop {

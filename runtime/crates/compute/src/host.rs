@@ -14,10 +14,16 @@ pub use lite_node_chain::RpcEndpoint;
 /// The SlotSelectionTracker: the last selection decision any compute
 /// reported. A persistent tracker keeps it in a file (the reference's
 /// `slot_selection_status` shape), so a restart still knows the last report.
+/// A report is not written at once (a compute of a thousand slots would sync
+/// a thousand files): the node saves what [`SelectionTracker::unsaved`]
+/// gives with the epoch's books, in one batch.
 #[derive(Debug, Default)]
 pub struct SelectionTracker {
     last: Mutex<Option<SelectionReport>>,
     path: Option<std::path::PathBuf>,
+    /// Reports made, and the number of them the file holds.
+    reports: std::sync::atomic::AtomicU64,
+    saved: std::sync::atomic::AtomicU64,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -39,7 +45,7 @@ impl SelectionTracker {
                 timestamp: r.timestamp,
             }
         });
-        Self { last: Mutex::new(last), path: Some(path) }
+        Self { last: Mutex::new(last), path: Some(path), ..Self::default() }
     }
 
     pub fn report(&self, epoch_id: u64, was_selected: bool, slot_id: u64) {
@@ -47,15 +53,40 @@ impl SelectionTracker {
         let report = SelectionReport { epoch_id, was_selected, slot_id, timestamp };
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         *last = Some(report);
-        if let Some(path) = &self.path {
-            // Written under the lock, so the file never goes back in time.
-            let saved = SavedReport { epoch_id, was_selected, slot_id, timestamp };
-            if let Err(e) =
-                lite_node_core::atomic_file::write(path, &serde_json::to_vec(&saved).expect("plain data serializes"))
-            {
-                tracing::warn!("saving the selection tracker: {e}");
-            }
+        self.reports.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// What the file should hold and does not yet: its path, its text and a
+    /// mark for [`SelectionTracker::saved`].
+    pub fn unsaved(&self) -> Option<(std::path::PathBuf, String, u64)> {
+        let path = self.path.as_ref()?;
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mark = self.reports.load(std::sync::atomic::Ordering::SeqCst);
+        if mark == self.saved.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
         }
+        let r = (*last)?;
+        let saved = SavedReport {
+            epoch_id: r.epoch_id,
+            was_selected: r.was_selected,
+            slot_id: r.slot_id,
+            timestamp: r.timestamp,
+        };
+        Some((path.clone(), serde_json::to_string(&saved).expect("plain data serializes"), mark))
+    }
+
+    /// What [`SelectionTracker::unsaved`] gave with `mark` is on disk.
+    pub fn saved(&self, mark: u64) {
+        self.saved.fetch_max(mark, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Writes the last report to the file now, if it is not there.
+    pub fn save(&self) -> std::io::Result<()> {
+        if let Some((path, text, mark)) = self.unsaved() {
+            lite_node_core::atomic_file::write(&path, text.as_bytes())?;
+            self.saved(mark);
+        }
+        Ok(())
     }
 
     pub fn last(&self) -> Option<SelectionReport> {
@@ -294,6 +325,9 @@ mod tests {
         assert_eq!(tracker.last(), None);
         tracker.report(41, true, 7);
         tracker.report(42, false, 7);
+        assert!(!path.exists(), "not written at each report");
+        tracker.save().unwrap();
+        assert!(tracker.unsaved().is_none(), "saved");
         let again = SelectionTracker::persistent(path.clone());
         let last = again.last().expect("the report survived");
         assert_eq!((last.epoch_id, last.was_selected, last.slot_id), (42, false, 7));

@@ -143,7 +143,12 @@ impl Books {
     }
 
     pub fn save(&self, path: &Path) -> io::Result<()> {
-        crate::atomic_file::write(path, &serde_json::to_vec_pretty(self).map_err(io::Error::other)?)
+        crate::atomic_file::write(path, self.text()?.as_bytes())
+    }
+
+    /// The file's text.
+    pub fn text(&self) -> io::Result<String> {
+        serde_json::to_string_pretty(self).map_err(io::Error::other)
     }
 
     /// Counts one epoch's outcomes; returns what should be reported.

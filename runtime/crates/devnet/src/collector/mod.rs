@@ -82,7 +82,23 @@ pub struct DevnetCollector {
     /// submissions are still checked and answered, but marked foreign.
     pub own: Option<BTreeMap<u64, Address>>,
     releases: tokio::sync::Mutex<BTreeMap<u64, Release>>,
+    /// The anchor head, read at most every [`HEAD_FRESH`] for every
+    /// submission judged meanwhile.
+    head: tokio::sync::Mutex<Option<(std::time::Instant, u64)>>,
+    /// Each slot's registered signer, read once per [`SIGNERS_FRESH`].
+    signers: std::sync::Mutex<(std::time::Instant, SignerCells)>,
 }
+
+/// Each slot's signer, read by the first submission that names it.
+type SignerCells = BTreeMap<u64, Arc<tokio::sync::OnceCell<Address>>>;
+
+/// How stale the head a deadline is judged against may be (a deadline is a
+/// block number: 250 ms is less than a block).
+const HEAD_FRESH: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long the slots' signers are trusted (the devnet registers its slots
+/// before any node starts).
+const SIGNERS_FRESH: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl std::fmt::Debug for DevnetCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,6 +121,8 @@ impl DevnetCollector {
             gossip: None,
             own: None,
             releases: Default::default(),
+            head: Default::default(),
+            signers: std::sync::Mutex::new((std::time::Instant::now(), BTreeMap::new())),
         }
     }
 
@@ -171,11 +189,27 @@ impl Facts for DevnetCollector {
     }
 
     async fn head(&self) -> Result<u64, String> {
-        self.anchor.head().await.map_err(|e| format!("anchor unavailable: {e}"))
+        let mut head = self.head.lock().await;
+        if let Some((at, number)) = *head
+            && at.elapsed() < HEAD_FRESH
+        {
+            return Ok(number);
+        }
+        let number = self.anchor.head().await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        *head = Some((std::time::Instant::now(), number));
+        Ok(number)
     }
 
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
-        self.anchor.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
+        let cell = {
+            let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
+            if signers.0.elapsed() > SIGNERS_FRESH {
+                *signers = (std::time::Instant::now(), BTreeMap::new());
+            }
+            signers.1.entry(slot_id).or_default().clone()
+        };
+        let read = || async { self.anchor.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}")) };
+        cell.get_or_try_init(read).await.copied()
     }
 
     async fn selection(&self, r: &lite_node_protocol::proto::Request) -> Result<Selection, String> {

@@ -44,7 +44,7 @@ use crate::{
     safety::{self, Activity, NodeStuck},
     snapshots::SnapshotStore,
     status::{Info, Metrics, NodeStatus, SlotStatus, Trouble},
-    submission::{Ledger, Submitter},
+    submission::{self, Ledger, Submitter},
     supervisor::Supervisor,
 };
 
@@ -180,6 +180,17 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
     }
     let chain_id = anchor.chain_id().await.context("reading the anchor chain id")?;
     let ipfs = cfg.ipfs.as_ref().map(Ipfs::new).transpose().map_err(BadInput)?;
+    let shared = Arc::new(submission::Shared::new(
+        submission::Collector::new(format!("http://{}:{}", cfg.collector_host, cfg.collector_port)),
+        ipfs,
+        cfg.watch.deadline_buffer,
+        data_market.to_string(),
+        protocol_state.to_string(),
+        status.clone(),
+    ));
+    // Books and trackers a crash left half-saved are completed first.
+    let replayed = crate::atomic_file::Batch::replay(&data_dir).context("completing the last saved batch")?;
+    tracing::debug!("{replayed} file(s) rewritten from the last batch");
     let mut lanes = Vec::with_capacity(slots.len());
     for slot in &slots {
         let dir = slot_dir(&data_dir, slot.slot_id, slots.len() > 1);
@@ -201,23 +212,20 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         lanes.push(Lane {
             slot_id: slot.slot_id,
             tracker,
-            submitter: Submitter {
+            submitter: Arc::new(Submitter {
                 signer: Signer::new(slot.signer_key.bytes(), chain_id, protocol_state).map_err(|e| {
                     BadInput(format!(
                         "slot {}: {e}: fix SIGNER_ACCOUNT_PRIVATE_KEY (or the slot's line in SLOT_SIGNERS_FILE)",
                         slot.slot_id
                     ))
                 })?,
-                ledger: Ledger::open(&dir)
-                    .with_context(|| format!("opening the submission ledger of slot {}", slot.slot_id))?,
-                endpoint: format!("http://{}:{}", cfg.collector_host, cfg.collector_port),
-                ipfs: ipfs.clone(),
+                ledger: Arc::new(
+                    Ledger::open(&dir)
+                        .with_context(|| format!("opening the submission ledger of slot {}", slot.slot_id))?,
+                ),
                 slot_id: slot.slot_id,
-                deadline_buffer: cfg.watch.deadline_buffer,
-                data_market: data_market.to_string(),
-                protocol_state: protocol_state.to_string(),
-                status: status.clone(),
-            },
+                shared: shared.clone(),
+            }),
             journal: Journal::open(&dir)
                 .with_context(|| format!("opening the epoch journal of slot {}", slot.slot_id))?,
             books,
@@ -279,6 +287,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         anchor_stall_after: cfg.watch.anchor_stall_after,
         head_since: None,
         store,
+        data_dir: data_dir.clone(),
         retain_epochs: cfg.watch.retain_epochs,
         prune_at: 0,
     };

@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc};
 
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use lite_node_compute::executor::{ComputeResult, Executor, LocalExecutor, Task};
 use lite_node_core::time::now_ms;
 use lite_node_plugin_api::BlockDetail;
@@ -45,6 +45,8 @@ pub struct EpochWork {
     pub head_since: Option<(u64, tokio::time::Instant)>,
     /// The stored snapshots' bytes (pruned with the journal and the ledger).
     pub store: Arc<SnapshotStore>,
+    /// The data dir: books and trackers are saved below it in batches.
+    pub data_dir: PathBuf,
     /// Epochs kept on disk (`LITE_NODE_RETAIN_EPOCHS`).
     pub retain_epochs: u64,
     /// The epoch at which the next pruning runs.
@@ -58,7 +60,8 @@ pub struct EpochWork {
 pub struct Lane {
     pub slot_id: u64,
     pub tracker: Arc<SelectionTracker>,
-    pub submitter: Submitter,
+    /// Shared with the epoch's submitting tasks.
+    pub submitter: Arc<Submitter>,
     pub journal: Journal,
     pub books: Books,
     pub books_path: PathBuf,
@@ -96,12 +99,38 @@ impl Work for EpochWork {
             .collect();
         let mut slots: Vec<Vec<Option<Outcome>>> = vec![vec![None; self.projects()]; self.lanes.len()];
         let unanswered = tasks.clone();
-        let stages = self.executor.execute(tasks, blocks).map(|result| self.submit(epoch, result));
-        let mut done = stages.buffer_unordered(usize::MAX);
+        // Each result's stages (store, sign, send, record) run as a task of
+        // their own, so a thousand slots' submissions use every core; the
+        // set aborts them if the epoch is abandoned.
+        let mut results = self.executor.execute(tasks, blocks);
+        let mut stages = tokio::task::JoinSet::new();
+        if let Some(lane) = self.lanes.first() {
+            let (shared, anchor) = (lane.submitter.shared.clone(), self.anchor.clone());
+            stages.spawn(async move {
+                shared.latest(&anchor).await;
+                Ok(None)
+            });
+        }
         let gathered = async {
-            while let Some((key, outcome)) = done.try_next().await? {
-                if let Some(&(lane, project)) = place.get(&key) {
-                    slots[lane][project] = Some(outcome);
+            let mut computing = true;
+            loop {
+                tokio::select! {
+                    result = results.next(), if computing => match result {
+                        Some(result) => {
+                            let stage = stage(self.stage_of(result.slot_id), epoch.clone(), result);
+                            stages.spawn(async move { stage.await.map(Some) });
+                        }
+                        None => computing = false,
+                    },
+                    done = stages.join_next(), if !stages.is_empty() => {
+                        let staged = done.expect("not empty").map_err(|e| anyhow::anyhow!("a submission task: {e}"))??;
+                        if let Some((key, outcome)) = staged
+                            && let Some(&(lane, project)) = place.get(&key)
+                        {
+                            slots[lane][project] = Some(outcome);
+                        }
+                    }
+                    else => break,
                 }
             }
             anyhow::Ok(())
@@ -173,6 +202,33 @@ impl Work for EpochWork {
             }),
         );
     }
+}
+
+/// What one result's stages need, owned (they run as a task of their own).
+struct Stage {
+    store: Arc<SnapshotStore>,
+    namespace: String,
+    anchor: Arc<Anchor>,
+    submitter: Option<Arc<Submitter>>,
+}
+
+/// The stages after a compute: its snapshots stored, then submitted by the
+/// slot's lane; the result's key (slot, project) comes back with it.
+async fn stage(s: Stage, epoch: Epoch, result: ComputeResult) -> anyhow::Result<((u64, String), Outcome)> {
+    let key = (result.slot_id, result.project_type.clone());
+    let stored = s.store.store(epoch.epoch_id, &s.namespace, &result);
+    let mut outcome = Outcome::computed(result);
+    match stored {
+        Ok(stored) => outcome.stored = stored,
+        Err(e) => outcome.kind = OutcomeKind::Failed(e),
+    }
+    if let Some(submitter) = &s.submitter
+        && outcome.kind == OutcomeKind::Computed
+    {
+        let submissions = submitter.submit(&epoch, &outcome.stored, &s.anchor).await?;
+        outcome = outcome.submitted(submissions);
+    }
+    Ok((key, outcome))
 }
 
 /// How often the anchor head is read while computes wait for a worker, so
@@ -264,23 +320,14 @@ impl EpochWork {
         self.executor.projects().count()
     }
 
-    /// The stages after a compute: its snapshots stored, then submitted by
-    /// the slot's lane; the result's key (slot, project) comes back with it.
-    async fn submit(&self, epoch: &Epoch, result: ComputeResult) -> anyhow::Result<((u64, String), Outcome)> {
-        let key = (result.slot_id, result.project_type.clone());
-        let stored = self.store.store(epoch.epoch_id, &self.namespace, &result);
-        let mut outcome = Outcome::computed(result);
-        match stored {
-            Ok(stored) => outcome.stored = stored,
-            Err(e) => outcome.kind = OutcomeKind::Failed(e),
+    /// What the stages after a compute of `slot_id` need.
+    fn stage_of(&self, slot_id: u64) -> Stage {
+        Stage {
+            store: self.store.clone(),
+            namespace: self.namespace.clone(),
+            anchor: self.anchor.clone(),
+            submitter: self.lanes.iter().find(|l| l.slot_id == slot_id).map(|l| l.submitter.clone()),
         }
-        if let Some(lane) = self.lanes.iter().find(|l| l.slot_id == key.0)
-            && outcome.kind == OutcomeKind::Computed
-        {
-            let submissions = lane.submitter.submit(epoch, &outcome.stored, &self.anchor).await?;
-            outcome = outcome.submitted(submissions);
-        }
-        Ok((key, outcome))
     }
 
     /// Keeps the last `retain_epochs` epochs on disk: journal lines and
@@ -331,13 +378,24 @@ impl EpochWork {
         let mut problem = None;
         // Every lane's books are applied on a copy and saved before any is
         // kept: a save that fails leaves them all as they were, so the retry
-        // of this epoch applies it again and its alerts are not lost.
+        // of this epoch applies it again and its alerts are not lost. They
+        // and the selection trackers are saved in one batch (one sync).
         let mut applied = Vec::with_capacity(self.lanes.len());
+        let mut batch = lite_node_core::atomic_file::Batch::new(&self.data_dir);
+        let mut trackers = Vec::with_capacity(self.lanes.len());
         for (lane, outcomes) in self.lanes.iter().zip(&worked.outcomes) {
             let mut books = lane.books.clone();
             let lane_notices = books.apply(epoch.epoch_id, outcomes);
-            books.save(&lane.books_path)?;
+            batch.stage(&lane.books_path, books.text()?)?;
+            if let Some((path, text, mark)) = lane.tracker.unsaved() {
+                batch.stage(&path, text)?;
+                trackers.push((lane.tracker.clone(), mark));
+            }
             applied.push((books, lane_notices));
+        }
+        batch.commit()?;
+        for (tracker, mark) in trackers {
+            tracker.saved(mark);
         }
         for ((lane, outcomes), (books, lane_notices)) in self.lanes.iter_mut().zip(&worked.outcomes).zip(applied) {
             lane.books = books;

@@ -2,9 +2,10 @@
 //! under [`Policy::COLLECTOR`] while the collector cannot be reached and the
 //! submission's deadline holds.
 
-use std::time::Duration;
+use std::{sync::OnceLock, time::Duration};
 
 use lite_node_protocol::proto::{self, SnapshotSubmission, SubmissionResponse, submission_client::SubmissionClient};
+use tonic::transport::{Channel, Endpoint};
 
 use crate::retry::Policy;
 
@@ -21,17 +22,52 @@ pub enum Verdict {
 /// How long one attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A collector and the one HTTP/2 connection every submission to it shares
+/// (made on first use, made again after it breaks): a thousand slots'
+/// submissions are a thousand streams on it, not a thousand connections.
+#[derive(Debug)]
+pub struct Collector {
+    endpoint: String,
+    channel: OnceLock<Result<Channel, String>>,
+}
+
+impl Collector {
+    /// The collector at `endpoint` (`http://host:port`); nothing is
+    /// connected until the first submission.
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        Self { endpoint: endpoint.into(), channel: OnceLock::new() }
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// A client on the shared connection (within a tokio runtime).
+    fn client(&self) -> Result<SubmissionClient<Channel>, String> {
+        let channel = self.channel.get_or_init(|| {
+            Endpoint::from_shared(self.endpoint.clone())
+                .map(|e| e.connect_timeout(ATTEMPT_TIMEOUT).connect_lazy())
+                .map_err(|e| format!("collector endpoint {}: {e}", self.endpoint))
+        });
+        channel.clone().map(SubmissionClient::new)
+    }
+}
+
+/// Whether a submission's deadline still holds, as [`submit`] asks it.
+pub type InTime = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
 /// Sends one submission, retrying while the collector cannot be reached and
 /// `still_in_time()` holds; `retrying` hears each failed attempt's error.
 pub async fn submit(
-    endpoint: &str,
+    collector: &Collector,
     submission: SnapshotSubmission,
-    mut still_in_time: impl AsyncFnMut() -> bool,
+    mut still_in_time: impl FnMut() -> InTime,
     mut retrying: impl FnMut(&str),
 ) -> Verdict {
     let mut delays = Policy::COLLECTOR.delays();
     let mut last_error = String::new();
     let mut failures = 0u32;
+    let endpoint = collector.endpoint();
     loop {
         if !still_in_time().await {
             return Verdict::Unreachable(format!(
@@ -39,7 +75,7 @@ pub async fn submit(
             ));
         }
         let attempt = async {
-            let mut client = SubmissionClient::connect(endpoint.to_owned()).await.map_err(|e| e.to_string())?;
+            let mut client = collector.client()?;
             let answer = client
                 .submit_snapshot(submission.clone())
                 .await

@@ -10,9 +10,9 @@ pub mod client;
 pub mod ledger;
 pub mod submitter;
 
-pub use client::{Verdict, submit};
+pub use client::{Collector, InTime, Verdict, submit};
 pub use ledger::Ledger;
-pub use submitter::Submitter;
+pub use submitter::{Shared, Submitter};
 
 /// How one snapshot's submission ended.
 #[derive(Clone, Debug, PartialEq, Eq)]

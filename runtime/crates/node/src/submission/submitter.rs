@@ -2,17 +2,26 @@
 //! unless the ledger already holds it — upload to IPFS when configured (the
 //! CID must agree), read the anchor head for the deadline and header, sign,
 //! send, and record the collector's answer before anything else happens.
+//!
+//! What every slot's submitter shares is [`Shared`] once: the collector's
+//! connection, the anchor head (read at most every [`HEAD_FRESH`] for all of
+//! them), and IPFS uploads (the same bytes, drawn by several slots, go up once).
 
 use lite_node_protocol::{
     eip712::{Request, Signer},
     proto, quantity,
 };
 
-use std::sync::Arc;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use lite_node_core::time::now_ms;
+use tokio::sync::OnceCell;
 
-use super::{Ledger, Status, Submission, Verdict, submit};
+use super::{Collector, Ledger, Status, Submission, Verdict, submit};
 use crate::{
     chain::Anchor,
     epochs::Epoch,
@@ -22,27 +31,108 @@ use crate::{
     status::{NodeStatus, Trouble},
 };
 
-/// Signs and sends computed snapshots, once per (epoch, project id).
+/// How old an anchor head read may be and still serve a submission's
+/// deadline (a staler head only makes the deadline earlier).
+pub const HEAD_FRESH: Duration = Duration::from_millis(500);
+
+/// IPFS uploads remembered, by CID, before the memory is cleared.
+const UPLOADS_KEPT: usize = 4096;
+
+/// What the submitters of every slot share.
 #[derive(Debug)]
-pub struct Submitter {
-    pub signer: Signer,
-    pub ledger: Ledger,
-    /// The collector's gRPC endpoint (`http://host:port`).
-    pub endpoint: String,
+pub struct Shared {
+    pub collector: Collector,
     pub ipfs: Option<Ipfs>,
-    pub slot_id: u64,
     /// Anchor blocks a submission stays valid past the head it was signed at.
     pub deadline_buffer: u64,
     pub data_market: String,
     pub protocol_state: String,
     /// Where a collector that cannot be reached shows (`/health`, metrics).
     pub status: Arc<NodeStatus>,
+    /// The last anchor head read, `(when, number, hash)`.
+    head: tokio::sync::Mutex<Option<(Instant, u64, String)>>,
+    /// Each CID's upload, once.
+    uploads: Mutex<HashMap<String, UploadOnce>>,
+    /// Ledger writes (each synced) at once: a thousand slots' answers share
+    /// a few threads instead of starting hundreds.
+    ledger_writes: tokio::sync::Semaphore,
+}
+
+/// One CID's upload, made by the first submission that needs it.
+type UploadOnce = Arc<OnceCell<Result<(), Upload>>>;
+
+/// Ledger writes at once (see [`Shared`]).
+const LEDGER_WRITES: usize = 8;
+
+impl Shared {
+    pub fn new(
+        collector: Collector,
+        ipfs: Option<Ipfs>,
+        deadline_buffer: u64,
+        data_market: String,
+        protocol_state: String,
+        status: Arc<NodeStatus>,
+    ) -> Self {
+        Self {
+            collector,
+            ipfs,
+            deadline_buffer,
+            data_market,
+            protocol_state,
+            status,
+            head: tokio::sync::Mutex::new(None),
+            uploads: Mutex::default(),
+            ledger_writes: tokio::sync::Semaphore::new(LEDGER_WRITES),
+        }
+    }
+
+    /// The anchor's latest block number and hash, read at most once every
+    /// [`HEAD_FRESH`] for all submissions (the others wait for that read).
+    /// The epoch's work reads it as its computes start, so the first
+    /// submission does not wait for it.
+    pub async fn latest(&self, anchor: &Anchor) -> (u64, String) {
+        let mut head = self.head.lock().await;
+        if let Some((at, number, hash)) = head.as_ref()
+            && at.elapsed() < HEAD_FRESH
+        {
+            return (*number, hash.clone());
+        }
+        let (number, hash) = latest_block(anchor).await;
+        *head = Some((Instant::now(), number, hash.clone()));
+        (number, hash)
+    }
+
+    /// Uploads `stored` unless its CID went up (or is going up) already.
+    async fn upload_once(&self, ipfs: &Ipfs, stored: &Stored) -> Result<(), Upload> {
+        let cell = {
+            let mut uploads = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
+            if uploads.len() >= UPLOADS_KEPT {
+                uploads.clear();
+            }
+            uploads.entry(stored.cid.clone()).or_default().clone()
+        };
+        cell.get_or_init(|| upload(ipfs, stored)).await.clone()
+    }
+}
+
+/// Signs and sends computed snapshots, once per (epoch, project id).
+#[derive(Debug)]
+pub struct Submitter {
+    pub signer: Signer,
+    pub ledger: Arc<Ledger>,
+    pub slot_id: u64,
+    pub shared: Arc<Shared>,
 }
 
 impl Submitter {
     /// The submitting stage: every stored snapshot of a computed result,
     /// each answer as it came. Errors only when the ledger cannot be written.
-    pub async fn submit(&self, epoch: &Epoch, stored: &[Stored], anchor: &Anchor) -> anyhow::Result<Vec<Submission>> {
+    pub async fn submit(
+        &self,
+        epoch: &Epoch,
+        stored: &[Stored],
+        anchor: &Arc<Anchor>,
+    ) -> anyhow::Result<Vec<Submission>> {
         let mut submissions = Vec::with_capacity(stored.len());
         for stored in stored {
             let status = self.submit_one(epoch, stored, anchor).await?;
@@ -51,14 +141,15 @@ impl Submitter {
         Ok(submissions)
     }
 
-    async fn submit_one(&self, epoch: &Epoch, stored: &Stored, anchor: &Anchor) -> anyhow::Result<Status> {
+    async fn submit_one(&self, epoch: &Epoch, stored: &Stored, anchor: &Arc<Anchor>) -> anyhow::Result<Status> {
         let id = &stored.project_id;
         if self.ledger.contains(epoch.epoch_id, id) {
             tracing::info!("epoch {} {id}: already submitted before a restart; not sent again", epoch.epoch_id);
             return Ok(Status::AlreadyAcknowledged);
         }
-        if let Some(ipfs) = &self.ipfs {
-            match upload(ipfs, stored).await {
+        let shared = &self.shared;
+        if let Some(ipfs) = &shared.ipfs {
+            match shared.upload_once(ipfs, stored).await {
                 Ok(()) => {}
                 Err(Upload::Mismatch(e)) => {
                     tracing::warn!("epoch {} {id}: not submitted: {e}", epoch.epoch_id);
@@ -69,8 +160,8 @@ impl Submitter {
                 }
             }
         }
-        let (head, header) = latest_block(anchor).await;
-        let deadline = head + self.deadline_buffer;
+        let (head, header) = shared.latest(anchor).await;
+        let deadline = head + shared.deadline_buffer;
         let request = Request {
             slot_id: self.slot_id,
             deadline,
@@ -83,19 +174,23 @@ impl Submitter {
             request: Some((&request).into()),
             signature,
             header,
-            data_market: self.data_market.clone(),
+            data_market: shared.data_market.clone(),
             node_version: Some(env!("CARGO_PKG_VERSION").into()),
-            protocol_state: self.protocol_state.clone(),
+            protocol_state: shared.protocol_state.clone(),
         };
-        let troubles = &self.status.troubles;
-        let metrics = &self.status.metrics;
+        let troubles = &shared.status.troubles;
+        let metrics = &shared.status.metrics;
+        let endpoint = shared.collector.endpoint();
         let verdict = submit(
-            &self.endpoint,
+            &shared.collector,
             submission,
-            async || anchor.head().await.map(|h| h <= deadline).unwrap_or(true),
+            || {
+                let (shared, anchor) = (shared.clone(), anchor.clone());
+                Box::pin(async move { shared.latest(&anchor).await.0 <= deadline })
+            },
             |error: &str| {
                 metrics.submission_retries.inc();
-                troubles.set(Trouble::Collector, Some(format!("submitting to {} failed: {error}", self.endpoint)));
+                troubles.set(Trouble::Collector, Some(format!("submitting to {endpoint} failed: {error}")));
             },
         )
         .await;
@@ -119,9 +214,18 @@ impl Submitter {
             // The collector has answered: until the ledger holds it, a restart
             // would send it again, so this waits for the disk (a stop
             // abandons the epoch after its grace).
+            // Off the async threads: a thousand slots' syncs run side by side.
             let verdict = status.to_string();
-            let write =
-                || async { self.ledger.record(epoch.epoch_id, epoch.released_block, id, &stored.cid, &verdict) };
+            let write = || {
+                let (ledger, id, cid, verdict) = (self.ledger.clone(), id.clone(), stored.cid.clone(), verdict.clone());
+                let (epoch_id, released) = (epoch.epoch_id, epoch.released_block);
+                async move {
+                    let _turn = shared.ledger_writes.acquire().await.expect("never closed");
+                    tokio::task::spawn_blocking(move || ledger.record(epoch_id, released, &id, &cid, &verdict))
+                        .await
+                        .map_err(std::io::Error::other)?
+                }
+            };
             retry(Policy::STATE, "recording a submission in the ledger", write, |_| true).await?;
         }
         Ok(status)
@@ -142,6 +246,7 @@ async fn latest_block(anchor: &Anchor) -> (u64, String) {
     answer.expect("retried until it answers")
 }
 
+#[derive(Clone, Debug)]
 enum Upload {
     /// IPFS could not be reached or refused (the CID is still the content's).
     Unavailable(String),
