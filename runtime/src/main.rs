@@ -393,7 +393,22 @@ fn at_least_one_block(text: &str) -> Result<u64, String> {
     }
 }
 
+/// glibc's malloc keeps up to eight arenas per core, one for each thread
+/// that allocates while another holds one; the node's threads mostly wait,
+/// and a thousand slots' epoch spread over many arenas holds memory none of
+/// them gives back. Two suffice (an operator's `MALLOC_ARENA_MAX` wins).
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets a tunable; it runs before any thread starts.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     let cli = Cli::parse();
     lite_node::core::tls::install_crypto_provider();
     let env = match cli.env_file.as_deref().map(|f| EnvSnapshot::from_process().with_env_file(f)) {

@@ -21,7 +21,7 @@ fn outcome(kind: OutcomeKind, selected: Option<bool>) -> Outcome {
         project_type: "baseSnapshot".into(),
         kind,
         selected,
-        snapshots: vec![],
+        snapshot_count: 0,
         stored: vec![],
         submissions: vec![],
         started_at_ms: 0,

@@ -236,7 +236,7 @@ pub(crate) mod tests {
             project_type: "p".into(),
             kind,
             selected,
-            snapshots: vec![],
+            snapshot_count: 0,
             stored: vec![],
             submissions: vec![],
             started_at_ms: 0,

@@ -83,7 +83,7 @@ impl Journal {
             project_type: &outcome.project_type,
             outcome: name,
             error,
-            snapshots: outcome.snapshots.len(),
+            snapshots: outcome.snapshot_count,
             stored: outcome
                 .stored
                 .iter()

@@ -15,8 +15,9 @@ pub struct Outcome {
     pub kind: OutcomeKind,
     /// What this compute reported to the SlotSelectionTracker for this epoch.
     pub selected: Option<bool>,
-    /// `(data_source, snapshot JSON)` pairs.
-    pub snapshots: Vec<(String, String)>,
+    /// How many snapshots the compute returned (their bytes are in the
+    /// store, not kept here: a thousand slots' epoch would hold them all).
+    pub snapshot_count: usize,
     /// The snapshots' canonical bytes as stored, with their project ids and CIDs.
     pub stored: Vec<Stored>,
     /// Each snapshot's submission, in order.
@@ -33,7 +34,7 @@ impl Outcome {
             project_type: result.project_type,
             kind: result.kind,
             selected: result.selected,
-            snapshots: result.snapshots,
+            snapshot_count: result.snapshots.len(),
             stored: vec![],
             submissions: vec![],
             started_at_ms: result.started_at_ms,

@@ -480,7 +480,7 @@ fn log_outcome(epoch: &Epoch, o: &Outcome, slot: Option<u64>) {
     };
     match &o.kind {
         OutcomeKind::Computed => {
-            tracing::info!("epoch {id} {project}: computed {} snapshot(s) in {took} ms", o.snapshots.len())
+            tracing::info!("epoch {id} {project}: computed {} snapshot(s) in {took} ms", o.snapshot_count)
         }
         OutcomeKind::NotSelected => tracing::info!("epoch {id} {project}: not selected"),
         OutcomeKind::Failed(e) => tracing::warn!("epoch {id} {project}: failed after {took} ms: {e}"),
