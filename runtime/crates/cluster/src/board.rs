@@ -1,0 +1,411 @@
+//! What one full node's coordinator and workers share on Redis, and the
+//! only ways to change it. Keys live under `cluster:{name}:` (`name`: the
+//! data market and slot):
+//!
+//! - `member:{id}` — a member's heartbeat (its [`Member`] record), expiring
+//!   after its TTL; `members` — every id that ever joined (pruned on read).
+//! - `package` — the compute package and plugin interface the coordinator
+//!   runs; a member on another is refused by name when it joins.
+//! - `epochs` — a stream of the epochs the coordinator opened.
+//! - `epoch:{e}` — the epoch's work (text the coordinator chose);
+//!   `epoch:{e}:token`, `:holder`, `:result` — per item index: its fencing
+//!   token (a counter bumped on every assignment), who holds it, and its
+//!   result once accepted.
+//! - `work:{worker}` — a stream of assignments to one worker, read by its
+//!   consumer group; an entry not acknowledged within the lease is taken
+//!   back with `XAUTOCLAIM`.
+//! - `stats` — counters: results refused by the fence, entries reclaimed.
+//!
+//! A result is accepted only with its item's current token, checked and
+//! stored in one script: a worker paused or cut off past its lease, whose
+//! item was given again — to another worker or to itself — cannot complete
+//! it with the token it was first given.
+
+use std::{collections::BTreeMap, sync::LazyLock, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use redis::{AsyncCommands, Script, aio::ConnectionManager, streams};
+use serde::{Deserialize, Serialize};
+
+/// The consumer group on every worker's stream.
+const GROUP: &str = "workers";
+
+/// Who a member is and what it runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: String,
+    /// The compute package (commit) it loaded.
+    pub package: String,
+    /// Its plugin interface version.
+    pub api: String,
+}
+
+/// One assignment as a worker reads it from its stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// The stream entry (acknowledged once the result is in).
+    pub entry: String,
+    pub epoch_id: u64,
+    pub index: usize,
+    pub token: u64,
+}
+
+/// What became of a result offered with a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    Accepted,
+    /// The item was given again since this token: refused and counted.
+    Fenced,
+    /// Its result is in already (this token's own, offered twice).
+    AlreadyDone,
+}
+
+/// Claims an item: bumps its token and names its holder, unless its result
+/// is in (-1) or, with `if-free`, a live member other than the claimer
+/// holds it (-2). KEYS: token, holder, result hashes. ARGV: index, worker,
+/// member key prefix, mode (`force` or `if-free`).
+const CLAIM: &str = r"
+if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end
+if ARGV[4] == 'if-free' then
+  local holder = redis.call('HGET', KEYS[2], ARGV[1])
+  if holder and holder ~= ARGV[2] and redis.call('EXISTS', ARGV[3] .. holder) == 1 then return -2 end
+end
+local token = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return token
+";
+
+/// Accepts a result only with the item's current token, once. KEYS: token,
+/// result, stats. ARGV: index, token, result. 1 accepted, 0 fenced, 2 done.
+const COMPLETE: &str = r"
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+  redis.call('HINCRBY', KEYS[3], 'fenced', 1)
+  return 0
+end
+if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[3]) == 0 then return 2 end
+return 1
+";
+
+static CLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLAIM));
+static COMPLETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(COMPLETE));
+
+/// One full node's shared state on Redis.
+#[derive(Clone)]
+pub struct Board {
+    conn: ConnectionManager,
+    prefix: String,
+}
+
+impl std::fmt::Debug for Board {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Board").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl Board {
+    /// The board of full node `name` on the Redis at `conn`.
+    pub fn new(conn: ConnectionManager, name: &str) -> Self {
+        Self { conn, prefix: format!("cluster:{name}:") }
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("{}{rest}", self.prefix)
+    }
+
+    fn epoch_key(&self, epoch_id: u64, part: &str) -> String {
+        if part.is_empty() {
+            self.key(&format!("epoch:{epoch_id}"))
+        } else {
+            self.key(&format!("epoch:{epoch_id}:{part}"))
+        }
+    }
+
+    // ---- membership ----
+
+    /// The coordinator states what every member must run.
+    pub async fn set_package(&self, package: &str, api: &str) -> Result<()> {
+        let record = serde_json::to_string(&(package, api))?;
+        self.conn.clone().set::<_, _, ()>(self.key("package"), record).await.context("writing the cluster's package")
+    }
+
+    /// Joins (or renews) `member` for `ttl`; refused, naming both sides,
+    /// when it runs another package or interface than the coordinator's.
+    pub async fn heartbeat(&self, member: &Member, ttl: Duration) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let wanted: Option<String> = conn.get(self.key("package")).await?;
+        if let Some(wanted) = wanted {
+            let (package, api): (String, String) = serde_json::from_str(&wanted)?;
+            if package != member.package || api != member.api {
+                bail!(
+                    "member {} runs compute package {} on plugin interface {}, the coordinator {} on {}: start it on \
+                     the coordinator's (SNAPSHOTTER_COMPUTE_REPO_COMMIT and the same lite-node release)",
+                    member.id,
+                    member.package,
+                    member.api,
+                    package,
+                    api
+                );
+            }
+        }
+        let record = serde_json::to_string(member)?;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        redis::pipe()
+            .cmd("SET")
+            .arg(self.key(&format!("member:{}", member.id)))
+            .arg(record)
+            .arg("PX")
+            .arg(ttl_ms)
+            .ignore()
+            .sadd(self.key("members"), &member.id)
+            .ignore()
+            .exec_async(&mut conn)
+            .await
+            .context("writing a heartbeat")
+    }
+
+    /// Leaves at once (an orderly stop): its items go to others without
+    /// waiting for its heartbeat to lapse.
+    pub async fn leave(&self, id: &str) -> Result<()> {
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .del(self.key(&format!("member:{id}")))
+            .ignore()
+            .srem(self.key("members"), id)
+            .ignore()
+            .exec_async(&mut conn)
+            .await
+            .context("leaving the cluster")
+    }
+
+    /// The members whose heartbeat holds, sorted by id.
+    pub async fn live_members(&self) -> Result<Vec<Member>> {
+        let mut conn = self.conn.clone();
+        let mut ids: Vec<String> = conn.smembers(self.key("members")).await?;
+        ids.sort_unstable();
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let keys: Vec<String> = ids.iter().map(|id| self.key(&format!("member:{id}"))).collect();
+        let records: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query_async(&mut conn).await?;
+        let mut live = Vec::new();
+        for (id, record) in ids.iter().zip(records) {
+            match record.map(|r| serde_json::from_str::<Member>(&r)) {
+                Some(Ok(member)) => live.push(member),
+                _ => {
+                    let _: () = conn.srem(self.key("members"), id).await?;
+                }
+            }
+        }
+        Ok(live)
+    }
+
+    // ---- epochs and items ----
+
+    /// Opens an epoch with its work (once: `false` when it was open
+    /// already, e.g. a coordinator restarted mid-epoch) and announces it.
+    pub async fn open_epoch(&self, epoch_id: u64, work: &str) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let opened: bool = conn.set_nx(self.epoch_key(epoch_id, ""), work).await?;
+        if opened {
+            let _: Option<String> = conn.xadd(self.key("epochs"), "*", &[("epoch", epoch_id.to_string())]).await?;
+        }
+        Ok(opened)
+    }
+
+    /// The epoch's work as opened, if it is.
+    pub async fn epoch_work(&self, epoch_id: u64) -> Result<Option<String>> {
+        Ok(self.conn.clone().get(self.epoch_key(epoch_id, "")).await?)
+    }
+
+    /// The epochs announced after stream entry `after` (`"0"`: all), with
+    /// the last entry read; waits up to `block` for one.
+    pub async fn epochs_after(&self, after: &str, block: Duration) -> Result<(Vec<u64>, String)> {
+        let opts = streams::StreamReadOptions::default().block(block.as_millis() as usize).count(100);
+        let reply: Option<streams::StreamReadReply> =
+            self.conn.clone().xread_options(&[self.key("epochs")], &[after], &opts).await?;
+        let mut last = after.to_owned();
+        let mut epochs = Vec::new();
+        for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
+            if let Some(e) = entry.get::<String>("epoch").and_then(|e| e.parse().ok()) {
+                epochs.push(e);
+            }
+            last = entry.id;
+        }
+        Ok((epochs, last))
+    }
+
+    /// Claims item `index` of `epoch_id` for `worker`: its new token, or
+    /// `None` when its result is in, or (`only_if_free`) a live member other
+    /// than `worker` holds it.
+    pub async fn claim(&self, epoch_id: u64, index: usize, worker: &str, only_if_free: bool) -> Result<Option<u64>> {
+        let token: i64 = CLAIM_SCRIPT
+            .key(self.epoch_key(epoch_id, "token"))
+            .key(self.epoch_key(epoch_id, "holder"))
+            .key(self.epoch_key(epoch_id, "result"))
+            .arg(index)
+            .arg(worker)
+            .arg(self.key("member:"))
+            .arg(if only_if_free { "if-free" } else { "force" })
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .context("claiming an item")?;
+        Ok(u64::try_from(token).ok())
+    }
+
+    /// Offers item `index`'s result under `token` (see [`Completion`]).
+    pub async fn complete(&self, epoch_id: u64, index: usize, token: u64, result: &str) -> Result<Completion> {
+        let answer: i64 = COMPLETE_SCRIPT
+            .key(self.epoch_key(epoch_id, "token"))
+            .key(self.epoch_key(epoch_id, "result"))
+            .key(self.key("stats"))
+            .arg(index)
+            .arg(token)
+            .arg(result)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .context("offering a result")?;
+        Ok(match answer {
+            1 => Completion::Accepted,
+            0 => Completion::Fenced,
+            _ => Completion::AlreadyDone,
+        })
+    }
+
+    /// Each item's holder, for items without a result.
+    pub async fn unfinished(&self, epoch_id: u64, items: usize) -> Result<BTreeMap<usize, Option<String>>> {
+        let mut conn = self.conn.clone();
+        let holders: BTreeMap<usize, String> = conn.hgetall(self.epoch_key(epoch_id, "holder")).await?;
+        let done: Vec<usize> = conn.hkeys(self.epoch_key(epoch_id, "result")).await?;
+        Ok((0..items).filter(|i| !done.contains(i)).map(|i| (i, holders.get(&i).cloned())).collect())
+    }
+
+    /// The accepted results, by item index.
+    pub async fn results(&self, epoch_id: u64) -> Result<BTreeMap<usize, String>> {
+        Ok(self.conn.clone().hgetall(self.epoch_key(epoch_id, "result")).await?)
+    }
+
+    /// Removes what the board holds of `epoch_id`.
+    pub async fn close_epoch(&self, epoch_id: u64) -> Result<()> {
+        let keys: Vec<String> = ["", "token", "holder", "result"].iter().map(|p| self.epoch_key(epoch_id, p)).collect();
+        let _: () = self.conn.clone().del(keys).await?;
+        Ok(())
+    }
+
+    /// The board's counters (`fenced`, `reclaimed`).
+    pub async fn stats(&self) -> Result<BTreeMap<String, u64>> {
+        Ok(self.conn.clone().hgetall(self.key("stats")).await?)
+    }
+
+    // ---- least backlog: assignments over each worker's stream ----
+
+    /// Makes `worker`'s stream and its consumer group (idempotent).
+    pub async fn open_stream(&self, worker: &str) -> Result<()> {
+        let created: redis::RedisResult<()> =
+            self.conn.clone().xgroup_create_mkstream(self.key(&format!("work:{worker}")), GROUP, "0").await;
+        match created {
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => other.context("creating a worker's stream"),
+        }
+    }
+
+    /// Claims item `index` for `worker` and sends it the assignment.
+    pub async fn assign(&self, epoch_id: u64, index: usize, worker: &str) -> Result<Option<u64>> {
+        let Some(token) = self.claim(epoch_id, index, worker, false).await? else { return Ok(None) };
+        self.open_stream(worker).await?;
+        let fields = [("epoch", epoch_id.to_string()), ("index", index.to_string()), ("token", token.to_string())];
+        let _: Option<String> = self.conn.clone().xadd(self.key(&format!("work:{worker}")), "*", &fields).await?;
+        Ok(Some(token))
+    }
+
+    /// `worker`'s next assignments (new ones, then — after a restart — any
+    /// it was given and had not acknowledged); waits up to `block`.
+    pub async fn next_assignments(&self, worker: &str, block: Duration) -> Result<Vec<Assignment>> {
+        self.open_stream(worker).await?;
+        let key = self.key(&format!("work:{worker}"));
+        let mut conn = self.conn.clone();
+        // Its own pending entries first (given before a restart).
+        let own = streams::StreamReadOptions::default().group(GROUP, worker).count(64);
+        let pending: Option<streams::StreamReadReply> = conn.xread_options(&[&key], &["0"], &own).await?;
+        let mut out = parse(pending);
+        if out.is_empty() {
+            let opts = own.block(block.as_millis() as usize);
+            let fresh: Option<streams::StreamReadReply> = conn.xread_options(&[&key], &[">"], &opts).await?;
+            out = parse(fresh);
+        }
+        Ok(out)
+    }
+
+    /// `worker` is done with stream entry `entry`.
+    pub async fn ack(&self, worker: &str, entry: &str) -> Result<()> {
+        let _: usize = self.conn.clone().xack(self.key(&format!("work:{worker}")), GROUP, &[entry]).await?;
+        Ok(())
+    }
+
+    /// Takes over everything given to `worker`, which is gone: what it read
+    /// and did not acknowledge, and what it never read.
+    pub async fn take_over(&self, worker: &str) -> Result<Vec<Assignment>> {
+        let mut taken = self.reclaim(worker, Duration::ZERO).await?;
+        let key = self.key(&format!("work:{worker}"));
+        let mut conn = self.conn.clone();
+        loop {
+            let opts = streams::StreamReadOptions::default().group(GROUP, "coordinator").count(500);
+            let reply: Option<streams::StreamReadReply> = match conn.xread_options(&[&key], &[">"], &opts).await {
+                Ok(reply) => reply,
+                Err(e) if e.code() == Some("NOGROUP") => return Ok(taken),
+                Err(e) => return Err(e).context("taking over a worker's assignments"),
+            };
+            let unread = parse(reply);
+            if unread.is_empty() {
+                return Ok(taken);
+            }
+            let ids: Vec<&str> = unread.iter().map(|a| a.entry.as_str()).collect();
+            let _: usize = conn.xack(&key, GROUP, &ids).await?;
+            let _: u64 = conn.hincr(self.key("stats"), "reclaimed", ids.len()).await?;
+            taken.extend(unread);
+        }
+    }
+
+    /// Takes back from `worker` every assignment it read and has not
+    /// acknowledged within `lease`, with `XAUTOCLAIM`, and acknowledges them
+    /// on its stream; what they were.
+    pub async fn reclaim(&self, worker: &str, lease: Duration) -> Result<Vec<Assignment>> {
+        let key = self.key(&format!("work:{worker}"));
+        let mut conn = self.conn.clone();
+        let mut start = "0-0".to_owned();
+        let mut taken = Vec::new();
+        loop {
+            let opts = streams::StreamAutoClaimOptions::default().count(100);
+            let reply: streams::StreamAutoClaimReply = match conn
+                .xautoclaim_options(&key, GROUP, "coordinator", lease.as_millis() as usize, &start, opts)
+                .await
+            {
+                Ok(reply) => reply,
+                Err(e) if e.code() == Some("NOGROUP") => return Ok(taken),
+                Err(e) => return Err(e).context("reclaiming a worker's assignments"),
+            };
+            let ids: Vec<String> = reply.claimed.iter().map(|e| e.id.clone()).collect();
+            taken.extend(reply.claimed.iter().filter_map(assignment));
+            if !ids.is_empty() {
+                let _: usize = conn.xack(&key, GROUP, &ids).await?;
+                let _: u64 = conn.hincr(self.key("stats"), "reclaimed", ids.len()).await?;
+            }
+            if reply.next_stream_id == "0-0" {
+                return Ok(taken);
+            }
+            start = reply.next_stream_id;
+        }
+    }
+}
+
+fn assignment(entry: &streams::StreamId) -> Option<Assignment> {
+    Some(Assignment {
+        entry: entry.id.clone(),
+        epoch_id: entry.get::<String>("epoch")?.parse().ok()?,
+        index: entry.get::<String>("index")?.parse().ok()?,
+        token: entry.get::<String>("token")?.parse().ok()?,
+    })
+}
+
+fn parse(reply: Option<streams::StreamReadReply>) -> Vec<Assignment> {
+    reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids).filter_map(|e| assignment(&e)).collect()
+}
