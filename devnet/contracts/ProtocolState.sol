@@ -17,6 +17,7 @@ contract ProtocolState {
         address indexed dataMarketAddress, address snapshotterAddress, uint256 slotId, uint256 dayId, uint256 timestamp
     );
     event SlotRegistered(uint256 indexed slotId, address indexed snapshotter);
+    event FullNodeUpdated(address indexed dataMarketAddress, uint256 indexed slotId, bool full);
     event ValidatorsUpdated(address indexed dataMarketAddress, address validatorAddress, bool allowed);
     event SnapshotBatchSubmitted(
         address indexed dataMarketAddress, string batchCid, uint256 indexed epochId, uint256 timestamp
@@ -66,6 +67,9 @@ contract ProtocolState {
     mapping(address => uint256) public currentDayId;
     mapping(uint256 => address) public slotSnapshotterMapping;
     mapping(address => bool) public allSnapshotters;
+    /// Per data market, the slots that run a full node (docs/protocol.md §13).
+    mapping(address => mapping(uint256 => bool)) public isFullNode;
+    mapping(address => uint256[]) private fullNodeList;
 
     mapping(address => address[]) private validatorList;
     mapping(address => mapping(address => bool)) public isValidator;
@@ -108,6 +112,32 @@ contract ProtocolState {
         slotSnapshotterMapping[slotId] = snapshotter;
         allSnapshotters[snapshotter] = true;
         emit SlotRegistered(slotId, snapshotter);
+    }
+
+    /// Marks (`true`) or unmarks a slot as a full node of a data market: its
+    /// submissions are accepted for every active pool, selected or not.
+    function setFullNode(address dataMarketAddress, uint256 slotId, bool full) external onlyOwner {
+        require(slotId > 0, "slot ids start at 1");
+        if (full == isFullNode[dataMarketAddress][slotId]) return;
+        isFullNode[dataMarketAddress][slotId] = full;
+        uint256[] storage list = fullNodeList[dataMarketAddress];
+        if (full) {
+            list.push(slotId);
+        } else {
+            for (uint256 i = 0; i < list.length; i++) {
+                if (list[i] == slotId) {
+                    list[i] = list[list.length - 1];
+                    list.pop();
+                    break;
+                }
+            }
+        }
+        emit FullNodeUpdated(dataMarketAddress, slotId, full);
+    }
+
+    /// The data market's full-node slots (in no particular order).
+    function getFullNodes(address dataMarketAddress) external view returns (uint256[] memory) {
+        return fullNodeList[dataMarketAddress];
     }
 
     function setSnapshotterEnabled(address snapshotter, bool enabled) external onlyOwner {

@@ -16,6 +16,12 @@ alloy::sol! {
     function slotSnapshotterMapping(uint256 slotId) external view returns (address);
     function allSnapshotters(address snapshotter) external view returns (bool);
 
+    // Full nodes (docs/protocol.md §13): slots whose submissions are accepted
+    // for every active pool.
+    event FullNodeUpdated(address indexed dataMarketAddress, uint256 indexed slotId, bool full);
+    function setFullNode(address dataMarketAddress, uint256 slotId, bool full) external;
+    function getFullNodes(address dataMarketAddress) external view returns (uint256[]);
+
     // The Protocol V2 batch flow (docs/protocol.md §12): per data market,
     // validators, one batch per epoch, attestations, finalized CIDs.
     event ValidatorsUpdated(address indexed dataMarketAddress, address validatorAddress, bool allowed);

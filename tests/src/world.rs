@@ -59,7 +59,9 @@ sol! {
 }
 
 // The V2 batch flow, as the protocol crate declares it.
-use lite_node_protocol::contracts::{submitBatchAttestationCall, submitSubmissionBatchCall, updateAddressesCall};
+use lite_node_protocol::contracts::{
+    setFullNodeCall, submitBatchAttestationCall, submitSubmissionBatchCall, updateAddressesCall,
+};
 
 /// An anvil account of the world (public development keys).
 #[derive(Clone, Debug)]
@@ -307,6 +309,12 @@ impl World {
         let addrs: Vec<Address> = self.manifest.accounts[..n].iter().map(|a| a.address.parse().unwrap()).collect();
         let call =
             updateAddressesCall { dataMarketAddress: self.market(), role: 0, allowed: vec![true; addrs.len()], addrs };
+        self.transact(call.abi_encode());
+    }
+
+    /// Marks (or unmarks) `slot_id` as a full node of our data market.
+    pub fn set_full_node(&self, slot_id: u64, full: bool) {
+        let call = setFullNodeCall { dataMarketAddress: self.market(), slotId: U256::from(slot_id), full };
         self.transact(call.abi_encode());
     }
 

@@ -382,3 +382,49 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
         }
     }
 }
+
+/// A slot the data market marks as a full node (docs/protocol.md §13) is
+/// accepted for every active pool in epochs released after it was marked,
+/// selected or not; a pool outside the active list is still refused, and an
+/// epoch released before the mark still needs the selection.
+#[test]
+fn a_full_node_slot_is_accepted_for_every_active_pool_from_the_next_release() {
+    let s = setup();
+    let data = tempfile::tempdir().unwrap();
+    let pools = s.world.manifest.pools.clone();
+    let (check, before, _, idle) = selection_setting(&s, data.path());
+    s.world.set_full_node(idle, true);
+    s.world.mine(1);
+    let (epoch_id, _) = s.world.release_next_epoch();
+    let release = s.runtime.block_on(s.anchor.epoch_release(epoch_id, 0)).unwrap().unwrap();
+    let after = s.runtime.block_on(check.epoch(&s.anchor, epoch_id, release)).unwrap();
+    assert!(after.full_nodes.contains(&idle) && !before.full_nodes.contains(&idle));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
+    let received = start_collector_with(&s, listener, Some(check));
+    let project = |pool: &str| format!("baseSnapshot:{}:devnet-UNISWAPV3-ETH", pool.to_lowercase());
+    let head = s.world.head();
+    let mut cases: Vec<_> =
+        pools.iter().map(|p| (submission_for(&s, idle, idle, head + 50, epoch_id, &project(p)), None)).collect();
+    cases.push((
+        submission_for(&s, idle, idle, head + 50, epoch_id, &project("0x00000000000000000000000000000000000000aa")),
+        Some("is not in the data market's active pool list".to_owned()),
+    ));
+    cases.push((
+        submission_for(&s, idle, idle, head + 50, before.epoch_id, &project(&pools[0])),
+        Some(format!("slot {idle} was not selected")),
+    ));
+    for (n, (sub, reason)) in cases.into_iter().enumerate() {
+        let verdict = s.runtime.block_on(submission::submit(
+            &submission::Collector::new(&endpoint),
+            sub,
+            || Box::pin(async { true }) as submission::InTime,
+            |_| {},
+        ));
+        let recorded = received.lock().unwrap()[n].verdict.clone();
+        match reason {
+            None => assert_eq!((verdict, recorded), (Verdict::Accepted, Ok(())), "case {n}"),
+            Some(text) => assert!(recorded.as_ref().unwrap_err().contains(&text), "case {n}: {recorded:?}"),
+        }
+    }
+}

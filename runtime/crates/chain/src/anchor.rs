@@ -15,8 +15,8 @@ use lite_node_protocol::{parse_quantity, to_quantity};
 use serde_json::{Value, json};
 
 use lite_node_protocol::contracts::{
-    DayStartedEvent, EpochReleased, SlotRegistered, SnapshotBatchFinalized, allSnapshottersCall, getTotalNodeCountCall,
-    slotSnapshotterMappingCall,
+    DayStartedEvent, EpochReleased, SlotRegistered, SnapshotBatchFinalized, allSnapshottersCall, getFullNodesCall,
+    getTotalNodeCountCall, slotSnapshotterMappingCall,
 };
 
 use super::rpc::HttpRpc;
@@ -181,6 +181,20 @@ impl Anchor {
             totals.pop_first();
         }
         Ok(n)
+    }
+
+    /// The data market's full-node slots at anchor block `block`, sorted
+    /// (docs/protocol.md §13).
+    pub async fn full_nodes_at(&self, block: u64) -> Result<Vec<u64>, RpcError> {
+        let call = getFullNodesCall { dataMarketAddress: self.data_market };
+        let out = self.call_at(call.abi_encode(), "getFullNodes", json!(to_quantity(block))).await?;
+        let list = getFullNodesCall::abi_decode_returns(&out).map_err(|e| bad_answer("getFullNodes", e))?;
+        let mut slots = list
+            .into_iter()
+            .map(|s| to_u64(s, "full-node slot").map_err(|e| bad_answer("getFullNodes", e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        slots.sort_unstable();
+        Ok(slots)
     }
 
     /// `getTotalNodeCount()`, cached for 30 s; when the call fails, the last

@@ -48,6 +48,9 @@ pub struct EpochAssignment {
     pub total_slots: u64,
     /// Selected slot → its pool (as listed).
     pub selected: BTreeMap<u64, String>,
+    /// The data market's full-node slots at the release block: each may
+    /// submit every active pool (docs/protocol.md §13).
+    pub full_nodes: std::collections::BTreeSet<u64>,
 }
 
 /// Checks that a submission's slot was selected for its epoch and that a
@@ -124,6 +127,13 @@ impl SelectionCheck {
             })?
             .to_owned();
         let total_slots = anchor.total_slots_at(release.block_number).await.map_err(|e| unavailable("anchor", e))?;
+        // A ProtocolState without the full-node registry answers with an
+        // error (a revert): it has none.
+        let full_nodes = match anchor.full_nodes_at(release.block_number).await {
+            Ok(slots) => slots.into_iter().collect(),
+            Err(e) if e.code.is_some() => Default::default(),
+            Err(e) => return Err(unavailable("anchor", e)),
+        };
         let request = AssignmentRequest {
             epoch_id,
             block_hash: block_hash.as_str().into(),
@@ -145,7 +155,8 @@ impl SelectionCheck {
         })
         .await
         .map_err(|e| Refused::Unavailable(format!("the assignment rule did not finish: {e}")))??;
-        let assignment = Arc::new(EpochAssignment { epoch_id, begin, end, block_hash, total_slots, selected });
+        let assignment =
+            Arc::new(EpochAssignment { epoch_id, begin, end, block_hash, total_slots, selected, full_nodes });
         let mut epochs = self.epochs.lock().await;
         epochs.insert(epoch_id, assignment.clone());
         // Only recent epochs are asked about: a long-running checker keeps
@@ -159,7 +170,8 @@ impl SelectionCheck {
     /// Whether `slot_id` may submit `project_id` in `epoch`: the project must
     /// be one the data market defines ([`Projects::check`]); projects whose
     /// data source is an address (a pool) need the slot selected and assigned
-    /// exactly that pool; other projects are not scoped by the assignment.
+    /// exactly that pool — unless the slot is a full node, which may submit
+    /// every active pool; other projects are not scoped by the assignment.
     pub fn check(&self, epoch: &EpochAssignment, slot_id: u64, project_id: &str) -> Result<(), Refusal> {
         self.projects.check(project_id).map_err(Refusal::UnknownProject)?;
         let parts: Vec<&str> = project_id.split(':').collect();
@@ -178,6 +190,10 @@ impl SelectionCheck {
                     "{project_id}: pool {a} is not in the data market's active pool list"
                 )));
             }
+        }
+        // A full node works every active pool, every epoch.
+        if epoch.full_nodes.contains(&slot_id) {
+            return Ok(());
         }
         let Some(assigned) = epoch.selected.get(&slot_id) else {
             return Err(Refusal::NotSelected(format!(
