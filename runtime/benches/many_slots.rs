@@ -5,45 +5,18 @@
 //! (needs the devnet world: `devnet/build-world.sh`; ./init.sh test builds
 //! it). Quick mode (`./init.sh test`): 100 slots, 2 epochs.
 
-use std::process::Command;
-
-use lite_node_testkit::{compute_target_dir, toolchain_env, workspace_root};
-use serde_json::Value;
+use lite_node_testkit::{devnet_record, quantile, record_latencies};
 
 /// `(p50 ms, p99 ms, peak RSS MiB, submissions)` of a devnet run of one
 /// node with `slots` slots over `epochs` epochs.
 fn run(slots: u64, epochs: u64) -> (f64, f64, f64, usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let record = dir.path().join("run.json");
-    let slots_arg = slots.to_string();
-    let status = Command::new(env!("CARGO_BIN_EXE_lite-node"))
-        .args(["devnet", "--nodes", "1", "--slots-per-node", &slots_arg, "--total-slots", &slots_arg])
-        .args(["--epochs", &epochs.to_string(), "--devnet-dir"])
-        .arg(workspace_root().join("devnet"))
-        .arg("--run-dir")
-        .arg(dir.path().join("run"))
-        .arg("--json")
-        .arg(&record)
-        .env_clear()
-        .envs(toolchain_env())
-        .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
-        .env("LITE_NODE_COMPUTE_CACHE_DIR", dir.path().join("cache"))
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("lite-node devnet runs");
-    assert!(status.success(), "lite-node devnet with {slots} slots failed: {status}");
-    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
-    let mut latencies: Vec<f64> = json["epochs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|e| e["submissions"].as_array().unwrap().iter().map(|s| s["latencyMs"].as_f64().unwrap()))
-        .collect();
-    latencies.sort_by(f64::total_cmp);
-    let pick = |q: f64| latencies[((q * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len()) - 1];
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let slots = slots.to_string();
+    let args = ["--nodes", "1", "--slots-per-node", &slots, "--total-slots", &slots, "--epochs", &epochs.to_string()];
+    let json = devnet_record(bin, &args);
+    let latencies = record_latencies(&json);
     let rss = json["nodes"][0]["peakRssKiB"].as_f64().unwrap() / 1024.0;
-    (pick(0.5), pick(0.99), rss, latencies.len())
+    (quantile(&latencies, 0.5), quantile(&latencies, 0.99), rss, latencies.len())
 }
 
 fn main() {

@@ -40,6 +40,50 @@ pub fn bench_is_quick() -> bool {
     quick
 }
 
+/// Runs `lite-node devnet` (the binary `bin`) with `args` on the project's
+/// devnet world, in a throwaway directory and quietly, and returns its
+/// `--json` record; panics naming the arguments when it fails.
+pub fn devnet_record(bin: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let status = Command::new(bin)
+        .arg("devnet")
+        .args(args)
+        .arg("--devnet-dir")
+        .arg(workspace_root().join("devnet"))
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .arg("--json")
+        .arg(&record)
+        .env_clear()
+        .envs(toolchain_env())
+        .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+        .env("LITE_NODE_COMPUTE_CACHE_DIR", dir.path().join("cache"))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("lite-node devnet runs");
+    assert!(status.success(), "lite-node devnet {args:?} failed: {status}");
+    serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap()
+}
+
+/// A devnet record's EpochReleased → acknowledgement latencies (ms), sorted.
+pub fn record_latencies(record: &serde_json::Value) -> Vec<f64> {
+    let mut latencies: Vec<f64> = record["epochs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["submissions"].as_array().unwrap().iter().map(|s| s["latencyMs"].as_f64().unwrap()))
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    latencies
+}
+
+/// The `q` quantile of sorted values (nearest rank).
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
 pub fn compute_target_dir() -> PathBuf {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));

@@ -361,26 +361,7 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
             Some("epoch 9999 was not released".into()),
         ),
     ];
-    for (n, (sub, reason)) in cases.into_iter().enumerate() {
-        let verdict = s.runtime.block_on(submission::submit(
-            &submission::Collector::new(&endpoint),
-            sub,
-            || Box::pin(async { true }) as submission::InTime,
-            |_| {},
-        ));
-        let recorded = received.lock().unwrap()[n].verdict.clone();
-        match reason {
-            None => {
-                assert_eq!(verdict, Verdict::Accepted, "case {n}: {recorded:?}");
-                assert_eq!(recorded, Ok(()));
-            }
-            Some(text) => {
-                let Verdict::Rejected(got) = &verdict else { panic!("case {n}: {verdict:?}") };
-                assert!(got.starts_with("collector answered `Failure`: ") && got.contains(&text), "case {n}: {got}");
-                assert!(recorded.as_ref().unwrap_err().contains(&text), "case {n}: {recorded:?}");
-            }
-        }
-    }
+    submit_cases(&s, &endpoint, &received, cases);
 }
 
 /// A slot the data market marks as a full node (docs/protocol.md §13) is
@@ -414,17 +395,36 @@ fn a_full_node_slot_is_accepted_for_every_active_pool_from_the_next_release() {
         submission_for(&s, idle, idle, head + 50, before.epoch_id, &project(&pools[0])),
         Some(format!("slot {idle} was not selected")),
     ));
+    submit_cases(&s, &endpoint, &received, cases);
+}
+
+/// Submits each case in turn to the collector at `endpoint`: one with no
+/// reason must be accepted; one with a reason rejected with it, as the
+/// collector answered and as it recorded.
+fn submit_cases(
+    s: &Setup,
+    endpoint: &str,
+    received: &Received,
+    cases: impl IntoIterator<Item = (lite_node_protocol::proto::SnapshotSubmission, Option<String>)>,
+) {
     for (n, (sub, reason)) in cases.into_iter().enumerate() {
         let verdict = s.runtime.block_on(submission::submit(
-            &submission::Collector::new(&endpoint),
+            &submission::Collector::new(endpoint),
             sub,
             || Box::pin(async { true }) as submission::InTime,
             |_| {},
         ));
         let recorded = received.lock().unwrap()[n].verdict.clone();
         match reason {
-            None => assert_eq!((verdict, recorded), (Verdict::Accepted, Ok(())), "case {n}"),
-            Some(text) => assert!(recorded.as_ref().unwrap_err().contains(&text), "case {n}: {recorded:?}"),
+            None => {
+                assert_eq!(verdict, Verdict::Accepted, "case {n}: {recorded:?}");
+                assert_eq!(recorded, Ok(()));
+            }
+            Some(text) => {
+                let Verdict::Rejected(got) = &verdict else { panic!("case {n}: {verdict:?}") };
+                assert!(got.starts_with("collector answered `Failure`: ") && got.contains(&text), "case {n}: {got}");
+                assert!(recorded.as_ref().unwrap_err().contains(&text), "case {n}: {recorded:?}");
+            }
         }
     }
 }

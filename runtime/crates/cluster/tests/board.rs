@@ -196,6 +196,22 @@ fn peer_index_finishes_a_lapsed_members_share_within_the_epoch() {
     });
 }
 
+/// Reads `worker`'s stream until it is empty, completing and acknowledging
+/// each assignment; each item done goes in `done` (once).
+async fn work_off(b: &Board, worker: &str, done: &mut BTreeMap<usize, String>) {
+    loop {
+        let got = b.next_assignments(worker, Duration::from_millis(20)).await.unwrap();
+        if got.is_empty() {
+            return;
+        }
+        for a in got {
+            assert_eq!(b.complete(a.epoch_id, a.index, a.token, "r").await.unwrap(), Completion::Accepted);
+            b.ack(worker, &a.entry).await.unwrap();
+            assert!(done.insert(a.index, worker.into()).is_none(), "item {} twice", a.index);
+        }
+    }
+}
+
 /// Least backlog over a thousand items and three workers through the
 /// board: the assignments even out; a worker that dies with its stream
 /// unread has everything reclaimed and given to the others; every item's
@@ -214,17 +230,7 @@ fn least_backlog_spreads_evenly_and_a_dead_workers_items_go_to_the_living() {
         assert!(backlog.values().all(|&n| n == 333 || n == 334), "{backlog:?}");
         let mut done: BTreeMap<usize, String> = BTreeMap::new();
         for w in ["w0", "w1"] {
-            loop {
-                let got = b.next_assignments(w, Duration::from_millis(20)).await.unwrap();
-                if got.is_empty() {
-                    break;
-                }
-                for a in got {
-                    assert_eq!(b.complete(10, a.index, a.token, "r").await.unwrap(), Completion::Accepted);
-                    b.ack(w, &a.entry).await.unwrap();
-                    assert!(done.insert(a.index, w.into()).is_none());
-                }
-            }
+            work_off(&b, w, &mut done).await;
         }
         // w2 died without reading a thing.
         assert!(b.reclaim("w2", Duration::ZERO).await.unwrap().is_empty(), "nothing read, nothing pending");
@@ -236,17 +242,7 @@ fn least_backlog_spreads_evenly_and_a_dead_workers_items_go_to_the_living() {
             b.assign(10, i, &worker).await.unwrap().unwrap();
         }
         for w in ["w0", "w1"] {
-            loop {
-                let got = b.next_assignments(w, Duration::from_millis(20)).await.unwrap();
-                if got.is_empty() {
-                    break;
-                }
-                for a in got {
-                    assert_eq!(b.complete(10, a.index, a.token, "r").await.unwrap(), Completion::Accepted);
-                    b.ack(w, &a.entry).await.unwrap();
-                    assert!(done.insert(a.index, w.into()).is_none(), "item {} twice", a.index);
-                }
-            }
+            work_off(&b, w, &mut done).await;
         }
         assert_eq!(done.len(), ITEMS);
         assert_eq!(b.results(10).await.unwrap().len(), ITEMS);
