@@ -17,7 +17,7 @@ use lite_node_plugin_api::{AssignmentRequest, EpochContext, Host};
 use lite_node_testkit::{World, compute_target_dir, data, toolchain_env};
 use serde_json::{Value, json};
 
-fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
+pub(crate) fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
     let mut env = toolchain_env();
     env.push(("LITE_NODE_DATA_DIR".into(), data_dir.display().to_string()));
     env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), compute_target_dir().display().to_string()));
@@ -27,7 +27,7 @@ fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
 
 /// Swaps both ways, a mint, a burn and a collect on pool 0 (several in one
 /// block), a swap on pool 1; returns the blocks they span.
-fn activity(world: &World) -> (u64, u64) {
+pub(crate) fn activity(world: &World) -> (u64, u64) {
     let first = world.swap(0, true, 3_000_000_000_000_000_000);
     world.set_automine(false);
     let (router, swap) = world.swap_call(0, false, 1_234_567_890_123_456_789);

@@ -5,6 +5,7 @@ mod alerts;
 mod assignments;
 mod bds;
 mod check;
+mod cluster;
 mod collector;
 mod compute_fetch;
 mod container;

@@ -6,6 +6,7 @@
 
 pub mod alerts;
 pub mod books;
+pub mod cluster;
 pub(crate) mod ipfs;
 pub(crate) mod journal;
 pub mod node;

@@ -1,0 +1,335 @@
+//! A full node over machines (issue 24): the coordinator's side, which
+//! hands a project's data sources for an epoch to the workers through the
+//! cluster's [`Board`] and gathers their snapshots into one result, and the
+//! worker's side, which computes the items it is given (or, by peer index,
+//! takes) and offers each result under its fencing token.
+//!
+//! Each project has its own board (`{name}:{project}`); an epoch's work is
+//! the [`Work`] the coordinator opened it with. Item `i` is data source `i`
+//! of that work, in the processor's own order.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::Result;
+use futures_util::StreamExt;
+pub use lite_node_cluster::{Board, Completion, Member, assign};
+use lite_node_compute::executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, Task};
+use lite_node_core::time::now_ms;
+use lite_node_plugin_api::BlockDetail;
+use serde::{Deserialize, Serialize};
+
+/// How items find their worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Seed 003: member k of n takes the items whose index ≡ k (mod n).
+    PeerIndex,
+    /// Seed 004: the coordinator gives each item to the least busy worker.
+    LeastBacklog,
+}
+
+/// An epoch's work on one project, as the coordinator opens it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Work {
+    /// The project's task for the epoch (every share is made from it).
+    pub task: Task,
+    /// Its data sources, in the processor's order: item `i` is source `i`.
+    pub sources: Vec<String>,
+}
+
+/// The boards of one full node's projects.
+#[derive(Clone)]
+pub struct Boards {
+    conn: redis::aio::ConnectionManager,
+    name: String,
+}
+
+impl Boards {
+    pub fn new(conn: redis::aio::ConnectionManager, name: impl Into<String>) -> Self {
+        Self { conn, name: name.into() }
+    }
+
+    pub fn of(&self, project: &str) -> Board {
+        Board::new(self.conn.clone(), &format!("{}:{project}", self.name))
+    }
+}
+
+/// The coordinator's side.
+pub struct Coordinator {
+    pub boards: Boards,
+    pub mode: Mode,
+    /// An assignment not acknowledged within this is given again.
+    pub lease: Duration,
+    /// How often the board is looked at while items are outstanding.
+    pub poll: Duration,
+    /// How long an epoch's items may take before what is in is used.
+    pub patience: Duration,
+}
+
+impl Coordinator {
+    /// One project's result for the epoch: its data sources computed by the
+    /// workers, each exactly once (a project that does not divide runs here,
+    /// whole). Items still outstanding after [`Coordinator::patience`] are
+    /// left out, named in the log.
+    pub async fn gather(&self, local: &LocalExecutor, task: &Task, blocks: Arc<[BlockDetail]>) -> ComputeResult {
+        let sources = match local.data_sources(task, &blocks).await {
+            Ok(Some(sources)) => sources,
+            Ok(None) => {
+                let mut whole = local.execute(vec![task.clone()], blocks);
+                return whole.next().await.unwrap_or_else(|| {
+                    ComputeResult::without_compute(task, OutcomeKind::Failed("the executor gave no result".into()))
+                });
+            }
+            Err(e) => return ComputeResult::without_compute(task, OutcomeKind::Failed(format!("data_sources: {e}"))),
+        };
+        let started_at_ms = now_ms();
+        match self.collect(task, &sources).await {
+            Ok(results) => {
+                let missing: Vec<&str> =
+                    (0..sources.len()).filter(|i| !results.contains_key(i)).map(|i| sources[i].as_str()).collect();
+                if !missing.is_empty() {
+                    tracing::warn!(
+                        "epoch {} {}: {} of {} data sources not computed within {}s, left out: {}",
+                        task.epoch_id,
+                        task.project_type,
+                        missing.len(),
+                        sources.len(),
+                        self.patience.as_secs(),
+                        missing.join(", ")
+                    );
+                }
+                let snapshots: Vec<(String, String)> =
+                    results.into_iter().map(|(i, json)| (sources[i].clone(), json)).collect();
+                let kind = if snapshots.is_empty() {
+                    OutcomeKind::Failed("no worker computed any data source".into())
+                } else {
+                    OutcomeKind::Computed
+                };
+                ComputeResult {
+                    slot_id: task.slot_id,
+                    project_type: task.project_type.clone(),
+                    kind,
+                    selected: Some(true),
+                    snapshots,
+                    started_at_ms,
+                    finished_at_ms: now_ms(),
+                }
+            }
+            Err(e) => ComputeResult::without_compute(task, OutcomeKind::Failed(format!("the cluster's board: {e:#}"))),
+        }
+    }
+
+    /// Opens the epoch (or finds it open: a coordinator restarted), keeps
+    /// items moving until all are in or patience runs out; the results.
+    async fn collect(&self, task: &Task, sources: &[String]) -> Result<BTreeMap<usize, String>> {
+        let board = self.boards.of(&task.project_type);
+        let work = serde_json::to_string(&Work { task: task.clone(), sources: sources.to_vec() })?;
+        if !board.open_epoch(task.epoch_id, &work).await? {
+            tracing::info!("epoch {} {}: resumed from the cluster's board", task.epoch_id, task.project_type);
+        }
+        let give_up = tokio::time::Instant::now() + self.patience;
+        let mut known: BTreeSet<String> = BTreeSet::new();
+        loop {
+            let unfinished = board.unfinished(task.epoch_id, sources.len()).await?;
+            if unfinished.is_empty() || tokio::time::Instant::now() >= give_up {
+                break;
+            }
+            if self.mode == Mode::LeastBacklog {
+                self.assign_pending(&board, task.epoch_id, &unfinished, &mut known).await?;
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+        board.results(task.epoch_id).await
+    }
+
+    /// Least backlog: takes back what lapsed leases and gone workers hold,
+    /// and gives every item no live worker holds to the least busy one.
+    async fn assign_pending(
+        &self,
+        board: &Board,
+        epoch_id: u64,
+        unfinished: &BTreeMap<usize, Option<String>>,
+        known: &mut BTreeSet<String>,
+    ) -> Result<()> {
+        let live: BTreeSet<String> = board.live_members().await?.into_iter().map(|m| m.id).collect();
+        let mut pending: BTreeSet<usize> = BTreeSet::new();
+        for gone in known.difference(&live) {
+            pending
+                .extend(board.take_over(gone).await?.into_iter().filter(|a| a.epoch_id == epoch_id).map(|a| a.index));
+        }
+        for worker in &live {
+            let lapsed = board.reclaim(worker, self.lease).await?;
+            pending.extend(lapsed.into_iter().filter(|a| a.epoch_id == epoch_id).map(|a| a.index));
+        }
+        *known = live.clone();
+        let mut backlog: BTreeMap<String, usize> = live.iter().map(|w| (w.clone(), 0)).collect();
+        for (&index, holder) in unfinished {
+            match holder.as_ref().filter(|h| live.contains(*h)) {
+                Some(h) if !pending.contains(&index) => *backlog.get_mut(h).expect("live") += 1,
+                _ => {
+                    pending.insert(index);
+                }
+            }
+        }
+        pending.retain(|i| unfinished.contains_key(i));
+        let pending: Vec<usize> = pending.into_iter().collect();
+        for (index, worker) in assign::least_backlog(&pending, &mut backlog) {
+            board.assign(epoch_id, index, &worker).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The worker's side: one member of the cluster.
+pub struct Worker {
+    pub boards: Boards,
+    pub mode: Mode,
+    pub member: Member,
+    /// The projects it computes (each has a board).
+    pub projects: Vec<String>,
+}
+
+/// What one round of a worker did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    pub accepted: usize,
+    pub fenced: usize,
+}
+
+impl Worker {
+    /// One round: the items this worker holds or takes now, computed in one
+    /// share per epoch and offered under their tokens. `blocks` gives an
+    /// epoch's block details (`begin`, `end`).
+    pub async fn round<F, Fut>(&self, local: &LocalExecutor, wait: Duration, blocks: F) -> Result<Round>
+    where
+        F: Fn(u64, u64) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<BlockDetail>, String>>,
+    {
+        let mut round = Round::default();
+        for project in &self.projects {
+            let board = self.boards.of(project);
+            // (epoch, index, token) this worker is to compute now.
+            let mut items: Vec<(u64, usize, u64, Option<String>)> = Vec::new();
+            match self.mode {
+                Mode::LeastBacklog => {
+                    for a in board.next_assignments(&self.member.id, wait).await? {
+                        items.push((a.epoch_id, a.index, a.token, Some(a.entry)));
+                    }
+                }
+                Mode::PeerIndex => {
+                    let (epochs, _) = board.epochs_after("0", Duration::ZERO).await?;
+                    let live: Vec<String> = board.live_members().await?.into_iter().map(|m| m.id).collect();
+                    for epoch_id in epochs {
+                        let Some(work) = board.epoch_work(epoch_id).await? else { continue };
+                        let work: Work = serde_json::from_str(&work)?;
+                        let unfinished = board.unfinished(epoch_id, work.sources.len()).await?;
+                        for index in self.peer_index_items(&live, &unfinished) {
+                            if let Some(token) = board.claim(epoch_id, index, &self.member.id, true).await? {
+                                items.push((epoch_id, index, token, None));
+                            }
+                        }
+                    }
+                }
+            }
+            let mut by_epoch: BTreeMap<u64, Vec<(usize, u64, Option<String>)>> = BTreeMap::new();
+            for (epoch_id, index, token, entry) in items {
+                by_epoch.entry(epoch_id).or_default().push((index, token, entry));
+            }
+            for (epoch_id, items) in by_epoch {
+                let done = self.compute(local, &board, epoch_id, &items, &blocks).await?;
+                round.accepted += done.accepted;
+                round.fenced += done.fenced;
+            }
+        }
+        Ok(round)
+    }
+
+    /// Peer index: this member's items among the unfinished — its own share
+    /// of those nobody live holds, by index, and its share of those a lapsed
+    /// member held, by their order.
+    fn peer_index_items(&self, live: &[String], unfinished: &BTreeMap<usize, Option<String>>) -> Vec<usize> {
+        let me = &self.member.id;
+        let items = unfinished.keys().max().map_or(0, |m| m + 1);
+        let mine: BTreeSet<usize> = assign::peer_index_share(live, me, items).unwrap_or_default().into_iter().collect();
+        let mut out: Vec<usize> = unfinished
+            .iter()
+            .filter(|(i, holder)| mine.contains(i) && holder.as_ref().is_none_or(|h| h == me))
+            .map(|(i, _)| *i)
+            .collect();
+        let orphans: Vec<usize> = unfinished
+            .iter()
+            .filter(|(_, holder)| holder.as_ref().is_some_and(|h| h != me && !live.contains(h)))
+            .map(|(i, _)| *i)
+            .collect();
+        if let Some(share) = assign::peer_index_share(live, me, orphans.len()) {
+            out.extend(share.into_iter().map(|k| orphans[k]));
+        }
+        out
+    }
+
+    /// Computes one epoch's items in one share and offers each result.
+    async fn compute<F, Fut>(
+        &self,
+        local: &LocalExecutor,
+        board: &Board,
+        epoch_id: u64,
+        items: &[(usize, u64, Option<String>)],
+        blocks: &F,
+    ) -> Result<Round>
+    where
+        F: Fn(u64, u64) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<BlockDetail>, String>>,
+    {
+        let mut round = Round::default();
+        let Some(work) = board.epoch_work(epoch_id).await? else {
+            // The epoch was closed: nothing to do but let go.
+            for (_, _, entry) in items {
+                if let Some(entry) = entry {
+                    board.ack(&self.member.id, entry).await?;
+                }
+            }
+            return Ok(round);
+        };
+        let work: Work = serde_json::from_str(&work)?;
+        let mut task = work.task.clone();
+        task.sources = Some(items.iter().filter_map(|(i, _, _)| work.sources.get(*i).cloned()).collect());
+        let details: Arc<[BlockDetail]> = if local.needs_block_details() {
+            blocks(task.begin, task.end).await.map_err(anyhow::Error::msg)?.into()
+        } else {
+            Arc::from(Vec::new())
+        };
+        let result = local.execute(vec![task], details).next().await;
+        let snapshots: BTreeMap<String, String> = match result {
+            Some(r) if r.kind == OutcomeKind::Computed => {
+                r.snapshots.into_iter().map(|(source, json)| (source.to_ascii_lowercase(), json)).collect()
+            }
+            Some(r) => {
+                tracing::warn!("epoch {epoch_id}: a share of {} items failed: {:?}", items.len(), r.kind);
+                return Ok(round);
+            }
+            None => return Ok(round),
+        };
+        for (index, token, entry) in items {
+            let Some(json) = work.sources.get(*index).and_then(|s| snapshots.get(&s.to_ascii_lowercase())) else {
+                continue;
+            };
+            match board.complete(epoch_id, *index, *token, json).await? {
+                Completion::Accepted | Completion::AlreadyDone => round.accepted += 1,
+                Completion::Fenced => {
+                    round.fenced += 1;
+                    tracing::warn!(
+                        "epoch {epoch_id} item {index}: refused by the fence (token {token} is no longer current: the \
+                         item was given again while this worker had it)"
+                    );
+                }
+            }
+            if let Some(entry) = entry {
+                board.ack(&self.member.id, entry).await?;
+            }
+        }
+        Ok(round)
+    }
+}

@@ -1,0 +1,143 @@
+//! A full node over machines, in one process: a coordinator and three
+//! workers with their own processors, sharing a real `redis-server`, over
+//! the devnet's pools on anvil with the bundled package.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use lite_node::{
+    chain::{HttpRpc, IoRuntime},
+    cluster::{Boards, Coordinator, Member, Mode, Worker},
+    compute::host::RpcEndpoint,
+    config::Project,
+    epochs::preload,
+    executor::{Executor, LocalExecutor, OutcomeKind, ProjectProcessor, Task},
+};
+use lite_node_testkit::{RedisServer, World};
+use serde_json::json;
+
+use crate::bds::{activity, bundled};
+
+/// In each mode: every pool's snapshot comes back exactly once and
+/// byte-identical to computing them all at once, although one of the three
+/// workers stops after joining (peer index: after claiming its share) and
+/// the two others finish its part within the epoch.
+#[test]
+fn the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part() {
+    let world = World::load();
+    let (begin, end) = activity(&world);
+    let data = tempfile::tempdir().unwrap();
+    let package = bundled(data.path());
+    let settings = json!({"pools": world.manifest.pools, "full_node": true});
+    let io = IoRuntime::new().unwrap();
+    let source = Arc::new(HttpRpc::new("source", vec![world.url()], Duration::from_secs(10), io).unwrap());
+    let executor = || {
+        let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
+        let project = Project {
+            project_type: "baseSnapshot".into(),
+            module: "bds_uniswapv3".into(),
+            class_name: "BaseSnapshotProcessor".into(),
+            preload_tasks: vec!["block_details".into()],
+            settings: settings.as_object().unwrap().clone(),
+        };
+        let endpoint = Some(source.clone() as Arc<dyn RpcEndpoint>);
+        LocalExecutor::new(
+            vec![ProjectProcessor { project, processor: Arc::new(processor) }],
+            2,
+            Duration::from_secs(60),
+            endpoint,
+            None,
+        )
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let blocks: Arc<[_]> = rt.block_on(preload::block_details(&source, begin, end)).unwrap().into();
+    let task = Task {
+        epoch_id: 9,
+        begin,
+        end,
+        day_id: 1,
+        slot_id: 1,
+        total_slots: 4,
+        anchor_block: 0,
+        namespace: "devnet-UNISWAPV3-ETH".into(),
+        project_type: "baseSnapshot".into(),
+        deadline: u64::MAX,
+        sources: None,
+    };
+    let whole: BTreeMap<String, String> = {
+        let sources = rt.block_on(executor().data_sources(&task, &blocks)).unwrap().unwrap();
+        let all = Task { sources: Some(sources), ..task.clone() };
+        let results: Vec<_> =
+            rt.block_on(futures_util::StreamExt::collect::<Vec<_>>(executor().execute(vec![all], blocks.clone())));
+        results[0].snapshots.iter().cloned().collect()
+    };
+    assert_eq!(whole.len(), world.manifest.pools.len());
+
+    for mode in [Mode::PeerIndex, Mode::LeastBacklog] {
+        let redis = RedisServer::start();
+        let conn =
+            rt.block_on(async { redis::Client::open(redis.url()).unwrap().get_connection_manager().await.unwrap() });
+        let boards = Boards::new(conn, "market:1");
+        let coordinator = Coordinator {
+            boards: boards.clone(),
+            mode,
+            lease: Duration::from_secs(5),
+            poll: Duration::from_millis(50),
+            patience: Duration::from_secs(60),
+        };
+        let member = |id: &str| Member { id: id.into(), package: "p".into(), api: "0.4.0".into() };
+        let workers: Vec<Worker> = ["w0", "w1", "w2"]
+            .iter()
+            .map(|id| Worker {
+                boards: boards.clone(),
+                mode,
+                member: member(id),
+                projects: vec!["baseSnapshot".into()],
+            })
+            .collect();
+        let locals: Vec<LocalExecutor> = (0..3).map(|_| executor()).collect();
+        let board = boards.of("baseSnapshot");
+        let (result, accepted) = rt.block_on(async {
+            board.heartbeat(&workers[0].member, Duration::from_secs(60)).await.unwrap();
+            board.heartbeat(&workers[1].member, Duration::from_secs(60)).await.unwrap();
+            // w2 joins for a moment and then stops.
+            board.heartbeat(&workers[2].member, Duration::from_millis(400)).await.unwrap();
+            let local = executor();
+            let gathered = coordinator.gather(&local, &task, blocks.clone());
+            tokio::pin!(gathered);
+            let mut stopped_claimed = false;
+            let mut accepted = [0usize; 2];
+            loop {
+                tokio::select! {
+                    result = &mut gathered => break (result, accepted),
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                        if mode == Mode::PeerIndex && !stopped_claimed && board.epoch_work(9).await.unwrap().is_some() {
+                            // w2 takes its share, then stops without a word.
+                            let live: Vec<String> = vec!["w0".into(), "w1".into(), "w2".into()];
+                            let items = world.manifest.pools.len();
+                            for i in lite_node::cluster::assign::peer_index_share(&live, "w2", items).unwrap() {
+                                board.claim(9, i, "w2", true).await.unwrap();
+                            }
+                            stopped_claimed = true;
+                        }
+                        for (n, (w, local)) in workers.iter().zip(&locals).take(2).enumerate() {
+                            let blocks = |b, e| { let source = source.clone(); async move { preload::block_details(&source, b, e).await } };
+                            accepted[n] += w.round(local, Duration::from_millis(10), blocks).await.unwrap().accepted;
+                        }
+                    }
+                }
+            }
+        });
+        assert_eq!(result.kind, OutcomeKind::Computed, "{mode:?}: {:?}", result.kind);
+        assert_eq!(
+            accepted[0] + accepted[1],
+            whole.len(),
+            "{mode:?}: the two living workers did every pool: {accepted:?}"
+        );
+        assert_eq!(result.selected, Some(true));
+        let got: BTreeMap<String, String> = result.snapshots.iter().cloned().collect();
+        assert_eq!(got.len(), result.snapshots.len(), "{mode:?}: a pool twice");
+        assert_eq!(got, whole, "{mode:?}: the bytes of computing them all at once");
+        let held: BTreeMap<usize, Option<String>> = rt.block_on(board.unfinished(9, whole.len())).unwrap();
+        assert!(held.is_empty(), "{mode:?}: all in");
+    }
+}
