@@ -7,6 +7,7 @@
 
 mod alerts;
 mod chains;
+mod cluster;
 mod drill;
 mod env;
 mod logs;
@@ -15,6 +16,7 @@ mod slots;
 
 pub use alerts::{AlertConfig, BotConfig, alert_sender};
 pub use chains::{AnchorConfig, ChainConfig};
+pub use cluster::{ClusterAssign, ClusterSettings, Role};
 pub use drill::Drill;
 pub use env::{
     ComputeConfig, ComputeRunConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, MarketProjects, NodeConfig,
