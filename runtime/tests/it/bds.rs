@@ -349,10 +349,7 @@ fn usd_fields_appear_with_a_usd_source_and_match_exactly() {
 /// `data_sources`; a fresh processor each time, so no cache helps.
 #[test]
 fn a_full_nodes_pools_computed_in_shares_give_the_bytes_of_all_at_once() {
-    use lite_node::{
-        config::Project,
-        executor::{Executor, LocalExecutor, OutcomeKind, ProjectProcessor, Task},
-    };
+    use lite_node::executor::{Executor, OutcomeKind, Task};
     let world = World::load();
     let (begin, end) = activity(&world);
     let data_dir = tempfile::tempdir().unwrap();
@@ -361,39 +358,10 @@ fn a_full_nodes_pools_computed_in_shares_give_the_bytes_of_all_at_once() {
     let settings = json!({"pools": world.manifest.pools, "full_node": true,
                           "usd": {"stablecoins": [stable], "pools": routes}});
     let c = chain(&world);
-    let executor = || {
-        let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
-        let project = Project {
-            project_type: "baseSnapshot".into(),
-            module: "bds_uniswapv3".into(),
-            class_name: "BaseSnapshotProcessor".into(),
-            preload_tasks: vec!["block_details".into()],
-            settings: settings.as_object().unwrap().clone(),
-        };
-        let source = Some(c.source.clone() as Arc<dyn RpcEndpoint>);
-        LocalExecutor::new(
-            vec![ProjectProcessor { project, processor: Arc::new(processor) }],
-            2,
-            Duration::from_secs(60),
-            source,
-            None,
-        )
-    };
+    let executor = || full_node_executor(&package, &settings, &c.source);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let blocks: Arc<[_]> = rt.block_on(preload::block_details(&c.source, begin, end)).unwrap().into();
-    let task = |sources: Option<Vec<String>>| Task {
-        epoch_id: 9,
-        begin,
-        end,
-        day_id: 1,
-        slot_id: 1,
-        total_slots: 4,
-        anchor_block: 0,
-        namespace: "devnet-UNISWAPV3-ETH".into(),
-        project_type: "baseSnapshot".into(),
-        deadline: u64::MAX,
-        sources,
-    };
+    let task = |sources: Option<Vec<String>>| full_node_task(begin, end, sources);
     let snapshots = |tasks: Vec<Task>| {
         let results: Vec<_> =
             rt.block_on(futures_util::StreamExt::collect::<Vec<_>>(executor().execute(tasks, blocks.clone())));
@@ -438,4 +406,43 @@ fn a_full_nodes_pools_computed_in_shares_give_the_bytes_of_all_at_once() {
         "{:?}",
         results[0].kind
     );
+}
+
+/// An executor of one project, `baseSnapshot`, run by a fresh BDS processor
+/// with `settings` against `source` (two workers, a minute per compute).
+pub(crate) fn full_node_executor(
+    package: &LoadedPackage,
+    settings: &Value,
+    source: &Arc<HttpRpc>,
+) -> lite_node::executor::LocalExecutor {
+    use lite_node::{config::Project, executor::ProjectProcessor};
+    let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
+    let project = Project {
+        project_type: "baseSnapshot".into(),
+        module: "bds_uniswapv3".into(),
+        class_name: "BaseSnapshotProcessor".into(),
+        preload_tasks: vec!["block_details".into()],
+        settings: settings.as_object().unwrap().clone(),
+    };
+    let endpoint = Some(source.clone() as Arc<dyn RpcEndpoint>);
+    let projects = vec![ProjectProcessor { project, processor: Arc::new(processor) }];
+    lite_node::executor::LocalExecutor::new(projects, 2, Duration::from_secs(60), endpoint, None)
+}
+
+/// Epoch 9's `baseSnapshot` task over `begin..=end` for slot 1 of 4, with a
+/// share of data sources (`None`: the project whole).
+pub(crate) fn full_node_task(begin: u64, end: u64, sources: Option<Vec<String>>) -> lite_node::executor::Task {
+    lite_node::executor::Task {
+        epoch_id: 9,
+        begin,
+        end,
+        day_id: 1,
+        slot_id: 1,
+        total_slots: 4,
+        anchor_block: 0,
+        namespace: "devnet-UNISWAPV3-ETH".into(),
+        project_type: "baseSnapshot".into(),
+        deadline: u64::MAX,
+        sources,
+    }
 }

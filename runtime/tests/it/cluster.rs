@@ -7,15 +7,13 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use lite_node::{
     chain::{HttpRpc, IoRuntime},
     cluster::{Boards, Coordinator, Member, Mode, Worker},
-    compute::host::RpcEndpoint,
-    config::Project,
     epochs::preload,
-    executor::{Executor, LocalExecutor, OutcomeKind, ProjectProcessor, Task},
+    executor::{Executor, LocalExecutor, OutcomeKind, Task},
 };
 use lite_node_testkit::{RedisServer, World};
 use serde_json::json;
 
-use crate::bds::{activity, bundled};
+use crate::bds::{activity, bundled, full_node_executor, full_node_task};
 
 /// In each mode: every pool's snapshot comes back exactly once and
 /// byte-identical to computing them all at once, although one of the three
@@ -30,39 +28,10 @@ fn the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part() {
     let settings = json!({"pools": world.manifest.pools, "full_node": true});
     let io = IoRuntime::new().unwrap();
     let source = Arc::new(HttpRpc::new("source", vec![world.url()], Duration::from_secs(10), io).unwrap());
-    let executor = || {
-        let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
-        let project = Project {
-            project_type: "baseSnapshot".into(),
-            module: "bds_uniswapv3".into(),
-            class_name: "BaseSnapshotProcessor".into(),
-            preload_tasks: vec!["block_details".into()],
-            settings: settings.as_object().unwrap().clone(),
-        };
-        let endpoint = Some(source.clone() as Arc<dyn RpcEndpoint>);
-        LocalExecutor::new(
-            vec![ProjectProcessor { project, processor: Arc::new(processor) }],
-            2,
-            Duration::from_secs(60),
-            endpoint,
-            None,
-        )
-    };
+    let executor = || full_node_executor(&package, &settings, &source);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let blocks: Arc<[_]> = rt.block_on(preload::block_details(&source, begin, end)).unwrap().into();
-    let task = Task {
-        epoch_id: 9,
-        begin,
-        end,
-        day_id: 1,
-        slot_id: 1,
-        total_slots: 4,
-        anchor_block: 0,
-        namespace: "devnet-UNISWAPV3-ETH".into(),
-        project_type: "baseSnapshot".into(),
-        deadline: u64::MAX,
-        sources: None,
-    };
+    let task = full_node_task(begin, end, None);
     let whole: BTreeMap<String, String> = {
         let sources = rt.block_on(executor().data_sources(&task, &blocks)).unwrap().unwrap();
         let all = Task { sources: Some(sources), ..task.clone() };
