@@ -283,9 +283,21 @@ pub(crate) fn rpc_timeout(env: &EnvSnapshot, problems: &mut Vec<String>) -> Dura
     Duration::from_secs(number(env, "LITE_NODE_RPC_TIMEOUT_SECS", 15, 1, problems))
 }
 
+/// The most hung computes the node lets pile up: each keeps a thread of the
+/// runtime's blocking pool (512), which file writes and the other computes
+/// need too.
+pub const MAX_HUNG_COMPUTES_LIMIT: u64 = 384;
+
 impl WatchSettings {
     fn from_env(env: &EnvSnapshot, problems: &mut Vec<String>) -> Self {
         let rpc_timeout = rpc_timeout(env, problems);
+        let hung = number(env, "LITE_NODE_MAX_HUNG_COMPUTES", 128, 1, problems);
+        if hung > MAX_HUNG_COMPUTES_LIMIT {
+            problems.push(format!(
+                "LITE_NODE_MAX_HUNG_COMPUTES={hung} is more than {MAX_HUNG_COMPUTES_LIMIT}: each hung compute keeps one \
+                 of the runtime's 512 blocking threads, which the other computes and file writes need too"
+            ));
+        }
         let mut number = |key: &str, default: u64, min: u64| number(env, key, default, min, problems);
         Self {
             poll_interval: Duration::from_millis(number("LITE_NODE_POLL_INTERVAL_MS", 500, 10)),
@@ -294,7 +306,7 @@ impl WatchSettings {
             start_block: env.get("LITE_NODE_START_BLOCK").map(|_| number("LITE_NODE_START_BLOCK", 0, 0)),
             compute_timeout: Duration::from_secs(number("LITE_NODE_COMPUTE_TIMEOUT_SECS", 60, 1)),
             max_concurrent_computes: number("LITE_NODE_MAX_CONCURRENT_COMPUTES", 4, 1) as usize,
-            max_hung_computes: number("LITE_NODE_MAX_HUNG_COMPUTES", 128, 1) as usize,
+            max_hung_computes: hung.min(MAX_HUNG_COMPUTES_LIMIT) as usize,
             queue_capacity: number("LITE_NODE_QUEUE_CAPACITY", 16_384, 1) as usize,
             anchor_stall_after: Duration::from_secs(number("LITE_NODE_ANCHOR_STALL_SECS", 120, 1)),
             retain_epochs: number("LITE_NODE_RETAIN_EPOCHS", 1000, 1),
@@ -1018,6 +1030,18 @@ mod tests {
         assert_eq!(cfg.collector_port, 50051);
         assert!(matches!(cfg.compute.source, ComputeSource::Bundled(_)));
         assert_eq!(cfg.compute.profile, "release");
+    }
+
+    #[test]
+    fn hung_computes_past_what_the_blocking_pool_can_spare_are_refused() {
+        let with = |n: &str| {
+            let mut env = full_env();
+            env.push(("LITE_NODE_MAX_HUNG_COMPUTES", n));
+            NodeConfig::from_env(&EnvSnapshot::from_pairs(env))
+        };
+        assert_eq!(with("384").unwrap().watch.max_hung_computes, 384);
+        let err = with("500").unwrap_err().to_string();
+        assert!(err.contains("LITE_NODE_MAX_HUNG_COMPUTES=500 is more than 384"), "{err}");
     }
 
     #[test]
