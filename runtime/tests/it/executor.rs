@@ -181,7 +181,7 @@ fn every_ending_gives_the_worker_back_and_a_task_past_its_deadline_is_missed() {
     assert_eq!(kinds[3], &OutcomeKind::Failed("timed out after 0.3s".into()));
     assert_eq!(kinds[4], &OutcomeKind::Computed, "the last task got the one worker");
     let q = d.queue();
-    assert_eq!((q.running, q.waiting, q.handed_out), (0, 0, 5), "{q:?}");
+    assert_eq!((q.running, q.waiting, q.counters.handed_out), (0, 0, 5), "{q:?}");
 
     // Epoch 2: `slow` holds the one worker; `echo` waits until the head
     // passes its deadline.
@@ -216,7 +216,7 @@ fn every_ending_gives_the_worker_back_and_a_task_past_its_deadline_is_missed() {
         matches!(&echo.kind, OutcomeKind::Missed(e) if e.contains("deadline (anchor block 150) passed")),
         "{echo:?}"
     );
-    assert_eq!(d.queue().expired, 1);
+    assert_eq!(d.queue().counters.expired, 1);
 
     let twice =
         rt.block_on(d.execute(vec![task(3, "slow"), task(3, "slow")], Arc::from(Vec::new())).collect::<Vec<_>>());

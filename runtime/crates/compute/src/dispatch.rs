@@ -84,13 +84,8 @@ pub struct QueueView {
     pub workers: usize,
     pub capacity: usize,
     pub paused: bool,
-    pub queued: u64,
-    pub duplicates: u64,
-    pub dropped_full: u64,
-    pub expired: u64,
-    pub closed: u64,
-    pub withdrawn: u64,
-    pub handed_out: u64,
+    #[serde(flatten)]
+    pub counters: Counters,
     /// Time the handed-out tasks waited for their turn, in all and at most.
     pub waited_ms: u64,
     pub longest_wait_ms: u64,
@@ -202,20 +197,13 @@ impl Gate {
 
     pub fn view(&self) -> QueueView {
         let q = self.lock();
-        let Counters { queued, duplicates, dropped_full, expired, closed, withdrawn, handed_out } = q.counters();
         QueueView {
             waiting: q.len(),
             running: q.running(),
             workers: q.workers(),
             capacity: q.capacity(),
             paused: q.is_paused(),
-            queued,
-            duplicates,
-            dropped_full,
-            expired,
-            closed,
-            withdrawn,
-            handed_out,
+            counters: q.counters(),
             waited_ms: self.waited_ms.load(Relaxed),
             longest_wait_ms: self.longest_wait_ms.load(Relaxed),
         }
@@ -381,7 +369,7 @@ mod tests {
             let order = [rx.recv().await.unwrap(), rx.recv().await.unwrap()];
             assert_eq!(order, ["soon", "late"]);
             gate.idle().await;
-            assert_eq!(gate.view().handed_out, 3);
+            assert_eq!(gate.view().counters.handed_out, 3);
         });
     }
 
@@ -423,7 +411,10 @@ mod tests {
             assert_eq!(other.await.unwrap(), Err(Refused::Closed));
             drop(busy);
             let v = gate.view();
-            assert_eq!((v.expired, v.withdrawn, v.closed, v.duplicates, v.running), (1, 1, 1, 1, 0));
+            assert_eq!(
+                (v.counters.expired, v.counters.withdrawn, v.counters.closed, v.counters.duplicates, v.running),
+                (1, 1, 1, 1, 0)
+            );
         });
     }
 

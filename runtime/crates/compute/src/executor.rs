@@ -331,12 +331,8 @@ impl LocalExecutor {
             return Err(format!("no processor runs project `{}` here", task.project_type));
         };
         let tracker = self.trackers.get(&task.slot_id).unwrap_or(&self.tracker).clone();
-        let blocks =
-            if p.project.preload_tasks.iter().any(|t| t == "block_details") { blocks.to_vec() } else { vec![] };
-        let mut host = RuntimeHost::new(&task.project_type, self.source.clone(), self.anchor.clone(), tracker, blocks);
-        host.finalized = self.finalized.clone();
-        host.epoch_id = task.epoch_id;
-        host.anchor_block = task.anchor_block;
+        let reach = Reach { source: self.source.clone(), anchor: self.anchor.clone(), tracker, named: false };
+        let host = self.host(p, task, blocks, &reach);
         let (processor, ctx) = (p.processor.clone(), task.context());
         let asked = tokio::task::spawn_blocking(move || {
             processor
@@ -349,6 +345,24 @@ impl LocalExecutor {
             Ok(Err(join)) => Err(format!("data_sources worker failed: {join}")),
             Err(_) => Err(format!("data_sources did not return within {}s", self.timeout.as_secs_f64())),
         }
+    }
+
+    /// What one call of `p`'s processor for `task` sees of the node (block
+    /// details only for a project that preloads them).
+    fn host(&self, p: &ProjectProcessor, task: &Task, blocks: &[BlockDetail], reach: &Reach) -> RuntimeHost {
+        let blocks =
+            if p.project.preload_tasks.iter().any(|t| t == "block_details") { blocks.to_vec() } else { vec![] };
+        let mut host = RuntimeHost::new(
+            &task.project_type,
+            reach.source.clone(),
+            reach.anchor.clone(),
+            reach.tracker.clone(),
+            blocks,
+        );
+        host.finalized = self.finalized.clone();
+        host.epoch_id = task.epoch_id;
+        host.anchor_block = task.anchor_block;
+        host
     }
 
     /// The chains for one epoch's computes: with several slots, through one
@@ -398,13 +412,7 @@ impl LocalExecutor {
     ) -> (ComputeResult, bool) {
         let project_type = task.project_type.clone();
         let ctx = task.context();
-        let blocks =
-            if p.project.preload_tasks.iter().any(|t| t == "block_details") { blocks.to_vec() } else { vec![] };
-        let mut host =
-            RuntimeHost::new(&project_type, reach.source.clone(), reach.anchor.clone(), reach.tracker.clone(), blocks);
-        host.finalized = self.finalized.clone();
-        host.epoch_id = ctx.epoch_id;
-        host.anchor_block = ctx.anchor_block;
+        let host = self.host(p, task, blocks, reach);
         // Shared, so what the compute reported is known even if it times out.
         let host = Arc::new(host);
         let reported_by = host.clone();

@@ -79,7 +79,7 @@ impl<T> Pushed<T> {
 }
 
 /// What the queue did, since it was made.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     pub queued: u64,
     pub duplicates: u64,

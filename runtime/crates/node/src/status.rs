@@ -256,14 +256,14 @@ impl Metrics {
         let catch_up = |c: &Counter, to: u64| {
             c.inc_by(to.saturating_sub(c.get()));
         };
-        catch_up(&self.queue_handed_out, q.handed_out);
+        catch_up(&self.queue_handed_out, q.counters.handed_out);
         catch_up(&self.queue_wait_ms, q.waited_ms);
         for (reason, n) in [
-            ("full", q.dropped_full),
-            ("expired", q.expired),
-            ("closed", q.closed),
-            ("quarantined", q.withdrawn),
-            ("duplicate", q.duplicates),
+            ("full", q.counters.dropped_full),
+            ("expired", q.counters.expired),
+            ("closed", q.counters.closed),
+            ("quarantined", q.counters.withdrawn),
+            ("duplicate", q.counters.duplicates),
         ] {
             catch_up(&self.queue_dropped.get_or_create(&ReasonLabel { reason }), n);
         }
