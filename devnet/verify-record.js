@@ -5,6 +5,10 @@
 // (docs/protocol.md §2, reimplemented here from the text) — that each accepted
 // submission's slot was selected for that epoch and pool, that every selected
 // slot of the run's nodes was accepted, and that nothing was rejected.
+// A full node (docs/protocol.md §13: a slot the chain lists in the epoch's
+// `fullNodes`) is held to its own rule instead: each of its submissions names
+// an active pool and is marked `fullNode`, and it covers every active pool of
+// each of its projects exactly once per epoch.
 // With validators (`--validators N`), also each validator's level-1 batch of each
 // epoch (docs/protocol.md §11, reimplemented here): that it accepted every
 // submission the collector accepted, and — from those submissions alone — each
@@ -184,8 +188,11 @@ function main() {
     if (listed.size !== selected.size || [...selected].some(([s, p]) => listed.get(s) !== p)) {
       problems.push(`${where}: the record's selection differs from the recomputed one`);
     }
+    const fullNodes = new Set(e.fullNodes || []);
     for (const s of e.submissions) {
       const at = `${where} slot ${s.slotId} ${s.projectId}`;
+      const full = fullNodes.has(s.slotId);
+      if (Boolean(s.fullNode) !== full) problems.push(`${at}: marked fullNode=${Boolean(s.fullNode)}, the epoch's full nodes are [${[...fullNodes]}]`);
       checked++;
       if (s.verdict !== 'accepted') problems.push(`${at}: ${s.verdict} (${s.reason})`);
       const value = { slotId: s.slotId, deadline: s.deadline, snapshotCid: s.snapshotCid, epochId: e.epochId, projectId: s.projectId };
@@ -196,8 +203,21 @@ function main() {
       try { bytes = fs.readFileSync(s.snapshotPath); } catch (err) { problems.push(`${at}: snapshot bytes unreadable: ${err.message}`); }
       if (bytes && cidOf(bytes) !== s.snapshotCid) problems.push(`${at}: the snapshot's bytes hash to ${cidOf(bytes)}, not ${s.snapshotCid}`);
       const pool = selected.get(s.slotId);
-      if (pool === undefined) problems.push(`${at}: slot ${s.slotId} was not selected`);
+      if (full) {
+        if (!record.pools.some((p) => s.projectId.toLowerCase().includes(p.toLowerCase()))) problems.push(`${at}: a full node's submission names no active pool`);
+      } else if (pool === undefined) problems.push(`${at}: slot ${s.slotId} was not selected`);
       else if (!s.projectId.toLowerCase().includes(pool.toLowerCase())) problems.push(`${at}: slot ${s.slotId} was assigned ${pool}`);
+    }
+    // Each full node of the run's: every active pool of each of its projects, once.
+    for (const slot of fullNodes) {
+      if (!signers.has(slot)) continue;
+      const types = (record.fullNode && record.fullNode.projects) || [];
+      for (const type of types) {
+        for (const p of record.pools) {
+          const n = e.submissions.filter((s) => s.slotId === slot && s.verdict === 'accepted' && s.projectId.startsWith(`${type}:`) && s.projectId.toLowerCase().includes(p.toLowerCase())).length;
+          if (n !== 1) problems.push(`${where}: full node ${slot} ${type} pool ${p}: ${n} accepted submissions, not 1`);
+        }
+      }
     }
     for (const [slot, pool] of selected) {
       if (!signers.has(slot)) continue;
@@ -215,7 +235,8 @@ function main() {
     ? `; ${finalized} finalized batches recomputed (votes, root, batch CID)` +
       (validators ? `; ${validators} validators' batches each epoch; ${onchain} epochs finalized on chain with the majority's root and CIDs` : '')
     : '';
-  console.log(`verified ${checked} submissions over ${record.epochs.length} epochs: signatures, CIDs and selection hold${batches}`);
+  const full = record.fullNode ? `; full node ${record.fullNode.slotId} covered all ${record.pools.length} pools once per epoch (${record.fullNode.workers.length} workers, ${record.fullNode.assign})` : '';
+  console.log(`verified ${checked} submissions over ${record.epochs.length} epochs: signatures, CIDs and selection hold${full}${batches}`);
 }
 
 main();

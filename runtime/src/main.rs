@@ -128,6 +128,27 @@ struct DevnetArgs {
     /// package is the node's: SNAPSHOTTER_COMPUTE_REPO and friends.
     #[arg(long, value_name = "FILE")]
     projects: Option<PathBuf>,
+    /// Run one full node beside the lite nodes, its pools computed by K
+    /// workers (`lite-node run` with LITE_NODE_ROLE=worker) that share a
+    /// redis-server with its coordinator; the table shows per epoch which
+    /// worker computed how many pools.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    full_node_workers: u64,
+    /// How the full node's pools find their worker: `peer-index` (member k
+    /// of n takes the pools whose index ≡ k mod n) or `least-backlog` (the
+    /// coordinator gives each to the least busy worker, under a lease).
+    #[arg(long, value_enum, default_value = "peer-index")]
+    assign: AssignMode,
+    /// Only the first N pools of the world are active (above 5, the
+    /// 1,000-pool world is taken: devnet/build-world.sh --pools 1000 --out world-1000).
+    #[arg(long, value_name = "N")]
+    pools: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AssignMode {
+    PeerIndex,
+    LeastBacklog,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -499,6 +520,12 @@ fn main() -> ExitCode {
                 validators: a.validators,
                 anchor_ws: a.anchor == AnchorTransport::Ws,
                 projects: a.projects,
+                full_node_workers: a.full_node_workers,
+                assign: match a.assign {
+                    AssignMode::PeerIndex => lite_node::config::ClusterAssign::PeerIndex,
+                    AssignMode::LeastBacklog => lite_node::config::ClusterAssign::LeastBacklog,
+                },
+                pools: a.pools,
             },
             &env,
         ),

@@ -752,8 +752,15 @@ impl RedisServer {
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server runs (./init.sh test installs it)");
-        poll_until("redis-server answering", std::time::Duration::from_secs(20), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        // Answering PING, not `-LOADING` (an append-only file being replayed).
+        poll_until("redis-server answering PING", std::time::Duration::from_secs(20), || {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(2))).ok()?;
+            stream.write_all(b"PING\r\n").ok()?;
+            let mut answer = [0u8; 5];
+            stream.read_exact(&mut answer).ok()?;
+            (&answer == b"+PONG").then_some(())
         });
         Self { child, port, dir }
     }

@@ -7,6 +7,9 @@ use crate::{config::EnvSnapshot, signals::shutdown_signals};
 
 /// Builds the async runtime and runs the node until a stop signal.
 pub fn run(env: &EnvSnapshot) -> anyhow::Result<()> {
+    if env.get("LITE_NODE_ROLE").map(str::trim) == Some("worker") {
+        return worker(env);
+    }
     let cfg = crate::config::NodeConfig::from_env(env)?;
     if let Some(dir) = &cfg.compute.local_dir {
         let dir = dir.display();
@@ -20,6 +23,15 @@ pub fn run(env: &EnvSnapshot) -> anyhow::Result<()> {
     // A compute that never returns must not keep the process alive: the
     // safety net's exit and a stop both have to end it (the stop's grace was
     // spent inside `node::run`).
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result
+}
+
+/// A full node's worker (`LITE_NODE_ROLE=worker`).
+fn worker(env: &EnvSnapshot) -> anyhow::Result<()> {
+    let cfg = crate::config::WorkerConfig::from_env(env)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("lite-node").build()?;
+    let result = runtime.block_on(async { lite_node_node::worker::run(cfg, shutdown_signals(false)).await });
     runtime.shutdown_timeout(Duration::from_millis(500));
     result
 }

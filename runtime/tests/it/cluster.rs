@@ -53,15 +53,11 @@ fn the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part() {
             poll: Duration::from_millis(50),
             patience: Duration::from_secs(60),
         };
-        let member = |id: &str| Member { id: id.into(), package: "p".into(), api: "0.4.0".into() };
+        let member =
+            |id: &str| Member { id: id.into(), package: "p".into(), api: "0.4.0".into(), instance: String::new() };
         let workers: Vec<Worker> = ["w0", "w1", "w2"]
             .iter()
-            .map(|id| Worker {
-                boards: boards.clone(),
-                mode,
-                member: member(id),
-                projects: vec!["baseSnapshot".into()],
-            })
+            .map(|id| Worker::new(boards.clone(), mode, member(id), vec!["baseSnapshot".into()]))
             .collect();
         let locals: Vec<LocalExecutor> = (0..3).map(|_| executor()).collect();
         let board = boards.of("baseSnapshot");

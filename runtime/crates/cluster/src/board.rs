@@ -23,12 +23,16 @@
 
 use std::{collections::BTreeMap, sync::LazyLock, time::Duration};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use redis::{AsyncCommands, Script, aio::ConnectionManager, streams};
 use serde::{Deserialize, Serialize};
 
 /// The consumer group on every worker's stream.
 const GROUP: &str = "workers";
+
+/// Streams keep about this many entries (the epochs announced; a worker's
+/// assignments: tens of epochs of a thousand-pool full node).
+const MAXLEN: streams::StreamMaxlen = streams::StreamMaxlen::Approx(20_000);
 
 /// Who a member is and what it runs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,7 +42,31 @@ pub struct Member {
     pub package: String,
     /// Its plugin interface version.
     pub api: String,
+    /// This process (a second one under the same id is refused while the
+    /// first one's heartbeat holds).
+    #[serde(default)]
+    pub instance: String,
 }
+
+/// A member the board does not take, and why: the operator's to fix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// It runs another compute package or plugin interface than the
+    /// coordinator's.
+    Package(String),
+    /// Another live process holds its id.
+    Taken(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Package(why) | Refused::Taken(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// One assignment as a worker reads it from its stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,26 +160,35 @@ impl Board {
     /// when it runs another package or interface than the coordinator's.
     pub async fn heartbeat(&self, member: &Member, ttl: Duration) -> Result<()> {
         let mut conn = self.conn.clone();
-        let wanted: Option<String> = conn.get(self.key("package")).await?;
+        let member_key = self.key(&format!("member:{}", member.id));
+        let (wanted, current): (Option<String>, Option<String>) =
+            redis::pipe().get(self.key("package")).get(&member_key).query_async(&mut conn).await?;
         if let Some(wanted) = wanted {
             let (package, api): (String, String) = serde_json::from_str(&wanted)?;
             if package != member.package || api != member.api {
-                bail!(
+                return Err(Refused::Package(format!(
                     "member {} runs compute package {} on plugin interface {}, the coordinator {} on {}: start it on \
                      the coordinator's (SNAPSHOTTER_COMPUTE_REPO_COMMIT and the same lite-node release)",
-                    member.id,
-                    member.package,
-                    member.api,
-                    package,
-                    api
-                );
+                    member.id, member.package, member.api, package, api
+                ))
+                .into());
             }
+        }
+        if let Some(other) = current.and_then(|c| serde_json::from_str::<Member>(&c).ok())
+            && other.instance != member.instance
+        {
+            return Err(Refused::Taken(format!(
+                "member id {} is held by another live process ({}): give this one its own LITE_NODE_WORKER_ID, or \
+                 stop the other",
+                member.id, other.instance
+            ))
+            .into());
         }
         let record = serde_json::to_string(member)?;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         redis::pipe()
             .cmd("SET")
-            .arg(self.key(&format!("member:{}", member.id)))
+            .arg(&member_key)
             .arg(record)
             .arg("PX")
             .arg(ttl_ms)
@@ -207,7 +244,14 @@ impl Board {
         let mut conn = self.conn.clone();
         let opened: bool = conn.set_nx(self.epoch_key(epoch_id, ""), work).await?;
         if opened {
-            let _: Option<String> = conn.xadd(self.key("epochs"), "*", &[("epoch", epoch_id.to_string())]).await?;
+            let _: Option<String> = conn
+                .xadd_maxlen(
+                    self.key("epochs"),
+                    streams::StreamMaxlen::Approx(64),
+                    "*",
+                    &[("epoch", epoch_id.to_string())],
+                )
+                .await?;
         }
         Ok(opened)
     }
@@ -217,10 +261,14 @@ impl Board {
         Ok(self.conn.clone().get(self.epoch_key(epoch_id, "")).await?)
     }
 
-    /// The epochs announced after stream entry `after` (`"0"`: all), with
-    /// the last entry read; waits up to `block` for one.
+    /// The epochs announced after stream entry `after` (`"0"`: all the
+    /// stream keeps, the last hundred or so), with the last entry read;
+    /// waits up to `block` for one (not at all for zero).
     pub async fn epochs_after(&self, after: &str, block: Duration) -> Result<(Vec<u64>, String)> {
-        let opts = streams::StreamReadOptions::default().block(block.as_millis() as usize).count(100);
+        let mut opts = streams::StreamReadOptions::default().count(500);
+        if !block.is_zero() {
+            opts = opts.block(block.as_millis().max(1) as usize);
+        }
         let reply: Option<streams::StreamReadReply> =
             self.conn.clone().xread_options(&[self.key("epochs")], &[after], &opts).await?;
         let mut last = after.to_owned();
@@ -275,8 +323,22 @@ impl Board {
     pub async fn unfinished(&self, epoch_id: u64, items: usize) -> Result<BTreeMap<usize, Option<String>>> {
         let mut conn = self.conn.clone();
         let holders: BTreeMap<usize, String> = conn.hgetall(self.epoch_key(epoch_id, "holder")).await?;
-        let done: Vec<usize> = conn.hkeys(self.epoch_key(epoch_id, "result")).await?;
+        let done: std::collections::BTreeSet<usize> = conn.hkeys(self.epoch_key(epoch_id, "result")).await?;
         Ok((0..items).filter(|i| !done.contains(i)).map(|i| (i, holders.get(&i).cloned())).collect())
+    }
+
+    /// How many of the epoch's accepted results each worker computed (an
+    /// item's holder is the one its current token was given to: the one
+    /// whose result was accepted).
+    pub async fn computed_by(&self, epoch_id: u64) -> Result<BTreeMap<String, usize>> {
+        let mut conn = self.conn.clone();
+        let holders: BTreeMap<usize, String> = conn.hgetall(self.epoch_key(epoch_id, "holder")).await?;
+        let done: Vec<usize> = conn.hkeys(self.epoch_key(epoch_id, "result")).await?;
+        let mut by = BTreeMap::new();
+        for worker in done.iter().filter_map(|i| holders.get(i)) {
+            *by.entry(worker.clone()).or_insert(0) += 1;
+        }
+        Ok(by)
     }
 
     /// The accepted results, by item index.
@@ -313,7 +375,8 @@ impl Board {
         let Some(token) = self.claim(epoch_id, index, worker, false).await? else { return Ok(None) };
         self.open_stream(worker).await?;
         let fields = [("epoch", epoch_id.to_string()), ("index", index.to_string()), ("token", token.to_string())];
-        let _: Option<String> = self.conn.clone().xadd(self.key(&format!("work:{worker}")), "*", &fields).await?;
+        let _: Option<String> =
+            self.conn.clone().xadd_maxlen(self.key(&format!("work:{worker}")), MAXLEN, "*", &fields).await?;
         Ok(Some(token))
     }
 
@@ -328,7 +391,7 @@ impl Board {
         let pending: Option<streams::StreamReadReply> = conn.xread_options(&[&key], &["0"], &own).await?;
         let mut out = parse(pending);
         if out.is_empty() {
-            let opts = own.block(block.as_millis() as usize);
+            let opts = if block.is_zero() { own } else { own.block(block.as_millis().max(1) as usize) };
             let fresh: Option<streams::StreamReadReply> = conn.xread_options(&[&key], &[">"], &opts).await?;
             out = parse(fresh);
         }
@@ -408,4 +471,26 @@ fn assignment(entry: &streams::StreamId) -> Option<Assignment> {
 
 fn parse(reply: Option<streams::StreamReadReply>) -> Vec<Assignment> {
     reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids).filter_map(|e| assignment(&e)).collect()
+}
+
+/// The boards of one full node's projects: each project has its own
+/// (`{name}:{project}`).
+#[derive(Clone)]
+pub struct Boards {
+    conn: ConnectionManager,
+    name: String,
+}
+
+impl Boards {
+    pub fn new(conn: ConnectionManager, name: impl Into<String>) -> Self {
+        Self { conn, name: name.into() }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn of(&self, project: &str) -> Board {
+        Board::new(self.conn.clone(), &format!("{}:{project}", self.name))
+    }
 }

@@ -6,4 +6,4 @@
 pub mod assign;
 pub mod board;
 
-pub use board::{Assignment, Board, Completion, Member};
+pub use board::{Assignment, Board, Boards, Completion, Member, Refused};

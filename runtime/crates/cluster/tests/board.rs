@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use lite_node_cluster::{Board, Completion, Member, assign};
+use lite_node_cluster::{Board, Completion, Member, Refused, assign};
 use lite_node_testkit::RedisServer;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -17,7 +17,7 @@ async fn board(redis: &RedisServer) -> Board {
 }
 
 fn member(id: &str) -> Member {
-    Member { id: id.into(), package: "abc123".into(), api: "0.4.0".into() }
+    Member { id: id.into(), package: "abc123".into(), api: "0.4.0".into(), instance: String::new() }
 }
 
 /// A result is accepted only under its item's current token: the holder of
@@ -59,9 +59,17 @@ fn membership_follows_heartbeats_and_a_mismatched_member_is_refused() {
         b.heartbeat(&member("w1"), Duration::from_millis(300)).await.unwrap();
         let ids = |m: Vec<Member>| m.into_iter().map(|m| m.id).collect::<Vec<_>>();
         assert_eq!(ids(b.live_members().await.unwrap()), ["w1", "w2"], "sorted by id");
-        let stranger = Member { id: "w9".into(), package: "def456".into(), api: "0.4.0".into() };
+        let stranger =
+            Member { id: "w9".into(), package: "def456".into(), api: "0.4.0".into(), instance: String::new() };
         let refused = b.heartbeat(&stranger, Duration::from_secs(30)).await.unwrap_err().to_string();
         assert!(refused.contains("member w9 runs compute package def456") && refused.contains("abc123"), "{refused}");
+        // A second process under a live member's id is refused by name.
+        let twin = Member { instance: "host-b:77".into(), ..member("w2") };
+        let taken = b.heartbeat(&twin, Duration::from_secs(30)).await.unwrap_err();
+        assert!(
+            matches!(taken.downcast_ref::<Refused>(), Some(Refused::Taken(why)) if why.contains("member id w2")),
+            "{taken:#}"
+        );
 
         b.open_epoch(6, "work").await.unwrap();
         b.claim(6, 3, "w1", true).await.unwrap().unwrap();

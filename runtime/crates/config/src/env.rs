@@ -351,6 +351,9 @@ pub struct NodeConfig {
     pub status_addr: Option<std::net::SocketAddr>,
     /// `LITE_NODE_DRILL`: an alert drill.
     pub drill: Option<Drill>,
+    /// `LITE_NODE_ROLE=coordinator`: this node is a full node whose epochs
+    /// are computed by workers (a worker reads a [`WorkerConfig`] instead).
+    pub cluster: Option<super::ClusterSettings>,
 }
 
 /// One slot a node runs, and who signs for it.
@@ -424,6 +427,11 @@ impl NodeConfig {
         }
     }
 
+    /// The name the full node's coordinator and workers share on Redis.
+    pub fn cluster_name(&self) -> String {
+        cluster_name(&self.data_market, self.slot_id)
+    }
+
     /// `{POWERLOOM_CHAIN}-{NAMESPACE}-{SOURCE_CHAIN}` (docs/protocol.md §3).
     pub fn full_namespace(&self) -> String {
         format!("{}-{}-{}", self.powerloom_chain, self.namespace, self.source_chain)
@@ -432,6 +440,15 @@ impl NodeConfig {
     /// Checks every variable the node needs, reporting all problems at once.
     pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
         let mut problems = Vec::new();
+        let cluster = super::ClusterSettings::from_env(env, &mut problems);
+        if cluster.as_ref().is_some_and(|c| c.role == super::Role::Worker) {
+            problems.push("LITE_NODE_ROLE=worker is read by `lite-node run` as a worker's configuration".into());
+        }
+        if cluster.is_some() && env.get("SLOT_IDS").is_some() {
+            problems.push(
+                "LITE_NODE_ROLE=coordinator runs one slot, the full node's: give it as SLOT_ID, not SLOT_IDS".into(),
+            );
+        }
         // SLOT_IDS (several slots) stands in for SLOT_ID.
         let missing: Vec<&str> = REQUIRED
             .iter()
@@ -451,23 +468,7 @@ impl NodeConfig {
         let ipfs = IpfsConfig::from_env(env, &mut problems);
         let alerts = super::AlertConfig::from_env(env).map_err(|e| problems.extend(e.problems)).unwrap_or_default();
         let safety = safety_settings(env, &mut problems);
-        let status_addr = match env.get("STATUS_PORT").map(str::parse::<u16>) {
-            None => None,
-            Some(Ok(port)) => {
-                let host = env.get("STATUS_HOST").unwrap_or("0.0.0.0");
-                match host.parse::<std::net::IpAddr>() {
-                    Ok(ip) => Some(std::net::SocketAddr::new(ip, port)),
-                    Err(_) => {
-                        problems.push(format!("STATUS_HOST {host} is not an IP address (e.g. 0.0.0.0 or 127.0.0.1)"));
-                        None
-                    }
-                }
-            }
-            Some(Err(_)) => {
-                problems.push("STATUS_PORT must be a port number (0-65535; 0 picks a free one)".into());
-                None
-            }
-        };
+        let status_addr = status_addr(env, &mut problems);
         let drill = env
             .get("LITE_NODE_DRILL")
             .and_then(|d| d.parse::<Drill>().map_err(|e| problems.push(format!("LITE_NODE_DRILL: {e}"))).ok());
@@ -567,6 +568,7 @@ impl NodeConfig {
                 safety,
                 status_addr,
                 drill,
+                cluster,
             }),
             _ => Err(ConfigErrors { problems }),
         }
@@ -650,6 +652,79 @@ impl ComputeRunConfig {
             _ => Err(ConfigErrors { problems }),
         }
     }
+}
+
+/// `STATUS_HOST:STATUS_PORT`, when `STATUS_PORT` is set.
+fn status_addr(env: &EnvSnapshot, problems: &mut Vec<String>) -> Option<std::net::SocketAddr> {
+    match env.get("STATUS_PORT").map(str::parse::<u16>) {
+        None => None,
+        Some(Ok(port)) => {
+            let host = env.get("STATUS_HOST").unwrap_or("0.0.0.0");
+            match host.parse::<std::net::IpAddr>() {
+                Ok(ip) => Some(std::net::SocketAddr::new(ip, port)),
+                Err(_) => {
+                    problems.push(format!("STATUS_HOST {host} is not an IP address (e.g. 0.0.0.0 or 127.0.0.1)"));
+                    None
+                }
+            }
+        }
+        Some(Err(_)) => {
+            problems.push("STATUS_PORT must be a port number (0-65535; 0 picks a free one)".into());
+            None
+        }
+    }
+}
+
+/// What a full node's worker (`LITE_NODE_ROLE=worker`) reads: the package,
+/// the projects and the source chain as `lite-node compute run` does, the
+/// cluster, and whose full node it works for — no signer, no collector.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub run: ComputeRunConfig,
+    pub cluster: super::ClusterSettings,
+    /// The full node's board: `DATA_MARKET_CONTRACT` and `SLOT_ID`, as its
+    /// coordinator names it ([`NodeConfig::cluster_name`]).
+    pub board: String,
+    pub status_addr: Option<std::net::SocketAddr>,
+}
+
+impl WorkerConfig {
+    pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
+        let mut problems = Vec::new();
+        let run = ComputeRunConfig::from_env(env).map_err(|e| problems.extend(e.problems)).ok();
+        let cluster = super::ClusterSettings::from_env(env, &mut problems);
+        let status_addr = status_addr(env, &mut problems);
+        let market = match env.get("DATA_MARKET_CONTRACT") {
+            Some(_) => Some(address(env, "DATA_MARKET_CONTRACT", &mut problems)),
+            None => {
+                problems.push(
+                    "a worker needs DATA_MARKET_CONTRACT and SLOT_ID: the full node it computes for (its \
+                     coordinator's)"
+                        .into(),
+                );
+                None
+            }
+        };
+        if env.get("SLOT_ID").is_none() {
+            problems.push("a worker needs SLOT_ID: the full node's slot (its coordinator's SLOT_ID)".into());
+        }
+        if env.get("SLOT_IDS").is_some() {
+            problems.push("a worker computes for one full node: give its SLOT_ID, not SLOT_IDS".into());
+        }
+        match (run, cluster, market) {
+            (Some(run), Some(cluster), Some(market)) if problems.is_empty() => {
+                let board = cluster_name(&market, run.slot_id.unwrap_or(0));
+                Ok(Self { run, cluster, board, status_addr })
+            }
+            _ => Err(ConfigErrors { problems }),
+        }
+    }
+}
+
+/// The name a full node's coordinator and workers share on Redis: its data
+/// market and slot.
+pub fn cluster_name(data_market: &Address, slot_id: u64) -> String {
+    format!("{}:{slot_id}", data_market.to_string().to_ascii_lowercase())
 }
 
 /// The safety net's intervals (`LITE_NODE_SAFETY_CHECK_SECS`,

@@ -20,7 +20,7 @@ pub use cluster::{ClusterAssign, ClusterSettings, Role};
 pub use drill::Drill;
 pub use env::{
     ComputeConfig, ComputeRunConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, MarketProjects, NodeConfig,
-    NodeSlot, ProjectsSource, REQUIRED, SafetySettings, SecretKey, WatchSettings,
+    NodeSlot, ProjectsSource, REQUIRED, SafetySettings, SecretKey, WatchSettings, WorkerConfig, cluster_name,
 };
 pub use lite_node_core::url::{parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url};
 pub use logs::LogSettings;

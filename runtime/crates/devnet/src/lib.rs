@@ -9,6 +9,7 @@
 
 pub mod collector;
 mod fault;
+mod fullnode;
 mod process;
 mod record;
 mod switch;
@@ -81,6 +82,14 @@ pub struct Options {
     /// `SNAPSHOT_CONFIG_REPO` when set, else the BDS base snapshot). Every
     /// project's `pools` becomes the world's pools.
     pub projects: Option<PathBuf>,
+    /// One full node beside the lite nodes, computed by this many workers
+    /// (0: none).
+    pub full_node_workers: u64,
+    /// How the full node's items find their worker.
+    pub assign: lite_node_config::ClusterAssign,
+    /// Only the first N of the world's pools are active (default: all); more
+    /// than the default world holds takes `<devnet dir>/world-1000`.
+    pub pools: Option<usize>,
 }
 
 /// `./devnet` when it is a devnet directory (or no other is found), else the
@@ -131,6 +140,9 @@ impl Options {
         self.faults.iter().find_map(|f| f.drill_for(slots))
     }
 }
+
+/// Workers of the full node one machine runs at most.
+const MAX_FULL_NODE_WORKERS: u64 = 16;
 
 /// How often the devnet restarts one node that keeps dying before it gives up.
 const MAX_RESTARTS: u32 = 3;
@@ -206,6 +218,8 @@ struct Node {
     /// The child's whole environment.
     env: Vec<(String, String)>,
     restarts: u32,
+    /// The full node's coordinator (its slot is registered as a full node).
+    full_node: bool,
 }
 
 impl Node {
@@ -226,6 +240,8 @@ struct Released {
     expected: BTreeMap<u64, String>,
     /// Selected slots of ours running an alert drill (their failure is expected).
     drills: Vec<u64>,
+    /// Submissions the full node owes (every pool of every pooled project).
+    full_expected: usize,
 }
 
 /// How long the devnet waits for a stalled anvil.
@@ -300,6 +316,8 @@ struct Devnet {
     /// What the chain made of each epoch (with validators).
     onchain: BTreeMap<u64, validator::OnchainOutcome>,
     nodes: Vec<Node>,
+    /// `--full-node-workers`: the full node's Redis and workers.
+    full_node: Option<fullnode::FullNode>,
     exe: PathBuf,
     /// The table's width for the selected slots.
     width: usize,
@@ -315,10 +333,21 @@ impl Devnet {
     /// watching the anchor (and has printed the table's header).
     async fn start(opts: Options, env: &EnvSnapshot, out: &mut dyn Write, shutdown: &mut Shutdown) -> Result<Self> {
         let started = Instant::now();
-        let world_dir = opts.world.clone().unwrap_or_else(|| opts.devnet_dir.join("world"));
+        let world_dir = world_dir(&opts);
         let anvil_bin = opts.devnet_dir.join(ANVIL_BIN);
         check_options(&opts, &world_dir, &anvil_bin)?;
-        let manifest = Manifest::load(&world_dir)?;
+        let mut manifest = Manifest::load(&world_dir)?;
+        if let Some(n) = opts.pools {
+            if n > manifest.pools.len() {
+                bail!(BadInput(format!(
+                    "--pools {n}: the world in {} has {} pools; build a bigger one with `devnet/build-world.sh \
+                     --pools 1000 --out world-1000` (taken for --pools above 5 unless --world is given)",
+                    world_dir.display(),
+                    manifest.pools.len()
+                )));
+            }
+            manifest.pools.truncate(n);
+        }
         let total_slots = opts.total_slots.unwrap_or(opts.our_slots());
 
         // One devnet per run directory at a time; the run directory starts empty.
@@ -395,6 +424,18 @@ impl Devnet {
             }
             slots.push((n, signer.address(), key));
         }
+        // The full node: a slot of its own past the lite nodes', registered
+        // as a full node on ProtocolState.
+        let full = if opts.full_node_workers > 0 {
+            let slot_id = opts.our_slots() + 1;
+            let key = derived_key(slot_id);
+            let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("the full node's key: {e}"))?;
+            driver.register_slot(slot_id, signer.address()).await?;
+            driver.set_full_node(slot_id).await?;
+            Some((slot_id, signer.address(), key))
+        } else {
+            None
+        };
         driver.set_total_node_count(total_slots).await?;
         let start_block = driver.head().await?;
         writeln!(
@@ -480,8 +521,13 @@ impl Devnet {
         let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
         let mut collector = DevnetCollector::new(anchor.clone(), manifest.chain_id);
         (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
-        collector.own =
-            Some(slots.iter().flat_map(|(n, signer, _)| opts.slots_of(*n).map(move |slot| (slot, *signer))).collect());
+        collector.own = Some(
+            slots
+                .iter()
+                .flat_map(|(n, signer, _)| opts.slots_of(*n).map(move |slot| (slot, *signer)))
+                .chain(full.as_ref().map(|(slot, signer, _)| (*slot, *signer)))
+                .collect(),
+        );
         // The collector publishes what it accepts on the validators' gossip
         // network; the nodes are started once every validator is in its mesh.
         if !validators.is_empty() {
@@ -534,16 +580,29 @@ impl Devnet {
             rerun.display()
         )?;
 
-        // The nodes.
+        // The nodes: what they share, then each its own signer, slots and dir.
+        let mut base_env = child_env.clone();
+        let shared = [
+            ("SOURCE_RPC_URL", url.clone()),
+            ("POWERLOOM_RPC_URL", if opts.anchor_ws { url.replacen("http://", "ws://", 1) } else { url.clone() }),
+            ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
+            ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
+            ("LOCAL_COLLECTOR_HOST", "127.0.0.1".into()),
+            ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
+            ("LITE_NODE_START_BLOCK", start_block.to_string()),
+            ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
+            ("LITE_NODE_STOP_GRACE_SECS", NODE_STOP_GRACE.as_secs().to_string()),
+            ("RUST_LOG", node_log_filter(env)),
+        ];
+        base_env.extend(shared.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        base_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
         let mut nodes = Vec::new();
         for (index, signer, key) in &slots {
             let own: Vec<u64> = opts.slots_of(*index).collect();
             let data_dir = run_dir.join(format!("node-{index}"));
             std::fs::create_dir_all(&data_dir)?;
-            let mut node_env = child_env.clone();
+            let mut node_env = base_env.clone();
             let vars = [
-                ("SOURCE_RPC_URL", url.clone()),
-                ("POWERLOOM_RPC_URL", if opts.anchor_ws { url.replacen("http://", "ws://", 1) } else { url.clone() }),
                 ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
                 ("SIGNER_ACCOUNT_PRIVATE_KEY", key.clone()),
                 if own.len() == 1 {
@@ -551,19 +610,10 @@ impl Devnet {
                 } else {
                     ("SLOT_IDS", lite_node_config::format_slot_ids(&own))
                 },
-                ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
-                ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
                 ("PROJECTS_CONFIG", projects.display().to_string()),
                 ("LITE_NODE_DATA_DIR", data_dir.display().to_string()),
-                ("LOCAL_COLLECTOR_HOST", "127.0.0.1".into()),
-                ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
-                ("LITE_NODE_START_BLOCK", start_block.to_string()),
-                ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
-                ("LITE_NODE_STOP_GRACE_SECS", NODE_STOP_GRACE.as_secs().to_string()),
-                ("RUST_LOG", node_log_filter(env)),
             ];
             node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
-            node_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
             if let Some(drill) = opts.drill_of(&own) {
                 node_env.push(("LITE_NODE_DRILL".into(), drill.as_str().into()));
             }
@@ -584,7 +634,34 @@ impl Devnet {
                 peak_rss_kib: None,
                 env: node_env,
                 restarts: 0,
+                full_node: false,
             });
+        }
+        let full_node = match full {
+            None => None,
+            Some((slot_id, signer, key)) => Some(
+                start_full_node(
+                    &opts,
+                    &exe,
+                    &run_dir,
+                    &base_env,
+                    &manifest,
+                    &projects,
+                    (slot_id, signer, key),
+                    &mut nodes,
+                )
+                .await?,
+            ),
+        };
+        if let Some(f) = &full_node {
+            writeln!(
+                out,
+                "full node: slot {} (registered as a full node), its coordinator and {} workers ({}) on {}",
+                f.slot_id,
+                f.workers.len(),
+                fullnode::assign_name(f.assign),
+                f.redis_url
+            )?;
         }
         let outcomes = vec![BTreeMap::new(); validators.len()];
         let width = selected_width(opts.our_slots());
@@ -609,6 +686,7 @@ impl Devnet {
             outcomes,
             onchain: BTreeMap::new(),
             nodes,
+            full_node,
             exe,
             width,
             released: Vec::new(),
@@ -682,10 +760,13 @@ impl Devnet {
             || release_one(driver, anchor, selection, k, ours, &drills),
             |_| true,
         );
-        let epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
+        let mut epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
             Ok(result) => result?,
             Err(_) => bail!("anvil did not answer for {}s", STALL_LIMIT.as_secs()),
         };
+        if let Some(f) = &self.full_node {
+            epoch.full_expected = self.pools.len() * f.projects.len();
+        }
         for v in self.validators.iter_mut().filter(|v| v.cut_off) {
             v.unwatched.insert(epoch.assignment.epoch_id);
         }
@@ -713,12 +794,16 @@ impl Devnet {
     async fn settle(&mut self, epoch: Released, out: &mut dyn Write, shutdown: &mut Shutdown) -> Result<()> {
         let mut deadline = tokio::time::Instant::now() + self.opts.epoch_timeout;
         loop {
-            if arrived(&self.received, &epoch).len() >= epoch.expected.len() {
+            if arrived(&self.received, &epoch).len() >= epoch.expected.len() + epoch.full_expected {
                 break;
             }
             // A node that died is started again on its data dir: it rejoins
             // where its cursor is, and its ledger keeps it from sending twice.
-            if let Err(e) = self.restart_dead_node() {
+            let workers = match &mut self.full_node {
+                Some(f) => f.restart_dead_worker(&self.exe, &self.run_dir, MAX_RESTARTS),
+                None => Ok(()),
+            };
+            if let Err(e) = self.restart_dead_node().and(workers) {
                 self.failure = Some(e);
                 break;
             }
@@ -741,8 +826,25 @@ impl Devnet {
         for n in &mut self.nodes {
             n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
         }
-        let mut line = row(&epoch, &self.received, self.width);
         let e = epoch.assignment.epoch_id;
+        let full_slot = self.full_node.as_ref().map(|f| f.slot_id);
+        let mut line = row(&epoch, &self.received, self.width, full_slot);
+        if let Some(f) = &mut self.full_node {
+            let done = arrived(&self.received, &epoch)
+                .iter()
+                .filter(|s| {
+                    s.verdict.is_ok() && s.submission.request.as_ref().is_some_and(|r| Some(r.slot_id) == full_slot)
+                })
+                .count();
+            let by = match f.read_computed(e).await {
+                Ok(by) => fullnode::describe(by),
+                Err(err) => format!("unread: {err:#}"),
+            };
+            line.push_str(&format!(
+                "\n       full node: {done} of {} pools accepted; computed by {by}",
+                epoch.full_expected
+            ));
+        }
         // What the collector accepted is what it published to the validators.
         let forwarded = arrived(&self.received, &epoch).iter().filter(|s| s.verdict.is_ok()).count();
         // Every validator judges what it was sent before the window closes
@@ -838,6 +940,9 @@ impl Devnet {
             stop_all(&mut procs, NODE_STOP_GRACE + STOP_MARGIN);
         });
         self.serving.abort();
+        if let Some(f) = &mut self.full_node {
+            tokio::task::block_in_place(|| f.stop(NODE_STOP_GRACE + STOP_MARGIN));
+        }
         for v in &mut self.validators {
             tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
         }
@@ -854,6 +959,9 @@ impl Devnet {
             let mut procs: Vec<&mut Guarded> = self.nodes.iter_mut().map(|n| &mut n.process).collect();
             stop_all(&mut procs, NODE_STOP_GRACE + STOP_MARGIN);
         });
+        if let Some(f) = &mut self.full_node {
+            tokio::task::block_in_place(|| f.stop(NODE_STOP_GRACE + STOP_MARGIN));
+        }
         let _ = self.stop_collector.send(());
         // A client someone else left connected must not keep the devnet from ending.
         if tokio::time::timeout(Duration::from_secs(2), &mut self.serving).await.is_err() {
@@ -875,7 +983,9 @@ impl Devnet {
                 foreign.len()
             )?;
         }
-        let mut summary = summarize(&self.released, &seen, &self.nodes, self.interrupted);
+        let full_slot = self.full_node.as_ref().map(|f| f.slot_id);
+        let mut summary = summarize(&self.released, &seen, &self.nodes, self.interrupted, full_slot);
+        summary.restarts += self.full_node.as_ref().map_or(0, fullnode::FullNode::restarts);
         // Each validator's finalizations and disagreements; the first's are
         // the table's and the record's.
         let empty = BTreeMap::new();
@@ -910,6 +1020,7 @@ impl Devnet {
                 validators: &self.validators.iter().map(|v| (v.index, v.address.to_string())).collect::<Vec<_>>(),
                 all_outcomes: &self.outcomes,
                 onchain: &self.onchain,
+                full_node: self.full_node.as_ref(),
             });
             let text = serde_json::to_vec_pretty(&record)?;
             lite_node_core::atomic_file::write(path, &text)?;
@@ -951,6 +1062,15 @@ fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
         problems.push("--total-slots exceeds 2^32 - 1, the protocol's slot id range".into());
     }
     problems.extend(opts.faults.iter().filter_map(|f| f.check(opts)));
+    if opts.full_node_workers > MAX_FULL_NODE_WORKERS {
+        problems.push(format!(
+            "--full-node-workers {}: at most {MAX_FULL_NODE_WORKERS} on one machine",
+            opts.full_node_workers
+        ));
+    }
+    if opts.pools == Some(0) {
+        problems.push("--pools must be at least 1".into());
+    }
     if opts.interval.is_zero() {
         problems.push("--interval-ms must be above 0".into());
     }
@@ -1174,7 +1294,7 @@ async fn release_one(
     let expected =
         assignment.selected.iter().filter(|(s, _)| ours(s) && !drilled(s)).map(|(s, p)| (*s, p.clone())).collect();
     let drills = assignment.selected.keys().filter(|s| ours(s) && drilled(s)).copied().collect();
-    Ok(Released { assignment, release_block, sent_at, expected, drills })
+    Ok(Released { assignment, release_block, sent_at, expected, drills, full_expected: 0 })
 }
 
 /// What the collector has answered for `epoch` so far.
@@ -1204,11 +1324,11 @@ fn selected_width(nodes: u64) -> usize {
     if nodes > 6 { 22 } else { (nodes as usize * 16).max(22) }
 }
 
-fn row(epoch: &Released, received: &Received, width: usize) -> String {
+fn row(epoch: &Released, received: &Received, width: usize, full_slot: Option<u64>) -> String {
     let seen = arrived(received, epoch);
     let accepted = seen.iter().filter(|s| s.verdict.is_ok()).count();
     let rejected = seen.len() - accepted;
-    let missing = epoch.expected.len().saturating_sub(accepted + rejected);
+    let missing = (epoch.expected.len() + epoch.full_expected).saturating_sub(accepted + rejected);
     let drills = if epoch.drills.len() > 6 {
         format!(" {} drilled", epoch.drills.len())
     } else {
@@ -1222,8 +1342,11 @@ fn row(epoch: &Released, received: &Received, width: usize) -> String {
         epoch.expected.iter().map(|(s, p)| format!("{s}→{}", short(p))).collect::<Vec<_>>().join(" ") + &drills
     };
     let selected = selected.trim_start().to_owned();
-    let slowest =
-        seen.iter().map(|s| latency_ms(epoch, s)).fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
+    let slowest = seen
+        .iter()
+        .filter(|s| full_slot.is_none() || s.submission.request.as_ref().is_some_and(|r| Some(r.slot_id) != full_slot))
+        .map(|s| latency_ms(epoch, s))
+        .fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
     let latency = slowest.map_or("-".to_owned(), |l| format!("{l:.0} ms"));
     let mut line = format!(
         "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}",
@@ -1239,7 +1362,13 @@ fn row(epoch: &Released, received: &Received, width: usize) -> String {
     line
 }
 
-fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], interrupted: bool) -> Summary {
+fn summarize(
+    released: &[Released],
+    seen: &[collector::Seen],
+    nodes: &[Node],
+    interrupted: bool,
+    full_slot: Option<u64>,
+) -> Summary {
     let mut accepted = 0;
     let mut rejected = 0;
     let mut missing = 0;
@@ -1256,6 +1385,13 @@ fn summarize(released: &[Released], seen: &[collector::Seen], nodes: &[Node], in
             } else {
                 rejected += 1;
             }
+        }
+        if let Some(full) = full_slot {
+            let done = of_epoch
+                .iter()
+                .filter(|s| s.verdict.is_ok() && s.submission.request.as_ref().is_some_and(|r| r.slot_id == full))
+                .count();
+            missing += epoch.full_expected.saturating_sub(done);
         }
         for slot in epoch.expected.keys() {
             let answered = of_epoch.iter().any(|s| s.submission.request.as_ref().is_some_and(|r| r.slot_id == *slot));
@@ -1378,4 +1514,93 @@ fn summary_text(s: &Summary, took: Duration) -> String {
         ms(0.99),
         ms(1.0),
     )
+}
+
+/// The saved world to load: `--world`, else the default one, else (for
+/// `--pools` above the default world's five) `<devnet dir>/world-1000`.
+fn world_dir(opts: &Options) -> PathBuf {
+    match (&opts.world, opts.pools) {
+        (Some(world), _) => world.clone(),
+        (None, Some(n)) if n > DEFAULT_WORLD_POOLS => opts.devnet_dir.join("world-1000"),
+        (None, _) => opts.devnet_dir.join("world"),
+    }
+}
+
+/// The pools of the default world (`devnet/build-world.sh`).
+const DEFAULT_WORLD_POOLS: usize = 5;
+
+/// Starts the full node: its projects (every pooled project as a full
+/// node), its Redis, its coordinator (added to `nodes`) and its workers.
+#[allow(clippy::too_many_arguments)]
+async fn start_full_node(
+    opts: &Options,
+    exe: &Path,
+    run_dir: &Path,
+    base_env: &[(String, String)],
+    manifest: &Manifest,
+    projects: &Path,
+    (slot_id, signer, key): (u64, Address, String),
+    nodes: &mut Vec<Node>,
+) -> Result<fullnode::FullNode> {
+    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(projects)?)?;
+    let mut pooled = Vec::new();
+    for p in doc["config"].as_array_mut().into_iter().flatten() {
+        if p.get("pools").is_some() {
+            p["full_node"] = json!(true);
+            pooled.push(p["project_type"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    if pooled.is_empty() {
+        bail!(BadInput(
+            "--full-node-workers: no project lists `pools`, so a full node has nothing to divide among workers".into()
+        ));
+    }
+    let full_projects = run_dir.join("projects-full-node.json");
+    std::fs::write(&full_projects, serde_json::to_vec_pretty(&doc)?)?;
+    let (redis, redis_url) = fullnode::FullNode::start_redis(run_dir)?;
+    let market: Address = world::address(&manifest.data_market, "dataMarket")?;
+    let board = lite_node_config::cluster_name(&market, slot_id);
+    let mut full = fullnode::FullNode::new(slot_id, opts.assign, redis, redis_url.clone(), pooled, board);
+    let mut env = base_env.to_vec();
+    let vars = [
+        ("SLOT_ID", slot_id.to_string()),
+        ("PROJECTS_CONFIG", full_projects.display().to_string()),
+        ("LITE_NODE_CLUSTER_REDIS_URL", redis_url),
+        ("LITE_NODE_CLUSTER_ASSIGN", fullnode::assign_name(opts.assign).to_owned()),
+    ];
+    env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
+
+    let index = opts.nodes + 1;
+    let data_dir = run_dir.join("full-node");
+    std::fs::create_dir_all(&data_dir)?;
+    let mut coordinator = env.clone();
+    let vars = [
+        ("LITE_NODE_ROLE", "coordinator".to_owned()),
+        ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
+        ("SIGNER_ACCOUNT_PRIVATE_KEY", key),
+        ("LITE_NODE_DATA_DIR", data_dir.display().to_string()),
+    ];
+    coordinator.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    let process = Node::spawn(exe, index, &coordinator, &run_dir.join("full-node.log"))?;
+    nodes.push(Node {
+        index,
+        slot_id,
+        slots: vec![slot_id],
+        signer,
+        data_dir,
+        process,
+        peak_rss_kib: None,
+        env: coordinator,
+        restarts: 0,
+        full_node: true,
+    });
+    // The workers: no signer, no collector.
+    let mut worker = env;
+    worker.retain(|(k, _)| !k.starts_with("LOCAL_COLLECTOR_") && k != "LITE_NODE_START_BLOCK");
+    worker.push(("LITE_NODE_ROLE".into(), "worker".into()));
+    for k in 1..=opts.full_node_workers {
+        full.spawn_worker(exe, run_dir, k, &worker)?;
+    }
+    full.wait_joined(Duration::from_secs(120)).await?;
+    Ok(full)
 }

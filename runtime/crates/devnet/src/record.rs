@@ -26,11 +26,25 @@ pub(super) struct Run<'a> {
     pub all_outcomes: &'a [std::collections::BTreeMap<u64, EpochOutcome>],
     /// What the chain made of each epoch.
     pub onchain: &'a std::collections::BTreeMap<u64, super::validator::OnchainOutcome>,
+    /// The full node's cluster, with `--full-node-workers`.
+    pub full_node: Option<&'a crate::fullnode::FullNode>,
 }
 
 pub(super) fn build(run: &Run<'_>) -> Value {
-    let Run { manifest, pools, package, released, seen, nodes, summary, outcomes, validators, all_outcomes, onchain } =
-        *run;
+    let Run {
+        manifest,
+        pools,
+        package,
+        released,
+        seen,
+        nodes,
+        summary,
+        outcomes,
+        validators,
+        all_outcomes,
+        onchain,
+        full_node,
+    } = *run;
     let domain =
         lite_node_protocol::eip712::domain(manifest.chain_id, manifest.protocol_state.parse().unwrap_or_default());
     let epochs: Vec<Value> = released
@@ -47,6 +61,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                     let path = node.map(|n| snapshot_path(&n.data_dir.join("snapshots"), r.epoch_id, &r.project_id));
                     json!({
                         "slotId": r.slot_id,
+                        "fullNode": a.full_nodes.contains(&r.slot_id),
                         "signer": node.map(|n| n.signer.to_string()),
                         "projectId": r.project_id,
                         "snapshotCid": r.snapshot_cid,
@@ -74,6 +89,8 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                 "seedBlockHash": a.block_hash,
                 "totalSlots": a.total_slots,
                 "selected": a.selected.iter().map(|(s, p)| json!({"slotId": s, "pool": p})).collect::<Vec<_>>(),
+                "fullNodes": a.full_nodes,
+                "computedBy": full_node.and_then(|f| f.computed.get(&a.epoch_id)),
                 "submissions": submissions,
                 "finalized": outcome.map(|o| o.batch.clone()),
                 "validators": validators.iter().zip(all_outcomes).map(|((index, address), outcomes)| {
@@ -118,7 +135,14 @@ pub(super) fn build(run: &Run<'_>) -> Value {
             "signer": n.signer.to_string(),
             "dataDir": n.data_dir.display().to_string(),
             "peakRssKiB": n.peak_rss_kib,
+            "fullNode": n.full_node,
         })).collect::<Vec<_>>(),
+        "fullNode": full_node.map(|f| json!({
+            "slotId": f.slot_id,
+            "assign": crate::fullnode::assign_name(f.assign),
+            "workers": f.workers.iter().map(|w| json!({"id": w.id, "restarts": w.restarts, "peakRssKiB": w.process.peak_rss_kib()})).collect::<Vec<_>>(),
+            "projects": f.projects,
+        })),
         "epochs": epochs,
         "summary": {
             "epochs": summary.epochs,

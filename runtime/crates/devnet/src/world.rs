@@ -155,6 +155,17 @@ impl Driver {
         Ok((quantity(&log["topics"][2])?, quantity(&receipt["blockNumber"])?))
     }
 
+    /// Registers `slot_id` as a full node of our data market (docs/protocol.md §13).
+    pub async fn set_full_node(&self, slot_id: u64) -> Result<()> {
+        let market = address(&self.manifest.data_market, "dataMarket")?;
+        let call = lite_node_protocol::contracts::setFullNodeCall {
+            dataMarketAddress: market,
+            slotId: U256::from(slot_id),
+            full: true,
+        };
+        self.transact(&self.protocol_state(), call.abi_encode(), "setFullNode").await.map(drop)
+    }
+
     pub async fn register_slot(&self, slot_id: u64, signer: Address) -> Result<()> {
         let call = registerSlotCall { slotId: U256::from(slot_id), snapshotter: signer };
         self.transact(&self.protocol_state(), call.abi_encode(), "registerSlot").await.map(drop)

@@ -16,11 +16,15 @@ use std::{
 
 use anyhow::Result;
 use futures_util::StreamExt;
-pub use lite_node_cluster::{Board, Completion, Member, assign};
+pub use lite_node_cluster::{Board, Boards, Completion, Member, assign};
 use lite_node_compute::executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, Task};
 use lite_node_core::time::now_ms;
 use lite_node_plugin_api::BlockDetail;
 use serde::{Deserialize, Serialize};
+
+/// Epochs the board keeps after they are gathered: a coordinator restarted
+/// within them resumes from what the workers computed.
+const KEEP_EPOCHS: u64 = 4;
 
 /// How items find their worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,23 +44,6 @@ pub struct Work {
     pub sources: Vec<String>,
 }
 
-/// The boards of one full node's projects.
-#[derive(Clone)]
-pub struct Boards {
-    conn: redis::aio::ConnectionManager,
-    name: String,
-}
-
-impl Boards {
-    pub fn new(conn: redis::aio::ConnectionManager, name: impl Into<String>) -> Self {
-        Self { conn, name: name.into() }
-    }
-
-    pub fn of(&self, project: &str) -> Board {
-        Board::new(self.conn.clone(), &format!("{}:{project}", self.name))
-    }
-}
-
 /// The coordinator's side.
 pub struct Coordinator {
     pub boards: Boards,
@@ -67,6 +54,16 @@ pub struct Coordinator {
     pub poll: Duration,
     /// How long an epoch's items may take before what is in is used.
     pub patience: Duration,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("cluster", &self.boards.name())
+            .field("mode", &self.mode)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Coordinator {
@@ -127,7 +124,14 @@ impl Coordinator {
     async fn collect(&self, task: &Task, sources: &[String]) -> Result<BTreeMap<usize, String>> {
         let board = self.boards.of(&task.project_type);
         let work = serde_json::to_string(&Work { task: task.clone(), sources: sources.to_vec() })?;
-        if !board.open_epoch(task.epoch_id, &work).await? {
+        if board.open_epoch(task.epoch_id, &work).await? {
+            // What the board holds of epochs long past goes (a restarted
+            // coordinator resumes only a recent one).
+            let (announced, _) = board.epochs_after("0", Duration::ZERO).await?;
+            for old in announced.into_iter().filter(|e| e + KEEP_EPOCHS <= task.epoch_id) {
+                board.close_epoch(old).await?;
+            }
+        } else {
             tracing::info!("epoch {} {}: resumed from the cluster's board", task.epoch_id, task.project_type);
         }
         let give_up = tokio::time::Instant::now() + self.patience;
@@ -142,7 +146,18 @@ impl Coordinator {
             }
             tokio::time::sleep(self.poll).await;
         }
-        board.results(task.epoch_id).await
+        let results = board.results(task.epoch_id).await?;
+        let by: Vec<String> =
+            board.computed_by(task.epoch_id).await?.into_iter().map(|(w, n)| format!("{w} {n}")).collect();
+        tracing::info!(
+            "epoch {} {}: {} of {} data sources computed ({})",
+            task.epoch_id,
+            task.project_type,
+            results.len(),
+            sources.len(),
+            by.join(", ")
+        );
+        Ok(results)
     }
 
     /// Least backlog: takes back what lapsed leases and gone workers hold,
@@ -190,6 +205,9 @@ pub struct Worker {
     pub member: Member,
     /// The projects it computes (each has a board).
     pub projects: Vec<String>,
+    /// Peer index, per project: the last entry read of the epochs stream,
+    /// and the epochs read that still have unfinished items.
+    open: std::sync::Mutex<BTreeMap<String, (String, BTreeSet<u64>)>>,
 }
 
 /// What one round of a worker did.
@@ -200,6 +218,10 @@ pub struct Round {
 }
 
 impl Worker {
+    pub fn new(boards: Boards, mode: Mode, member: Member, projects: Vec<String>) -> Self {
+        Self { boards, mode, member, projects, open: Default::default() }
+    }
+
     /// One round: the items this worker holds or takes now, computed in one
     /// share per epoch and offered under their tokens. `blocks` gives an
     /// epoch's block details (`begin`, `end`).
@@ -220,18 +242,40 @@ impl Worker {
                     }
                 }
                 Mode::PeerIndex => {
-                    let (epochs, _) = board.epochs_after("0", Duration::ZERO).await?;
+                    let (after, mut open) = self
+                        .open
+                        .lock()
+                        .expect("not poisoned")
+                        .get(project)
+                        .cloned()
+                        .unwrap_or_else(|| ("0".into(), BTreeSet::new()));
+                    // Waits for a new epoch only while none is open.
+                    let wait = if open.is_empty() { wait } else { Duration::ZERO };
+                    let (epochs, last) = board.epochs_after(&after, wait).await?;
+                    open.extend(epochs);
                     let live: Vec<String> = board.live_members().await?.into_iter().map(|m| m.id).collect();
-                    for epoch_id in epochs {
-                        let Some(work) = board.epoch_work(epoch_id).await? else { continue };
+                    for epoch_id in open.clone() {
+                        let Some(work) = board.epoch_work(epoch_id).await? else {
+                            open.remove(&epoch_id);
+                            continue;
+                        };
                         let work: Work = serde_json::from_str(&work)?;
                         let unfinished = board.unfinished(epoch_id, work.sources.len()).await?;
+                        if unfinished.is_empty() {
+                            open.remove(&epoch_id);
+                        }
                         for index in self.peer_index_items(&live, &unfinished) {
                             if let Some(token) = board.claim(epoch_id, index, &self.member.id, true).await? {
                                 items.push((epoch_id, index, token, None));
                             }
                         }
                     }
+                    if items.is_empty() && !open.is_empty() {
+                        // Open epochs, all held by live members: look again
+                        // after a while (a member may lapse).
+                        tokio::time::sleep(wait.min(Duration::from_millis(200))).await;
+                    }
+                    self.open.lock().expect("not poisoned").insert(project.clone(), (last, open));
                 }
             }
             let mut by_epoch: BTreeMap<u64, Vec<(usize, u64, Option<String>)>> = BTreeMap::new();

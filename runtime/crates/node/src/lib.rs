@@ -14,6 +14,7 @@ pub mod outcome;
 pub mod safety;
 pub(crate) mod status;
 pub mod submission;
+pub mod worker;
 
 pub use node::{check_identity, check_slots, run, slot_dir};
 

@@ -16,6 +16,7 @@ pub mod work;
 use std::{
     future::Future,
     sync::{Arc, Mutex, atomic::Ordering},
+    time::Duration,
 };
 
 use anyhow::{Context, Result};
@@ -110,6 +111,8 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         .context("loading the compute package")??
     };
     let processors = compute::processors(&package, projects.projects).map_err(BadInput)?;
+    let work_projects: Vec<String> = processors.iter().map(|p| p.project.project_type.clone()).collect();
+    let package_commit = package.package.manifest.commit.clone();
     tracing::info!(
         "compute package {} loaded: {}",
         package.package.manifest.commit,
@@ -275,6 +278,38 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
             return Err(BadInput(e.to_string()).into());
         },
     }
+    let cluster = match &cfg.cluster {
+        Some(c) => {
+            let conn = tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                conn = crate::worker::connect(&c.redis_url) => conn?,
+            };
+            let boards = crate::cluster::Boards::new(conn, cfg.cluster_name());
+            for project in &work_projects {
+                boards
+                    .of(project)
+                    .set_package(&package_commit, lite_node_plugin_api::PLUGIN_API_VERSION)
+                    .await
+                    .context("stating the compute package on the cluster's board")?;
+            }
+            let mode = match c.assign {
+                crate::config::ClusterAssign::PeerIndex => crate::cluster::Mode::PeerIndex,
+                crate::config::ClusterAssign::LeastBacklog => crate::cluster::Mode::LeastBacklog,
+            };
+            tracing::info!(
+                "coordinator of full node {} ({mode:?}): each epoch's data sources go to its workers",
+                cfg.cluster_name()
+            );
+            Some(Arc::new(crate::cluster::Coordinator {
+                boards,
+                mode,
+                lease: c.lease,
+                poll: Duration::from_millis(50),
+                patience: cfg.watch.compute_timeout,
+            }))
+        }
+        None => None,
+    };
     let mut work = EpochWork {
         anchor,
         source,
@@ -290,6 +325,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         data_dir: data_dir.clone(),
         retain_epochs: cfg.watch.retain_epochs,
         prune_at: 0,
+        cluster,
     };
     tracing::info!(
         "watching ProtocolState {protocol_state} for data market {data_market} every {} ms",

@@ -51,6 +51,9 @@ pub struct EpochWork {
     pub retain_epochs: u64,
     /// The epoch at which the next pruning runs.
     pub prune_at: u64,
+    /// A full node's coordinator: each project that divides into data
+    /// sources is computed by the cluster's workers.
+    pub cluster: Option<Arc<crate::cluster::Coordinator>>,
 }
 
 /// One slot's own part of the work: its selection tracker, its signed
@@ -102,7 +105,22 @@ impl Work for EpochWork {
         // Each result's stages (store, sign, send, record) run as a task of
         // their own, so a thousand slots' submissions use every core; the
         // set aborts them if the epoch is abandoned.
-        let mut results = self.executor.execute(tasks, blocks);
+        let mut results: futures_util::stream::BoxStream<'_, ComputeResult> = match &self.cluster {
+            None => self.executor.execute(tasks, blocks),
+            Some(cluster) => futures_util::stream::iter(tasks)
+                .map(move |task| {
+                    let blocks = blocks.clone();
+                    async move {
+                        let result = cluster.gather(&self.executor, &task, blocks).await;
+                        if let (Some(selected), Some(lane)) = (result.selected, self.lanes.first()) {
+                            lane.tracker.report(task.epoch_id, selected, task.slot_id);
+                        }
+                        result
+                    }
+                })
+                .buffer_unordered(usize::MAX)
+                .boxed(),
+        };
         let mut stages = tokio::task::JoinSet::new();
         if let Some(lane) = self.lanes.first() {
             let (shared, anchor) = (lane.submitter.shared.clone(), self.anchor.clone());

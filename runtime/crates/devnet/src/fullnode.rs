@@ -1,0 +1,199 @@
+//! `lite-node devnet --full-node-workers K`: one full node beside the lite
+//! nodes — a slot registered as a full node on ProtocolState (docs/protocol.md
+//! §13), its coordinator (`lite-node run`, `LITE_NODE_ROLE=coordinator`,
+//! started as one of the devnet's nodes), K workers (`LITE_NODE_ROLE=worker`)
+//! and the `redis-server` they share. After each epoch the devnet reads from
+//! that Redis which worker computed how many pools.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+use lite_node_cluster::Boards;
+use lite_node_config::ClusterAssign;
+
+use crate::process::{Guarded, refuse_after, stop_all};
+
+/// One worker process.
+pub(crate) struct WorkerProcess {
+    pub id: String,
+    pub process: Guarded,
+    env: Vec<(String, String)>,
+    pub restarts: u32,
+}
+
+/// The full node's cluster: its Redis, its workers, and what they did.
+pub(crate) struct FullNode {
+    pub slot_id: u64,
+    pub assign: ClusterAssign,
+    pub redis: Guarded,
+    pub redis_url: String,
+    pub workers: Vec<WorkerProcess>,
+    /// The projects whose data sources the workers compute (those with pools).
+    pub projects: Vec<String>,
+    boards: Option<Boards>,
+    board_name: String,
+    /// Per epoch: how many items each worker computed (all projects).
+    pub computed: BTreeMap<u64, BTreeMap<String, usize>>,
+}
+
+pub(crate) fn assign_name(assign: ClusterAssign) -> &'static str {
+    match assign {
+        ClusterAssign::PeerIndex => "peer-index",
+        ClusterAssign::LeastBacklog => "least-backlog",
+    }
+}
+
+impl FullNode {
+    /// Starts the cluster's Redis (append-only, as an operator would run it).
+    pub fn start_redis(run_dir: &Path) -> Result<(Guarded, String)> {
+        let dir = run_dir.join("full-node-redis");
+        std::fs::create_dir_all(&dir)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "yes", "--appendfsync", "everysec"])
+            .arg("--dir")
+            .arg(&dir);
+        let redis =
+            Guarded::spawn("redis-server", &mut cmd, &run_dir.join("full-node-redis.log"), false).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot start redis-server ({e}): --full-node-workers needs it installed (./init.sh devnet \
+                     installs the Debian package, or: apt-get install redis-server)"
+                )
+            })?;
+        Ok((redis, format!("redis://127.0.0.1:{port}")))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        slot_id: u64,
+        assign: ClusterAssign,
+        redis: Guarded,
+        redis_url: String,
+        projects: Vec<String>,
+        board_name: String,
+    ) -> Self {
+        Self {
+            slot_id,
+            assign,
+            redis,
+            redis_url,
+            workers: Vec::new(),
+            projects,
+            boards: None,
+            board_name,
+            computed: BTreeMap::new(),
+        }
+    }
+
+    /// Starts worker `w{k}` with `env` (its own data dir and id added).
+    pub fn spawn_worker(&mut self, exe: &Path, run_dir: &Path, k: u64, env: &[(String, String)]) -> Result<()> {
+        let id = format!("w{k}");
+        let data_dir = run_dir.join(format!("worker-{k}"));
+        std::fs::create_dir_all(&data_dir)?;
+        let mut env = env.to_vec();
+        env.push(("LITE_NODE_DATA_DIR".into(), data_dir.display().to_string()));
+        env.push(("LITE_NODE_WORKER_ID".into(), id.clone()));
+        let process = spawn(exe, &id, &env, &log_of(run_dir, &id))?;
+        self.workers.push(WorkerProcess { id, process, env, restarts: 0 });
+        Ok(())
+    }
+
+    /// Waits until every worker has joined the cluster (its log says so).
+    pub async fn wait_joined(&mut self, within: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let mut joined = 0;
+            for w in &mut self.workers {
+                if let Some(status) = w.process.exited() {
+                    bail!(
+                        "worker {} exited at start ({status}); last lines of {}:\n{}",
+                        w.id,
+                        w.process.log.display(),
+                        w.process.log_tail(15)
+                    );
+                }
+                if std::fs::read_to_string(&w.process.log).is_ok_and(|l| l.contains("joined full node")) {
+                    joined += 1;
+                }
+            }
+            if joined == self.workers.len() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "only {joined} of {} workers joined within {}s; see their logs",
+                    self.workers.len(),
+                    within.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts again a worker whose process ended (at most `max` times each).
+    pub fn restart_dead_worker(&mut self, exe: &Path, run_dir: &Path, max: u32) -> Result<()> {
+        for w in &mut self.workers {
+            let Some(status) = w.process.exited() else { continue };
+            refuse_after(&format!("worker {}", w.id), w.restarts, max, &status.to_string(), &w.process)?;
+            tracing::warn!("worker {} exited ({status}); restarting it", w.id);
+            w.restarts += 1;
+            w.process = spawn(exe, &w.id, &w.env, &log_of(run_dir, &w.id))?;
+        }
+        Ok(())
+    }
+
+    /// Reads which worker computed how many of `epoch_id`'s items.
+    pub async fn read_computed(&mut self, epoch_id: u64) -> Result<&BTreeMap<String, usize>> {
+        if self.boards.is_none() {
+            let client = redis::Client::open(self.redis_url.as_str())?;
+            let conn = tokio::time::timeout(Duration::from_secs(5), client.get_connection_manager())
+                .await
+                .context("connecting to the full node's Redis")??;
+            self.boards = Some(Boards::new(conn, self.board_name.clone()));
+        }
+        let boards = self.boards.as_ref().expect("connected");
+        let mut by: BTreeMap<String, usize> = BTreeMap::new();
+        for project in &self.projects {
+            for (worker, n) in boards.of(project).computed_by(epoch_id).await? {
+                *by.entry(worker).or_default() += n;
+            }
+        }
+        self.computed.insert(epoch_id, by);
+        Ok(&self.computed[&epoch_id])
+    }
+
+    /// The workers first (orderly), then Redis.
+    pub fn stop(&mut self, grace: Duration) {
+        let mut procs: Vec<&mut Guarded> = self.workers.iter_mut().map(|w| &mut w.process).collect();
+        stop_all(&mut procs, grace);
+        stop_all(&mut [&mut self.redis], Duration::from_secs(5));
+    }
+
+    pub fn restarts(&self) -> u32 {
+        self.workers.iter().map(|w| w.restarts).sum()
+    }
+}
+
+fn log_of(run_dir: &Path, id: &str) -> PathBuf {
+    run_dir.join(format!("worker-{id}.log"))
+}
+
+fn spawn(exe: &Path, id: &str, env: &[(String, String)], log: &Path) -> Result<Guarded> {
+    let mut cmd = Command::new(exe);
+    cmd.arg("run").env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    Guarded::spawn(&format!("worker {id}"), &mut cmd, log, false)
+}
+
+/// `"w1 334, w2 333, w3 333"`.
+pub(crate) fn describe(by: &BTreeMap<String, usize>) -> String {
+    if by.is_empty() {
+        return "none in".into();
+    }
+    by.iter().map(|(w, n)| format!("{w} {n}")).collect::<Vec<_>>().join(", ")
+}
