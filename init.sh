@@ -69,6 +69,9 @@ run_tests() {
   need_rust
   check_disk_for_tests
   need_devnet_world
+  # The full node's cluster drills run over 1,000 pools (about 2 minutes, once).
+  say "devnet 1,000-pool world (the full node's drills and benchmarks)"
+  devnet/build-world.sh --pools 1000 --out world-1000 --if-stale
   need_redis
   local ws
   say "formatting (cargo fmt --check)"

@@ -30,10 +30,6 @@ use serde::{Deserialize, Serialize};
 /// The consumer group on every worker's stream.
 const GROUP: &str = "workers";
 
-/// Streams keep about this many entries (the epochs announced; a worker's
-/// assignments: tens of epochs of a thousand-pool full node).
-const MAXLEN: streams::StreamMaxlen = streams::StreamMaxlen::Approx(20_000);
-
 /// Who a member is and what it runs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
@@ -114,7 +110,19 @@ if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[3]) == 0 then return 2 end
 return 1
 ";
 
+/// Claims an item for a worker (as [`CLAIM`] with `force`) and appends the
+/// assignment to the worker's stream. KEYS: token, holder, result hashes,
+/// the worker's stream. ARGV: index, worker, epoch. -1: the result is in.
+const ASSIGN: &str = r"
+if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end
+local token = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', 20000, '*', 'epoch', ARGV[3], 'index', ARGV[1], 'token', token)
+return token
+";
+
 static CLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLAIM));
+static ASSIGN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ASSIGN));
 static COMPLETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(COMPLETE));
 
 /// One full node's shared state on Redis.
@@ -370,14 +378,23 @@ impl Board {
         }
     }
 
-    /// Claims item `index` for `worker` and sends it the assignment.
+    /// Claims item `index` for `worker` and sends it the assignment, in one
+    /// script: a connection lost half-way cannot leave an item held by a
+    /// worker that was never told.
     pub async fn assign(&self, epoch_id: u64, index: usize, worker: &str) -> Result<Option<u64>> {
-        let Some(token) = self.claim(epoch_id, index, worker, false).await? else { return Ok(None) };
         self.open_stream(worker).await?;
-        let fields = [("epoch", epoch_id.to_string()), ("index", index.to_string()), ("token", token.to_string())];
-        let _: Option<String> =
-            self.conn.clone().xadd_maxlen(self.key(&format!("work:{worker}")), MAXLEN, "*", &fields).await?;
-        Ok(Some(token))
+        let token: i64 = ASSIGN_SCRIPT
+            .key(self.epoch_key(epoch_id, "token"))
+            .key(self.epoch_key(epoch_id, "holder"))
+            .key(self.epoch_key(epoch_id, "result"))
+            .key(self.key(&format!("work:{worker}")))
+            .arg(index)
+            .arg(worker)
+            .arg(epoch_id)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .context("assigning an item")?;
+        Ok(u64::try_from(token).ok())
     }
 
     /// `worker`'s next assignments (new ones, then — after a restart — any

@@ -29,6 +29,22 @@ pub enum Fault {
     /// refused, as a blocked port would) and joins again before epoch TO + 1
     /// is released: it misses epochs FROM..=TO.
     CutValidator { validator: u64, from: u64, to: u64 },
+    /// `kill-worker:K@EPOCH`: the full node's worker K is SIGKILLed right
+    /// after the epoch's release (started again once the epoch is settled).
+    KillWorker { worker: u64, epoch: u64 },
+    /// `stop-worker:K@EPOCH`: the full node's worker K is SIGSTOPped once it
+    /// holds items of the epoch, and continued (SIGCONT) once the others
+    /// have finished them: its late results meet the fence.
+    StopWorker { worker: u64, epoch: u64 },
+    /// `restart-cluster-redis@EPOCH`: the full node's Redis is stopped
+    /// (SIGTERM: its append-only file complete) and started again right
+    /// after the epoch's release, while the workers compute.
+    RestartClusterRedis { epoch: u64 },
+    /// `kill-coordinator@EPOCH`: the full node's coordinator is SIGKILLed
+    /// mid-gather — once it has opened the epoch on its board, while the
+    /// workers compute — and restarted by the devnet: it resumes the epoch
+    /// from Redis.
+    KillCoordinator { epoch: u64 },
 }
 
 /// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`),
@@ -43,6 +59,14 @@ impl std::str::FromStr for Fault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(epoch) = s.strip_prefix("kill-coordinator@") {
+            let epoch = epoch.parse().map_err(|_| format!("--fault {s}: `{epoch}` is not an epoch id"))?;
+            return Ok(Fault::KillCoordinator { epoch });
+        }
+        if let Some(epoch) = s.strip_prefix("restart-cluster-redis@") {
+            let epoch = epoch.parse().map_err(|_| format!("--fault {s}: `{epoch}` is not an epoch id"))?;
+            return Ok(Fault::RestartClusterRedis { epoch });
+        }
         if let Some(epoch) = s.strip_prefix("restart-redis@") {
             let epoch = epoch.parse().map_err(|_| format!("--fault {s}: `{epoch}` is not an epoch id"))?;
             return Ok(Fault::RestartRedis { epoch });
@@ -55,6 +79,15 @@ impl std::str::FromStr for Fault {
             let (slot, epoch) =
                 rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected kill-node:SLOT@EPOCH"))?;
             return Ok(Fault::KillNode { slot: number(slot, "a slot number")?, epoch: number(epoch, "an epoch id")? });
+        }
+        if kind == "kill-worker" || kind == "stop-worker" {
+            let (w, epoch) = rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected {kind}:K@EPOCH"))?;
+            let (worker, epoch) = (number(w, "a worker number (1, 2, …)")?, number(epoch, "an epoch id")?);
+            return Ok(if kind == "kill-worker" {
+                Fault::KillWorker { worker, epoch }
+            } else {
+                Fault::StopWorker { worker, epoch }
+            });
         }
         if kind == "kill-validator" {
             let (v, epoch) =
@@ -82,7 +115,8 @@ impl std::str::FromStr for Fault {
         let drill = kind.parse().map_err(|e: String| {
             format!(
                 "{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH, or \
-                 kill-validator:N@EPOCH, or cut-validator:N@FROM..TO"
+                 kill-validator:N@EPOCH, or cut-validator:N@FROM..TO, or kill-worker:K@EPOCH, or \
+                 stop-worker:K@EPOCH, or restart-cluster-redis@EPOCH, or kill-coordinator@EPOCH"
             )
         })?;
         Ok(Fault::Drill(number(rest, "a slot number")?, drill))
@@ -102,7 +136,20 @@ impl Fault {
     /// Why this fault does not fit the devnet `opts` describes, if it does not.
     pub(crate) fn check(&self, opts: &Options) -> Option<String> {
         let slot = match *self {
+            Self::KillNode { slot, .. } if opts.full_node_workers > 0 && slot == opts.our_slots() + 1 => return None,
             Self::Drill(slot, _) | Self::KillNode { slot, .. } => slot,
+            Self::KillWorker { worker, .. } | Self::StopWorker { worker, .. } => {
+                return (worker == 0 || worker > opts.full_node_workers).then(|| {
+                    format!(
+                        "--fault worker {worker}: the full node has workers 1..={} (--full-node-workers)",
+                        opts.full_node_workers
+                    )
+                });
+            }
+            Self::RestartClusterRedis { .. } | Self::KillCoordinator { .. } => {
+                return (opts.full_node_workers == 0)
+                    .then(|| "--fault restart-cluster-redis and kill-coordinator need --full-node-workers".to_owned());
+            }
             Self::StallAnvil { .. } => return None,
             Self::RestartRedis { .. } => {
                 return (opts.validators == 0).then(|| "--fault restart-redis needs --validators 1".to_owned());
@@ -114,8 +161,14 @@ impl Fault {
                 });
             }
         };
-        (slot == 0 || slot > opts.our_slots())
-            .then(|| format!("--fault slot {slot} is not one of the devnet's slots 1..={}", opts.our_slots()))
+        (slot == 0 || slot > opts.our_slots()).then(|| {
+            let full = if opts.full_node_workers > 0 {
+                format!(" (or {}, the full node's)", opts.our_slots() + 1)
+            } else {
+                String::new()
+            };
+            format!("--fault slot {slot} is not one of the devnet's slots 1..={}{full}", opts.our_slots())
+        })
     }
 
     /// The alert drill this fault puts on a node working `slots`, if any.
@@ -197,6 +250,11 @@ mod tests {
         let e = "cut-validator:3@5".parse::<Fault>().unwrap_err();
         assert!(e.contains("expected cut-validator:N@FROM..TO"), "{e}");
         assert!("restart-redis@x".parse::<Fault>().unwrap_err().contains("`x` is not an epoch id"));
+        assert_eq!("kill-worker:2@3".parse::<Fault>(), Ok(Fault::KillWorker { worker: 2, epoch: 3 }));
+        assert_eq!("stop-worker:1@2".parse::<Fault>(), Ok(Fault::StopWorker { worker: 1, epoch: 2 }));
+        assert_eq!("restart-cluster-redis@4".parse::<Fault>(), Ok(Fault::RestartClusterRedis { epoch: 4 }));
+        assert_eq!("kill-coordinator@5".parse::<Fault>(), Ok(Fault::KillCoordinator { epoch: 5 }));
+        assert!("stop-worker:1".parse::<Fault>().unwrap_err().contains("expected stop-worker:K@EPOCH"));
         let e = "kill-node:1".parse::<Fault>().unwrap_err();
         assert!(e.contains("expected kill-node:SLOT@EPOCH"), "{e}");
         let e = "melt:1".parse::<Fault>().unwrap_err();

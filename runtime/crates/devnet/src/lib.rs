@@ -772,6 +772,11 @@ impl Devnet {
         }
         let epoch_id = epoch.assignment.epoch_id;
         self.drill(|fault, targets| fault.after_release(epoch_id, targets));
+        let items = self.pools.len();
+        let coordinator = self.nodes.iter_mut().find(|n| n.full_node).and_then(|n| n.process.pid());
+        if let Some(f) = &mut self.full_node {
+            f.after_release(&self.opts.faults, epoch_id, &self.run_dir, items, coordinator);
+        }
         Ok(epoch)
     }
 
@@ -799,9 +804,11 @@ impl Devnet {
             }
             // A node that died is started again on its data dir: it rejoins
             // where its cursor is, and its ledger keeps it from sending twice.
+            // A worker a drill killed stays down until the epoch is settled:
+            // the others are to finish its items.
             let workers = match &mut self.full_node {
-                Some(f) => f.restart_dead_worker(&self.exe, &self.run_dir, MAX_RESTARTS),
-                None => Ok(()),
+                Some(f) if !f.held() => f.restart_dead_worker(&self.exe, &self.run_dir, MAX_RESTARTS),
+                _ => Ok(()),
             };
             if let Err(e) = self.restart_dead_node().and(workers) {
                 self.failure = Some(e);
@@ -844,6 +851,9 @@ impl Devnet {
                 "\n       full node: {done} of {} pools accepted; computed by {by}",
                 epoch.full_expected
             ));
+            if let Err(e) = f.restart_dead_worker(&self.exe, &self.run_dir, MAX_RESTARTS) {
+                self.failure = Some(e);
+            }
         }
         // What the collector accepted is what it published to the validators.
         let forwarded = arrived(&self.received, &epoch).iter().filter(|s| s.verdict.is_ok()).count();
@@ -960,6 +970,9 @@ impl Devnet {
             stop_all(&mut procs, NODE_STOP_GRACE + STOP_MARGIN);
         });
         if let Some(f) = &mut self.full_node {
+            if let Err(e) = f.read_fenced().await {
+                tracing::warn!("reading the full node's fence count: {e:#}");
+            }
             tokio::task::block_in_place(|| f.stop(NODE_STOP_GRACE + STOP_MARGIN));
         }
         let _ = self.stop_collector.send(());
@@ -986,6 +999,14 @@ impl Devnet {
         let full_slot = self.full_node.as_ref().map(|f| f.slot_id);
         let mut summary = summarize(&self.released, &seen, &self.nodes, self.interrupted, full_slot);
         summary.restarts += self.full_node.as_ref().map_or(0, fullnode::FullNode::restarts);
+        if let Some(f) = &self.full_node {
+            writeln!(
+                out,
+                "full node: {} worker restart(s); {} late result(s) refused by the fence",
+                f.restarts(),
+                f.fenced
+            )?;
+        }
         // Each validator's finalizations and disagreements; the first's are
         // the table's and the record's.
         let empty = BTreeMap::new();
@@ -1557,7 +1578,7 @@ async fn start_full_node(
     }
     let full_projects = run_dir.join("projects-full-node.json");
     std::fs::write(&full_projects, serde_json::to_vec_pretty(&doc)?)?;
-    let (redis, redis_url) = fullnode::FullNode::start_redis(run_dir)?;
+    let (redis, redis_url) = fullnode::FullNode::start_redis(run_dir, None)?;
     let market: Address = world::address(&manifest.data_market, "dataMarket")?;
     let board = lite_node_config::cluster_name(&market, slot_id);
     let mut full = fullnode::FullNode::new(slot_id, opts.assign, redis, redis_url.clone(), pooled, board);

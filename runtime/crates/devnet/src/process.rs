@@ -85,6 +85,14 @@ impl Guarded {
         });
     }
 
+    /// Its process id, while it runs.
+    pub fn pid(&mut self) -> Option<Pid> {
+        if self.exited().is_some() {
+            return None;
+        }
+        Pid::from_raw(self.child.id() as i32)
+    }
+
     /// SIGKILL: a crash, for drills.
     pub fn kill(&mut self) {
         self.signal(Signal::KILL);

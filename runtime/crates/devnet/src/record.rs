@@ -142,6 +142,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
             "assign": crate::fullnode::assign_name(f.assign),
             "workers": f.workers.iter().map(|w| json!({"id": w.id, "restarts": w.restarts, "peakRssKiB": w.process.peak_rss_kib()})).collect::<Vec<_>>(),
             "projects": f.projects,
+            "fenced": f.fenced,
         })),
         "epochs": epochs,
         "summary": {

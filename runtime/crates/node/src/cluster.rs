@@ -124,31 +124,83 @@ impl Coordinator {
     async fn collect(&self, task: &Task, sources: &[String]) -> Result<BTreeMap<usize, String>> {
         let board = self.boards.of(&task.project_type);
         let work = serde_json::to_string(&Work { task: task.clone(), sources: sources.to_vec() })?;
-        if board.open_epoch(task.epoch_id, &work).await? {
-            // What the board holds of epochs long past goes (a restarted
-            // coordinator resumes only a recent one).
-            let (announced, _) = board.epochs_after("0", Duration::ZERO).await?;
-            for old in announced.into_iter().filter(|e| e + KEEP_EPOCHS <= task.epoch_id) {
-                board.close_epoch(old).await?;
-            }
-        } else {
-            tracing::info!("epoch {} {}: resumed from the cluster's board", task.epoch_id, task.project_type);
-        }
         let give_up = tokio::time::Instant::now() + self.patience;
+        // Redis may be restarting (its connection comes back on a later
+        // command): each step is tried again until patience runs out.
+        let mut failures = 0u32;
+        let mut failed = |e: anyhow::Error| -> Result<()> {
+            failures += 1;
+            if tokio::time::Instant::now() >= give_up {
+                return Err(e);
+            }
+            if failures == 1 || failures.is_power_of_two() {
+                tracing::warn!(
+                    "epoch {} {}: the cluster's board: {e:#}; trying again",
+                    task.epoch_id,
+                    task.project_type
+                );
+            }
+            Ok(())
+        };
+        loop {
+            let opened = async {
+                if board.open_epoch(task.epoch_id, &work).await? {
+                    // What the board holds of epochs long past goes (a
+                    // restarted coordinator resumes only a recent one).
+                    let (announced, _) = board.epochs_after("0", Duration::ZERO).await?;
+                    for old in announced.into_iter().filter(|e| e + KEEP_EPOCHS <= task.epoch_id) {
+                        board.close_epoch(old).await?;
+                    }
+                } else {
+                    tracing::info!("epoch {} {}: resumed from the cluster's board", task.epoch_id, task.project_type);
+                }
+                anyhow::Ok(())
+            };
+            match opened.await {
+                Ok(()) => break,
+                Err(e) => failed(e)?,
+            }
+            tokio::time::sleep(self.poll * 4).await;
+        }
         let mut known: BTreeSet<String> = BTreeSet::new();
         loop {
-            let unfinished = board.unfinished(task.epoch_id, sources.len()).await?;
-            if unfinished.is_empty() || tokio::time::Instant::now() >= give_up {
-                break;
+            let step = async {
+                let unfinished = board.unfinished(task.epoch_id, sources.len()).await?;
+                if unfinished.is_empty() {
+                    return Ok(true);
+                }
+                if self.mode == Mode::LeastBacklog {
+                    self.assign_pending(&board, task.epoch_id, &unfinished, &mut known).await?;
+                }
+                anyhow::Ok(false)
+            };
+            match step.await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => failed(e)?,
             }
-            if self.mode == Mode::LeastBacklog {
-                self.assign_pending(&board, task.epoch_id, &unfinished, &mut known).await?;
+            if tokio::time::Instant::now() >= give_up {
+                break;
             }
             tokio::time::sleep(self.poll).await;
         }
-        let results = board.results(task.epoch_id).await?;
-        let by: Vec<String> =
-            board.computed_by(task.epoch_id).await?.into_iter().map(|(w, n)| format!("{w} {n}")).collect();
+        let mut tries = 0;
+        let (results, by) = loop {
+            let read = async {
+                let results = board.results(task.epoch_id).await?;
+                anyhow::Ok((results, board.computed_by(task.epoch_id).await?))
+            };
+            match read.await {
+                Ok(read) => break read,
+                Err(e) if tries < 20 => {
+                    tries += 1;
+                    tracing::warn!("epoch {} {}: reading the results: {e:#}", task.epoch_id, task.project_type);
+                    tokio::time::sleep(self.poll * 4).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let by: Vec<String> = by.into_iter().map(|(w, n)| format!("{w} {n}")).collect();
         tracing::info!(
             "epoch {} {}: {} of {} data sources computed ({})",
             task.epoch_id,

@@ -132,7 +132,12 @@ pub(crate) async fn connect(url: &str) -> Result<redis::aio::ConnectionManager> 
         .map_err(|e| BadInput(format!("LITE_NODE_CLUSTER_REDIS_URL: {}", crate::config::redact_url(&e.to_string()))))?;
     let mut pause = Duration::from_millis(200);
     loop {
-        match client.get_connection_manager().await {
+        // Blocking stream reads wait up to a heartbeat (at most 500 ms):
+        // answers get more than the client's default half second.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(5)))
+            .set_connection_timeout(Some(Duration::from_secs(2)));
+        match client.get_connection_manager_with_config(config).await {
             Ok(conn) => return Ok(conn),
             Err(e) => {
                 tracing::warn!(
