@@ -106,3 +106,49 @@ fn the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part() {
         assert!(held.is_empty(), "{mode:?}: all in");
     }
 }
+
+/// A worker on another compute package than its coordinator's is refused
+/// by name when it joins: exit 2, both packages named, nothing computed.
+#[test]
+fn a_worker_on_another_package_than_its_coordinators_is_refused_by_name() {
+    let world = World::load();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let market: alloy::primitives::Address = world.manifest.data_market.parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let conn = redis::Client::open(redis.url()).unwrap().get_connection_manager().await.unwrap();
+        // What a coordinator on another commit states on the board.
+        Boards::new(conn, lite_node::config::cluster_name(&market, 7))
+            .of("baseSnapshot")
+            .set_package("0000deadbeef", lite_node_plugin_api::PLUGIN_API_VERSION)
+            .await
+            .unwrap();
+    });
+    let projects = dir.path().join("projects.json");
+    let text = json!({"config": [{"project_type": "baseSnapshot", "pools": world.manifest.pools, "full_node": true,
+        "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"},
+        "preload_tasks": ["block_details"]}]});
+    std::fs::write(&projects, text.to_string()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .arg("run")
+        .env_clear()
+        .envs(lite_node_testkit::toolchain_env())
+        .env("LITE_NODE_ROLE", "worker")
+        .env("LITE_NODE_CLUSTER_REDIS_URL", redis.url())
+        .env("LITE_NODE_WORKER_ID", "w9")
+        .env("SOURCE_RPC_URL", world.url())
+        .env("DATA_MARKET_CONTRACT", &world.manifest.data_market)
+        .env("SLOT_ID", "7")
+        .env("PROJECTS_CONFIG", &projects)
+        .env("LITE_NODE_DATA_DIR", dir.path().join("data"))
+        .env("LITE_NODE_COMPUTE_TARGET_DIR", lite_node_testkit::compute_target_dir())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("member w9 runs compute package") && stderr.contains("the coordinator 0000deadbeef"),
+        "{stderr}"
+    );
+}

@@ -146,4 +146,25 @@ mod tests {
         ]);
         assert_eq!(problems.len(), 4, "{problems:?}");
     }
+
+    #[test]
+    fn a_worker_needs_its_full_nodes_market_and_slot_and_no_signer() {
+        let env =
+            |pairs: &[(&str, &str)]| EnvSnapshot::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let base = [
+            ("LITE_NODE_ROLE", "worker"),
+            ("LITE_NODE_CLUSTER_REDIS_URL", "redis://127.0.0.1:6379"),
+            ("LITE_NODE_WORKER_ID", "w1"),
+            ("SOURCE_RPC_URL", "http://127.0.0.1:8545"),
+            ("PROJECTS_CONFIG", "projects.json"),
+        ];
+        let problems = crate::WorkerConfig::from_env(&env(&base)).unwrap_err().problems;
+        assert!(problems.iter().any(|p| p.contains("needs DATA_MARKET_CONTRACT and SLOT_ID")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("needs SLOT_ID")), "{problems:?}");
+        let mut full = base.to_vec();
+        full.extend([("DATA_MARKET_CONTRACT", "0x00000000000000000000000000000000000D47a1"), ("SLOT_ID", "9")]);
+        let cfg = crate::WorkerConfig::from_env(&env(&full)).unwrap();
+        assert_eq!(cfg.board, "0x00000000000000000000000000000000000d47a1:9", "lower case: the coordinator's name");
+        assert_eq!(cfg.cluster.role, Role::Worker);
+    }
 }
