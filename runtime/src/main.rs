@@ -143,6 +143,10 @@ struct DevnetArgs {
     /// 1,000-pool world is taken: devnet/build-world.sh --pools 1000 --out world-1000).
     #[arg(long, value_name = "N")]
     pools: Option<usize>,
+    /// The full node's workers reach the chain through a relay that holds
+    /// every request MS milliseconds (a remote RPC's round trip).
+    #[arg(long, value_name = "MS")]
+    worker_rpc_delay_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -526,6 +530,7 @@ fn main() -> ExitCode {
                     AssignMode::LeastBacklog => lite_node::config::ClusterAssign::LeastBacklog,
                 },
                 pools: a.pools,
+                worker_rpc_delay: a.worker_rpc_delay_ms.map(Duration::from_millis),
             },
             &env,
         ),

@@ -84,41 +84,70 @@ pub enum Completion {
     AlreadyDone,
 }
 
-/// Claims an item: bumps its token and names its holder, unless its result
-/// is in (-1) or, with `if-free`, a live member other than the claimer
-/// holds it (-2). KEYS: token, holder, result hashes. ARGV: index, worker,
-/// member key prefix, mode (`force` or `if-free`).
+/// Claims items: for each, bumps its token and names its holder, unless
+/// its result is in (-1) or, with `if-free`, a live member other than the
+/// claimer holds it (-2). KEYS: token, holder, result hashes. ARGV: worker,
+/// member key prefix, mode (`force` or `if-free`), then the indices. One
+/// answer per index.
 const CLAIM: &str = r"
-if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end
-if ARGV[4] == 'if-free' then
-  local holder = redis.call('HGET', KEYS[2], ARGV[1])
-  if holder and holder ~= ARGV[2] and redis.call('EXISTS', ARGV[3] .. holder) == 1 then return -2 end
+local out = {}
+for i = 4, #ARGV do
+  local index = ARGV[i]
+  local answer
+  if redis.call('HEXISTS', KEYS[3], index) == 1 then
+    answer = -1
+  else
+    local holder = redis.call('HGET', KEYS[2], index)
+    if ARGV[3] == 'if-free' and holder and holder ~= ARGV[1] and redis.call('EXISTS', ARGV[2] .. holder) == 1 then
+      answer = -2
+    else
+      answer = redis.call('HINCRBY', KEYS[1], index, 1)
+      redis.call('HSET', KEYS[2], index, ARGV[1])
+    end
+  end
+  out[#out + 1] = answer
 end
-local token = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-return token
+return out
 ";
 
-/// Accepts a result only with the item's current token, once. KEYS: token,
-/// result, stats. ARGV: index, token, result. 1 accepted, 0 fenced, 2 done.
+/// Accepts each result only with its item's current token, once. KEYS:
+/// token, result, stats. ARGV: (index, token, result) triples. Per triple:
+/// 1 accepted, 0 fenced (counted), 2 done already.
 const COMPLETE: &str = r"
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
-  redis.call('HINCRBY', KEYS[3], 'fenced', 1)
-  return 0
+local out = {}
+for i = 1, #ARGV, 3 do
+  local answer
+  if redis.call('HGET', KEYS[1], ARGV[i]) ~= ARGV[i + 1] then
+    redis.call('HINCRBY', KEYS[3], 'fenced', 1)
+    answer = 0
+  elseif redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 2]) == 0 then
+    answer = 2
+  else
+    answer = 1
+  end
+  out[#out + 1] = answer
 end
-if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[3]) == 0 then return 2 end
-return 1
+return out
 ";
 
-/// Claims an item for a worker (as [`CLAIM`] with `force`) and appends the
-/// assignment to the worker's stream. KEYS: token, holder, result hashes,
-/// the worker's stream. ARGV: index, worker, epoch. -1: the result is in.
+/// Claims items for a worker (as [`CLAIM`] with `force`) and appends each
+/// assignment to the worker's stream, in one script. KEYS: token, holder,
+/// result hashes, the worker's stream. ARGV: worker, epoch, then the
+/// indices. Per index its token, or -1: the result is in.
 const ASSIGN: &str = r"
-if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end
-local token = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', 20000, '*', 'epoch', ARGV[3], 'index', ARGV[1], 'token', token)
-return token
+local out = {}
+for i = 3, #ARGV do
+  local index = ARGV[i]
+  if redis.call('HEXISTS', KEYS[3], index) == 1 then
+    out[#out + 1] = -1
+  else
+    local token = redis.call('HINCRBY', KEYS[1], index, 1)
+    redis.call('HSET', KEYS[2], index, ARGV[1])
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', 20000, '*', 'epoch', ARGV[2], 'index', index, 'token', token)
+    out[#out + 1] = token
+  end
+end
+return out
 ";
 
 static CLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLAIM));
@@ -294,37 +323,59 @@ impl Board {
     /// `None` when its result is in, or (`only_if_free`) a live member other
     /// than `worker` holds it.
     pub async fn claim(&self, epoch_id: u64, index: usize, worker: &str, only_if_free: bool) -> Result<Option<u64>> {
-        let token: i64 = CLAIM_SCRIPT
+        Ok(self.claim_many(epoch_id, &[index], worker, only_if_free).await?.pop().flatten())
+    }
+
+    /// [`Board::claim`] for many items in one script (one round trip).
+    pub async fn claim_many(
+        &self,
+        epoch_id: u64,
+        indices: &[usize],
+        worker: &str,
+        only_if_free: bool,
+    ) -> Result<Vec<Option<u64>>> {
+        if indices.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tokens: Vec<i64> = CLAIM_SCRIPT
             .key(self.epoch_key(epoch_id, "token"))
             .key(self.epoch_key(epoch_id, "holder"))
             .key(self.epoch_key(epoch_id, "result"))
-            .arg(index)
             .arg(worker)
             .arg(self.key("member:"))
             .arg(if only_if_free { "if-free" } else { "force" })
+            .arg(indices)
             .invoke_async(&mut self.conn.clone())
             .await
-            .context("claiming an item")?;
-        Ok(u64::try_from(token).ok())
+            .context("claiming items")?;
+        Ok(tokens.into_iter().map(|t| u64::try_from(t).ok()).collect())
     }
 
     /// Offers item `index`'s result under `token` (see [`Completion`]).
     pub async fn complete(&self, epoch_id: u64, index: usize, token: u64, result: &str) -> Result<Completion> {
-        let answer: i64 = COMPLETE_SCRIPT
-            .key(self.epoch_key(epoch_id, "token"))
-            .key(self.epoch_key(epoch_id, "result"))
-            .key(self.key("stats"))
-            .arg(index)
-            .arg(token)
-            .arg(result)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .context("offering a result")?;
-        Ok(match answer {
-            1 => Completion::Accepted,
-            0 => Completion::Fenced,
-            _ => Completion::AlreadyDone,
-        })
+        let mut answers = self.complete_many(epoch_id, &[(index, token, result)]).await?;
+        Ok(answers.pop().unwrap_or(Completion::AlreadyDone))
+    }
+
+    /// [`Board::complete`] for many results in one script (one round trip).
+    pub async fn complete_many(&self, epoch_id: u64, results: &[(usize, u64, &str)]) -> Result<Vec<Completion>> {
+        if results.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = COMPLETE_SCRIPT.key(self.epoch_key(epoch_id, "token"));
+        invocation.key(self.epoch_key(epoch_id, "result")).key(self.key("stats"));
+        for (index, token, result) in results {
+            invocation.arg(index).arg(token).arg(result);
+        }
+        let answers: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await.context("offering results")?;
+        Ok(answers
+            .into_iter()
+            .map(|a| match a {
+                1 => Completion::Accepted,
+                0 => Completion::Fenced,
+                _ => Completion::AlreadyDone,
+            })
+            .collect())
     }
 
     /// Each item's holder, for items without a result.
@@ -347,6 +398,11 @@ impl Board {
             *by.entry(worker.clone()).or_insert(0) += 1;
         }
         Ok(by)
+    }
+
+    /// How many of the epoch's results are in (one `HLEN`: cheap to poll).
+    pub async fn done(&self, epoch_id: u64) -> Result<usize> {
+        Ok(self.conn.clone().hlen(self.epoch_key(epoch_id, "result")).await?)
     }
 
     /// The accepted results, by item index.
@@ -380,21 +436,29 @@ impl Board {
 
     /// Claims item `index` for `worker` and sends it the assignment, in one
     /// script: a connection lost half-way cannot leave an item held by a
-    /// worker that was never told.
+    /// worker that was not told.
     pub async fn assign(&self, epoch_id: u64, index: usize, worker: &str) -> Result<Option<u64>> {
+        Ok(self.assign_many(epoch_id, &[index], worker).await?.pop().flatten())
+    }
+
+    /// [`Board::assign`] for many items to one worker, in one script.
+    pub async fn assign_many(&self, epoch_id: u64, indices: &[usize], worker: &str) -> Result<Vec<Option<u64>>> {
+        if indices.is_empty() {
+            return Ok(Vec::new());
+        }
         self.open_stream(worker).await?;
-        let token: i64 = ASSIGN_SCRIPT
+        let tokens: Vec<i64> = ASSIGN_SCRIPT
             .key(self.epoch_key(epoch_id, "token"))
             .key(self.epoch_key(epoch_id, "holder"))
             .key(self.epoch_key(epoch_id, "result"))
             .key(self.key(&format!("work:{worker}")))
-            .arg(index)
             .arg(worker)
             .arg(epoch_id)
+            .arg(indices)
             .invoke_async(&mut self.conn.clone())
             .await
-            .context("assigning an item")?;
-        Ok(u64::try_from(token).ok())
+            .context("assigning items")?;
+        Ok(tokens.into_iter().map(|t| u64::try_from(t).ok()).collect())
     }
 
     /// `worker`'s next assignments (new ones, then — after a restart — any
@@ -417,7 +481,14 @@ impl Board {
 
     /// `worker` is done with stream entry `entry`.
     pub async fn ack(&self, worker: &str, entry: &str) -> Result<()> {
-        let _: usize = self.conn.clone().xack(self.key(&format!("work:{worker}")), GROUP, &[entry]).await?;
+        self.ack_many(worker, &[entry]).await
+    }
+
+    /// `worker` is done with these stream entries (one `XACK`).
+    pub async fn ack_many(&self, worker: &str, entries: &[&str]) -> Result<()> {
+        if !entries.is_empty() {
+            let _: usize = self.conn.clone().xack(self.key(&format!("work:{worker}")), GROUP, entries).await?;
+        }
         Ok(())
     }
 

@@ -46,6 +46,9 @@ pub(crate) struct FullNode {
     pub computed: BTreeMap<u64, BTreeMap<String, usize>>,
     /// Results refused by the fence (read at the end of the run).
     pub fenced: u64,
+    /// Per epoch, from the coordinator's journal: how long gathering took
+    /// (ms) and how many snapshots it gave.
+    pub gathered: BTreeMap<u64, (u64, usize)>,
     redis_port: u16,
     /// Drills under way (a stopped worker waiting to be continued).
     drills: Vec<tokio::task::JoinHandle<()>>,
@@ -98,6 +101,7 @@ impl FullNode {
             redis,
             redis_url,
             fenced: 0,
+            gathered: BTreeMap::new(),
             redis_port,
             drills: Vec::new(),
             workers: Vec::new(),
@@ -220,6 +224,22 @@ impl FullNode {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Reads how long the coordinator took to gather each epoch (its
+    /// journal, `full-node/state/epochs.jsonl`; the last line of an epoch).
+    pub fn read_gathered(&mut self, run_dir: &Path) {
+        let text = std::fs::read_to_string(run_dir.join("full-node/state/epochs.jsonl")).unwrap_or_default();
+        for line in text.lines() {
+            let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            let (Some(e), Some(start), Some(end)) =
+                (entry["epoch_id"].as_u64(), entry["started_at_ms"].as_u64(), entry["finished_at_ms"].as_u64())
+            else {
+                continue;
+            };
+            let snapshots = entry["snapshots"].as_u64().unwrap_or(0) as usize;
+            self.gathered.insert(e, (end.saturating_sub(start), snapshots));
         }
     }
 

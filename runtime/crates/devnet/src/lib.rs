@@ -11,6 +11,7 @@ pub mod collector;
 mod fault;
 mod fullnode;
 mod process;
+mod proxy;
 mod record;
 mod switch;
 mod validator;
@@ -90,6 +91,9 @@ pub struct Options {
     /// Only the first N of the world's pools are active (default: all); more
     /// than the default world holds takes `<devnet dir>/world-1000`.
     pub pools: Option<usize>,
+    /// The full node's workers reach the chain through a relay that holds
+    /// every request this long (a remote RPC), when set.
+    pub worker_rpc_delay: Option<Duration>,
 }
 
 /// `./devnet` when it is a devnet directory (or no other is found), else the
@@ -974,6 +978,7 @@ impl Devnet {
                 tracing::warn!("reading the full node's fence count: {e:#}");
             }
             tokio::task::block_in_place(|| f.stop(NODE_STOP_GRACE + STOP_MARGIN));
+            f.read_gathered(&self.run_dir);
         }
         let _ = self.stop_collector.send(());
         // A client someone else left connected must not keep the devnet from ending.
@@ -1619,6 +1624,13 @@ async fn start_full_node(
     let mut worker = env;
     worker.retain(|(k, _)| !k.starts_with("LOCAL_COLLECTOR_") && k != "LITE_NODE_START_BLOCK");
     worker.push(("LITE_NODE_ROLE".into(), "worker".into()));
+    if let Some(delay) = opts.worker_rpc_delay {
+        let anvil = base_env.iter().find(|(k, _)| k == "SOURCE_RPC_URL").map(|(_, v)| v.clone()).unwrap_or_default();
+        let upstream = anvil.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let relayed = proxy::start(upstream, delay).await?;
+        tracing::info!("the full node's workers reach the chain through {relayed}, {} ms later", delay.as_millis());
+        worker.push(("SOURCE_RPC_URL".into(), relayed));
+    }
     for k in 1..=opts.full_node_workers {
         full.spawn_worker(exe, run_dir, k, &worker)?;
     }

@@ -91,6 +91,10 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                 "selected": a.selected.iter().map(|(s, p)| json!({"slotId": s, "pool": p})).collect::<Vec<_>>(),
                 "fullNodes": a.full_nodes,
                 "computedBy": full_node.and_then(|f| f.computed.get(&a.epoch_id)),
+                "fullNodeGather": full_node.and_then(|f| f.gathered.get(&a.epoch_id)).map(|(ms, n)| json!({
+                    "ms": ms,
+                    "snapshots": n,
+                })),
                 "submissions": submissions,
                 "finalized": outcome.map(|o| o.batch.clone()),
                 "validators": validators.iter().zip(all_outcomes).map(|((index, address), outcomes)| {

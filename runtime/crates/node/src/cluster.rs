@@ -26,6 +26,10 @@ use serde::{Deserialize, Serialize};
 /// within them resumes from what the workers computed.
 const KEEP_EPOCHS: u64 = 4;
 
+/// How often the coordinator reads who holds what (and, by least backlog,
+/// gives out what nobody live holds) while an epoch's items are out.
+const ASSIGN_EVERY: Duration = Duration::from_millis(100);
+
 /// How items find their worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -163,14 +167,24 @@ impl Coordinator {
             tokio::time::sleep(self.poll * 4).await;
         }
         let mut known: BTreeSet<String> = BTreeSet::new();
+        // Whether results are all in is one cheap count per poll; who holds
+        // what is read (and least backlog's assignments made) at most every
+        // ASSIGN_EVERY.
+        let mut assigned_at: Option<tokio::time::Instant> = None;
         loop {
             let step = async {
-                let unfinished = board.unfinished(task.epoch_id, sources.len()).await?;
-                if unfinished.is_empty() {
+                if board.done(task.epoch_id).await? >= sources.len() {
                     return Ok(true);
                 }
-                if self.mode == Mode::LeastBacklog {
-                    self.assign_pending(&board, task.epoch_id, &unfinished, &mut known).await?;
+                if assigned_at.is_none_or(|at| at.elapsed() >= ASSIGN_EVERY) {
+                    assigned_at = Some(tokio::time::Instant::now());
+                    let unfinished = board.unfinished(task.epoch_id, sources.len()).await?;
+                    if unfinished.is_empty() {
+                        return Ok(true);
+                    }
+                    if self.mode == Mode::LeastBacklog {
+                        self.assign_pending(&board, task.epoch_id, &unfinished, &mut known).await?;
+                    }
                 }
                 anyhow::Ok(false)
             };
@@ -243,8 +257,12 @@ impl Coordinator {
         }
         pending.retain(|i| unfinished.contains_key(i));
         let pending: Vec<usize> = pending.into_iter().collect();
+        let mut to: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (index, worker) in assign::least_backlog(&pending, &mut backlog) {
-            board.assign(epoch_id, index, &worker).await?;
+            to.entry(worker).or_default().push(index);
+        }
+        for (worker, indices) in to {
+            board.assign_many(epoch_id, &indices, &worker).await?;
         }
         Ok(())
     }
@@ -316,8 +334,10 @@ impl Worker {
                         if unfinished.is_empty() {
                             open.remove(&epoch_id);
                         }
-                        for index in self.peer_index_items(&live, &unfinished) {
-                            if let Some(token) = board.claim(epoch_id, index, &self.member.id, true).await? {
+                        let mine = self.peer_index_items(&live, &unfinished);
+                        let tokens = board.claim_many(epoch_id, &mine, &self.member.id, true).await?;
+                        for (index, token) in mine.into_iter().zip(tokens) {
+                            if let Some(token) = token {
                                 items.push((epoch_id, index, token, None));
                             }
                         }
@@ -382,11 +402,8 @@ impl Worker {
         let mut round = Round::default();
         let Some(work) = board.epoch_work(epoch_id).await? else {
             // The epoch was closed: nothing to do but let go.
-            for (_, _, entry) in items {
-                if let Some(entry) = entry {
-                    board.ack(&self.member.id, entry).await?;
-                }
-            }
+            let entries: Vec<&str> = items.iter().filter_map(|(_, _, e)| e.as_deref()).collect();
+            board.ack_many(&self.member.id, &entries).await?;
             return Ok(round);
         };
         let work: Work = serde_json::from_str(&work)?;
@@ -408,24 +425,37 @@ impl Worker {
             }
             None => return Ok(round),
         };
-        for (index, token, entry) in items {
-            let Some(json) = work.sources.get(*index).and_then(|s| snapshots.get(&s.to_ascii_lowercase())) else {
-                continue;
-            };
-            match board.complete(epoch_id, *index, *token, json).await? {
+        // Every result in one script, each under its own token.
+        let offered: Vec<(usize, u64, &str, Option<&str>)> = items
+            .iter()
+            .filter_map(|(index, token, entry)| {
+                let json = work.sources.get(*index).and_then(|s| snapshots.get(&s.to_ascii_lowercase()))?;
+                Some((*index, *token, json.as_str(), entry.as_deref()))
+            })
+            .collect();
+        let results: Vec<(usize, u64, &str)> = offered.iter().map(|(i, t, json, _)| (*i, *t, *json)).collect();
+        let answers = board.complete_many(epoch_id, &results).await?;
+        let mut fenced: Vec<String> = Vec::new();
+        for ((index, token, _, _), answer) in offered.iter().zip(&answers) {
+            match answer {
                 Completion::Accepted | Completion::AlreadyDone => round.accepted += 1,
                 Completion::Fenced => {
                     round.fenced += 1;
-                    tracing::warn!(
-                        "epoch {epoch_id} item {index}: refused by the fence (token {token} is no longer current: the \
-                         item was given again while this worker had it)"
-                    );
+                    fenced.push(format!("{index} (token {token})"));
                 }
             }
-            if let Some(entry) = entry {
-                board.ack(&self.member.id, entry).await?;
-            }
         }
+        if !fenced.is_empty() {
+            tracing::warn!(
+                "epoch {epoch_id}: {} result(s) refused by the fence (their tokens are no longer current: the items \
+                 were given again while this worker had them): items {}{}",
+                fenced.len(),
+                fenced.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
+                if fenced.len() > 10 { ", …" } else { "" }
+            );
+        }
+        let entries: Vec<&str> = offered.iter().filter_map(|(_, _, _, e)| *e).collect();
+        board.ack_many(&self.member.id, &entries).await?;
         Ok(round)
     }
 }

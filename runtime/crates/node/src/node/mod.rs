@@ -304,7 +304,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
                 boards,
                 mode,
                 lease: c.lease,
-                poll: Duration::from_millis(50),
+                poll: Duration::from_millis(10),
                 patience: cfg.watch.compute_timeout,
             }))
         }
