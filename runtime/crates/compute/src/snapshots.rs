@@ -60,35 +60,59 @@ impl SnapshotStore {
 
     /// Canonicalizes `json`, writes its bytes, records its CID.
     pub fn record(&self, epoch_id: u64, project_id: &str, json: &str) -> Result<Stored, String> {
-        let bytes = canonical_json(json)?;
-        let cid = cid(&bytes);
-        let path = snapshot_path(&self.root, epoch_id, project_id);
-        // Several slots of one node that drew the same pool store the same
-        // bytes: the first writes them, the others find them.
-        let known = self
-            .recent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(project_id)
-            .is_some_and(|list| list.iter().any(|(e, c)| *e == epoch_id && *c == cid));
-        if known && path.is_file() {
-            return Ok(Stored { project_id: project_id.to_owned(), cid, path });
+        let mut stored = self.record_many(epoch_id, &[(project_id.to_owned(), json)])?;
+        Ok(stored.pop().expect("one in, one out"))
+    }
+
+    /// [`SnapshotStore::record`] for many snapshots of one epoch: each one's
+    /// bytes written, then the index of recent CIDs saved once (a full
+    /// node's thousand pools would otherwise rewrite it a thousand times).
+    pub fn record_many(&self, epoch_id: u64, snapshots: &[(String, &str)]) -> Result<Vec<Stored>, String> {
+        let canonical = snapshots
+            .iter()
+            .map(|(id, json)| Ok((id.clone(), canonical_json(json)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        self.write_many(epoch_id, canonical)
+    }
+
+    /// Writes canonical snapshots' bytes, then saves the index once.
+    fn write_many(&self, epoch_id: u64, snapshots: Vec<(String, Vec<u8>)>) -> Result<Vec<Stored>, String> {
+        let mut stored = Vec::with_capacity(snapshots.len());
+        let mut new = Vec::new();
+        for (project_id, bytes) in snapshots {
+            let cid = cid(&bytes);
+            let path = snapshot_path(&self.root, epoch_id, &project_id);
+            // Several slots of one node that drew the same pool store the
+            // same bytes: the first writes them, the others find them.
+            let known = self
+                .recent
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&project_id)
+                .is_some_and(|list| list.iter().any(|(e, c)| *e == epoch_id && *c == cid));
+            if !(known && path.is_file()) {
+                lite_node_core::atomic_file::write(&path, &bytes).map_err(|e| e.to_string())?;
+                new.push((project_id.clone(), cid.clone()));
+            }
+            stored.push(Stored { project_id, cid, path });
         }
-        lite_node_core::atomic_file::write(&path, &bytes).map_err(|e| e.to_string())?;
-        {
-            // Written under the lock, so the file never goes back in time.
-            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-            let list = recent.entry(project_id.to_owned()).or_default();
+        if new.is_empty() {
+            return Ok(stored);
+        }
+        // Written under the lock, so the file never goes back in time.
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        for (project_id, cid) in new {
+            let list = recent.entry(project_id).or_default();
             list.retain(|(e, _)| *e != epoch_id);
-            list.push((epoch_id, cid.clone()));
+            list.push((epoch_id, cid));
             list.sort_by_key(|(e, _)| *e);
             if list.len() > KEPT_PER_PROJECT {
                 list.drain(..list.len() - KEPT_PER_PROJECT);
             }
-            let snapshot = serde_json::to_vec_pretty(&*recent).expect("a map of strings serializes");
-            lite_node_core::atomic_file::write(&self.recent_path, &snapshot).map_err(|e| e.to_string())?;
         }
-        Ok(Stored { project_id: project_id.to_owned(), cid, path })
+        let snapshot = serde_json::to_vec_pretty(&*recent).expect("a map of strings serializes");
+        lite_node_core::atomic_file::write(&self.recent_path, &snapshot).map_err(|e| e.to_string())?;
+        Ok(stored)
     }
 }
 
@@ -100,11 +124,13 @@ impl SnapshotStore {
         if result.kind != OutcomeKind::Computed {
             return Ok(Vec::new());
         }
-        let store_one = |(data_source, json): &(String, String)| {
-            let id = project_id(&result.project_type, data_source, namespace);
-            self.record(epoch_id, &id, json).map_err(|e| format!("snapshot for `{data_source}`: {e}"))
-        };
-        result.snapshots.iter().map(store_one).collect()
+        // Each snapshot's JSON is checked first, so an error names its data source.
+        let mut snapshots = Vec::with_capacity(result.snapshots.len());
+        for (data_source, json) in &result.snapshots {
+            let bytes = canonical_json(json).map_err(|e| format!("snapshot for `{data_source}`: {e}"))?;
+            snapshots.push((project_id(&result.project_type, data_source, namespace), bytes));
+        }
+        self.write_many(epoch_id, snapshots)
     }
 
     /// Removes the stored bytes of epochs before `first_kept`; returns how
