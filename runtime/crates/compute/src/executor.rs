@@ -431,6 +431,11 @@ impl LocalExecutor {
         let share: Option<Vec<RString>> =
             task.sources.as_ref().map(|s| s.iter().map(|s| RString::from(s.as_str())).collect());
         let worker = tokio::task::spawn_blocking(move || {
+            if let Some(share) = &share {
+                // A share's previous snapshots in a few batches, not one
+                // anchor round trip per data source.
+                host.prefetch_finalized(&share.iter().map(RString::as_str).collect::<Vec<_>>());
+            }
             let host_ref = Host::to_ref(&*host);
             let result = match &share {
                 Some(share) => processor.compute_share(&ctx, host_ref, share.as_slice().into()),

@@ -123,7 +123,16 @@ pub struct RuntimeHost {
     /// Calls that failed without a JSON-RPC error: the chain was not reached
     /// or did not answer properly (a reason to compute again, unlike a revert).
     unreachable: std::sync::atomic::AtomicU32,
+    /// `previous_snapshots` answers read ahead for a share's data sources
+    /// ([`RuntimeHost::prefetch_finalized`]).
+    prefetched: Mutex<std::collections::HashMap<String, Vec<PreviousSnapshot>>>,
 }
+
+/// The epochs whose finalized CIDs are read, and the calls that read them.
+type FinalizedCalls = (std::ops::Range<u64>, Vec<RpcCall>);
+
+/// Calls per JSON-RPC batch when a share's previous snapshots are read ahead.
+const PREFETCH_BATCH: usize = 500;
 
 impl RuntimeHost {
     /// A host for one compute call.
@@ -145,6 +154,7 @@ impl RuntimeHost {
             epoch_id: 0,
             anchor_block: 0,
             unreachable: std::sync::atomic::AtomicU32::new(0),
+            prefetched: Mutex::default(),
         }
     }
 
@@ -168,13 +178,69 @@ impl RuntimeHost {
     /// an unreachable anchor is an error, so the compute fails and runs
     /// again rather than submit bytes no other node writes.
     fn finalized_before(&self, data_source: &str) -> Result<Vec<PreviousSnapshot>, RpcError> {
+        if let Some(known) = self.prefetched.lock().unwrap_or_else(|p| p.into_inner()).get(data_source) {
+            return Ok(known.clone());
+        }
+        let Some((epochs, calls)) = self.finalized_calls(data_source)? else { return Ok(Vec::new()) };
+        let answers = self.endpoint(Chain::Anchor).and_then(|e| self.counted(e.batch(&calls)))?;
+        self.finalized_answers(data_source, epochs, answers)
+    }
+
+    /// Reads ahead, in batches of [`PREFETCH_BATCH`] calls, what the chain
+    /// finalized before this epoch for each of `sources` (a full node's
+    /// share: one round trip per batch instead of one per data source).
+    /// What cannot be read here is read again, alone, when asked.
+    pub fn prefetch_finalized(&self, sources: &[&str]) {
+        let mut asked: Vec<(&str, FinalizedCalls)> = Vec::new();
+        for source in sources {
+            match self.finalized_calls(source) {
+                Ok(Some(calls)) => asked.push((source, calls)),
+                Ok(None) => {
+                    self.prefetched.lock().unwrap_or_else(|p| p.into_inner()).insert((*source).to_owned(), Vec::new());
+                }
+                Err(_) => return,
+            }
+        }
+        let Ok(endpoint) = self.endpoint(Chain::Anchor) else { return };
+        let mut group: Vec<(&str, FinalizedCalls)> = Vec::new();
+        let mut pending = asked.into_iter().peekable();
+        while pending.peek().is_some() {
+            let mut size = 0;
+            while let Some(next) = pending.peek() {
+                if size > 0 && size + next.1.1.len() > PREFETCH_BATCH {
+                    break;
+                }
+                size += next.1.1.len();
+                group.push(pending.next().expect("peeked"));
+            }
+            let calls: Vec<RpcCall> = group.iter().flat_map(|(_, (_, c))| c.iter().cloned()).collect();
+            let Ok(mut answers) = endpoint.batch(&calls) else { return };
+            let mut prefetched = self.prefetched.lock().unwrap_or_else(|p| p.into_inner());
+            for (source, (epochs, calls)) in group.drain(..) {
+                let mine: Vec<_> = answers.drain(..calls.len().min(answers.len())).collect();
+                // Read as one source's own batch is: an unreached answer is
+                // left for that source's own read (and counted there).
+                if mine.len() == calls.len()
+                    && !mine.iter().any(|a| matches!(a, Err(RpcError { code: ROption::RNone, .. })))
+                    && let Ok(found) = self.finalized_answers(source, epochs, mine)
+                {
+                    prefetched.insert(source.to_owned(), found);
+                }
+            }
+        }
+    }
+
+    /// The calls that read what the chain finalized for `data_source`
+    /// before this epoch, with their epochs; `None` when there is nothing
+    /// to read (no anchor configured, or no earlier epoch).
+    fn finalized_calls(&self, data_source: &str) -> Result<Option<FinalizedCalls>, RpcError> {
         use lite_node_protocol::finalized;
         let refuse = |message: String| RpcError { code: ROption::RNone, message: message.into() };
         // A run without an anchor (`compute run` offline, tests) reads none.
-        let Some(reads) = &self.finalized else { return Ok(Vec::new()) };
+        let Some(reads) = &self.finalized else { return Ok(None) };
         let epochs = finalized::previous_epochs(self.epoch_id);
         if epochs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         if self.anchor_block == 0 {
             return Err(refuse(format!(
@@ -199,13 +265,28 @@ impl RuntimeHost {
                 .into(),
             })
             .collect();
-        let answers = self.endpoint(Chain::Anchor).and_then(|e| self.counted(e.batch(&calls)))?;
+        Ok(Some((epochs, calls)))
+    }
+
+    /// What the answers to [`RuntimeHost::finalized_calls`] say.
+    fn finalized_answers(
+        &self,
+        data_source: &str,
+        epochs: std::ops::Range<u64>,
+        answers: Vec<Result<String, RpcError>>,
+    ) -> Result<Vec<PreviousSnapshot>, RpcError> {
+        use lite_node_protocol::finalized;
+        let refuse = |message: String| RpcError { code: ROption::RNone, message: message.into() };
+        let label = match &self.finalized {
+            Some(reads) => lite_node_protocol::project_id(&self.project, data_source, &reads.namespace),
+            None => data_source.to_owned(),
+        };
         let mut found = Vec::new();
         for (epoch_id, answer) in epochs.zip(answers) {
             match self.counted(answer) {
                 Ok(text) => {
                     let cid = finalized::finalized_cid(&text)
-                        .map_err(|e| refuse(format!("epoch {epoch_id} of {project_id}: {e}")))?;
+                        .map_err(|e| refuse(format!("epoch {epoch_id} of {label}: {e}")))?;
                     found.extend(cid.map(|cid| PreviousSnapshot { epoch_id, cid: cid.into() }));
                 }
                 // The chain answered with an error: no such function there.
@@ -315,6 +396,77 @@ mod tests {
         let answers = Host::new(Host::to_ref(&host)).rpc_batch(Chain::Source, &calls).unwrap();
         assert_eq!(answers.len(), 3);
         assert_eq!(host.unreachable_calls(), 1);
+    }
+
+    /// A share's previous snapshots read ahead in one batch give what each
+    /// data source's own read gives — finalized CIDs, nothing finalized, a
+    /// revert read as nothing — and ask the anchor nothing more.
+    #[test]
+    fn previous_snapshots_read_ahead_for_a_share_equal_each_sources_own_read() {
+        use abi_stable::std_types::ROption;
+        use lite_node_plugin_api::{RpcCall, RpcError};
+        use std::sync::{
+            Arc,
+            atomic::{AtomicUsize, Ordering},
+        };
+        /// Answers `maxSnapshotsCid` by the project id inside the call: pool
+        /// "a" has a CID for every epoch, "b" none, "c" reverts.
+        struct Anchor(AtomicUsize);
+        fn answer(call: &RpcCall) -> Result<String, RpcError> {
+            use alloy::sol_types::SolCall;
+            use lite_node_protocol::contracts::{maxSnapshotsCidCall, maxSnapshotsCidReturn};
+            let params = call.params_json.as_str();
+            if params.contains(&hex::encode("baseSnapshot:c")) {
+                return Err(RpcError { code: ROption::RSome(3), message: "execution reverted".into() });
+            }
+            let cid = if params.contains(&hex::encode("baseSnapshot:a")) {
+                lite_node_protocol::cid(params.as_bytes())
+            } else {
+                String::new()
+            };
+            let r = maxSnapshotsCidReturn { _0: cid, _1: 1 };
+            Ok(format!("0x{}", hex::encode(maxSnapshotsCidCall::abi_encode_returns(&r))))
+        }
+        impl super::RpcEndpoint for Anchor {
+            fn call(&self, _: &str, _: &str) -> Result<String, RpcError> {
+                unreachable!("batched")
+            }
+            fn batch(&self, calls: &[RpcCall]) -> Result<Vec<Result<String, RpcError>>, RpcError> {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                Ok(calls.iter().map(answer).collect())
+            }
+        }
+        let host = |anchor: &Arc<Anchor>| {
+            let mut host = super::RuntimeHost::new(
+                "baseSnapshot",
+                None,
+                Some(anchor.clone() as Arc<dyn super::RpcEndpoint>),
+                Default::default(),
+                vec![],
+            );
+            host.finalized = Some(Arc::new(super::FinalizedReads {
+                protocol_state: alloy::primitives::Address::repeat_byte(1),
+                data_market: alloy::primitives::Address::repeat_byte(2),
+                namespace: "devnet-UNISWAPV3-ETH".into(),
+            }));
+            (host.epoch_id, host.anchor_block) = (12, 500);
+            host
+        };
+        let sources = ["a", "b", "c"];
+        let alone = Arc::new(Anchor(AtomicUsize::new(0)));
+        let own: Vec<_> =
+            sources.iter().map(|s| host(&alone).finalized_before(s).map_err(|e| e.message.to_string())).collect();
+        assert_eq!(alone.0.load(Ordering::SeqCst), 3, "one batch per source");
+        let ahead = Arc::new(Anchor(AtomicUsize::new(0)));
+        let shared = host(&ahead);
+        shared.prefetch_finalized(&sources);
+        assert_eq!(ahead.0.load(Ordering::SeqCst), 1, "one batch for the share");
+        let read: Vec<_> =
+            sources.iter().map(|s| shared.finalized_before(s).map_err(|e| e.message.to_string())).collect();
+        assert_eq!(ahead.0.load(Ordering::SeqCst), 1, "nothing asked again");
+        assert_eq!(read, own);
+        assert!(!own[0].as_ref().unwrap().is_empty() && own[1].as_ref().unwrap().is_empty(), "{own:?}");
+        assert_eq!(own[2].as_ref().unwrap(), &vec![], "a revert reads as nothing finalized");
     }
 
     #[test]
