@@ -176,15 +176,15 @@ impl Coordinator {
                 if board.done(task.epoch_id).await? >= sources.len() {
                     return Ok(true);
                 }
-                if assigned_at.is_none_or(|at| at.elapsed() >= ASSIGN_EVERY) {
+                // Peer index: the workers take their items; the count is all
+                // the coordinator reads.
+                if self.mode == Mode::LeastBacklog && assigned_at.is_none_or(|at| at.elapsed() >= ASSIGN_EVERY) {
                     assigned_at = Some(tokio::time::Instant::now());
                     let unfinished = board.unfinished(task.epoch_id, sources.len()).await?;
                     if unfinished.is_empty() {
                         return Ok(true);
                     }
-                    if self.mode == Mode::LeastBacklog {
-                        self.assign_pending(&board, task.epoch_id, &unfinished, &mut known).await?;
-                    }
+                    self.assign_pending(&board, task.epoch_id, &unfinished, &mut known).await?;
                 }
                 anyhow::Ok(false)
             };
@@ -277,7 +277,23 @@ pub struct Worker {
     pub projects: Vec<String>,
     /// Peer index, per project: the last entry read of the epochs stream,
     /// and the epochs read that still have unfinished items.
-    open: std::sync::Mutex<BTreeMap<String, (String, BTreeSet<u64>)>>,
+    open: std::sync::Mutex<BTreeMap<String, Cursor>>,
+}
+
+/// Peer index, one project: the last entry read of the epochs stream, and
+/// each open epoch as this worker knows it.
+type Cursor = (String, BTreeMap<u64, Seen>);
+
+/// Peer index: what a worker knows of an open epoch.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    /// Its items (0 until its work is read).
+    items: usize,
+    /// The live members when this worker last took its share; while they
+    /// stay the same and that share was all offered, there is nothing new
+    /// to take (and the holders, O(items), are not read again).
+    live: Vec<String>,
+    settled: bool,
 }
 
 /// What one round of a worker did.
@@ -318,21 +334,33 @@ impl Worker {
                         .expect("not poisoned")
                         .get(project)
                         .cloned()
-                        .unwrap_or_else(|| ("0".into(), BTreeSet::new()));
+                        .unwrap_or_else(|| ("0".into(), BTreeMap::new()));
                     // Waits for a new epoch only while none is open.
                     let wait = if open.is_empty() { wait } else { Duration::ZERO };
                     let (epochs, last) = board.epochs_after(&after, wait).await?;
-                    open.extend(epochs);
+                    for epoch_id in epochs {
+                        open.entry(epoch_id).or_default();
+                    }
                     let live: Vec<String> = board.live_members().await?.into_iter().map(|m| m.id).collect();
-                    for epoch_id in open.clone() {
+                    for (&epoch_id, seen) in open.iter_mut() {
+                        // All in: a count, not the holders.
+                        if seen.items > 0 && board.done(epoch_id).await? >= seen.items {
+                            seen.items = usize::MAX;
+                            continue;
+                        }
+                        if seen.settled && seen.live == live {
+                            continue;
+                        }
                         let Some(work) = board.epoch_work(epoch_id).await? else {
-                            open.remove(&epoch_id);
+                            seen.items = usize::MAX;
                             continue;
                         };
                         let work: Work = serde_json::from_str(&work)?;
+                        seen.items = work.sources.len();
                         let unfinished = board.unfinished(epoch_id, work.sources.len()).await?;
                         if unfinished.is_empty() {
-                            open.remove(&epoch_id);
+                            seen.items = usize::MAX;
+                            continue;
                         }
                         let mine = self.peer_index_items(&live, &unfinished);
                         let tokens = board.claim_many(epoch_id, &mine, &self.member.id, true).await?;
@@ -341,7 +369,10 @@ impl Worker {
                                 items.push((epoch_id, index, token, None));
                             }
                         }
+                        (seen.live, seen.settled) = (live.clone(), true);
                     }
+                    // Epochs all in, or closed, are done with.
+                    open.retain(|_, seen| seen.items != usize::MAX);
                     if items.is_empty() && !open.is_empty() {
                         // Open epochs, all held by live members: look again
                         // after a while (a member may lapse).
@@ -358,6 +389,14 @@ impl Worker {
                 let done = self.compute(local, &board, epoch_id, &items, &blocks).await?;
                 round.accepted += done.accepted;
                 round.fenced += done.fenced;
+                if done.accepted + done.fenced < items.len() {
+                    // Some of its share was not offered (a compute that
+                    // failed): taken again next round.
+                    let mut open = self.open.lock().expect("not poisoned");
+                    if let Some(seen) = open.get_mut(project).and_then(|(_, o)| o.get_mut(&epoch_id)) {
+                        seen.settled = false;
+                    }
+                }
             }
         }
         Ok(round)
