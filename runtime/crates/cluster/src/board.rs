@@ -150,6 +150,17 @@ end
 return out
 ";
 
+/// Opens an epoch and announces it, once. KEYS: the epoch's work, the
+/// epochs stream. ARGV: work, epoch id. 1 opened, 0 open already.
+const OPEN: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', 64, '*', 'epoch', ARGV[2])
+  return 1
+end
+return 0
+";
+
+static OPEN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(OPEN));
 static CLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLAIM));
 static ASSIGN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ASSIGN));
 static COMPLETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(COMPLETE));
@@ -278,19 +289,18 @@ impl Board {
     /// Opens an epoch with its work (once: `false` when it was open
     /// already, e.g. a coordinator restarted mid-epoch) and announces it.
     pub async fn open_epoch(&self, epoch_id: u64, work: &str) -> Result<bool> {
-        let mut conn = self.conn.clone();
-        let opened: bool = conn.set_nx(self.epoch_key(epoch_id, ""), work).await?;
-        if opened {
-            let _: Option<String> = conn
-                .xadd_maxlen(
-                    self.key("epochs"),
-                    streams::StreamMaxlen::Approx(64),
-                    "*",
-                    &[("epoch", epoch_id.to_string())],
-                )
-                .await?;
-        }
-        Ok(opened)
+        // In one script: a coordinator stopped half-way cannot leave an
+        // epoch open that was never announced (peer-index workers would
+        // never hear of it).
+        let opened: i64 = OPEN_SCRIPT
+            .key(self.epoch_key(epoch_id, ""))
+            .key(self.key("epochs"))
+            .arg(work)
+            .arg(epoch_id)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .context("opening an epoch")?;
+        Ok(opened == 1)
     }
 
     /// The epoch's work as opened, if it is.

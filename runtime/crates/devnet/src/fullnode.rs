@@ -131,15 +131,7 @@ impl FullNode {
         loop {
             let mut joined = 0;
             for w in &mut self.workers {
-                if let Some(status) = w.process.exited() {
-                    bail!(
-                        "worker {} exited at start ({status}); last lines of {}:\n{}",
-                        w.id,
-                        w.process.log.display(),
-                        w.process.log_tail(15)
-                    );
-                }
-                if std::fs::read_to_string(&w.process.log).is_ok_and(|l| l.contains("joined full node")) {
+                if w.process.started(&format!("worker {}", w.id), "joined full node")? {
                     joined += 1;
                 }
             }

@@ -1273,15 +1273,7 @@ async fn wait_until_watching(nodes: &mut [Node], shutdown: &mut Shutdown) -> Res
     loop {
         let mut ready = 0;
         for n in nodes.iter_mut() {
-            if let Some(status) = n.process.exited() {
-                bail!(
-                    "node {} exited at start ({status}); last lines of {}:\n{}",
-                    n.index,
-                    n.process.log.display(),
-                    n.process.log_tail(15)
-                );
-            }
-            if std::fs::read_to_string(&n.process.log).is_ok_and(|l| l.contains("watching ProtocolState")) {
+            if n.process.started(&format!("node {}", n.index), "watching ProtocolState")? {
                 ready += 1;
             }
         }

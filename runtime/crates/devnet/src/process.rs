@@ -85,6 +85,19 @@ impl Guarded {
         });
     }
 
+    /// Whether its log says `needle` yet (it has started); an error naming
+    /// `who`, with the log's last lines, once it has exited.
+    pub fn started(&mut self, who: &str, needle: &str) -> Result<bool> {
+        if let Some(status) = self.exited() {
+            anyhow::bail!(
+                "{who} exited at start ({status}); last lines of {}:\n{}",
+                self.log.display(),
+                self.log_tail(15)
+            );
+        }
+        Ok(std::fs::read_to_string(&self.log).is_ok_and(|l| l.contains(needle)))
+    }
+
     /// Its process id, while it runs.
     pub fn pid(&mut self) -> Option<Pid> {
         if self.exited().is_some() {

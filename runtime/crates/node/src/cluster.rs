@@ -294,6 +294,10 @@ struct Seen {
     /// to take (and the holders, O(items), are not read again).
     live: Vec<String>,
     settled: bool,
+    /// The last read found items held by a lapsed member: read again until
+    /// none are left (the living divide them by position, and each reads
+    /// them at its own moment).
+    orphans: bool,
 }
 
 /// What one round of a worker did.
@@ -364,12 +368,16 @@ impl Worker {
                         }
                         let mine = self.peer_index_items(&live, &unfinished);
                         let tokens = board.claim_many(epoch_id, &mine, &self.member.id, true).await?;
+                        let before = items.len();
                         for (index, token) in mine.into_iter().zip(tokens) {
                             if let Some(token) = token {
                                 items.push((epoch_id, index, token, None));
                             }
                         }
-                        (seen.live, seen.settled) = (live.clone(), true);
+                        seen.orphans = unfinished.values().any(|h| h.as_ref().is_some_and(|h| !live.contains(h)));
+                        // Settled once what it took is all offered (below):
+                        // a round that fails before then takes it again.
+                        (seen.live, seen.settled) = (live.clone(), items.len() == before && !seen.orphans);
                     }
                     // Epochs all in, or closed, are done with.
                     open.retain(|_, seen| seen.items != usize::MAX);
@@ -389,12 +397,13 @@ impl Worker {
                 let done = self.compute(local, &board, epoch_id, &items, &blocks).await?;
                 round.accepted += done.accepted;
                 round.fenced += done.fenced;
-                if done.accepted + done.fenced < items.len() {
-                    // Some of its share was not offered (a compute that
-                    // failed): taken again next round.
+                // All of its share offered: nothing more to take until the
+                // membership changes. Otherwise (a compute that failed) it
+                // is taken again next round.
+                if done.accepted + done.fenced == items.len() {
                     let mut open = self.open.lock().expect("not poisoned");
                     if let Some(seen) = open.get_mut(project).and_then(|(_, o)| o.get_mut(&epoch_id)) {
-                        seen.settled = false;
+                        seen.settled = !seen.orphans;
                     }
                 }
             }

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use lite_node_cluster::{Member, Refused};
 use serde_json::json;
@@ -164,17 +164,7 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
     tokio::pin!(shutdown);
     let run = &cfg.run;
     let _lock = DataDirLock::acquire(&run.compute.data_dir)?;
-    let (projects, package) = {
-        let run = run.clone();
-        tokio::task::spawn_blocking(move || -> Result<_> {
-            let projects = compute::load_projects(&run.projects, &run.compute.data_dir)?;
-            let package = compute::load(&run.compute)?;
-            compute::mark_used(&package.package).ok();
-            Ok((projects, package))
-        })
-        .await
-        .context("loading the compute package")??
-    };
+    let (projects, package) = crate::node::load_package(&run.projects, &run.compute).await?;
     let processors = compute::processors(&package, projects.projects).map_err(BadInput)?;
     let project_types: Vec<String> = processors.iter().map(|p| p.project.project_type.clone()).collect();
     let commit = package.package.manifest.commit.clone();

@@ -91,25 +91,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
     let data_dir = cfg.compute.data_dir.clone();
     // Held until the node ends: a second node on this data dir refuses to start.
     let _lock = DataDirLock::acquire(&data_dir)?;
-    let (projects, package) = {
-        let cfg = cfg.clone();
-        tokio::task::spawn_blocking(move || -> Result<_> {
-            let projects = compute::load_projects(&cfg.projects, &cfg.compute.data_dir)?;
-            let package = compute::load(&cfg.compute)?;
-            // Packages no node on this cache has used for a while go.
-            let pruned = compute::mark_used(&package.package)
-                .and_then(|()| compute::prune_unused(&cfg.compute.cache_dir, &package.package.dir, PACKAGE_UNUSED_FOR));
-            match pruned {
-                Ok(removed) => {
-                    removed.iter().for_each(|d| tracing::info!("removed the unused compute package {}", d.display()))
-                }
-                Err(e) => tracing::warn!("pruning unused compute packages: {e}"),
-            }
-            Ok((projects, package))
-        })
-        .await
-        .context("loading the compute package")??
-    };
+    let (projects, package) = load_package(&cfg.projects, &cfg.compute).await?;
     let processors = compute::processors(&package, projects.projects).map_err(BadInput)?;
     let work_projects: Vec<String> = processors.iter().map(|p| p.project.project_type.clone()).collect();
     let package_commit = package.package.manifest.commit.clone();
@@ -417,6 +399,31 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
             Ok(())
         }
     }
+}
+
+/// Loads the projects and the compute package (off the async threads), and
+/// removes cached packages no node has used for a while.
+pub(crate) async fn load_package(
+    projects: &crate::config::ProjectsSource,
+    compute_cfg: &crate::config::ComputeConfig,
+) -> Result<(crate::config::Projects, compute::LoadedPackage)> {
+    let (projects, cfg) = (projects.clone(), compute_cfg.clone());
+    tokio::task::spawn_blocking(move || -> Result<_> {
+        let projects = compute::load_projects(&projects, &cfg.data_dir)?;
+        let package = compute::load(&cfg)?;
+        // Packages no node on this cache has used for a while go.
+        let pruned = compute::mark_used(&package.package)
+            .and_then(|()| compute::prune_unused(&cfg.cache_dir, &package.package.dir, PACKAGE_UNUSED_FOR));
+        match pruned {
+            Ok(removed) => {
+                removed.iter().for_each(|d| tracing::info!("removed the unused compute package {}", d.display()))
+            }
+            Err(e) => tracing::warn!("pruning unused compute packages: {e}"),
+        }
+        Ok((projects, package))
+    })
+    .await
+    .context("loading the compute package")?
 }
 
 /// Names the slot whose state is at the top of the data dir.
