@@ -212,6 +212,7 @@ function main() {
     for (const slot of fullNodes) {
       if (!signers.has(slot)) continue;
       const types = (record.fullNode && record.fullNode.projects) || [];
+      if (types.length === 0) problems.push(`${where}: full node ${slot}: the record names none of its projects, so its coverage cannot be checked`);
       for (const type of types) {
         for (const p of record.pools) {
           const n = e.submissions.filter((s) => s.slotId === slot && s.verdict === 'accepted' && s.projectId.startsWith(`${type}:`) && s.projectId.toLowerCase().includes(p.toLowerCase())).length;

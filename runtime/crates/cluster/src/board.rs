@@ -309,7 +309,7 @@ impl Board {
     }
 
     /// The epochs announced after stream entry `after` (`"0"`: all the
-    /// stream keeps, the last hundred or so), with the last entry read;
+    /// stream keeps, the last 64 or so), with the last entry read;
     /// waits up to `block` for one (not at all for zero).
     pub async fn epochs_after(&self, after: &str, block: Duration) -> Result<(Vec<u64>, String)> {
         let mut opts = streams::StreamReadOptions::default().count(500);
@@ -481,10 +481,13 @@ impl Board {
         let own = streams::StreamReadOptions::default().group(GROUP, worker).count(64);
         let pending: Option<streams::StreamReadReply> = conn.xread_options(&[&key], &["0"], &own).await?;
         let mut out = parse(pending);
-        if out.is_empty() {
-            let opts = if block.is_zero() { own } else { own.block(block.as_millis().max(1) as usize) };
+        // New ones too, even beside its own pending entries: an entry whose
+        // compute keeps failing must not keep the rest from being read.
+        {
+            let opts =
+                if block.is_zero() || !out.is_empty() { own } else { own.block(block.as_millis().max(1) as usize) };
             let fresh: Option<streams::StreamReadReply> = conn.xread_options(&[&key], &[">"], &opts).await?;
-            out = parse(fresh);
+            out.extend(parse(fresh));
         }
         Ok(out)
     }

@@ -92,16 +92,16 @@ impl ClusterSettings {
         if !worker_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) || worker_id.len() > 64 {
             problems.push(format!("LITE_NODE_WORKER_ID={worker_id}: use at most 64 letters, digits, `-`, `_` or `.`"));
         }
-        let mut millis = |key: &str, default: u64, scale: u64| match env.get(key).map(str::parse::<u64>) {
+        let mut millis = |key: &str, default: u64, max: u64, scale: u64| match env.get(key).map(str::parse::<u64>) {
             None => Duration::from_millis(default * scale),
-            Some(Ok(n)) if n > 0 => Duration::from_millis(n * scale),
+            Some(Ok(n)) if (1..=max).contains(&n) => Duration::from_millis(n * scale),
             Some(_) => {
-                problems.push(format!("{key} must be a whole number above 0"));
+                problems.push(format!("{key} must be a whole number from 1 to {max}"));
                 Duration::from_millis(default * scale)
             }
         };
-        let lease = millis("LITE_NODE_CLUSTER_LEASE_SECS", 10, 1000);
-        let heartbeat = millis("LITE_NODE_CLUSTER_HEARTBEAT_MS", 1000, 1);
+        let lease = millis("LITE_NODE_CLUSTER_LEASE_SECS", 10, 3600, 1000);
+        let heartbeat = millis("LITE_NODE_CLUSTER_HEARTBEAT_MS", 1000, 60_000, 1);
         Some(Self { role, redis_url, assign, worker_id, lease, heartbeat })
     }
 }
@@ -143,8 +143,13 @@ mod tests {
             ("LITE_NODE_CLUSTER_ASSIGN", "random"),
             ("LITE_NODE_WORKER_ID", "a b"),
             ("LITE_NODE_CLUSTER_LEASE_SECS", "0"),
+            ("LITE_NODE_CLUSTER_HEARTBEAT_MS", "18446744073709551615"),
         ]);
-        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert!(
+            problems.iter().any(|p| p.contains("HEARTBEAT_MS must be a whole number from 1 to 60000")),
+            "{problems:?}"
+        );
     }
 
     #[test]

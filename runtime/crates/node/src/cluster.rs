@@ -305,6 +305,9 @@ struct Seen {
 pub struct Round {
     pub accepted: usize,
     pub fenced: usize,
+    /// Items it took but could not offer (a share that failed): the worker
+    /// backs off before it takes them again.
+    pub unoffered: usize,
 }
 
 impl Worker {
@@ -397,6 +400,7 @@ impl Worker {
                 let done = self.compute(local, &board, epoch_id, &items, &blocks).await?;
                 round.accepted += done.accepted;
                 round.fenced += done.fenced;
+                round.unoffered += items.len().saturating_sub(done.accepted + done.fenced);
                 // All of its share offered: nothing more to take until the
                 // membership changes. Otherwise (a compute that failed) it
                 // is taken again next round.
@@ -420,7 +424,12 @@ impl Worker {
         let mine: BTreeSet<usize> = assign::peer_index_share(live, me, items).unwrap_or_default().into_iter().collect();
         let mut out: Vec<usize> = unfinished
             .iter()
-            .filter(|(i, holder)| mine.contains(i) && holder.as_ref().is_none_or(|h| h == me))
+            // Its own share nobody holds, and whatever it holds itself (an
+            // orphan it took, a share a failed round left held).
+            .filter(|(i, holder)| match holder {
+                Some(h) => h == me,
+                None => mine.contains(i),
+            })
             .map(|(i, _)| *i)
             .collect();
         let orphans: Vec<usize> = unfinished

@@ -298,12 +298,23 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
         loop {
             match worker.round(&local, wait, blocks).await {
                 Ok(round) => {
-                    pause = Duration::from_millis(100);
                     status.rounds.fetch_add(1, Ordering::Relaxed);
                     status.accepted.fetch_add(round.accepted as u64, Ordering::Relaxed);
                     status.fenced.fetch_add(round.fenced as u64, Ordering::Relaxed);
                     if round.accepted > 0 || round.fenced > 0 {
                         tracing::info!("{} item(s) accepted, {} refused by the fence", round.accepted, round.fenced);
+                    }
+                    if round.unoffered > 0 {
+                        // A share that failed is taken again, not at once.
+                        tracing::warn!(
+                            "{} item(s) could not be computed; again in {} ms",
+                            round.unoffered,
+                            pause.as_millis()
+                        );
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(5));
+                    } else {
+                        pause = Duration::from_millis(100);
                     }
                 }
                 Err(e) => {
