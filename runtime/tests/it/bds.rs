@@ -176,7 +176,6 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
     use futures_util::StreamExt;
     use lite_node::{
         compute::host::FinalizedReads,
-        config::Project,
         executor::{Executor, LocalExecutor, OutcomeKind, ProjectProcessor, Task},
         snapshots::SnapshotStore,
     };
@@ -186,13 +185,7 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
     let namespace = "devnet-UNISWAPV3-ETH";
     let project_id = format!("baseSnapshot:{}:{namespace}", pool.to_lowercase());
     let settings = json!({"pools": [pool], "full_node": true});
-    let project = Project {
-        project_type: "baseSnapshot".into(),
-        module: "bds_uniswapv3".into(),
-        class_name: "BaseSnapshotProcessor".into(),
-        preload_tasks: vec!["block_details".into()],
-        settings: settings.as_object().unwrap().clone(),
-    };
+    let project = bds_project(&settings);
     let c = chain(&world);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let blocks: Arc<[_]> = rt.block_on(preload::block_details(&c.source, begin, end)).unwrap().into();
@@ -415,15 +408,9 @@ pub(crate) fn full_node_executor(
     settings: &Value,
     source: &Arc<HttpRpc>,
 ) -> lite_node::executor::LocalExecutor {
-    use lite_node::{config::Project, executor::ProjectProcessor};
+    use lite_node::executor::ProjectProcessor;
     let processor = package.new_processor("bds_uniswapv3", "BaseSnapshotProcessor", &settings.to_string()).unwrap();
-    let project = Project {
-        project_type: "baseSnapshot".into(),
-        module: "bds_uniswapv3".into(),
-        class_name: "BaseSnapshotProcessor".into(),
-        preload_tasks: vec!["block_details".into()],
-        settings: settings.as_object().unwrap().clone(),
-    };
+    let project = bds_project(settings);
     let endpoint = Some(source.clone() as Arc<dyn RpcEndpoint>);
     let projects = vec![ProjectProcessor { project, processor: Arc::new(processor) }];
     lite_node::executor::LocalExecutor::new(projects, 2, Duration::from_secs(60), endpoint, None)
@@ -444,5 +431,16 @@ pub(crate) fn full_node_task(begin: u64, end: u64, sources: Option<Vec<String>>)
         project_type: "baseSnapshot".into(),
         deadline: u64::MAX,
         sources,
+    }
+}
+
+/// The BDS base snapshot as a projects.json entry with `settings`.
+fn bds_project(settings: &serde_json::Value) -> lite_node::config::Project {
+    lite_node::config::Project {
+        project_type: "baseSnapshot".into(),
+        module: "bds_uniswapv3".into(),
+        class_name: "BaseSnapshotProcessor".into(),
+        preload_tasks: vec!["block_details".into()],
+        settings: settings.as_object().unwrap().clone(),
     }
 }

@@ -85,7 +85,6 @@ impl FullNode {
         Ok((redis, format!("redis://127.0.0.1:{port}")))
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         slot_id: u64,
         assign: ClusterAssign,
