@@ -49,12 +49,19 @@ fn the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part() {
         let coordinator = Coordinator {
             boards: boards.clone(),
             mode,
+            package: "p".into(),
+            api: "0.4.0".into(),
             lease: Duration::from_secs(5),
             poll: Duration::from_millis(50),
             patience: Duration::from_secs(60),
         };
-        let member =
-            |id: &str| Member { id: id.into(), package: "p".into(), api: "0.4.0".into(), instance: String::new() };
+        let member = |id: &str| Member {
+            id: id.into(),
+            package: "p".into(),
+            api: "0.4.0".into(),
+            assign: mode.name().into(),
+            instance: String::new(),
+        };
         let workers: Vec<Worker> = ["w0", "w1", "w2"]
             .iter()
             .map(|id| Worker::new(boards.clone(), mode, member(id), vec!["baseSnapshot".into()]))
@@ -121,7 +128,7 @@ fn a_worker_on_another_package_than_its_coordinators_is_refused_by_name() {
         // What a coordinator on another commit states on the board.
         Boards::new(conn, lite_node::config::cluster_name(&market, 7))
             .of("baseSnapshot")
-            .set_package("0000deadbeef", lite_node_plugin_api::PLUGIN_API_VERSION)
+            .set_package("0000deadbeef", lite_node_plugin_api::PLUGIN_API_VERSION, "peer-index")
             .await
             .unwrap();
     });

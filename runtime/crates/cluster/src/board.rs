@@ -4,22 +4,27 @@
 //!
 //! - `member:{id}` — a member's heartbeat (its [`Member`] record), expiring
 //!   after its TTL; `members` — every id that ever joined (pruned on read).
-//! - `package` — the compute package and plugin interface the coordinator
-//!   runs; a member on another is refused by name when it joins.
+//! - `package` — the compute package, plugin interface and assignment mode
+//!   the coordinator runs (stated at its start and at every epoch it opens);
+//!   a member on another is refused by name when it joins.
 //! - `epochs` — a stream of the epochs the coordinator opened.
 //! - `epoch:{e}` — the epoch's work (text the coordinator chose);
 //!   `epoch:{e}:token`, `:holder`, `:result` — per item index: its fencing
 //!   token (a counter bumped on every assignment), who holds it, and its
 //!   result once accepted.
 //! - `work:{worker}` — a stream of assignments to one worker, read by its
-//!   consumer group; an entry not acknowledged within the lease is taken
-//!   back with `XAUTOCLAIM`.
+//!   consumer group; an entry not acknowledged within the lease (which the
+//!   worker renews while it computes) is taken back with `XAUTOCLAIM`;
+//!   `streams` — the workers that have one (a gone worker's is deleted when
+//!   the next epoch opens).
 //! - `stats` — counters: results refused by the fence, entries reclaimed.
 //!
 //! A result is accepted only with its item's current token, checked and
 //! stored in one script: a worker paused or cut off past its lease, whose
 //! item was given again — to another worker or to itself — cannot complete
-//! it with the token it was first given.
+//! it with the token it was first given. Every script that writes an
+//! epoch's items first checks that the epoch is open, so a claim or result
+//! racing the epoch's close cannot bring its keys back.
 
 use std::{collections::BTreeMap, sync::LazyLock, time::Duration};
 
@@ -38,6 +43,9 @@ pub struct Member {
     pub package: String,
     /// Its plugin interface version.
     pub api: String,
+    /// Its assignment mode (`peer-index`, `least-backlog`).
+    #[serde(default)]
+    pub assign: String,
     /// This process (a second one under the same id is refused while the
     /// first one's heartbeat holds).
     #[serde(default)]
@@ -47,8 +55,8 @@ pub struct Member {
 /// A member the board does not take, and why: the operator's to fix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refused {
-    /// It runs another compute package or plugin interface than the
-    /// coordinator's.
+    /// It runs another compute package, plugin interface or assignment
+    /// mode than the coordinator's.
     Package(String),
     /// Another live process holds its id.
     Taken(String),
@@ -82,15 +90,30 @@ pub enum Completion {
     Fenced,
     /// Its result is in already (this token's own, offered twice).
     AlreadyDone,
+    /// The epoch is closed (or gone from Redis): nothing is kept.
+    Closed,
+}
+
+/// Whether a member's heartbeat found a coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Joined {
+    /// The coordinator stated what it runs, and the member runs the same.
+    Matched,
+    /// No coordinator has stated what it runs on this board (yet).
+    Unstated,
 }
 
 /// Claims items: for each, bumps its token and names its holder, unless
-/// its result is in (-1) or, with `if-free`, a live member other than the
-/// claimer holds it (-2). KEYS: token, holder, result hashes. ARGV: worker,
-/// member key prefix, mode (`force` or `if-free`), then the indices. One
-/// answer per index.
+/// its result is in or the epoch is not open (-1) or, with `if-free`, a
+/// live member other than the claimer holds it (-2). KEYS: token, holder,
+/// result hashes, the epoch's work. ARGV: worker, member key prefix, mode
+/// (`force` or `if-free`), then the indices. One answer per index.
 const CLAIM: &str = r"
 local out = {}
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  for i = 4, #ARGV do out[#out + 1] = -1 end
+  return out
+end
 for i = 4, #ARGV do
   local index = ARGV[i]
   local answer
@@ -111,10 +134,15 @@ return out
 ";
 
 /// Accepts each result only with its item's current token, once. KEYS:
-/// token, result, stats. ARGV: (index, token, result) triples. Per triple:
-/// 1 accepted, 0 fenced (counted), 2 done already.
+/// token, result, stats, the epoch's work. ARGV: (index, token, result)
+/// triples. Per triple: 1 accepted, 0 fenced (counted), 2 done already,
+/// 3 the epoch is not open.
 const COMPLETE: &str = r"
 local out = {}
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  for i = 1, #ARGV, 3 do out[#out + 1] = 3 end
+  return out
+end
 for i = 1, #ARGV, 3 do
   local answer
   if redis.call('HGET', KEYS[1], ARGV[i]) ~= ARGV[i + 1] then
@@ -132,10 +160,15 @@ return out
 
 /// Claims items for a worker (as [`CLAIM`] with `force`) and appends each
 /// assignment to the worker's stream, in one script. KEYS: token, holder,
-/// result hashes, the worker's stream. ARGV: worker, epoch, then the
-/// indices. Per index its token, or -1: the result is in.
+/// result hashes, the worker's stream, the epoch's work. ARGV: worker,
+/// epoch, then the indices. Per index its token, or -1: the result is in,
+/// or the epoch is not open.
 const ASSIGN: &str = r"
 local out = {}
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  for i = 3, #ARGV do out[#out + 1] = -1 end
+  return out
+end
 for i = 3, #ARGV do
   local index = ARGV[i]
   if redis.call('HEXISTS', KEYS[3], index) == 1 then
@@ -160,7 +193,20 @@ end
 return 0
 ";
 
+/// Leaves, if the member record is still this process's own (a member
+/// refused because another process took its id must not remove that
+/// one). KEYS: the member key, the members set. ARGV: id, its record.
+const LEAVE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[2] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SREM', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
+";
+
 static OPEN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(OPEN));
+static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE));
 static CLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLAIM));
 static ASSIGN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ASSIGN));
 static COMPLETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(COMPLETE));
@@ -198,30 +244,47 @@ impl Board {
 
     // ---- membership ----
 
-    /// The coordinator states what every member must run.
-    pub async fn set_package(&self, package: &str, api: &str) -> Result<()> {
-        let record = serde_json::to_string(&(package, api))?;
+    /// The coordinator states what every member must run: its compute
+    /// package, plugin interface and assignment mode.
+    pub async fn set_package(&self, package: &str, api: &str, assign: &str) -> Result<()> {
+        let record = serde_json::to_string(&(package, api, assign))?;
         self.conn.clone().set::<_, _, ()>(self.key("package"), record).await.context("writing the cluster's package")
     }
 
     /// Joins (or renews) `member` for `ttl`; refused, naming both sides,
-    /// when it runs another package or interface than the coordinator's.
-    pub async fn heartbeat(&self, member: &Member, ttl: Duration) -> Result<()> {
+    /// when it runs another package, interface or assignment mode than the
+    /// coordinator's. [`Joined::Unstated`] while no coordinator has said
+    /// what it runs (it may not have started yet, or it is configured for
+    /// another full node).
+    pub async fn heartbeat(&self, member: &Member, ttl: Duration) -> Result<Joined> {
         let mut conn = self.conn.clone();
         let member_key = self.key(&format!("member:{}", member.id));
         let (wanted, current): (Option<String>, Option<String>) =
             redis::pipe().get(self.key("package")).get(&member_key).query_async(&mut conn).await?;
-        if let Some(wanted) = wanted {
-            let (package, api): (String, String) = serde_json::from_str(&wanted)?;
-            if package != member.package || api != member.api {
-                return Err(Refused::Package(format!(
-                    "member {} runs compute package {} on plugin interface {}, the coordinator {} on {}: start it on \
-                     the coordinator's (SNAPSHOTTER_COMPUTE_REPO_COMMIT and the same lite-node release)",
-                    member.id, member.package, member.api, package, api
-                ))
-                .into());
+        let joined = match wanted {
+            None => Joined::Unstated,
+            Some(wanted) => {
+                let (package, api, assign): (String, String, String) =
+                    serde_json::from_str(&wanted).context("the cluster's package record")?;
+                if package != member.package || api != member.api {
+                    return Err(Refused::Package(format!(
+                        "member {} runs compute package {} on plugin interface {}, the coordinator {} on {}: start it \
+                         on the coordinator's (SNAPSHOTTER_COMPUTE_REPO_COMMIT and the same lite-node release)",
+                        member.id, member.package, member.api, package, api
+                    ))
+                    .into());
+                }
+                if assign != member.assign {
+                    return Err(Refused::Package(format!(
+                        "member {} assigns work by {}, the coordinator by {}: set LITE_NODE_CLUSTER_ASSIGN={} on the \
+                         worker",
+                        member.id, member.assign, assign, assign
+                    ))
+                    .into());
+                }
+                Joined::Matched
             }
-        }
+        };
         if let Some(other) = current.and_then(|c| serde_json::from_str::<Member>(&c).ok())
             && other.instance != member.instance
         {
@@ -245,21 +308,23 @@ impl Board {
             .ignore()
             .exec_async(&mut conn)
             .await
-            .context("writing a heartbeat")
+            .context("writing a heartbeat")?;
+        Ok(joined)
     }
 
     /// Leaves at once (an orderly stop): its items go to others without
-    /// waiting for its heartbeat to lapse.
-    pub async fn leave(&self, id: &str) -> Result<()> {
-        let mut conn = self.conn.clone();
-        redis::pipe()
-            .del(self.key(&format!("member:{id}")))
-            .ignore()
-            .srem(self.key("members"), id)
-            .ignore()
-            .exec_async(&mut conn)
+    /// waiting for its heartbeat to lapse. Only its own membership: `false`
+    /// when another process holds the id now.
+    pub async fn leave(&self, member: &Member) -> Result<bool> {
+        let left: i64 = LEAVE_SCRIPT
+            .key(self.key(&format!("member:{}", member.id)))
+            .key(self.key("members"))
+            .arg(&member.id)
+            .arg(serde_json::to_string(member)?)
+            .invoke_async(&mut self.conn.clone())
             .await
-            .context("leaving the cluster")
+            .context("leaving the cluster")?;
+        Ok(left == 1)
     }
 
     /// The members whose heartbeat holds, sorted by id.
@@ -351,6 +416,7 @@ impl Board {
             .key(self.epoch_key(epoch_id, "token"))
             .key(self.epoch_key(epoch_id, "holder"))
             .key(self.epoch_key(epoch_id, "result"))
+            .key(self.epoch_key(epoch_id, ""))
             .arg(worker)
             .arg(self.key("member:"))
             .arg(if only_if_free { "if-free" } else { "force" })
@@ -373,7 +439,7 @@ impl Board {
             return Ok(Vec::new());
         }
         let mut invocation = COMPLETE_SCRIPT.key(self.epoch_key(epoch_id, "token"));
-        invocation.key(self.epoch_key(epoch_id, "result")).key(self.key("stats"));
+        invocation.key(self.epoch_key(epoch_id, "result")).key(self.key("stats")).key(self.epoch_key(epoch_id, ""));
         for (index, token, result) in results {
             invocation.arg(index).arg(token).arg(result);
         }
@@ -383,6 +449,7 @@ impl Board {
             .map(|a| match a {
                 1 => Completion::Accepted,
                 0 => Completion::Fenced,
+                3 => Completion::Closed,
                 _ => Completion::AlreadyDone,
             })
             .collect())
@@ -410,9 +477,16 @@ impl Board {
         Ok(by)
     }
 
-    /// How many of the epoch's results are in (one `HLEN`: cheap to poll).
-    pub async fn done(&self, epoch_id: u64) -> Result<usize> {
-        Ok(self.conn.clone().hlen(self.epoch_key(epoch_id, "result")).await?)
+    /// How many of the epoch's results are in, or `None` when the epoch is
+    /// not open (closed, or lost with Redis's data): one round trip, cheap
+    /// to poll.
+    pub async fn done(&self, epoch_id: u64) -> Result<Option<usize>> {
+        let (open, done): (bool, usize) = redis::pipe()
+            .exists(self.epoch_key(epoch_id, ""))
+            .hlen(self.epoch_key(epoch_id, "result"))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(open.then_some(done))
     }
 
     /// The accepted results, by item index.
@@ -436,12 +510,50 @@ impl Board {
 
     /// Makes `worker`'s stream and its consumer group (idempotent).
     pub async fn open_stream(&self, worker: &str) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let _: () = conn.sadd(self.key("streams"), worker).await?;
         let created: redis::RedisResult<()> =
-            self.conn.clone().xgroup_create_mkstream(self.key(&format!("work:{worker}")), GROUP, "0").await;
+            conn.xgroup_create_mkstream(self.key(&format!("work:{worker}")), GROUP, "0").await;
         match created {
             Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
             other => other.context("creating a worker's stream"),
         }
+    }
+
+    /// Deletes the streams of workers not in `live` (gone for good, or
+    /// lapsed: one that comes back makes its stream again); how many.
+    pub async fn forget_streams(&self, live: &[String]) -> Result<usize> {
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = conn.smembers(self.key("streams")).await?;
+        let gone: Vec<&String> = ids.iter().filter(|id| !live.contains(id)).collect();
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        for id in &gone {
+            pipe.del(self.key(&format!("work:{id}"))).ignore().srem(self.key("streams"), *id).ignore();
+        }
+        pipe.exec_async(&mut conn).await.context("deleting gone workers' streams")?;
+        Ok(gone.len())
+    }
+
+    /// Renews `worker`'s lease on entries it is still computing (resets
+    /// their idle time; an entry taken back already is not brought back).
+    pub async fn renew(&self, worker: &str, entries: &[&str]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg(self.key(&format!("work:{worker}")))
+            .arg(GROUP)
+            .arg(worker)
+            .arg(0)
+            .arg(entries)
+            .arg("JUSTID")
+            .query_async(&mut self.conn.clone())
+            .await
+            .context("renewing a lease")?;
+        Ok(())
     }
 
     /// Claims item `index` for `worker` and sends it the assignment, in one
@@ -462,6 +574,7 @@ impl Board {
             .key(self.epoch_key(epoch_id, "holder"))
             .key(self.epoch_key(epoch_id, "result"))
             .key(self.key(&format!("work:{worker}")))
+            .key(self.epoch_key(epoch_id, ""))
             .arg(worker)
             .arg(epoch_id)
             .arg(indices)

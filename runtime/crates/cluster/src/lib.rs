@@ -6,4 +6,4 @@
 pub mod assign;
 pub mod board;
 
-pub use board::{Assignment, Board, Boards, Completion, Member, Refused};
+pub use board::{Assignment, Board, Boards, Completion, Joined, Member, Refused};

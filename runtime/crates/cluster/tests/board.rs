@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use lite_node_cluster::{Board, Completion, Member, Refused, assign};
+use lite_node_cluster::{Board, Completion, Joined, Member, Refused, assign};
 use lite_node_testkit::RedisServer;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -17,7 +17,13 @@ async fn board(redis: &RedisServer) -> Board {
 }
 
 fn member(id: &str) -> Member {
-    Member { id: id.into(), package: "abc123".into(), api: "0.4.0".into(), instance: String::new() }
+    Member {
+        id: id.into(),
+        package: "abc123".into(),
+        api: "0.4.0".into(),
+        assign: "peer-index".into(),
+        instance: String::new(),
+    }
 }
 
 /// A result is accepted only under its item's current token: the holder of
@@ -46,23 +52,35 @@ fn only_the_current_token_completes_an_item_once() {
     });
 }
 
-/// Members live by heartbeat; one on another package or interface is
-/// refused by name; an item held by a live member cannot be taken with
-/// `only_if_free`, and can once its heartbeat lapses.
+/// Members live by heartbeat; one on another package, interface or
+/// assignment mode is refused by name; an item held by a live member cannot
+/// be taken with `only_if_free`, and can once its heartbeat lapses.
 #[test]
 fn membership_follows_heartbeats_and_a_mismatched_member_is_refused() {
     let redis = RedisServer::start();
     runtime().block_on(async {
         let b = board(&redis).await;
-        b.set_package("abc123", "0.4.0").await.unwrap();
-        b.heartbeat(&member("w2"), Duration::from_secs(30)).await.unwrap();
+        assert_eq!(
+            b.heartbeat(&member("w2"), Duration::from_secs(30)).await.unwrap(),
+            Joined::Unstated,
+            "no coordinator yet: joined, and told so"
+        );
+        b.set_package("abc123", "0.4.0", "peer-index").await.unwrap();
+        assert_eq!(b.heartbeat(&member("w2"), Duration::from_secs(30)).await.unwrap(), Joined::Matched);
         b.heartbeat(&member("w1"), Duration::from_millis(300)).await.unwrap();
         let ids = |m: Vec<Member>| m.into_iter().map(|m| m.id).collect::<Vec<_>>();
         assert_eq!(ids(b.live_members().await.unwrap()), ["w1", "w2"], "sorted by id");
-        let stranger =
-            Member { id: "w9".into(), package: "def456".into(), api: "0.4.0".into(), instance: String::new() };
+        let stranger = Member { id: "w9".into(), package: "def456".into(), ..member("w9") };
         let refused = b.heartbeat(&stranger, Duration::from_secs(30)).await.unwrap_err().to_string();
         assert!(refused.contains("member w9 runs compute package def456") && refused.contains("abc123"), "{refused}");
+        let other_mode = Member { assign: "least-backlog".into(), ..member("w8") };
+        let refused = b.heartbeat(&other_mode, Duration::from_secs(30)).await.unwrap_err();
+        assert!(
+            matches!(refused.downcast_ref::<Refused>(), Some(Refused::Package(why))
+                if why.contains("member w8 assigns work by least-backlog, the coordinator by peer-index")
+                    && why.contains("LITE_NODE_CLUSTER_ASSIGN=peer-index")),
+            "{refused:#}"
+        );
         // A second process under a live member's id is refused by name.
         let twin = Member { instance: "host-b:77".into(), ..member("w2") };
         let taken = b.heartbeat(&twin, Duration::from_secs(30)).await.unwrap_err();
@@ -70,6 +88,9 @@ fn membership_follows_heartbeats_and_a_mismatched_member_is_refused() {
             matches!(taken.downcast_ref::<Refused>(), Some(Refused::Taken(why)) if why.contains("member id w2")),
             "{taken:#}"
         );
+        // The refused twin leaving does not remove the live one.
+        assert!(!b.leave(&twin).await.unwrap());
+        assert_eq!(ids(b.live_members().await.unwrap()), ["w1", "w2"]);
 
         b.open_epoch(6, "work").await.unwrap();
         b.claim(6, 3, "w1", true).await.unwrap().unwrap();
@@ -255,5 +276,77 @@ fn least_backlog_spreads_evenly_and_a_dead_workers_items_go_to_the_living() {
         assert_eq!(done.len(), ITEMS);
         assert_eq!(b.results(10).await.unwrap().len(), ITEMS);
         assert!(b.unfinished(10, ITEMS).await.unwrap().is_empty());
+    });
+}
+
+/// An epoch closed (or lost with Redis's data) takes no claims, assignments
+/// or results, and none of them brings its keys back; `done` says it is not
+/// open. The streams of workers no longer live are deleted.
+#[test]
+fn a_closed_epoch_and_gone_workers_leave_nothing_behind() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let b = board(&redis).await;
+        b.open_epoch(11, "work").await.unwrap();
+        let token = b.claim(11, 0, "w1", false).await.unwrap().unwrap();
+        assert_eq!(b.done(11).await.unwrap(), Some(0));
+        b.close_epoch(11).await.unwrap();
+        assert_eq!(b.done(11).await.unwrap(), None, "not open");
+        assert_eq!(b.claim(11, 1, "w1", false).await.unwrap(), None);
+        assert_eq!(b.assign(11, 2, "w1").await.unwrap(), None);
+        assert_eq!(b.complete(11, 0, token, "late").await.unwrap(), Completion::Closed);
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> =
+            redis::cmd("KEYS").arg("cluster:market:7:epoch:*").query_async(&mut conn).await.unwrap();
+        assert!(keys.is_empty(), "{keys:?}");
+        assert!(b.next_assignments("w1", Duration::from_millis(20)).await.unwrap().is_empty(), "nothing was sent");
+
+        b.open_stream("w2").await.unwrap();
+        assert_eq!(b.forget_streams(&["w1".into()]).await.unwrap(), 1);
+        let exists = |key: &'static str| {
+            let mut conn = conn.clone();
+            async move { redis::cmd("EXISTS").arg(key).query_async::<bool>(&mut conn).await.unwrap() }
+        };
+        assert!(exists("cluster:market:7:work:w1").await && !exists("cluster:market:7:work:w2").await);
+    });
+}
+
+/// A worker computing past the lease renews it: the coordinator's reclaim
+/// finds nothing to take back, and the entry is still the worker's.
+#[test]
+fn a_renewed_lease_is_not_reclaimed() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let b = board(&redis).await;
+        b.open_epoch(12, "work").await.unwrap();
+        b.assign(12, 0, "w1").await.unwrap().unwrap();
+        let got = b.next_assignments("w1", Duration::from_millis(100)).await.unwrap();
+        let lease = Duration::from_millis(500);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        loop {
+            // XPENDING's extended form: [[id, consumer, idle ms, deliveries]].
+            let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+                .arg("cluster:market:7:work:w1")
+                .arg("workers")
+                .arg("-")
+                .arg("+")
+                .arg(10)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if pending[0].2 >= lease.as_millis() as u64 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the entry never aged past the lease");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        b.renew("w1", &[got[0].entry.as_str()]).await.unwrap();
+        assert!(b.reclaim("w1", lease).await.unwrap().is_empty(), "renewed: not taken back");
+        let again = b.next_assignments("w1", Duration::from_millis(20)).await.unwrap();
+        assert_eq!(again[0].entry, got[0].entry, "still the worker's");
+        assert_eq!(b.reclaim("w1", Duration::ZERO).await.unwrap().len(), 1, "without renewal it goes");
     });
 }

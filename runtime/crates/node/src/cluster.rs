@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::Result;
 use futures_util::StreamExt;
-pub use lite_node_cluster::{Board, Boards, Completion, Member, assign};
+pub use lite_node_cluster::{Board, Boards, Completion, Joined, Member, assign};
 use lite_node_compute::executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, Task};
 use lite_node_core::time::now_ms;
 use lite_node_plugin_api::BlockDetail;
@@ -39,6 +39,16 @@ pub enum Mode {
     LeastBacklog,
 }
 
+impl Mode {
+    /// As `LITE_NODE_CLUSTER_ASSIGN` spells it (and the board records it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::PeerIndex => "peer-index",
+            Mode::LeastBacklog => "least-backlog",
+        }
+    }
+}
+
 /// An epoch's work on one project, as the coordinator opens it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Work {
@@ -52,6 +62,11 @@ pub struct Work {
 pub struct Coordinator {
     pub boards: Boards,
     pub mode: Mode,
+    /// The compute package (commit) and plugin interface it runs, stated on
+    /// each board with every epoch it opens (a board that lost its data
+    /// still refuses a member on another).
+    pub package: String,
+    pub api: String,
     /// An assignment not acknowledged within this is given again.
     pub lease: Duration,
     /// How often the board is looked at while items are outstanding.
@@ -87,8 +102,8 @@ impl Coordinator {
             Err(e) => return ComputeResult::without_compute(task, OutcomeKind::Failed(format!("data_sources: {e}"))),
         };
         let started_at_ms = now_ms();
-        match self.collect(task, &sources).await {
-            Ok(results) => {
+        match self.collect(task, sources).await {
+            Ok((sources, results)) => {
                 let missing: Vec<&str> =
                     (0..sources.len()).filter(|i| !results.contains_key(i)).map(|i| sources[i].as_str()).collect();
                 if !missing.is_empty() {
@@ -123,11 +138,12 @@ impl Coordinator {
         }
     }
 
-    /// Opens the epoch (or finds it open: a coordinator restarted), keeps
-    /// items moving until all are in or patience runs out; the results.
-    async fn collect(&self, task: &Task, sources: &[String]) -> Result<BTreeMap<usize, String>> {
+    /// Opens the epoch (or finds it open: a coordinator restarted, which
+    /// goes on with the work as it was opened), keeps items moving until all
+    /// are in or patience runs out; the sources and the results.
+    async fn collect(&self, task: &Task, mut sources: Vec<String>) -> Result<(Vec<String>, BTreeMap<usize, String>)> {
         let board = self.boards.of(&task.project_type);
-        let work = serde_json::to_string(&Work { task: task.clone(), sources: sources.to_vec() })?;
+        let mut work = serde_json::to_string(&Work { task: task.clone(), sources: sources.clone() })?;
         let give_up = tokio::time::Instant::now() + self.patience;
         // Redis may be restarting (its connection comes back on a later
         // command): each step is tried again until patience runs out.
@@ -147,25 +163,31 @@ impl Coordinator {
             Ok(())
         };
         loop {
-            let opened = async {
-                if board.open_epoch(task.epoch_id, &work).await? {
-                    // What the board holds of epochs long past goes (a
-                    // restarted coordinator resumes only a recent one).
-                    let (announced, _) = board.epochs_after("0", Duration::ZERO).await?;
-                    for old in announced.into_iter().filter(|e| e + KEEP_EPOCHS <= task.epoch_id) {
-                        board.close_epoch(old).await?;
-                    }
-                } else {
+            match self.open(&board, task.epoch_id, &work).await {
+                Ok(None) => break,
+                Ok(Some(stored)) => {
+                    // Resumed: the items are the stored work's (the one the
+                    // workers compute), whatever this process would list now.
                     tracing::info!("epoch {} {}: resumed from the cluster's board", task.epoch_id, task.project_type);
+                    let stored: Work = serde_json::from_str(&stored)?;
+                    if stored.sources != sources {
+                        tracing::warn!(
+                            "epoch {} {}: the board's work lists {} data sources, this process {}: going on with the \
+                             board's",
+                            task.epoch_id,
+                            task.project_type,
+                            stored.sources.len(),
+                            sources.len()
+                        );
+                    }
+                    sources = stored.sources;
+                    break;
                 }
-                anyhow::Ok(())
-            };
-            match opened.await {
-                Ok(()) => break,
                 Err(e) => failed(e)?,
             }
             tokio::time::sleep(self.poll * 4).await;
         }
+        work = serde_json::to_string(&Work { task: task.clone(), sources: sources.clone() })?;
         let mut known: BTreeSet<String> = BTreeSet::new();
         // Whether results are all in is one cheap count per poll; who holds
         // what is read (and least backlog's assignments made) at most every
@@ -173,8 +195,21 @@ impl Coordinator {
         let mut assigned_at: Option<tokio::time::Instant> = None;
         loop {
             let step = async {
-                if board.done(task.epoch_id).await? >= sources.len() {
-                    return Ok(true);
+                match board.done(task.epoch_id).await? {
+                    Some(done) if done >= sources.len() => return Ok(true),
+                    Some(_) => {}
+                    None => {
+                        // Redis lost the epoch (restarted without its data):
+                        // open it again, so the workers take it again.
+                        tracing::warn!(
+                            "epoch {} {}: the cluster's board no longer holds the epoch (Redis restarted without its \
+                             data?); opening it again",
+                            task.epoch_id,
+                            task.project_type
+                        );
+                        self.open(&board, task.epoch_id, &work).await?;
+                        return Ok(false);
+                    }
                 }
                 // Peer index: the workers take their items; the count is all
                 // the coordinator reads.
@@ -223,7 +258,28 @@ impl Coordinator {
             sources.len(),
             by.join(", ")
         );
-        Ok(results)
+        let results = results.into_iter().filter(|(i, _)| *i < sources.len()).collect();
+        Ok((sources, results))
+    }
+
+    /// States the package and opens the epoch with `work`; `None` when this
+    /// opened it (what the board holds of epochs long past goes then, and
+    /// least backlog's streams of workers gone since), or the work it was
+    /// open with already.
+    async fn open(&self, board: &Board, epoch_id: u64, work: &str) -> Result<Option<String>> {
+        board.set_package(&self.package, &self.api, self.mode.name()).await?;
+        if !board.open_epoch(epoch_id, work).await? {
+            return Ok(Some(board.epoch_work(epoch_id).await?.unwrap_or_else(|| work.to_owned())));
+        }
+        let (announced, _) = board.epochs_after("0", Duration::ZERO).await?;
+        for old in announced.into_iter().filter(|e| e + KEEP_EPOCHS <= epoch_id) {
+            board.close_epoch(old).await?;
+        }
+        if self.mode == Mode::LeastBacklog {
+            let live: Vec<String> = board.live_members().await?.into_iter().map(|m| m.id).collect();
+            board.forget_streams(&live).await?;
+        }
+        Ok(None)
     }
 
     /// Least backlog: takes back what lapsed leases and gone workers hold,
@@ -273,6 +329,9 @@ pub struct Worker {
     pub boards: Boards,
     pub mode: Mode,
     pub member: Member,
+    /// Least backlog: the coordinator's lease; assignments being computed
+    /// are renewed three times within it.
+    pub lease: Duration,
     /// The projects it computes (each has a board).
     pub projects: Vec<String>,
     /// Peer index, per project: the last entry read of the epochs stream,
@@ -305,6 +364,8 @@ struct Seen {
 pub struct Round {
     pub accepted: usize,
     pub fenced: usize,
+    /// Results for an epoch closed (or lost) meanwhile: dropped.
+    pub closed: usize,
     /// Items it took but could not offer (a share that failed): the worker
     /// backs off before it takes them again.
     pub unoffered: usize,
@@ -312,7 +373,7 @@ pub struct Round {
 
 impl Worker {
     pub fn new(boards: Boards, mode: Mode, member: Member, projects: Vec<String>) -> Self {
-        Self { boards, mode, member, projects, open: Default::default() }
+        Self { boards, mode, member, lease: Duration::from_secs(10), projects, open: Default::default() }
     }
 
     /// One round: the items this worker holds or takes now, computed in one
@@ -350,10 +411,17 @@ impl Worker {
                     }
                     let live: Vec<String> = board.live_members().await?.into_iter().map(|m| m.id).collect();
                     for (&epoch_id, seen) in open.iter_mut() {
-                        // All in: a count, not the holders.
-                        if seen.items > 0 && board.done(epoch_id).await? >= seen.items {
-                            seen.items = usize::MAX;
-                            continue;
+                        // All in (a count, not the holders), or closed.
+                        match board.done(epoch_id).await? {
+                            None => {
+                                seen.items = usize::MAX;
+                                continue;
+                            }
+                            Some(done) if seen.items > 0 && done >= seen.items => {
+                                seen.items = usize::MAX;
+                                continue;
+                            }
+                            Some(_) => {}
                         }
                         if seen.settled && seen.live == live {
                             continue;
@@ -400,11 +468,13 @@ impl Worker {
                 let done = self.compute(local, &board, epoch_id, &items, &blocks).await?;
                 round.accepted += done.accepted;
                 round.fenced += done.fenced;
-                round.unoffered += items.len().saturating_sub(done.accepted + done.fenced);
+                round.closed += done.closed;
+                let offered = done.accepted + done.fenced + done.closed;
+                round.unoffered += items.len().saturating_sub(offered);
                 // All of its share offered: nothing more to take until the
                 // membership changes. Otherwise (a compute that failed) it
                 // is taken again next round.
-                if done.accepted + done.fenced == items.len() {
+                if offered == items.len() {
                     let mut open = self.open.lock().expect("not poisoned");
                     if let Some(seen) = open.get_mut(project).and_then(|(_, o)| o.get_mut(&epoch_id)) {
                         seen.settled = !seen.orphans;
@@ -471,7 +541,27 @@ impl Worker {
         } else {
             Arc::from(Vec::new())
         };
-        let result = local.execute(vec![task], details).next().await;
+        // Least backlog: the lease on these entries is renewed while they
+        // are computed (a share longer than the lease is not taken back).
+        let leased: Vec<&str> = items.iter().filter_map(|(_, _, e)| e.as_deref()).collect();
+        let renewing = async {
+            let every = (self.lease / 3).max(Duration::from_millis(100));
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = board.renew(&self.member.id, &leased).await {
+                    tracing::warn!("epoch {epoch_id}: renewing the lease on {} item(s): {e:#}", leased.len());
+                }
+            }
+        };
+        let computing = async { local.execute(vec![task], details).next().await };
+        let result = if leased.is_empty() {
+            computing.await
+        } else {
+            tokio::select! {
+                result = computing => result,
+                never = renewing => match never {},
+            }
+        };
         let snapshots: BTreeMap<String, String> = match result {
             Some(r) if r.kind == OutcomeKind::Computed => {
                 r.snapshots.into_iter().map(|(source, json)| (source.to_ascii_lowercase(), json)).collect()
@@ -500,6 +590,7 @@ impl Worker {
                     round.fenced += 1;
                     fenced.push(format!("{index} (token {token})"));
                 }
+                Completion::Closed => round.closed += 1,
             }
         }
         if !fenced.is_empty() {

@@ -17,7 +17,7 @@ use std::{
 
 use anyhow::Result;
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
-use lite_node_cluster::{Member, Refused};
+use lite_node_cluster::{Joined, Member, Refused};
 use serde_json::json;
 
 use crate::{
@@ -198,6 +198,7 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
         id: c.worker_id.clone(),
         package: commit.clone(),
         api: lite_node_plugin_api::PLUGIN_API_VERSION.to_owned(),
+        assign: mode.name().to_owned(),
         instance: format!("{}:{}", hostname(), std::process::id()),
     };
     let status = Arc::new(WorkerStatus {
@@ -233,10 +234,20 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
     // Joins: refused at once for another package; waits for a lapsing
     // predecessor under the same id (this worker, restarted) to lapse.
     let give_up = tokio::time::Instant::now() + ttl * 2;
+    let unstated = |board: &str| {
+        format!(
+            "no coordinator has stated its compute package on full node {board} yet: waiting (is the coordinator \
+             running, with this worker's DATA_MARKET_CONTRACT, SLOT_ID and LITE_NODE_CLUSTER_REDIS_URL?)"
+        )
+    };
     'join: loop {
         for project in &project_types {
             match beat.of(project).heartbeat(&member, ttl).await {
-                Ok(()) => {}
+                Ok(Joined::Matched) => {}
+                Ok(Joined::Unstated) => {
+                    tracing::warn!("{}", unstated(&cfg.board));
+                    *status.trouble.lock().expect("not poisoned") = Some(unstated(&cfg.board));
+                }
                 Err(e) => match e.downcast_ref::<Refused>() {
                     Some(Refused::Taken(_)) if tokio::time::Instant::now() < give_up => {
                         tokio::time::sleep(c.heartbeat).await;
@@ -259,15 +270,28 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
     );
     let heartbeats = {
         let (member, status, projects, every) = (member.clone(), status.clone(), project_types.clone(), c.heartbeat);
+        let board = cfg.board.clone();
         async move {
             loop {
                 tokio::time::sleep(every).await;
                 for project in &projects {
                     match beat.of(project).heartbeat(&member, ttl).await {
-                        Ok(()) => {
+                        Ok(joined) => {
+                            let mut trouble = status.trouble.lock().expect("not poisoned");
                             if status.heartbeat_failures.swap(0, Ordering::Relaxed) > 0 {
                                 tracing::info!("the cluster's Redis answers again: member {} renewed", member.id);
-                                *status.trouble.lock().expect("not poisoned") = None;
+                                *trouble = None;
+                            }
+                            match joined {
+                                Joined::Unstated if trouble.is_none() => {
+                                    tracing::warn!("{}", unstated(&board));
+                                    *trouble = Some(unstated(&board));
+                                }
+                                Joined::Matched if trouble.is_some() => {
+                                    tracing::info!("the coordinator of full node {board} has stated its package");
+                                    *trouble = None;
+                                }
+                                _ => {}
                             }
                         }
                         Err(e) => match e.downcast_ref::<Refused>() {
@@ -287,7 +311,8 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
         }
     };
 
-    let worker = Worker::new(Boards::new(work, cfg.board.clone()), mode, member.clone(), project_types.clone());
+    let mut worker = Worker::new(Boards::new(work, cfg.board.clone()), mode, member.clone(), project_types.clone());
+    worker.lease = c.lease;
     let blocks = |begin, end| {
         let source = source.clone();
         async move { preload::block_details(&source, begin, end).await }
@@ -331,9 +356,10 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
         refused = heartbeats => Some(refused),
         never = rounds => match never {},
     };
-    // An orderly stop: its items go to the others at once.
+    // An orderly stop: its items go to the others at once (a membership
+    // another process took over is left alone).
     for project in &project_types {
-        if let Err(e) = worker.boards.of(project).leave(&member.id).await {
+        if let Err(e) = worker.boards.of(project).leave(&member).await {
             tracing::warn!("leaving the cluster: {e:#}");
         }
     }

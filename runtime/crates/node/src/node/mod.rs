@@ -267,17 +267,17 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
                 conn = crate::worker::connect(&c.redis_url) => conn?,
             };
             let boards = crate::cluster::Boards::new(conn, cfg.cluster_name());
-            for project in &work_projects {
-                boards
-                    .of(project)
-                    .set_package(&package_commit, lite_node_plugin_api::PLUGIN_API_VERSION)
-                    .await
-                    .context("stating the compute package on the cluster's board")?;
-            }
             let mode = match c.assign {
                 crate::config::ClusterAssign::PeerIndex => crate::cluster::Mode::PeerIndex,
                 crate::config::ClusterAssign::LeastBacklog => crate::cluster::Mode::LeastBacklog,
             };
+            for project in &work_projects {
+                boards
+                    .of(project)
+                    .set_package(&package_commit, lite_node_plugin_api::PLUGIN_API_VERSION, mode.name())
+                    .await
+                    .context("stating the compute package on the cluster's board")?;
+            }
             tracing::info!(
                 "coordinator of full node {} ({mode:?}): each epoch's data sources go to its workers",
                 cfg.cluster_name()
@@ -285,6 +285,8 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
             Some(Arc::new(crate::cluster::Coordinator {
                 boards,
                 mode,
+                package: package_commit.clone(),
+                api: lite_node_plugin_api::PLUGIN_API_VERSION.to_owned(),
                 lease: c.lease,
                 poll: Duration::from_millis(10),
                 patience: cfg.watch.compute_timeout,
