@@ -1,11 +1,22 @@
 //! A full node over machines: pools gathered per second with 1, 2 and 3
-//! workers on the devnet, as it is (anvil on loopback answers in well under
-//! a millisecond: the work is CPU-bound, and this machine has 2 cores) and
-//! with every worker RPC request held 30 ms by a relay (a remote RPC: the
-//! work is I/O-bound and should scale near-linearly; goal: 3 workers ≥ 2.5×
-//! one). A rate is the epoch's pools over the coordinator's gather time
-//! (epoch opened on the board → every result in), the median of the epochs
-//! after the first. `cargo bench -p lite-node --bench cluster` (needs the
+//! workers on the devnet, in three settings:
+//!
+//! 1. as it is: anvil on loopback answers in well under a millisecond, so
+//!    the work is CPU-bound, on a machine of 2 cores shared by anvil, the
+//!    coordinator, the workers and Redis;
+//! 2. every worker RPC request held 30 ms by a relay (a remote RPC), the
+//!    package as it ships: the BDS compute reads a share's pools in a few
+//!    batched requests (three per share whatever its size, plus one per 500
+//!    state calls), so a share of a third of the pools saves only some of
+//!    the round trips, and the CPU of setting 1 remains;
+//! 3. the same relay, the compute reading one pool per request
+//!    (`batch_pools: false`, as the reference pooler's workers do): the
+//!    work is I/O-bound per pool, and workers divide it (goal: 3 workers ≥
+//!    2.5× one).
+//!
+//! A rate is the epoch's pools over the coordinator's gather time (epoch
+//! opened on the board → every result in), the median of the epochs after
+//! the first. `cargo bench -p lite-node --bench cluster` (needs the
 //! 1,000-pool world: `devnet/build-world.sh --pools 1000 --out world-1000`;
 //! ./init.sh test builds it). Quick mode: 5 pools, 1 and 2 workers.
 
@@ -13,13 +24,16 @@ use lite_node_testkit::{devnet_record, quantile};
 
 /// The median pools per second of the epochs after the first, and the
 /// median gather time (ms).
-fn run(workers: u64, pools: usize, epochs: u64, delay_ms: Option<u64>) -> (f64, f64) {
+fn run(workers: u64, pools: usize, epochs: u64, delay_ms: Option<u64>, projects: Option<&str>) -> (f64, f64) {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
     let (workers, pools_arg, epochs) = (workers.to_string(), pools.to_string(), epochs.to_string());
     let delay = delay_ms.map(|d| d.to_string());
     let mut args = vec!["--nodes", "1", "--full-node-workers", &workers, "--pools", &pools_arg, "--epochs", &epochs];
     if let Some(d) = &delay {
         args.extend(["--worker-rpc-delay-ms", d.as_str()]);
+    }
+    if let Some(p) = projects {
+        args.extend(["--projects", p]);
     }
     let json = devnet_record(bin, &args);
     let mut rates = Vec::new();
@@ -39,11 +53,29 @@ fn run(workers: u64, pools: usize, epochs: u64, delay_ms: Option<u64>) -> (f64, 
 fn main() {
     let quick = lite_node_testkit::bench_is_quick();
     let (pools, epochs, most) = if quick { (5, 3, 2) } else { (1000, 6, 3) };
-    for delay in [None, Some(30)] {
-        let label = delay.map_or("devnet as it is".to_owned(), |d| format!("every worker RPC request +{d} ms"));
+    // The devnet's BDS project, reading one pool per request.
+    let dir = tempfile::tempdir().unwrap();
+    let per_pool = dir.path().join("projects-per-pool.json");
+    let project = serde_json::json!({"config": [{
+        "project_type": "baseSnapshot",
+        "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"},
+        "preload_tasks": ["block_details"],
+        "pools": [],
+        "batch_pools": false,
+    }]});
+    std::fs::write(&per_pool, project.to_string()).unwrap();
+    let per_pool = per_pool.display().to_string();
+    // One pool per request at +30 ms is ~60 ms a pool: 200 pools keep one
+    // worker's epoch within the compute timeout.
+    let settings: [(String, usize, Option<u64>, Option<&str>); 3] = [
+        ("devnet as it is, batched reads".into(), pools, None, None),
+        ("every worker RPC request +30 ms, batched reads".into(), pools, Some(30), None),
+        ("every worker RPC request +30 ms, one pool per request".into(), pools.min(200), Some(30), Some(&per_pool)),
+    ];
+    for (label, pools, delay, projects) in settings {
         let mut one = 0.0;
         for workers in 1..=most {
-            let (rate, ms) = run(workers, pools, epochs, delay);
+            let (rate, ms) = run(workers, pools, epochs, delay, projects);
             if workers == 1 {
                 one = rate;
             }
