@@ -53,16 +53,12 @@ pub struct Shared {
     head: tokio::sync::Mutex<Option<(Instant, u64, String)>>,
     /// Each CID's upload, once.
     uploads: Mutex<HashMap<String, UploadOnce>>,
-    /// Ledger writes (each synced) at once: a thousand slots' answers share
-    /// a few threads instead of starting hundreds.
-    ledger_writes: tokio::sync::Semaphore,
+    /// The slots' ledger lines, made durable together.
+    pub ledger_sync: super::ledger::GroupCommit,
 }
 
 /// One CID's upload, made by the first submission that needs it.
 type UploadOnce = Arc<OnceCell<Result<(), Upload>>>;
-
-/// Ledger writes at once (see [`Shared`]).
-const LEDGER_WRITES: usize = 8;
 
 impl Shared {
     pub fn new(
@@ -82,7 +78,7 @@ impl Shared {
             status,
             head: tokio::sync::Mutex::new(None),
             uploads: Mutex::default(),
-            ledger_writes: tokio::sync::Semaphore::new(LEDGER_WRITES),
+            ledger_sync: Default::default(),
         }
     }
 
@@ -214,17 +210,11 @@ impl Submitter {
             // The collector has answered: until the ledger holds it, a restart
             // would send it again, so this waits for the disk (a stop
             // abandons the epoch after its grace).
-            // Off the async threads: a thousand slots' syncs run side by side.
+            // Off the async threads, and with the other slots' lines: a
+            // thousand slots' answers cost a few syncs, not a thousand.
             let verdict = status.to_string();
             let write = || {
-                let (ledger, id, cid, verdict) = (self.ledger.clone(), id.clone(), stored.cid.clone(), verdict.clone());
-                let (epoch_id, released) = (epoch.epoch_id, epoch.released_block);
-                async move {
-                    let _turn = shared.ledger_writes.acquire().await.expect("never closed");
-                    tokio::task::spawn_blocking(move || ledger.record(epoch_id, released, &id, &cid, &verdict))
-                        .await
-                        .map_err(std::io::Error::other)?
-                }
+                shared.ledger_sync.record(&self.ledger, epoch.epoch_id, epoch.released_block, id, &stored.cid, &verdict)
             };
             retry(Policy::STATE, "recording a submission in the ledger", write, |_| true).await?;
         }
