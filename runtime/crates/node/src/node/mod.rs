@@ -165,14 +165,17 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
     }
     let chain_id = anchor.chain_id().await.context("reading the anchor chain id")?;
     let ipfs = cfg.ipfs.as_ref().map(Ipfs::new).transpose().map_err(BadInput)?;
-    let shared = Arc::new(submission::Shared::new(
+    let mut shared = submission::Shared::new(
         submission::Collector::new(format!("http://{}:{}", cfg.collector_host, cfg.collector_port)),
         ipfs,
         cfg.watch.deadline_buffer,
         data_market.to_string(),
         protocol_state.to_string(),
         status.clone(),
-    ));
+    );
+    // Several slots: one line per epoch, not one per slot's submission.
+    shared.quiet = slots.len() > 1;
+    let shared = Arc::new(shared);
     // Books and trackers a crash left half-saved are completed first.
     let replayed = crate::atomic_file::Batch::replay(&data_dir).context("completing the last saved batch")?;
     tracing::debug!("{replayed} file(s) rewritten from the last batch");

@@ -187,6 +187,9 @@ impl Work for EpochWork {
                     .map_err(|e| anyhow::anyhow!("writing {}: {e}", lane.journal.path().display()))?;
             }
         }
+        if several {
+            log_summary(epoch, &worked.outcomes);
+        }
         self.keep_books(epoch, worked)?;
         if epoch.epoch_id >= self.prune_at {
             self.prune(epoch.epoch_id);
@@ -489,6 +492,8 @@ impl EpochWork {
     }
 }
 
+/// One outcome's line; with several slots (`slot`), what went well is a
+/// debug line ([`log_summary`] counts it) and only failures stay per slot.
 fn log_outcome(epoch: &Epoch, o: &Outcome, slot: Option<u64>) {
     let took = o.finished_at_ms.saturating_sub(o.started_at_ms);
     let id = epoch.epoch_id;
@@ -497,11 +502,41 @@ fn log_outcome(epoch: &Epoch, o: &Outcome, slot: Option<u64>) {
         None => o.project_type.clone(),
     };
     match &o.kind {
+        OutcomeKind::Computed if slot.is_some() => {
+            tracing::debug!("epoch {id} {project}: computed {} snapshot(s) in {took} ms", o.snapshot_count)
+        }
+        OutcomeKind::NotSelected if slot.is_some() => tracing::debug!("epoch {id} {project}: not selected"),
         OutcomeKind::Computed => {
             tracing::info!("epoch {id} {project}: computed {} snapshot(s) in {took} ms", o.snapshot_count)
         }
         OutcomeKind::NotSelected => tracing::info!("epoch {id} {project}: not selected"),
         OutcomeKind::Failed(e) => tracing::warn!("epoch {id} {project}: failed after {took} ms: {e}"),
         OutcomeKind::Missed(e) => tracing::warn!("epoch {id} {project}: missed: {e}"),
+    }
+}
+
+/// Several slots: one line per project for the epoch — how many slots
+/// computed, were not selected, failed or missed, and how many submissions
+/// the collector accepted.
+fn log_summary(epoch: &Epoch, lanes: &[Vec<Outcome>]) {
+    let mut by_project: BTreeMap<&str, [usize; 5]> = BTreeMap::new();
+    for o in lanes.iter().flatten() {
+        let n = by_project.entry(o.project_type.as_str()).or_default();
+        let i = match o.kind {
+            OutcomeKind::Computed => 0,
+            OutcomeKind::NotSelected => 1,
+            OutcomeKind::Failed(_) => 2,
+            OutcomeKind::Missed(_) => 3,
+        };
+        n[i] += 1;
+        n[4] += o.submissions.iter().filter(|s| s.status == crate::submission::Status::Accepted).count();
+    }
+    for (project, [computed, not_selected, failed, missed, accepted]) in by_project {
+        tracing::info!(
+            "epoch {} {project}: {} slots: {computed} computed ({accepted} submission(s) accepted), {not_selected} not \
+             selected, {failed} failed, {missed} missed",
+            epoch.epoch_id,
+            computed + not_selected + failed + missed
+        );
     }
 }

@@ -55,6 +55,9 @@ pub struct Shared {
     uploads: Mutex<HashMap<String, UploadOnce>>,
     /// The slots' ledger lines, made durable together.
     pub ledger_sync: super::ledger::GroupCommit,
+    /// Several slots: an accepted submission is a debug line (the epoch's
+    /// summary says how many); a refused or missed one still warns.
+    pub quiet: bool,
 }
 
 /// One CID's upload, made by the first submission that needs it.
@@ -79,6 +82,7 @@ impl Shared {
             head: tokio::sync::Mutex::new(None),
             uploads: Mutex::default(),
             ledger_sync: Default::default(),
+            quiet: false,
         }
     }
 
@@ -203,6 +207,7 @@ impl Submitter {
         };
         let (epoch_id, cid) = (epoch.epoch_id, &stored.cid);
         match &status {
+            Status::Accepted if shared.quiet => tracing::debug!("epoch {epoch_id} {id}: submission accepted ({cid})"),
             Status::Accepted => tracing::info!("epoch {epoch_id} {id}: submission accepted ({cid})"),
             other => tracing::warn!("epoch {epoch_id} {id}: submission {other} ({cid})"),
         }
