@@ -550,8 +550,10 @@ fn the_devnet_runs_a_package_from_compute_new_with_its_own_projects() {
 /// and continued once the others finished them (its late results meet the
 /// fence), the cluster's Redis restarted (append-only) as epoch 4 is
 /// released, the coordinator SIGKILLed mid-gather of epoch 5 (restarted, it
-/// resumes the epoch from Redis and submits nothing twice). Every epoch: every pool accepted exactly once
-/// from the full node; the record verifies independently.
+/// resumes the epoch from Redis and submits nothing twice), the cluster's
+/// Redis emptied (`FLUSHALL`) mid-gather of epoch 6 (the coordinator opens
+/// it again). Every epoch: every pool accepted exactly once from the full
+/// node; the record verifies independently.
 #[test]
 fn a_full_node_over_three_workers_covers_every_pool_once_through_kills_stops_and_restarts() {
     for mode in ["peer-index", "least-backlog"] {
@@ -559,7 +561,7 @@ fn a_full_node_over_three_workers_covers_every_pool_once_through_kills_stops_and
         let record = dir.path().join("run.json");
         let args = [
             "--epochs",
-            "5",
+            "6",
             "--nodes",
             "2",
             "--full-node-workers",
@@ -576,6 +578,8 @@ fn a_full_node_over_three_workers_covers_every_pool_once_through_kills_stops_and
             "restart-cluster-redis@4",
             "--fault",
             "kill-coordinator@5",
+            "--fault",
+            "flush-cluster-redis@6",
             "--json",
             record.to_str().unwrap(),
         ];
@@ -624,5 +628,9 @@ fn a_full_node_over_three_workers_covers_every_pool_once_through_kills_stops_and
         );
         let stopped = std::fs::read_to_string(dir.path().join("run/worker-w3.log")).unwrap();
         assert!(stopped.contains("refused by the fence"), "{mode}: the late results are logged");
+        assert!(
+            coordinator.contains("epoch 6 baseSnapshot: the cluster's board no longer holds the epoch"),
+            "{mode}: the flush of epoch 6 was seen and the epoch opened again"
+        );
     }
 }

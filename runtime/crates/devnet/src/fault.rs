@@ -45,6 +45,11 @@ pub enum Fault {
     /// workers compute — and restarted by the devnet: it resumes the epoch
     /// from Redis.
     KillCoordinator { epoch: u64 },
+    /// `flush-cluster-redis@EPOCH`: the full node's Redis loses everything
+    /// it holds (`FLUSHALL`) once the coordinator has opened the epoch, while
+    /// the workers compute: the coordinator opens it again, the workers'
+    /// results under lost tokens are refused, and every pool is computed.
+    FlushClusterRedis { epoch: u64 },
 }
 
 /// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`),
@@ -62,6 +67,10 @@ impl std::str::FromStr for Fault {
         if let Some(epoch) = s.strip_prefix("kill-coordinator@") {
             let epoch = epoch.parse().map_err(|_| format!("--fault {s}: `{epoch}` is not an epoch id"))?;
             return Ok(Fault::KillCoordinator { epoch });
+        }
+        if let Some(epoch) = s.strip_prefix("flush-cluster-redis@") {
+            let epoch = epoch.parse().map_err(|_| format!("--fault {s}: `{epoch}` is not an epoch id"))?;
+            return Ok(Fault::FlushClusterRedis { epoch });
         }
         if let Some(epoch) = s.strip_prefix("restart-cluster-redis@") {
             let epoch = epoch.parse().map_err(|_| format!("--fault {s}: `{epoch}` is not an epoch id"))?;
@@ -116,7 +125,8 @@ impl std::str::FromStr for Fault {
             format!(
                 "{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH, or \
                  kill-validator:N@EPOCH, or cut-validator:N@FROM..TO, or kill-worker:K@EPOCH, or \
-                 stop-worker:K@EPOCH, or restart-cluster-redis@EPOCH, or kill-coordinator@EPOCH"
+                 stop-worker:K@EPOCH, or restart-cluster-redis@EPOCH, or flush-cluster-redis@EPOCH, or \
+                 kill-coordinator@EPOCH"
             )
         })?;
         Ok(Fault::Drill(number(rest, "a slot number")?, drill))
@@ -146,9 +156,11 @@ impl Fault {
                     )
                 });
             }
-            Self::RestartClusterRedis { .. } | Self::KillCoordinator { .. } => {
-                return (opts.full_node_workers == 0)
-                    .then(|| "--fault restart-cluster-redis and kill-coordinator need --full-node-workers".to_owned());
+            Self::RestartClusterRedis { .. } | Self::FlushClusterRedis { .. } | Self::KillCoordinator { .. } => {
+                return (opts.full_node_workers == 0).then(|| {
+                    "--fault restart-cluster-redis, flush-cluster-redis and kill-coordinator need --full-node-workers"
+                        .to_owned()
+                });
             }
             Self::StallAnvil { .. } => return None,
             Self::RestartRedis { .. } => {
@@ -254,6 +266,7 @@ mod tests {
         assert_eq!("stop-worker:1@2".parse::<Fault>(), Ok(Fault::StopWorker { worker: 1, epoch: 2 }));
         assert_eq!("restart-cluster-redis@4".parse::<Fault>(), Ok(Fault::RestartClusterRedis { epoch: 4 }));
         assert_eq!("kill-coordinator@5".parse::<Fault>(), Ok(Fault::KillCoordinator { epoch: 5 }));
+        assert_eq!("flush-cluster-redis@6".parse::<Fault>(), Ok(Fault::FlushClusterRedis { epoch: 6 }));
         assert!("stop-worker:1".parse::<Fault>().unwrap_err().contains("expected stop-worker:K@EPOCH"));
         let e = "kill-node:1".parse::<Fault>().unwrap_err();
         assert!(e.contains("expected kill-node:SLOT@EPOCH"), "{e}");

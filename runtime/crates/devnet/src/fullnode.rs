@@ -44,8 +44,11 @@ pub(crate) struct FullNode {
     board_name: String,
     /// Per epoch: how many items each worker computed (all projects).
     pub computed: BTreeMap<u64, BTreeMap<String, usize>>,
-    /// Results refused by the fence (read at the end of the run).
+    /// Results refused by the fence (read after every epoch and at the end
+    /// of the run; a count Redis lost with its data is added, not undone).
     pub fenced: u64,
+    /// The board's count at the last read.
+    fenced_read: u64,
     /// Per epoch, from the coordinator's journal: how long gathering took
     /// (ms) and how many snapshots it gave.
     pub gathered: BTreeMap<u64, (u64, usize)>,
@@ -100,6 +103,7 @@ impl FullNode {
             redis,
             redis_url,
             fenced: 0,
+            fenced_read: 0,
             gathered: BTreeMap::new(),
             redis_port,
             drills: Vec::new(),
@@ -205,6 +209,25 @@ impl FullNode {
                         let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
                     }));
                 }
+                Fault::FlushClusterRedis { epoch } if epoch == epoch_id => {
+                    let (url, name, projects) =
+                        (self.redis_url.clone(), self.board_name.clone(), self.projects.clone());
+                    self.drills.push(tokio::spawn(async move {
+                        let flushed = async {
+                            epoch_open(&url, &name, &projects, epoch).await?;
+                            let client = redis::Client::open(url.as_str())?;
+                            let mut conn = client.get_multiplexed_async_connection().await?;
+                            redis::cmd("FLUSHALL").query_async::<()>(&mut conn).await?;
+                            anyhow::Ok(())
+                        };
+                        match flushed.await {
+                            Ok(()) => tracing::info!(
+                                "drill: the full node's Redis lost everything mid-gather of epoch {epoch}"
+                            ),
+                            Err(e) => tracing::error!("drill flush-cluster-redis: {e:#}"),
+                        }
+                    }));
+                }
                 Fault::RestartClusterRedis { epoch } if epoch == epoch_id => {
                     tracing::info!("drill: the full node's Redis restarts after epoch {epoch}'s release");
                     stop_all(&mut [&mut self.redis], Duration::from_secs(10));
@@ -243,12 +266,14 @@ impl FullNode {
     pub async fn read_fenced(&mut self) -> Result<u64> {
         self.connect().await?;
         let boards = self.boards.as_ref().expect("connected");
-        let mut fenced = 0;
+        let mut now = 0;
         for project in &self.projects {
-            fenced += boards.of(project).stats().await?.get("fenced").copied().unwrap_or(0);
+            now += boards.of(project).stats().await?.get("fenced").copied().unwrap_or(0);
         }
-        self.fenced = fenced;
-        Ok(fenced)
+        // Lower than last time: Redis lost the count (and started again).
+        self.fenced += if now >= self.fenced_read { now - self.fenced_read } else { now };
+        self.fenced_read = now;
+        Ok(self.fenced)
     }
 
     async fn connect(&mut self) -> Result<()> {

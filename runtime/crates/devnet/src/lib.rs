@@ -851,6 +851,9 @@ impl Devnet {
                 Ok(by) => fullnode::describe(by),
                 Err(err) => format!("unread: {err:#}"),
             };
+            if let Err(e) = f.read_fenced().await {
+                tracing::warn!("reading the full node's fence count: {e:#}");
+            }
             line.push_str(&format!(
                 "\n       full node: {done} of {} pools accepted; computed by {by}",
                 epoch.full_expected

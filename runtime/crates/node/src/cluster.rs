@@ -474,10 +474,13 @@ impl Worker {
                 // All of its share offered: nothing more to take until the
                 // membership changes. Otherwise (a compute that failed) it
                 // is taken again next round.
+                // A result refused by the fence is looked at again too: the
+                // item was given to another (who has it), or its token was
+                // lost with Redis's data (nobody has it: it is taken again).
                 if offered == items.len() {
                     let mut open = self.open.lock().expect("not poisoned");
                     if let Some(seen) = open.get_mut(project).and_then(|(_, o)| o.get_mut(&epoch_id)) {
-                        seen.settled = !seen.orphans;
+                        seen.settled = !seen.orphans && done.fenced == 0;
                     }
                 }
             }
