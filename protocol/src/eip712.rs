@@ -94,6 +94,13 @@ pub struct Signer {
     domain: Eip712Domain,
 }
 
+impl Drop for Signer {
+    fn drop(&mut self) {
+        // The secret does not outlive the signer in freed memory.
+        self.key.non_secure_erase();
+    }
+}
+
 impl std::fmt::Debug for Signer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Signer").field("address", &self.address).finish_non_exhaustive()

@@ -60,6 +60,7 @@ fn the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part() {
             package: "p".into(),
             api: "0.4.0".into(),
             assign: mode.name().into(),
+            lease_ms: 5_000,
             instance: String::new(),
         };
         let workers: Vec<Worker> = ["w0", "w1", "w2"]
@@ -128,7 +129,7 @@ fn a_worker_on_another_package_than_its_coordinators_is_refused_by_name() {
         // What a coordinator on another commit states on the board.
         Boards::new(conn, lite_node::config::cluster_name(&market, 7))
             .of("baseSnapshot")
-            .set_package("0000deadbeef", lite_node_plugin_api::PLUGIN_API_VERSION, "peer-index")
+            .set_package("0000deadbeef", lite_node_plugin_api::PLUGIN_API_VERSION, "peer-index", 10_000)
             .await
             .unwrap();
     });

@@ -46,6 +46,10 @@ pub struct Member {
     /// Its assignment mode (`peer-index`, `least-backlog`).
     #[serde(default)]
     pub assign: String,
+    /// Its lease on least backlog's assignments (ms): it renews them within
+    /// it, so it must be the coordinator's.
+    #[serde(default)]
+    pub lease_ms: u64,
     /// This process (a second one under the same id is refused while the
     /// first one's heartbeat holds).
     #[serde(default)]
@@ -245,9 +249,9 @@ impl Board {
     // ---- membership ----
 
     /// The coordinator states what every member must run: its compute
-    /// package, plugin interface and assignment mode.
-    pub async fn set_package(&self, package: &str, api: &str, assign: &str) -> Result<()> {
-        let record = serde_json::to_string(&(package, api, assign))?;
+    /// package, plugin interface, assignment mode and lease (ms).
+    pub async fn set_package(&self, package: &str, api: &str, assign: &str, lease_ms: u64) -> Result<()> {
+        let record = serde_json::to_string(&(package, api, assign, lease_ms))?;
         self.conn.clone().set::<_, _, ()>(self.key("package"), record).await.context("writing the cluster's package")
     }
 
@@ -264,7 +268,7 @@ impl Board {
         let joined = match wanted {
             None => Joined::Unstated,
             Some(wanted) => {
-                let (package, api, assign): (String, String, String) =
+                let (package, api, assign, lease_ms): (String, String, String, u64) =
                     serde_json::from_str(&wanted).context("the cluster's package record")?;
                 if package != member.package || api != member.api {
                     return Err(Refused::Package(format!(
@@ -279,6 +283,14 @@ impl Board {
                         "member {} assigns work by {}, the coordinator by {}: set LITE_NODE_CLUSTER_ASSIGN={} on the \
                          worker",
                         member.id, member.assign, assign, assign
+                    ))
+                    .into());
+                }
+                if lease_ms != member.lease_ms {
+                    return Err(Refused::Package(format!(
+                        "member {} holds assignments for {} ms, the coordinator gives them for {} ms: set \
+                         LITE_NODE_CLUSTER_LEASE_SECS to the coordinator's on the worker",
+                        member.id, member.lease_ms, lease_ms
                     ))
                     .into());
                 }

@@ -22,6 +22,7 @@ fn member(id: &str) -> Member {
         package: "abc123".into(),
         api: "0.4.0".into(),
         assign: "peer-index".into(),
+        lease_ms: 10_000,
         instance: String::new(),
     }
 }
@@ -65,7 +66,7 @@ fn membership_follows_heartbeats_and_a_mismatched_member_is_refused() {
             Joined::Unstated,
             "no coordinator yet: joined, and told so"
         );
-        b.set_package("abc123", "0.4.0", "peer-index").await.unwrap();
+        b.set_package("abc123", "0.4.0", "peer-index", 10_000).await.unwrap();
         assert_eq!(b.heartbeat(&member("w2"), Duration::from_secs(30)).await.unwrap(), Joined::Matched);
         b.heartbeat(&member("w1"), Duration::from_millis(300)).await.unwrap();
         let ids = |m: Vec<Member>| m.into_iter().map(|m| m.id).collect::<Vec<_>>();
@@ -80,6 +81,13 @@ fn membership_follows_heartbeats_and_a_mismatched_member_is_refused() {
                 if why.contains("member w8 assigns work by least-backlog, the coordinator by peer-index")
                     && why.contains("LITE_NODE_CLUSTER_ASSIGN=peer-index")),
             "{refused:#}"
+        );
+        let other_lease = Member { lease_ms: 60_000, ..member("w7") };
+        let refused = b.heartbeat(&other_lease, Duration::from_secs(30)).await.unwrap_err().to_string();
+        assert!(
+            refused.contains("member w7 holds assignments for 60000 ms, the coordinator gives them for 10000 ms")
+                && refused.contains("LITE_NODE_CLUSTER_LEASE_SECS"),
+            "{refused}"
         );
         // A second process under a live member's id is refused by name.
         let twin = Member { instance: "host-b:77".into(), ..member("w2") };

@@ -39,6 +39,11 @@ pub enum Mode {
     LeastBacklog,
 }
 
+/// A lease as the board records it.
+pub fn lease_ms(lease: Duration) -> u64 {
+    u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl Mode {
     /// As `LITE_NODE_CLUSTER_ASSIGN` spells it (and the board records it).
     pub fn name(self) -> &'static str {
@@ -267,7 +272,7 @@ impl Coordinator {
     /// least backlog's streams of workers gone since), or the work it was
     /// open with already.
     async fn open(&self, board: &Board, epoch_id: u64, work: &str) -> Result<Option<String>> {
-        board.set_package(&self.package, &self.api, self.mode.name()).await?;
+        board.set_package(&self.package, &self.api, self.mode.name(), lease_ms(self.lease)).await?;
         if !board.open_epoch(epoch_id, work).await? {
             return Ok(Some(board.epoch_work(epoch_id).await?.unwrap_or_else(|| work.to_owned())));
         }
@@ -406,8 +411,10 @@ impl Worker {
                     // Waits for a new epoch only while none is open.
                     let wait = if open.is_empty() { wait } else { Duration::ZERO };
                     let (epochs, last) = board.epochs_after(&after, wait).await?;
+                    // An epoch announced again was opened again (Redis lost
+                    // it): whatever this worker knew of it is void.
                     for epoch_id in epochs {
-                        open.entry(epoch_id).or_default();
+                        open.insert(epoch_id, Seen::default());
                     }
                     let live: Vec<String> = board.live_members().await?.into_iter().map(|m| m.id).collect();
                     for (&epoch_id, seen) in open.iter_mut() {
@@ -464,23 +471,51 @@ impl Worker {
             for (epoch_id, index, token, entry) in items {
                 by_epoch.entry(epoch_id).or_default().push((index, token, entry));
             }
-            for (epoch_id, items) in by_epoch {
-                let done = self.compute(local, &board, epoch_id, &items, &blocks).await?;
+            // Least backlog: the lease on every entry read is renewed from
+            // now until the round ends (a share longer than the lease, or one
+            // waiting behind another epoch's, is not taken back).
+            let leased: Vec<&str> = by_epoch.values().flatten().filter_map(|(_, _, e)| e.as_deref()).collect();
+            let renewing = async {
+                let every = (self.lease / 3).max(Duration::from_millis(100));
+                loop {
+                    if let Err(e) = board.renew(&self.member.id, &leased).await {
+                        tracing::warn!("renewing the lease on {} item(s): {e:#}", leased.len());
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            };
+            let computing = async {
+                let mut done = Vec::new();
+                for (epoch_id, items) in &by_epoch {
+                    done.push((*epoch_id, items.len(), self.compute(local, &board, *epoch_id, items, &blocks).await?));
+                }
+                anyhow::Ok(done)
+            };
+            let computed = if leased.is_empty() {
+                computing.await?
+            } else {
+                tokio::select! {
+                    computed = computing => computed?,
+                    never = renewing => match never {},
+                }
+            };
+            for (epoch_id, items, done) in computed {
                 round.accepted += done.accepted;
                 round.fenced += done.fenced;
                 round.closed += done.closed;
                 let offered = done.accepted + done.fenced + done.closed;
-                round.unoffered += items.len().saturating_sub(offered);
+                round.unoffered += items.saturating_sub(offered);
                 // All of its share offered: nothing more to take until the
                 // membership changes. Otherwise (a compute that failed) it
                 // is taken again next round.
-                // A result refused by the fence is looked at again too: the
-                // item was given to another (who has it), or its token was
-                // lost with Redis's data (nobody has it: it is taken again).
-                if offered == items.len() {
+                // A result refused by the fence, or offered to an epoch no
+                // longer open, is looked at again too: the item was given to
+                // another (who has it), or Redis lost its token or the epoch
+                // (nobody has it: it is taken again once the epoch reopens).
+                if offered == items {
                     let mut open = self.open.lock().expect("not poisoned");
                     if let Some(seen) = open.get_mut(project).and_then(|(_, o)| o.get_mut(&epoch_id)) {
-                        seen.settled = !seen.orphans && done.fenced == 0;
+                        seen.settled = !seen.orphans && done.fenced == 0 && done.closed == 0;
                     }
                 }
             }
@@ -544,27 +579,7 @@ impl Worker {
         } else {
             Arc::from(Vec::new())
         };
-        // Least backlog: the lease on these entries is renewed while they
-        // are computed (a share longer than the lease is not taken back).
-        let leased: Vec<&str> = items.iter().filter_map(|(_, _, e)| e.as_deref()).collect();
-        let renewing = async {
-            let every = (self.lease / 3).max(Duration::from_millis(100));
-            loop {
-                tokio::time::sleep(every).await;
-                if let Err(e) = board.renew(&self.member.id, &leased).await {
-                    tracing::warn!("epoch {epoch_id}: renewing the lease on {} item(s): {e:#}", leased.len());
-                }
-            }
-        };
-        let computing = async { local.execute(vec![task], details).next().await };
-        let result = if leased.is_empty() {
-            computing.await
-        } else {
-            tokio::select! {
-                result = computing => result,
-                never = renewing => match never {},
-            }
-        };
+        let result = local.execute(vec![task], details).next().await;
         let snapshots: BTreeMap<String, String> = match result {
             Some(r) if r.kind == OutcomeKind::Computed => {
                 r.snapshots.into_iter().map(|(source, json)| (source.to_ascii_lowercase(), json)).collect()

@@ -199,6 +199,7 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
         package: commit.clone(),
         api: lite_node_plugin_api::PLUGIN_API_VERSION.to_owned(),
         assign: mode.name().to_owned(),
+        lease_ms: crate::cluster::lease_ms(c.lease),
         instance: format!("{}:{}", hostname(), std::process::id()),
     };
     let status = Arc::new(WorkerStatus {

@@ -277,7 +277,12 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
             for project in &work_projects {
                 boards
                     .of(project)
-                    .set_package(&package_commit, lite_node_plugin_api::PLUGIN_API_VERSION, mode.name())
+                    .set_package(
+                        &package_commit,
+                        lite_node_plugin_api::PLUGIN_API_VERSION,
+                        mode.name(),
+                        crate::cluster::lease_ms(c.lease),
+                    )
                     .await
                     .context("stating the compute package on the cluster's board")?;
             }

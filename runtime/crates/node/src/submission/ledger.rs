@@ -313,20 +313,20 @@ mod tests {
                 let (group, ledger) = (group.clone(), ledger.clone());
                 calls.spawn(async move {
                     let answer = group.record(&ledger, 9, 100, project, "bafy", "accepted").await;
-                    (slot, answer)
+                    (slot, project, answer)
                 });
             }
         }
         let mut failed = 0;
         while let Some(done) = calls.join_next().await {
-            let (slot, answer) = done.unwrap();
+            let (slot, project, answer) = done.unwrap();
             if slot == 7 {
                 let e = answer.unwrap_err().to_string();
                 assert!(e.contains("slots/7/state/submissions.jsonl"), "{e}");
                 failed += 1;
             } else {
                 answer.unwrap();
-                assert!(ledgers[slot].contains(9, "a") || ledgers[slot].contains(9, "b"));
+                assert!(ledgers[slot].contains(9, project), "held once durable: slot {slot} {project}");
             }
         }
         assert_eq!(failed, 3);
