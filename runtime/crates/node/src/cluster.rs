@@ -148,6 +148,7 @@ impl Coordinator {
     /// are in or patience runs out; the sources and the results.
     async fn collect(&self, task: &Task, mut sources: Vec<String>) -> Result<(Vec<String>, BTreeMap<usize, String>)> {
         let board = self.boards.of(&task.project_type);
+        // Resumed, the work is the board's as stored (re-opened as it was).
         let mut work = serde_json::to_string(&Work { task: task.clone(), sources: sources.clone() })?;
         let give_up = tokio::time::Instant::now() + self.patience;
         // Redis may be restarting (its connection comes back on a later
@@ -174,25 +175,24 @@ impl Coordinator {
                     // Resumed: the items are the stored work's (the one the
                     // workers compute), whatever this process would list now.
                     tracing::info!("epoch {} {}: resumed from the cluster's board", task.epoch_id, task.project_type);
-                    let stored: Work = serde_json::from_str(&stored)?;
-                    if stored.sources != sources {
+                    let stored_work: Work = serde_json::from_str(&stored)?;
+                    if stored_work.sources != sources {
                         tracing::warn!(
                             "epoch {} {}: the board's work lists {} data sources, this process {}: going on with the \
                              board's",
                             task.epoch_id,
                             task.project_type,
-                            stored.sources.len(),
+                            stored_work.sources.len(),
                             sources.len()
                         );
                     }
-                    sources = stored.sources;
+                    (sources, work) = (stored_work.sources, stored);
                     break;
                 }
                 Err(e) => failed(e)?,
             }
             tokio::time::sleep(self.poll * 4).await;
         }
-        work = serde_json::to_string(&Work { task: task.clone(), sources: sources.clone() })?;
         let mut known: BTreeSet<String> = BTreeSet::new();
         // Whether results are all in is one cheap count per poll; who holds
         // what is read (and least backlog's assignments made) at most every
