@@ -235,11 +235,11 @@ fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadlin
 fn the_ledger_remembers_acknowledged_submissions_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(dir.path()).unwrap();
-    assert!(!ledger.contains(3, "p"));
+    assert!(!ledger.contains(3, "p").unwrap());
     ledger.record(3, 40, "p", "bafy", "accepted").unwrap();
     let reopened = Ledger::open(dir.path()).unwrap();
-    assert!(reopened.contains(3, "p"));
-    assert!(!reopened.contains(4, "p"));
+    assert!(reopened.contains(3, "p").unwrap());
+    assert!(!reopened.contains(4, "p").unwrap());
 }
 
 /// The bundled compute package (its assignment rule), built or reused.

@@ -18,12 +18,43 @@ use tokio::sync::oneshot;
 
 /// Submissions the collector acknowledged, `(epoch, project id)` → CID, kept
 /// in `<data dir>/state/submissions.jsonl` so a restart never sends one twice.
+/// Memory holds the newest epochs' entries only ([`EPOCHS_IN_MEMORY`]); an
+/// older epoch is looked up in the file. A node of a thousand slots would
+/// otherwise hold every retained epoch of every slot (a thousand epochs at
+/// about 150 bytes an entry: 150 MB), although only epochs inside the
+/// submission window can be sent at all.
 #[derive(Debug)]
 pub struct Ledger {
     path: PathBuf,
+    done: Mutex<Held>,
+}
+
+/// How many of the newest epochs' entries a ledger keeps in memory.
+pub const EPOCHS_IN_MEMORY: u64 = 4;
+
+/// The ledger's entries of epochs `floor` and later — every one of them.
+#[derive(Debug, Default)]
+struct Held {
     /// `(epoch, project id)` → the anchor block the epoch was released in
     /// (`None` for entries written before it was recorded).
-    done: Mutex<BTreeMap<(u64, String), Option<u64>>>,
+    entries: BTreeMap<(u64, String), Option<u64>>,
+    floor: u64,
+}
+
+impl Held {
+    /// Keeps an entry of an epoch at or above the floor, then moves the floor
+    /// up to the newest [`EPOCHS_IN_MEMORY`] epochs.
+    fn insert(&mut self, epoch_id: u64, project_id: String, released: Option<u64>) {
+        if epoch_id < self.floor {
+            return;
+        }
+        self.entries.insert((epoch_id, project_id), released);
+        let floor = (epoch_id + 1).saturating_sub(EPOCHS_IN_MEMORY);
+        if floor > self.floor {
+            self.floor = floor;
+            self.entries = self.entries.split_off(&(floor, String::new()));
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -40,25 +71,36 @@ impl Ledger {
     pub fn open(data_dir: &Path) -> io::Result<Self> {
         let path = data_dir.join("state").join("submissions.jsonl");
         crate::jsonl::repair(&path)?;
-        let mut done = BTreeMap::new();
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            for (n, line) in text.lines().enumerate() {
-                // A torn last line (crash mid-write) is ignored; any other bad line is an error.
-                match serde_json::from_str::<LedgerLine>(line) {
-                    Ok(l) => {
-                        done.insert((l.epoch_id, l.project_id), l.released_block);
-                    }
-                    Err(_) if n + 1 == text.lines().count() => {}
-                    Err(e) => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("{} line {}: {e}", path.display(), n + 1),
-                        ));
-                    }
+        let mut done = Held::default();
+        for line in Self::lines(&path)? {
+            done.insert(line.epoch_id, line.project_id, line.released_block);
+        }
+        Ok(Self { path, done: Mutex::new(done) })
+    }
+
+    /// Every line of the file (none if it does not exist). A torn last line
+    /// (a crash mid-write) is ignored; any other bad line is an error.
+    fn lines(path: &Path) -> io::Result<Vec<LedgerLine>> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("reading {}: {e}", path.display()))),
+        };
+        let count = text.lines().count();
+        let mut lines = Vec::with_capacity(count);
+        for (n, line) in text.lines().enumerate() {
+            match serde_json::from_str::<LedgerLine>(line) {
+                Ok(l) => lines.push(l),
+                Err(_) if n + 1 == count => {}
+                Err(e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{} line {}: {e}", path.display(), n + 1),
+                    ));
                 }
             }
         }
-        Ok(Self { path, done: Mutex::new(done) })
+        Ok(lines)
     }
 
     /// Forgets submissions of epochs before `first_kept` that were released
@@ -74,12 +116,21 @@ impl Ledger {
             let epoch = v["epoch_id"].as_u64().unwrap_or(u64::MAX);
             keep(epoch, v["released_block"].as_u64())
         })?;
-        done.retain(|(epoch, _), released| keep(*epoch, *released));
+        done.entries.retain(|(epoch, _), released| keep(*epoch, *released));
         Ok(dropped)
     }
 
-    pub fn contains(&self, epoch_id: u64, project_id: &str) -> bool {
-        self.done.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&(epoch_id, project_id.to_owned()))
+    /// Whether the collector acknowledged `project_id` in `epoch_id`: from
+    /// memory for the newest epochs, else from the file (an epoch computed
+    /// again long after: rare, and it must still not be sent twice).
+    pub fn contains(&self, epoch_id: u64, project_id: &str) -> io::Result<bool> {
+        {
+            let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+            if epoch_id >= done.floor {
+                return Ok(done.entries.contains_key(&(epoch_id, project_id.to_owned())));
+            }
+        }
+        Ok(Self::lines(&self.path)?.iter().any(|l| l.epoch_id == epoch_id && l.project_id == project_id))
     }
 
     /// Records an acknowledged submission (written and synced before returning).
@@ -122,10 +173,11 @@ impl Ledger {
 
     /// What a durable line tells: it was sent.
     fn hold(&self, entry: &Entry) {
-        self.done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((entry.epoch_id, entry.project_id.clone()), Some(entry.released_block));
+        self.done.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            entry.epoch_id,
+            entry.project_id.clone(),
+            Some(entry.released_block),
+        );
     }
 }
 
@@ -293,6 +345,31 @@ mod tests {
 
     use super::*;
 
+    /// Memory holds the newest epochs only; an older epoch is answered
+    /// from the file, alike before and after a restart, and an entry for an
+    /// old epoch written late is found there too.
+    #[test]
+    fn old_epochs_are_looked_up_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        for epoch in 1..=10 {
+            ledger.record(epoch, 100 + epoch, "p", "bafy", "accepted").unwrap();
+        }
+        ledger.record(2, 102, "late", "bafy", "accepted").unwrap();
+        for ledger in [ledger, Ledger::open(dir.path()).unwrap()] {
+            let held = ledger.done.lock().unwrap();
+            assert_eq!(held.floor, 11 - EPOCHS_IN_MEMORY);
+            assert_eq!(held.entries.len() as u64, EPOCHS_IN_MEMORY, "{:?}", held.entries);
+            drop(held);
+            for epoch in 1..=10 {
+                assert!(ledger.contains(epoch, "p").unwrap(), "epoch {epoch}");
+                assert!(!ledger.contains(epoch, "q").unwrap(), "epoch {epoch}");
+            }
+            assert!(ledger.contains(2, "late").unwrap());
+            assert!(!ledger.contains(3, "late").unwrap());
+        }
+    }
+
     /// Many slots' lines at once: each is durable when its call returns (a
     /// reopened ledger holds it), the sync count is below the line count
     /// (lines waiting while a sync ran went together), and a slot whose
@@ -326,7 +403,7 @@ mod tests {
                 failed += 1;
             } else {
                 answer.unwrap();
-                assert!(ledgers[slot].contains(9, project), "held once durable: slot {slot} {project}");
+                assert!(ledgers[slot].contains(9, project).unwrap(), "held once durable: slot {slot} {project}");
             }
         }
         assert_eq!(failed, 3);
@@ -336,7 +413,7 @@ mod tests {
         for (slot, dir) in dirs.iter().enumerate().filter(|(s, _)| *s != 7) {
             let reopened = Ledger::open(dir).unwrap();
             for project in ["a", "b", "c"] {
-                assert!(reopened.contains(9, project), "slot {slot} {project}");
+                assert!(reopened.contains(9, project).unwrap(), "slot {slot} {project}");
             }
         }
     }

@@ -143,7 +143,7 @@ impl Submitter {
 
     async fn submit_one(&self, epoch: &Epoch, stored: &Stored, anchor: &Arc<Anchor>) -> anyhow::Result<Status> {
         let id = &stored.project_id;
-        if self.ledger.contains(epoch.epoch_id, id) {
+        if self.ledger.contains(epoch.epoch_id, id)? {
             tracing::info!("epoch {} {id}: already submitted before a restart; not sent again", epoch.epoch_id);
             return Ok(Status::AlreadyAcknowledged);
         }
