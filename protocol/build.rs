@@ -8,6 +8,11 @@ fn main() {
     let proto_dir = manifest_dir.join("..").join("proto");
     let file = proto_dir.join("submission.proto");
     let fds = protox::compile([&file], [&proto_dir]).expect("proto/submission.proto compiles");
-    tonic_prost_build::configure().compile_fds(fds).expect("gRPC code generates");
+    // Small per-call buffers (`proto::SmallBuffers`): a node of a thousand
+    // slots has a thousand submissions in flight.
+    tonic_prost_build::configure()
+        .codec_path("crate::proto::SmallBuffers")
+        .compile_fds(fds)
+        .expect("gRPC code generates");
     println!("cargo:rerun-if-changed=../proto/submission.proto");
 }

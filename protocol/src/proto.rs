@@ -6,6 +6,43 @@
 
 tonic::include_proto!("submission");
 
+/// The prost codec with 1 KiB per-call buffers instead of tonic's 8 KiB (a
+/// buffer grows when a message needs more): a submission is a few hundred
+/// bytes, and a node of a thousand slots has a thousand calls in flight —
+/// an encoding and a decoding buffer each, 16 MiB at the default.
+#[derive(Debug, Clone)]
+pub struct SmallBuffers<T, U>(std::marker::PhantomData<(T, U)>);
+
+impl<T, U> Default for SmallBuffers<T, U> {
+    fn default() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+/// Bytes each call's encoding and decoding buffer starts with.
+const CALL_BUFFER: usize = 1024;
+/// tonic's default: how much a stream batches before yielding.
+const YIELD_THRESHOLD: usize = 32 * 1024;
+
+impl<T, U> tonic::codec::Codec for SmallBuffers<T, U>
+where
+    T: prost::Message + Send + 'static,
+    U: prost::Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = tonic_prost::ProstEncoder<T>;
+    type Decoder = tonic_prost::ProstDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstCodec::<T, U>::raw_encoder(tonic::codec::BufferSettings::new(CALL_BUFFER, YIELD_THRESHOLD))
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstCodec::<T, U>::raw_decoder(tonic::codec::BufferSettings::new(CALL_BUFFER, YIELD_THRESHOLD))
+    }
+}
+
 /// The collector's answer to an accepted submission.
 pub const SUCCESS: &str = "Success";
 /// The collector's answer to a refused submission.

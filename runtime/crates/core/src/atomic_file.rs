@@ -10,10 +10,20 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_with(path, |w| w.write_all(bytes))
+}
+
+/// [`write`] of what `fill` writes, through a buffer: a large file (a batch's
+/// write-ahead record) need not be held whole in memory first.
+fn write_with(path: &Path, fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>) -> io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    io::Write::write_all(&mut tmp, bytes)?;
+    {
+        let mut buffered = io::BufWriter::with_capacity(64 * 1024, tmp.as_file_mut());
+        fill(&mut buffered)?;
+        io::Write::flush(&mut buffered)?;
+    }
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
@@ -66,8 +76,9 @@ impl Batch {
         if self.files.is_empty() {
             return Ok(());
         }
-        let record = serde_json::to_vec(&self.files).map_err(io::Error::other)?;
-        write(&pending_path(&self.root), &record)?;
+        let pending = pending_path(&self.root);
+        write_with(&pending, |w| serde_json::to_writer(w, &self.files).map_err(io::Error::other))
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", pending.display())))?;
         write_all_unsynced(&self.root, &self.files)
     }
 

@@ -195,7 +195,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
             signer: slot.signer_address.to_string(),
             tracker: tracker.clone(),
             last_epoch_at_start: books.last_epoch,
-            books: Mutex::new(books.clone()),
+            books: Mutex::new(books),
         });
         lanes.push(Lane {
             slot_id: slot.slot_id,
@@ -216,7 +216,6 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
             }),
             journal: Journal::open(&dir)
                 .with_context(|| format!("opening the epoch journal of slot {}", slot.slot_id))?,
-            books,
             books_path,
             status: lane_status,
         });

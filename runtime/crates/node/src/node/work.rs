@@ -66,9 +66,9 @@ pub struct Lane {
     /// Shared with the epoch's submitting tasks.
     pub submitter: Arc<Submitter>,
     pub journal: Journal,
-    pub books: Books,
     pub books_path: PathBuf,
-    /// Where `/status`, `/metrics` and `/health` read this slot.
+    /// Where `/status`, `/metrics` and `/health` read this slot, and the
+    /// one copy of its books.
     pub status: Arc<SlotStatus>,
 }
 
@@ -131,13 +131,18 @@ impl Work for EpochWork {
         }
         let gathered = async {
             let mut computing = true;
+            // Results beyond STAGES_IN_FLIGHT wait here as plain data.
+            let mut waiting: std::collections::VecDeque<ComputeResult> = Default::default();
             loop {
+                while stages.len() < STAGES_IN_FLIGHT
+                    && let Some(result) = waiting.pop_front()
+                {
+                    let stage = stage(self.stage_of(result.slot_id), epoch.clone(), result);
+                    stages.spawn(async move { stage.await.map(Some) });
+                }
                 tokio::select! {
                     result = results.next(), if computing => match result {
-                        Some(result) => {
-                            let stage = stage(self.stage_of(result.slot_id), epoch.clone(), result);
-                            stages.spawn(async move { stage.await.map(Some) });
-                        }
+                        Some(result) => waiting.push_back(result),
                         None => computing = false,
                     },
                     done = stages.join_next(), if !stages.is_empty() => {
@@ -224,6 +229,12 @@ impl Work for EpochWork {
         );
     }
 }
+
+/// Results stored and submitted at once, at most: each in flight holds a
+/// task, a gRPC call and its buffers (about 14 KiB, measured), and a thousand slots'
+/// results arrive within a fraction of a second; more in flight would not
+/// make the collector answer sooner.
+const STAGES_IN_FLIGHT: usize = 128;
 
 /// What one result's stages need, owned (they run as a task of their own).
 struct Stage {
@@ -405,7 +416,7 @@ impl EpochWork {
         let mut batch = lite_node_core::atomic_file::Batch::new(&self.data_dir);
         let mut trackers = Vec::with_capacity(self.lanes.len());
         for (lane, outcomes) in self.lanes.iter().zip(&worked.outcomes) {
-            let mut books = lane.books.clone();
+            let mut books = lane.status.books();
             let lane_notices = books.apply(epoch.epoch_id, outcomes);
             batch.stage(&lane.books_path, books.text()?)?;
             if let Some((path, text, mark)) = lane.tracker.unsaved() {
@@ -418,8 +429,7 @@ impl EpochWork {
         for (tracker, mark) in trackers {
             tracker.saved(mark);
         }
-        for ((lane, outcomes), (books, lane_notices)) in self.lanes.iter_mut().zip(&worked.outcomes).zip(applied) {
-            lane.books = books;
+        for ((lane, outcomes), (books, lane_notices)) in self.lanes.iter().zip(&worked.outcomes).zip(applied) {
             for o in outcomes {
                 m.count(lane.slot_id, &crate::books::verdict(o));
                 for s in o.submissions.iter().filter(|s| s.status.is_accepted()) {
@@ -428,8 +438,7 @@ impl EpochWork {
             }
             m.slot_consecutive_failures
                 .get_or_create(&SlotLabel { slot: lane.slot_id })
-                .set(lane.books.overall.consecutive_failures as i64);
-            lane.status.set_books(lane.books.clone());
+                .set(books.overall.consecutive_failures as i64);
             // Processing means a compute ran (and reported, or returned): an
             // epoch that failed before that (e.g. the source RPC is down) is
             // no sign of life for the safety net and /health.
@@ -444,7 +453,8 @@ impl EpochWork {
                     _ => None,
                 })
             });
-            notices.extend(lane_notices.into_iter().map(|n| (lane.slot_id, n, lane.books.clone())));
+            notices.extend(lane_notices.into_iter().map(|n| (lane.slot_id, n, books.clone())));
+            lane.status.set_books(books);
         }
         if ran {
             status.activity.touch();
