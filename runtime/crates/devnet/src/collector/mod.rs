@@ -155,7 +155,8 @@ impl DevnetCollector {
         }
     }
 
-    fn record(&self, submission: SnapshotSubmission, verdict: Result<(), Rejection>) {
+    async fn record(&self, submission: SnapshotSubmission, verdict: Result<(), Rejection>) {
+        let foreign = self.foreign(&submission, verdict.is_ok()).await;
         let reason = verdict.as_ref().err().map(|r| r.reason);
         let verdict = verdict.map_err(|r| r.detail);
         if self.announce {
@@ -166,13 +167,25 @@ impl DevnetCollector {
                 Err(reason) => println!("rejected {what}: {reason}"),
             }
         }
-        let foreign = self.own.as_ref().is_some_and(|own| {
-            let Some(r) = submission.request.as_ref() else { return true };
-            let Some(&signer) = own.get(&r.slot_id) else { return true };
-            signature_is_from(&submission, self.chain_id, self.anchor.protocol_state, signer).is_err()
-        });
         let seen = Seen { submission, verdict, reason, answered_at: SystemTime::now(), foreign };
         self.received.lock().unwrap_or_else(|p| p.into_inner()).push(seen);
+    }
+}
+
+impl DevnetCollector {
+    /// Whether a submission is not from one of [`DevnetCollector::own`]'s
+    /// slots and signers. An accepted one's signature recovered to the
+    /// slot's registered signer (the rules checked it), so that signer is
+    /// compared, not recovered a second time — recovery is most of what a
+    /// submission costs the collector; a rejected one is recovered again.
+    async fn foreign(&self, submission: &SnapshotSubmission, accepted: bool) -> bool {
+        let Some(own) = &self.own else { return false };
+        let Some(r) = submission.request.as_ref() else { return true };
+        let Some(&signer) = own.get(&r.slot_id) else { return true };
+        if accepted && let Ok(registered) = self.signer(r.slot_id).await {
+            return registered != signer;
+        }
+        signature_is_from(submission, self.chain_id, self.anchor.protocol_state, signer).is_err()
     }
 }
 
@@ -264,7 +277,7 @@ impl proto::submission_server::Submission for DevnetCollector {
         }
         let message = if verdict.is_ok() { proto::SUCCESS } else { proto::FAILURE };
         let reason = verdict.as_ref().err().map(|r| proto::reason_metadata(&r.detail));
-        self.record(s, verdict);
+        self.record(s, verdict).await;
         let mut response = tonic::Response::new(SubmissionResponse { message: message.into() });
         if let Some(reason) = reason {
             response.metadata_mut().insert(proto::REASON_METADATA, reason);
@@ -281,7 +294,7 @@ impl proto::submission_server::Submission for DevnetCollector {
         while let Some(s) = stream.message().await? {
             let verdict = self.verdict(&s).await.map_err(tonic::Status::unavailable)?;
             all_ok &= verdict.is_ok();
-            self.record(s, verdict);
+            self.record(s, verdict).await;
         }
         Ok(tonic::Response::new(SubmissionResponse {
             message: if all_ok { proto::SUCCESS } else { proto::FAILURE }.into(),
