@@ -119,11 +119,15 @@ fn a_timed_out_compute_frees_its_permit_and_is_counted_hung_until_it_returns() {
     });
 }
 
-/// A compute that fails because its chain could not be reached is run again
-/// (1, 2 and 4 s apart); the chain answering again makes it a success. Four
-/// attempts in all, then the failure stands, naming the endpoint.
+/// A compute that fails because its chain could not be reached pauses
+/// computes, and the chain is asked for its head until it answers: a short
+/// outage is waited out (the compute runs again after the resume and
+/// succeeds). While the chain stays down, what waits keeps its place and
+/// nothing asks the dead endpoint but the probe; a task whose deadline the
+/// head passes meanwhile ends as a failure naming the outage, not as a
+/// miss. Once the chain answers, computes resume by themselves.
 #[test]
-fn a_compute_failing_on_an_unreachable_chain_is_run_again() {
+fn a_chain_that_does_not_answer_pauses_computes_until_it_does() {
     use lite_node::chain::{HttpRpc, IoRuntime};
     use lite_node_testkit::{Anvil, TcpProxy};
 
@@ -137,23 +141,45 @@ fn a_compute_failing_on_an_unreachable_chain_is_run_again() {
         let url = format!("http://127.0.0.1:{}", proxy.port);
         let source = HttpRpc::new("source", vec![url], Duration::from_secs(5), io.clone()).unwrap();
         let projects = vec![project(&package, "rpc", "RpcProcessor", json!({}))];
-        LocalExecutor::new(projects, 1, Duration::from_secs(30), Some(Arc::new(source)), None)
+        Arc::new(LocalExecutor::new(projects, 1, Duration::from_secs(30), Some(Arc::new(source)), None))
     };
     let rt = runtime();
 
     proxy.refuse_next(2);
     let d = executor();
     let outcome = rt.block_on(run(&d, vec![task(1, "rpc")])).remove(0);
-    assert_eq!(outcome.kind, OutcomeKind::Computed, "the third attempt reached the chain");
+    assert_eq!(outcome.kind, OutcomeKind::Computed, "the outage was waited out");
     assert!(outcome.snapshots[0].1.starts_with("\"0x7a69\""), "{:?}", outcome.snapshots);
     assert_eq!(proxy.refusals_left(), 0);
+    assert!(!d.queue().paused, "resumed");
 
-    proxy.refuse_next(10);
+    proxy.cut();
     let d = executor();
-    let outcome = rt.block_on(run(&d, vec![task(2, "rpc")])).remove(0);
+    let waiting = rt.spawn({
+        let d = d.clone();
+        async move { run(&d, vec![Task { deadline: 100, ..task(2, "rpc") }]).await.remove(0) }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !(d.queue().paused && d.queue().waiting == 1) {
+        assert!(std::time::Instant::now() < deadline, "not paused with the retry waiting: {:?}", d.queue());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let why = d.queue().paused_for.unwrap();
+    assert!(why.starts_with("a chain did not answer: every source RPC endpoint failed (http://127.0.0.1:"), "{why}");
+    d.observe_head(101);
+    let outcome = rt.block_on(waiting).unwrap();
     let OutcomeKind::Failed(reason) = &outcome.kind else { panic!("{:?}", outcome.kind) };
-    assert!(reason.starts_with("every source RPC endpoint failed (http://127.0.0.1:"), "{reason}");
-    assert_eq!(proxy.refusals_left(), 6, "four attempts, one connection each");
+    assert!(reason.starts_with("not computed: computes were paused (a chain did not answer: "), "{reason}");
+    assert!(reason.ends_with("its deadline (anchor block 100) passed while it waited (head 101)"), "{reason}");
+    assert!(d.queue().paused, "still down");
+
+    proxy.mend();
+    while d.queue().paused {
+        assert!(std::time::Instant::now() < deadline + Duration::from_secs(15), "not resumed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let outcome = rt.block_on(run(&d, vec![task(3, "rpc")])).remove(0);
+    assert_eq!(outcome.kind, OutcomeKind::Computed);
 }
 
 /// The work queue under the executor, with one worker: tasks that fail,

@@ -28,6 +28,9 @@ pub enum Refused {
     Expired { deadline: u64, head: u64 },
     /// Its epoch was closed while it waited.
     Closed,
+    /// The anchor head passed its deadline while computes were paused for
+    /// the reason given (a chain that did not answer).
+    Paused { reason: String, deadline: u64, head: u64 },
     /// Its project is quarantined.
     Quarantined(Quarantined),
 }
@@ -41,6 +44,11 @@ impl std::fmt::Display for Refused {
                 write!(f, "its deadline (anchor block {deadline}) passed while it waited for a worker (head {head})")
             }
             Self::Closed => f.write_str("its epoch was closed while it waited for a worker"),
+            Self::Paused { reason, deadline, head } => write!(
+                f,
+                "not computed: computes were paused ({reason}) and its deadline (anchor block {deadline}) passed \
+                 while it waited (head {head})"
+            ),
             Self::Quarantined(q) => q.fmt(f),
         }
     }
@@ -54,6 +62,8 @@ pub struct Gate {
     queue: Mutex<Queue<Waiter>>,
     /// Told whenever a worker is given back.
     freed: Notify,
+    /// Why the queue is paused, when it is.
+    paused_for: Mutex<Option<String>>,
     /// Time tasks spent waiting for their turn, in all and at most (ms).
     waited_ms: AtomicU64,
     longest_wait_ms: AtomicU64,
@@ -77,13 +87,15 @@ impl Drop for Turn {
 }
 
 /// What the queue holds and did, for `/metrics` and `/status`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueView {
     pub waiting: usize,
     pub running: usize,
     pub workers: usize,
     pub capacity: usize,
     pub paused: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_for: Option<String>,
     #[serde(flatten)]
     pub counters: Counters,
     /// Time the handed-out tasks waited for their turn, in all and at most.
@@ -96,6 +108,7 @@ impl Gate {
         Arc::new(Self {
             queue: Mutex::new(Queue::new(capacity, workers, seed)),
             freed: Notify::new(),
+            paused_for: Mutex::default(),
             waited_ms: AtomicU64::new(0),
             longest_wait_ms: AtomicU64::new(0),
         })
@@ -147,8 +160,13 @@ impl Gate {
     /// Drops what waits past its deadline at anchor head `head`.
     pub fn expire(self: &Arc<Self>, head: u64) {
         let gone = self.lock().expire(head);
+        let paused_for = self.paused_for();
         for item in gone {
-            let _ = item.payload.send(Err(Refused::Expired { deadline: item.deadline, head }));
+            let refused = match &paused_for {
+                Some(reason) => Refused::Paused { reason: reason.clone(), deadline: item.deadline, head },
+                None => Refused::Expired { deadline: item.deadline, head },
+            };
+            let _ = item.payload.send(Err(refused));
         }
     }
 
@@ -172,9 +190,20 @@ impl Gate {
         self.lock().pause();
     }
 
+    /// Pauses, saying why: what expires meanwhile ends as [`Refused::Paused`].
+    pub fn pause_for(self: &Arc<Self>, reason: String) {
+        *self.paused_for.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        self.pause();
+    }
+
     pub fn resume(self: &Arc<Self>) {
+        *self.paused_for.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.lock().resume();
         self.pump();
+    }
+
+    fn paused_for(&self) -> Option<String> {
+        self.paused_for.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Computes running now (one past its timeout no longer counts).
@@ -203,6 +232,7 @@ impl Gate {
             workers: q.workers(),
             capacity: q.capacity(),
             paused: q.is_paused(),
+            paused_for: self.paused_for(),
             counters: q.counters(),
             waited_ms: self.waited_ms.load(Relaxed),
             longest_wait_ms: self.longest_wait_ms.load(Relaxed),
@@ -434,6 +464,34 @@ mod tests {
             assert_eq!(gate.view().running, 0);
             gate.resume();
             assert_eq!(waiting.await.unwrap(), Ok(()));
+        });
+    }
+
+    /// Paused for a chain that does not answer, what waits past its deadline
+    /// is refused with that reason (a failure), not as merely expired (a
+    /// miss); resumed, the reason is gone.
+    #[test]
+    fn what_expires_while_paused_for_an_outage_is_refused_with_its_reason() {
+        runtime().block_on(async {
+            let gate = Gate::new(10, 2, 0);
+            gate.pause_for("every source RPC endpoint failed".into());
+            assert_eq!(gate.view().paused_for.as_deref(), Some("every source RPC endpoint failed"));
+            let waiting = tokio::spawn({
+                let gate = gate.clone();
+                async move { gate.turn(key(1, "a"), 100, 1).await.map(drop) }
+            });
+            while gate.view().waiting < 1 {
+                tokio::task::yield_now().await;
+            }
+            gate.expire(101);
+            let refused = waiting.await.unwrap().unwrap_err();
+            assert_eq!(
+                refused,
+                Refused::Paused { reason: "every source RPC endpoint failed".into(), deadline: 100, head: 101 }
+            );
+            assert!(refused.to_string().contains("computes were paused (every source RPC endpoint failed)"));
+            gate.resume();
+            assert_eq!((gate.view().paused, gate.view().paused_for), (false, None));
         });
     }
 

@@ -224,6 +224,9 @@ pub struct LocalExecutor {
     /// Where computes read what the chain finalized (`previousSnapshots`).
     finalized: Option<Arc<crate::host::FinalizedReads>>,
     drill: Option<Drill>,
+    /// Set while computes are paused for a chain that did not answer and
+    /// its head is asked for until it does ([`LocalExecutor::outage`]).
+    probing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl LocalExecutor {
@@ -247,6 +250,7 @@ impl LocalExecutor {
             tracker: Arc::new(SelectionTracker::default()),
             finalized: None,
             drill: None,
+            probing: Arc::default(),
         }
     }
 
@@ -308,8 +312,9 @@ impl LocalExecutor {
         self.gate.expire(head);
     }
 
-    /// Nothing new starts until [`LocalExecutor::resume`] (while every
-    /// source RPC fails, say); tasks still wait, expire and are dropped.
+    /// Nothing new starts until [`LocalExecutor::resume`]; tasks still
+    /// wait, expire and are dropped. (A chain that does not answer pauses
+    /// computes by itself: [`LocalExecutor::outage`].)
     pub fn pause(&self) {
         self.gate.pause();
     }
@@ -397,9 +402,60 @@ impl LocalExecutor {
         };
         let attempt = || async {
             let (result, unreachable) = self.run_once(p, task, blocks, reach).await;
-            if unreachable { Err(Unreachable(result)) } else { Ok(result) }
+            if !unreachable {
+                return Ok(result);
+            }
+            if let OutcomeKind::Failed(e) = &result.kind {
+                self.outage(e);
+            }
+            Err(Unreachable(result))
         };
         retry(Policy::RECOMPUTE, what, attempt, |_| true).await.unwrap_or_else(|Unreachable(result)| result)
+    }
+
+    /// A compute failed because a chain did not answer: every other compute
+    /// would fail alike (and a thousand slots' computes would each ask a
+    /// dead endpoint, then all at once when it is back). So computes are
+    /// paused — what waits keeps its place; what passes its deadline
+    /// meanwhile ends as a failure naming the reason, not as a miss — and
+    /// each chain is asked for its head (at once, then from 200 ms up to
+    /// 10 s apart) until both answer; then computes resume. One probe at
+    /// a time; a compute that failed retries in its turn after the resume.
+    fn outage(&self, error: &str) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.probing.swap(true, SeqCst) {
+            return;
+        }
+        let first_line = error.lines().next().unwrap_or_default();
+        let reason = format!("a chain did not answer: {first_line}");
+        tracing::warn!("computes paused ({reason}); asking the chains for their heads until they answer");
+        self.gate.pause_for(reason);
+        let (source, anchor, gate, probing) =
+            (self.source.clone(), self.anchor.clone(), self.gate.clone(), self.probing.clone());
+        let since = std::time::Instant::now();
+        tokio::spawn(async move {
+            let ask = || {
+                let (source, anchor) = (source.clone(), anchor.clone());
+                async move {
+                    let heads = tokio::task::spawn_blocking(move || {
+                        for (chain, endpoint) in [("source", &source), ("anchor", &anchor)] {
+                            if let Some(endpoint) = endpoint {
+                                endpoint
+                                    .call("eth_blockNumber", "[]")
+                                    .map_err(|e| format!("the {chain} chain: {}", e.message))?;
+                            }
+                        }
+                        Ok::<(), String>(())
+                    });
+                    heads.await.map_err(|e| e.to_string())?
+                }
+            };
+            let what = "asking the chains for their heads while computes are paused";
+            let _ = retry(Policy::RECONNECT, what, ask, |_| true).await;
+            gate.resume();
+            probing.store(false, SeqCst);
+            tracing::info!("the chains answer again; computes resumed after {:.1}s", since.elapsed().as_secs_f64());
+        });
     }
 
     /// One compute call, and whether it failed with a chain out of reach.
@@ -519,12 +575,13 @@ impl LocalExecutor {
 }
 
 /// What a task refused a worker ends as: not computed in time is missed;
-/// a duplicate or a quarantined project is a failure whose selection is not
-/// known.
+/// a duplicate, a quarantined project, or a deadline passed while computes
+/// were paused for a chain that did not answer is a failure whose selection
+/// is not known (counted as a source outage before the preload is).
 fn refused(why: Refused) -> OutcomeKind {
     match why {
         Refused::Full | Refused::Expired { .. } | Refused::Closed => OutcomeKind::Missed(why.to_string()),
-        Refused::Duplicate | Refused::Quarantined(_) => OutcomeKind::Failed(why.to_string()),
+        Refused::Duplicate | Refused::Quarantined(_) | Refused::Paused { .. } => OutcomeKind::Failed(why.to_string()),
     }
 }
 

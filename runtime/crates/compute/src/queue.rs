@@ -24,7 +24,10 @@
 //!   head has passed; [`Queue::close_epoch`] drops an epoch's waiting items
 //!   once its window closed. Both are counted.
 //! - **Pause**: while paused nothing is handed out; items still arrive,
-//!   expire and are dropped.
+//!   expire and are dropped. The executor pauses when a compute finds a
+//!   chain out of reach and resumes when the chain answers again
+//!   (`LocalExecutor::outage`); what expires meanwhile is a failure naming
+//!   the outage, not a miss (`dispatch::Refused::Paused`).
 
 use std::{
     cmp::Reverse,

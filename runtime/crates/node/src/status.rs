@@ -414,6 +414,10 @@ impl NodeStatus {
         if let Some(problem) = self.troubles.current() {
             return Err(problem);
         }
+        // Paused for a chain that does not answer (the executor resumes by itself).
+        if let Some(why) = self.computes.get().and_then(|w| w.queue().paused_for) {
+            return Err(format!("computes are paused: {why}"));
+        }
         if let Some(problem) = self.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             return Err(problem.clone());
         }
