@@ -26,6 +26,19 @@ pub enum ClusterAssign {
     LeastBacklog,
 }
 
+impl ClusterAssign {
+    /// Both modes, as `LITE_NODE_CLUSTER_ASSIGN` spells them.
+    pub const ALL: [ClusterAssign; 2] = [ClusterAssign::PeerIndex, ClusterAssign::LeastBacklog];
+
+    /// As `LITE_NODE_CLUSTER_ASSIGN` spells it (and a cluster's board records it).
+    pub fn name(self) -> &'static str {
+        match self {
+            ClusterAssign::PeerIndex => "peer-index",
+            ClusterAssign::LeastBacklog => "least-backlog",
+        }
+    }
+}
+
 /// Where and how a full node's coordinator and workers meet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterSettings {
@@ -74,8 +87,8 @@ impl ClusterSettings {
             }
         };
         let assign = match env.get("LITE_NODE_CLUSTER_ASSIGN").map(str::trim) {
-            None | Some("") | Some("peer-index") => ClusterAssign::PeerIndex,
-            Some("least-backlog") => ClusterAssign::LeastBacklog,
+            None | Some("") => ClusterAssign::PeerIndex,
+            Some(name) if let Some(&a) = ClusterAssign::ALL.iter().find(|a| a.name() == name) => a,
             Some(other) => {
                 problems.push(format!("LITE_NODE_CLUSTER_ASSIGN={other}: use peer-index or least-backlog"));
                 ClusterAssign::PeerIndex

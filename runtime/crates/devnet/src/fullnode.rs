@@ -57,13 +57,6 @@ pub(crate) struct FullNode {
     drills: Vec<tokio::task::JoinHandle<()>>,
 }
 
-pub(crate) fn assign_name(assign: ClusterAssign) -> &'static str {
-    match assign {
-        ClusterAssign::PeerIndex => "peer-index",
-        ClusterAssign::LeastBacklog => "least-backlog",
-    }
-}
-
 impl FullNode {
     /// Starts the cluster's Redis (append-only, as an operator would run it).
     pub fn start_redis(run_dir: &Path, port: Option<u16>) -> Result<(Guarded, String)> {

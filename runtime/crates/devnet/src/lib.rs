@@ -663,7 +663,7 @@ impl Devnet {
                 "full node: slot {} (registered as a full node), its coordinator and {} workers ({}) on {}",
                 f.slot_id,
                 f.workers.len(),
-                fullnode::assign_name(f.assign),
+                f.assign.name(),
                 f.redis_url
             )?;
         }
@@ -1587,7 +1587,7 @@ async fn start_full_node(
         ("SLOT_ID", slot_id.to_string()),
         ("PROJECTS_CONFIG", full_projects.display().to_string()),
         ("LITE_NODE_CLUSTER_REDIS_URL", redis_url),
-        ("LITE_NODE_CLUSTER_ASSIGN", fullnode::assign_name(opts.assign).to_owned()),
+        ("LITE_NODE_CLUSTER_ASSIGN", opts.assign.name().to_owned()),
     ];
     env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
 

@@ -143,7 +143,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
         })).collect::<Vec<_>>(),
         "fullNode": full_node.map(|f| json!({
             "slotId": f.slot_id,
-            "assign": crate::fullnode::assign_name(f.assign),
+            "assign": f.assign.name(),
             "workers": f.workers.iter().map(|w| json!({"id": w.id, "restarts": w.restarts, "peakRssKiB": w.process.peak_rss_kib()})).collect::<Vec<_>>(),
             "projects": f.projects,
             "fenced": f.fenced,

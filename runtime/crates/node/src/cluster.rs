@@ -18,6 +18,7 @@ use anyhow::Result;
 use futures_util::StreamExt;
 pub use lite_node_cluster::{Board, Boards, Completion, Joined, Member, assign};
 use lite_node_compute::executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, Task};
+use lite_node_config::ClusterAssign;
 use lite_node_core::time::now_ms;
 use lite_node_plugin_api::BlockDetail;
 use serde::{Deserialize, Serialize};
@@ -48,8 +49,18 @@ impl Mode {
     /// As `LITE_NODE_CLUSTER_ASSIGN` spells it (and the board records it).
     pub fn name(self) -> &'static str {
         match self {
-            Mode::PeerIndex => "peer-index",
-            Mode::LeastBacklog => "least-backlog",
+            Mode::PeerIndex => ClusterAssign::PeerIndex,
+            Mode::LeastBacklog => ClusterAssign::LeastBacklog,
+        }
+        .name()
+    }
+}
+
+impl From<ClusterAssign> for Mode {
+    fn from(assign: ClusterAssign) -> Self {
+        match assign {
+            ClusterAssign::PeerIndex => Mode::PeerIndex,
+            ClusterAssign::LeastBacklog => Mode::LeastBacklog,
         }
     }
 }

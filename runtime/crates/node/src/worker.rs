@@ -27,7 +27,7 @@ use crate::{
         self,
         host::{FinalizedReads, RpcEndpoint},
     },
-    config::{ClusterAssign, WorkerConfig},
+    config::WorkerConfig,
     data_dir::DataDirLock,
     epochs::preload,
     executor::LocalExecutor,
@@ -190,10 +190,7 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
     }
 
     let c = &cfg.cluster;
-    let mode = match c.assign {
-        ClusterAssign::PeerIndex => Mode::PeerIndex,
-        ClusterAssign::LeastBacklog => Mode::LeastBacklog,
-    };
+    let mode = Mode::from(c.assign);
     let member = Member {
         id: c.worker_id.clone(),
         package: commit.clone(),

@@ -269,10 +269,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
                 conn = crate::worker::connect(&c.redis_url) => conn?,
             };
             let boards = crate::cluster::Boards::new(conn, cfg.cluster_name());
-            let mode = match c.assign {
-                crate::config::ClusterAssign::PeerIndex => crate::cluster::Mode::PeerIndex,
-                crate::config::ClusterAssign::LeastBacklog => crate::cluster::Mode::LeastBacklog,
-            };
+            let mode = crate::cluster::Mode::from(c.assign);
             for project in &work_projects {
                 boards
                     .of(project)
