@@ -8,8 +8,8 @@ fn main() {
     let proto_dir = manifest_dir.join("..").join("proto");
     let file = proto_dir.join("submission.proto");
     let fds = protox::compile([&file], [&proto_dir]).expect("proto/submission.proto compiles");
-    // Small per-call buffers (`proto::SmallBuffers`): a node of a thousand
-    // slots has a thousand submissions in flight.
+    // Small per-call buffers (`proto::SmallBuffers`): a node of many slots
+    // has many submissions in flight, a collector many more.
     tonic_prost_build::configure()
         .codec_path("crate::proto::SmallBuffers")
         .compile_fds(fds)

@@ -8,8 +8,9 @@ tonic::include_proto!("submission");
 
 /// The prost codec with 1 KiB per-call buffers instead of tonic's 8 KiB (a
 /// buffer grows when a message needs more): a submission is a few hundred
-/// bytes, and a node of a thousand slots has a thousand calls in flight —
-/// an encoding and a decoding buffer each, 16 MiB at the default.
+/// bytes, and a node of many slots has up to 128 calls in flight, a
+/// collector or gateway as many as its nodes send — an encoding and a
+/// decoding buffer each (16 KiB a call at the default).
 #[derive(Debug, Clone)]
 pub struct SmallBuffers<T, U>(std::marker::PhantomData<(T, U)>);
 

@@ -122,10 +122,10 @@ fn a_timed_out_compute_frees_its_permit_and_is_counted_hung_until_it_returns() {
 /// A compute that fails because its chain could not be reached pauses
 /// computes, and the chain is asked for its head until it answers: a short
 /// outage is waited out (the compute runs again after the resume and
-/// succeeds). While the chain stays down, what waits keeps its place and
-/// nothing asks the dead endpoint but the probe; a task whose deadline the
-/// head passes meanwhile ends as a failure naming the outage, not as a
-/// miss. Once the chain answers, computes resume by themselves.
+/// succeeds). While the chain stays down, what waits keeps its place; a
+/// task whose deadline the head passes meanwhile ends as a failure naming
+/// the outage, not as a miss. Once the chain answers, computes resume by
+/// themselves.
 #[test]
 fn a_chain_that_does_not_answer_pauses_computes_until_it_does() {
     use lite_node::chain::{HttpRpc, IoRuntime};

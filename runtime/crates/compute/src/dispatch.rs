@@ -159,8 +159,11 @@ impl Gate {
 
     /// Drops what waits past its deadline at anchor head `head`.
     pub fn expire(self: &Arc<Self>, head: u64) {
-        let gone = self.lock().expire(head);
-        let paused_for = self.paused_for();
+        // Read under the queue's lock: a resume cannot fall between the two.
+        let (gone, paused_for) = {
+            let mut q = self.lock();
+            (q.expire(head), self.paused_for())
+        };
         for item in gone {
             let refused = match &paused_for {
                 Some(reason) => Refused::Paused { reason: reason.clone(), deadline: item.deadline, head },
@@ -191,14 +194,19 @@ impl Gate {
     }
 
     /// Pauses, saying why: what expires meanwhile ends as [`Refused::Paused`].
+    /// (The reason changes under the queue's lock, as [`Gate::expire`] reads it.)
     pub fn pause_for(self: &Arc<Self>, reason: String) {
+        let mut q = self.lock();
         *self.paused_for.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
-        self.pause();
+        q.pause();
     }
 
     pub fn resume(self: &Arc<Self>) {
-        *self.paused_for.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        self.lock().resume();
+        {
+            let mut q = self.lock();
+            *self.paused_for.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            q.resume();
+        }
         self.pump();
     }
 

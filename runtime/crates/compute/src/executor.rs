@@ -400,8 +400,18 @@ impl LocalExecutor {
         } else {
             format!("epoch {} {}: the compute", task.epoch_id, task.project_type)
         };
+        // What an earlier attempt reported of the selection: a retry refused
+        // its turn (its deadline passed while computes were paused) is still
+        // the selected slot's failure, counted in its streak.
+        let selected = Mutex::new(None);
         let attempt = || async {
-            let (result, unreachable) = self.run_once(p, task, blocks, reach).await;
+            let (mut result, unreachable) = self.run_once(p, task, blocks, reach).await;
+            let mut known = selected.lock().unwrap_or_else(|p| p.into_inner());
+            match result.selected {
+                Some(s) => *known = Some(s),
+                None => result.selected = *known,
+            }
+            drop(known);
             if !unreachable {
                 return Ok(result);
             }
@@ -419,8 +429,9 @@ impl LocalExecutor {
     /// paused — what waits keeps its place; what passes its deadline
     /// meanwhile ends as a failure naming the reason, not as a miss — and
     /// each chain is asked for its head (at once, then from 200 ms up to
-    /// 10 s apart) until both answer; then computes resume. One probe at
-    /// a time; a compute that failed retries in its turn after the resume.
+    /// 10 s apart, plus jitter) until both answer; then computes resume. One
+    /// probe at a time; a compute that failed retries in its turn after the
+    /// resume.
     fn outage(&self, error: &str) {
         use std::sync::atomic::Ordering::SeqCst;
         if self.probing.swap(true, SeqCst) {

@@ -88,11 +88,13 @@ impl ClusterSettings {
         };
         let assign = match env.get("LITE_NODE_CLUSTER_ASSIGN").map(str::trim) {
             None | Some("") => ClusterAssign::PeerIndex,
-            Some(name) if let Some(&a) = ClusterAssign::ALL.iter().find(|a| a.name() == name) => a,
-            Some(other) => {
-                problems.push(format!("LITE_NODE_CLUSTER_ASSIGN={other}: use peer-index or least-backlog"));
-                ClusterAssign::PeerIndex
-            }
+            Some(name) => match ClusterAssign::ALL.iter().find(|a| a.name() == name) {
+                Some(&assign) => assign,
+                None => {
+                    problems.push(format!("LITE_NODE_CLUSTER_ASSIGN={name}: use peer-index or least-backlog"));
+                    ClusterAssign::PeerIndex
+                }
+            },
         };
         let worker_id = env
             .get("LITE_NODE_WORKER_ID")

@@ -10,20 +10,16 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_with(path, |w| w.write_all(bytes))
+    write_with(path, |f| io::Write::write_all(f, bytes))
 }
 
-/// [`write`] of what `fill` writes, through a buffer: a large file (a batch's
-/// write-ahead record) need not be held whole in memory first.
-fn write_with(path: &Path, fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>) -> io::Result<()> {
+/// [`write`] of what `fill` writes into the (temporary) file: a large file
+/// (a batch's write-ahead record) need not be held whole in memory first.
+fn write_with(path: &Path, fill: impl FnOnce(&mut std::fs::File) -> io::Result<()>) -> io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    {
-        let mut buffered = io::BufWriter::with_capacity(64 * 1024, tmp.as_file_mut());
-        fill(&mut buffered)?;
-        io::Write::flush(&mut buffered)?;
-    }
+    fill(tmp.as_file_mut())?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
@@ -77,7 +73,12 @@ impl Batch {
             return Ok(());
         }
         let pending = pending_path(&self.root);
-        write_with(&pending, |w| serde_json::to_writer(w, &self.files).map_err(io::Error::other))
+        let stream = |f: &mut std::fs::File| {
+            let mut buffered = io::BufWriter::with_capacity(64 * 1024, f);
+            serde_json::to_writer(&mut buffered, &self.files).map_err(io::Error::from)?;
+            io::Write::flush(&mut buffered)
+        };
+        write_with(&pending, stream)
             .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", pending.display())))?;
         write_all_unsynced(&self.root, &self.files)
     }

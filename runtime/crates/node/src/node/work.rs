@@ -124,6 +124,7 @@ impl Work for EpochWork {
         let mut stages = tokio::task::JoinSet::new();
         if let Some(lane) = self.lanes.first() {
             let (shared, anchor) = (lane.submitter.shared.clone(), self.anchor.clone());
+            shared.new_deadline();
             stages.spawn(async move {
                 shared.latest(&anchor).await;
                 Ok(None)

@@ -124,12 +124,21 @@ impl Ledger {
     /// memory for the newest epochs, else from the file (an epoch computed
     /// again long after: rare, and it must still not be sent twice).
     pub fn contains(&self, epoch_id: u64, project_id: &str) -> io::Result<bool> {
-        {
-            let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-            if epoch_id >= done.floor {
-                return Ok(done.entries.contains_key(&(epoch_id, project_id.to_owned())));
-            }
+        match self.held(epoch_id, project_id) {
+            Some(done) => Ok(done),
+            None => self.on_disk(epoch_id, project_id),
         }
+    }
+
+    /// [`Ledger::contains`] from memory; `None` for an epoch older than
+    /// memory keeps ([`Ledger::on_disk`] answers for it).
+    pub fn held(&self, epoch_id: u64, project_id: &str) -> Option<bool> {
+        let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        (epoch_id >= done.floor).then(|| done.entries.contains_key(&(epoch_id, project_id.to_owned())))
+    }
+
+    /// [`Ledger::contains`] from the file (blocking: it reads the file).
+    pub fn on_disk(&self, epoch_id: u64, project_id: &str) -> io::Result<bool> {
         Ok(Self::lines(&self.path)?.iter().any(|l| l.epoch_id == epoch_id && l.project_id == project_id))
     }
 

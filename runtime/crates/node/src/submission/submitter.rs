@@ -53,6 +53,8 @@ pub struct Shared {
     head: tokio::sync::Mutex<Option<(Instant, u64, String)>>,
     /// Each CID's upload, once.
     uploads: Mutex<HashMap<String, UploadOnce>>,
+    /// The epoch's deadline ([`Shared::epoch_deadline`]).
+    epoch_deadline: EpochDeadline,
     /// The slots' ledger lines, made durable together.
     pub ledger_sync: super::ledger::GroupCommit,
     /// Several slots: an accepted submission is a debug line (the epoch's
@@ -81,6 +83,7 @@ impl Shared {
             status,
             head: tokio::sync::Mutex::new(None),
             uploads: Mutex::default(),
+            epoch_deadline: EpochDeadline::default(),
             ledger_sync: Default::default(),
             quiet: false,
         }
@@ -100,6 +103,29 @@ impl Shared {
         let (number, hash) = latest_block(anchor).await;
         *head = Some((Instant::now(), number, hash.clone()));
         (number, hash)
+    }
+
+    /// The deadline of every submission of `epoch_id`: the head read for
+    /// the epoch's first submission plus the buffer (until its work begins
+    /// again: [`Shared::new_deadline`]). One per epoch, so the
+    /// submissions that wait for a turn (at most 128 are sent at once) do
+    /// not each get a window of their own: with the collector down, an
+    /// epoch of a thousand slots ends when its deadline passes, not eight
+    /// windows later.
+    /// An epoch's work begins (or begins again): its submissions get a new
+    /// deadline from the head they are signed at.
+    pub fn new_deadline(&self) {
+        self.epoch_deadline.reset();
+    }
+
+    /// The deadline of every submission of `epoch_id`: the head read for
+    /// the epoch's first submission plus the buffer (until its work begins
+    /// again: [`Shared::new_deadline`]). One per epoch, so the submissions
+    /// that wait for a turn (at most 128 are sent at once) do not each get a
+    /// window of their own: with the collector down, an epoch of a thousand
+    /// slots ends when its deadline passes, not eight windows later.
+    fn epoch_deadline(&self, epoch_id: u64, head: u64) -> u64 {
+        self.epoch_deadline.of(epoch_id, head + self.deadline_buffer)
     }
 
     /// Uploads `stored` unless its CID went up (or is going up) already.
@@ -126,7 +152,8 @@ pub struct Submitter {
 
 impl Submitter {
     /// The submitting stage: every stored snapshot of a computed result,
-    /// each answer as it came. Errors only when the ledger cannot be written.
+    /// each answer as it came. Errors only when the ledger cannot be written
+    /// or read (after retries).
     pub async fn submit(
         &self,
         epoch: &Epoch,
@@ -143,7 +170,24 @@ impl Submitter {
 
     async fn submit_one(&self, epoch: &Epoch, stored: &Stored, anchor: &Arc<Anchor>) -> anyhow::Result<Status> {
         let id = &stored.project_id;
-        if self.ledger.contains(epoch.epoch_id, id)? {
+        let done = match self.ledger.held(epoch.epoch_id, id) {
+            Some(done) => done,
+            // An epoch older than the ledger keeps in memory: its file is
+            // read off the async threads, and a read that fails is retried
+            // as a write that fails is (never guessed).
+            None => {
+                let read = || {
+                    let (ledger, epoch_id, id) = (self.ledger.clone(), epoch.epoch_id, id.clone());
+                    async move {
+                        tokio::task::spawn_blocking(move || ledger.on_disk(epoch_id, &id))
+                            .await
+                            .map_err(std::io::Error::other)?
+                    }
+                };
+                retry(Policy::STATE, "reading the submission ledger", read, |_| true).await?
+            }
+        };
+        if done {
             tracing::info!("epoch {} {id}: already submitted before a restart; not sent again", epoch.epoch_id);
             return Ok(Status::AlreadyAcknowledged);
         }
@@ -161,7 +205,16 @@ impl Submitter {
             }
         }
         let (head, header) = shared.latest(anchor).await;
-        let deadline = head + shared.deadline_buffer;
+        let deadline = shared.epoch_deadline(epoch.epoch_id, head);
+        if head > deadline {
+            let why = format!(
+                "the epoch's submission deadline (anchor block {deadline}) passed before this submission's turn \
+                 (head {head})"
+            );
+            tracing::warn!("epoch {} {id}: not submitted: {why}", epoch.epoch_id);
+            shared.status.metrics.submission_failures.inc();
+            return Ok(Status::Missed(why));
+        }
         let request = Request {
             slot_id: self.slot_id,
             deadline,
@@ -263,5 +316,44 @@ async fn upload(ipfs: &Ipfs, stored: &Stored) -> Result<(), Upload> {
         Ok(())
     } else {
         Err(Upload::Mismatch(format!("IPFS stored the snapshot as {cid}, the node computed {}", stored.cid)))
+    }
+}
+
+/// One epoch's deadline, fixed by its first submission.
+#[derive(Debug, Default)]
+struct EpochDeadline(Mutex<Option<(u64, u64)>>);
+
+impl EpochDeadline {
+    /// `epoch_id`'s deadline: the one fixed already, or `proposed`.
+    fn of(&self, epoch_id: u64, proposed: u64) -> u64 {
+        let mut fixed = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match *fixed {
+            Some((epoch, deadline)) if epoch == epoch_id => deadline,
+            _ => {
+                *fixed = Some((epoch_id, proposed));
+                proposed
+            }
+        }
+    }
+
+    fn reset(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EpochDeadline;
+
+    /// The epoch's first submission fixes the deadline for the rest of it;
+    /// another epoch, or the same epoch's work begun again, fixes a new one.
+    #[test]
+    fn an_epoch_keeps_its_first_submissions_deadline() {
+        let d = EpochDeadline::default();
+        assert_eq!(d.of(7, 130), 130);
+        assert_eq!(d.of(7, 160), 130, "a later wave of the same epoch");
+        assert_eq!(d.of(8, 170), 170, "the next epoch");
+        d.reset();
+        assert_eq!(d.of(8, 200), 200, "the epoch's work begun again");
     }
 }
