@@ -194,11 +194,17 @@ impl Gate {
     }
 
     /// Pauses, saying why: what expires meanwhile ends as [`Refused::Paused`].
+    /// `false` (and nothing changes) when it is paused for a reason already.
     /// (The reason changes under the queue's lock, as [`Gate::expire`] reads it.)
-    pub fn pause_for(self: &Arc<Self>, reason: String) {
+    pub fn pause_for(self: &Arc<Self>, reason: String) -> bool {
         let mut q = self.lock();
-        *self.paused_for.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        let mut paused_for = self.paused_for.lock().unwrap_or_else(|p| p.into_inner());
+        if paused_for.is_some() {
+            return false;
+        }
+        *paused_for = Some(reason);
         q.pause();
+        true
     }
 
     pub fn resume(self: &Arc<Self>) {
@@ -482,7 +488,8 @@ mod tests {
     fn what_expires_while_paused_for_an_outage_is_refused_with_its_reason() {
         runtime().block_on(async {
             let gate = Gate::new(10, 2, 0);
-            gate.pause_for("every source RPC endpoint failed".into());
+            assert!(gate.pause_for("every source RPC endpoint failed".into()));
+            assert!(!gate.pause_for("another".into()), "paused already");
             assert_eq!(gate.view().paused_for.as_deref(), Some("every source RPC endpoint failed"));
             let waiting = tokio::spawn({
                 let gate = gate.clone();

@@ -224,9 +224,6 @@ pub struct LocalExecutor {
     /// Where computes read what the chain finalized (`previousSnapshots`).
     finalized: Option<Arc<crate::host::FinalizedReads>>,
     drill: Option<Drill>,
-    /// Set while computes are paused for a chain that did not answer and
-    /// its head is asked for until it does ([`LocalExecutor::outage`]).
-    probing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl LocalExecutor {
@@ -250,7 +247,6 @@ impl LocalExecutor {
             tracker: Arc::new(SelectionTracker::default()),
             finalized: None,
             drill: None,
-            probing: Arc::default(),
         }
     }
 
@@ -433,16 +429,14 @@ impl LocalExecutor {
     /// probe at a time; a compute that failed retries in its turn after the
     /// resume.
     fn outage(&self, error: &str) {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.probing.swap(true, SeqCst) {
-            return;
-        }
         let first_line = error.lines().next().unwrap_or_default();
         let reason = format!("a chain did not answer: {first_line}");
+        // Paused already: its probe is asking.
+        if !self.gate.pause_for(reason.clone()) {
+            return;
+        }
         tracing::warn!("computes paused ({reason}); asking the chains for their heads until they answer");
-        self.gate.pause_for(reason);
-        let (source, anchor, gate, probing) =
-            (self.source.clone(), self.anchor.clone(), self.gate.clone(), self.probing.clone());
+        let (source, anchor, gate) = (self.source.clone(), self.anchor.clone(), self.gate.clone());
         let since = std::time::Instant::now();
         tokio::spawn(async move {
             let ask = || {
@@ -464,7 +458,6 @@ impl LocalExecutor {
             let what = "asking the chains for their heads while computes are paused";
             let _ = retry(Policy::RECONNECT, what, ask, |_| true).await;
             gate.resume();
-            probing.store(false, SeqCst);
             tracing::info!("the chains answer again; computes resumed after {:.1}s", since.elapsed().as_secs_f64());
         });
     }
