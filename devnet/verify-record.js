@@ -19,6 +19,10 @@
 //
 //   node devnet/verify-record.js run.json
 //
+// Each (slot, epoch, project) has at most one accepted submission: a message
+// the collector saw again byte for byte is one entry (its `arrivals`); two
+// different ones accepted are a double submission.
+//
 // Exit 0: all holds. Exit 1: each problem is printed.
 'use strict';
 const fs = require('fs');
@@ -189,6 +193,14 @@ function main() {
       problems.push(`${where}: the record's selection differs from the recomputed one`);
     }
     const fullNodes = new Set(e.fullNodes || []);
+    const acceptedOnce = new Map();
+    for (const s of e.submissions.filter((s) => s.verdict === 'accepted')) {
+      const key = `${s.slotId} ${s.projectId}`;
+      acceptedOnce.set(key, (acceptedOnce.get(key) || 0) + 1);
+    }
+    for (const [key, n] of acceptedOnce) {
+      if (n > 1) problems.push(`${where} slot ${key}: ${n} different submissions accepted (a double submission)`);
+    }
     for (const s of e.submissions) {
       const at = `${where} slot ${s.slotId} ${s.projectId}`;
       const full = fullNodes.has(s.slotId);

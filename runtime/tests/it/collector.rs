@@ -8,7 +8,7 @@ use lite_node::{
     collector::{self, DevnetCollector, EpochAssignment, Received, SelectionCheck},
     compute::{self as compute_pkg, Fetch, LoadedPackage},
     config::{ComputeConfig, EnvSnapshot},
-    submission::{self, Ledger, Verdict},
+    submission::{self, Verdict},
 };
 use lite_node_protocol::{
     eip712::{Request, Signer},
@@ -229,17 +229,6 @@ fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadlin
     let received = start_collector(&s, std::net::TcpListener::bind(("127.0.0.1", port)).unwrap());
     assert_eq!(s.runtime.block_on(pending).unwrap(), Verdict::Accepted);
     assert_eq!(received.lock().unwrap().len(), 1, "sent once it was back, and only once");
-}
-
-#[test]
-fn the_ledger_remembers_acknowledged_submissions_across_restarts() {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = Ledger::open(dir.path()).unwrap();
-    assert!(!ledger.contains(3, "p").unwrap());
-    ledger.record(3, 40, "p", "bafy", "accepted").unwrap();
-    let reopened = Ledger::open(dir.path()).unwrap();
-    assert!(reopened.contains(3, "p").unwrap());
-    assert!(!reopened.contains(4, "p").unwrap());
 }
 
 /// The bundled compute package (its assignment rule), built or reused.

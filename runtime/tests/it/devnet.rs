@@ -3,6 +3,7 @@
 //! JavaScript checker; Ctrl-C stops everything it started.
 
 use std::{
+    collections::BTreeMap,
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -175,6 +176,63 @@ fn a_killed_node_is_restarted_and_rejoins_without_a_duplicate() {
     let bad = devnet(dir.path(), &["--fault", "kill-node:2"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected kill-node:SLOT@EPOCH"));
+}
+
+/// A node of 200 slots is SIGKILLed mid-burst — some of its submissions of
+/// epoch 2 answered, others in flight — and the anchor moves on before it is
+/// back: the restarted node sends what it had sent again byte for byte (a
+/// message signed again would carry a new deadline and header: a second
+/// submission), so the collector holds one submission per slot, and no
+/// slot's ledger holds two different messages for one epoch and project.
+#[test]
+fn a_node_killed_mid_burst_sends_the_same_bytes_again_never_a_second_submission() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let args = [
+        "--epochs",
+        "3",
+        "--nodes",
+        "1",
+        "--slots-per-node",
+        "200",
+        "--total-slots",
+        "200",
+        "--fault",
+        "kill-node-mid-burst:1@2",
+        "--json",
+        record.to_str().unwrap(),
+    ];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("600 accepted, 0 rejected, 0 missing, 0 duplicate(s), 1 node restart(s)"), "{stdout}");
+    let verified = verify(&record);
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    // Every slot signed one message per epoch and project, and each has its answer.
+    for slot in 1..=200 {
+        let ledger = dir.path().join(format!("run/node-1/slots/{slot}/state/submissions.jsonl"));
+        let text = std::fs::read_to_string(&ledger).unwrap();
+        let mut sent: BTreeMap<(u64, String), std::collections::BTreeSet<String>> = BTreeMap::new();
+        let mut answered = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            let line: Value = serde_json::from_str(line).unwrap();
+            let key = (line["epoch_id"].as_u64().unwrap(), line["project_id"].as_str().unwrap().to_owned());
+            match line["sent"].as_str() {
+                Some(message) => {
+                    sent.entry(key).or_default().insert(message.to_owned());
+                }
+                None => {
+                    assert_eq!(line["verdict"], "accepted", "slot {slot}: {line}");
+                    answered.insert(key);
+                }
+            }
+        }
+        assert_eq!(sent.len(), 3, "slot {slot}: one message an epoch: {text}");
+        for (key, copies) in &sent {
+            assert_eq!(copies.len(), 1, "slot {slot} {key:?}: signed twice: {copies:?}");
+            assert!(answered.contains(key), "slot {slot} {key:?}: sent, never answered");
+        }
+    }
 }
 
 /// Anvil stops answering for 16 s (past every 15 s RPC timeout) right after

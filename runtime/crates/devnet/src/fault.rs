@@ -15,6 +15,11 @@ pub enum Fault {
     Drill(u64, lite_node_config::Drill),
     /// `kill-node:SLOT@EPOCH`: that node is SIGKILLed right after the epoch's release.
     KillNode { slot: u64, epoch: u64 },
+    /// `kill-node-mid-burst:SLOT@EPOCH`: that node is SIGKILLed once the
+    /// collector has answered some, not all, of its submissions of the epoch
+    /// (a node of several selected slots): messages in flight, answers not
+    /// yet in its ledger.
+    KillNodeMidBurst { slot: u64, epoch: u64 },
     /// `stall-anvil:SECS@EPOCH`: anvil stops answering for SECS right after the epoch's release.
     StallAnvil { secs: u64, epoch: u64 },
     /// `restart-redis@EPOCH`: the validator's Redis is stopped (SIGTERM, so
@@ -53,7 +58,7 @@ pub enum Fault {
 }
 
 /// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`),
-/// `kill-node:SLOT@EPOCH`, `stall-anvil:SECONDS@EPOCH`,
+/// `kill-node:SLOT@EPOCH`, `kill-node-mid-burst:SLOT@EPOCH`, `stall-anvil:SECONDS@EPOCH`,
 /// `restart-redis@EPOCH`, `kill-validator:N@EPOCH` or
 /// `cut-validator:N@FROM..TO`.
 pub fn parse_fault(s: &str) -> Result<Fault, String> {
@@ -84,10 +89,15 @@ impl std::str::FromStr for Fault {
             .split_once(':')
             .ok_or_else(|| format!("--fault {s}: expected KIND:SLOT (e.g. compute-error:1) or kill-node:SLOT@EPOCH"))?;
         let number = |n: &str, what: &str| n.parse::<u64>().map_err(|_| format!("--fault {s}: `{n}` is not {what}"));
-        if kind == "kill-node" {
+        if kind == "kill-node" || kind == "kill-node-mid-burst" {
             let (slot, epoch) =
-                rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected kill-node:SLOT@EPOCH"))?;
-            return Ok(Fault::KillNode { slot: number(slot, "a slot number")?, epoch: number(epoch, "an epoch id")? });
+                rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected {kind}:SLOT@EPOCH"))?;
+            let (slot, epoch) = (number(slot, "a slot number")?, number(epoch, "an epoch id")?);
+            return Ok(if kind == "kill-node" {
+                Fault::KillNode { slot, epoch }
+            } else {
+                Fault::KillNodeMidBurst { slot, epoch }
+            });
         }
         if kind == "kill-worker" || kind == "stop-worker" {
             let (w, epoch) = rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected {kind}:K@EPOCH"))?;
@@ -123,7 +133,7 @@ impl std::str::FromStr for Fault {
         }
         let drill = kind.parse().map_err(|e: String| {
             format!(
-                "{e}, or kill-node:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH, or \
+                "{e}, or kill-node:SLOT@EPOCH, or kill-node-mid-burst:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH, or \
                  kill-validator:N@EPOCH, or cut-validator:N@FROM..TO, or kill-worker:K@EPOCH, or \
                  stop-worker:K@EPOCH, or restart-cluster-redis@EPOCH, or flush-cluster-redis@EPOCH, or \
                  kill-coordinator@EPOCH"
@@ -147,7 +157,7 @@ impl Fault {
     pub(crate) fn check(&self, opts: &Options) -> Option<String> {
         let slot = match *self {
             Self::KillNode { slot, .. } if opts.full_node_workers > 0 && slot == opts.our_slots() + 1 => return None,
-            Self::Drill(slot, _) | Self::KillNode { slot, .. } => slot,
+            Self::Drill(slot, _) | Self::KillNode { slot, .. } | Self::KillNodeMidBurst { slot, .. } => slot,
             Self::KillWorker { worker, .. } | Self::StopWorker { worker, .. } => {
                 return (worker == 0 || worker > opts.full_node_workers).then(|| {
                     format!(
@@ -253,6 +263,7 @@ mod tests {
     fn each_kind_parses_and_a_bad_one_is_named() {
         assert_eq!("compute-error:2".parse::<Fault>(), Ok(Fault::Drill(2, lite_node_config::Drill::ComputeError)));
         assert_eq!("kill-node:1@3".parse::<Fault>(), Ok(Fault::KillNode { slot: 1, epoch: 3 }));
+        assert_eq!("kill-node-mid-burst:4@2".parse::<Fault>(), Ok(Fault::KillNodeMidBurst { slot: 4, epoch: 2 }));
         assert_eq!("stall-anvil:5@2".parse::<Fault>(), Ok(Fault::StallAnvil { secs: 5, epoch: 2 }));
         assert_eq!("restart-redis@8".parse::<Fault>(), Ok(Fault::RestartRedis { epoch: 8 }));
         assert_eq!("kill-validator:2@5".parse::<Fault>(), Ok(Fault::KillValidator { validator: 2, epoch: 5 }));

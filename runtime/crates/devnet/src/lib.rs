@@ -179,8 +179,12 @@ pub struct Summary {
     pub latencies_ms: Vec<f64>,
     /// Peak resident memory per node, KiB.
     pub peak_rss_kib: Vec<(u64, u64)>,
-    /// Submissions accepted more than once for the same slot, epoch and project.
+    /// Different submissions accepted for the same slot, epoch and project
+    /// (beyond the first): double submissions.
     pub duplicates: usize,
+    /// The same bytes sent again (a node whose restart left it without an
+    /// answer): one submission each, answered alike — not duplicates.
+    pub retransmissions: usize,
     /// Nodes the devnet restarted after they died.
     pub restarts: u32,
     /// With a validator: epochs it finalized; submissions the collector
@@ -326,6 +330,8 @@ struct Devnet {
     /// The table's width for the selected slots.
     width: usize,
     released: Vec<Released>,
+    /// `kill-node-mid-burst` drills done, `(slot, epoch)`.
+    burst_killed: std::collections::BTreeSet<(u64, u64)>,
     interrupted: bool,
     failure: Option<anyhow::Error>,
 }
@@ -694,6 +700,7 @@ impl Devnet {
             exe,
             width,
             released: Vec::new(),
+            burst_killed: Default::default(),
             interrupted: false,
             failure: None,
         };
@@ -805,6 +812,14 @@ impl Devnet {
         loop {
             if arrived(&self.received, &epoch).len() >= epoch.expected.len() + epoch.full_expected {
                 break;
+            }
+            if self.kill_mid_burst(&epoch) {
+                // The anchor moves on before the node is back: a message it
+                // signed again would carry another deadline and header — a
+                // second submission, not the first sent again.
+                if let Err(e) = self.driver.call("evm_mine", serde_json::json!([])).await {
+                    tracing::warn!("drill: mining a block after the kill failed: {e:#}");
+                }
             }
             // A node that died is started again on its data dir: it rejoins
             // where its cursor is, and its ledger keeps it from sending twice.
@@ -925,6 +940,42 @@ impl Devnet {
         out.flush()?;
         self.released.push(epoch);
         Ok(())
+    }
+
+    /// `kill-node-mid-burst`: SIGKILLs the node once the collector has
+    /// answered some, not all, of its submissions of `epoch` (once); whether
+    /// it did now.
+    fn kill_mid_burst(&mut self, epoch: &Released) -> bool {
+        let epoch_id = epoch.assignment.epoch_id;
+        let mut killed = false;
+        for fault in &self.opts.faults {
+            let Fault::KillNodeMidBurst { slot, epoch: at } = *fault else { continue };
+            if at != epoch_id || self.burst_killed.contains(&(slot, at)) {
+                continue;
+            }
+            let Some(node) = self.nodes.iter_mut().find(|n| n.slots.contains(&slot)) else { continue };
+            let expected = epoch.expected.keys().filter(|s| node.slots.contains(s)).count();
+            let answered = {
+                let seen = self.received.lock().unwrap_or_else(|p| p.into_inner());
+                let ours = |s: &&collector::Seen| {
+                    s.submission
+                        .request
+                        .as_ref()
+                        .is_some_and(|r| r.epoch_id == epoch_id && node.slots.contains(&r.slot_id))
+                };
+                seen.iter().filter(ours).count()
+            };
+            if answered > 0 && answered < expected {
+                tracing::info!(
+                    "drill: SIGKILL to node {} mid-burst: {answered} of its {expected} submissions of epoch {epoch_id} answered",
+                    node.index
+                );
+                node.process.kill();
+                self.burst_killed.insert((slot, at));
+                killed = true;
+            }
+        }
+        killed
     }
 
     /// Starts again a node whose process ended; an error once one has been
@@ -1422,7 +1473,9 @@ fn summarize(
         }
     }
     latencies_ms.sort_by(f64::total_cmp);
-    // The same slot, epoch and project accepted twice: a double submission.
+    // The same slot, epoch and project accepted twice in different messages:
+    // a double submission. (The same bytes again are one `Seen`, counted in
+    // its `arrivals`.)
     let mut once = std::collections::BTreeSet::new();
     let duplicates = seen
         .iter()
@@ -1439,6 +1492,7 @@ fn summarize(
         latencies_ms,
         peak_rss_kib: nodes.iter().filter_map(|n| n.peak_rss_kib.map(|r| (n.slot_id, r))).collect(),
         duplicates,
+        retransmissions: seen.iter().map(|s| s.arrivals.saturating_sub(1) as usize).sum(),
         restarts: nodes.iter().map(|n| n.restarts).sum(),
         finalized: None,
         validator_disagrees: 0,
@@ -1502,6 +1556,12 @@ fn summary_text(s: &Summary, took: Duration) -> String {
         (0, 0) => String::new(),
         (d, r) => format!(", {d} duplicate(s), {r} node restart(s)"),
     };
+    if s.retransmissions > 0 {
+        extra.push_str(&format!(
+            ", {} message(s) sent again unchanged after a restart (answered alike, not duplicates)",
+            s.retransmissions
+        ));
+    }
     if let Some(f) = s.finalized {
         extra.push_str(&format!("; the validator finalized {f} of {} epochs", s.epochs));
         if s.validator_disagrees > 0 {

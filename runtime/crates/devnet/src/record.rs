@@ -72,6 +72,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                         "verdict": if s.verdict.is_ok() { "accepted" } else { "rejected" },
                         "reason": s.verdict.as_ref().err(),
                         "latencyMs": (super::latency_ms(e, s) * 1000.0).round() / 1000.0,
+                        "arrivals": s.arrivals,
                         "validatorVerdict": outcome.map(|o| {
                             o.verdicts
                                 .get(&(r.slot_id, r.project_id.clone(), r.snapshot_cid.clone()))
@@ -154,6 +155,9 @@ pub(super) fn build(run: &Run<'_>) -> Value {
             "accepted": summary.accepted,
             "rejected": summary.rejected,
             "missing": summary.missing,
+            "duplicates": summary.duplicates,
+            "retransmissions": summary.retransmissions,
+            "restarts": summary.restarts,
             "interrupted": summary.interrupted,
             "finalized": summary.finalized,
             "onchainFinalized": summary.onchain_finalized,

@@ -50,6 +50,10 @@ pub struct Seen {
     /// Not from one of [`DevnetCollector::own`]'s slots and signers (a node
     /// someone else started against this collector).
     pub foreign: bool,
+    /// How many times these exact bytes came (a node sends a message again,
+    /// unchanged, when a restart left it without an answer): one
+    /// submission, answered alike each time.
+    pub arrivals: u32,
 }
 
 /// Shared record of what a collector saw.
@@ -87,6 +91,8 @@ pub struct DevnetCollector {
     head: tokio::sync::Mutex<Option<(std::time::Instant, u64)>>,
     /// Each slot's registered signer, read once per [`SIGNERS_FRESH`].
     signers: std::sync::Mutex<(std::time::Instant, SignerCells)>,
+    /// Each answered message's bytes → its place in [`Self::received`].
+    answered: std::sync::Mutex<std::collections::HashMap<Vec<u8>, usize>>,
 }
 
 /// Each slot's signer, read by the first submission that names it.
@@ -123,6 +129,7 @@ impl DevnetCollector {
             releases: Default::default(),
             head: Default::default(),
             signers: std::sync::Mutex::new((std::time::Instant::now(), BTreeMap::new())),
+            answered: Default::default(),
         }
     }
 
@@ -155,7 +162,20 @@ impl DevnetCollector {
         }
     }
 
+    /// The answer given before to these exact bytes, counting this arrival.
+    fn answered_before(&self, message: &[u8]) -> Option<Result<(), String>> {
+        let index = *self.answered.lock().unwrap_or_else(|p| p.into_inner()).get(message)?;
+        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = received.get_mut(index)?;
+        seen.arrivals += 1;
+        Some(seen.verdict.clone())
+    }
+
     async fn record(&self, submission: SnapshotSubmission, verdict: Result<(), Rejection>) {
+        let message = prost::Message::encode_to_vec(&submission);
+        if self.answered_before(&message).is_some() {
+            return;
+        }
         let foreign = self.foreign(&submission, verdict.is_ok()).await;
         let reason = verdict.as_ref().err().map(|r| r.reason);
         let verdict = verdict.map_err(|r| r.detail);
@@ -167,8 +187,21 @@ impl DevnetCollector {
                 Err(reason) => println!("rejected {what}: {reason}"),
             }
         }
-        let seen = Seen { submission, verdict, reason, answered_at: SystemTime::now(), foreign };
-        self.received.lock().unwrap_or_else(|p| p.into_inner()).push(seen);
+        let seen = Seen { submission, verdict, reason, answered_at: SystemTime::now(), foreign, arrivals: 1 };
+        // Under both locks, so two copies judged at once are one entry.
+        let mut answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        match answered.entry(message) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                if let Some(first) = received.get_mut(*e.get()) {
+                    first.arrivals += 1;
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(received.len());
+                received.push(seen);
+            }
+        }
     }
 }
 
@@ -250,6 +283,12 @@ impl proto::submission_server::Submission for DevnetCollector {
         request: tonic::Request<SnapshotSubmission>,
     ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
         let s = request.into_inner();
+        // The same bytes again (a node's restart left it without our
+        // answer): the same answer, not a second submission — neither judged
+        // again, nor forwarded or published again.
+        if let Some(before) = self.answered_before(&prost::Message::encode_to_vec(&s)) {
+            return Ok(answer(before.as_ref().err().map(String::as_str)));
+        }
         let verdict = match self.verdict(&s).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(rejection)) => {
@@ -275,13 +314,8 @@ impl proto::submission_server::Submission for DevnetCollector {
         {
             tracing::warn!("gossip: the outbox is full; a submission was not published");
         }
-        let message = if verdict.is_ok() { proto::SUCCESS } else { proto::FAILURE };
-        let reason = verdict.as_ref().err().map(|r| proto::reason_metadata(&r.detail));
+        let response = answer(verdict.as_ref().err().map(|r| r.detail.as_str()));
         self.record(s, verdict).await;
-        let mut response = tonic::Response::new(SubmissionResponse { message: message.into() });
-        if let Some(reason) = reason {
-            response.metadata_mut().insert(proto::REASON_METADATA, reason);
-        }
         Ok(response)
     }
 
@@ -300,6 +334,16 @@ impl proto::submission_server::Submission for DevnetCollector {
             message: if all_ok { proto::SUCCESS } else { proto::FAILURE }.into(),
         }))
     }
+}
+
+/// `Success`, or `Failure` with the rejection's reason.
+fn answer(rejection: Option<&str>) -> tonic::Response<SubmissionResponse> {
+    let message = if rejection.is_none() { proto::SUCCESS } else { proto::FAILURE };
+    let mut response = tonic::Response::new(SubmissionResponse { message: message.into() });
+    if let Some(reason) = rejection {
+        response.metadata_mut().insert(proto::REASON_METADATA, proto::reason_metadata(reason));
+    }
+    response
 }
 
 /// Serves `collector` on `listener` until `shutdown` completes.

@@ -1,9 +1,14 @@
-//! The submission ledger: every submission the collector answered, kept in
-//! `<data dir>/state/submissions.jsonl` (written and synced before the epoch
-//! is marked handled), so a restart never sends one twice. A node of many
-//! slots makes its slots' lines durable together ([`GroupCommit`]): the
-//! lines that arrive while one sync runs are written, then synced with one
-//! call, not one sync per line.
+//! The submission ledger, `<data dir>/state/submissions.jsonl`: every
+//! submission's signed message, written **before** it is sent (a `sending`
+//! line: it outlives a killed process), and the collector's answer once it
+//! comes, synced (which makes both durable). After a restart, an answered
+//! submission is not sent again, and one sent without a recorded answer is
+//! sent again byte for byte (never signed anew) while its deadline holds —
+//! so the collector never holds two different submissions of one slot,
+//! epoch and project. A node of many slots makes
+//! its slots' lines durable together ([`GroupCommit`]): the lines that
+//! arrive while one sync runs are written, then synced with one call, not
+//! one sync per line.
 
 use std::{
     collections::BTreeMap,
@@ -16,8 +21,9 @@ use std::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-/// Submissions the collector acknowledged, `(epoch, project id)` → CID, kept
-/// in `<data dir>/state/submissions.jsonl` so a restart never sends one twice.
+/// Submissions sent and answered, by `(epoch, project id)`, kept in
+/// `<data dir>/state/submissions.jsonl` so a restart never sends two
+/// different ones.
 /// Memory holds the newest epochs' entries only ([`EPOCHS_IN_MEMORY`]); an
 /// older epoch is looked up in the file. A node of a thousand slots would
 /// otherwise hold every retained epoch of every slot (a thousand epochs at
@@ -32,23 +38,40 @@ pub struct Ledger {
 /// How many of the newest epochs' entries a ledger keeps in memory.
 pub const EPOCHS_IN_MEMORY: u64 = 4;
 
+/// What the ledger holds of one `(epoch, project id)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// Nothing: never signed, never sent.
+    Nothing,
+    /// Signed and sent (or about to be) with no answer recorded: the exact
+    /// message (its protobuf bytes), to be sent again as it is.
+    Sent(Arc<[u8]>),
+    /// The collector answered.
+    Answered,
+}
+
 /// The ledger's entries of epochs `floor` and later — every one of them.
 #[derive(Debug, Default)]
 struct Held {
     /// `(epoch, project id)` → the anchor block the epoch was released in
-    /// (`None` for entries written before it was recorded).
-    entries: BTreeMap<(u64, String), Option<u64>>,
+    /// (`None` for entries written before it was recorded), and what is
+    /// recorded (never [`Recorded::Nothing`]).
+    entries: BTreeMap<(u64, String), (Option<u64>, Recorded)>,
     floor: u64,
 }
 
 impl Held {
-    /// Keeps an entry of an epoch at or above the floor, then moves the floor
-    /// up to the newest [`EPOCHS_IN_MEMORY`] epochs.
-    fn insert(&mut self, epoch_id: u64, project_id: String, released: Option<u64>) {
+    /// Keeps an entry of an epoch at or above the floor (an answer is never
+    /// replaced by a message sent), then moves the floor up to the newest
+    /// [`EPOCHS_IN_MEMORY`] epochs.
+    fn insert(&mut self, epoch_id: u64, project_id: String, released: Option<u64>, recorded: Recorded) {
         if epoch_id < self.floor {
             return;
         }
-        self.entries.insert((epoch_id, project_id), released);
+        let entry = self.entries.entry((epoch_id, project_id)).or_insert((released, Recorded::Nothing));
+        if entry.1 != Recorded::Answered {
+            *entry = (released.or(entry.0), recorded);
+        }
         let floor = (epoch_id + 1).saturating_sub(EPOCHS_IN_MEMORY);
         if floor > self.floor {
             self.floor = floor;
@@ -62,9 +85,25 @@ struct LedgerLine {
     epoch_id: u64,
     project_id: String,
     cid: String,
+    /// The collector's answer, or [`SENDING`].
     verdict: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     released_block: Option<u64>,
+    /// A `sending` line's message: the protobuf bytes, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sent: Option<String>,
+}
+
+/// The verdict of a line written before its message is sent.
+const SENDING: &str = "sending";
+
+impl LedgerLine {
+    fn recorded(&self) -> Result<Recorded, String> {
+        match &self.sent {
+            None => Ok(Recorded::Answered),
+            Some(hex) => Ok(Recorded::Sent(hex::decode(hex).map_err(|e| format!("its message: {e}"))?.into())),
+        }
+    }
 }
 
 impl Ledger {
@@ -72,15 +111,16 @@ impl Ledger {
         let path = data_dir.join("state").join("submissions.jsonl");
         crate::jsonl::repair(&path)?;
         let mut done = Held::default();
-        for line in Self::lines(&path)? {
-            done.insert(line.epoch_id, line.project_id, line.released_block);
+        for (line, recorded) in Self::lines(&path)? {
+            done.insert(line.epoch_id, line.project_id, line.released_block, recorded);
         }
         Ok(Self { path, done: Mutex::new(done) })
     }
 
-    /// Every line of the file (none if it does not exist). A torn last line
-    /// (a crash mid-write) is ignored; any other bad line is an error.
-    fn lines(path: &Path) -> io::Result<Vec<LedgerLine>> {
+    /// Every line of the file (none if it does not exist), with what it
+    /// records. A torn last line (a crash mid-write) is ignored; any other
+    /// bad line is an error.
+    fn lines(path: &Path) -> io::Result<Vec<(LedgerLine, Recorded)>> {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -89,7 +129,11 @@ impl Ledger {
         let count = text.lines().count();
         let mut lines = Vec::with_capacity(count);
         for (n, line) in text.lines().enumerate() {
-            match serde_json::from_str::<LedgerLine>(line) {
+            let parsed = serde_json::from_str::<LedgerLine>(line).map_err(|e| e.to_string()).and_then(|l| {
+                let recorded = l.recorded()?;
+                Ok((l, recorded))
+            });
+            match parsed {
                 Ok(l) => lines.push(l),
                 Err(_) if n + 1 == count => {}
                 Err(e) => {
@@ -116,48 +160,63 @@ impl Ledger {
             let epoch = v["epoch_id"].as_u64().unwrap_or(u64::MAX);
             keep(epoch, v["released_block"].as_u64())
         })?;
-        done.entries.retain(|(epoch, _), released| keep(*epoch, *released));
+        done.entries.retain(|(epoch, _), (released, _)| keep(*epoch, *released));
         Ok(dropped)
     }
 
-    /// Whether the collector acknowledged `project_id` in `epoch_id`: from
-    /// memory for the newest epochs, else from the file (an epoch computed
-    /// again long after: rare, and it must still not be sent twice).
-    pub fn contains(&self, epoch_id: u64, project_id: &str) -> io::Result<bool> {
+    /// What the ledger holds of `project_id` in `epoch_id`: from memory for
+    /// the newest epochs, else from the file (an epoch computed again long
+    /// after: rare, and it must still not be sent twice).
+    pub fn lookup(&self, epoch_id: u64, project_id: &str) -> io::Result<Recorded> {
         match self.held(epoch_id, project_id) {
-            Some(done) => Ok(done),
+            Some(recorded) => Ok(recorded),
             None => self.on_disk(epoch_id, project_id),
         }
     }
 
-    /// [`Ledger::contains`] from memory; `None` for an epoch older than
+    /// [`Ledger::lookup`] from memory; `None` for an epoch older than
     /// memory keeps ([`Ledger::on_disk`] answers for it).
-    pub fn held(&self, epoch_id: u64, project_id: &str) -> Option<bool> {
+    pub fn held(&self, epoch_id: u64, project_id: &str) -> Option<Recorded> {
         let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-        (epoch_id >= done.floor).then(|| done.entries.contains_key(&(epoch_id, project_id.to_owned())))
+        (epoch_id >= done.floor).then(|| {
+            let entry = done.entries.get(&(epoch_id, project_id.to_owned()));
+            entry.map_or(Recorded::Nothing, |(_, recorded)| recorded.clone())
+        })
     }
 
-    /// [`Ledger::contains`] from the file (blocking: it reads the file).
-    pub fn on_disk(&self, epoch_id: u64, project_id: &str) -> io::Result<bool> {
-        Ok(Self::lines(&self.path)?.iter().any(|l| l.epoch_id == epoch_id && l.project_id == project_id))
+    /// [`Ledger::lookup`] from the file (blocking: it reads the file).
+    pub fn on_disk(&self, epoch_id: u64, project_id: &str) -> io::Result<Recorded> {
+        let mut found = Recorded::Nothing;
+        for (line, recorded) in Self::lines(&self.path)? {
+            if line.epoch_id == epoch_id && line.project_id == project_id && found != Recorded::Answered {
+                found = recorded;
+            }
+        }
+        Ok(found)
     }
 
-    /// Records an acknowledged submission (written and synced before returning).
-    /// A write that fails part-way is cut back, so a retry appends a whole
-    /// line; the error names the file.
-    pub fn record(
-        &self,
-        epoch_id: u64,
-        released_block: u64,
-        project_id: &str,
-        cid: &str,
-        verdict: &str,
-    ) -> io::Result<()> {
-        let entry = Entry::new(epoch_id, released_block, project_id, cid, verdict)?;
+    /// Records a line (written and synced before returning). A write that
+    /// fails part-way is cut back, so a retry appends a whole line; the
+    /// error names the file.
+    pub fn record(&self, entry: &Entry) -> io::Result<()> {
         let f = self.append(&entry.bytes)?;
         f.sync_data().map_err(|e| self.named(e))?;
-        self.hold(&entry);
+        self.hold(entry);
         Ok(())
+    }
+
+    /// Writes a line without waiting for the disk (blocking): it outlives
+    /// the process, and is made durable by the next sync of the file (or of
+    /// its filesystem).
+    pub fn write(&self, entry: &Entry) -> io::Result<()> {
+        self.append(&entry.bytes)?;
+        self.hold(entry);
+        Ok(())
+    }
+
+    /// The ledger's file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     fn named(&self, e: io::Error) -> io::Error {
@@ -180,37 +239,72 @@ impl Ledger {
         append().map_err(|e| self.named(e))
     }
 
-    /// What a durable line tells: it was sent.
+    /// What a durable line tells.
     fn hold(&self, entry: &Entry) {
         self.done.lock().unwrap_or_else(|p| p.into_inner()).insert(
             entry.epoch_id,
             entry.project_id.clone(),
             Some(entry.released_block),
+            entry.recorded.clone(),
         );
     }
 }
 
 /// One ledger line, ready to append.
-#[derive(Debug)]
-struct Entry {
+#[derive(Clone, Debug)]
+pub struct Entry {
     epoch_id: u64,
     released_block: u64,
     project_id: String,
+    recorded: Recorded,
     bytes: Vec<u8>,
 }
 
 impl Entry {
-    fn new(epoch_id: u64, released_block: u64, project_id: &str, cid: &str, verdict: &str) -> io::Result<Self> {
+    /// A message about to be sent: `message` is its protobuf bytes, sent
+    /// only once this line is durable.
+    pub fn sending(
+        epoch_id: u64,
+        released_block: u64,
+        project_id: &str,
+        cid: &str,
+        message: Vec<u8>,
+    ) -> io::Result<Self> {
+        let sent = Some(hex::encode(&message));
+        Self::new(epoch_id, released_block, project_id, cid, SENDING, sent, Recorded::Sent(message.into()))
+    }
+
+    /// The collector's answer (`verdict`, as the books show it).
+    pub fn answered(
+        epoch_id: u64,
+        released_block: u64,
+        project_id: &str,
+        cid: &str,
+        verdict: &str,
+    ) -> io::Result<Self> {
+        Self::new(epoch_id, released_block, project_id, cid, verdict, None, Recorded::Answered)
+    }
+
+    fn new(
+        epoch_id: u64,
+        released_block: u64,
+        project_id: &str,
+        cid: &str,
+        verdict: &str,
+        sent: Option<String>,
+        recorded: Recorded,
+    ) -> io::Result<Self> {
         let line = LedgerLine {
             epoch_id,
             project_id: project_id.into(),
             cid: cid.into(),
             verdict: verdict.into(),
             released_block: Some(released_block),
+            sent,
         };
         let mut bytes = serde_json::to_vec(&line).map_err(io::Error::other)?;
         bytes.push(b'\n');
-        Ok(Self { epoch_id, released_block, project_id: project_id.into(), bytes })
+        Ok(Self { epoch_id, released_block, project_id: project_id.into(), recorded, bytes })
     }
 }
 
@@ -236,16 +330,7 @@ struct Group {
 
 impl GroupCommit {
     /// [`Ledger::record`], made durable with whatever else is waiting.
-    pub async fn record(
-        &self,
-        ledger: &Arc<Ledger>,
-        epoch_id: u64,
-        released_block: u64,
-        project_id: &str,
-        cid: &str,
-        verdict: &str,
-    ) -> io::Result<()> {
-        let entry = Entry::new(epoch_id, released_block, project_id, cid, verdict)?;
+    pub async fn record(&self, ledger: &Arc<Ledger>, entry: Entry) -> io::Result<()> {
         let (tx, rx) = oneshot::channel();
         let lead = {
             let mut group = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -354,6 +439,10 @@ mod tests {
 
     use super::*;
 
+    fn answered(epoch: u64, project: &str) -> Entry {
+        Entry::answered(epoch, 100 + epoch, project, "bafy", "accepted").unwrap()
+    }
+
     /// Memory holds the newest epochs only; an older epoch is answered
     /// from the file, alike before and after a restart, and an entry for an
     /// old epoch written late is found there too.
@@ -362,21 +451,51 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::open(dir.path()).unwrap();
         for epoch in 1..=10 {
-            ledger.record(epoch, 100 + epoch, "p", "bafy", "accepted").unwrap();
+            ledger.record(&answered(epoch, "p")).unwrap();
         }
-        ledger.record(2, 102, "late", "bafy", "accepted").unwrap();
+        ledger.record(&answered(2, "late")).unwrap();
+        let sent = Entry::sending(1, 101, "sent", "bafy", b"message".to_vec()).unwrap();
+        ledger.record(&sent).unwrap();
         for ledger in [ledger, Ledger::open(dir.path()).unwrap()] {
             let held = ledger.done.lock().unwrap();
             assert_eq!(held.floor, 11 - EPOCHS_IN_MEMORY);
             assert_eq!(held.entries.len() as u64, EPOCHS_IN_MEMORY, "{:?}", held.entries);
             drop(held);
             for epoch in 1..=10 {
-                assert!(ledger.contains(epoch, "p").unwrap(), "epoch {epoch}");
-                assert!(!ledger.contains(epoch, "q").unwrap(), "epoch {epoch}");
+                assert_eq!(ledger.lookup(epoch, "p").unwrap(), Recorded::Answered, "epoch {epoch}");
+                assert_eq!(ledger.lookup(epoch, "q").unwrap(), Recorded::Nothing, "epoch {epoch}");
             }
-            assert!(ledger.contains(2, "late").unwrap());
-            assert!(!ledger.contains(3, "late").unwrap());
+            assert_eq!(ledger.lookup(2, "late").unwrap(), Recorded::Answered);
+            assert_eq!(ledger.lookup(3, "late").unwrap(), Recorded::Nothing);
+            assert_eq!(ledger.lookup(1, "sent").unwrap(), Recorded::Sent(b"message"[..].into()));
         }
+    }
+
+    /// A message is held as sent, with its bytes, until its answer comes —
+    /// across a restart too — and an answer is never undone by a later
+    /// `sending` line; a torn last line (a crash mid-write) is no line.
+    #[test]
+    fn a_message_sent_is_kept_until_its_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let message = vec![0x0a, 0x02, 0xff, 0x00];
+        ledger.record(&Entry::sending(7, 140, "p", "bafy", message.clone()).unwrap()).unwrap();
+        assert_eq!(ledger.lookup(7, "p").unwrap(), Recorded::Sent(message.clone().into()));
+        let reopened = Ledger::open(dir.path()).unwrap();
+        assert_eq!(reopened.lookup(7, "p").unwrap(), Recorded::Sent(message.clone().into()));
+        assert_eq!(reopened.on_disk(7, "p").unwrap(), Recorded::Sent(message.clone().into()));
+        reopened.record(&answered(7, "p")).unwrap();
+        reopened.record(&Entry::sending(7, 140, "p", "bafy", message.clone()).unwrap()).unwrap();
+        assert_eq!(reopened.lookup(7, "p").unwrap(), Recorded::Answered);
+        // A torn `sending` line for another project: as if never written.
+        let path = dir.path().join("state/submissions.jsonl");
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(br#"{"epoch_id":7,"project_id":"q","cid":"bafy","verdict":"sending","sent":"0a"#).unwrap();
+        drop(f);
+        let ledger = Ledger::open(dir.path()).unwrap();
+        assert_eq!(ledger.lookup(7, "p").unwrap(), Recorded::Answered);
+        assert_eq!(ledger.on_disk(7, "p").unwrap(), Recorded::Answered);
+        assert_eq!(ledger.lookup(7, "q").unwrap(), Recorded::Nothing);
     }
 
     /// Many slots' lines at once: each is durable when its call returns (a
@@ -398,7 +517,8 @@ mod tests {
             for project in ["a", "b", "c"] {
                 let (group, ledger) = (group.clone(), ledger.clone());
                 calls.spawn(async move {
-                    let answer = group.record(&ledger, 9, 100, project, "bafy", "accepted").await;
+                    let entry = Entry::answered(9, 100, project, "bafy", "accepted").unwrap();
+                    let answer = group.record(&ledger, entry).await;
                     (slot, project, answer)
                 });
             }
@@ -412,7 +532,8 @@ mod tests {
                 failed += 1;
             } else {
                 answer.unwrap();
-                assert!(ledgers[slot].contains(9, project).unwrap(), "held once durable: slot {slot} {project}");
+                let held = ledgers[slot].lookup(9, project).unwrap();
+                assert_eq!(held, Recorded::Answered, "held once durable: slot {slot} {project}");
             }
         }
         assert_eq!(failed, 3);
@@ -422,7 +543,7 @@ mod tests {
         for (slot, dir) in dirs.iter().enumerate().filter(|(s, _)| *s != 7) {
             let reopened = Ledger::open(dir).unwrap();
             for project in ["a", "b", "c"] {
-                assert!(reopened.contains(9, project).unwrap(), "slot {slot} {project}");
+                assert_eq!(reopened.lookup(9, project).unwrap(), Recorded::Answered, "slot {slot} {project}");
             }
         }
     }

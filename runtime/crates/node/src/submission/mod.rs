@@ -2,7 +2,8 @@
 //! collector, exactly once per (epoch, project id).
 //!
 //! - `client` — one submission over gRPC, retried while its deadline holds;
-//! - `ledger` — what the collector answered, on disk, so nothing is sent twice;
+//! - `ledger` — each message, on disk before it is sent, and the collector's
+//!   answer: after a restart the same bytes or nothing, never a second message;
 //! - `submitter` — the node's side: IPFS (optional), deadline, signature,
 //!   send, record.
 
@@ -23,7 +24,7 @@ pub enum Status {
     Rejected(String),
     /// The collector gave no answer before the deadline.
     Missed(String),
-    /// The ledger holds it from before (a restart recomputed the epoch).
+    /// The ledger holds its answer from before (a restart recomputed the epoch).
     AlreadyAcknowledged,
     /// Not sent (IPFS stored different bytes under the CID).
     NotSubmitted(String),

@@ -21,7 +21,11 @@ use std::{
 use lite_node_core::time::now_ms;
 use tokio::sync::OnceCell;
 
-use super::{Collector, Ledger, Status, Submission, Verdict, submit};
+use super::{
+    Collector, Ledger, Status, Submission, Verdict,
+    ledger::{Entry, Recorded},
+    submit,
+};
 use crate::{
     chain::Anchor,
     epochs::Epoch,
@@ -170,26 +174,13 @@ impl Submitter {
 
     async fn submit_one(&self, epoch: &Epoch, stored: &Stored, anchor: &Arc<Anchor>) -> anyhow::Result<Status> {
         let id = &stored.project_id;
-        let done = match self.ledger.held(epoch.epoch_id, id) {
-            Some(done) => done,
-            // An epoch older than the ledger keeps in memory: its file is
-            // read off the async threads, and a read that fails is retried
-            // as a write that fails is (never guessed).
-            None => {
-                let read = || {
-                    let (ledger, epoch_id, id) = (self.ledger.clone(), epoch.epoch_id, id.clone());
-                    async move {
-                        tokio::task::spawn_blocking(move || ledger.on_disk(epoch_id, &id))
-                            .await
-                            .map_err(std::io::Error::other)?
-                    }
-                };
-                retry(Policy::STATE, "reading the submission ledger", read, |_| true).await?
+        match self.recorded(epoch.epoch_id, id).await? {
+            Recorded::Nothing => {}
+            Recorded::Answered => {
+                tracing::info!("epoch {} {id}: already submitted before a restart; not sent again", epoch.epoch_id);
+                return Ok(Status::AlreadyAcknowledged);
             }
-        };
-        if done {
-            tracing::info!("epoch {} {id}: already submitted before a restart; not sent again", epoch.epoch_id);
-            return Ok(Status::AlreadyAcknowledged);
+            Recorded::Sent(message) => return self.send_again(epoch, stored, anchor, &message).await,
         }
         let shared = &self.shared;
         if let Some(ipfs) = &shared.ipfs {
@@ -231,6 +222,97 @@ impl Submitter {
             node_version: Some(env!("CARGO_PKG_VERSION").into()),
             protocol_state: shared.protocol_state.clone(),
         };
+        // The message is in the ledger before it leaves: were the node
+        // killed between the send and the answer's line, its restart sends
+        // these bytes again rather than sign another message (another
+        // deadline, another header) that the collector would hold beside the
+        // first. One small append, here (measured: handing it to a blocking
+        // thread, or syncing it, added 15-30 ms to a thousand slots' p50),
+        // not waited for on the disk: it outlives the process (a SIGKILL),
+        // and the answer's sync makes it durable with the answer.
+        let message = prost::Message::encode_to_vec(&submission);
+        let entry = Entry::sending(epoch.epoch_id, epoch.released_block, id, &stored.cid, message)?;
+        let write = || std::future::ready(self.ledger.write(&entry));
+        retry(Policy::STATE, "recording a submission in the ledger before sending it", write, |_| true).await?;
+        self.send(epoch, id, anchor, submission).await
+    }
+
+    /// What the ledger holds of `id` in `epoch_id`. An epoch older than the
+    /// ledger keeps in memory: its file is read off the async threads, and a
+    /// read that fails is retried as a write that fails is (never guessed).
+    async fn recorded(&self, epoch_id: u64, id: &str) -> anyhow::Result<Recorded> {
+        if let Some(recorded) = self.ledger.held(epoch_id, id) {
+            return Ok(recorded);
+        }
+        let read = || {
+            let (ledger, id) = (self.ledger.clone(), id.to_owned());
+            async move {
+                tokio::task::spawn_blocking(move || ledger.on_disk(epoch_id, &id))
+                    .await
+                    .map_err(std::io::Error::other)?
+            }
+        };
+        Ok(retry(Policy::STATE, "reading the submission ledger", read, |_| true).await?)
+    }
+
+    /// A message sent before a restart with no answer recorded: sent again
+    /// byte for byte while its deadline holds (the collector may have it:
+    /// the same bytes are the same submission), never signed anew; past its
+    /// deadline, a miss.
+    async fn send_again(
+        &self,
+        epoch: &Epoch,
+        stored: &Stored,
+        anchor: &Arc<Anchor>,
+        message: &[u8],
+    ) -> anyhow::Result<Status> {
+        let (epoch_id, id, shared) = (epoch.epoch_id, &stored.project_id, &self.shared);
+        let decoded = <proto::SnapshotSubmission as prost::Message>::decode(message);
+        let Some((submission, request)) = decoded.ok().and_then(|s| Some((s.clone(), s.request?))) else {
+            let why = format!(
+                "{} holds a message sent before a restart that does not decode; not sent again (nothing else can \
+                 be sent for it without risking two different submissions)",
+                self.ledger.path().display()
+            );
+            tracing::error!("epoch {epoch_id} {id}: {why}");
+            return Ok(Status::NotSubmitted(why));
+        };
+        if request.snapshot_cid != stored.cid {
+            tracing::warn!(
+                "epoch {epoch_id} {id}: computed again as {}, but {} was sent before the restart: that one stands",
+                stored.cid,
+                request.snapshot_cid
+            );
+        }
+        let (head, _) = shared.latest(anchor).await;
+        if head > request.deadline {
+            let why = format!(
+                "sent before a restart with no answer recorded, and its deadline (anchor block {}) has passed \
+                 (head {head}): not sent again",
+                request.deadline
+            );
+            tracing::warn!("epoch {epoch_id} {id}: {why}");
+            shared.status.metrics.submission_failures.inc();
+            return Ok(Status::Missed(why));
+        }
+        tracing::info!(
+            "epoch {epoch_id} {id}: sent before a restart with no answer recorded; sending the same signed message again"
+        );
+        self.send(epoch, id, anchor, submission).await
+    }
+
+    /// Sends a message whose `sending` line is durable, and records the
+    /// collector's answer.
+    async fn send(
+        &self,
+        epoch: &Epoch,
+        id: &str,
+        anchor: &Arc<Anchor>,
+        submission: proto::SnapshotSubmission,
+    ) -> anyhow::Result<Status> {
+        let shared = &self.shared;
+        let (deadline, cid) =
+            submission.request.as_ref().map(|r| (r.deadline, r.snapshot_cid.clone())).unwrap_or_default();
         let troubles = &shared.status.troubles;
         let metrics = &shared.status.metrics;
         let endpoint = shared.collector.endpoint();
@@ -258,23 +340,23 @@ impl Submitter {
             Verdict::Rejected(r) => Status::Rejected(r),
             Verdict::Unreachable(r) => Status::Missed(r),
         };
-        let (epoch_id, cid) = (epoch.epoch_id, &stored.cid);
+        let epoch_id = epoch.epoch_id;
         match &status {
             Status::Accepted if shared.quiet => tracing::debug!("epoch {epoch_id} {id}: submission accepted ({cid})"),
             Status::Accepted => tracing::info!("epoch {epoch_id} {id}: submission accepted ({cid})"),
             other => tracing::warn!("epoch {epoch_id} {id}: submission {other} ({cid})"),
         }
         if !matches!(status, Status::Missed(_)) {
-            // The collector has answered: until the ledger holds it, a restart
-            // would send it again, so this waits for the disk (a stop
-            // abandons the epoch after its grace).
-            // Off the async threads, and with the other slots' lines: a
-            // thousand slots' answers cost a few syncs, not a thousand.
-            let verdict = status.to_string();
-            let write = || {
-                shared.ledger_sync.record(&self.ledger, epoch.epoch_id, epoch.released_block, id, &stored.cid, &verdict)
-            };
-            retry(Policy::STATE, "recording a submission in the ledger", write, |_| true).await?;
+            // The collector has answered: until the ledger holds it durably,
+            // a restart would send the message again (the same bytes), so
+            // this waits for the disk (a stop abandons the epoch after its
+            // grace). Off the async threads, and with the other slots' lines:
+            // a thousand slots' answers cost a few syncs, not a thousand. A
+            // miss leaves the `sending` line alone: sent again after a
+            // restart only while its deadline holds.
+            let entry = Entry::answered(epoch_id, epoch.released_block, id, &cid, &status.to_string())?;
+            let write = || shared.ledger_sync.record(&self.ledger, entry.clone());
+            retry(Policy::STATE, "recording a submission's answer in the ledger", write, |_| true).await?;
         }
         Ok(status)
     }
