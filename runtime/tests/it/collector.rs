@@ -231,6 +231,50 @@ fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadlin
     assert_eq!(received.lock().unwrap().len(), 1, "sent once it was back, and only once");
 }
 
+/// The same bytes again are the same submission: copies sent at once and
+/// one sent later are answered as the first was and recorded once (its
+/// arrivals counted) — a rejected one too, with its reason — while another
+/// message for the same slot, epoch and project is a submission of its own.
+#[test]
+fn the_same_bytes_again_are_answered_alike_and_recorded_once() {
+    let s = setup();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
+    let received = start_collector(&s, listener);
+    let head = s.world.head();
+    let good = submission(&s, 1, 1, head + 50);
+    let bad = submission(&s, 1, 2, head + 50); // signed by slot 2's key
+    let answers = s.runtime.block_on(async {
+        let client = proto::submission_client::SubmissionClient::connect(endpoint).await.unwrap();
+        let send = |m: proto::SnapshotSubmission| {
+            let mut client = client.clone();
+            async move {
+                let answer = client.submit_snapshot(m).await.unwrap();
+                let reason = answer.metadata().get(proto::REASON_METADATA).map(|v| v.to_str().unwrap().to_owned());
+                (answer.into_inner().message, reason)
+            }
+        };
+        let at_once = futures_util::future::join_all((0..3).map(|_| send(good.clone()))).await;
+        let mut answers = at_once;
+        answers.push(send(good.clone()).await);
+        answers.push(send(bad.clone()).await);
+        answers.push(send(bad.clone()).await);
+        answers.push(send(submission(&s, 1, 1, head + 51)).await);
+        answers
+    });
+    for answer in &answers[..4] {
+        assert_eq!(answer, &(proto::SUCCESS.to_owned(), None));
+    }
+    assert_eq!(answers[4].0, proto::FAILURE);
+    assert!(answers[4].1.as_deref().is_some_and(|r| r.contains("signature recovers to")), "{:?}", answers[4]);
+    assert_eq!(answers[5], answers[4], "the rejection repeated with its reason");
+    assert_eq!(answers[6].0, proto::SUCCESS, "another deadline: another message");
+    let seen = received.lock().unwrap();
+    let arrivals: Vec<(u64, bool, u32)> =
+        seen.iter().map(|x| (x.submission.request.as_ref().unwrap().deadline, x.verdict.is_ok(), x.arrivals)).collect();
+    assert_eq!(arrivals, [(head + 50, true, 4), (head + 50, false, 2), (head + 51, true, 1)]);
+}
+
 /// The bundled compute package (its assignment rule), built or reused.
 fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
     let mut env = lite_node_testkit::toolchain_env();

@@ -178,9 +178,9 @@ fn a_killed_node_is_restarted_and_rejoins_without_a_duplicate() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected kill-node:SLOT@EPOCH"));
 }
 
-/// A node of 200 slots is SIGKILLed mid-burst — some of its submissions of
-/// epoch 2 answered, others in flight — and the anchor moves on before it is
-/// back: the restarted node sends what it had sent again byte for byte (a
+/// A node of 200 slots is SIGKILLed mid-burst — the collector has received
+/// some of its submissions of epoch 2 and holds their answers back, others
+/// are in flight — and the anchor moves on before it is back: the restarted node sends what it had sent again byte for byte (a
 /// message signed again would carry a new deadline and header: a second
 /// submission), so the collector holds one submission per slot, and no
 /// slot's ledger holds two different messages for one epoch and project.
@@ -208,6 +208,12 @@ fn a_node_killed_mid_burst_sends_the_same_bytes_again_never_a_second_submission(
     assert!(stdout.contains("600 accepted, 0 rejected, 0 missing, 0 duplicate(s), 1 node restart(s)"), "{stdout}");
     let verified = verify(&record);
     assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    // The collector held back the answers to what it received before the
+    // kill: each of those came again, byte for byte.
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert!(json["summary"]["retransmissions"].as_u64() >= Some(1), "{}", json["summary"]);
+    let log = std::fs::read_to_string(dir.path().join("run/node-1.log")).unwrap();
+    assert!(log.contains("sending the same signed message again"), "the restarted node sent what it had sent");
     // Every slot signed one message per epoch and project, and each has its answer.
     for slot in 1..=200 {
         let ledger = dir.path().join(format!("run/node-1/slots/{slot}/state/submissions.jsonl"));

@@ -15,10 +15,10 @@ pub enum Fault {
     Drill(u64, lite_node_config::Drill),
     /// `kill-node:SLOT@EPOCH`: that node is SIGKILLed right after the epoch's release.
     KillNode { slot: u64, epoch: u64 },
-    /// `kill-node-mid-burst:SLOT@EPOCH`: that node is SIGKILLed once the
-    /// collector has answered some, not all, of its submissions of the epoch
-    /// (a node of several selected slots): messages in flight, answers not
-    /// yet in its ledger.
+    /// `kill-node-mid-burst:SLOT@EPOCH`: the collector holds back its
+    /// answers to that node's submissions of the epoch, and the node is
+    /// SIGKILLed once the first has arrived (then a block is mined): messages
+    /// sent and unanswered, others in flight.
     KillNodeMidBurst { slot: u64, epoch: u64 },
     /// `stall-anvil:SECS@EPOCH`: anvil stops answering for SECS right after the epoch's release.
     StallAnvil { secs: u64, epoch: u64 },

@@ -330,8 +330,9 @@ struct Devnet {
     /// The table's width for the selected slots.
     width: usize,
     released: Vec<Released>,
-    /// `kill-node-mid-burst` drills done, `(slot, epoch)`.
-    burst_killed: std::collections::BTreeSet<(u64, u64)>,
+    /// `kill-node-mid-burst` drills, `(slot, epoch)` → the release of the
+    /// collector's hold on that node's answers (sent once it is killed).
+    burst_holds: BTreeMap<(u64, u64), tokio::sync::watch::Sender<bool>>,
     interrupted: bool,
     failure: Option<anyhow::Error>,
 }
@@ -538,6 +539,19 @@ impl Devnet {
                 .chain(full.as_ref().map(|(slot, signer, _)| (*slot, *signer)))
                 .collect(),
         );
+        // `kill-node-mid-burst`: the collector holds back the answers to that
+        // node's submissions of the epoch until the node is killed, so some
+        // are certainly sent and unanswered when it dies.
+        let mut burst_holds = BTreeMap::new();
+        for fault in &opts.faults {
+            if let Fault::KillNodeMidBurst { slot, epoch } = *fault
+                && let Some((n, _, _)) = slots.iter().find(|(n, _, _)| opts.slots_of(*n).any(|s| s == slot))
+            {
+                let (release, held) = tokio::sync::watch::channel(false);
+                collector.holds.push(collector::Hold { slots: opts.slots_of(*n).collect(), epoch, release: held });
+                burst_holds.insert((slot, epoch), release);
+            }
+        }
         // The collector publishes what it accepts on the validators' gossip
         // network; the nodes are started once every validator is in its mesh.
         if !validators.is_empty() {
@@ -700,7 +714,7 @@ impl Devnet {
             exe,
             width,
             released: Vec::new(),
-            burst_killed: Default::default(),
+            burst_holds,
             interrupted: false,
             failure: None,
         };
@@ -810,9 +824,6 @@ impl Devnet {
     async fn settle(&mut self, epoch: Released, out: &mut dyn Write, shutdown: &mut Shutdown) -> Result<()> {
         let mut deadline = tokio::time::Instant::now() + self.opts.epoch_timeout;
         loop {
-            if arrived(&self.received, &epoch).len() >= epoch.expected.len() + epoch.full_expected {
-                break;
-            }
             if self.kill_mid_burst(&epoch) {
                 // The anchor moves on before the node is back: a message it
                 // signed again would carry another deadline and header — a
@@ -820,6 +831,9 @@ impl Devnet {
                 if let Err(e) = self.driver.call("evm_mine", serde_json::json!([])).await {
                     tracing::warn!("drill: mining a block after the kill failed: {e:#}");
                 }
+            }
+            if arrived(&self.received, &epoch).len() >= epoch.expected.len() + epoch.full_expected {
+                break;
             }
             // A node that died is started again on its data dir: it rejoins
             // where its cursor is, and its ledger keeps it from sending twice.
@@ -848,6 +862,9 @@ impl Devnet {
                 }
                 _ = tokio::time::sleep(Duration::from_millis(5)) => {}
             }
+        }
+        if self.failure.is_none() {
+            self.failure = self.burst_not_killed(&epoch);
         }
         for n in &mut self.nodes {
             n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
@@ -943,19 +960,18 @@ impl Devnet {
     }
 
     /// `kill-node-mid-burst`: SIGKILLs the node once the collector has
-    /// answered some, not all, of its submissions of `epoch` (once); whether
-    /// it did now.
+    /// received any of its submissions of `epoch` (and holds their answers
+    /// back), then lets the collector answer again; whether it killed now.
     fn kill_mid_burst(&mut self, epoch: &Released) -> bool {
         let epoch_id = epoch.assignment.epoch_id;
         let mut killed = false;
-        for fault in &self.opts.faults {
-            let Fault::KillNodeMidBurst { slot, epoch: at } = *fault else { continue };
-            if at != epoch_id || self.burst_killed.contains(&(slot, at)) {
+        for (&(slot, at), release) in &self.burst_holds {
+            if at != epoch_id || *release.borrow() {
                 continue;
             }
             let Some(node) = self.nodes.iter_mut().find(|n| n.slots.contains(&slot)) else { continue };
             let expected = epoch.expected.keys().filter(|s| node.slots.contains(s)).count();
-            let answered = {
+            let received = {
                 let seen = self.received.lock().unwrap_or_else(|p| p.into_inner());
                 let ours = |s: &&collector::Seen| {
                     s.submission
@@ -965,17 +981,30 @@ impl Devnet {
                 };
                 seen.iter().filter(ours).count()
             };
-            if answered > 0 && answered < expected {
+            if received > 0 {
                 tracing::info!(
-                    "drill: SIGKILL to node {} mid-burst: {answered} of its {expected} submissions of epoch {epoch_id} answered",
+                    "drill: SIGKILL to node {} mid-burst: {received} of its {expected} submissions of epoch {epoch_id} \
+                     received, none answered",
                     node.index
                 );
                 node.process.kill();
-                self.burst_killed.insert((slot, at));
+                release.send_replace(true);
                 killed = true;
             }
         }
         killed
+    }
+
+    /// A `kill-node-mid-burst` drill of `epoch` that never fired (its node
+    /// sent nothing in the epoch): the run fails saying so.
+    fn burst_not_killed(&self, epoch: &Released) -> Option<anyhow::Error> {
+        let epoch_id = epoch.assignment.epoch_id;
+        let (&(slot, _), _) =
+            self.burst_holds.iter().find(|((_, at), release)| *at == epoch_id && !*release.borrow())?;
+        Some(anyhow::anyhow!(
+            "--fault kill-node-mid-burst:{slot}@{epoch_id} never fired: the node holding slot {slot} sent nothing in \
+             epoch {epoch_id} (none of its slots was selected?)"
+        ))
     }
 
     /// Starts again a node whose process ended; an error once one has been
@@ -1558,7 +1587,7 @@ fn summary_text(s: &Summary, took: Duration) -> String {
     };
     if s.retransmissions > 0 {
         extra.push_str(&format!(
-            ", {} message(s) sent again unchanged after a restart (answered alike, not duplicates)",
+            ", {} message(s) sent again unchanged (answered alike, not duplicates)",
             s.retransmissions
         ));
     }

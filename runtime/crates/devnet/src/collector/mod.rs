@@ -17,6 +17,7 @@ use lite_node_protocol::{
     proto::{self, SnapshotSubmission, SubmissionResponse},
     submission::{EpochStanding, Facts, Judgement, Reason, Rejection, Scope, Selection, judge},
 };
+use sha2::Digest;
 
 use lite_node_chain::Release;
 
@@ -51,8 +52,8 @@ pub struct Seen {
     /// someone else started against this collector).
     pub foreign: bool,
     /// How many times these exact bytes came (a node sends a message again,
-    /// unchanged, when a restart left it without an answer): one
-    /// submission, answered alike each time.
+    /// unchanged, when an attempt or a restart left it without an answer):
+    /// one submission, answered alike each time.
     pub arrivals: u32,
 }
 
@@ -91,9 +92,30 @@ pub struct DevnetCollector {
     head: tokio::sync::Mutex<Option<(std::time::Instant, u64)>>,
     /// Each slot's registered signer, read once per [`SIGNERS_FRESH`].
     signers: std::sync::Mutex<(std::time::Instant, SignerCells)>,
-    /// Each answered message's bytes → its place in [`Self::received`].
-    answered: std::sync::Mutex<std::collections::HashMap<Vec<u8>, usize>>,
+    /// Each message's answer, by the SHA-256 of its bytes, given once:
+    /// copies that arrive while the first is judged wait for its answer.
+    answered: std::sync::Mutex<std::collections::HashMap<[u8; 32], AnswerOnce>>,
+    /// Drills that hold answers back ([`Hold`]).
+    pub holds: Vec<Hold>,
 }
+
+/// One message's answer: the rejection's reason (`None`: accepted) and its
+/// place in [`DevnetCollector::received`].
+type AnswerOnce = Arc<tokio::sync::OnceCell<(Option<String>, usize)>>;
+
+/// A drill's hold on answers (`kill-node-mid-burst`): `slots`' submissions
+/// of `epoch` are judged and recorded, but answered only once `release`
+/// turns true (the devnet kills their node meanwhile), or after
+/// [`HOLD_LIMIT`].
+#[derive(Clone, Debug)]
+pub struct Hold {
+    pub slots: std::collections::BTreeSet<u64>,
+    pub epoch: u64,
+    pub release: tokio::sync::watch::Receiver<bool>,
+}
+
+/// The longest a [`Hold`] keeps an answer back.
+const HOLD_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Each slot's signer, read by the first submission that names it.
 type SignerCells = BTreeMap<u64, Arc<tokio::sync::OnceCell<Address>>>;
@@ -130,6 +152,7 @@ impl DevnetCollector {
             head: Default::default(),
             signers: std::sync::Mutex::new((std::time::Instant::now(), BTreeMap::new())),
             answered: Default::default(),
+            holds: Vec::new(),
         }
     }
 
@@ -162,20 +185,8 @@ impl DevnetCollector {
         }
     }
 
-    /// The answer given before to these exact bytes, counting this arrival.
-    fn answered_before(&self, message: &[u8]) -> Option<Result<(), String>> {
-        let index = *self.answered.lock().unwrap_or_else(|p| p.into_inner()).get(message)?;
-        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
-        let seen = received.get_mut(index)?;
-        seen.arrivals += 1;
-        Some(seen.verdict.clone())
-    }
-
-    async fn record(&self, submission: SnapshotSubmission, verdict: Result<(), Rejection>) {
-        let message = prost::Message::encode_to_vec(&submission);
-        if self.answered_before(&message).is_some() {
-            return;
-        }
+    /// Records a verdict; its place in [`Self::received`].
+    async fn record(&self, submission: SnapshotSubmission, verdict: Result<(), Rejection>) -> usize {
         let foreign = self.foreign(&submission, verdict.is_ok()).await;
         let reason = verdict.as_ref().err().map(|r| r.reason);
         let verdict = verdict.map_err(|r| r.detail);
@@ -188,19 +199,49 @@ impl DevnetCollector {
             }
         }
         let seen = Seen { submission, verdict, reason, answered_at: SystemTime::now(), foreign, arrivals: 1 };
-        // Under both locks, so two copies judged at once are one entry.
-        let mut answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
         let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
-        match answered.entry(message) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                if let Some(first) = received.get_mut(*e.get()) {
-                    first.arrivals += 1;
-                }
+        received.push(seen);
+        received.len() - 1
+    }
+
+    /// A submission judged (forwarded to the validator, published on
+    /// gossip) and recorded: its rejection's reason and place; `Err` when it
+    /// cannot be judged now (the node retries).
+    async fn answer_once(&self, s: SnapshotSubmission) -> Result<(Option<String>, usize), tonic::Status> {
+        let verdict = match self.verdict(&s).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(rejection)) => {
+                tracing::info!("rejected a submission ({}): {}", rejection.reason, rejection.detail);
+                Err(rejection)
             }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(received.len());
-                received.push(seen);
+            Err(reason) => {
+                tracing::warn!("cannot check a submission now ({reason}); asking the node to retry");
+                return Err(tonic::Status::unavailable(reason));
             }
+        };
+        if let Some(client) = &self.forward
+            && let Err(e) = client.clone().submit_snapshot(s.clone()).await
+        {
+            tracing::warn!("the validator's gateway did not take a submission ({e}); asking the node to retry");
+            return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
+        }
+        // Published in its one gossip form (accepted: its signature is one).
+        if verdict.is_ok()
+            && let Some(gossip) = &self.gossip
+            && let Ok(form) = lite_node_protocol::submission::gossip_form(&s)
+            && !gossip.publish(prost::Message::encode_to_vec(&form))
+        {
+            tracing::warn!("gossip: the outbox is full; a submission was not published");
+        }
+        let rejection = verdict.as_ref().err().map(|r| r.detail.clone());
+        Ok((rejection, self.record(s, verdict).await))
+    }
+
+    /// Waits while a drill holds `r`'s answer back.
+    async fn held(&self, r: &proto::Request) {
+        for hold in self.holds.iter().filter(|h| h.epoch == r.epoch_id && h.slots.contains(&r.slot_id)) {
+            let mut release = hold.release.clone();
+            let _ = tokio::time::timeout(HOLD_LIMIT, release.wait_for(|released| *released)).await;
         }
     }
 }
@@ -283,40 +324,26 @@ impl proto::submission_server::Submission for DevnetCollector {
         request: tonic::Request<SnapshotSubmission>,
     ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
         let s = request.into_inner();
-        // The same bytes again (a node's restart left it without our
-        // answer): the same answer, not a second submission — neither judged
-        // again, nor forwarded or published again.
-        if let Some(before) = self.answered_before(&prost::Message::encode_to_vec(&s)) {
-            return Ok(answer(before.as_ref().err().map(String::as_str)));
+        let request = s.request.clone().unwrap_or_default();
+        // The same bytes again (an attempt or a restart left the node
+        // without our answer) are the same submission: answered as the first
+        // was — judged, forwarded and published once; a copy that comes
+        // while the first is judged waits for its answer.
+        let key: [u8; 32] = sha2::Sha256::digest(prost::Message::encode_to_vec(&s)).into();
+        let cell = self.answered.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().clone();
+        let mut judged_here = false;
+        let (rejection, index) = cell
+            .get_or_try_init(|| {
+                judged_here = true;
+                self.answer_once(s)
+            })
+            .await?
+            .clone();
+        if !judged_here && let Some(first) = self.received.lock().unwrap_or_else(|p| p.into_inner()).get_mut(index) {
+            first.arrivals += 1;
         }
-        let verdict = match self.verdict(&s).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(rejection)) => {
-                tracing::info!("rejected a submission ({}): {}", rejection.reason, rejection.detail);
-                Err(rejection)
-            }
-            Err(reason) => {
-                tracing::warn!("cannot check a submission now ({reason}); asking the node to retry");
-                return Err(tonic::Status::unavailable(reason));
-            }
-        };
-        if let Some(client) = &self.forward
-            && let Err(e) = client.clone().submit_snapshot(s.clone()).await
-        {
-            tracing::warn!("the validator's gateway did not take a submission ({e}); asking the node to retry");
-            return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
-        }
-        // Published in its one gossip form (accepted: its signature is one).
-        if verdict.is_ok()
-            && let Some(gossip) = &self.gossip
-            && let Ok(form) = lite_node_protocol::submission::gossip_form(&s)
-            && !gossip.publish(prost::Message::encode_to_vec(&form))
-        {
-            tracing::warn!("gossip: the outbox is full; a submission was not published");
-        }
-        let response = answer(verdict.as_ref().err().map(|r| r.detail.as_str()));
-        self.record(s, verdict).await;
-        Ok(response)
+        self.held(&request).await;
+        Ok(answer(rejection.as_deref()))
     }
 
     async fn submit_snapshot_simulation(

@@ -33,6 +33,9 @@ use tokio::sync::oneshot;
 pub struct Ledger {
     path: PathBuf,
     done: Mutex<Held>,
+    /// Held through an append and its cut-back: the slot's stages append
+    /// from several threads, and a cut-back must not take another's line.
+    appending: Mutex<()>,
 }
 
 /// How many of the newest epochs' entries a ledger keeps in memory.
@@ -114,7 +117,7 @@ impl Ledger {
         for (line, recorded) in Self::lines(&path)? {
             done.insert(line.epoch_id, line.project_id, line.released_block, recorded);
         }
-        Ok(Self { path, done: Mutex::new(done) })
+        Ok(Self { path, done: Mutex::new(done), appending: Mutex::new(()) })
     }
 
     /// Every line of the file (none if it does not exist), with what it
@@ -227,6 +230,7 @@ impl Ledger {
     /// part-way); the open file, to sync.
     fn append(&self, bytes: &[u8]) -> io::Result<std::fs::File> {
         let append = || -> io::Result<std::fs::File> {
+            let _one_at_a_time = self.appending.lock().unwrap_or_else(|p| p.into_inner());
             std::fs::create_dir_all(self.path.parent().expect("ledger has a parent"))?;
             let mut f = OpenOptions::new().create(true).append(true).open(&self.path)?;
             let before = f.metadata()?.len();
@@ -239,7 +243,7 @@ impl Ledger {
         append().map_err(|e| self.named(e))
     }
 
-    /// What a durable line tells.
+    /// What a written line tells.
     fn hold(&self, entry: &Entry) {
         self.done.lock().unwrap_or_else(|p| p.into_inner()).insert(
             entry.epoch_id,
@@ -262,7 +266,7 @@ pub struct Entry {
 
 impl Entry {
     /// A message about to be sent: `message` is its protobuf bytes, sent
-    /// only once this line is durable.
+    /// only once this line is written.
     pub fn sending(
         epoch_id: u64,
         released_block: u64,

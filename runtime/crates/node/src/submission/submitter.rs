@@ -109,15 +109,9 @@ impl Shared {
         (number, hash)
     }
 
-    /// The deadline of every submission of `epoch_id`: the head read for
-    /// the epoch's first submission plus the buffer (until its work begins
-    /// again: [`Shared::new_deadline`]). One per epoch, so the
-    /// submissions that wait for a turn (at most 128 are sent at once) do
-    /// not each get a window of their own: with the collector down, an
-    /// epoch of a thousand slots ends when its deadline passes, not eight
-    /// windows later.
     /// An epoch's work begins (or begins again): its submissions get a new
-    /// deadline from the head they are signed at.
+    /// deadline from the head they are signed at (what was sent before is
+    /// sent again as it was).
     pub fn new_deadline(&self) {
         self.epoch_deadline.reset();
     }
@@ -287,8 +281,8 @@ impl Submitter {
         let (head, _) = shared.latest(anchor).await;
         if head > request.deadline {
             let why = format!(
-                "sent before a restart with no answer recorded, and its deadline (anchor block {}) has passed \
-                 (head {head}): not sent again",
+                "sent before a restart with no answer recorded (the collector may hold it), and its deadline \
+                 (anchor block {}) has passed (head {head}): not sent again",
                 request.deadline
             );
             tracing::warn!("epoch {epoch_id} {id}: {why}");
@@ -301,7 +295,7 @@ impl Submitter {
         self.send(epoch, id, anchor, submission).await
     }
 
-    /// Sends a message whose `sending` line is durable, and records the
+    /// Sends a message whose `sending` line is written, and records the
     /// collector's answer.
     async fn send(
         &self,
