@@ -102,8 +102,14 @@ impl Journal {
         let mut line = serde_json::to_vec(&entry).map_err(io::Error::other)?;
         line.push(b'\n');
         // One write per line, so a crash never leaves half a line behind
-        // another process's reader.
-        self.file.write_all(&line)?;
+        // another process's reader; a write that fails part-way (a full
+        // disk) is cut back, so the retry appends a whole line, not one
+        // glued to a fragment.
+        let before = self.file.metadata()?.len();
+        if let Err(e) = self.file.write_all(&line) {
+            let _ = self.file.set_len(before);
+            return Err(e);
+        }
         self.file.flush()
     }
 }

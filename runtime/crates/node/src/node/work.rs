@@ -51,6 +51,10 @@ pub struct EpochWork {
     pub retain_epochs: u64,
     /// The epoch at which the next pruning runs.
     pub prune_at: u64,
+    /// Journal lines written of an epoch whose recording is retried,
+    /// `(epoch, lines)`: a retry after a failed write (a full disk) appends
+    /// the rest, not every line again.
+    pub journaled: (u64, usize),
     /// A full node's coordinator: each project that divides into data
     /// sources is computed by the cluster's workers.
     pub cluster: Option<Arc<crate::cluster::Coordinator>>,
@@ -185,12 +189,21 @@ impl Work for EpochWork {
 
     fn record(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
         let several = self.lanes.len() > 1;
+        if self.journaled.0 != epoch.epoch_id {
+            self.journaled = (epoch.epoch_id, 0);
+        }
+        let mut line = 0;
         for (lane, outcomes) in self.lanes.iter_mut().zip(&worked.outcomes) {
             for outcome in outcomes {
+                line += 1;
+                if line <= self.journaled.1 {
+                    continue;
+                }
                 log_outcome(epoch, outcome, several.then_some(lane.slot_id));
                 lane.journal
                     .record(epoch, outcome)
                     .map_err(|e| anyhow::anyhow!("writing {}: {e}", lane.journal.path().display()))?;
+                self.journaled.1 = line;
             }
         }
         if several {

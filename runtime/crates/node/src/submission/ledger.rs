@@ -198,19 +198,11 @@ impl Ledger {
         Ok(found)
     }
 
-    /// Records a line (written and synced before returning). A write that
-    /// fails part-way is cut back, so a retry appends a whole line; the
-    /// error names the file.
-    pub fn record(&self, entry: &Entry) -> io::Result<()> {
-        let f = self.append(&entry.bytes)?;
-        f.sync_data().map_err(|e| self.named(e))?;
-        self.hold(entry);
-        Ok(())
-    }
-
     /// Writes a line without waiting for the disk (blocking): it outlives
     /// the process, and is made durable by the next sync of the file (or of
-    /// its filesystem).
+    /// its filesystem: [`GroupCommit::record`] writes and syncs). A write
+    /// that fails part-way is cut back, so a retry appends a whole line; the
+    /// error names the file.
     pub fn write(&self, entry: &Entry) -> io::Result<()> {
         self.append(&entry.bytes)?;
         self.hold(entry);
@@ -333,7 +325,7 @@ struct Group {
 }
 
 impl GroupCommit {
-    /// [`Ledger::record`], made durable with whatever else is waiting.
+    /// [`Ledger::write`], made durable with whatever else is waiting.
     pub async fn record(&self, ledger: &Arc<Ledger>, entry: Entry) -> io::Result<()> {
         let (tx, rx) = oneshot::channel();
         let lead = {
@@ -455,11 +447,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::open(dir.path()).unwrap();
         for epoch in 1..=10 {
-            ledger.record(&answered(epoch, "p")).unwrap();
+            ledger.write(&answered(epoch, "p")).unwrap();
         }
-        ledger.record(&answered(2, "late")).unwrap();
+        ledger.write(&answered(2, "late")).unwrap();
         let sent = Entry::sending(1, 101, "sent", "bafy", b"message".to_vec()).unwrap();
-        ledger.record(&sent).unwrap();
+        ledger.write(&sent).unwrap();
         for ledger in [ledger, Ledger::open(dir.path()).unwrap()] {
             let held = ledger.done.lock().unwrap();
             assert_eq!(held.floor, 11 - EPOCHS_IN_MEMORY);
@@ -483,13 +475,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::open(dir.path()).unwrap();
         let message = vec![0x0a, 0x02, 0xff, 0x00];
-        ledger.record(&Entry::sending(7, 140, "p", "bafy", message.clone()).unwrap()).unwrap();
+        ledger.write(&Entry::sending(7, 140, "p", "bafy", message.clone()).unwrap()).unwrap();
         assert_eq!(ledger.lookup(7, "p").unwrap(), Recorded::Sent(message.clone().into()));
         let reopened = Ledger::open(dir.path()).unwrap();
         assert_eq!(reopened.lookup(7, "p").unwrap(), Recorded::Sent(message.clone().into()));
         assert_eq!(reopened.on_disk(7, "p").unwrap(), Recorded::Sent(message.clone().into()));
-        reopened.record(&answered(7, "p")).unwrap();
-        reopened.record(&Entry::sending(7, 140, "p", "bafy", message.clone()).unwrap()).unwrap();
+        reopened.write(&answered(7, "p")).unwrap();
+        reopened.write(&Entry::sending(7, 140, "p", "bafy", message.clone()).unwrap()).unwrap();
         assert_eq!(reopened.lookup(7, "p").unwrap(), Recorded::Answered);
         // A torn `sending` line for another project: as if never written.
         let path = dir.path().join("state/submissions.jsonl");
