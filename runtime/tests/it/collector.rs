@@ -275,6 +275,74 @@ fn the_same_bytes_again_are_answered_alike_and_recorded_once() {
     assert_eq!(arrivals, [(head + 50, true, 4), (head + 50, false, 2), (head + 51, true, 1)]);
 }
 
+/// A validator's gateway that takes 500 ms to take a submission, counting them.
+#[derive(Clone, Default)]
+struct SlowGateway(Arc<std::sync::atomic::AtomicUsize>);
+
+#[tonic::async_trait]
+impl proto::submission_server::Submission for SlowGateway {
+    async fn submit_snapshot(
+        &self,
+        _: tonic::Request<proto::SnapshotSubmission>,
+    ) -> Result<tonic::Response<proto::SubmissionResponse>, tonic::Status> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(tonic::Response::new(proto::SubmissionResponse { message: proto::SUCCESS.into() }))
+    }
+
+    async fn submit_snapshot_simulation(
+        &self,
+        _: tonic::Request<tonic::Streaming<proto::SnapshotSubmission>>,
+    ) -> Result<tonic::Response<proto::SubmissionResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not used"))
+    }
+}
+
+/// A node that hangs up while its submission is being judged (its attempt
+/// timed out; it was killed) does not cut the judgement off after the
+/// forward: the copy it sends next waits for that same judgement, and the
+/// validator's gateway is sent the message once.
+#[test]
+fn a_node_that_hangs_up_mid_judgement_does_not_get_its_message_forwarded_twice() {
+    let s = setup();
+    let gateway = SlowGateway::default();
+    let forwards = gateway.0.clone();
+    let gateway_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gateway_at = submission::client::http_endpoint(gateway_listener.local_addr().unwrap());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
+    let received = Received::default();
+    {
+        let _guard = s.runtime.enter();
+        gateway_listener.set_nonblocking(true).unwrap();
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(tokio::net::TcpListener::from_std(gateway_listener).unwrap());
+        let server = tonic::transport::Server::builder()
+            .add_service(proto::submission_server::SubmissionServer::new(gateway))
+            .serve_with_incoming(incoming);
+        s.runtime.spawn(server);
+        let mut collector = DevnetCollector::new(s.anchor.clone(), s.chain_id);
+        collector.received = received.clone();
+        let channel = tonic::transport::Endpoint::from_shared(gateway_at).unwrap().connect_lazy();
+        collector.forward = Some(proto::submission_client::SubmissionClient::new(channel));
+        listener.set_nonblocking(true).unwrap();
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        s.runtime.spawn(collector::serve(collector, listener, Box::pin(std::future::pending())));
+    }
+    let message = submission(&s, 1, 1, s.world.head() + 50);
+    let second = s.runtime.block_on(async {
+        let mut client = proto::submission_client::SubmissionClient::connect(endpoint).await.unwrap();
+        let mut first_client = client.clone();
+        let first = tokio::time::timeout(Duration::from_millis(250), first_client.submit_snapshot(message.clone()));
+        assert!(first.await.is_err(), "the first attempt gave up while the gateway held the forward");
+        client.submit_snapshot(message.clone()).await.unwrap().into_inner().message
+    });
+    assert_eq!(second, proto::SUCCESS);
+    assert_eq!(forwards.load(std::sync::atomic::Ordering::SeqCst), 1, "forwarded once");
+    let seen = received.lock().unwrap();
+    assert_eq!(seen.iter().map(|x| x.arrivals).collect::<Vec<_>>(), [2], "one submission, come twice");
+}
+
 /// The bundled compute package (its assignment rule), built or reused.
 fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
     let mut env = lite_node_testkit::toolchain_env();

@@ -866,6 +866,9 @@ impl Devnet {
         if self.failure.is_none() {
             self.failure = self.burst_not_killed(&epoch);
         }
+        if self.failure.is_some() {
+            self.release_holds();
+        }
         for n in &mut self.nodes {
             n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
         }
@@ -995,6 +998,13 @@ impl Devnet {
         killed
     }
 
+    /// The collector answers every node again (a stop, a failure).
+    fn release_holds(&self) {
+        for release in self.burst_holds.values() {
+            release.send_replace(true);
+        }
+    }
+
     /// A `kill-node-mid-burst` drill of `epoch` that never fired (its node
     /// sent nothing in the epoch): the run fails saying so.
     fn burst_not_killed(&self, epoch: &Released) -> Option<anyhow::Error> {
@@ -1032,6 +1042,7 @@ impl Devnet {
     /// Stops the children without a summary (a start that failed; anvil
     /// stops when it is dropped).
     fn stop_quietly(&mut self) {
+        self.release_holds();
         tokio::task::block_in_place(|| {
             let mut procs: Vec<&mut Guarded> = self.nodes.iter_mut().map(|n| &mut n.process).collect();
             stop_all(&mut procs, NODE_STOP_GRACE + STOP_MARGIN);
@@ -1049,6 +1060,7 @@ impl Devnet {
     /// validators and anvil), prints the summary, writes the record, and
     /// returns the summary — or the failure that ended the run.
     async fn stop(mut self, out: &mut dyn Write) -> Result<Summary> {
+        self.release_holds();
         for n in &mut self.nodes {
             n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
         }

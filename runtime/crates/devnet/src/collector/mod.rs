@@ -317,18 +317,13 @@ impl Facts for DevnetCollector {
     }
 }
 
-#[tonic::async_trait]
-impl proto::submission_server::Submission for DevnetCollector {
-    async fn submit_snapshot(
-        &self,
-        request: tonic::Request<SnapshotSubmission>,
-    ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
-        let s = request.into_inner();
-        let request = s.request.clone().unwrap_or_default();
-        // The same bytes again (an attempt or a restart left the node
-        // without our answer) are the same submission: answered as the first
-        // was — judged, forwarded and published once; a copy that comes
-        // while the first is judged waits for its answer.
+impl DevnetCollector {
+    /// A submission's answer — the rejection's reason (`None`: accepted) —
+    /// given once per message: the same bytes again (an attempt or a restart
+    /// left the node without our answer) are the same submission, answered
+    /// as the first was and counted as an arrival of it; a copy that comes
+    /// while the first is judged waits for its answer.
+    async fn answer(&self, s: SnapshotSubmission) -> Result<Option<String>, tonic::Status> {
         let key: [u8; 32] = sha2::Sha256::digest(prost::Message::encode_to_vec(&s)).into();
         let cell = self.answered.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().clone();
         let mut judged_here = false;
@@ -342,7 +337,30 @@ impl proto::submission_server::Submission for DevnetCollector {
         if !judged_here && let Some(first) = self.received.lock().unwrap_or_else(|p| p.into_inner()).get_mut(index) {
             first.arrivals += 1;
         }
-        self.held(&request).await;
+        Ok(rejection)
+    }
+}
+
+/// The collector as tonic serves it: each submission is judged in a task of
+/// its own, so a node that hangs up mid-judgement (an attempt timed out, a
+/// SIGKILL) cannot cut it off after the forward and before the record —
+/// leaving the next copy to forward and publish it again.
+#[derive(Clone)]
+struct Service(Arc<DevnetCollector>);
+
+#[tonic::async_trait]
+impl proto::submission_server::Submission for Service {
+    async fn submit_snapshot(
+        &self,
+        request: tonic::Request<SnapshotSubmission>,
+    ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
+        let s = request.into_inner();
+        let request = s.request.clone().unwrap_or_default();
+        let collector = self.0.clone();
+        let rejection = tokio::spawn(async move { collector.answer(s).await })
+            .await
+            .map_err(|e| tonic::Status::internal(format!("judging the submission failed: {e}")))??;
+        self.0.held(&request).await;
         Ok(answer(rejection.as_deref()))
     }
 
@@ -353,9 +371,9 @@ impl proto::submission_server::Submission for DevnetCollector {
         let mut stream = request.into_inner();
         let mut all_ok = true;
         while let Some(s) = stream.message().await? {
-            let verdict = self.verdict(&s).await.map_err(tonic::Status::unavailable)?;
+            let verdict = self.0.verdict(&s).await.map_err(tonic::Status::unavailable)?;
             all_ok &= verdict.is_ok();
-            self.record(s, verdict).await;
+            self.0.record(s, verdict).await;
         }
         Ok(tonic::Response::new(SubmissionResponse {
             message: if all_ok { proto::SUCCESS } else { proto::FAILURE }.into(),
@@ -382,7 +400,7 @@ pub fn serve(
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     Box::pin(
         tonic::transport::Server::builder()
-            .add_service(proto::submission_server::SubmissionServer::new(collector))
+            .add_service(proto::submission_server::SubmissionServer::new(Service(Arc::new(collector))))
             .serve_with_incoming_shutdown(incoming, shutdown),
     )
 }

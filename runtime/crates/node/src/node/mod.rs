@@ -313,7 +313,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         data_dir: data_dir.clone(),
         retain_epochs: cfg.watch.retain_epochs,
         prune_at: 0,
-        journaled: (0, 0),
+        journaled: None,
         cluster,
     };
     tracing::info!(

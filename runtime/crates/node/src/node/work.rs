@@ -51,10 +51,10 @@ pub struct EpochWork {
     pub retain_epochs: u64,
     /// The epoch at which the next pruning runs.
     pub prune_at: u64,
-    /// Journal lines written of an epoch whose recording is retried,
-    /// `(epoch, lines)`: a retry after a failed write (a full disk) appends
-    /// the rest, not every line again.
-    pub journaled: (u64, usize),
+    /// Journal lines written of an epoch whose recording failed part-way,
+    /// `(epoch, lines)`: its retry (after a full disk, say) appends the rest,
+    /// not every line again. `None` once an epoch is recorded.
+    pub journaled: Option<(u64, usize)>,
     /// A full node's coordinator: each project that divides into data
     /// sources is computed by the cluster's workers.
     pub cluster: Option<Arc<crate::cluster::Coordinator>>,
@@ -189,27 +189,29 @@ impl Work for EpochWork {
 
     fn record(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
         let several = self.lanes.len() > 1;
-        if self.journaled.0 != epoch.epoch_id {
-            self.journaled = (epoch.epoch_id, 0);
-        }
+        let written = match self.journaled {
+            Some((epoch_id, lines)) if epoch_id == epoch.epoch_id => lines,
+            _ => 0,
+        };
         let mut line = 0;
         for (lane, outcomes) in self.lanes.iter_mut().zip(&worked.outcomes) {
             for outcome in outcomes {
                 line += 1;
-                if line <= self.journaled.1 {
+                if line <= written {
                     continue;
                 }
                 log_outcome(epoch, outcome, several.then_some(lane.slot_id));
                 lane.journal
                     .record(epoch, outcome)
                     .map_err(|e| anyhow::anyhow!("writing {}: {e}", lane.journal.path().display()))?;
-                self.journaled.1 = line;
+                self.journaled = Some((epoch.epoch_id, line));
             }
         }
         if several {
             log_summary(epoch, &worked.outcomes);
         }
         self.keep_books(epoch, worked)?;
+        self.journaled = None;
         if epoch.epoch_id >= self.prune_at {
             self.prune(epoch.epoch_id);
         }

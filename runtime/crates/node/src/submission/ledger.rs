@@ -159,6 +159,8 @@ impl Ledger {
         let keep =
             |epoch: u64, released: Option<u64>| epoch >= first_kept || released.is_some_and(|b| b >= window_floor);
         let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        // No append in between: the file is rewritten and renamed.
+        let _no_append = self.appending.lock().unwrap_or_else(|p| p.into_inner());
         let dropped = crate::jsonl::retain_lines(&self.path, |v| {
             let epoch = v["epoch_id"].as_u64().unwrap_or(u64::MAX);
             keep(epoch, v["released_block"].as_u64())
