@@ -287,13 +287,20 @@ fn scoring(topic: &gossipsub::IdentTopic) -> (gossipsub::PeerScoreParams, gossip
     // penalize a mesh peer that delivers fewer than 20 messages in a
     // window; submissions come in bursts at each epoch (a collector is quiet
     // between them), so that graylisted every honest collector within
-    // seconds and the validators ignored all it sent.
+    // seconds and the validators ignored all it sent. And nothing counts
+    // for a peer: by default each millisecond in the mesh earns a point (up
+    // to 3,600) and each first delivery one more, so a flooder connected
+    // for an hour could send ~18 rejected messages before it was ignored —
+    // and, sending one a second (the count decays by 0.9 a second), never
+    // be (a test saw a flooder at +577 after three rejections, 577 ms in).
     let topic_params = gossipsub::TopicScoreParams {
         topic_weight: 1.0,
         invalid_message_deliveries_weight: -10.0,
         invalid_message_deliveries_decay: 0.9,
         mesh_message_deliveries_weight: 0.0,
         mesh_failure_penalty_weight: 0.0,
+        time_in_mesh_weight: 0.0,
+        first_message_deliveries_weight: 0.0,
         ..gossipsub::TopicScoreParams::default()
     };
     params.topics.insert(topic.hash(), topic_params);
