@@ -4,7 +4,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
-    sync::Mutex,
+    sync::{Arc, Mutex, OnceLock},
 };
 
 use lite_node_plugin_api::{
@@ -118,12 +118,123 @@ pub struct BaseSnapshotProcessor {
     meta: Mutex<HashMap<String, PoolMeta>>,
     decimals: Mutex<HashMap<String, u32>>,
     discovery: Mutex<Discovery>,
+    shared: Mutex<Shared>,
+}
+
+/// One pool's snapshot of one epoch, as a lite slot computes it: filled by
+/// the first slot that drew the pool, waited for by the others.
+type SharedCell = Arc<OnceLock<Result<String, String>>>;
+
+/// Which epoch a shared snapshot belongs to: its id, its blocks and the
+/// anchor block its finalized history is read at — everything a lite
+/// snapshot depends on besides the pool and the (pinned) chain.
+type EpochKey = (u64, u64, u64, u64);
+
+/// The pool snapshots of the epochs lite slots are computing. A lite
+/// snapshot depends on the epoch and the pool only — never on the slot that
+/// drew it — so when one node works many slots, the slots that drew the same
+/// pool share one computation: the first computes, the others take its
+/// bytes. A failed computation is not kept (the next slot computes again).
+/// The last [`SHARED_EPOCHS`] epochs are kept.
+#[derive(Debug, Default)]
+struct Shared {
+    epochs: BTreeMap<EpochKey, HashMap<String, SharedCell>>,
+}
+
+/// Epochs whose shared snapshots are kept: the one being computed and one
+/// that may still be finishing beside it.
+const SHARED_EPOCHS: usize = 2;
+
+impl Shared {
+    /// The cell of `pool` in `epoch`, and whether the caller must fill it.
+    fn cell(&mut self, epoch: EpochKey, pool: &str) -> (SharedCell, bool) {
+        let cells = self.epochs.entry(epoch).or_default();
+        let found = match cells.get(pool) {
+            Some(cell) => (cell.clone(), false),
+            None => {
+                let cell = SharedCell::default();
+                cells.insert(pool.to_owned(), cell.clone());
+                (cell, true)
+            }
+        };
+        while self.epochs.len() > SHARED_EPOCHS {
+            self.epochs.pop_first();
+        }
+        found
+    }
+}
+
+/// Fills a shared cell whatever happens to its computation: a panic (caught
+/// by the node as the slot's error) leaves the waiting slots an error, not
+/// a wait that never ends; a failure is dropped from the map so the next
+/// slot that draws the pool computes it again.
+struct Filling<'a> {
+    shared: &'a Mutex<Shared>,
+    epoch: EpochKey,
+    pool: &'a str,
+    cell: SharedCell,
+}
+
+impl Filling<'_> {
+    fn fill(self, result: Result<String, String>) {
+        if result.is_err() {
+            self.forget();
+        }
+        let _ = self.cell.set(result);
+    }
+
+    fn forget(&self) {
+        let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cells) = shared.epochs.get_mut(&self.epoch) {
+            cells.remove(self.pool);
+        }
+    }
+}
+
+impl Drop for Filling<'_> {
+    fn drop(&mut self) {
+        if self.cell.get().is_none() {
+            self.forget();
+            let _ =
+                self.cell.set(Err(format!("pool {}: the slot computing its snapshot stopped (panicked)", self.pool)));
+        }
+    }
 }
 
 impl BaseSnapshotProcessor {
     pub fn new(settings: Settings) -> Self {
         let discovery = Discovery { next_block: settings.factory_start_block, pools: Vec::new() };
-        Self { settings, meta: Mutex::default(), decimals: Mutex::default(), discovery: Mutex::new(discovery) }
+        Self {
+            settings,
+            meta: Mutex::default(),
+            decimals: Mutex::default(),
+            discovery: Mutex::new(discovery),
+            shared: Mutex::default(),
+        }
+    }
+
+    /// A lite slot's snapshot of `pool`: computed once per epoch for every
+    /// slot of this node that drew it (see [`Shared`]).
+    fn shared_snapshot(
+        &self,
+        host: &Host<'_>,
+        epoch: &EpochContext,
+        pool: &str,
+        details: &[BlockDetail],
+    ) -> Result<Vec<Snapshot>, String> {
+        let key = (epoch.epoch_id, epoch.begin, epoch.end, epoch.anchor_block);
+        let (cell, mine) = self.shared.lock().unwrap_or_else(|p| p.into_inner()).cell(key, pool);
+        let json = if mine {
+            let filling = Filling { shared: &self.shared, epoch: key, pool, cell: cell.clone() };
+            let computed = self.snapshots_of(host, epoch, &[pool.to_owned()], details).and_then(|mut one| {
+                one.pop().map(|s| s.json.into_string()).ok_or_else(|| format!("pool {pool}: no snapshot"))
+            });
+            filling.fill(computed.clone());
+            computed?
+        } else {
+            cell.wait().clone()?
+        };
+        Ok(vec![Snapshot::new(pool.to_owned(), json)])
     }
 
     pub fn from_settings(json_text: &str) -> Result<Box<dyn ComputeProcessor>, String> {
@@ -530,7 +641,7 @@ impl ComputeProcessor for BaseSnapshotProcessor {
         } else {
             match slot_selection::decide(epoch, host, &seed_block.hash, &pools)? {
                 None => return Ok(vec![]),
-                Some(pool) => vec![pool.to_owned()],
+                Some(pool) => return self.shared_snapshot(host, epoch, pool, &details),
             }
         };
         self.snapshots_of(host, epoch, &targets, &details)
@@ -564,5 +675,39 @@ impl ComputeProcessor for BaseSnapshotProcessor {
         }
         let details = block_details(host, epoch)?;
         self.snapshots_of(host, epoch, sources, &details)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot whose computation panics (the node catches it as that slot's
+    /// error) leaves the slots waiting on it an error, and no cell that the
+    /// next slot to draw the pool would wait on for ever.
+    #[test]
+    fn a_computation_that_panics_leaves_an_error_and_no_cell() {
+        let shared = Mutex::new(Shared::default());
+        let key = (3, 100, 100, 0);
+        let (cell, mine) = shared.lock().unwrap().cell(key, "0xaa");
+        assert!(mine);
+        let (waiting, mine) = shared.lock().unwrap().cell(key, "0xaa");
+        assert!(!mine, "the second slot waits for the first");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _filling = Filling { shared: &shared, epoch: key, pool: "0xaa", cell: cell.clone() };
+            panic!("a processor bug");
+        }));
+        assert!(panicked.is_err());
+        assert!(waiting.wait().as_ref().unwrap_err().contains("stopped (panicked)"));
+        assert!(shared.lock().unwrap().cell(key, "0xaa").1, "the next slot computes anew");
+    }
+
+    #[test]
+    fn only_the_last_epochs_are_kept() {
+        let mut shared = Shared::default();
+        for epoch in 1..=5 {
+            shared.cell((epoch, epoch, epoch, 0), "0xaa");
+        }
+        assert_eq!(shared.epochs.keys().map(|k| k.0).collect::<Vec<_>>(), [4, 5]);
     }
 }

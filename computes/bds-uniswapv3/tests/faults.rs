@@ -144,3 +144,25 @@ fn a_token_without_a_usd_route_is_an_error_naming_it() {
     let err = p.compute(&epoch, &h.host()).map(|s| s.len()).unwrap_err();
     assert!(err.starts_with(&format!("pool {POOL}: no USD price for token {T0}")), "{err}");
 }
+
+/// A lite slot's snapshot depends on the epoch and the pool, not the slot:
+/// the slots of one node that drew the same pool share one computation —
+/// the second reads nothing from the chain and gets the first's bytes. A
+/// failure is not kept, and another epoch computes anew.
+#[test]
+fn slots_that_drew_one_pool_share_its_computation_and_only_a_success_is_kept() {
+    let lite = || BaseSnapshotProcessor::from_settings(&json!({"pools": [POOL]}).to_string()).unwrap();
+    let no_chain = TestHost::with_blocks(host("none").blocks.clone()); // every chain read fails
+    let p = lite();
+    let first = p.compute(&epoch(), &host("none").host()).unwrap();
+    assert_eq!(first.len(), 1, "slot 1 of 1 is selected");
+    let again = p.compute(&epoch(), &no_chain.host()).unwrap();
+    assert_eq!(again, first, "the same bytes, without a chain read");
+    let next = EpochContext { epoch_id: 4, ..epoch() };
+    assert!(p.compute(&next, &no_chain.host()).is_err(), "another epoch is computed anew");
+
+    let p = lite();
+    let failed = p.compute(&epoch(), &host("balance-error").host()).unwrap_err();
+    assert!(failed.contains("internal error"), "{failed}");
+    assert_eq!(p.compute(&epoch(), &host("none").host()).unwrap(), first, "a failure is not kept");
+}

@@ -23,7 +23,18 @@ pub struct SnapshotStore {
     root: std::path::PathBuf,
     recent_path: std::path::PathBuf,
     recent: std::sync::Mutex<std::collections::BTreeMap<String, Vec<(u64, String)>>>,
+    /// The snapshots stored in the last [`STORED_EPOCHS`] epochs, by epoch
+    /// and project id, with the JSON text they were stored from: the slots
+    /// that drew one pool hand in the same text, and the second one on need
+    /// not be canonicalized, hashed and looked for on disk again.
+    stored: std::sync::Mutex<std::collections::BTreeMap<u64, StoredTexts>>,
 }
+
+/// An epoch's stored snapshots by project id, with the text each came from.
+type StoredTexts = std::collections::HashMap<String, (String, Stored)>;
+
+/// Epochs whose stored snapshots are remembered (see `SnapshotStore::stored`).
+const STORED_EPOCHS: usize = 2;
 
 /// A stored snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +57,12 @@ impl SnapshotStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
             Err(e) => return Err(e),
         };
-        Ok(Self { root: data_dir.join("snapshots"), recent_path, recent: std::sync::Mutex::new(recent) })
+        Ok(Self {
+            root: data_dir.join("snapshots"),
+            recent_path,
+            recent: std::sync::Mutex::new(recent),
+            stored: Default::default(),
+        })
     }
 
     /// The last [`RECENT_PER_PROJECT`] `(epoch, cid)` of a project id from
@@ -124,18 +140,44 @@ impl SnapshotStore {
         if result.kind != OutcomeKind::Computed {
             return Ok(Vec::new());
         }
+        let ids: Vec<String> =
+            result.snapshots.iter().map(|(source, _)| project_id(&result.project_type, source, namespace)).collect();
+        if let Some(known) = self.already_stored(epoch_id, &ids, &result.snapshots) {
+            return Ok(known);
+        }
         // Each snapshot's JSON is checked first, so an error names its data source.
         let mut snapshots = Vec::with_capacity(result.snapshots.len());
-        for (data_source, json) in &result.snapshots {
+        for ((data_source, json), id) in result.snapshots.iter().zip(&ids) {
             let bytes = canonical_json(json).map_err(|e| format!("snapshot for `{data_source}`: {e}"))?;
-            snapshots.push((project_id(&result.project_type, data_source, namespace), bytes));
+            snapshots.push((id.clone(), bytes));
         }
-        self.write_many(epoch_id, snapshots)
+        let stored = self.write_many(epoch_id, snapshots)?;
+        let mut remembered = self.stored.lock().unwrap_or_else(|p| p.into_inner());
+        let epoch = remembered.entry(epoch_id).or_default();
+        for (s, (_, json)) in stored.iter().zip(&result.snapshots) {
+            epoch.insert(s.project_id.clone(), (json.clone(), s.clone()));
+        }
+        while remembered.len() > STORED_EPOCHS {
+            remembered.pop_first();
+        }
+        Ok(stored)
+    }
+
+    /// What an earlier result of this epoch stored from the very same JSON
+    /// texts under the same project ids, if every one of them was.
+    fn already_stored(&self, epoch_id: u64, ids: &[String], snapshots: &[(String, String)]) -> Option<Vec<Stored>> {
+        let remembered = self.stored.lock().unwrap_or_else(|p| p.into_inner());
+        let epoch = remembered.get(&epoch_id)?;
+        ids.iter()
+            .zip(snapshots)
+            .map(|(id, (_, json))| epoch.get(id).filter(|(text, _)| text == json).map(|(_, stored)| stored.clone()))
+            .collect()
     }
 
     /// Removes the stored bytes of epochs before `first_kept`; returns how
     /// many epochs' directories went.
     pub fn prune(&self, first_kept: u64) -> std::io::Result<usize> {
+        self.stored.lock().unwrap_or_else(|p| p.into_inner()).retain(|epoch, _| *epoch >= first_kept);
         let Ok(entries) = std::fs::read_dir(&self.root) else { return Ok(0) };
         let mut removed = 0;
         for entry in entries.flatten() {
@@ -175,6 +217,33 @@ mod tests {
         assert_eq!(recent.iter().map(|(e, _)| *e).collect::<Vec<_>>(), [3, 4, 5, 6, 7]);
         assert!(reopened.previous("other", 8).is_empty());
         assert!(store.record(8, "p", "{not json").unwrap_err().contains("line 1 column 2"));
+    }
+
+    fn computed(slot_id: u64, json: &str) -> ComputeResult {
+        ComputeResult {
+            slot_id,
+            project_type: "baseSnapshot".into(),
+            kind: OutcomeKind::Computed,
+            selected: Some(true),
+            snapshots: vec![("0xAA".into(), json.into())],
+            started_at_ms: 0,
+            finished_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn slots_handing_in_the_same_text_share_one_stored_file_and_other_text_is_stored_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::open(dir.path()).unwrap();
+        let first = store.store(4, "ns", &computed(1, "{\"b\": 2, \"a\": 1}")).unwrap();
+        assert_eq!(first[0].project_id, "baseSnapshot:0xaa:ns");
+        assert_eq!(std::fs::read(&first[0].path).unwrap(), b"{\"a\":1,\"b\":2}");
+        assert_eq!(store.store(4, "ns", &computed(2, "{\"b\": 2, \"a\": 1}")).unwrap(), first);
+        let other = store.store(4, "ns", &computed(3, "{\"a\": 9}")).unwrap();
+        assert_ne!(other[0].cid, first[0].cid, "another text is canonicalized and hashed, not taken for the first");
+        assert_eq!(other[0].cid, cid(b"{\"a\":9}"));
+        let next = store.store(5, "ns", &computed(1, "{\"b\": 2, \"a\": 1}")).unwrap();
+        assert!(next[0].path.is_file() && next[0].path != first[0].path, "another epoch is stored in its own place");
     }
 
     #[test]

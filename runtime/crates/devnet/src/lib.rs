@@ -832,7 +832,7 @@ impl Devnet {
                     tracing::warn!("drill: mining a block after the kill failed: {e:#}");
                 }
             }
-            if arrived(&self.received, &epoch).len() >= epoch.expected.len() + epoch.full_expected {
+            if count_arrived(&self.received, &epoch) >= epoch.expected.len() + epoch.full_expected {
                 break;
             }
             // A node that died is started again on its data dir: it rejoins
@@ -1408,6 +1408,19 @@ async fn release_one(
         assignment.selected.iter().filter(|(s, _)| ours(s) && !drilled(s)).map(|(s, p)| (*s, p.clone())).collect();
     let drills = assignment.selected.keys().filter(|s| ours(s) && drilled(s)).copied().collect();
     Ok(Released { assignment, release_block, sent_at, expected, drills, full_expected: 0 })
+}
+
+/// How many submissions the collector has answered for `epoch` so far:
+/// asked every few milliseconds while an epoch settles, so it counts under
+/// the lock the collector records under, and copies nothing (copying a
+/// thousand answers each time took a tenth of the devnet's CPU beside a
+/// thousand-slot node, measured).
+fn count_arrived(received: &Received, epoch: &Released) -> usize {
+    let seen = received.lock().unwrap_or_else(|p| p.into_inner());
+    seen.iter()
+        .filter(|s| !s.foreign)
+        .filter(|s| s.submission.request.as_ref().is_some_and(|r| r.epoch_id == epoch.assignment.epoch_id))
+        .count()
 }
 
 /// What the collector has answered for `epoch` so far.

@@ -55,7 +55,8 @@ async fn check_slots_now(
     if let [only] = slots {
         return Ok(check_identity(anchor, only.signer_address, only.slot_id).await?.map(|()| vec![only.clone()]));
     }
-    let owners: Vec<Address> = futures_util::stream::iter(slots.iter().map(|s| anchor.slot_owner(s.slot_id)))
+    let ids: Vec<u64> = slots.iter().map(|s| s.slot_id).collect();
+    let owners: Vec<Address> = futures_util::stream::iter(ids.into_iter().map(|id| anchor.slot_owner(id)))
         .buffered(16)
         .try_collect()
         .await
@@ -98,7 +99,7 @@ async fn check_slots_now(
             ))));
         }
     }
-    let ids: Vec<String> = kept.iter().map(|s| s.slot_id.to_string()).collect();
-    tracing::info!("identity confirmed: slot(s) {} belong to their signers", ids.join(", "));
+    let ids: Vec<u64> = kept.iter().map(|s| s.slot_id).collect();
+    tracing::info!("identity confirmed: slot(s) {} belong to their signers", crate::config::format_slot_ids(&ids));
     Ok(Ok(kept))
 }

@@ -136,6 +136,8 @@ impl Work for EpochWork {
         }
         let gathered = async {
             let mut computing = true;
+            // The answers' ledger writes: the epoch ends once all have.
+            let mut durable = futures_util::stream::FuturesUnordered::new();
             // Results beyond STAGES_IN_FLIGHT wait here as plain data.
             let mut waiting: std::collections::VecDeque<ComputeResult> = Default::default();
             loop {
@@ -152,12 +154,14 @@ impl Work for EpochWork {
                     },
                     done = stages.join_next(), if !stages.is_empty() => {
                         let staged = done.expect("not empty").map_err(|e| anyhow::anyhow!("a submission task: {e}"))??;
-                        if let Some((key, outcome)) = staged
-                            && let Some(&(lane, project)) = place.get(&key)
-                        {
-                            slots[lane][project] = Some(outcome);
+                        if let Some(Staged { key, outcome, durable: writes }) = staged {
+                            durable.extend(writes);
+                            if let Some(&(lane, project)) = place.get(&key) {
+                                slots[lane][project] = Some(outcome);
+                            }
                         }
                     }
+                    Some(written) = durable.next(), if !durable.is_empty() => written?,
                     else => break,
                 }
             }
@@ -249,7 +253,9 @@ impl Work for EpochWork {
 /// Results stored and submitted at once, at most: each in flight holds a
 /// task, a gRPC call and its buffers (about 14 KiB, measured), and a thousand slots'
 /// results arrive within a fraction of a second; more in flight would not
-/// make the collector answer sooner.
+/// make the collector answer sooner. A result's turn ends with the
+/// collector's answer: the ledger write that makes the answer durable is
+/// waited for apart (small: an entry and a channel), before the epoch ends.
 const STAGES_IN_FLIGHT: usize = 128;
 
 /// What one result's stages need, owned (they run as a task of their own).
@@ -262,8 +268,9 @@ struct Stage {
 
 /// The stages after a compute: its snapshots stored, then submitted by the
 /// slot's lane; the result's key (slot, project) comes back with it.
-async fn stage(s: Stage, epoch: Epoch, result: ComputeResult) -> anyhow::Result<((u64, String), Outcome)> {
+async fn stage(s: Stage, epoch: Epoch, result: ComputeResult) -> anyhow::Result<Staged> {
     let key = (result.slot_id, result.project_type.clone());
+    let mut durable = Vec::new();
     let stored = s.store.store(epoch.epoch_id, &s.namespace, &result);
     let mut outcome = Outcome::computed(result);
     match stored {
@@ -273,10 +280,19 @@ async fn stage(s: Stage, epoch: Epoch, result: ComputeResult) -> anyhow::Result<
     if let Some(submitter) = &s.submitter
         && outcome.kind == OutcomeKind::Computed
     {
-        let submissions = submitter.submit(&epoch, &outcome.stored, &s.anchor).await?;
+        let (submissions, writes) = submitter.submit(&epoch, &outcome.stored, &s.anchor).await?;
         outcome = outcome.submitted(submissions);
+        durable = writes;
     }
-    Ok((key, outcome))
+    Ok(Staged { key, outcome, durable })
+}
+
+/// A result's stages done: its key (slot, project), its outcome, and the
+/// ledger writes its answers wait for.
+struct Staged {
+    key: (u64, String),
+    outcome: Outcome,
+    durable: Vec<crate::submission::Durable>,
 }
 
 /// How often the anchor head is read while computes wait for a worker, so

@@ -225,8 +225,16 @@ impl Ledger {
     fn append(&self, bytes: &[u8]) -> io::Result<std::fs::File> {
         let append = || -> io::Result<std::fs::File> {
             let _one_at_a_time = self.appending.lock().unwrap_or_else(|p| p.into_inner());
-            std::fs::create_dir_all(self.path.parent().expect("ledger has a parent"))?;
-            let mut f = OpenOptions::new().create(true).append(true).open(&self.path)?;
+            let open = || OpenOptions::new().create(true).append(true).open(&self.path);
+            // The directory is made the first time only (a thousand slots
+            // append twice an epoch each).
+            let mut f = match open() {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(self.path.parent().expect("ledger has a parent"))?;
+                    open()?
+                }
+                opened => opened?,
+            };
             let before = f.metadata()?.len();
             if let Err(e) = f.write_all(bytes) {
                 let _ = f.set_len(before);

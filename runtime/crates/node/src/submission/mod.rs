@@ -13,7 +13,7 @@ pub mod submitter;
 
 pub use client::{Collector, InTime, Verdict, submit};
 pub use ledger::Ledger;
-pub use submitter::{Shared, Submitter};
+pub use submitter::{Durable, Shared, Submitter};
 
 /// How one snapshot's submission ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
