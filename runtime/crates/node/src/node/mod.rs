@@ -175,6 +175,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
     );
     // Several slots: one line per epoch, not one per slot's submission.
     shared.quiet = slots.len() > 1;
+    shared.keep_fixes_in(data_dir.join("state").join("epoch-deadline.json")).map_err(|e| BadInput(format!("{e:#}")))?;
     let shared = Arc::new(shared);
     // Books and trackers a crash left half-saved are completed first.
     let replayed = crate::atomic_file::Batch::replay(&data_dir).context("completing the last saved batch")?;

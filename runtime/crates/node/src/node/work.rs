@@ -127,10 +127,11 @@ impl Work for EpochWork {
         };
         let mut stages = tokio::task::JoinSet::new();
         if let Some(lane) = self.lanes.first() {
-            let (shared, anchor) = (lane.submitter.shared.clone(), self.anchor.clone());
-            shared.new_deadline();
+            let (shared, anchor, epoch_id) = (lane.submitter.shared.clone(), self.anchor.clone(), epoch.epoch_id);
+            // The head, and the epoch's deadline and header fixed on disk,
+            // while the computes run: the first submission waits for neither.
             stages.spawn(async move {
-                shared.latest(&anchor).await;
+                shared.fix_epoch_early(epoch_id, &anchor).await;
                 Ok(None)
             });
         }

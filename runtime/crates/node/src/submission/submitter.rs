@@ -14,6 +14,7 @@ use lite_node_protocol::{
 
 use std::{
     collections::HashMap,
+    path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -57,8 +58,8 @@ pub struct Shared {
     head: tokio::sync::Mutex<Option<(Instant, u64, String)>>,
     /// Each CID's upload, once.
     uploads: Mutex<HashMap<String, UploadOnce>>,
-    /// The epoch's deadline ([`Shared::epoch_deadline`]).
-    epoch_deadline: EpochDeadline,
+    /// The epoch's deadline and header ([`Shared::epoch_fix`]).
+    epoch_fix: EpochFix,
     /// The slots' ledger lines, made durable together.
     pub ledger_sync: super::ledger::GroupCommit,
     /// Several slots: an accepted submission is a debug line (the epoch's
@@ -87,7 +88,7 @@ impl Shared {
             status,
             head: tokio::sync::Mutex::new(None),
             uploads: Mutex::default(),
-            epoch_deadline: EpochDeadline::default(),
+            epoch_fix: EpochFix::default(),
             ledger_sync: Default::default(),
             quiet: false,
         }
@@ -109,21 +110,40 @@ impl Shared {
         (number, hash)
     }
 
-    /// An epoch's work begins (or begins again): its submissions get a new
-    /// deadline from the head they are signed at (what was sent before is
-    /// sent again as it was).
-    pub fn new_deadline(&self) {
-        self.epoch_deadline.reset();
+    /// Keeps each epoch's deadline and header in `path` (the node's
+    /// `state/epoch-deadline.json`), and takes up the one a run before this
+    /// one fixed there.
+    pub fn keep_fixes_in(&mut self, path: PathBuf) -> anyhow::Result<()> {
+        self.epoch_fix = EpochFix::open(path)?;
+        Ok(())
     }
 
-    /// The deadline of every submission of `epoch_id`: the head read for
-    /// the epoch's first submission plus the buffer (until its work begins
-    /// again: [`Shared::new_deadline`]). One per epoch, so the submissions
-    /// that wait for a turn (at most 128 are sent at once) do not each get a
-    /// window of their own: with the collector down, an epoch of a thousand
-    /// slots ends when its deadline passes, not eight windows later.
-    fn epoch_deadline(&self, epoch_id: u64, head: u64) -> u64 {
-        self.epoch_deadline.of(epoch_id, head + self.deadline_buffer)
+    /// The deadline and header of every submission of `epoch_id`: the head
+    /// read as its computes start ([`Shared::fix_epoch_early`]), or else by
+    /// its first submission (plus the buffer for the deadline), the same for
+    /// every slot and every wave — so the
+    /// submissions that wait for a turn (at most 128 are sent at once) do not
+    /// each get a window of their own (with the collector down, an epoch of
+    /// a thousand slots ends when its deadline passes, not eight windows
+    /// later). On disk, synced, before the epoch's first message is sent,
+    /// and kept when its work begins again — after a crash, or a power loss
+    /// that took a `sending` line the disk had not yet got: a message signed
+    /// again is then the same bytes as the one that may have left, never a
+    /// second submission with another deadline.
+    /// [`Shared::epoch_fix`] as an epoch's computes start, so its first
+    /// submission does not wait for the head or the disk. One try: a
+    /// failure (a full disk) is the submissions' to retry, or to report.
+    pub async fn fix_epoch_early(&self, epoch_id: u64, anchor: &Anchor) {
+        let (head, header) = self.latest(anchor).await;
+        let proposed = Fix { epoch_id, deadline: head + self.deadline_buffer, header };
+        if let Err(e) = self.epoch_fix.of(proposed).await {
+            tracing::debug!("epoch {epoch_id}: keeping its deadline on disk failed ({e}); its submissions try again");
+        }
+    }
+
+    async fn epoch_fix(&self, epoch_id: u64, head: u64, header: &str) -> anyhow::Result<Fix> {
+        let fix = || self.epoch_fix.of(Fix { epoch_id, deadline: head + self.deadline_buffer, header: header.into() });
+        Ok(retry(Policy::STATE, "keeping the epoch's deadline on disk", fix, |_| true).await?)
     }
 
     /// Uploads `stored` unless its CID went up (or is going up) already.
@@ -196,8 +216,8 @@ impl Submitter {
                 }
             }
         }
-        let (head, header) = shared.latest(anchor).await;
-        let deadline = shared.epoch_deadline(epoch.epoch_id, head);
+        let (head, latest) = shared.latest(anchor).await;
+        let Fix { deadline, header, .. } = shared.epoch_fix(epoch.epoch_id, head, &latest).await?;
         if head > deadline {
             let why = format!(
                 "the epoch's submission deadline (anchor block {deadline}) passed before this submission's turn \
@@ -417,41 +437,84 @@ async fn upload(ipfs: &Ipfs, stored: &Stored) -> Result<(), Upload> {
     }
 }
 
-/// One epoch's deadline, fixed by its first submission.
+/// One epoch's deadline and header, fixed by its first submission
+/// ([`Shared::epoch_fix`]).
 #[derive(Debug, Default)]
-struct EpochDeadline(Mutex<Option<(u64, u64)>>);
+struct EpochFix {
+    /// Where the last epoch's fix is kept (none in tests of the submitter
+    /// alone).
+    path: Option<PathBuf>,
+    /// The last epoch's fix; its lock held while a new one is written, so
+    /// no message of an epoch leaves before its fix is on disk.
+    fixed: tokio::sync::Mutex<Option<Fix>>,
+}
 
-impl EpochDeadline {
-    /// `epoch_id`'s deadline: the one fixed already, or `proposed`.
-    fn of(&self, epoch_id: u64, proposed: u64) -> u64 {
-        let mut fixed = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match *fixed {
-            Some((epoch, deadline)) if epoch == epoch_id => deadline,
-            _ => {
-                *fixed = Some((epoch_id, proposed));
-                proposed
-            }
-        }
+/// What every submission of one epoch carries alike.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Fix {
+    epoch_id: u64,
+    deadline: u64,
+    header: String,
+}
+
+impl EpochFix {
+    fn open(path: PathBuf) -> anyhow::Result<Self> {
+        let fixed = match std::fs::read(&path) {
+            Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
+                anyhow::anyhow!(
+                    "{} is not valid ({e}); it is rewritten by the next epoch's first submission: remove it if no \
+                     epoch is being worked",
+                    path.display()
+                )
+            })?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => anyhow::bail!("reading {}: {e}", path.display()),
+        };
+        Ok(Self { path: Some(path), fixed: tokio::sync::Mutex::new(fixed) })
     }
 
-    fn reset(&self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    /// The fix of `proposed.epoch_id`: the one fixed already (by this run
+    /// or one before it), or `proposed`, written and synced first.
+    async fn of(&self, proposed: Fix) -> std::io::Result<Fix> {
+        let mut fixed = self.fixed.lock().await;
+        if let Some(fix) = fixed.as_ref().filter(|f| f.epoch_id == proposed.epoch_id) {
+            return Ok(fix.clone());
+        }
+        if let Some(path) = self.path.clone() {
+            let text = serde_json::to_vec(&proposed).expect("a fix serializes");
+            tokio::task::spawn_blocking(move || lite_node_core::atomic_file::write(&path, &text))
+                .await
+                .map_err(std::io::Error::other)??;
+        }
+        *fixed = Some(proposed.clone());
+        Ok(proposed)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::EpochDeadline;
+    use super::{EpochFix, Fix};
 
-    /// The epoch's first submission fixes the deadline for the rest of it;
-    /// another epoch, or the same epoch's work begun again, fixes a new one.
-    #[test]
-    fn an_epoch_keeps_its_first_submissions_deadline() {
-        let d = EpochDeadline::default();
-        assert_eq!(d.of(7, 130), 130);
-        assert_eq!(d.of(7, 160), 130, "a later wave of the same epoch");
-        assert_eq!(d.of(8, 170), 170, "the next epoch");
-        d.reset();
-        assert_eq!(d.of(8, 200), 200, "the epoch's work begun again");
+    fn fix(epoch_id: u64, deadline: u64, header: &str) -> Fix {
+        Fix { epoch_id, deadline, header: header.into() }
+    }
+
+    /// The epoch's first submission fixes the deadline and header for the
+    /// rest of it — also for a run after a crash or a power loss, which
+    /// finds it on disk; the next epoch fixes its own.
+    #[tokio::test]
+    async fn an_epoch_keeps_its_first_submissions_deadline_and_header_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state").join("epoch-deadline.json");
+        let d = EpochFix::open(path.clone()).unwrap();
+        assert_eq!(d.of(fix(7, 130, "0xa")).await.unwrap(), fix(7, 130, "0xa"));
+        assert_eq!(d.of(fix(7, 160, "0xb")).await.unwrap(), fix(7, 130, "0xa"), "a later wave of the same epoch");
+        let restarted = EpochFix::open(path.clone()).unwrap();
+        assert_eq!(restarted.of(fix(7, 190, "0xc")).await.unwrap(), fix(7, 130, "0xa"), "after a restart");
+        assert_eq!(restarted.of(fix(8, 170, "0xd")).await.unwrap(), fix(8, 170, "0xd"), "the next epoch");
+        assert_eq!(EpochFix::open(path.clone()).unwrap().of(fix(8, 1, "")).await.unwrap(), fix(8, 170, "0xd"));
+        std::fs::write(&path, "{").unwrap();
+        let err = EpochFix::open(path).unwrap_err().to_string();
+        assert!(err.contains("epoch-deadline.json is not valid"), "{err}");
     }
 }
