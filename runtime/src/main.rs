@@ -106,8 +106,11 @@ struct DevnetArgs {
     /// A drill (repeatable): compute-error:SLOT or empty-return:SLOT — that
     /// node's compute fails, or returns nothing, whenever it is selected;
     /// kill-node:SLOT@EPOCH — that node is SIGKILLed after the epoch's
-    /// release and restarted by the devnet; stall-anvil:SECS@EPOCH — anvil
-    /// stops answering for SECS after the epoch's release.
+    /// release and restarted by the devnet; kill-node-mid-burst:SLOT@EPOCH
+    /// and lose-power-mid-burst:SLOT@EPOCH — killed with messages sent and
+    /// unanswered (after a power loss, its unsynced ledger lines gone too);
+    /// stall-anvil:SECS@EPOCH — anvil stops answering for SECS after the
+    /// epoch's release (see the README for every drill).
     #[arg(long, value_name = "KIND:SLOT", value_parser = lite_node::devnet::parse_fault)]
     fault: Vec<lite_node::devnet::Fault>,
     /// Send the nodes' alerts to this Telegram Bot API (a placeholder bot token and chat id are supplied).

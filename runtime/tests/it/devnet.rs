@@ -241,6 +241,42 @@ fn a_node_killed_mid_burst_sends_the_same_bytes_again_never_a_second_submission(
     }
 }
 
+/// A power loss mid-burst: the node is killed with messages sent and
+/// unanswered, and the `sending` lines its ledgers had not synced are gone.
+/// It signs those messages again — with the deadline and header the epoch
+/// fixed on disk before its first send — as the very bytes it sent: the
+/// collector sees retransmissions, never a second submission.
+#[test]
+fn a_node_that_loses_power_mid_burst_signs_the_same_bytes_again_never_a_second_submission() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let args = [
+        "--epochs",
+        "3",
+        "--nodes",
+        "1",
+        "--slots-per-node",
+        "100",
+        "--total-slots",
+        "100",
+        "--fault",
+        "lose-power-mid-burst:1@2",
+        "--json",
+        record.to_str().unwrap(),
+    ];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("300 accepted, 0 rejected, 0 missing, 0 duplicate(s), 1 node restart(s)"), "{stdout}");
+    let verified = verify(&record);
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert!(json["summary"]["retransmissions"].as_u64() >= Some(1), "{}", json["summary"]);
+    // Nothing in its ledger told it what it had sent: it signed anew.
+    let log = std::fs::read_to_string(dir.path().join("run/node-1.log")).unwrap();
+    assert!(!log.contains("sending the same signed message again"), "the ledger lost what it sent: signed anew");
+}
+
 /// Anvil stops answering for 16 s (past every 15 s RPC timeout) right after
 /// epoch 3's release: the driver, the collector and the nodes wait it out,
 /// and every selected slot is still accepted, once.

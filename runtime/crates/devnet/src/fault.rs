@@ -19,7 +19,11 @@ pub enum Fault {
     /// answers to that node's submissions of the epoch, and the node is
     /// SIGKILLed once the first has arrived (then a block is mined): messages
     /// sent and unanswered, others in flight.
-    KillNodeMidBurst { slot: u64, epoch: u64 },
+    /// `lose-power-mid-burst:SLOT@EPOCH`: the same, and then (`power_loss`)
+    /// the lines of the epoch its ledgers had not synced — every `sending`
+    /// line without an answer — are taken off, as a power loss would have
+    /// lost them, before it is started again.
+    KillNodeMidBurst { slot: u64, epoch: u64, power_loss: bool },
     /// `stall-anvil:SECS@EPOCH`: anvil stops answering for SECS right after the epoch's release.
     StallAnvil { secs: u64, epoch: u64 },
     /// `restart-redis@EPOCH`: the validator's Redis is stopped (SIGTERM, so
@@ -58,7 +62,8 @@ pub enum Fault {
 }
 
 /// Parses `--fault KIND:SLOT` (`compute-error:1`, `empty-return:2`),
-/// `kill-node:SLOT@EPOCH`, `kill-node-mid-burst:SLOT@EPOCH`, `stall-anvil:SECONDS@EPOCH`,
+/// `kill-node:SLOT@EPOCH`, `kill-node-mid-burst:SLOT@EPOCH`,
+/// `lose-power-mid-burst:SLOT@EPOCH`, `stall-anvil:SECONDS@EPOCH`,
 /// `restart-redis@EPOCH`, `kill-validator:N@EPOCH` or
 /// `cut-validator:N@FROM..TO`.
 pub fn parse_fault(s: &str) -> Result<Fault, String> {
@@ -89,14 +94,14 @@ impl std::str::FromStr for Fault {
             .split_once(':')
             .ok_or_else(|| format!("--fault {s}: expected KIND:SLOT (e.g. compute-error:1) or kill-node:SLOT@EPOCH"))?;
         let number = |n: &str, what: &str| n.parse::<u64>().map_err(|_| format!("--fault {s}: `{n}` is not {what}"));
-        if kind == "kill-node" || kind == "kill-node-mid-burst" {
+        if ["kill-node", "kill-node-mid-burst", "lose-power-mid-burst"].contains(&kind) {
             let (slot, epoch) =
                 rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected {kind}:SLOT@EPOCH"))?;
             let (slot, epoch) = (number(slot, "a slot number")?, number(epoch, "an epoch id")?);
             return Ok(if kind == "kill-node" {
                 Fault::KillNode { slot, epoch }
             } else {
-                Fault::KillNodeMidBurst { slot, epoch }
+                Fault::KillNodeMidBurst { slot, epoch, power_loss: kind == "lose-power-mid-burst" }
             });
         }
         if kind == "kill-worker" || kind == "stop-worker" {
@@ -133,7 +138,8 @@ impl std::str::FromStr for Fault {
         }
         let drill = kind.parse().map_err(|e: String| {
             format!(
-                "{e}, or kill-node:SLOT@EPOCH, or kill-node-mid-burst:SLOT@EPOCH, or stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH, or \
+                "{e}, or kill-node:SLOT@EPOCH, or kill-node-mid-burst:SLOT@EPOCH, or lose-power-mid-burst:SLOT@EPOCH, or \
+                 stall-anvil:SECONDS@EPOCH, or restart-redis@EPOCH, or \
                  kill-validator:N@EPOCH, or cut-validator:N@FROM..TO, or kill-worker:K@EPOCH, or \
                  stop-worker:K@EPOCH, or restart-cluster-redis@EPOCH, or flush-cluster-redis@EPOCH, or \
                  kill-coordinator@EPOCH"
@@ -263,7 +269,14 @@ mod tests {
     fn each_kind_parses_and_a_bad_one_is_named() {
         assert_eq!("compute-error:2".parse::<Fault>(), Ok(Fault::Drill(2, lite_node_config::Drill::ComputeError)));
         assert_eq!("kill-node:1@3".parse::<Fault>(), Ok(Fault::KillNode { slot: 1, epoch: 3 }));
-        assert_eq!("kill-node-mid-burst:4@2".parse::<Fault>(), Ok(Fault::KillNodeMidBurst { slot: 4, epoch: 2 }));
+        assert_eq!(
+            "kill-node-mid-burst:4@2".parse::<Fault>(),
+            Ok(Fault::KillNodeMidBurst { slot: 4, epoch: 2, power_loss: false })
+        );
+        assert_eq!(
+            "lose-power-mid-burst:4@2".parse::<Fault>(),
+            Ok(Fault::KillNodeMidBurst { slot: 4, epoch: 2, power_loss: true })
+        );
         assert_eq!("stall-anvil:5@2".parse::<Fault>(), Ok(Fault::StallAnvil { secs: 5, epoch: 2 }));
         assert_eq!("restart-redis@8".parse::<Fault>(), Ok(Fault::RestartRedis { epoch: 8 }));
         assert_eq!("kill-validator:2@5".parse::<Fault>(), Ok(Fault::KillValidator { validator: 2, epoch: 5 }));

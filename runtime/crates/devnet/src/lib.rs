@@ -331,8 +331,9 @@ struct Devnet {
     width: usize,
     released: Vec<Released>,
     /// `kill-node-mid-burst` drills, `(slot, epoch)` → the release of the
-    /// collector's hold on that node's answers (sent once it is killed).
-    burst_holds: BTreeMap<(u64, u64), tokio::sync::watch::Sender<bool>>,
+    /// collector's hold on that node's answers (sent once it is killed), and
+    /// whether the kill is a power loss (`lose-power-mid-burst`).
+    burst_holds: BTreeMap<(u64, u64), (tokio::sync::watch::Sender<bool>, bool)>,
     interrupted: bool,
     failure: Option<anyhow::Error>,
 }
@@ -544,12 +545,12 @@ impl Devnet {
         // are certainly sent and unanswered when it dies.
         let mut burst_holds = BTreeMap::new();
         for fault in &opts.faults {
-            if let Fault::KillNodeMidBurst { slot, epoch } = *fault
+            if let Fault::KillNodeMidBurst { slot, epoch, power_loss } = *fault
                 && let Some((n, _, _)) = slots.iter().find(|(n, _, _)| opts.slots_of(*n).any(|s| s == slot))
             {
                 let (release, held) = tokio::sync::watch::channel(false);
                 collector.holds.push(collector::Hold { slots: opts.slots_of(*n).collect(), epoch, release: held });
-                burst_holds.insert((slot, epoch), release);
+                burst_holds.insert((slot, epoch), (release, power_loss));
             }
         }
         // The collector publishes what it accepts on the validators' gossip
@@ -968,7 +969,7 @@ impl Devnet {
     fn kill_mid_burst(&mut self, epoch: &Released) -> bool {
         let epoch_id = epoch.assignment.epoch_id;
         let mut killed = false;
-        for (&(slot, at), release) in &self.burst_holds {
+        for (&(slot, at), (release, power_loss)) in &self.burst_holds {
             if at != epoch_id || *release.borrow() {
                 continue;
             }
@@ -991,6 +992,15 @@ impl Devnet {
                     node.index
                 );
                 node.process.kill();
+                if *power_loss {
+                    match lose_unsynced_lines(&node.data_dir, epoch_id) {
+                        Ok(lost) => tracing::info!(
+                            "drill: power loss: {lost} `sending` line(s) of epoch {epoch_id} the ledgers had not synced \
+                             are gone"
+                        ),
+                        Err(e) => self.failure = Some(anyhow::anyhow!("drill: taking unsynced ledger lines off: {e}")),
+                    }
+                }
                 release.send_replace(true);
                 killed = true;
             }
@@ -1000,7 +1010,7 @@ impl Devnet {
 
     /// The collector answers every node again (a stop, a failure).
     fn release_holds(&self) {
-        for release in self.burst_holds.values() {
+        for (release, _) in self.burst_holds.values() {
             release.send_replace(true);
         }
     }
@@ -1010,7 +1020,7 @@ impl Devnet {
     fn burst_not_killed(&self, epoch: &Released) -> Option<anyhow::Error> {
         let epoch_id = epoch.assignment.epoch_id;
         let (&(slot, _), _) =
-            self.burst_holds.iter().find(|((_, at), release)| *at == epoch_id && !*release.borrow())?;
+            self.burst_holds.iter().find(|((_, at), (release, _))| *at == epoch_id && !*release.borrow())?;
         Some(anyhow::anyhow!(
             "--fault kill-node-mid-burst:{slot}@{epoch_id} never fired: the node holding slot {slot} sent nothing in \
              epoch {epoch_id} (none of its slots was selected?)"
@@ -1408,6 +1418,33 @@ async fn release_one(
         assignment.selected.iter().filter(|(s, _)| ours(s) && !drilled(s)).map(|(s, p)| (*s, p.clone())).collect();
     let drills = assignment.selected.keys().filter(|s| ours(s) && drilled(s)).copied().collect();
     Ok(Released { assignment, release_block, sent_at, expected, drills, full_expected: 0 })
+}
+
+/// What a power loss takes from a node's ledgers (`lose-power-mid-burst`):
+/// the lines since their last sync — every `sending` line of `epoch_id`
+/// with no answer after it (an answer is synced, and with it what came
+/// before). How many went.
+fn lose_unsynced_lines(data_dir: &Path, epoch_id: u64) -> Result<usize> {
+    let mut ledgers = vec![data_dir.join("state/submissions.jsonl")];
+    if let Ok(slots) = std::fs::read_dir(data_dir.join("slots")) {
+        ledgers.extend(slots.flatten().map(|s| s.path().join("state/submissions.jsonl")));
+    }
+    let mut lost = 0;
+    for ledger in ledgers.into_iter().filter(|l| l.is_file()) {
+        let text = std::fs::read_to_string(&ledger)?;
+        let lines: Vec<serde_json::Value> =
+            text.lines().map(serde_json::from_str).collect::<Result<_, _>>().context("a ledger line")?;
+        let key = |l: &serde_json::Value| (l["epoch_id"].as_u64(), l["project_id"].as_str().map(str::to_owned));
+        let answered: std::collections::BTreeSet<_> =
+            lines.iter().filter(|l| l["verdict"] != "sending").map(key).collect();
+        let unsynced = |l: &serde_json::Value| {
+            l["epoch_id"].as_u64() == Some(epoch_id) && l["verdict"] == "sending" && !answered.contains(&key(l))
+        };
+        let kept: Vec<String> = lines.iter().filter(|l| !unsynced(l)).map(|l| format!("{l}\n")).collect();
+        lost += lines.len() - kept.len();
+        std::fs::write(&ledger, kept.concat())?;
+    }
+    Ok(lost)
 }
 
 /// How many submissions the collector has answered for `epoch` so far:
