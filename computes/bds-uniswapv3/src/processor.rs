@@ -134,7 +134,8 @@ type EpochKey = (u64, u64, u64, u64);
 /// snapshot depends on the epoch and the pool only — never on the slot that
 /// drew it — so when one node works many slots, the slots that drew the same
 /// pool share one computation: the first computes, the others take its
-/// bytes. A failed computation is not kept (the next slot computes again).
+/// bytes. A failed computation is not kept: the slots that waited for it,
+/// and the next to draw the pool, compute alone.
 /// The last [`SHARED_EPOCHS`] epochs are kept.
 #[derive(Debug, Default)]
 struct Shared {
@@ -232,7 +233,14 @@ impl BaseSnapshotProcessor {
             filling.fill(computed.clone());
             computed?
         } else {
-            cell.wait().clone()?
+            match cell.wait() {
+                Ok(json) => json.clone(),
+                // Its failure is the first slot's: this one computes alone,
+                // so it fails (or not) as it would have by itself — and the
+                // node sees its own chain reads (a source out of reach is
+                // retried, not counted as a failure of this slot's).
+                Err(_) => return self.snapshots_of(host, epoch, &[pool.to_owned()], details),
+            }
         };
         Ok(vec![Snapshot::new(pool.to_owned(), json)])
     }

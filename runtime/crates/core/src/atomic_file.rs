@@ -9,6 +9,16 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_whole(path, bytes).map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", path.display())))
 }
 
+/// [`write`], and then the directory synced too, so that the rename itself
+/// survives a power loss (what must be on disk before something leaves the
+/// machine; one more sync).
+pub fn write_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("writing {}: {e}", path.display()));
+    write_whole(path, bytes).map_err(named)?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(named)
+}
+
 fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_with(path, |f| io::Write::write_all(f, bytes))
 }

@@ -1423,8 +1423,16 @@ async fn release_one(
 /// What a power loss takes from a node's ledgers (`lose-power-mid-burst`):
 /// the lines since their last sync — every `sending` line of `epoch_id`
 /// with no answer after it (an answer is synced, and with it what came
-/// before). How many went.
+/// before) — and, as the machine comes back on another boot, the boot id
+/// its epoch's fix (`state/epoch-deadline.json`) was made in. How many
+/// lines went.
 fn lose_unsynced_lines(data_dir: &Path, epoch_id: u64) -> Result<usize> {
+    let fix = data_dir.join("state/epoch-deadline.json");
+    if let Ok(text) = std::fs::read_to_string(&fix) {
+        let mut v: serde_json::Value = serde_json::from_str(&text).context("the epoch's fix")?;
+        v["boot_id"] = "a boot before the devnet's power loss".into();
+        std::fs::write(&fix, v.to_string())?;
+    }
     let mut ledgers = vec![data_dir.join("state/submissions.jsonl")];
     if let Ok(slots) = std::fs::read_dir(data_dir.join("slots")) {
         ledgers.extend(slots.flatten().map(|s| s.path().join("state/submissions.jsonl")));

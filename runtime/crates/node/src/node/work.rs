@@ -128,10 +128,17 @@ impl Work for EpochWork {
         let mut stages = tokio::task::JoinSet::new();
         if let Some(lane) = self.lanes.first() {
             let (shared, anchor, epoch_id) = (lane.submitter.shared.clone(), self.anchor.clone(), epoch.epoch_id);
-            // The head, and the epoch's deadline and header fixed on disk,
-            // while the computes run: the first submission waits for neither.
+            // The head, and (when the computes are quick, as a lite node's
+            // are) the epoch's deadline and header on disk, while they run:
+            // the first submission waits for neither, and the disk is quiet.
+            // A full node's coordinator gathers for longer: its first
+            // submission fixes them, so its window starts when it is ready.
+            let early = self.cluster.is_none();
             stages.spawn(async move {
-                shared.fix_epoch_early(epoch_id, &anchor).await;
+                let (head, header) = shared.latest(&anchor).await;
+                if early {
+                    shared.fix_epoch_early(epoch_id, head, &header).await;
+                }
                 Ok(None)
             });
         }

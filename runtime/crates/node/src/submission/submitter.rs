@@ -112,38 +112,44 @@ impl Shared {
 
     /// Keeps each epoch's deadline and header in `path` (the node's
     /// `state/epoch-deadline.json`), and takes up the one a run before this
-    /// one fixed there.
+    /// one fixed there if the machine went down since ([`EpochFix::open`]).
     pub fn keep_fixes_in(&mut self, path: PathBuf) -> anyhow::Result<()> {
         self.epoch_fix = EpochFix::open(path)?;
         Ok(())
     }
 
     /// The deadline and header of every submission of `epoch_id`: the head
-    /// read as its computes start ([`Shared::fix_epoch_early`]), or else by
-    /// its first submission (plus the buffer for the deadline), the same for
-    /// every slot and every wave — so the
-    /// submissions that wait for a turn (at most 128 are sent at once) do not
-    /// each get a window of their own (with the collector down, an epoch of
-    /// a thousand slots ends when its deadline passes, not eight windows
-    /// later). On disk, synced, before the epoch's first message is sent,
-    /// and kept when its work begins again — after a crash, or a power loss
-    /// that took a `sending` line the disk had not yet got: a message signed
-    /// again is then the same bytes as the one that may have left, never a
-    /// second submission with another deadline.
-    /// [`Shared::epoch_fix`] as an epoch's computes start, so its first
-    /// submission does not wait for the head or the disk. One try: a
-    /// failure (a full disk) is the submissions' to retry, or to report.
-    pub async fn fix_epoch_early(&self, epoch_id: u64, anchor: &Anchor) {
-        let (head, header) = self.latest(anchor).await;
-        let proposed = Fix { epoch_id, deadline: head + self.deadline_buffer, header };
-        if let Err(e) = self.epoch_fix.of(proposed).await {
+    /// read as its computes start ([`Shared::fix_epoch_early`]: a lite
+    /// node's), else for its first submission (plus the buffer, for the
+    /// deadline),
+    /// the same for every slot and every wave — so the submissions that wait
+    /// for a turn (at most 128 are sent at once) do not each get a window of
+    /// their own (with the collector down, an epoch of a thousand slots ends
+    /// when its deadline passes, not eight windows later). Written and
+    /// synced before the epoch's first message is sent, and kept while the
+    /// epoch is worked — also after a power loss that took `sending` lines
+    /// the disk had not got: a message signed again is then the same bytes
+    /// as the one that may have left, never a second submission with
+    /// another deadline.
+    fn epoch_fix(&self, epoch_id: u64, head: u64, header: &str) -> (Fix, Written) {
+        self.epoch_fix.of(epoch_id, head + self.deadline_buffer, header)
+    }
+
+    /// [`Shared::epoch_fix`] as the epoch's computes start (`head` is read
+    /// then), written while they run. One try: a failure (a full disk) is
+    /// the submissions' to retry, or to report.
+    pub async fn fix_epoch_early(&self, epoch_id: u64, head: u64, header: &str) {
+        let (fix, written) = self.epoch_fix(epoch_id, head, header);
+        if let Err(e) = self.epoch_fix.write(&fix, &written).await {
             tracing::debug!("epoch {epoch_id}: keeping its deadline on disk failed ({e}); its submissions try again");
         }
     }
 
-    async fn epoch_fix(&self, epoch_id: u64, head: u64, header: &str) -> anyhow::Result<Fix> {
-        let fix = || self.epoch_fix.of(Fix { epoch_id, deadline: head + self.deadline_buffer, header: header.into() });
-        Ok(retry(Policy::STATE, "keeping the epoch's deadline on disk", fix, |_| true).await?)
+    /// Waits until `fix` is on disk (the first caller writes it; the others
+    /// sign meanwhile): no message of its epoch leaves before.
+    async fn fix_on_disk(&self, fix: &Fix, written: &Written) -> anyhow::Result<()> {
+        let write = || self.epoch_fix.write(fix, written);
+        Ok(retry(Policy::STATE, "keeping the epoch's deadline on disk", write, |_| true).await?)
     }
 
     /// Uploads `stored` unless its CID went up (or is going up) already.
@@ -217,7 +223,8 @@ impl Submitter {
             }
         }
         let (head, latest) = shared.latest(anchor).await;
-        let Fix { deadline, header, .. } = shared.epoch_fix(epoch.epoch_id, head, &latest).await?;
+        let (fix, written) = shared.epoch_fix(epoch.epoch_id, head, &latest);
+        let (deadline, header) = (fix.deadline, fix.header.clone());
         if head > deadline {
             let why = format!(
                 "the epoch's submission deadline (anchor block {deadline}) passed before this submission's turn \
@@ -255,6 +262,7 @@ impl Submitter {
         let entry = Entry::sending(epoch.epoch_id, epoch.released_block, id, &stored.cid, message)?;
         let write = || std::future::ready(self.ledger.write(&entry));
         retry(Policy::STATE, "recording a submission in the ledger before sending it", write, |_| true).await?;
+        shared.fix_on_disk(&fix, &written).await?;
         self.send(epoch, id, anchor, submission).await
     }
 
@@ -444,22 +452,41 @@ struct EpochFix {
     /// Where the last epoch's fix is kept (none in tests of the submitter
     /// alone).
     path: Option<PathBuf>,
-    /// The last epoch's fix; its lock held while a new one is written, so
-    /// no message of an epoch leaves before its fix is on disk.
-    fixed: tokio::sync::Mutex<Option<Fix>>,
+    /// This boot of the machine (Linux's `boot_id`), written with each fix.
+    boot: Option<String>,
+    /// The last epoch's fix, and whether it is on disk.
+    fixed: Mutex<Option<(Fix, Written)>>,
 }
 
-/// What every submission of one epoch carries alike.
+/// Whether a fix is on disk; its lock is held while it is written.
+type Written = Arc<tokio::sync::Mutex<bool>>;
+
+/// What every submission of one epoch carries alike, and the boot it was
+/// fixed in.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Fix {
     epoch_id: u64,
     deadline: u64,
     header: String,
+    #[serde(default)]
+    boot_id: Option<String>,
 }
 
 impl EpochFix {
+    /// The fix a run before this one left in `path`, taken up only if the
+    /// machine went down since (another boot id, or none to compare): a
+    /// power loss may have taken `sending` lines, so what was sent is not
+    /// known, and a message signed again must be the same bytes. After a
+    /// process crash on the same boot, nothing written was lost — it is
+    /// made durable here (one sync of the filesystem) — so the ledgers say
+    /// exactly what left: that is sent again byte for byte, and the rest
+    /// may take a deadline of its own.
     fn open(path: PathBuf) -> anyhow::Result<Self> {
-        let fixed = match std::fs::read(&path) {
+        Self::open_on(path, boot_id())
+    }
+
+    fn open_on(path: PathBuf, boot: Option<String>) -> anyhow::Result<Self> {
+        let stored: Option<Fix> = match std::fs::read(&path) {
             Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
                 anyhow::anyhow!(
                     "{} is not valid ({e}); it is rewritten by the next epoch's first submission: remove it if no \
@@ -470,24 +497,65 @@ impl EpochFix {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => anyhow::bail!("reading {}: {e}", path.display()),
         };
-        Ok(Self { path: Some(path), fixed: tokio::sync::Mutex::new(fixed) })
+        let same_boot = stored.as_ref().is_some_and(|f| boot.is_some() && f.boot_id == boot);
+        let fixed = if same_boot && sync_filesystem(&path).is_ok() { None } else { stored };
+        let fixed = fixed.map(|f| (f, Arc::new(tokio::sync::Mutex::new(true))));
+        Ok(Self { path: Some(path), boot, fixed: Mutex::new(fixed) })
     }
 
-    /// The fix of `proposed.epoch_id`: the one fixed already (by this run
-    /// or one before it), or `proposed`, written and synced first.
-    async fn of(&self, proposed: Fix) -> std::io::Result<Fix> {
-        let mut fixed = self.fixed.lock().await;
-        if let Some(fix) = fixed.as_ref().filter(|f| f.epoch_id == proposed.epoch_id) {
-            return Ok(fix.clone());
+    /// The fix of `epoch_id`: the one fixed already, or this one (to be
+    /// written: [`EpochFix::write`]).
+    fn of(&self, epoch_id: u64, deadline: u64, header: &str) -> (Fix, Written) {
+        let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
+        match fixed.as_ref().filter(|(f, _)| f.epoch_id == epoch_id) {
+            Some(known) => known.clone(),
+            None => {
+                let fix = Fix { epoch_id, deadline, header: header.into(), boot_id: self.boot.clone() };
+                let new = (fix, Written::default());
+                *fixed = Some(new.clone());
+                new
+            }
+        }
+    }
+
+    /// Writes `fix` and syncs it (file and directory), unless that is done.
+    async fn write(&self, fix: &Fix, written: &Written) -> std::io::Result<()> {
+        let mut done = written.lock().await;
+        if *done {
+            return Ok(());
         }
         if let Some(path) = self.path.clone() {
-            let text = serde_json::to_vec(&proposed).expect("a fix serializes");
-            tokio::task::spawn_blocking(move || lite_node_core::atomic_file::write(&path, &text))
+            let text = serde_json::to_vec(fix).expect("a fix serializes");
+            tokio::task::spawn_blocking(move || lite_node_core::atomic_file::write_durable(&path, &text))
                 .await
                 .map_err(std::io::Error::other)??;
         }
-        *fixed = Some(proposed.clone());
-        Ok(proposed)
+        *done = true;
+        Ok(())
+    }
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), where there is one.
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|id| id.trim().to_owned())
+}
+
+/// Makes everything written on the filesystem holding `path` durable.
+fn sync_filesystem(path: &std::path::Path) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let dir = std::fs::File::open(path.parent().unwrap_or(std::path::Path::new(".")))?;
+        // SAFETY: syncfs only reads the descriptor, which `dir` keeps open.
+        if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        Err(std::io::Error::other("no syncfs here"))
     }
 }
 
@@ -495,24 +563,39 @@ impl EpochFix {
 mod tests {
     use super::{EpochFix, Fix};
 
-    fn fix(epoch_id: u64, deadline: u64, header: &str) -> Fix {
-        Fix { epoch_id, deadline, header: header.into() }
+    fn fix(epoch_id: u64, deadline: u64, header: &str, boot: &str) -> Fix {
+        Fix { epoch_id, deadline, header: header.into(), boot_id: Some(boot.into()) }
+    }
+
+    /// Fixed and written as a submission does it: fixed, then on disk before
+    /// it is sent.
+    async fn sent(d: &EpochFix, epoch: u64, deadline: u64, header: &str) -> Fix {
+        let (f, written) = d.of(epoch, deadline, header);
+        d.write(&f, &written).await.unwrap();
+        f
     }
 
     /// The epoch's first submission fixes the deadline and header for the
-    /// rest of it — also for a run after a crash or a power loss, which
-    /// finds it on disk; the next epoch fixes its own.
+    /// rest of it; a run after a reboot (a power loss may have taken what
+    /// it sent) finds it on disk and keeps it, a run after a crash on the
+    /// same boot (nothing lost: the ledgers know what left) fixes anew; the
+    /// next epoch fixes its own.
     #[tokio::test]
-    async fn an_epoch_keeps_its_first_submissions_deadline_and_header_across_a_restart() {
+    async fn an_epoch_keeps_its_first_submissions_deadline_and_header_across_a_reboot() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state").join("epoch-deadline.json");
-        let d = EpochFix::open(path.clone()).unwrap();
-        assert_eq!(d.of(fix(7, 130, "0xa")).await.unwrap(), fix(7, 130, "0xa"));
-        assert_eq!(d.of(fix(7, 160, "0xb")).await.unwrap(), fix(7, 130, "0xa"), "a later wave of the same epoch");
-        let restarted = EpochFix::open(path.clone()).unwrap();
-        assert_eq!(restarted.of(fix(7, 190, "0xc")).await.unwrap(), fix(7, 130, "0xa"), "after a restart");
-        assert_eq!(restarted.of(fix(8, 170, "0xd")).await.unwrap(), fix(8, 170, "0xd"), "the next epoch");
-        assert_eq!(EpochFix::open(path.clone()).unwrap().of(fix(8, 1, "")).await.unwrap(), fix(8, 170, "0xd"));
+        let path = dir.path().join("epoch-deadline.json");
+        let d = EpochFix::open_on(path.clone(), Some("boot-1".into())).unwrap();
+        assert_eq!(sent(&d, 7, 130, "0xa").await, fix(7, 130, "0xa", "boot-1"));
+        assert_eq!(sent(&d, 7, 160, "0xb").await, fix(7, 130, "0xa", "boot-1"), "a later wave");
+        let rebooted = EpochFix::open_on(path.clone(), Some("boot-2".into())).unwrap();
+        assert_eq!(sent(&rebooted, 7, 190, "0xc").await, fix(7, 130, "0xa", "boot-1"), "after a reboot");
+        let unknown = EpochFix::open_on(path.clone(), None).unwrap();
+        assert_eq!(sent(&unknown, 7, 190, "0xc").await, fix(7, 130, "0xa", "boot-1"), "no boot id to compare");
+        let crashed = EpochFix::open_on(path.clone(), Some("boot-1".into())).unwrap();
+        assert_eq!(sent(&crashed, 7, 190, "0xc").await, fix(7, 190, "0xc", "boot-1"), "after a crash");
+        assert_eq!(sent(&crashed, 8, 170, "0xd").await, fix(8, 170, "0xd", "boot-1"), "the next epoch");
+        let on_disk: Fix = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(on_disk, fix(8, 170, "0xd", "boot-1"));
         std::fs::write(&path, "{").unwrap();
         let err = EpochFix::open(path).unwrap_err().to_string();
         assert!(err.contains("epoch-deadline.json is not valid"), "{err}");
