@@ -28,10 +28,13 @@ impl Snapshot {
     ///
     /// The node submits it under the project id
     /// `{project_type}:{data_source}:{namespace}` (data source lower-cased;
-    /// `{project_type}:{namespace}` without one). When the data source is an
-    /// address, the collector accepts it only from a slot the market's
-    /// selection assigned that very address for the epoch; other data sources
-    /// are not scoped by the selection.
+    /// `{project_type}:{namespace}` without one). A data source is empty or
+    /// a pool address (`0x` and 40 hex digits; several joined by `_`): the
+    /// collector refuses any other, and accepts an address only from a slot
+    /// the market's selection assigned that very pool for the epoch. One
+    /// snapshot per data source per epoch: two for one data source fail the
+    /// compute. `lite-node compute run` checks all of this as the collector
+    /// would.
     pub fn new(data_source: impl Into<String>, json: impl Into<String>) -> Self {
         Self { data_source: RString::from(data_source.into()), json: RString::from(json.into()) }
     }

@@ -19,5 +19,5 @@ pub mod submission;
 
 pub use canonical_json::canonical_json;
 pub use cid::cid;
-pub use project_id::project_id;
+pub use project_id::{project_id, repeated_data_source, repeated_data_source_error};
 pub use quantity::{QuantityError, parse_quantity, quantity, to_quantity};

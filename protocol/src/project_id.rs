@@ -13,9 +13,50 @@ pub fn project_id(project_type: &str, data_source: &str, namespace: &str) -> Str
     }
 }
 
+/// The first two data sources in `sources` that name one project (equal
+/// once lower-cased, as [`project_id`] keys them), in their order: a
+/// processor returns at most one snapshot per data source per epoch, since
+/// the collector, the validators and the finalized batch keep one CID per
+/// project id.
+pub fn repeated_data_source<'a>(sources: impl IntoIterator<Item = &'a str>) -> Option<(&'a str, &'a str)> {
+    let mut seen = std::collections::HashMap::new();
+    for source in sources {
+        if let Some(first) = seen.insert(project_id("", source, ""), source) {
+            return Some((first, source));
+        }
+    }
+    None
+}
+
+/// What a processor that returned two snapshots for one data source is
+/// told (the node, `compute run` and `check` word it alike).
+pub fn repeated_data_source_error(project_type: &str, first: &str, second: &str) -> String {
+    let same = if first == second {
+        format!("data source `{first}` twice")
+    } else {
+        format!(
+            "data sources `{first}` and `{second}`, which name one project ({})",
+            project_id(project_type, second, "…")
+        )
+    };
+    format!(
+        "returned two snapshots for {same}: a processor returns one snapshot per data source per epoch (the \
+         collector keeps one CID per project id); merge them, or give the second its own data source"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_data_source_is_found_whatever_its_case() {
+        assert_eq!(repeated_data_source(["0xaa", "0xbb"]), None);
+        assert_eq!(repeated_data_source(["0xAA", "0xbb", "0xaa"]), Some(("0xAA", "0xaa")));
+        assert_eq!(repeated_data_source(["", ""]), Some(("", "")));
+        let e = repeated_data_source_error("t", "0xAA", "0xaa");
+        assert!(e.contains("`0xAA` and `0xaa`, which name one project (t:0xaa:…)"), "{e}");
+    }
 
     #[test]
     fn project_ids() {

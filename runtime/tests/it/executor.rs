@@ -57,6 +57,7 @@ fn outcomes_follow_the_protocols_books() {
         project(&package, "empty", "SelectedButEmptyProcessor", json!({})),
         project(&package, "panics", "PanickingProcessor", json!({})),
         project(&package, "fails", "FailingProcessor", json!({})),
+        project(&package, "twice", "ReturnsProcessor", json!({"sources": "0xAA 0xBB 0xaa"})),
     ];
     let d = LocalExecutor::new(projects, 4, Duration::from_secs(30), None, None);
     let outcomes = runtime().block_on(run(&d, tasks(&d, 7)));
@@ -74,6 +75,10 @@ fn outcomes_follow_the_protocols_books() {
         ("panics", &OutcomeKind::Failed("PanickingProcessor panicked: fixture panic at epoch 7".into()))
     );
     assert_eq!(kinds[4], ("fails", &OutcomeKind::Failed("fixture failure at epoch 7".into())));
+    // Two snapshots for one data source: a failure naming both, nothing kept.
+    let OutcomeKind::Failed(twice) = kinds[5].1 else { panic!("{:?}", kinds[5]) };
+    assert!(twice.starts_with("returned two snapshots for data sources `0xAA` and `0xaa`"), "{twice}");
+    assert!(outcomes[5].snapshots.is_empty());
 }
 
 #[test]

@@ -687,7 +687,7 @@ fn the_data_dir_stays_bounded_and_a_restart_still_refuses_a_double_submission() 
     node.wait_for_log("watching ProtocolState");
     handled(12);
     let log = node.log();
-    assert!(log.contains("already submitted before a restart"), "{log}");
+    assert!(log.contains("the ledger holds the collector's answer to it already; not sent again"), "{log}");
     assert_eq!(collector.verdicts().len(), 12, "nothing sent twice: {:?}", collector.verdicts());
     assert_eq!(node.stop(), 0);
 }

@@ -342,6 +342,15 @@ impl LocalExecutor {
                 .map(|s| s.into_option().map(|s| s.into_iter().map(RString::into_string).collect::<Vec<_>>()))
         });
         match tokio::time::timeout(self.timeout, asked).await {
+            Ok(Ok(Ok(Some(sources)))) => {
+                match lite_node_protocol::repeated_data_source(sources.iter().map(String::as_str)) {
+                    Some((first, second)) => Err(format!(
+                        "data_sources named `{first}` and `{second}`, one project id: each data source is computed \
+                     once per epoch, so name it once"
+                    )),
+                    None => Ok(Some(sources)),
+                }
+            }
             Ok(Ok(answer)) => answer.map_err(RString::into_string),
             Ok(Err(join)) => Err(format!("data_sources worker failed: {join}")),
             Err(_) => Err(format!("data_sources did not return within {}s", self.timeout.as_secs_f64())),
@@ -560,10 +569,21 @@ impl LocalExecutor {
                 }
                 _ => (OutcomeKind::NotSelected, vec![]),
             },
-            Ok(Ok((Ok(snapshots), _))) => (
-                OutcomeKind::Computed,
-                snapshots.into_iter().map(|s| (s.data_source.into_string(), s.json.into_string())).collect(),
-            ),
+            Ok(Ok((Ok(snapshots), _))) => {
+                let snapshots: Vec<(String, String)> =
+                    snapshots.into_iter().map(|s| (s.data_source.into_string(), s.json.into_string())).collect();
+                match lite_node_protocol::repeated_data_source(snapshots.iter().map(|(s, _)| s.as_str())) {
+                    Some((first, second)) => (
+                        OutcomeKind::Failed(lite_node_protocol::repeated_data_source_error(
+                            &project_type,
+                            first,
+                            second,
+                        )),
+                        vec![],
+                    ),
+                    None => (OutcomeKind::Computed, snapshots),
+                }
+            }
         };
         let result = ComputeResult {
             slot_id: task.slot_id,

@@ -2,7 +2,7 @@
 //! the recent CIDs per project id it stored (its own record: computes read
 //! `previousSnapshots` from the chain, never from here).
 
-use lite_node_protocol::{canonical_json, cid, project_id};
+use lite_node_protocol::{canonical_json, cid, project_id, repeated_data_source, repeated_data_source_error};
 
 use crate::executor::{ComputeResult, OutcomeKind};
 
@@ -15,7 +15,9 @@ pub const RECENT_PER_PROJECT: usize = 5;
 const KEPT_PER_PROJECT: usize = 2 * RECENT_PER_PROJECT;
 
 /// The snapshots this node produced: their exact bytes under
-/// `<data dir>/snapshots/<epoch>/<project id>.json`, and the recent
+/// `<data dir>/snapshots/<epoch>/<cid>.json` (named by what they hash to,
+/// so a file a submitted CID names is never rewritten with other bytes),
+/// and the recent
 /// `(epoch, cid)` per project id in `<data dir>/state/recent-snapshots.json`
 /// (what it stored; several slots drawing one pool store its bytes once).
 #[derive(Debug)]
@@ -97,7 +99,7 @@ impl SnapshotStore {
         let mut new = Vec::new();
         for (project_id, bytes) in snapshots {
             let cid = cid(&bytes);
-            let path = snapshot_path(&self.root, epoch_id, &project_id);
+            let path = snapshot_path(&self.root, epoch_id, &cid);
             // Several slots of one node that drew the same pool store the
             // same bytes: the first writes them, the others find them.
             let known = self
@@ -139,6 +141,10 @@ impl SnapshotStore {
     pub fn store(&self, epoch_id: u64, namespace: &str, result: &ComputeResult) -> Result<Vec<Stored>, String> {
         if result.kind != OutcomeKind::Computed {
             return Ok(Vec::new());
+        }
+        // The executor refuses such a result; nothing else may store one.
+        if let Some((first, second)) = repeated_data_source(result.snapshots.iter().map(|(s, _)| s.as_str())) {
+            return Err(repeated_data_source_error(&result.project_type, first, second));
         }
         let ids: Vec<String> =
             result.snapshots.iter().map(|(source, _)| project_id(&result.project_type, source, namespace)).collect();
@@ -193,10 +199,10 @@ impl SnapshotStore {
     }
 }
 
-/// Where the bytes of `project_id`'s snapshot of `epoch_id` are kept below
-/// `root` (`<data dir>/snapshots`).
-pub fn snapshot_path(root: &std::path::Path, epoch_id: u64, project_id: &str) -> std::path::PathBuf {
-    root.join(epoch_id.to_string()).join(format!("{}.json", project_id.replace(['/', '\\'], "_")))
+/// Where the bytes whose CID is `cid` are kept for `epoch_id` below `root`
+/// (`<data dir>/snapshots`).
+pub fn snapshot_path(root: &std::path::Path, epoch_id: u64, cid: &str) -> std::path::PathBuf {
+    root.join(epoch_id.to_string()).join(format!("{}.json", cid.replace(['/', '\\', '.'], "_")))
 }
 
 #[cfg(test)]
@@ -242,8 +248,22 @@ mod tests {
         let other = store.store(4, "ns", &computed(3, "{\"a\": 9}")).unwrap();
         assert_ne!(other[0].cid, first[0].cid, "another text is canonicalized and hashed, not taken for the first");
         assert_eq!(other[0].cid, cid(b"{\"a\":9}"));
+        for s in first.iter().chain(&other) {
+            assert_eq!(cid(&std::fs::read(&s.path).unwrap()), s.cid, "no stored file hashes to other than its CID");
+        }
         let next = store.store(5, "ns", &computed(1, "{\"b\": 2, \"a\": 1}")).unwrap();
         assert!(next[0].path.is_file() && next[0].path != first[0].path, "another epoch is stored in its own place");
+    }
+
+    #[test]
+    fn a_result_with_two_snapshots_for_one_data_source_is_not_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::open(dir.path()).unwrap();
+        let mut twice = computed(1, "{\"n\": 1}");
+        twice.snapshots.push(("0xaa".into(), "{\"n\": 2}".into()));
+        let e = store.store(4, "ns", &twice).unwrap_err();
+        assert!(e.contains("`0xAA` and `0xaa`"), "{e}");
+        assert!(!dir.path().join("snapshots").exists(), "nothing of it was written");
     }
 
     #[test]

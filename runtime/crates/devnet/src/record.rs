@@ -58,7 +58,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                 .filter(|(_, r)| r.epoch_id == a.epoch_id)
                 .map(|(s, r)| {
                     let node = nodes.iter().find(|n| n.slots.contains(&r.slot_id));
-                    let path = node.map(|n| snapshot_path(&n.data_dir.join("snapshots"), r.epoch_id, &r.project_id));
+                    let path = node.map(|n| snapshot_path(&n.data_dir.join("snapshots"), r.epoch_id, &r.snapshot_cid));
                     json!({
                         "slotId": r.slot_id,
                         "fullNode": a.full_nodes.contains(&r.slot_id),

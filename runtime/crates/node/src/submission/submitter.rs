@@ -204,7 +204,12 @@ impl Submitter {
         match self.recorded(epoch.epoch_id, id).await? {
             Recorded::Nothing => {}
             Recorded::Answered => {
-                tracing::info!("epoch {} {id}: already submitted before a restart; not sent again", epoch.epoch_id);
+                // After a restart, or when the epoch is worked again (a snapshot
+                // is sent once per epoch and project id whatever asks again).
+                tracing::info!(
+                    "epoch {} {id}: the ledger holds the collector's answer to it already; not sent again",
+                    epoch.epoch_id
+                );
                 return Ok((Status::AlreadyAcknowledged, None));
             }
             Recorded::Sent(message) => return self.send_again(epoch, stored, anchor, &message).await,

@@ -6,7 +6,7 @@ use lite_node_plugin_api::{
 };
 
 export_compute_module! {
-    processors: [PANICKING, FAILING, ECHO, RPC, SLOW, SELECTED_EMPTY, IDLE],
+    processors: [PANICKING, FAILING, ECHO, RPC, SLOW, SELECTED_EMPTY, IDLE, RETURNS],
     assignments: always_panics,
 }
 
@@ -160,5 +160,38 @@ impl ComputeProcessor for Idle {
     fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
         host.report_selection(epoch.epoch_id, false, epoch.slot_id);
         Ok(vec![])
+    }
+}
+
+/// Reports selected and returns one snapshot `{"n": i}` for each data
+/// source its settings list (`{"sources": "0xAA 0xaa"}`, space-separated):
+/// two for one pool, a pool the slot was not assigned, a data source with
+/// `:` in it — what a collector refuses.
+pub const RETURNS: ProcessorSpec = ProcessorSpec {
+    class_name: "ReturnsProcessor",
+    description: "reports selected, returns a snapshot per data source its settings list",
+    needs: &[],
+    new: |settings| {
+        let listed = settings
+            .split("\"sources\":")
+            .nth(1)
+            .and_then(|rest| rest.trim_start().strip_prefix('"'))
+            .and_then(|rest| rest.split('"').next())
+            .ok_or_else(|| "settings need {\"sources\": \"SOURCE SOURCE ...\"}".to_owned())?;
+        Ok(Box::new(Returns(listed.split_whitespace().map(str::to_owned).collect())))
+    },
+};
+
+struct Returns(Vec<String>);
+
+impl ComputeProcessor for Returns {
+    fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
+        host.report_selection(epoch.epoch_id, true, epoch.slot_id);
+        Ok(self
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, source)| Snapshot::new(source.as_str(), format!("{{\"n\":{i}}}")))
+            .collect())
     }
 }
