@@ -10,7 +10,25 @@
 use std::{borrow::Cow, fmt::Write as _};
 
 pub fn canonical_json(text: &str) -> Result<Vec<u8>, String> {
-    let mut parser = Parser { s: text.as_bytes(), i: 0 };
+    canonical(text, None)
+}
+
+/// [`canonical_json`], with what in `text` the rules take silently but an
+/// author most likely did not mean (docs/protocol.md §4): a number that is
+/// not an integer (printed as Python's `repr(float)`; models carry decimals
+/// as strings), a key given twice in one object (the last value is kept),
+/// and a top level that is not an object. Each names where it is.
+pub fn canonical_json_with_notes(text: &str) -> Result<(Vec<u8>, Vec<String>), String> {
+    let mut notes = Vec::new();
+    let bytes = canonical(text, Some(&mut notes))?;
+    if !text.trim_start().starts_with('{') {
+        notes.push("the top level is not an object: a snapshot is a JSON object of the model's fields".into());
+    }
+    Ok((bytes, notes))
+}
+
+fn canonical(text: &str, notes: Option<&mut Vec<String>>) -> Result<Vec<u8>, String> {
+    let mut parser = Parser { s: text.as_bytes(), i: 0, notes };
     parser.ws();
     let value = parser.value(0)?;
     parser.ws();
@@ -34,12 +52,25 @@ enum Json<'a> {
 
 const MAX_DEPTH: usize = 128;
 
-struct Parser<'a> {
+struct Parser<'a, 'n> {
     s: &'a [u8],
     i: usize,
+    /// Where [`canonical_json_with_notes`] collects its notes.
+    notes: Option<&'n mut Vec<String>>,
 }
 
-impl<'a> Parser<'a> {
+impl<'a> Parser<'a, '_> {
+    /// Notes `what` at the current place, when notes are asked for.
+    fn note(&mut self, what: impl FnOnce() -> String) {
+        if self.notes.is_none() {
+            return;
+        }
+        let line = self.error(&what());
+        if let Some(notes) = &mut self.notes {
+            notes.push(line);
+        }
+    }
+
     fn error(&self, what: &str) -> String {
         let before = &self.s[..self.i.min(self.s.len())];
         let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
@@ -92,6 +123,9 @@ impl<'a> Parser<'a> {
                 return Err(self.error("expected a string key"));
             }
             let key = self.string()?;
+            if self.notes.is_some() && fields.iter().any(|(k, _)| *k == key) {
+                self.note(|| format!("key \"{key}\" is given twice in one object; only the last value is kept"));
+            }
             self.ws();
             if !self.eat(":") {
                 return Err(self.error("expected ':'"));
@@ -171,6 +205,13 @@ impl<'a> Parser<'a> {
             if !f.is_finite() {
                 return Err(self.error("number out of range"));
             }
+            self.note(|| {
+                let shown = python_float_repr(f);
+                format!(
+                    "{text} is not an integer: it is stored as the float {shown}, which other languages may print \
+                     differently; carry decimals as strings"
+                )
+            });
             Ok(Json::Float(f))
         }
     }
@@ -377,6 +418,22 @@ fn python_float_repr(f: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_rules_take_silently_is_noted_with_its_place() {
+        let notes = |text: &str| canonical_json_with_notes(text).unwrap().1;
+        assert!(notes(r#"{"a": 1, "b": "0.1", "9": {"10": 2}}"#).is_empty());
+        let floats = notes(r#"{"a": 0.1, "b": 1e21}"#);
+        assert_eq!(floats.len(), 2, "{floats:?}");
+        assert!(floats[0].contains("line 1 column 10: 0.1 is not an integer"), "{floats:?}");
+        assert!(floats[1].contains("1e21 is not an integer: it is stored as the float 1e+21"), "{floats:?}");
+        let twice = notes("{\"a\": 1,\n \"a\": 2}");
+        assert_eq!(twice.len(), 1, "{twice:?}");
+        assert!(twice[0].contains("line 2 column 5: key \"a\" is given twice"), "{twice:?}");
+        let (bytes, top) = canonical_json_with_notes("[1, 2]").unwrap();
+        assert_eq!(bytes, b"[1,2]", "the bytes are canonical_json's");
+        assert!(top[0].starts_with("the top level is not an object"), "{top:?}");
+    }
 
     fn canon(text: &str) -> String {
         String::from_utf8(canonical_json(text).unwrap()).unwrap()

@@ -8,7 +8,10 @@ use std::{io::Write, sync::Arc, time::Duration};
 
 use anyhow::{Context, Result, anyhow};
 use futures_util::StreamExt;
-use lite_node_protocol::{canonical_json, cid, project_id};
+use lite_node_protocol::{
+    canonical_json_with_notes, cid, project_id,
+    submission::{Projects, caps, project_id_is_well_formed},
+};
 use serde_json::json;
 
 use crate::{
@@ -17,6 +20,7 @@ use crate::{
         self,
         executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, Task},
         host::{FinalizedReads, RpcEndpoint},
+        selection::{EpochAssignment, Refusal, SelectionCheck},
     },
     config::{ComputeRunConfig, EnvSnapshot, Project},
     epochs::preload,
@@ -91,8 +95,14 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             .into());
         }
     }
+    // What the collector checks against: the data market's project types
+    // and its active pools (the projects' `pools` settings).
+    let market = Projects::new(cfg.namespace.clone(), projects.projects.iter().map(|p| p.project_type.clone()));
+    let pools = market_pools(&projects.projects);
+    let market_pools_empty = pools.is_empty();
     let wanted = |p: &Project| query.projects.is_empty() || query.projects.contains(&p.project_type);
     let processors = compute::processors(&package, projects.projects.into_iter().filter(wanted)).map_err(BadInput)?;
+    let package = Arc::new(package);
 
     let chains = Chains::connect(&cfg.chains()).map_err(|e| anyhow!(e))?;
     let (source, anchor) = (chains.source.clone(), chains.anchor.clone());
@@ -213,12 +223,56 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
     results.sort_by_key(place);
     let outcomes: Vec<(&Project, ComputeResult)> = projects.iter().zip(results).collect();
 
+    // The collector's checks: its selection (when the package has the rule
+    // and the projects list pools) and its project rules.
+    // Only a pool-scoped snapshot (its data source pool addresses) needs
+    // the selection, which reads the epoch's seed block.
+    let pooled = outcomes
+        .iter()
+        .flat_map(|(_, o)| &o.snapshots)
+        .any(|(source, _)| !source.is_empty() && source.split('_').all(|a| a.len() == 42 && a.starts_with("0x")));
+    let (assignment, selection_note) = match SelectionCheck::new(source.clone(), pools, package.clone(), market.clone())
+    {
+        Ok(check) if pooled => {
+            // At a release, what the collector reads there; else as given.
+            let (at_release, full_nodes) = match (&anchor, released_at) {
+                (Some(anchor), Some(block)) => {
+                    (anchor.total_slots_at(block).await.ok(), anchor.full_nodes_at(block).await.unwrap_or_default())
+                }
+                _ => (None, Vec::new()),
+            };
+            let total = at_release.unwrap_or(total_slots);
+            match check.assign(epoch_id, begin, end, total, full_nodes.into_iter().collect()).await {
+                Ok(a) => {
+                    let note = match a.selected.get(&slot_id) {
+                        Some(pool) => format!("the selection assigns slot {slot_id} pool {pool} this epoch"),
+                        None if a.full_nodes.contains(&slot_id) => format!("slot {slot_id} is a full node"),
+                        None => format!("the selection does not select slot {slot_id} this epoch"),
+                    };
+                    (Some((check, a)), note)
+                }
+                Err(e) => (None, format!("the selection check could not run: {e}")),
+            }
+        }
+        Ok(_) => (None, String::new()),
+        Err(_) if market_pools_empty => (
+            None,
+            "no project in projects.json lists `pools` (the data market's active pools): which pool the selection \
+             assigns this slot is not checked"
+                .to_owned(),
+        ),
+        Err(why) => (None, format!("which pool the selection assigns this slot is not checked: {why}")),
+    };
+
     // What the node would submit.
     let mut failures = Vec::new();
+    let mut failed_projects = 0;
     let mut report = Vec::new();
     for (p, outcome) in &outcomes {
         let who = format!("project {} ({} in {})", p.project_type, p.class_name, p.module);
+        let failed_before = failures.len();
         let mut snapshots = Vec::new();
+        let mut refused = 0;
         let mut verdict = match &outcome.kind {
             OutcomeKind::Computed => "computed".to_owned(),
             OutcomeKind::NotSelected => "not selected: nothing to submit".to_owned(),
@@ -229,12 +283,19 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         };
         for (data_source, text) in &outcome.snapshots {
             let id = project_id(&outcome.project_type, data_source, &cfg.namespace);
-            match canonical_json(text) {
-                Ok(bytes) => snapshots.push(json!({
+            let refusal = collector_refusal(&id, slot_id, &market, assignment.as_ref());
+            if let Some(why) = &refusal {
+                failures.push(format!("{who}: the collector would refuse `{id}`: {why}"));
+                refused += 1;
+            }
+            match canonical_json_with_notes(text) {
+                Ok((bytes, notes)) => snapshots.push(json!({
                     "data_source": data_source,
                     "project_id": id,
                     "cid": cid(&bytes),
                     "snapshot": String::from_utf8_lossy(&bytes),
+                    "refused": refusal,
+                    "warnings": notes,
                 })),
                 Err(e) => {
                     let why = format!("the snapshot for `{data_source}` is not JSON: {e}");
@@ -242,6 +303,15 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
                     verdict = format!("failed: {why}");
                 }
             }
+        }
+        if refused > 0 {
+            verdict = format!(
+                "computed, but the collector would refuse {refused} of its {} snapshots (below)",
+                outcome.snapshots.len()
+            );
+        }
+        if failures.len() > failed_before {
+            failed_projects += 1;
         }
         report.push(json!({
             "project_type": outcome.project_type,
@@ -258,6 +328,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             "epoch": {"epoch_id": epoch_id, "begin": begin, "end": end, "slot_id": slot_id, "total_slots": total_slots,
                       "anchor_block": anchor_block, "namespace": cfg.namespace},
             "compute_package": package.package.manifest.commit,
+            "selection": selection_note,
             "projects": report,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
@@ -277,6 +348,9 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
             ""
         };
         writeln!(out, "namespace {}{unset}", cfg.namespace)?;
+        if !selection_note.is_empty() {
+            writeln!(out, "{selection_note}")?;
+        }
         for p in &report {
             let selected = match p["selected"].as_bool() {
                 Some(true) => "reported selected",
@@ -295,6 +369,16 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
                 writeln!(out, "  project id  {}", s["project_id"].as_str().unwrap_or_default())?;
                 writeln!(out, "  cid         {}", s["cid"].as_str().unwrap_or_default())?;
                 writeln!(out, "  snapshot    {}", s["snapshot"].as_str().unwrap_or_default())?;
+                if let Some(why) = s["refused"].as_str() {
+                    writeln!(out, "  refused     {why}")?;
+                }
+                for note in s["warnings"].as_array().into_iter().flatten() {
+                    writeln!(
+                        out,
+                        "  warning     {} (canonical JSON, docs/protocol.md §4)",
+                        note.as_str().unwrap_or_default()
+                    )?;
+                }
             }
         }
     }
@@ -303,11 +387,53 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         [] => Ok(()),
         [one] => Err(ComputeRunFailed(one.clone()).into()),
         many => Err(ComputeRunFailed(format!(
-            "{} of {} projects failed:\n  {}",
-            many.len(),
+            "{failed_projects} of {} projects failed{}:\n  {}",
             report.len(),
+            if failed_projects == many.len() { String::new() } else { format!(" ({} problems)", many.len()) },
             many.join("\n  ")
         ))
         .into()),
     }
+}
+
+/// The data market's active pools as its projects list them (`pools`
+/// settings), in their order (the selection draws from the list as given),
+/// each once.
+fn market_pools(projects: &[Project]) -> Vec<String> {
+    let listed = projects.iter().filter_map(|p| p.settings.get("pools")?.as_array()).flatten();
+    let mut pools: Vec<String> = Vec::new();
+    for pool in listed.filter_map(|p| p.as_str()) {
+        if !pools.iter().any(|p| p.eq_ignore_ascii_case(pool)) {
+            pools.push(pool.to_owned());
+        }
+    }
+    pools
+}
+
+/// Why the collector would refuse `slot_id`'s submission of `project_id`,
+/// in its words: the form and length of the id, the data market's project
+/// rules, and (when it could be run) the selection.
+fn collector_refusal(
+    project_id: &str,
+    slot_id: u64,
+    market: &Projects,
+    selection: Option<&(SelectionCheck, Arc<EpochAssignment>)>,
+) -> Option<String> {
+    if project_id.len() > caps::PROJECT_ID {
+        return Some(format!(
+            "projectId is {} bytes, more than the {} a submission may carry",
+            project_id.len(),
+            caps::PROJECT_ID
+        ));
+    }
+    if !project_id_is_well_formed(project_id) {
+        return Some(format!("projectId `{project_id}` is not `type:source:namespace` (or `type:namespace`)"));
+    }
+    let refusal = match selection {
+        Some((check, epoch)) => check.check(epoch, slot_id, project_id).err()?,
+        None => Refusal::UnknownProject(market.check(project_id).err()?),
+    };
+    Some(match refusal {
+        Refusal::NotSelected(why) | Refusal::WrongPool(why) | Refusal::UnknownProject(why) => why,
+    })
 }

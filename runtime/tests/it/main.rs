@@ -3,6 +3,7 @@
 
 mod alerts;
 mod assignments;
+mod author;
 mod bds;
 mod check;
 mod cluster;

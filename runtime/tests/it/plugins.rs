@@ -101,6 +101,7 @@ fn compute_run_names_each_processor_that_panics_fails_or_runs_past_its_time_limi
         entry("panics", "PanickingProcessor", serde_json::json!({})),
         entry("fails", "FailingProcessor", serde_json::json!({})),
         entry("slow", "SlowProcessor", serde_json::json!({"sleep_ms": 30000})),
+        entry("twice", "ReturnsProcessor", serde_json::json!({"sources": "0xAA 0xaa"})),
     ]});
     std::fs::write(&projects, config.to_string()).unwrap();
     let node = node
@@ -114,19 +115,20 @@ fn compute_run_names_each_processor_that_panics_fails_or_runs_past_its_time_limi
     good.assert_ok();
     assert!(good.stdout.contains("epoch 3: source blocks 7..=7"), "{}", good.stdout);
     assert!(good.stdout.contains("echo (EchoProcessor): computed; reported selected"), "{}", good.stdout);
-    assert!(good.stdout.contains("project id  echo:echo:POWERLOOM_CHAIN-NAMESPACE-SOURCE_CHAIN"), "{}", good.stdout);
+    assert!(good.stdout.contains("project id  echo:POWERLOOM_CHAIN-NAMESPACE-SOURCE_CHAIN"), "{}", good.stdout);
     assert!(good.stdout.contains("(set POWERLOOM_CHAIN, NAMESPACE and SOURCE_CHAIN for the node's project ids)"));
     let cid = good.stdout.lines().find_map(|l| l.trim().strip_prefix("cid")).map(str::trim).unwrap_or_default();
     assert!(cid.starts_with("bafkrei"), "{}", good.stdout);
 
     let bad = node.run(&["compute", "run", "--begin", "7", "--epoch-id", "3"]);
     assert_eq!(bad.code, 1, "stdout:\n{}\nstderr:\n{}", bad.stdout, bad.stderr);
-    assert!(bad.stderr.contains("error: 3 of 4 projects failed"), "{}", bad.stderr);
+    assert!(bad.stderr.contains("error: 4 of 5 projects failed"), "{}", bad.stderr);
     assert!(bad.stdout.contains(&format!("cid         {cid}")), "the good project still prints:\n{}", bad.stdout);
     for (who, why) in [
         ("project panics (PanickingProcessor in faulty)", "fixture panic at epoch 3"),
         ("project fails (FailingProcessor in faulty)", "fixture failure at epoch 3"),
-        ("project slow (SlowProcessor in faulty)", "timed out after 1s"),
+        ("project slow (SlowProcessor in faulty)", "timed out after 1s (LITE_NODE_COMPUTE_TIMEOUT_SECS)"),
+        ("project twice (ReturnsProcessor in faulty)", "returned two snapshots for data sources `0xAA` and `0xaa`"),
     ] {
         let line = bad.stderr.lines().find(|l| l.contains(who)).unwrap_or_else(|| panic!("no {who}:\n{}", bad.stderr));
         assert!(line.contains(why), "{line}");

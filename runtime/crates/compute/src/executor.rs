@@ -556,7 +556,13 @@ impl LocalExecutor {
         }
         let unreachable = matches!(answer, Ok(Ok((Err(_), _)))) && reported_by.unreachable_calls() > 0;
         let (kind, snapshots) = match answer {
-            Err(_) => (OutcomeKind::Failed(format!("timed out after {}s", self.timeout.as_secs_f64())), vec![]),
+            Err(_) => (
+                OutcomeKind::Failed(format!(
+                    "timed out after {}s (LITE_NODE_COMPUTE_TIMEOUT_SECS)",
+                    self.timeout.as_secs_f64()
+                )),
+                vec![],
+            ),
             Ok(Err(join)) => (OutcomeKind::Failed(format!("compute worker failed: {join}")), vec![]),
             Ok(Ok((Err(e), _))) => (OutcomeKind::Failed(e.into_string()), vec![]),
             Ok(Ok((Ok(snapshots), reported))) if snapshots.is_empty() => match reported {

@@ -114,7 +114,29 @@ impl SelectionCheck {
             return Ok(known.clone());
         }
         let unavailable = |what: &str, e: RpcError| Refused::Unavailable(format!("{what} unavailable: {e}"));
-        let Release { begin, end, .. } = release;
+        let total_slots = anchor.total_slots_at(release.block_number).await.map_err(|e| unavailable("anchor", e))?;
+        // A ProtocolState without the full-node registry answers with an
+        // error (a revert): it has none.
+        let full_nodes = match anchor.full_nodes_at(release.block_number).await {
+            Ok(slots) => slots.into_iter().collect(),
+            Err(e) if e.code.is_some() => Default::default(),
+            Err(e) => return Err(unavailable("anchor", e)),
+        };
+        self.assign(epoch_id, release.begin, release.end, total_slots, full_nodes).await
+    }
+
+    /// The assignment of an epoch given its blocks, total slots and full
+    /// nodes (as [`SelectionCheck::epoch`] reads them at its release): the
+    /// seed block's hash from the source chain and the rule's answer.
+    pub async fn assign(
+        &self,
+        epoch_id: u64,
+        begin: u64,
+        end: u64,
+        total_slots: u64,
+        full_nodes: std::collections::BTreeSet<u64>,
+    ) -> Result<Arc<EpochAssignment>, Refused> {
+        let unavailable = |what: &str, e: RpcError| Refused::Unavailable(format!("{what} unavailable: {e}"));
         let block = self
             .source
             .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(begin), false]))
@@ -126,14 +148,6 @@ impl SelectionCheck {
                 Refused::Unavailable(format!("the source chain has no block {begin} (epoch {epoch_id}'s seed block)"))
             })?
             .to_owned();
-        let total_slots = anchor.total_slots_at(release.block_number).await.map_err(|e| unavailable("anchor", e))?;
-        // A ProtocolState without the full-node registry answers with an
-        // error (a revert): it has none.
-        let full_nodes = match anchor.full_nodes_at(release.block_number).await {
-            Ok(slots) => slots.into_iter().collect(),
-            Err(e) if e.code.is_some() => Default::default(),
-            Err(e) => return Err(unavailable("anchor", e)),
-        };
         let request = AssignmentRequest {
             epoch_id,
             block_hash: block_hash.as_str().into(),

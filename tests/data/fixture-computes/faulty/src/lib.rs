@@ -26,7 +26,7 @@ pub const FAILING: ProcessorSpec = ProcessorSpec {
 
 pub const ECHO: ProcessorSpec = ProcessorSpec {
     class_name: "EchoProcessor",
-    description: "returns its settings as the snapshot",
+    description: "returns its settings as the snapshot (no data source)",
     needs: &[],
     new: |settings| {
         if settings.contains("\"reject\"") {
@@ -55,7 +55,8 @@ impl ComputeProcessor for Failing {
 impl ComputeProcessor for Echo {
     fn compute(&self, epoch: &EpochContext, host: &Host<'_>) -> Result<Vec<Snapshot>, String> {
         host.report_selection(epoch.epoch_id, true, epoch.slot_id);
-        Ok(vec![Snapshot::new("echo", self.0.clone())])
+        // No data source: a collector takes only pool addresses or none.
+        Ok(vec![Snapshot::new("", self.0.clone())])
     }
 }
 

@@ -1,0 +1,73 @@
+//! A compute author's package from `lite-node compute new`, as an author
+//! edits it: what `compute run` tells them before a collector does.
+
+use std::path::{Path, PathBuf};
+
+use lite_node_testkit::World;
+
+use crate::support::Node;
+
+/// `compute new` at `cwd/name`; the package's directory.
+fn scaffold(node: &Node, name: &str) -> PathBuf {
+    let package = node.cwd.path().join(name);
+    node.run(&["compute", "new", package.to_str().unwrap()]).assert_ok();
+    package
+}
+
+/// Replaces `from` (which must be there) with `to` in the file.
+fn edit(file: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains(from), "{} has no `{from}`", file.display());
+    std::fs::write(file, text.replace(from, to)).unwrap();
+}
+
+/// A processor that returns a pool other than the one the selection
+/// assigned its slot, and a data source with `:` in it: `compute run`
+/// prints both, each refused in the collector's words, and exits 1.
+#[test]
+fn compute_run_refuses_what_the_collector_would_in_its_words() {
+    let world = World::load();
+    let node = Node::new();
+    let package = scaffold(&node, "pool-state");
+    let projects = package.join("projects.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&projects).unwrap()).unwrap();
+    config["config"][0]["pools"] = serde_json::json!(world.manifest.pools);
+    std::fs::write(&projects, config.to_string()).unwrap();
+    edit(
+        &package.join("pool-state/src/lib.rs"),
+        "Ok(vec![self.snapshot(epoch, host, pool)?])",
+        "let other = self.pools.iter().find(|p| !p.eq_ignore_ascii_case(pool)).unwrap();
+        let wrong = self.snapshot(epoch, host, other)?;
+        let evil = Snapshot::new(format!(\"{pool}:evil\"), r#\"{\"fee\": 0.3, \"a\": 1, \"a\": 2}\"#);
+        Ok(vec![wrong, evil])",
+    );
+    let node = node
+        .env("LITE_NODE_COMPUTE_DIR", package.display().to_string())
+        .env("PROJECTS_CONFIG", projects.display().to_string())
+        .env("SOURCE_RPC_URL", world.url());
+    let begin = world.head().to_string();
+    // Two slots, five pools: both are selected.
+    let run = node.run(&["compute", "run", "--begin", &begin, "--slot", "1", "--total-slots", "2"]);
+    assert_eq!(run.code, 1, "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    let assigned = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("the selection assigns slot 1 pool ")?.split(' ').next())
+        .unwrap_or_else(|| panic!("the assignment is named:\n{}", run.stdout))
+        .to_owned();
+    let refused: Vec<&str> = run.stdout.lines().filter_map(|l| l.trim().strip_prefix("refused")).collect();
+    assert_eq!(refused.len(), 2, "{}", run.stdout);
+    assert!(
+        refused[0].contains(&format!("slot 1 was assigned pool {assigned} in epoch 1, not poolState:0x")),
+        "{refused:?}"
+    );
+    assert!(refused[1].contains(":evil:POWERLOOM_CHAIN-NAMESPACE-SOURCE_CHAIN` is not `type:source:namespace`"));
+    // What canonical JSON takes silently is a warning, with the rule.
+    let warnings: Vec<&str> = run.stdout.lines().filter_map(|l| l.trim().strip_prefix("warning")).collect();
+    assert_eq!(warnings.len(), 2, "{}", run.stdout);
+    assert!(warnings[0].contains("0.3 is not an integer") && warnings[0].contains("docs/protocol.md §4"));
+    assert!(warnings[1].contains("key \"a\" is given twice in one object; only the last value is kept"));
+    assert!(run.stderr.contains("error: 1 of 1 projects failed (2 problems)"), "{}", run.stderr);
+    assert!(run.stderr.contains("the collector would refuse `poolState:0x"), "{}", run.stderr);
+    assert!(run.stdout.contains("computed, but the collector would refuse 2 of its 2 snapshots"), "{}", run.stdout);
+}
