@@ -182,6 +182,7 @@ function main() {
   const signers = new Map(record.nodes.flatMap((n) => (n.slots || [n.slotId]).map((slot) => [slot, n.signer.toLowerCase()])));
   let checked = 0;
   let finalized = 0;
+  const explained = [];
   const withValidator = record.epochs.some((e) => 'finalized' in e && e.finalized !== undefined && e.finalized !== null) || record.summary.finalized != null;
   for (const e of record.epochs) {
     if (withValidator) { checkFinalized(e, problems); finalized++; }
@@ -232,10 +233,17 @@ function main() {
         }
       }
     }
+    // A slot the record says sent nothing (its node's compute failed, with
+    // why) is an explained miss, reported, not a fault of the record — as
+    // long as nothing of that slot is in the epoch's submissions.
+    const ended = new Map((e.endedWithoutSending || []).map((x) => [x.slotId, x.why]));
     for (const [slot, pool] of selected) {
       if (!signers.has(slot)) continue;
       const ok = e.submissions.some((s) => s.slotId === slot && s.verdict === 'accepted' && s.projectId.toLowerCase().includes(pool.toLowerCase()));
-      if (!ok) problems.push(`${where}: selected slot ${slot} (pool ${pool}) has no accepted submission`);
+      if (ok) continue;
+      if (!ended.has(slot)) problems.push(`${where}: selected slot ${slot} (pool ${pool}) has no accepted submission`);
+      else if (e.submissions.some((s) => s.slotId === slot)) problems.push(`${where}: the record says selected slot ${slot} sent nothing, but it lists a submission of it`);
+      else explained.push(`${where}: selected slot ${slot} (pool ${pool}) sent nothing, as the record says: ${ended.get(slot)}`);
     }
   }
   if (problems.length) {
@@ -248,8 +256,10 @@ function main() {
     ? `; ${finalized} finalized batches recomputed (votes, root, batch CID)` +
       (validators ? `; ${validators} validators' batches each epoch; ${onchain} epochs finalized on chain with the majority's root and CIDs` : '')
     : '';
+  for (const x of explained) console.log(`NOT SENT ${x}`);
+  const notSent = explained.length ? `; ${explained.length} selected slot(s) sent nothing, each explained by the record (not a fault of the record: the run itself failed)` : '';
   const full = record.fullNode ? `; full node ${record.fullNode.slotId} covered all ${record.pools.length} pools once per epoch (${record.fullNode.workers.length} workers, ${record.fullNode.assign})` : '';
-  console.log(`verified ${checked} submissions over ${record.epochs.length} epochs: signatures, CIDs and selection hold${full}${batches}`);
+  console.log(`verified ${checked} submissions over ${record.epochs.length} epochs: signatures, CIDs and selection hold${full}${batches}${notSent}`);
 }
 
 main();

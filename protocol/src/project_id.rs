@@ -31,17 +31,14 @@ pub fn repeated_data_source<'a>(sources: impl IntoIterator<Item = &'a str>) -> O
 /// What a processor that returned two snapshots for one data source is
 /// told (the node, `compute run` and `check` word it alike).
 pub fn repeated_data_source_error(project_type: &str, first: &str, second: &str) -> String {
-    let same = if first == second {
-        format!("data source `{first}` twice")
+    let which = if first == second {
+        format!("data source `{first}`")
     } else {
-        format!(
-            "data sources `{first}` and `{second}`, which name one project ({})",
-            project_id(project_type, second, "…")
-        )
+        format!("`{first}` and `{second}`, one project id ({})", project_id(project_type, second, "…"))
     };
     format!(
-        "returned two snapshots for {same}: a processor returns one snapshot per data source per epoch (the \
-         collector keeps one CID per project id); merge them, or give the second its own data source"
+        "returned two snapshots for {which}: one snapshot per data source per epoch (the collector keeps one CID \
+         per project id)"
     )
 }
 
@@ -55,7 +52,7 @@ mod tests {
         assert_eq!(repeated_data_source(["0xAA", "0xbb", "0xaa"]), Some(("0xAA", "0xaa")));
         assert_eq!(repeated_data_source(["", ""]), Some(("", "")));
         let e = repeated_data_source_error("t", "0xAA", "0xaa");
-        assert!(e.contains("`0xAA` and `0xaa`, which name one project (t:0xaa:…)"), "{e}");
+        assert!(e.contains("`0xAA` and `0xaa`, one project id (t:0xaa:…): one snapshot per data source"), "{e}");
     }
 
     #[test]

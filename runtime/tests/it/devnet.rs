@@ -721,3 +721,70 @@ fn a_full_node_over_three_workers_covers_every_pool_once_through_kills_stops_and
         );
     }
 }
+
+/// An author's processor that panics in odd epochs and returns two
+/// snapshots for its pool in even ones, on the devnet: each epoch's row
+/// names the reason as soon as the node knows it (no epoch waits out the
+/// timeout), the run exits non-zero, and the record still verifies.
+#[test]
+fn a_processor_that_fails_is_named_in_the_table_and_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let package = dir.path().join("pool-state");
+    let new = Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .args(["compute", "new"])
+        .arg(&package)
+        .env_clear()
+        .envs(toolchain_env())
+        .output()
+        .unwrap();
+    assert!(new.status.success(), "{}", String::from_utf8_lossy(&new.stderr));
+    let lib = package.join("pool-state/src/lib.rs");
+    let text = std::fs::read_to_string(&lib).unwrap();
+    let selected = "        Ok(vec![self.snapshot(epoch, host, pool)?])";
+    assert!(text.contains(selected), "{text}");
+    let broken = "        if epoch.epoch_id % 2 == 1 {
+            panic!(\"boom in epoch {}\", epoch.epoch_id);
+        }
+        let once = self.snapshot(epoch, host, pool)?;
+        Ok(vec![once.clone(), once])";
+    std::fs::write(&lib, text.replace(selected, broken)).unwrap();
+    lite_node_testkit::git(&package, &["commit", "-qam", "break the processor"]);
+    let commit = lite_node_testkit::git(&package, &["rev-parse", "HEAD"]);
+
+    let record = dir.path().join("run.json");
+    let projects = package.join("projects.json");
+    let args = ["--epochs", "4", "--nodes", "2", "--projects", projects.to_str().unwrap()];
+    let out = devnet(dir.path(), &args)
+        .args(["--json", record.to_str().unwrap()])
+        .env("SNAPSHOTTER_COMPUTE_REPO", format!("file://{}", package.display()))
+        .env("SNAPSHOTTER_COMPUTE_REPO_BRANCH", "main")
+        .env("SNAPSHOTTER_COMPUTE_REPO_COMMIT", &commit)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    let panicked =
+        "slots 1-2: poolState failed: PoolStateProcessor panicked: boom in epoch 1 (run/node-1.log, run/node-2.log)";
+    assert!(stdout.contains(panicked), "{stdout}");
+    assert!(
+        stdout.contains("slot 1: poolState failed: returned two snapshots for data source `0x"),
+        "the second snapshot is named, nothing of it submitted:\n{stdout}"
+    );
+    assert!(!stdout.contains("not answered in time"), "{stdout}");
+    assert!(stdout.contains("0 accepted, 0 rejected, 8 missing (8 of them ended in their node"), "{stdout}");
+    // Four epochs within one epoch's timeout (60 s): none was waited out.
+    let took: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("4 epochs in ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("a summary line:\n{stdout}"));
+    assert!(took < 60.0, "{stdout}");
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert_eq!(json["summary"]["endedWithoutSending"], 8, "{}", json["summary"]);
+    assert_eq!(json["epochs"][0]["endedWithoutSending"].as_array().map(Vec::len), Some(2));
+    // The record is true (its bytes, signatures and selection hold) and says
+    // which slots sent nothing.
+    let verified = verify(&record);
+    let said = String::from_utf8_lossy(&verified.stdout);
+    assert!(verified.status.success(), "{said}");
+    assert!(said.contains("8 selected slot(s) sent nothing, each explained by the record"), "{said}");
+}

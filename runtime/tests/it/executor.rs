@@ -77,7 +77,7 @@ fn outcomes_follow_the_protocols_books() {
     assert_eq!(kinds[4], ("fails", &OutcomeKind::Failed("fixture failure at epoch 7".into())));
     // Two snapshots for one data source: a failure naming both, nothing kept.
     let OutcomeKind::Failed(twice) = kinds[5].1 else { panic!("{:?}", kinds[5]) };
-    assert!(twice.starts_with("returned two snapshots for data sources `0xAA` and `0xaa`"), "{twice}");
+    assert!(twice.starts_with("returned two snapshots for `0xAA` and `0xaa`, one project id"), "{twice}");
     assert!(outcomes[5].snapshots.is_empty());
 }
 

@@ -128,7 +128,7 @@ fn compute_run_names_each_processor_that_panics_fails_or_runs_past_its_time_limi
         ("project panics (PanickingProcessor in faulty)", "fixture panic at epoch 3"),
         ("project fails (FailingProcessor in faulty)", "fixture failure at epoch 3"),
         ("project slow (SlowProcessor in faulty)", "timed out after 1s (LITE_NODE_COMPUTE_TIMEOUT_SECS)"),
-        ("project twice (ReturnsProcessor in faulty)", "returned two snapshots for data sources `0xAA` and `0xaa`"),
+        ("project twice (ReturnsProcessor in faulty)", "returned two snapshots for `0xAA` and `0xaa`, one project id"),
     ] {
         let line = bad.stderr.lines().find(|l| l.contains(who)).unwrap_or_else(|| panic!("no {who}:\n{}", bad.stderr));
         assert!(line.contains(why), "{line}");

@@ -262,7 +262,7 @@ mod tests {
         let mut twice = computed(1, "{\"n\": 1}");
         twice.snapshots.push(("0xaa".into(), "{\"n\": 2}".into()));
         let e = store.store(4, "ns", &twice).unwrap_err();
-        assert!(e.contains("`0xAA` and `0xaa`"), "{e}");
+        assert!(e.contains("`0xAA` and `0xaa`, one project id"), "{e}");
         assert!(!dir.path().join("snapshots").exists(), "nothing of it was written");
     }
 

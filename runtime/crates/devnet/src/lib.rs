@@ -10,6 +10,7 @@
 pub mod collector;
 mod fault;
 mod fullnode;
+mod journals;
 mod process;
 mod proxy;
 mod record;
@@ -174,6 +175,9 @@ pub struct Summary {
     pub rejected: usize,
     /// Selected slots whose submission never arrived.
     pub missing: usize,
+    /// Of those, the ones whose node ended the epoch with nothing sent
+    /// (a compute that failed or did not report itself selected).
+    pub ended_without_sending: usize,
     pub interrupted: bool,
     /// Release → acknowledgement, milliseconds, sorted.
     pub latencies_ms: Vec<f64>,
@@ -250,7 +254,19 @@ struct Released {
     drills: Vec<u64>,
     /// Submissions the full node owes (every pool of every pooled project).
     full_expected: usize,
+    /// Expected slots whose node ended the epoch with nothing sent, with
+    /// why (their journal's lines: a compute that failed, or reported not
+    /// selected) and the node's number: not waited for.
+    ended: BTreeMap<u64, (String, u64)>,
 }
+
+/// When the devnet first reads the journals of slots whose submission has
+/// not arrived (most epochs are answered before), and then how often.
+const JOURNAL_FIRST_LOOK: Duration = Duration::from_millis(250);
+const JOURNAL_LOOK_EVERY: Duration = Duration::from_millis(200);
+
+/// Reasons a row names; the rest are counted.
+const MAX_REASONS: usize = 4;
 
 /// How long the devnet waits for a stalled anvil.
 const STALL_LIMIT: Duration = Duration::from_secs(120);
@@ -329,6 +345,9 @@ struct Devnet {
     exe: PathBuf,
     /// The table's width for the selected slots.
     width: usize,
+    /// How many projects each node runs: a slot's epoch has ended in its
+    /// journal once that many lines of it are there.
+    project_count: usize,
     released: Vec<Released>,
     /// `kill-node-mid-burst` drills, `(slot, epoch)` → the release of the
     /// collector's hold on that node's answers (sent once it is killed), and
@@ -398,10 +417,11 @@ impl Devnet {
         let projects = run_dir.join("projects.json");
         let described = write_projects(&opts, env, &run_dir, &pools, &package, &projects)?;
         writeln!(out, "projects: {described}")?;
-        let market_projects = lite_node_protocol::submission::Projects::new(
-            NAMESPACE_VARS.map(|(_, v)| v).join("-"),
-            lite_node_config::Projects::load(&projects)?.projects.into_iter().map(|p| p.project_type),
-        );
+        let project_types: Vec<String> =
+            lite_node_config::Projects::load(&projects)?.projects.into_iter().map(|p| p.project_type).collect();
+        let project_count = project_types.len();
+        let market_projects =
+            lite_node_protocol::submission::Projects::new(NAMESPACE_VARS.map(|(_, v)| v).join("-"), project_types);
 
         // The chain.
         let anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
@@ -714,6 +734,7 @@ impl Devnet {
             full_node,
             exe,
             width,
+            project_count,
             released: Vec::new(),
             burst_holds,
             interrupted: false,
@@ -822,8 +843,9 @@ impl Devnet {
     /// Waits for `epoch`'s submissions (restarting a node that died, at most
     /// `--epoch-timeout-secs`), lets each validator finalize it, prints its
     /// row and keeps it. A stop lets the epoch in flight finish, briefly.
-    async fn settle(&mut self, epoch: Released, out: &mut dyn Write, shutdown: &mut Shutdown) -> Result<()> {
+    async fn settle(&mut self, mut epoch: Released, out: &mut dyn Write, shutdown: &mut Shutdown) -> Result<()> {
         let mut deadline = tokio::time::Instant::now() + self.opts.epoch_timeout;
+        let mut look_at = tokio::time::Instant::now() + JOURNAL_FIRST_LOOK;
         loop {
             if self.kill_mid_burst(&epoch) {
                 // The anchor moves on before the node is back: a message it
@@ -833,8 +855,19 @@ impl Devnet {
                     tracing::warn!("drill: mining a block after the kill failed: {e:#}");
                 }
             }
-            if count_arrived(&self.received, &epoch) >= epoch.expected.len() + epoch.full_expected {
+            let owed = epoch.expected.len() + epoch.full_expected;
+            let arrived = count_arrived(&self.received, &epoch);
+            if arrived >= owed {
                 break;
+            }
+            // A slot whose node ended the epoch without sending is not
+            // waited for: its journal says why.
+            if tokio::time::Instant::now() >= look_at {
+                self.look_at_journals(&mut epoch);
+                look_at = tokio::time::Instant::now() + JOURNAL_LOOK_EVERY;
+                if arrived + epoch.ended.len() >= owed {
+                    break;
+                }
             }
             // A node that died is started again on its data dir: it rejoins
             // where its cursor is, and its ledger keeps it from sending twice.
@@ -1029,6 +1062,26 @@ impl Devnet {
 
     /// Starts again a node whose process ended; an error once one has been
     /// restarted [`MAX_RESTARTS`] times.
+    /// Reads the journal of each expected slot with nothing arrived yet:
+    /// one whose node has ended the epoch (a line for each project) sent
+    /// nothing more, and `epoch.ended` says why.
+    fn look_at_journals(&self, epoch: &mut Released) {
+        let answered = arrived_slots(&self.received, epoch);
+        let e = epoch.assignment.epoch_id;
+        for slot in epoch.expected.keys() {
+            if answered.contains(slot) || epoch.ended.contains_key(slot) {
+                continue;
+            }
+            let Some(node) = self.nodes.iter().find(|n| !n.full_node && n.slots.contains(slot)) else { continue };
+            let ended = journals::read(&journals::path(&node.data_dir, *slot, node.slots.len() > 1), e);
+            if ended.len() >= self.project_count {
+                let why = journals::describe(&ended);
+                let why = if why.is_empty() { "its node ended the epoch with nothing sent".to_owned() } else { why };
+                epoch.ended.insert(*slot, (why, node.index));
+            }
+        }
+    }
+
     fn restart_dead_node(&mut self) -> Result<()> {
         let dead = self.nodes.iter_mut().find_map(|n| {
             let status = n.process.exited()?;
@@ -1417,7 +1470,7 @@ async fn release_one(
     let expected =
         assignment.selected.iter().filter(|(s, _)| ours(s) && !drilled(s)).map(|(s, p)| (*s, p.clone())).collect();
     let drills = assignment.selected.keys().filter(|s| ours(s) && drilled(s)).copied().collect();
-    Ok(Released { assignment, release_block, sent_at, expected, drills, full_expected: 0 })
+    Ok(Released { assignment, release_block, sent_at, expected, drills, full_expected: 0, ended: BTreeMap::new() })
 }
 
 /// What a power loss takes from a node's ledgers (`lose-power-mid-burst`):
@@ -1466,6 +1519,17 @@ fn count_arrived(received: &Received, epoch: &Released) -> usize {
         .filter(|s| !s.foreign)
         .filter(|s| s.submission.request.as_ref().is_some_and(|r| r.epoch_id == epoch.assignment.epoch_id))
         .count()
+}
+
+/// The slots the collector has answered for `epoch` so far.
+fn arrived_slots(received: &Received, epoch: &Released) -> std::collections::BTreeSet<u64> {
+    let seen = received.lock().unwrap_or_else(|p| p.into_inner());
+    seen.iter()
+        .filter(|s| !s.foreign)
+        .filter_map(|s| s.submission.request.as_ref())
+        .filter(|r| r.epoch_id == epoch.assignment.epoch_id)
+        .map(|r| r.slot_id)
+        .collect()
 }
 
 /// What the collector has answered for `epoch` so far.
@@ -1523,8 +1587,30 @@ fn row(epoch: &Released, received: &Received, width: usize, full_slot: Option<u6
         "{:>5}  {:>6}  {:<width$}  {:>8}  {:>8}  {:>10}",
         epoch.assignment.epoch_id, epoch.release_block, selected, accepted, rejected, latency
     );
-    if missing > 0 {
-        line.push_str(&format!("  ({missing} not answered in time)"));
+    let ended = epoch.ended.len().min(missing);
+    if missing > ended {
+        line.push_str(&format!("  ({} not answered in time)", missing - ended));
+    }
+    // Slots that ended without a submission, by reason (the first few).
+    let mut by_reason: BTreeMap<&str, (Vec<u64>, std::collections::BTreeSet<u64>)> = BTreeMap::new();
+    for (slot, (why, node)) in &epoch.ended {
+        let (slots, nodes) = by_reason.entry(why.as_str()).or_default();
+        slots.push(*slot);
+        nodes.insert(*node);
+    }
+    let mut reasons: Vec<_> = by_reason.into_iter().collect();
+    reasons.sort_by_key(|(_, (slots, _))| std::cmp::Reverse(slots.len()));
+    for (why, (slots, nodes)) in reasons.iter().take(MAX_REASONS) {
+        let which = if slots.len() == 1 { "slot" } else { "slots" };
+        let logs: Vec<String> = nodes.iter().map(|n| format!("run/node-{n}.log")).collect();
+        let logs = match logs.as_slice() {
+            [first, .., last] if logs.len() > 3 => format!("{first} … {last}"),
+            few => few.join(", "),
+        };
+        line.push_str(&format!("\n       {which} {}: {why} ({logs})", lite_node_config::format_slot_ids(slots)));
+    }
+    if reasons.len() > MAX_REASONS {
+        line.push_str(&format!("\n       … and {} other reasons (see the nodes' logs)", reasons.len() - MAX_REASONS));
     }
     for s in seen.iter().filter(|s| s.verdict.is_err()) {
         let slot = s.submission.request.as_ref().map_or(0, |r| r.slot_id);
@@ -1543,6 +1629,7 @@ fn summarize(
     let mut accepted = 0;
     let mut rejected = 0;
     let mut missing = 0;
+    let mut ended_without_sending = 0;
     let mut latencies_ms = Vec::new();
     for epoch in released {
         let of_epoch: Vec<&collector::Seen> = seen
@@ -1568,6 +1655,7 @@ fn summarize(
             let answered = of_epoch.iter().any(|s| s.submission.request.as_ref().is_some_and(|r| r.slot_id == *slot));
             if !answered {
                 missing += 1;
+                ended_without_sending += usize::from(epoch.ended.contains_key(slot));
             }
         }
     }
@@ -1587,6 +1675,7 @@ fn summarize(
         accepted,
         rejected,
         missing,
+        ended_without_sending,
         interrupted,
         latencies_ms,
         peak_rss_kib: nodes.iter().filter_map(|n| n.peak_rss_kib.map(|r| (n.slot_id, r))).collect(),
@@ -1655,6 +1744,12 @@ fn summary_text(s: &Summary, took: Duration) -> String {
         (0, 0) => String::new(),
         (d, r) => format!(", {d} duplicate(s), {r} node restart(s)"),
     };
+    if s.ended_without_sending > 0 {
+        extra = format!(
+            " ({} of them ended in their node with nothing sent: the table says why){extra}",
+            s.ended_without_sending
+        );
+    }
     if s.retransmissions > 0 {
         extra.push_str(&format!(
             ", {} message(s) sent again unchanged (answered alike, not duplicates)",

@@ -97,6 +97,8 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                     "snapshots": n,
                 })),
                 "submissions": submissions,
+                // Selected slots whose node ended the epoch with nothing sent, and why.
+                "endedWithoutSending": e.ended.iter().map(|(s, (why, _))| json!({"slotId": s, "why": why})).collect::<Vec<_>>(),
                 "finalized": outcome.map(|o| o.batch.clone()),
                 "validators": validators.iter().zip(all_outcomes).map(|((index, address), outcomes)| {
                     let o = outcomes.get(&a.epoch_id);
@@ -155,6 +157,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
             "accepted": summary.accepted,
             "rejected": summary.rejected,
             "missing": summary.missing,
+            "endedWithoutSending": summary.ended_without_sending,
             "duplicates": summary.duplicates,
             "retransmissions": summary.retransmissions,
             "restarts": summary.restarts,
