@@ -64,6 +64,11 @@ pub fn compute_new(dir: &std::path::Path, name: Option<&str>, out: &mut dyn Writ
         ("slot-selection/".to_owned(), "the BDS market's slot selection".to_owned()),
         ("plugin-api/".to_owned(), format!("lite-node-plugin-api {api}, this node's interface")),
         ("projects.json".to_owned(), format!("the project {}", s.project_type)),
+        (
+            "Cargo.lock".to_owned(),
+            if s.locked { "the dependencies, pinned" } else { "not written (no registry): the first build writes it" }
+                .to_owned(),
+        ),
         ("README.md".to_owned(), "test, run one epoch, the devnet, publish, what operators set".to_owned()),
     ];
     let width = rows.iter().map(|(a, _)| a.len()).max().unwrap_or(0);

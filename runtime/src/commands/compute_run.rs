@@ -56,6 +56,18 @@ pub struct ComputeRunFailed(pub String);
 
 /// `lite-node compute run`.
 pub fn compute_run(env: &EnvSnapshot, query: &EpochQuery, out: &mut dyn Write) -> Result<()> {
+    // The env file a devnet wrote is good while that devnet runs: its chain
+    // goes with it.
+    if let Some(run_dir) = env.get(lite_node_devnet::DEVNET_RUN_DIR_VAR)
+        && !lite_node_devnet::devnet_running(std::path::Path::new(run_dir))
+    {
+        return Err(BadInput(format!(
+            "the devnet that wrote these settings ({} {run_dir}) is not running, and its chain went with it: \
+             start it again (`./init.sh devnet`, or `lite-node devnet`) and use the compute-run.env it writes",
+            lite_node_devnet::DEVNET_RUN_DIR_VAR
+        ))
+        .into());
+    }
     let cfg = ComputeRunConfig::from_env(env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("compute-run").build()?;
     let result = runtime.block_on(run(cfg, query, out));

@@ -71,3 +71,31 @@ fn compute_run_refuses_what_the_collector_would_in_its_words() {
     assert!(run.stderr.contains("the collector would refuse `poolState:0x"), "{}", run.stderr);
     assert!(run.stdout.contains("computed, but the collector would refuse 2 of its 2 snapshots"), "{}", run.stdout);
 }
+
+/// The package's identity is what git would commit: a file under the
+/// package's ignored `data/` (where a run inside it keeps its state) leaves
+/// `compute list`'s id unchanged; a file git would commit changes it.
+#[test]
+fn ignored_files_are_not_part_of_the_package_id() {
+    let node = Node::new();
+    let package = scaffold(&node, "pool-state");
+    let node = node.env("LITE_NODE_COMPUTE_DIR", package.display().to_string());
+    let id = |node: &Node| {
+        let run = node.run(&["compute", "list"]);
+        let text = format!("{}{}", run.stdout, run.stderr);
+        let id = text.find("local-").map(|at| text[at..at + 22].to_owned());
+        (run.code, id.unwrap_or_else(|| panic!("a package id:\n{text}")))
+    };
+    node.run(&["compute", "fetch"]).assert_ok();
+    let (code, first) = id(&node);
+    assert_eq!(code, 0);
+    std::fs::create_dir_all(package.join("data/deep")).unwrap();
+    std::fs::write(package.join("data/deep/t"), "x").unwrap();
+    std::fs::write(package.join("target-notes.txt"), "x").unwrap();
+    std::fs::remove_file(package.join("target-notes.txt")).unwrap();
+    assert_eq!(id(&node), (0, first.clone()), "an ignored file is not hashed: the package is the one built");
+    std::fs::write(package.join("NOTES.md"), "x").unwrap();
+    let (code, other) = id(&node);
+    assert_ne!(other, first, "a file git would commit is");
+    assert_eq!(code, 1, "another package, not built yet");
+}

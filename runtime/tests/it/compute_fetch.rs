@@ -318,4 +318,7 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
     let keyword = Node::new().run(&["compute", "new", outside.path().join("type").to_str().unwrap()]);
     assert_eq!(keyword.code, 2);
     assert!(keyword.stderr.contains("`type` cannot name a compute crate") && keyword.stderr.contains("keyword"));
+    let builtin = Node::new().run(&["compute", "new", outside.path().join("Test").to_str().unwrap()]);
+    assert_eq!(builtin.code, 2);
+    assert!(builtin.stderr.contains("`test` is a crate Rust itself provides"), "{}", builtin.stderr);
 }

@@ -558,6 +558,11 @@ fn compute_run_on_the_devnet_chain_prints_the_cid_the_devnet_submitted() {
         .unwrap();
     Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     poll_until("the devnet to exit", Duration::from_secs(60), || child.try_wait().unwrap());
+    // Its env file, once the devnet has stopped: said so, not a chain error.
+    let stale = run(1);
+    let stale_err = String::from_utf8_lossy(&stale.stderr);
+    assert_eq!(stale.status.code(), Some(2), "{stale_err}");
+    assert!(stale_err.contains("is not running, and its chain went with it"), "{stale_err}");
     let late_err = String::from_utf8_lossy(&late.stderr);
     assert_eq!(late.status.code(), Some(2), "{late_err}");
     assert!(late_err.contains("epoch 1 has not been released on the anchor chain"), "{late_err}");

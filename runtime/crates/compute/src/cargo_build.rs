@@ -187,6 +187,32 @@ pub fn wanted_requirement(version: &str) -> String {
     }
 }
 
+/// Writes `dir`'s `Cargo.lock` when it has none (offline first, from what
+/// cargo has fetched before; else from the registry): a package's
+/// dependencies are pinned before its identity is taken, or the lock its
+/// first build writes would make it another package at the next command.
+/// Whether a lock was written.
+pub fn lock_dependencies(cargo: &Path, dir: &Path) -> Result<bool, String> {
+    if dir.join("Cargo.lock").exists() {
+        return Ok(false);
+    }
+    let mut last = String::new();
+    for offline in [true, false] {
+        let mut cmd = Command::new(cargo);
+        cmd.arg("generate-lockfile").arg("--manifest-path").arg(dir.join("Cargo.toml")).current_dir(dir);
+        if offline {
+            cmd.arg("--offline");
+        }
+        cmd.env("CARGO_TERM_COLOR", "never").env_remove("CARGO_MAKEFLAGS");
+        let out = cmd.output().map_err(|e| format!("running {} generate-lockfile: {e}", cargo.display()))?;
+        if out.status.success() {
+            return Ok(true);
+        }
+        last = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    }
+    Err(format!("cargo generate-lockfile in {}: {last}", dir.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

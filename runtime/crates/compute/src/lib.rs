@@ -54,15 +54,30 @@ pub enum ComputeError {
     Load(String),
     /// The package was written for another plugin interface than this node
     /// provides: only another commit of it (or another node) can help.
-    #[error(
+    #[error("{}", interface_text(.package, .required, .provided, .wanted, .detail))]
+    Interface { package: String, required: String, provided: String, wanted: String, detail: String },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+/// What [`ComputeError::Interface`] says: the same version with other
+/// layouts is an interface copy that was edited (a package keeps one in
+/// `plugin-api/`); another version needs another commit or node.
+fn interface_text(package: &str, required: &str, provided: &str, wanted: &str, detail: &str) -> String {
+    if required == provided {
+        return format!(
+            "compute package {package} was built against a lite-node-plugin-api {provided} whose types are not this \
+             node's{detail}\nthe interface crate was changed: restore the package's copy (`git checkout -- \
+             plugin-api/` in it, or copy `plugin-api/` from a package `lite-node compute new` writes) and keep \
+             your changes in your own crates; the interface is this node's to define"
+        );
+    }
+    format!(
         "compute package {package} needs lite-node-plugin-api {required}, this node provides {provided}{detail}\n\
          a compute package is built against the interface of the node that runs it: pin a commit of the package \
          written for lite-node-plugin-api {provided} (its crates depend on `lite-node-plugin-api = \"{wanted}\"`), \
          or run the node version it was written for; fetching again cannot fix this"
-    )]
-    Interface { package: String, required: String, provided: String, wanted: String, detail: String },
-    #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    )
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ComputeError {
@@ -179,6 +194,14 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
             // A node run inside the package (an author's `./data`) must not
             // hash its own cache and builds into the package's identity.
             let own = [&cfg.data_dir, &cfg.cache_dir, &cfg.target_dir];
+            if dir.join("Cargo.toml").is_file()
+                && cargo_build::lock_dependencies(&cfg.cargo, dir).map_err(ComputeError::Load)?
+            {
+                tracing::info!(
+                    "wrote {}: it pins the package's dependencies; commit it with the package",
+                    dir.join("Cargo.lock").display()
+                );
+            }
             Some((bundled_id(dir, &own)?, String::new()))
         }
     };
@@ -297,8 +320,10 @@ fn rustc_version(cfg: &ComputeConfig) -> Result<String, ComputeError> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// The bundled workspace's identity: a hash of its files (build output and
-/// hidden files excluded).
+/// The bundled workspace's identity: a hash of its files as git would
+/// commit them — build output, hidden files and what its `.gitignore` rules
+/// leave out are not part of it (a `data/` that a run inside the package
+/// wrote must not make another package of it).
 fn bundled_id(dir: &Path, own: &[&PathBuf]) -> Result<String, ComputeError> {
     let what = || format!("reading the bundled compute workspace {}", dir.display());
     if !dir.join("Cargo.toml").is_file() {
@@ -314,7 +339,9 @@ fn bundled_id(dir: &Path, own: &[&PathBuf]) -> Result<String, ComputeError> {
         .filter_map(|p| std::path::absolute(p).ok()?.strip_prefix(&root).ok().map(Path::to_path_buf))
         .filter(|rel| !rel.as_os_str().is_empty())
         .collect();
-    let mut files = plugin_api_src::walk(dir, &["target"]).map_err(io(what()))?;
+    let ignored = GitIgnored::of(&root);
+    let mut files =
+        plugin_api_src::walk_kept(dir, &["target"], |rel, is_dir| !ignored.ignores(rel, is_dir)).map_err(io(what()))?;
     files.retain(|rel| !skipped.iter().any(|s| rel.starts_with(s)));
     let mut contents = Vec::with_capacity(files.len());
     for rel in &files {
@@ -322,6 +349,43 @@ fn bundled_id(dir: &Path, own: &[&PathBuf]) -> Result<String, ComputeError> {
     }
     let hash = plugin_api_src::hash_files(files.iter().map(PathBuf::as_path).zip(contents.iter().map(Vec::as_slice)));
     Ok(format!("local-{}", &hash[..16]))
+}
+
+/// The ignore rules of the git repository a directory is in (none outside
+/// one): what `git add` would leave out, unless it is tracked already.
+struct GitIgnored {
+    repo: Option<(git2::Repository, PathBuf)>,
+}
+
+impl GitIgnored {
+    fn of(dir: &Path) -> Self {
+        let repo = git2::Repository::discover(dir).ok().and_then(|repo| {
+            let workdir = std::path::absolute(repo.workdir()?).ok()?;
+            let below = dir.strip_prefix(&workdir).ok()?.to_path_buf();
+            Some((repo, below))
+        });
+        Self { repo }
+    }
+
+    /// Whether `rel` (below the directory) is ignored and not tracked.
+    fn ignores(&self, rel: &Path, is_dir: bool) -> bool {
+        let Some((repo, below)) = &self.repo else { return false };
+        let path = below.join(rel);
+        // A trailing `/` lets a directory-only rule (`data/`) match.
+        let asked = if is_dir { PathBuf::from(format!("{}/", path.display())) } else { path.clone() };
+        if !repo.is_path_ignored(&asked).unwrap_or(false) {
+            return false;
+        }
+        let tracked = |index: git2::Index| {
+            if is_dir {
+                let prefix = format!("{}/", path.display());
+                index.iter().any(|e| e.path.starts_with(prefix.as_bytes()))
+            } else {
+                index.get_path(&path, 0).is_some()
+            }
+        };
+        !repo.index().is_ok_and(tracked)
+    }
 }
 
 fn package_dir_name(commit: &str, path: &str, rustc: &str, api: &PluginApiSource, profile: &str) -> String {
@@ -339,4 +403,21 @@ fn read_manifest(dir: &Path) -> Option<Manifest> {
     let bytes = fs::read(dir.join("package.json")).ok()?;
     let manifest: Manifest = serde_json::from_slice(&bytes).ok()?;
     manifest.libraries.iter().all(|l| dir.join(&l.file).is_file()).then_some(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_edited_interface_copy_is_told_apart_from_another_version() {
+        let edited = interface_text("p", "0.4.0", "0.4.0", "0.4", ": `Snapshot` incompatible type size");
+        assert!(edited.contains("the interface crate was changed: restore the package's copy"), "{edited}");
+        assert!(!edited.contains("pin a commit"), "{edited}");
+        let other = interface_text("p", "0.5.0", "0.4.0", "0.4", "");
+        assert!(
+            other.contains("needs lite-node-plugin-api 0.5.0, this node provides 0.4.0")
+                && other.contains("pin a commit")
+        );
+    }
 }

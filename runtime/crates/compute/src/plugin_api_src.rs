@@ -97,6 +97,12 @@ pub fn hash_files<'a>(files: impl Iterator<Item = (&'a Path, &'a [u8])>) -> Stri
 /// Every file below `root` (relative paths, sorted), skipping hidden entries
 /// and directories named in `skip`.
 pub fn walk(root: &Path, skip: &[&str]) -> io::Result<Vec<PathBuf>> {
+    walk_kept(root, skip, |_, _| true)
+}
+
+/// [`walk`], leaving out what `keep(relative path, is a directory)` refuses
+/// (a directory refused is not entered).
+pub fn walk_kept(root: &Path, skip: &[&str], keep: impl Fn(&Path, bool) -> bool) -> io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
@@ -108,7 +114,11 @@ pub fn walk(root: &Path, skip: &[&str]) -> io::Result<Vec<PathBuf>> {
                 continue;
             }
             let child = rel.join(&name);
-            if entry.file_type()?.is_dir() {
+            let dir = entry.file_type()?.is_dir();
+            if !keep(&child, dir) {
+                continue;
+            }
+            if dir {
                 stack.push(child);
             } else {
                 out.push(child);

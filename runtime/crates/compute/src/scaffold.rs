@@ -26,6 +26,8 @@ pub struct Scaffolded {
     pub project_type: String,
     /// The first commit's id.
     pub commit: String,
+    /// Whether `Cargo.lock` is in it.
+    pub locked: bool,
 }
 
 /// Writes a new package into `dir` (which must not exist or be empty), named
@@ -83,6 +85,7 @@ pub fn new_package(dir: &Path, name: Option<&str>) -> anyhow::Result<Scaffolded>
             .replace("compute-template", &crate_name)
             .replace("compute_template", &library)
             .replace("TemplateProcessor", &class_name)
+            .replace("\"poolState\"", &format!("\"{project_type}\""))
             .replace(
                 "description = \"Starting point for compute authors: copy this crate\"",
                 &format!("description = \"{crate_name}: a compute package processor\""),
@@ -111,26 +114,36 @@ pub fn new_package(dir: &Path, name: Option<&str>) -> anyhow::Result<Scaffolded>
         }
         fs::write(&path, text).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }
+    // The dependencies pinned in the first commit (from what cargo has
+    // fetched, else the registry); without a network, the first build does.
+    let cargo = std::env::var_os("LITE_NODE_CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
+    let locked = super::cargo_build::lock_dependencies(&cargo, dir)
+        .inspect_err(|e| tracing::warn!("{e}; the first build writes Cargo.lock (commit it then)"))
+        .is_ok();
     let commit = first_commit(dir, &crate_name)?;
-    Ok(Scaffolded { dir: dir.to_path_buf(), crate_name, library, class_name, project_type, commit })
+    Ok(Scaffolded { dir: dir.to_path_buf(), crate_name, library, class_name, project_type, commit, locked })
 }
 
 fn check_name(name: &str) -> Result<(), BadInput> {
-    let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.ends_with('-')
-        && !TAKEN.contains(&name)
-        && !RUST_KEYWORDS.contains(&name.replace('-', "_").as_str());
-    if ok {
-        Ok(())
+    let ident = name.replace('-', "_");
+    let why = if !name.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
+        "it must start with a lower-case letter".to_owned()
+    } else if let Some(c) = name.chars().find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')) {
+        format!("`{c}` is not a lower-case letter, a digit or a dash")
+    } else if name.ends_with('-') {
+        "it ends with a dash".to_owned()
+    } else if TAKEN.contains(&name) {
+        format!("the package holds or depends on a crate of that name ({})", TAKEN.join(", "))
+    } else if ["test", "std", "core", "alloc", "proc_macro"].contains(&ident.as_str()) {
+        format!("`{ident}` is a crate Rust itself provides, so the library's name would clash with it")
+    } else if RUST_KEYWORDS.contains(&ident.as_str()) {
+        format!("`{ident}` is a Rust keyword, and the library's name is a Rust identifier")
     } else {
-        Err(BadInput(format!(
-            "`{name}` cannot name a compute crate: use lower-case letters, digits and dashes, starting with a \
-             letter (e.g. --name my-market-compute), not a Rust keyword, and not the name of a crate the package \
-             holds or depends on ({})",
-            TAKEN.join(", ")
-        )))
-    }
+        return Ok(());
+    };
+    Err(BadInput(format!(
+        "`{name}` cannot name a compute crate: {why}; pick another with --name (e.g. --name my-market-compute)"
+    )))
 }
 
 /// The package's other crates and its processor's dependencies.

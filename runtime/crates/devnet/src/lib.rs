@@ -1354,6 +1354,18 @@ const NAMESPACE_VARS: [(&str, &str); 3] =
 /// An env file for `lite-node compute run` against this devnet's chain, with
 /// the same compute package and projects (readable by its owner only: it
 /// holds the package's repository URL).
+/// Names, in the env file the devnet writes for `compute run`, the run
+/// directory whose lock says whether that devnet still runs.
+pub const DEVNET_RUN_DIR_VAR: &str = "LITE_NODE_DEVNET_RUN_DIR";
+
+/// Whether the devnet of `run_dir` is running (it holds `<run dir>.lock`).
+pub fn devnet_running(run_dir: &Path) -> bool {
+    match std::fs::File::open(run_dir.with_extension("lock")) {
+        Ok(lock) => lock.try_lock().is_err(),
+        Err(_) => false,
+    }
+}
+
 fn write_compute_run_env(
     run_dir: &Path,
     url: &str,
@@ -1368,6 +1380,8 @@ fn write_compute_run_env(
         ("DATA_MARKET_CONTRACT".into(), manifest.data_market.clone()),
         ("PROJECTS_CONFIG".into(), projects.display().to_string()),
         ("LITE_NODE_DATA_DIR".into(), run_dir.join("compute-run").display().to_string()),
+        // So that `compute run` can tell this devnet has stopped.
+        (DEVNET_RUN_DIR_VAR.into(), run_dir.display().to_string()),
     ];
     vars.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
     // Everything that decides which package is built, and against what.
