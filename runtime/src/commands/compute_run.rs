@@ -348,8 +348,8 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         writeln!(
             out,
             "epoch {epoch_id}: source blocks {begin}..={end} ({whence}); slot {slot_id} of {total_slots} total \
-             ({total_whence}); {anchor_whence}; compute package {}",
-            package.package.manifest.commit
+             ({total_whence}); {anchor_whence}; compute package {} ({})",
+            package.package.manifest.commit, package.package.manifest.location
         )?;
         let unset = if cfg.namespace.contains("POWERLOOM_CHAIN")
             || cfg.namespace.contains("NAMESPACE")

@@ -99,3 +99,26 @@ fn ignored_files_are_not_part_of_the_package_id() {
     assert_ne!(other, first, "a file git would commit is");
     assert_eq!(code, 1, "another package, not built yet");
 }
+
+/// Commands run inside a package (at its root or below) use that package,
+/// not the node checkout's; a library projects.json names that the package
+/// lacks says how to point at the right one.
+#[test]
+fn commands_run_inside_a_package_use_it() {
+    let node = Node::new();
+    let package = scaffold(&node, "pool-state");
+    for dir in [package.clone(), package.join("pool-state/src")] {
+        let fetched = node.run_in(&dir, &["compute", "fetch"]);
+        fetched.assert_ok();
+        assert!(fetched.stdout.contains("library pool_state"), "from {}:\n{}", dir.display(), fetched.stdout);
+    }
+    let projects = node.cwd.path().join("other.json");
+    let other = r#"{"config": [{"project_type": "mine", "processor": {"module": "mine", "class_name": "MineProcessor"},
+                    "preload_tasks": []}]}"#;
+    std::fs::write(&projects, other).unwrap();
+    let node = node.env("PROJECTS_CONFIG", projects.display().to_string()).env("SOURCE_RPC_URL", "http://127.0.0.1:9");
+    let run = node.run_in(&package, &["compute", "run", "--begin", "1"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("library `mine` is not in the compute package local-"), "{}", run.stderr);
+    assert!(run.stderr.contains("point at it: LITE_NODE_COMPUTE_DIR=<its directory>"), "{}", run.stderr);
+}

@@ -71,11 +71,16 @@ impl Node {
     }
 
     pub fn run(&self, args: &[&str]) -> Run {
+        self.run_in(self.cwd.path(), args)
+    }
+
+    /// [`Node::run`] from another directory.
+    pub fn run_in(&self, dir: &Path, args: &[&str]) -> Run {
         let out: Output = Command::new(env!("CARGO_BIN_EXE_lite-node"))
             .args(args)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(self.cwd.path())
+            .current_dir(dir)
             .output()
             .expect("lite-node runs");
         Run {

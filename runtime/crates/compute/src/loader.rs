@@ -79,9 +79,13 @@ impl LoadedPackage {
         let module = module.replace('-', "_");
         self.libraries.iter().find(|l| l.name == module).ok_or_else(|| {
             let names: Vec<_> = self.libraries.iter().map(|l| l.name.as_str()).collect();
+            let m = &self.package.manifest;
             ComputeError::Load(format!(
-                "library `{module}` is not in the compute package {}; it has: {}",
-                self.package.manifest.commit,
+                "library `{module}` is not in the compute package {} ({}); it has: {} — if `{module}` is in another \
+                 package, point at it: LITE_NODE_COMPUTE_DIR=<its directory> (as it is now), or \
+                 SNAPSHOTTER_COMPUTE_REPO, _BRANCH and _COMMIT (a commit of it)",
+                m.commit,
+                m.location,
                 names.join(", ")
             ))
         })

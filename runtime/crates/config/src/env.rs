@@ -873,15 +873,39 @@ impl EnvSnapshot {
 /// The checkout this binary was built from (`runtime/crates/config/../../..`).
 const CHECKOUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../..");
 
-/// The bundled `computes/`: the current directory's, else the one next to the
-/// runtime's sources this binary was built from.
+/// The compute package when none is named: the one the current directory
+/// is in (an author's, found by its workspace manifest, which patches in
+/// `lite-node-plugin-api`), else the checkout's `computes/` here, else the
+/// one next to the runtime's sources this binary was built from.
 fn bundled_computes_dir() -> PathBuf {
     let here = absolute(Path::new("computes"));
     if here.join("Cargo.toml").is_file() {
         return here;
     }
+    if let Some(package) = enclosing_package(&absolute(Path::new("."))) {
+        return package;
+    }
     let built_from = Path::new(CHECKOUT).join("computes");
     built_from.canonicalize().unwrap_or(built_from)
+}
+
+/// The compute package workspace `dir` is in: the nearest directory at or
+/// above it whose Cargo.toml is a workspace that patches in
+/// `lite-node-plugin-api` (a package's; the node's own workspace builds the
+/// interface as a member instead, and its package is `computes/`).
+pub fn enclosing_package(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors().find_map(|d| {
+        let text = std::fs::read_to_string(d.join("Cargo.toml")).ok()?;
+        if !text.contains("[workspace]") {
+            return None;
+        }
+        let patched = text.split("[patch.crates-io]").nth(1).is_some_and(|p| p.contains("lite-node-plugin-api"));
+        if patched {
+            return Some(d.to_path_buf());
+        }
+        let checkout = d.join("computes").join("Cargo.toml");
+        checkout.is_file().then(|| d.join("computes"))
+    })
 }
 
 /// The projects a data market defines, as a collector or validator is told
