@@ -36,7 +36,12 @@ pub fn check(env: &EnvSnapshot, offline: bool, out: &mut dyn Write) -> Result<()
         Ok(cfg) => line(
             true,
             "environment",
-            &format!("slot {} on {}, data market {}", cfg.slot_id, cfg.full_namespace(), cfg.data_market),
+            &format!(
+                "{} on {}, data market {}",
+                slot_list(&cfg.slots.iter().map(|s| s.slot_id).collect::<Vec<_>>()),
+                cfg.full_namespace(),
+                cfg.data_market
+            ),
             out,
         )?,
         Err(e) => {
@@ -193,8 +198,7 @@ fn network(cfg: &NodeConfig) -> Result<Vec<Reached>> {
             ),
             Err(e) => reached(false, "ProtocolState".into(), e.to_string(), false),
         }
-        let ids: Vec<String> = cfg.slots.iter().map(|s| s.slot_id.to_string()).collect();
-        let slot = format!("slot{} {}", if ids.len() == 1 { "" } else { "s" }, ids.join(", "));
+        let slot = slot_list(&cfg.slots.iter().map(|s| s.slot_id).collect::<Vec<_>>());
         match check_slots(&anchor, &cfg.slots, cfg.skip_foreign_slots).await {
             Ok(Ok(kept)) if kept.len() == 1 => reached(
                 true,
@@ -230,4 +234,12 @@ fn network(cfg: &NodeConfig) -> Result<Vec<Reached>> {
         }
         Ok(lines)
     })
+}
+
+/// `slot 7`, or `slots 1-10000` (runs of ids as ranges) with how many.
+fn slot_list(ids: &[u64]) -> String {
+    match ids {
+        [one] => format!("slot {one}"),
+        many => format!("{} slots {}", many.len(), lite_node_config::format_slot_ids(many)),
+    }
 }

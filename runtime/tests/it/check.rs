@@ -39,6 +39,23 @@ fn env_example_passes_check_with_the_bundled_package() {
     assert!(!run.stdout.contains("RPC"), "--offline reaches nothing: {}", run.stdout);
     assert!(run.stdout.contains("ok   processor blockDetails: block_details::BlockDetailsProcessor"), "{}", run.stdout);
     assert!(!run.stdout.contains("ac0974bec") && !run.stderr.contains("ac0974bec"), "the signer key leaked");
+    assert!(run.stdout.contains("ok   environment: slot 1 on "), "{}", run.stdout);
+    // Many slots are named, as ranges; a list with a hole in it is refused, quoted.
+    let example = std::fs::read_to_string(&env_file).unwrap();
+    let check_slots = |ids: &str| {
+        let file = node.cwd.path().join(format!("slots-{}.env", ids.len()));
+        let text: String = example
+            .lines()
+            .map(|l| if l.starts_with("SLOT_ID=") { format!("SLOT_IDS={ids}\n") } else { format!("{l}\n") })
+            .collect();
+        assert!(text.contains("SLOT_IDS="), "env.example sets SLOT_ID");
+        std::fs::write(&file, text).unwrap();
+        node.run(&["--env-file", file.to_str().unwrap(), "check", "--offline"])
+    };
+    let many = check_slots("1-10000");
+    assert!(many.stdout.contains("ok   environment: 10000 slots 1-10000 on "), "{}", many.stdout);
+    let holed = check_slots("1,,2");
+    assert!(holed.stdout.contains("`1,,2` has an empty item between commas"), "{}", holed.stdout);
 }
 
 #[test]

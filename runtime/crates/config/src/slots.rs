@@ -16,19 +16,28 @@ pub const MAX_SLOTS: usize = 10_000;
 /// ascending order as returned; a slot listed twice, a zero, a reversed
 /// range or more than [`MAX_SLOTS`] slots is an error naming it.
 pub fn parse_slot_ids(text: &str) -> Result<Vec<u64>, String> {
-    let number = |s: &str| -> Result<u64, String> {
-        match s.trim().parse::<u64>() {
-            Ok(0) => Err("slot 0: slots are numbered from 1".to_owned()),
-            Ok(n) => Ok(n),
-            Err(_) => Err(format!("`{}` is not a slot id", s.trim())),
-        }
-    };
+    if text.trim().is_empty() || text.split(',').all(|i| i.trim().is_empty()) {
+        return Err("no slot listed".to_owned());
+    }
     let mut slots = std::collections::BTreeSet::new();
-    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+    for item in text.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(format!("`{}` has an empty item between commas", text.trim()));
+        }
+        // Each side of a range, named with the item it is in.
+        let number = |s: &str, side: &str| -> Result<u64, String> {
+            match s.trim().parse::<u64>() {
+                Ok(0) => Err(format!("`{item}`: slot 0: slots are numbered from 1")),
+                Ok(n) => Ok(n),
+                Err(_) if s.trim().is_empty() => Err(format!("`{item}` is a range without its {side} slot")),
+                Err(_) if side.is_empty() => Err(format!("`{item}` is not a slot id")),
+                Err(_) => Err(format!("`{item}` is not a slot id or a range of them (like `1-20`)")),
+            }
+        };
         let (first, last) = match item.split_once('-') {
-            Some((a, b)) => (number(a)?, number(b)?),
+            Some((a, b)) => (number(a, "first")?, number(b, "last")?),
             None => {
-                let n = number(item)?;
+                let n = number(item, "")?;
                 (n, n)
             }
         };
@@ -138,6 +147,11 @@ mod tests {
         assert!(err("a").contains("`a` is not a slot id"));
         assert!(err("1-20000").contains("more than 10000 slots"));
         assert!(err(" , ").contains("no slot listed"));
+        assert_eq!(err("-3"), "`-3` is a range without its first slot");
+        assert_eq!(err("3-"), "`3-` is a range without its last slot");
+        assert_eq!(err("1,,2"), "`1,,2` has an empty item between commas");
+        assert_eq!(err("1-2-3"), "`1-2-3` is not a slot id or a range of them (like `1-20`)");
+        assert_eq!(err("4,0"), "`0`: slot 0: slots are numbered from 1");
     }
 
     #[test]
