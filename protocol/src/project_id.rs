@@ -13,6 +13,18 @@ pub fn project_id(project_type: &str, data_source: &str, namespace: &str) -> Str
     }
 }
 
+/// `0x` and 40 hex digits in either case: an address as an operator or a
+/// projects list may write it.
+pub fn is_address(s: &str) -> bool {
+    s.len() == 42 && s.starts_with("0x") && s[2..].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `0x` and 40 lower-case hex digits: a pool as a data source, the form a
+/// node writes and a collector takes.
+pub fn is_pool_address(s: &str) -> bool {
+    is_address(s) && !s[2..].bytes().any(|b| b.is_ascii_uppercase())
+}
+
 /// The first two data sources in `sources` that name one project (equal
 /// once lower-cased, as [`project_id`] keys them), in their order: a
 /// processor returns at most one snapshot per data source per epoch, since
@@ -53,6 +65,18 @@ mod tests {
         assert_eq!(repeated_data_source(["", ""]), Some(("", "")));
         let e = repeated_data_source_error("t", "0xAA", "0xaa");
         assert!(e.contains("`0xAA` and `0xaa`, one project id (t:0xaa:…): one snapshot per data source"), "{e}");
+    }
+
+    #[test]
+    fn addresses_and_pool_addresses() {
+        let lower = "0x88e6a0c2ddd26feeb64f039a2c41296fcb3f5640";
+        let mixed = "0x88e6A0c2dDD26FEEb64F039a2c41296FcB3f5640";
+        assert!(is_address(lower) && is_address(mixed));
+        assert!(is_pool_address(lower) && !is_pool_address(mixed));
+        for bad in ["", "0x", &lower[..41], &format!("{lower}0"), &lower.replace("0x", "0X"), &lower.replace('e', "g")]
+        {
+            assert!(!is_address(bad) && !is_pool_address(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::future::Future;
 use alloy::{primitives::Address, sol_types::Eip712Domain};
 
 use crate::{
-    eip712,
+    eip712, is_pool_address,
     proto::{Request, SnapshotSubmission},
 };
 
@@ -207,11 +207,6 @@ impl Projects {
         }
         Ok(())
     }
-}
-
-/// `0x` and 40 lower-case hex digits: a data source as a node writes it.
-fn is_pool_address(s: &str) -> bool {
-    s.len() == 42 && s.starts_with("0x") && s[2..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// What the rules need from the chains, asked in their order and only as

@@ -242,7 +242,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
     let pooled = outcomes
         .iter()
         .flat_map(|(_, o)| &o.snapshots)
-        .any(|(source, _)| !source.is_empty() && source.split('_').all(|a| a.len() == 42 && a.starts_with("0x")));
+        .any(|(source, _)| !source.is_empty() && source.split('_').all(lite_node_protocol::is_address));
     let (assignment, selection_note) = match SelectionCheck::new(source.clone(), pools, package.clone(), market.clone())
     {
         Ok(check) if pooled => {

@@ -55,9 +55,7 @@ impl MarketOptions {
     /// The active pools of `--pools` and `--pools-file`, each an address.
     pub fn pools(&self) -> anyhow::Result<Vec<String>> {
         let pools = pool_list(&self.pools, self.pools_file.as_deref())?;
-        let address =
-            |p: &String| p.len() == 42 && p.starts_with("0x") && p[2..].bytes().all(|b| b.is_ascii_hexdigit());
-        let bad: Vec<&String> = pools.iter().filter(|p| !address(p)).collect();
+        let bad: Vec<&String> = pools.iter().filter(|p| !lite_node_protocol::is_address(p)).collect();
         if !bad.is_empty() {
             let from = if self.pools_file.is_some() { "--pools / --pools-file" } else { "--pools" };
             anyhow::bail!(crate::exit::BadInput(format!(

@@ -1,25 +1,9 @@
 //! A compute author's package from `lite-node compute new`, as an author
 //! edits it: what `compute run` tells them before a collector does.
 
-use std::path::{Path, PathBuf};
-
 use lite_node_testkit::World;
 
-use crate::support::Node;
-
-/// `compute new` at `cwd/name`; the package's directory.
-fn scaffold(node: &Node, name: &str) -> PathBuf {
-    let package = node.cwd.path().join(name);
-    node.run(&["compute", "new", package.to_str().unwrap()]).assert_ok();
-    package
-}
-
-/// Replaces `from` (which must be there) with `to` in the file.
-fn edit(file: &Path, from: &str, to: &str) {
-    let text = std::fs::read_to_string(file).unwrap();
-    assert!(text.contains(from), "{} has no `{from}`", file.display());
-    std::fs::write(file, text.replace(from, to)).unwrap();
-}
+use crate::support::{Node, compute_new, edit};
 
 /// A processor that returns a pool other than the one the selection
 /// assigned its slot, and a data source with `:` in it: `compute run`
@@ -28,7 +12,7 @@ fn edit(file: &Path, from: &str, to: &str) {
 fn compute_run_refuses_what_the_collector_would_in_its_words() {
     let world = World::load();
     let node = Node::new();
-    let package = scaffold(&node, "pool-state");
+    let package = compute_new(node.cwd.path(), "pool-state").0;
     let projects = package.join("projects.json");
     let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&projects).unwrap()).unwrap();
     config["config"][0]["pools"] = serde_json::json!(world.manifest.pools);
@@ -78,7 +62,7 @@ fn compute_run_refuses_what_the_collector_would_in_its_words() {
 #[test]
 fn ignored_files_are_not_part_of_the_package_id() {
     let node = Node::new();
-    let package = scaffold(&node, "pool-state");
+    let package = compute_new(node.cwd.path(), "pool-state").0;
     let node = node.env("LITE_NODE_COMPUTE_DIR", package.display().to_string());
     let id = |node: &Node| {
         let run = node.run(&["compute", "list"]);
@@ -106,7 +90,7 @@ fn ignored_files_are_not_part_of_the_package_id() {
 #[test]
 fn commands_run_inside_a_package_use_it() {
     let node = Node::new();
-    let package = scaffold(&node, "pool-state");
+    let package = compute_new(node.cwd.path(), "pool-state").0;
     for dir in [package.clone(), package.join("pool-state/src")] {
         let fetched = node.run_in(&dir, &["compute", "fetch"]);
         fetched.assert_ok();

@@ -13,6 +13,8 @@ use std::{
 use lite_node_testkit::{compute_target_dir, poll_until, toolchain_env, workspace_root};
 use serde_json::Value;
 
+use crate::support::{compute_new, edit};
+
 fn devnet(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lite-node"));
     cmd.arg("devnet")
@@ -584,17 +586,7 @@ fn compute_run_on_the_devnet_chain_prints_the_cid_the_devnet_submitted() {
 #[test]
 fn the_devnet_runs_a_package_from_compute_new_with_its_own_projects() {
     let dir = tempfile::tempdir().unwrap();
-    let package = dir.path().join("pool-state");
-    let new = Command::new(env!("CARGO_BIN_EXE_lite-node"))
-        .args(["compute", "new"])
-        .arg(&package)
-        .env_clear()
-        .envs(toolchain_env())
-        .output()
-        .unwrap();
-    assert!(new.status.success(), "{}", String::from_utf8_lossy(&new.stderr));
-    let stdout = String::from_utf8_lossy(&new.stdout);
-    let commit = stdout.split("(commit ").nth(1).and_then(|r| r.split(')').next()).unwrap().to_owned();
+    let (package, commit) = compute_new(dir.path(), "pool-state");
 
     let record = dir.path().join("run.json");
     let out = devnet(dir.path(), &["--epochs", "5", "--nodes", "2", "--json", record.to_str().unwrap()])
@@ -734,25 +726,14 @@ fn a_full_node_over_three_workers_covers_every_pool_once_through_kills_stops_and
 #[test]
 fn a_processor_that_fails_is_named_in_the_table_and_not_waited_for() {
     let dir = tempfile::tempdir().unwrap();
-    let package = dir.path().join("pool-state");
-    let new = Command::new(env!("CARGO_BIN_EXE_lite-node"))
-        .args(["compute", "new"])
-        .arg(&package)
-        .env_clear()
-        .envs(toolchain_env())
-        .output()
-        .unwrap();
-    assert!(new.status.success(), "{}", String::from_utf8_lossy(&new.stderr));
-    let lib = package.join("pool-state/src/lib.rs");
-    let text = std::fs::read_to_string(&lib).unwrap();
+    let (package, _) = compute_new(dir.path(), "pool-state");
     let selected = "        Ok(vec![self.snapshot(epoch, host, pool)?])";
-    assert!(text.contains(selected), "{text}");
     let broken = "        if epoch.epoch_id % 2 == 1 {
             panic!(\"boom in epoch {}\", epoch.epoch_id);
         }
         let once = self.snapshot(epoch, host, pool)?;
         Ok(vec![once.clone(), once])";
-    std::fs::write(&lib, text.replace(selected, broken)).unwrap();
+    edit(&package.join("pool-state/src/lib.rs"), selected, broken);
     lite_node_testkit::git(&package, &["commit", "-qam", "break the processor"]);
     let commit = lite_node_testkit::git(&package, &["rev-parse", "HEAD"]);
 

@@ -91,6 +91,32 @@ impl Node {
     }
 }
 
+/// A package from `lite-node compute new` at `parent/name`, as an author
+/// starts one: its directory and the commit `compute new` made.
+pub fn compute_new(parent: &Path, name: &str) -> (PathBuf, String) {
+    let package = parent.join(name);
+    let out = Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .args(["compute", "new"])
+        .arg(&package)
+        .env_clear()
+        .envs(toolchain_env())
+        .current_dir(parent)
+        .output()
+        .expect("lite-node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "compute new:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let commit = lite_node_testkit::git(&package, &["rev-parse", "HEAD"]);
+    assert!(stdout.contains(&format!("(commit {commit})")), "compute new names its commit:\n{stdout}");
+    (package, commit)
+}
+
+/// Replaces `from` (which must be there) with `to` in the file.
+pub fn edit(file: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains(from), "{} has no `{from}`:\n{text}", file.display());
+    std::fs::write(file, text.replace(from, to)).unwrap();
+}
+
 /// A repository holding a copy of this checkout's `computes/` at `computes/`,
 /// without the plugin-api next to it, as a data market would publish it.
 pub fn computes_repo() -> GitFixture {

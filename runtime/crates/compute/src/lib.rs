@@ -355,6 +355,8 @@ fn bundled_id(dir: &Path, own: &[&PathBuf]) -> Result<String, ComputeError> {
 /// one): what `git add` would leave out, unless it is tracked already.
 struct GitIgnored {
     repo: Option<(git2::Repository, PathBuf)>,
+    /// The index's paths, sorted (read once: few paths are ever asked).
+    tracked: Vec<Vec<u8>>,
 }
 
 impl GitIgnored {
@@ -364,7 +366,12 @@ impl GitIgnored {
             let below = dir.strip_prefix(&workdir).ok()?.to_path_buf();
             Some((repo, below))
         });
-        Self { repo }
+        let mut tracked: Vec<Vec<u8>> = match &repo {
+            Some((repo, _)) => repo.index().map(|i| i.iter().map(|e| e.path).collect()).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        tracked.sort_unstable();
+        Self { repo, tracked }
     }
 
     /// Whether `rel` (below the directory) is ignored and not tracked.
@@ -376,15 +383,15 @@ impl GitIgnored {
         if !repo.is_path_ignored(&asked).unwrap_or(false) {
             return false;
         }
-        let tracked = |index: git2::Index| {
-            if is_dir {
-                let prefix = format!("{}/", path.display());
-                index.iter().any(|e| e.path.starts_with(prefix.as_bytes()))
-            } else {
-                index.get_path(&path, 0).is_some()
-            }
-        };
-        !repo.index().is_ok_and(tracked)
+        // Index paths use `/` whatever the platform.
+        let key = path.to_string_lossy().replace('\\', "/");
+        let key = if is_dir { format!("{key}/") } else { key };
+        let at = self.tracked.partition_point(|p| p.as_slice() < key.as_bytes());
+        let tracked = self
+            .tracked
+            .get(at)
+            .is_some_and(|p| if is_dir { p.starts_with(key.as_bytes()) } else { p.as_slice() == key.as_bytes() });
+        !tracked
     }
 }
 
@@ -419,5 +426,34 @@ mod tests {
             other.contains("needs lite-node-plugin-api 0.5.0, this node provides 0.4.0")
                 && other.contains("pin a commit")
         );
+    }
+
+    /// `git add` leaves out what `.gitignore` names, unless it is tracked:
+    /// a file, a directory-only rule, and a tracked file under an ignored
+    /// directory (which keeps only itself, not its directory's other files).
+    #[test]
+    fn ignored_means_ignored_and_untracked() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        fs::write(dir.path().join(".gitignore"), "*.log\ndata/\nbuilt/\n").unwrap();
+        for f in ["a.log", "src.rs", "data/x", "built/kept", "built/other", "pkg/data/y"] {
+            let path = dir.path().join(f);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, f).unwrap();
+        }
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new("built/kept")).unwrap();
+        index.write().unwrap();
+
+        let at_root = GitIgnored::of(dir.path());
+        let ignored = |g: &GitIgnored, rel: &str, is_dir| g.ignores(Path::new(rel), is_dir);
+        assert!(ignored(&at_root, "a.log", false) && ignored(&at_root, "data", true));
+        assert!(!ignored(&at_root, "src.rs", false) && !ignored(&at_root, "pkg", true));
+        assert!(!ignored(&at_root, "built", true), "it holds a tracked file");
+        assert!(!ignored(&at_root, "built/kept", false) && ignored(&at_root, "built/other", false));
+        let below = GitIgnored::of(&dir.path().join("pkg"));
+        assert!(ignored(&below, "data", true), "rules apply below the repository's root");
+        let outside = tempfile::tempdir().unwrap();
+        assert!(!ignored(&GitIgnored::of(outside.path()), "data", true), "no repository, no rules");
     }
 }

@@ -193,7 +193,7 @@ impl SelectionCheck {
             [_, ds, _] => ds.split('_').collect(),
             _ => Vec::new(),
         };
-        let addresses: Vec<&str> = sources.into_iter().filter(|s| is_address(s)).collect();
+        let addresses: Vec<&str> = sources.into_iter().filter(|s| lite_node_protocol::is_address(s)).collect();
         if addresses.is_empty() {
             return Ok(());
         }
@@ -243,8 +243,4 @@ impl From<Refusal> for Refused {
             }
         }
     }
-}
-
-fn is_address(s: &str) -> bool {
-    s.len() == 42 && s.starts_with("0x") && s[2..].bytes().all(|b| b.is_ascii_hexdigit())
 }
