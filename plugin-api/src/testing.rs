@@ -29,6 +29,9 @@ pub struct TestHost {
     /// What `previous_snapshots` answers: `(data_source, epoch_id, cid)` —
     /// what the chain finalized, as a test sets it.
     pub previous: Vec<(String, u64, String)>,
+    /// Every round trip to a chain, in order: its chain and the methods it
+    /// carried (one for `rpc`, each call's for `rpc_batch`).
+    pub round_trips: Mutex<Vec<(Chain, Vec<String>)>>,
 }
 
 impl std::fmt::Debug for TestHost {
@@ -53,6 +56,19 @@ impl TestHost {
         self.reports.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The round trips so far: each one's methods, as
+    /// `[["eth_call", "eth_call"], ["eth_getLogs"]]` for a batch of two
+    /// calls and then one `eth_getLogs` (the chain is in
+    /// [`TestHost::round_trips`]).
+    pub fn round_trips(&self) -> Vec<Vec<String>> {
+        let trips = self.round_trips.lock().unwrap_or_else(|p| p.into_inner());
+        trips.iter().map(|(_, methods)| methods.clone()).collect()
+    }
+
+    fn trip(&self, chain: Chain, methods: Vec<String>) {
+        self.round_trips.lock().unwrap_or_else(|p| p.into_inner()).push((chain, methods));
+    }
+
     fn answer(&self, chain: Chain, method: &str, params: &str) -> Result<String, RpcError> {
         match &self.rpc {
             Some(handler) => handler(chain, method, params),
@@ -63,6 +79,7 @@ impl TestHost {
 
 impl HostApi for TestHost {
     fn rpc(&self, chain: Chain, method: RStr<'_>, params_json: RStr<'_>) -> RResult<RString, RpcError> {
+        self.trip(chain, vec![method.to_string()]);
         self.answer(chain, method.as_str(), params_json.as_str()).map(RString::from).into()
     }
 
@@ -71,6 +88,7 @@ impl HostApi for TestHost {
         chain: Chain,
         calls: RSlice<'_, RpcCall>,
     ) -> RResult<RVec<RResult<RString, RpcError>>, RpcError> {
+        self.trip(chain, calls.iter().map(|c| c.method.to_string()).collect());
         RResult::ROk(
             calls
                 .iter()

@@ -1,9 +1,15 @@
 //! Helpers for compute authors, over the host's raw JSON-RPC:
 //!
 //! - typed `eth_call`: declare a contract's functions with alloy's [`sol!`]
-//!   and call them with [`eth_call`] (one) or [`eth_calls`] (a batch); the
+//!   and call them with [`eth_call`] (one), [`eth_calls`] (one function,
+//!   many times) or a [`Batch`] (several functions, one round trip); the
 //!   calldata is encoded and the answer decoded for you, and every error
-//!   names the function, the contract and the block;
+//!   names the function, the contract and the block ([`eth_call_request`]
+//!   and [`decode_return`] do each half alone);
+//! - typed logs: declare an event with [`sol!`] and read it over a block
+//!   range with [`get_logs`], in chunks a provider accepts, checked and in
+//!   chain order ([`get_raw_logs`] for several events at once);
+//! - typed answers in unit tests: [`testing::ChainAnswers`] on `TestHost`;
 //! - blocks and quantities: [`block`], [`quantity`], [`to_quantity`];
 //! - the epoch's seed block, which `slot_selection::decide` expects:
 //!   [`seed_block_hash`].
@@ -26,14 +32,18 @@
 //! every node, and the node asks a pinned read once for all its slots.
 
 pub use alloy_primitives::{Address, B256, I256, U256, aliases, hex};
-pub use alloy_sol_types::{self as sol_types, SolCall, sol};
+pub use alloy_sol_types::{self as sol_types, SolCall, SolEvent, sol};
 pub use lite_node_plugin_api::Chain;
 
-use lite_node_plugin_api::{EpochContext, Host, RpcCall, RpcError};
+use lite_node_plugin_api::{EpochContext, Host};
 use serde_json::{Value, json};
 
-/// Calls per JSON-RPC batch in [`eth_calls`].
-pub const BATCH: usize = 100;
+mod calls;
+mod logs;
+pub mod testing;
+
+pub use calls::{Answers, BATCH, Batch, Pending, decode_return, eth_call, eth_call_request, eth_calls};
+pub use logs::{LOG_BLOCKS, Log, LogFilter, RawLog, get_logs, get_raw_logs};
 
 /// `0x`-prefixed hex of `n`, as JSON-RPC wants block numbers.
 pub fn to_quantity(n: u64) -> String {
@@ -105,79 +115,11 @@ pub fn seed_block_hash(host: &Host<'_>, epoch: &EpochContext) -> Result<String, 
     block(host, Chain::Source, epoch.begin).map(|b| b.hash).map_err(|e| format!("the epoch's seed {e}"))
 }
 
-/// Calls `call` on the contract `to` at `block` and decodes its answer.
-pub fn eth_call<C: SolCall>(
-    host: &Host<'_>,
-    chain: Chain,
-    to: Address,
-    call: &C,
-    block: u64,
-) -> Result<C::Return, String> {
-    let what = || describe::<C>(to, block);
-    let answer =
-        host.rpc(chain, "eth_call", &params(to, call, block)).map_err(|e| format!("{}: {}", what(), reason(&e)))?;
-    decode::<C>(&answer).map_err(|e| format!("{}: {e}", what()))
-}
-
-/// [`eth_call`] for many contracts (or many calls) at one block, in batches
-/// of [`BATCH`]; the answers come back in the calls' order, and the first
-/// failure is the error.
-pub fn eth_calls<C: SolCall>(
-    host: &Host<'_>,
-    chain: Chain,
-    calls: &[(Address, C)],
-    block: u64,
-) -> Result<Vec<C::Return>, String> {
-    let mut out = Vec::with_capacity(calls.len());
-    for chunk in calls.chunks(BATCH) {
-        let batch: Vec<RpcCall> = chunk
-            .iter()
-            .map(|(to, call)| RpcCall { method: "eth_call".into(), params_json: params(*to, call, block).into() })
-            .collect();
-        let answers = host.rpc_batch(chain, &batch).map_err(|e| {
-            format!("a batch of {} eth_call {} at block {block}: {}", chunk.len(), C::SIGNATURE, reason(&e))
-        })?;
-        if answers.len() != chunk.len() {
-            return Err(format!("a batch of {} eth_call {} got {} answers", chunk.len(), C::SIGNATURE, answers.len()));
-        }
-        for ((to, _), answer) in chunk.iter().zip(answers) {
-            let what = || describe::<C>(*to, block);
-            let answer = answer.map_err(|e| format!("{}: {}", what(), reason(&e)))?;
-            out.push(decode::<C>(&answer).map_err(|e| format!("{}: {e}", what()))?);
-        }
-    }
-    Ok(out)
-}
-
-fn params<C: SolCall>(to: Address, call: &C, block: u64) -> String {
-    let data = format!("0x{}", hex::encode(call.abi_encode()));
-    json!([{"to": to.to_string(), "data": data}, to_quantity(block)]).to_string()
-}
-
-fn describe<C: SolCall>(to: Address, block: u64) -> String {
-    format!("eth_call {} on {to} at block {block}", C::SIGNATURE)
-}
-
-/// A JSON-RPC error as a reason: with its code (the chain answered, e.g. a
-/// revert) or without one (the chain was not reached).
-fn reason(e: &RpcError) -> String {
-    e.to_string()
-}
-
-fn decode<C: SolCall>(answer: &str) -> Result<C::Return, String> {
-    let text: String = serde_json::from_str(answer).map_err(|_| format!("the answer {answer} is not a hex string"))?;
-    let bytes = hex::decode(&text).map_err(|_| format!("the answer {text} is not hex"))?;
-    if bytes.is_empty() {
-        return Err("the answer is empty (no contract at that address, at that block?)".into());
-    }
-    C::abi_decode_returns(&bytes).map_err(|e| format!("the answer does not decode: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use alloy_sol_types::SolValue;
-    use lite_node_plugin_api::{BlockDetail, testing::TestHost};
+    use lite_node_plugin_api::{BlockDetail, RpcError, testing::TestHost};
 
     sol! {
         #[derive(Debug)]

@@ -1,7 +1,8 @@
 //! A starting point for compute authors (`lite-node compute new` writes a
 //! package from it): each epoch, the market's slot selection decides whether
 //! this slot works and on which pool; a selected slot reads that pool's price
-//! and liquidity at the epoch's last block and returns one snapshot. Its
+//! and liquidity at the epoch's last block (one round trip for both) and
+//! counts its swaps over the epoch's blocks, and returns one snapshot. Its
 //! project in projects.json:
 //!
 //! ```json
@@ -14,7 +15,7 @@
 //! Keys of the project entry other than `project_type`, `processor` and
 //! `preload_tasks` arrive here as the settings object.
 
-use compute_kit::{Address, Chain, eth_call, sol};
+use compute_kit::{Address, Batch, Chain, get_logs, sol};
 use lite_node_plugin_api::{
     ComputeProcessor, EpochContext, Host, Need, ProcessorSpec, Snapshot, export_compute_module,
 };
@@ -23,7 +24,7 @@ use serde_json::{Value, json};
 /// How projects.json finds this processor.
 pub const TEMPLATE: ProcessorSpec = ProcessorSpec {
     class_name: "TemplateProcessor",
-    description: "template: the selected pool's price and liquidity at the epoch's last block",
+    description: "template: the selected pool's price and liquidity at the epoch's last block, and its swaps",
     // What the node prepares: block details carry the epoch's seed block,
     // which the slot selection draws from (its project must then list
     // "block_details" in preload_tasks).
@@ -38,13 +39,17 @@ export_compute_module! {
     assignments: slot_selection::assignments,
 }
 
-// The contract functions this processor calls, typed: compute_kit encodes
-// the calldata and decodes the answers.
+// The contract functions this processor calls and the event it reads,
+// typed: compute_kit encodes the calldata and decodes the answers and logs.
 sol! {
     #![sol(alloy_sol_types = compute_kit::sol_types)]
+    #[derive(Debug, Default)]
     function slot0() external view returns (uint160 sqrtPriceX96, int24 tick, uint16 observationIndex,
         uint16 observationCardinality, uint16 observationCardinalityNext, uint8 feeProtocol, bool unlocked);
     function liquidity() external view returns (uint128);
+    #[derive(Debug, Default)]
+    event Swap(address indexed sender, address indexed recipient, int256 amount0, int256 amount1,
+        uint160 sqrtPriceX96, uint128 liquidity, int24 tick);
 }
 
 /// Replace with your own state: clients, caches, settings.
@@ -80,8 +85,14 @@ impl TemplateProcessor {
         //    computes the same bytes. Errors are values: return `Err` naming
         //    what failed (compute_kit's errors name the call and the block).
         let address: Address = compute_kit::address(pool)?;
-        let state = eth_call(host, Chain::Source, address, &slot0Call {}, epoch.end)?;
-        let liquidity = eth_call(host, Chain::Source, address, &liquidityCall {}, epoch.end)?;
+        // Several calls in one round trip: each `add` gives a handle that
+        // reads its own typed answer.
+        let mut batch = Batch::new(Chain::Source, epoch.end);
+        let (state, liquidity) = (batch.add(address, &slot0Call {}), batch.add(address, &liquidityCall {}));
+        let answers = batch.send(host)?;
+        let (state, liquidity) = (answers.get(state)?, answers.get(liquidity)?);
+        // Logs over the epoch's blocks, decoded, in chain order.
+        let swaps = get_logs::<Swap>(host, Chain::Source, &[address], epoch.begin, epoch.end)?;
         // 3. Return one snapshot per data source; the runtime serializes it
         //    canonically, signs and submits it.
         let snapshot = json!({
@@ -90,6 +101,7 @@ impl TemplateProcessor {
             "sqrtPriceX96": state.sqrtPriceX96.to_string(),
             "tick": state.tick.as_i32(),
             "liquidity": liquidity.to_string(),
+            "swaps": swaps.len(),
         });
         Ok(Snapshot::new(pool, snapshot.to_string()))
     }
@@ -133,8 +145,12 @@ impl ComputeProcessor for TemplateProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use compute_kit::{SolCall, aliases, hex};
-    use lite_node_plugin_api::{BlockDetail, testing::TestHost};
+    use compute_kit::{
+        I256,
+        aliases::U160,
+        testing::{ChainAnswers, TestHost},
+    };
+    use lite_node_plugin_api::BlockDetail;
 
     const POOLS: [&str; 2] =
         ["0x9d187010a2aac0c8057393b21a2c2ce089d2f5a7", "0xe7076a0f2a7b6aa3b2b1e59e4d14f2b9c1a6eddd"];
@@ -143,31 +159,20 @@ mod tests {
         TemplateProcessor::from_settings(&json!({ "pools": POOLS }).to_string()).unwrap()
     }
 
-    /// A chain that answers slot0() and liquidity() for any pool.
+    /// A chain where each pool has a price and liquidity at the epoch's
+    /// last block (42), and two swaps in its blocks 40..=42.
     fn chain() -> TestHost {
         let seed = BlockDetail { number: 40, hash: format!("0x{}", "ab".repeat(32)).as_str().into(), timestamp: 1 };
-        TestHost {
-            blocks: vec![seed],
-            rpc: Some(Box::new(|_, method, params| {
-                assert_eq!(method, "eth_call");
-                let params: Value = serde_json::from_str(params).unwrap();
-                assert_eq!(params[1], "0x2a", "pinned to the epoch's last block");
-                let answer = match params[0]["data"].as_str().unwrap() {
-                    "0x3850c7bd" => slot0Call::abi_encode_returns(&slot0Return {
-                        sqrtPriceX96: aliases::U160::from(1u128 << 96),
-                        tick: aliases::I24::ZERO,
-                        observationIndex: 0,
-                        observationCardinality: 1,
-                        observationCardinalityNext: 1,
-                        feeProtocol: 0,
-                        unlocked: true,
-                    }),
-                    _ => liquidityCall::abi_encode_returns(&7_000u128),
-                };
-                Ok(Value::String(format!("0x{}", hex::encode(answer))).to_string())
-            })),
-            ..TestHost::default()
+        let state = slot0Return { sqrtPriceX96: U160::from(1u128 << 96), unlocked: true, ..Default::default() };
+        let swap = Swap { amount0: I256::ONE, amount1: I256::MINUS_ONE, ..Default::default() };
+        let mut host = TestHost::with_blocks(vec![seed]);
+        for pool in POOLS.map(|p| compute_kit::address(p).unwrap()) {
+            host = host
+                .on_call::<slot0Call>(pool, 42, state.clone())
+                .on_call::<liquidityCall>(pool, 42, 7_000)
+                .on_logs(pool, [(40, swap.clone()), (42, swap.clone())]);
         }
+        host
     }
 
     #[test]
@@ -192,11 +197,13 @@ mod tests {
         let epoch = EpochContext::builder(3, 40, 42).slot(1, 1).build();
         let snapshots = processor().compute(&epoch, &host.host()).unwrap();
         assert_eq!(host.reports(), vec![(3, true, 1)]);
+        assert_eq!(host.round_trips(), [vec!["eth_call"; 2], vec!["eth_getLogs"]], "slot0 and liquidity together");
         assert_eq!(snapshots.len(), 1);
         assert!(POOLS.contains(&snapshots[0].data_source.as_str()));
         let body: Value = serde_json::from_str(&snapshots[0].json).unwrap();
         assert_eq!(body["sqrtPriceX96"], "79228162514264337593543950336");
         assert_eq!((body["tick"].as_i64(), body["liquidity"].as_str()), (Some(0), Some("7000")));
+        assert_eq!(body["swaps"], 2);
     }
 
     #[test]

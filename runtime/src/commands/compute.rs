@@ -60,21 +60,30 @@ pub fn compute_new(dir: &std::path::Path, name: Option<&str>, out: &mut dyn Writ
     writeln!(out, "wrote the compute package {} in {} (commit {}):", s.crate_name, s.dir.display(), s.commit)?;
     let rows = [
         (format!("{}/", s.crate_name), format!("the processor {} (library {})", s.class_name, s.library)),
-        ("compute-kit/".to_owned(), "helpers: typed eth_call (alloy sol!), blocks, the seed block".to_owned()),
+        (
+            "compute-kit/".to_owned(),
+            "helpers: typed calls, batches and logs (alloy sol!), typed test answers, the seed block".to_owned(),
+        ),
         ("slot-selection/".to_owned(), "the BDS market's slot selection".to_owned()),
         ("plugin-api/".to_owned(), format!("lite-node-plugin-api {api}, this node's interface")),
-        ("projects.json".to_owned(), format!("the project {}", s.project_type)),
+        (
+            "projects.json".to_owned(),
+            format!(
+                "the project {}, on two Ethereum mainnet pools (the devnet puts its own in their place)",
+                s.project_type
+            ),
+        ),
         (
             "Cargo.lock".to_owned(),
             if s.locked { "the dependencies, pinned" } else { "not written (no registry): the first build writes it" }
                 .to_owned(),
         ),
-        ("README.md".to_owned(), "test, run one epoch, the devnet, publish, what operators set".to_owned()),
+        ("README.md".to_owned(), "the loop: test, the devnet, re-run an epoch, publish; what operators set".to_owned()),
     ];
     let width = rows.iter().map(|(a, _)| a.len()).max().unwrap_or(0);
     for (what, why) in rows {
         writeln!(out, "  {what:<width$}  {why}")?;
     }
-    writeln!(out, "next: cd {} && cargo test", s.dir.display())?;
+    writeln!(out, "next: cd {} && cargo test, then README.md's step 2: your processor on the devnet", s.dir.display())?;
     Ok(())
 }

@@ -106,3 +106,77 @@ fn commands_run_inside_a_package_use_it() {
     assert!(run.stderr.contains("library `mine` is not in the compute package local-"), "{}", run.stderr);
     assert!(run.stderr.contains("point at it: LITE_NODE_COMPUTE_DIR=<its directory>"), "{}", run.stderr);
 }
+
+/// The README `compute new` writes, followed as written, offline: step 2's
+/// devnet runs the author's processor (anvil, collector, nodes), step 3's
+/// re-run of an epoch with the line the devnet printed computes on that
+/// chain, and step 4's publish check builds the package's commit. Only the
+/// run dir is moved (tests run side by side) and builds share a target dir.
+#[test]
+fn the_scaffold_readme_runs_as_written() {
+    use std::{
+        io::{BufRead, BufReader},
+        process::{Command, Stdio},
+        time::Duration,
+    };
+
+    let node = Node::new();
+    let (package, _) = compute_new(node.cwd.path(), "pool-watch");
+    let readme = std::fs::read_to_string(package.join("README.md")).unwrap();
+    let blocks: Vec<&str> = readme.split("```sh\n").skip(1).map(|b| b.split("```").next().unwrap().trim()).collect();
+    let block = |has: &str| *blocks.iter().find(|b| b.contains(has)).unwrap_or_else(|| panic!("{has}:\n{readme}"));
+    let run_dir = node.cwd.path().join("run");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node")).parent().unwrap().to_owned();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let sh = |script: &str| {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(script)
+            .current_dir(&package)
+            .env_clear()
+            .envs(lite_node_testkit::toolchain_env())
+            .env("PATH", &path)
+            .env("LITE_NODE_COMPUTE_TARGET_DIR", lite_node_testkit::compute_target_dir())
+            .env("LITE_NODE_COMPUTE_CACHE_DIR", node.cwd.path().join("cache"))
+            .env("RUST_LOG", "warn");
+        cmd
+    };
+
+    let step2 = format!("{} --run-dir '{}'", block("lite-node devnet"), run_dir.display());
+    let mut devnet = sh(&step2).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = devnet.stdout.take().unwrap();
+    std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).for_each(|l| drop(tx.send(l))));
+    let mut lines = Vec::new();
+    let rerun = lite_node_testkit::poll_until("the devnet's third epoch", Duration::from_secs(300), || {
+        lines.extend(rx.try_iter());
+        let rerun = lines.iter().find_map(|l| l.strip_prefix("re-run an epoch on this chain: "))?;
+        lines.iter().any(|l| l.trim_start().starts_with("3 ")).then(|| rerun.to_owned())
+    });
+    let env_file = run_dir.join("compute-run.env");
+    assert!(rerun.starts_with(&format!("lite-node --env-file {} compute run", env_file.display())), "{rerun}");
+    let step3 = block("compute run --epoch-id").replace("<the devnet's run dir>", &run_dir.display().to_string());
+    let ran = sh(&step3).output().unwrap();
+    let ran_out = String::from_utf8_lossy(&ran.stdout);
+    // Ctrl-C: to the devnet the shell started (a shell in a terminal lives on).
+    let pgrep = Command::new("pgrep").args(["-P", &devnet.id().to_string(), "lite-node"]).output().unwrap();
+    let pid = String::from_utf8_lossy(&pgrep.stdout).trim().to_owned();
+    assert!(!pid.is_empty() && !pid.contains('\n'), "the devnet under sh: `{pid}`");
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let status =
+        lite_node_testkit::poll_until("the devnet to exit", Duration::from_secs(60), || devnet.try_wait().unwrap());
+    lines.extend(rx.try_iter());
+    let table = lines.join("\n");
+    assert_eq!(status.code(), Some(0), "{table}");
+    assert!(table.contains("projects: poolWatch from ") && table.contains("over the world's 5 pools"), "{table}");
+    assert!(!table.contains("failed") && !table.contains("not answered"), "{table}");
+    assert_eq!(ran.status.code(), Some(0), "{ran_out}\n{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(ran_out.contains("poolWatch (PoolWatchProcessor): computed; reported selected"), "{ran_out}");
+    assert!(ran_out.contains("\"swaps\":"), "{ran_out}");
+
+    let step4 = sh(block("compute fetch")).output().unwrap();
+    let fetched = String::from_utf8_lossy(&step4.stdout);
+    assert!(step4.status.success(), "{fetched}\n{}", String::from_utf8_lossy(&step4.stderr));
+    let commit = lite_node_testkit::git(&package, &["rev-parse", "HEAD"]);
+    assert!(fetched.contains(&commit[..12]) && fetched.contains("library pool_watch"), "{fetched}");
+}

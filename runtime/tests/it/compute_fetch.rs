@@ -247,9 +247,7 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
     let lib = pkg.join("my-market/src/lib.rs");
-    let text = fs::read_to_string(&lib)
-        .unwrap()
-        .replace("at the epoch's last block\"", "at the epoch's last block, changed\"");
+    let text = fs::read_to_string(&lib).unwrap().replace("and its swaps\"", "and its swaps, changed\"");
     fs::write(&lib, text).unwrap();
     // The working tree as it is, before any commit: the author's inner loop.
     // Run from inside the package with the defaults, as its README says: the
@@ -268,7 +266,7 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
     let first = inside();
     let listed = String::from_utf8_lossy(&first.stdout);
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
-    assert!(listed.contains("at the epoch's last block, changed (needs block_details)"), "{listed}");
+    assert!(listed.contains("and its swaps, changed (needs block_details)"), "{listed}");
     let second = inside();
     assert!(second.status.success());
     assert_eq!(String::from_utf8_lossy(&second.stdout), listed, "the same package, from the cache");
@@ -303,8 +301,8 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
     assert_eq!(fetched.field("commit"), Some(commit));
     assert!(
         fetched.stdout.contains(
-            "MyMarketProcessor  template: the selected pool's price and liquidity at the epoch's last block, changed \
-             (needs block_details)"
+            "MyMarketProcessor  template: the selected pool's price and liquidity at the epoch's last block, and its \
+             swaps, changed (needs block_details)"
         ),
         "{}",
         fetched.stdout

@@ -100,8 +100,8 @@ pub fn new_package(dir: &Path, name: Option<&str>) -> anyhow::Result<Scaffolded>
         "project_type": project_type,
         "processor": {"module": library, "class_name": class_name},
         "preload_tasks": ["block_details"],
-        // Uniswap V3 on Ethereum: USDC/WETH at 0.05% and at 0.3% (the devnet
-        // puts its own pools here).
+        // Ethereum mainnet's Uniswap V3 USDC/WETH at 0.05% and at 0.3% (the
+        // devnet puts its own pools here; the README says so).
         "pools": ["0x88e6a0c2ddd26feeb64f039a2c41296fcb3f5640", "0x8ad599c3a0ff1de082011efddc58f1908eb6e6d8"],
     }]});
     out.push(("projects.json".into(), serde_json::to_string_pretty(&projects).expect("JSON") + "\n"));
@@ -283,7 +283,8 @@ A compute package for lite-node data markets, written by `lite-node compute
 new`: one processor, `{class_name}` in the library `{library}`. Each epoch the
 market's slot selection decides whether a slot works and on which pool; a
 selected slot reads that pool's `slot0()` and `liquidity()` at the epoch's
-last block and returns one snapshot. Make it yours.
+last block (one round trip for both), counts the pool's `Swap` logs over the
+epoch's blocks, and returns one snapshot. Make it yours.
 
 ## What is here
 
@@ -291,10 +292,14 @@ last block and returns one snapshot. Make it yours.
   epoch's snapshots; its `ProcessorSpec` names it (`class_name`), describes it
   and says what it `needs` the node to preload. `export_compute_module!`
   exports it with the market's assignment rule.
-- `compute-kit/` — helpers: typed `eth_call` (declare functions with `sol!`,
-  call them with `compute_kit::eth_call` or `eth_calls` for a batch), blocks,
-  quantities, addresses, and the epoch's seed block. Errors name the call,
-  the contract and the block.
+- `compute-kit/` — helpers, typed through alloy's `sol!`: `eth_call` (one
+  call), `eth_calls` (one function, many times), `Batch` (several functions,
+  one round trip), `get_logs` (an event over a block range, in chunks a
+  provider accepts, decoded in chain order); blocks, quantities, addresses
+  and the epoch's seed block. Errors name the call, the contract and the
+  block. In tests, `compute_kit::testing::ChainAnswers` lets a `TestHost`
+  answer in your own types: `.on_call::<slot0Call>(pool, block, returns)`,
+  `.on_logs(pool, [(block, event)])`.
 - `slot-selection/` — the market's rule: which slots work an epoch, on which
   pool. `slot_selection::decide(epoch, host, seed_block_hash, pools)` reports
   the answer to the node and returns the pool (or `None`: return no snapshots).
@@ -306,43 +311,52 @@ last block and returns one snapshot. Make it yours.
   `lite-node-plugin-api = "{wanted}"`; a node builds them against its own copy.
 - `projects.json` — the project that runs the processor (`{project_type}`).
   Keys other than `project_type`, `processor` and `preload_tasks` reach the
-  processor as its settings (here `pools`).
+  processor as its settings (here `pools`). Its two pools are Ethereum
+  mainnet's (Uniswap V3 USDC/WETH at 0.05% and 0.3%): a real chain needs
+  them; the devnet puts its own pools in their place.
+
+## Before the first run (once, with a network)
+
+`lite-node` comes from the lite-node checkout. There, `cargo install --locked
+--path runtime` puts it on `PATH`, and `./init.sh devnet --epochs 1` installs
+the local chain (anvil and the pinned npm packages) and runs it once. From
+then on, every step below works offline: the devnet is a whole network on
+this machine.
 
 ## The loop
 
-Every step runs in this directory. `lite-node` comes from the lite-node
-checkout: `cargo install --locked --path runtime` there puts it on `PATH`, and
-`./init.sh devnet --epochs 1` there installs the local chain once.
+Every step runs in this directory.
 
 1. **Test.** `cargo test`. Processors are also `rlib`s: the tests call them
-   with `lite_node_plugin_api::testing::TestHost` (scripted RPC answers and
-   block details) and an `EpochContext::builder(epoch_id, begin, end)`.
+   with a `TestHost` (typed chain answers, block details) and an
+   `EpochContext::builder(epoch_id, begin, end)`; see the tests at the end of
+   `{crate_name}/src/lib.rs`.
 
-2. **Run one epoch**, with the node's own host, and look at the bytes it
-   would submit — the snapshot's canonical JSON, its project id and CID, and
-   the selection reported. `LITE_NODE_COMPUTE_DIR` builds this directory as it
-   is now, no commit needed:
-
-   ```sh
-   LITE_NODE_COMPUTE_DIR=$PWD PROJECTS_CONFIG=projects.json \
-   SOURCE_RPC_URL=https://your-ethereum-rpc \
-   lite-node compute run --begin <a recent block number> --slot 1 --total-slots 1
-   ```
-
-   One slot of one is always selected. `--json` prints one document; a
-   processor's error, panic or timeout names it and exits 1.
-
-3. **See it on the whole network**: anvil with Uniswap V3 pools, the
-   collector checking every submission's signature and selection, and nodes
-   running your processor. Your `pools` are replaced by the devnet's own:
+2. **Run it on the devnet**: anvil with Uniswap V3 pools and swaps, the
+   collector checking every submission's signature and selection, and four
+   nodes running your processor as it is now (no commit needed):
 
    ```sh
-   LITE_NODE_COMPUTE_DIR=$PWD PROJECTS_CONFIG=projects.json lite-node devnet --epochs 5
+   LITE_NODE_COMPUTE_DIR=$PWD PROJECTS_CONFIG=projects.json lite-node devnet
    ```
 
-   Without `--epochs` it runs until Ctrl-C; while it runs, it offers (in a
-   second terminal) to re-run any of its epochs with `compute run` on its
-   chain: `lite-node --env-file <run dir>/compute-run.env compute run --epoch-id 3`.
+   Each epoch's row shows which slot worked which pool and whether the
+   collector accepted it; a processor that fails is named there with its
+   reason. It runs until Ctrl-C (`--epochs 5` stops after five).
+
+3. **Re-run an epoch, with your edits**, while the devnet runs: in a second
+   terminal, here, the line the devnet printed ("re-run an epoch on this
+   chain"):
+
+   ```sh
+   lite-node --env-file <the devnet's run dir>/compute-run.env compute run --epoch-id 3
+   ```
+
+   It builds this directory as it is now and prints the bytes a node would
+   submit — the snapshot's canonical JSON, its project id and CID, and the
+   selection reported — checked as the collector checks them. A processor's
+   error, panic or timeout names it and exits 1; `--json` prints one
+   document.
 
 4. **Publish.** Commit (with `Cargo.lock`), push, and note the full commit id
    (`git rev-parse HEAD`). Check that a node builds and loads exactly that
@@ -355,6 +369,17 @@ checkout: `cargo install --locked --path runtime` there puts it on `PATH`, and
 
    The same variables with `PROJECTS_CONFIG=projects.json` run the devnet on
    the pinned commit.
+
+## On a real chain
+
+With an Ethereum RPC endpoint, `compute run` reads projects.json's mainnet
+pools at any recent block (one slot of one is always selected):
+
+```sh
+LITE_NODE_COMPUTE_DIR=$PWD PROJECTS_CONFIG=projects.json \
+SOURCE_RPC_URL=https://your-ethereum-rpc \
+lite-node compute run --begin <a recent block number> --slot 1 --total-slots 1
+```
 
 ## What operators set
 

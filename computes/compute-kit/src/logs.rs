@@ -1,0 +1,396 @@
+//! Typed `eth_getLogs`: an event declared with [`sol!`](crate::sol), read
+//! over a block range in chunks a provider accepts, checked and decoded.
+//!
+//! The range is asked in chunks of [`LogFilter::blocks_per_call`] blocks,
+//! sent together (one round trip for up to [`BATCH`](crate::BATCH) chunks).
+//! A chunk the provider refuses with an error of its own (a range or result
+//! cap) is asked again in halves, down to single blocks; the logs come back
+//! in chain order whatever the chunking, so every node gets the same list
+//! from any provider.
+
+use alloy_primitives::{Address, B256, hex};
+use alloy_sol_types::SolEvent;
+use lite_node_plugin_api::{Chain, Host, RpcCall};
+use serde_json::{Value, json};
+
+use crate::{calls::reason, quantity, to_quantity};
+
+/// Blocks per `eth_getLogs` unless a filter says otherwise: within what
+/// public providers accept (several cap a call at 2,000 or 10,000 blocks).
+pub const LOG_BLOCKS: u64 = 1_000;
+
+/// A log as the chain gave it, before decoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawLog {
+    /// The contract that emitted it.
+    pub address: Address,
+    pub block_number: u64,
+    /// Its position among the block's logs.
+    pub log_index: u64,
+    pub transaction_hash: B256,
+    pub topics: Vec<B256>,
+    pub data: Vec<u8>,
+}
+
+/// A decoded log: where it is, and the event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Log<E> {
+    pub address: Address,
+    pub block_number: u64,
+    pub log_index: u64,
+    pub transaction_hash: B256,
+    pub event: E,
+}
+
+impl RawLog {
+    /// Decodes the log as `E`; an error names the event and where the log is.
+    pub fn decode<E: SolEvent>(&self) -> Result<Log<E>, String> {
+        let event = E::decode_raw_log(self.topics.iter().copied(), &self.data).map_err(|e| {
+            format!(
+                "the log at block {} index {} of {} is not {}: {e}",
+                self.block_number,
+                self.log_index,
+                self.address,
+                E::SIGNATURE
+            )
+        })?;
+        Ok(Log {
+            address: self.address,
+            block_number: self.block_number,
+            log_index: self.log_index,
+            transaction_hash: self.transaction_hash,
+            event,
+        })
+    }
+
+    /// The first topic: the event's signature hash (none for an anonymous event).
+    pub fn topic0(&self) -> Option<B256> {
+        self.topics.first().copied()
+    }
+}
+
+/// Which logs to read: blocks `from..=to`, of these contracts (all when
+/// empty), with one of these first topics (any when empty).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogFilter {
+    pub from: u64,
+    pub to: u64,
+    pub addresses: Vec<Address>,
+    pub topic0: Vec<B256>,
+    /// Blocks per `eth_getLogs` call ([`LOG_BLOCKS`] by default; at least 1).
+    pub blocks_per_call: u64,
+}
+
+impl LogFilter {
+    /// Logs of `addresses` in blocks `from..=to` with the first topic `E`'s:
+    /// what [`get_logs`] reads.
+    pub fn event<E: SolEvent>(addresses: &[Address], from: u64, to: u64) -> Self {
+        Self { from, to, addresses: addresses.to_vec(), topic0: vec![E::SIGNATURE_HASH], blocks_per_call: LOG_BLOCKS }
+    }
+
+    fn params(&self, from: u64, to: u64) -> String {
+        let mut filter = json!({"fromBlock": to_quantity(from), "toBlock": to_quantity(to)});
+        if !self.addresses.is_empty() {
+            let list: Vec<String> = self.addresses.iter().map(|a| format!("{a:#x}")).collect();
+            filter["address"] = json!(list);
+        }
+        if !self.topic0.is_empty() {
+            let list: Vec<String> = self.topic0.iter().map(|t| format!("{t:#x}")).collect();
+            filter["topics"] = json!([list]);
+        }
+        json!([filter]).to_string()
+    }
+
+    fn describe(&self, from: u64, to: u64) -> String {
+        let of = match self.addresses.as_slice() {
+            [] => String::new(),
+            [one] => format!(" of {one}"),
+            many => format!(" of {} contracts", many.len()),
+        };
+        format!("eth_getLogs{of} in blocks {from}..={to}")
+    }
+}
+
+/// The `E` logs of `addresses` in blocks `from..=to`, decoded, in chain
+/// order (block, then position in the block).
+///
+/// ```ignore
+/// sol! {
+///     #![sol(alloy_sol_types = compute_kit::sol_types)]
+///     event Swap(address indexed sender, address indexed recipient, int256 amount0, int256 amount1,
+///         uint160 sqrtPriceX96, uint128 liquidity, int24 tick);
+/// }
+/// let swaps = get_logs::<Swap>(host, Chain::Source, &[pool], epoch.begin, epoch.end)?;
+/// ```
+pub fn get_logs<E: SolEvent>(
+    host: &Host<'_>,
+    chain: Chain,
+    addresses: &[Address],
+    from: u64,
+    to: u64,
+) -> Result<Vec<Log<E>>, String> {
+    let filter = LogFilter::event::<E>(addresses, from, to);
+    get_raw_logs(host, chain, &filter)?
+        .iter()
+        .map(|log| log.decode::<E>().map_err(|e| format!("{}: {e}", filter.describe(from, to))))
+        .collect()
+}
+
+/// The logs `filter` names, undecoded, in chain order: for several events
+/// at once, or your own decoding (match on [`RawLog::topic0`], then
+/// [`RawLog::decode`]). Every log is checked against the filter (block,
+/// contract, first topic); one the chain says was removed by a reorg, or
+/// one listed twice, is an error.
+pub fn get_raw_logs(host: &Host<'_>, chain: Chain, filter: &LogFilter) -> Result<Vec<RawLog>, String> {
+    if filter.from > filter.to {
+        return Err(format!("eth_getLogs from block {} to block {}: the range is backwards", filter.from, filter.to));
+    }
+    let step = filter.blocks_per_call.max(1);
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    let mut start = filter.from;
+    loop {
+        let end = start.saturating_add(step - 1).min(filter.to);
+        ranges.push((start, end));
+        if end == filter.to {
+            break;
+        }
+        start = end + 1;
+    }
+    let mut logs = Vec::new();
+    while !ranges.is_empty() {
+        let round: Vec<(u64, u64)> = ranges.drain(..ranges.len().min(crate::BATCH)).collect();
+        let requests: Vec<RpcCall> = round
+            .iter()
+            .map(|&(from, to)| RpcCall { method: "eth_getLogs".into(), params_json: filter.params(from, to).into() })
+            .collect();
+        let answers = host.rpc_batch(chain, &requests).map_err(|e| {
+            let (first, last) = (round[0].0, round[round.len() - 1].1);
+            format!("{}: {}", filter.describe(first, last), reason(&e))
+        })?;
+        if answers.len() != round.len() {
+            return Err(format!(
+                "{}: a batch of {} chunks got {} answers",
+                filter.describe(round[0].0, round[round.len() - 1].1),
+                round.len(),
+                answers.len()
+            ));
+        }
+        let mut halves = Vec::new();
+        for (&(from, to), answer) in round.iter().zip(answers) {
+            match answer {
+                Ok(text) => logs.extend(checked(filter, from, to, &text)?),
+                // The provider answered with a refusal of its own (a range
+                // or result cap): ask for less.
+                Err(e) if e.code.is_some() && from < to => {
+                    let mid = from + (to - from) / 2;
+                    halves.extend([(from, mid), (mid + 1, to)]);
+                }
+                Err(e) => return Err(format!("{}: {}", filter.describe(from, to), reason(&e))),
+            }
+        }
+        ranges.splice(0..0, halves);
+    }
+    logs.sort_by_key(|l| (l.block_number, l.log_index));
+    if let Some(w) =
+        logs.windows(2).find(|w| (w[0].block_number, w[0].log_index) == (w[1].block_number, w[1].log_index))
+    {
+        return Err(format!(
+            "{}: the chain listed the log at block {} index {} twice",
+            filter.describe(filter.from, filter.to),
+            w[0].block_number,
+            w[0].log_index
+        ));
+    }
+    Ok(logs)
+}
+
+/// One chunk's answer, read and checked against what was asked.
+fn checked(filter: &LogFilter, from: u64, to: u64, answer: &str) -> Result<Vec<RawLog>, String> {
+    let call = filter.describe(from, to);
+    let list: Value = serde_json::from_str(answer).map_err(|e| format!("{call}: the answer is not JSON: {e}"))?;
+    let list = list.as_array().ok_or_else(|| format!("{call}: the answer is not a list of logs"))?;
+    list.iter()
+        .enumerate()
+        .map(|(n, log)| {
+            let bad = |why: &str| format!("{call}: log {n} {why}: {log}");
+            if log["removed"].as_bool() == Some(true) {
+                return Err(bad("was removed by a reorg; retry the epoch"));
+            }
+            let text = |k: &str| log[k].as_str().ok_or_else(|| bad(&format!("has no `{k}`")));
+            let number = |k: &str| quantity(text(k)?).map_err(|e| bad(&e));
+            let word = |s: &str| s.parse::<B256>().map_err(|_| bad(&format!("has `{s}`, not 32 bytes of hex")));
+            let address: Address = text("address")?.parse().map_err(|_| bad("has no valid `address`"))?;
+            let block_number = number("blockNumber")?;
+            let raw = RawLog {
+                address,
+                block_number,
+                log_index: number("logIndex")?,
+                transaction_hash: word(text("transactionHash")?)?,
+                topics: log["topics"]
+                    .as_array()
+                    .ok_or_else(|| bad("has no `topics`"))?
+                    .iter()
+                    .map(|t| t.as_str().ok_or_else(|| bad("has a topic that is not a string")).and_then(word))
+                    .collect::<Result<_, _>>()?,
+                data: hex::decode(text("data")?).map_err(|_| bad("has `data` that is not hex"))?,
+            };
+            if !(from..=to).contains(&block_number) {
+                return Err(bad("is outside the asked blocks"));
+            }
+            if !filter.addresses.is_empty() && !filter.addresses.contains(&raw.address) {
+                return Err(bad("is from a contract that was not asked for"));
+            }
+            if !filter.topic0.is_empty() && !raw.topic0().is_some_and(|t| filter.topic0.contains(&t)) {
+                return Err(bad("has a first topic that was not asked for"));
+            }
+            Ok(raw)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use alloy_primitives::aliases::{I24, U160};
+    use alloy_sol_types::sol;
+    use lite_node_plugin_api::{RpcError, testing::TestHost};
+
+    use super::*;
+    use crate::testing::ChainAnswers;
+
+    sol! {
+        #[derive(Debug, PartialEq)]
+        event Swap(address indexed sender, address indexed recipient, int256 amount0, int256 amount1,
+            uint160 sqrtPriceX96, uint128 liquidity, int24 tick);
+        #[derive(Debug, PartialEq)]
+        event Transfer(address indexed from, address indexed to, uint256 value);
+    }
+
+    fn swap(amount0: i64) -> Swap {
+        Swap {
+            sender: Address::repeat_byte(1),
+            recipient: Address::repeat_byte(2),
+            amount0: crate::I256::try_from(amount0).unwrap(),
+            amount1: crate::I256::try_from(-amount0).unwrap(),
+            sqrtPriceX96: U160::from(1u128 << 96),
+            liquidity: 5,
+            tick: I24::ZERO,
+        }
+    }
+
+    const POOL: Address = Address::repeat_byte(0xaa);
+
+    #[test]
+    fn logs_of_an_event_come_decoded_in_chain_order_and_only_the_asked_ones() {
+        let other = Address::repeat_byte(0xbb);
+        let transfer = Transfer { from: POOL, to: other, value: crate::U256::from(9) };
+        let host = TestHost::default()
+            .on_logs(POOL, [(12, swap(3)), (10, swap(1))])
+            .on_logs(POOL, [(10, swap(2))])
+            .on_logs(other, [(11, swap(7))])
+            .on_logs(POOL, [(11, transfer)]);
+        let swaps = get_logs::<Swap>(&host.host(), Chain::Source, &[POOL], 10, 12).unwrap();
+        let seen: Vec<(u64, u64, i64)> =
+            swaps.iter().map(|l| (l.block_number, l.log_index, l.event.amount0.as_i64())).collect();
+        assert_eq!(seen, [(10, 0, 1), (10, 1, 2), (12, 0, 3)]);
+        assert!(swaps.iter().all(|l| l.address == POOL));
+        let later = get_logs::<Swap>(&host.host(), Chain::Source, &[POOL], 11, 20).unwrap();
+        assert_eq!(later.len(), 1, "the range is kept to");
+    }
+
+    /// A provider that refuses more than `cap` blocks per call (with a
+    /// code, as providers do) and answers one log per block otherwise.
+    fn capped(cap: u64, asked: Arc<Mutex<Vec<(u64, u64)>>>) -> TestHost {
+        let logs = TestHost::default().on_logs(POOL, (1..=100).map(|b| (b, swap(b as i64))));
+        let below = logs.rpc.unwrap();
+        TestHost {
+            rpc: Some(Box::new(move |chain, method, params| {
+                let p: Value = serde_json::from_str(params).unwrap();
+                let n = |k: &str| quantity(p[0][k].as_str().unwrap()).unwrap();
+                asked.lock().unwrap().push((n("fromBlock"), n("toBlock")));
+                if n("toBlock") - n("fromBlock") + 1 > cap {
+                    return Err(RpcError { code: Some(-32005).into(), message: "block range too large".into() });
+                }
+                below(chain, method, params)
+            })),
+            ..TestHost::default()
+        }
+    }
+
+    #[test]
+    fn ranges_are_chunked_and_a_refused_chunk_is_asked_again_in_halves_with_the_same_result() {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let host = capped(1_000, asked.clone());
+        let mut filter = LogFilter::event::<Swap>(&[POOL], 1, 100);
+        filter.blocks_per_call = 30;
+        let chunked = get_raw_logs(&host.host(), Chain::Source, &filter).unwrap();
+        assert_eq!(*asked.lock().unwrap(), [(1, 30), (31, 60), (61, 90), (91, 100)]);
+        assert_eq!(host.round_trips().len(), 1, "the chunks go in one batch");
+
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let host = capped(20, asked.clone());
+        filter.blocks_per_call = 60;
+        let split = get_raw_logs(&host.host(), Chain::Source, &filter).unwrap();
+        assert_eq!(split, chunked, "whatever the provider's cap, the same logs in the same order");
+        assert_eq!(split.iter().map(|l| l.block_number).collect::<Vec<_>>(), (1..=100).collect::<Vec<_>>());
+        let asked = asked.lock().unwrap();
+        assert!(asked.iter().all(|(f, t)| t >= f) && asked.len() < 20, "{asked:?}");
+    }
+
+    #[test]
+    fn a_range_refused_down_to_one_block_or_unreachable_is_an_error_naming_it() {
+        let refused = TestHost {
+            rpc: Some(Box::new(|_, _, _| Err(RpcError { code: Some(-32000).into(), message: "nope".into() }))),
+            ..TestHost::default()
+        };
+        let err = get_logs::<Swap>(&refused.host(), Chain::Source, &[POOL], 1, 8).unwrap_err();
+        assert!(err.contains("in blocks 1..=1: -32000") || err.contains("in blocks 1..=1:"), "{err}");
+        assert!(err.contains("nope"), "{err}");
+        assert_eq!(refused.round_trips().len(), 4, "8 blocks, halved three times: {:?}", refused.round_trips());
+        let down = TestHost::default();
+        let err = get_logs::<Swap>(&down.host(), Chain::Source, &[POOL], 1, 8).unwrap_err();
+        assert!(err.contains("in blocks 1..=8") && err.contains("no rpc handler"), "{err}");
+        assert_eq!(down.round_trips().len(), 1, "a chain not reached is not asked again");
+        let backwards = get_logs::<Swap>(&down.host(), Chain::Source, &[POOL], 9, 8).unwrap_err();
+        assert!(backwards.contains("backwards"), "{backwards}");
+    }
+
+    #[test]
+    fn an_answer_that_does_not_fit_the_filter_is_refused() {
+        let answering = |log: Value| TestHost {
+            rpc: Some(Box::new(move |_, _, _| Ok(json!([log.clone()]).to_string()))),
+            ..TestHost::default()
+        };
+        let good = || {
+            let data = swap(1).encode_log_data();
+            json!({
+                "address": format!("{POOL:#x}"), "blockNumber": "0x5", "logIndex": "0x0",
+                "transactionHash": format!("{:#x}", B256::ZERO),
+                "topics": data.topics().iter().map(|t| format!("{t:#x}")).collect::<Vec<_>>(),
+                "data": format!("0x{}", hex::encode(&data.data)), "removed": false,
+            })
+        };
+        assert_eq!(get_logs::<Swap>(&answering(good()).host(), Chain::Source, &[POOL], 5, 5).unwrap().len(), 1);
+        let cases: [(&str, Value, &str); 6] = [
+            ("removed", json!(true), "removed by a reorg"),
+            ("blockNumber", json!("0x9"), "outside the asked blocks"),
+            ("address", json!(format!("{:#x}", Address::ZERO)), "from a contract that was not asked for"),
+            ("topics", json!([format!("{:#x}", B256::ZERO)]), "first topic that was not asked for"),
+            ("data", json!("0x12"), "is not Swap("),
+            ("logIndex", json!(3), "has no `logIndex`"),
+        ];
+        for (key, value, says) in cases {
+            let mut log = good();
+            log[key] = value;
+            let err = get_logs::<Swap>(&answering(log).host(), Chain::Source, &[POOL], 5, 5).unwrap_err();
+            assert!(err.contains(says) && err.contains("in blocks 5..=5"), "{key}: {err}");
+        }
+        let twice = TestHost {
+            rpc: Some(Box::new(move |_, _, _| Ok(json!([good(), good()]).to_string()))),
+            ..TestHost::default()
+        };
+        let err = get_logs::<Swap>(&twice.host(), Chain::Source, &[POOL], 5, 5).unwrap_err();
+        assert!(err.contains("listed the log at block 5 index 0 twice"), "{err}");
+    }
+}
