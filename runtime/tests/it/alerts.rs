@@ -258,10 +258,15 @@ fn health_follows_epoch_processing_and_status_and_metrics_report_the_books() {
     });
 
     let status: Value = serde_json::from_str(&get(port, "/status").1).unwrap();
-    assert_eq!(status["slotId"], 2);
+    assert_eq!((status["slotIds"].as_str(), status["slots"][0]["slotId"].as_u64()), (Some("2"), Some(2)), "{status}");
     assert_eq!(status["books"]["overall"]["selected_success"], 2);
-    assert_eq!(status["lastSelection"]["epoch_id"], 2);
+    assert_eq!(status["slots"][0]["books"]["overall"]["selected_success"], 2);
+    assert_eq!(
+        (status["lastSelection"]["epoch_id"].as_u64(), status["lastSelection"]["slots_selected"].as_u64()),
+        (Some(2), Some(1))
+    );
     assert_eq!(status["books"]["last_submission"]["verdict"], "accepted");
+    assert_eq!(status["books"]["last_submission"]["slot_id"], 2);
     assert!(status["computePackage"].as_str().is_some_and(|c| !c.is_empty()));
     let metrics = get(port, "/metrics").1;
     for line in [

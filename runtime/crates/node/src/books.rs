@@ -100,6 +100,17 @@ pub fn verdict(o: &Outcome) -> Verdict {
 }
 
 impl Counts {
+    /// Adds another slot's counts: the epochs sum, and the streak is the
+    /// longest of the two (streaks of different slots do not add up).
+    pub fn add(&mut self, other: &Counts) {
+        self.selected_success += other.selected_success;
+        self.selected_failure += other.selected_failure;
+        self.not_selected += other.not_selected;
+        self.missed += other.missed;
+        self.failed_before_selection += other.failed_before_selection;
+        self.consecutive_failures = self.consecutive_failures.max(other.consecutive_failures);
+    }
+
     fn count(&mut self, v: &Verdict) {
         match v {
             Verdict::SelectedSuccess => {

@@ -1,7 +1,8 @@
 //! The status API (`STATUS_PORT`, axum): `/health` answers 200 only while
 //! epochs are being processed — not merely while the process is up —
-//! `/status` the books, the last selection and submission and the compute
-//! package, `/metrics` the Prometheus text format.
+//! `/status` the node's books (every slot's summed), the last selection and
+//! submission and the compute package, with each slot's own under `slots`,
+//! `/metrics` the Prometheus text format.
 
 use std::{
     sync::{
@@ -26,7 +27,7 @@ use prometheus_client::{
 use serde_json::json;
 
 use crate::{
-    books::{Books, Verdict},
+    books::{Books, Counts, Verdict},
     compute::{dispatch::ComputeWatch, host::SelectionTracker},
     safety::Activity,
 };
@@ -281,9 +282,6 @@ impl Metrics {
 /// Facts about the node that do not change while it runs.
 #[derive(Clone, Debug)]
 pub struct Info {
-    /// The first slot (the only one, usually).
-    pub slot_id: u64,
-    pub signer: String,
     pub data_market: String,
     pub protocol_state: String,
     pub namespace: String,
@@ -467,18 +465,15 @@ async fn status_json(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
 }
 
 impl NodeStatus {
-    /// What `/status` answers.
+    /// What `/status` answers: the node's totals at the top, each slot's
+    /// own under `slots`.
     pub fn document(&self) -> serde_json::Value {
         let i = &self.info;
         let slots = self.slots();
-        let first = slots.first().map(|slot| slot.json()).unwrap_or_default();
-        // The first slot worked (not the first configured, which may have
-        // been skipped), with its own signer.
-        let (slot_id, signer) =
-            slots.first().map_or((i.slot_id, i.signer.as_str()), |l| (l.slot_id, l.signer.as_str()));
+        let ids: Vec<u64> = slots.iter().map(|s| s.slot_id).collect();
         json!({
-            "slotId": slot_id,
-            "signer": signer,
+            "slotIds": crate::config::format_slot_ids(&ids),
+            "slotCount": ids.len(),
             "dataMarket": i.data_market,
             "protocolState": i.protocol_state,
             "namespace": i.namespace,
@@ -486,9 +481,8 @@ impl NodeStatus {
             "version": i.version,
             "healthy": self.health().is_ok(),
             "health": self.health().unwrap_or_else(|e| e),
-            // The first slot's, at the top as ever; every slot's under `slots`.
-            "lastSelection": first["lastSelection"],
-            "books": first["books"],
+            "lastSelection": last_selection(slots),
+            "books": totals(slots),
             "slots": slots.iter().map(|slot| slot.json()).collect::<Vec<_>>(),
             "computes": self.computes.get().map(|w| json!({
                 "queue": w.queue(),
@@ -497,6 +491,61 @@ impl NodeStatus {
             })),
         })
     }
+}
+
+/// The latest epoch any slot reported a selection for, and how many slots
+/// reported it and were selected (`null` before the first report).
+fn last_selection(slots: &[Arc<SlotStatus>]) -> serde_json::Value {
+    let reports: Vec<_> = slots.iter().filter_map(|s| s.tracker.last()).collect();
+    let Some(epoch_id) = reports.iter().map(|r| r.epoch_id).max() else { return serde_json::Value::Null };
+    let of_it: Vec<_> = reports.iter().filter(|r| r.epoch_id == epoch_id).collect();
+    json!({
+        "epoch_id": epoch_id,
+        "slots_reported": of_it.len(),
+        "slots_selected": of_it.iter().filter(|r| r.was_selected).count(),
+        "timestamp": of_it.iter().map(|r| r.timestamp).max(),
+    })
+}
+
+/// Every slot's books summed: epochs counted per verdict, overall and per
+/// project; the longest current streak; the slots whose three-failure
+/// alert stands; the latest epoch booked; the latest submission answered,
+/// with its slot.
+fn totals(slots: &[Arc<SlotStatus>]) -> serde_json::Value {
+    let mut overall = Counts::default();
+    let mut projects: std::collections::BTreeMap<String, Counts> = Default::default();
+    let (mut alerted, mut last_epoch, mut last_submission) = (Vec::new(), None, None);
+    for slot in slots {
+        let books = slot.books();
+        overall.add(&books.overall);
+        for (project, counts) in &books.projects {
+            projects.entry(project.clone()).or_default().add(counts);
+        }
+        if books.alerted {
+            alerted.push(slot.slot_id);
+        }
+        last_epoch = last_epoch.max(books.last_epoch);
+        if let Some(s) = books.last_submission {
+            let later = |(_, l): &(u64, crate::books::LastSubmission)| {
+                (s.epoch_id, s.answered_at_ms) > (l.epoch_id, l.answered_at_ms)
+            };
+            if last_submission.as_ref().is_none_or(later) {
+                last_submission = Some((slot.slot_id, s));
+            }
+        }
+    }
+    let last_submission = last_submission.map(|(slot_id, s)| {
+        let mut v = json!(s);
+        v["slot_id"] = json!(slot_id);
+        v
+    });
+    json!({
+        "overall": overall,
+        "projects": projects,
+        "alerted_slots": crate::config::format_slot_ids(&alerted),
+        "last_epoch": last_epoch,
+        "last_submission": last_submission,
+    })
 }
 
 async fn metrics(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
@@ -538,8 +587,6 @@ mod tests {
     /// they held at start.
     fn node_with(worked: std::ops::RangeInclusive<u64>, slot: impl Fn(u64) -> (Books, Option<u64>)) -> NodeStatus {
         let info = Info {
-            slot_id: 1,
-            signer: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
             data_market: String::new(),
             protocol_state: String::new(),
             namespace: String::new(),
@@ -630,12 +677,63 @@ mod tests {
     }
 
     /// Slot 1 configured but skipped, slots 2-3 worked with their own
-    /// signers: the top of /status is slot 2's, not the configuration's.
+    /// signers: `/status` names the slots worked, each under `slots` with
+    /// its own signer; the top names no one slot.
     #[test]
-    fn status_names_the_first_slot_worked_and_its_own_signer() {
+    fn status_names_the_slots_worked_each_with_its_own_signer() {
         let doc = node_of(2..=3, &[]).document();
-        assert_eq!((doc["slotId"].as_u64(), doc["signer"].as_str()), (Some(2), Some("0xsigner-of-2")));
-        assert_eq!(doc["slots"].as_array().map(Vec::len), Some(2));
+        assert_eq!((doc["slotIds"].as_str(), doc["slotCount"].as_u64()), (Some("2-3"), Some(2)));
+        let slots = doc["slots"].as_array().unwrap();
+        assert_eq!((slots[0]["slotId"].as_u64(), slots[0]["signer"].as_str()), (Some(2), Some("0xsigner-of-2")));
+        assert_eq!(slots[1]["signer"], "0xsigner-of-3");
+        assert!(doc.get("slotId").is_none() && doc.get("signer").is_none(), "{doc}");
+        assert_eq!(doc["lastSelection"], serde_json::Value::Null, "no report yet");
+    }
+
+    /// Ten slots, four epochs each: the top of `/status` is the node's
+    /// (40 selected successes, as `/metrics` counts them), each slot's own
+    /// under `slots`; the alerted slots, the longest streak and the latest
+    /// submission are named.
+    #[test]
+    fn status_sums_the_books_of_every_slot_at_the_top() {
+        let status = node_with(1..=10, |slot_id| {
+            let mut books = Books::default();
+            for epoch in 1..=4 {
+                books.apply(epoch, &[ok()]);
+            }
+            if slot_id % 5 == 0 {
+                for epoch in 5..=(4 + slot_id / 5 + 2) {
+                    books.apply(epoch, &[fail()]);
+                }
+            }
+            if [3, 7].contains(&slot_id) {
+                let (epoch_id, project_id, verdict) = (4, format!("p:{slot_id}"), "accepted".into());
+                let answered_at_ms = slot_id * 10;
+                books.last_submission =
+                    Some(crate::books::LastSubmission { epoch_id, project_id, verdict, answered_at_ms });
+            }
+            (books, None)
+        });
+        for slot in status.slots() {
+            slot.tracker.report(6, slot.slot_id % 2 == 0, slot.slot_id);
+        }
+        status.slots()[0].tracker.report(7, true, 1);
+        let doc = status.document();
+        let books = &doc["books"];
+        assert_eq!(books["overall"]["selected_success"], 40, "{books}");
+        assert_eq!(books["overall"]["selected_failure"], 3 + 4);
+        assert_eq!(books["overall"]["consecutive_failures"], 4, "the longest streak, not a sum");
+        assert_eq!(books["projects"]["p"]["selected_success"], 40, "{books}");
+        assert_eq!(books["alerted_slots"], "5, 10");
+        assert_eq!(books["last_epoch"], 8);
+        let latest = &books["last_submission"];
+        assert_eq!((latest["slot_id"].as_u64(), latest["project_id"].as_str()), (Some(7), Some("p:7")), "{latest}");
+        assert_eq!(doc["slots"][0]["books"]["overall"]["selected_success"], 4);
+        assert_eq!(doc["slots"].as_array().unwrap().len(), 10);
+        let last = &doc["lastSelection"];
+        assert_eq!((last["epoch_id"].as_u64(), last["slots_reported"].as_u64()), (Some(7), Some(1)), "{last}");
+        assert_eq!(last["slots_selected"], 1);
+        assert_eq!(doc["slots"][1]["lastSelection"]["epoch_id"], 6);
     }
 
     #[test]

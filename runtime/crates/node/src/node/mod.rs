@@ -111,8 +111,6 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
     let activity = Arc::new(Activity::default());
     let status = Arc::new(NodeStatus {
         info: Info {
-            slot_id: cfg.slot_id,
-            signer: signer.to_string(),
             data_market: data_market.to_string(),
             protocol_state: protocol_state.to_string(),
             namespace: cfg.full_namespace(),
