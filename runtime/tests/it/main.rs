@@ -16,6 +16,7 @@ mod finalized;
 mod init_sh;
 mod node;
 mod plugins;
+mod readme;
 mod rpc;
 mod support;
 mod validator;

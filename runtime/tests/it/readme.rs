@@ -1,0 +1,97 @@
+//! The README documents every flag `--help` shows, where a reader looks for
+//! that command: the devnet's options table, the validator's section, and
+//! the commands table's row for every other command.
+
+use lite_node_testkit::workspace_root;
+
+use crate::support::Node;
+
+/// The long flags of `lite-node <command> --help`, but `--help` and the
+/// global `--env-file` (documented once, under the commands table).
+fn flags(node: &Node, command: &[&str]) -> Vec<String> {
+    let run = node.run(&[command, &["--help"]].concat());
+    run.assert_ok();
+    let flags: Vec<String> = run
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = if l.starts_with('-') && !l.starts_with("--") { l.split_once(", ")?.1 } else { l };
+            let flag: String =
+                l.strip_prefix("--")?.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+            Some(format!("--{flag}"))
+        })
+        .collect();
+    assert!(flags.iter().any(|f| f == "--help"), "no flags read from `{}` --help:\n{}", command.join(" "), run.stdout);
+    flags.into_iter().filter(|f| f != "--help" && f != "--env-file").collect()
+}
+
+/// Whether `text` names `flag` as a whole word (`--pools` is not `--pools-file`).
+fn names(text: &str, flag: &str) -> bool {
+    text.match_indices(flag)
+        .any(|(at, _)| !text[at + flag.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-'))
+}
+
+#[test]
+fn every_flag_of_every_command_is_in_the_readme_where_that_command_is_documented() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let node = Node::new();
+    let table = |header: &str| -> String {
+        let rows = readme.split(header).nth(1).unwrap_or_else(|| panic!("no table `{header}` in README.md"));
+        rows.lines().skip(2).take_while(|l| l.starts_with('|')).map(|l| l.split('|').nth(1).unwrap_or("")).collect()
+    };
+    let section = |heading: &str| -> String {
+        let rest = readme.split(heading).nth(1).unwrap_or_else(|| panic!("no `{heading}` in README.md"));
+        rest.split("\n#").next().unwrap().to_owned()
+    };
+    let row = |command: &str| -> String {
+        let start = format!("| `lite-node {command}");
+        readme
+            .lines()
+            .find(|l| l.starts_with(&start) && l[start.len()..].starts_with([' ', '`']))
+            .unwrap_or_else(|| panic!("no row for `lite-node {command}` in README.md's commands table"))
+            .to_owned()
+    };
+    let mut missing = Vec::new();
+    let commands: [(&[&str], String); 12] = [
+        (&["devnet"], table("| option | meaning (default) |")),
+        (&["validator"], section("### Running a validator")),
+        (&["run"], row("run")),
+        (&["check"], row("check")),
+        (&["collector"], row("collector")),
+        (&["finalized"], row("finalized")),
+        (&["assignments"], row("assignments")),
+        (&["alert", "test"], row("alert test")),
+        (&["compute", "fetch"], row("compute fetch")),
+        (&["compute", "list"], row("compute list")),
+        (&["compute", "run"], row("compute run")),
+        (&["compute", "new"], row("compute new")),
+    ];
+    for (command, documented) in &commands {
+        for flag in flags(&node, command) {
+            if !names(documented, &flag) {
+                missing.push(format!("lite-node {} {flag}", command.join(" ")));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "--help shows flags README.md does not document where it documents the command:\n{missing:#?}"
+    );
+    // Every command `--help` lists is one of those above (or the help itself).
+    let top = node.run(&["--help"]);
+    let listed: Vec<&str> = top
+        .stdout
+        .split("Commands:")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for command in listed {
+        let known = command == "help" || commands.iter().any(|(c, _)| c[0] == command);
+        assert!(known, "`lite-node {command}` is not checked against README.md: add it here");
+    }
+    assert!(names("--pools-file x", "--pools-file") && !names("--pools-file", "--pools"), "the word check can fail");
+}
