@@ -422,18 +422,12 @@ fn sync(files: &BTreeMap<PathBuf, std::fs::File>) -> io::Result<()> {
     }
     #[cfg(target_os = "linux")]
     {
-        use std::os::{fd::AsRawFd, unix::fs::MetadataExt};
+        use std::os::unix::fs::MetadataExt;
         let mut by_device: BTreeMap<u64, &std::fs::File> = BTreeMap::new();
         for f in files.values() {
             by_device.entry(f.metadata()?.dev()).or_insert(f);
         }
-        for f in by_device.values() {
-            // SAFETY: syncfs only reads the descriptor, which `f` keeps open.
-            if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(())
+        by_device.values().try_for_each(|f| lite_node_core::atomic_file::sync_filesystem(f))
     }
     #[cfg(not(target_os = "linux"))]
     files.values().try_for_each(|f| f.sync_data())

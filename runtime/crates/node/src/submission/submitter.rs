@@ -547,21 +547,8 @@ fn boot_id() -> Option<String> {
 
 /// Makes everything written on the filesystem holding `path` durable.
 fn sync_filesystem(path: &std::path::Path) -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let dir = std::fs::File::open(path.parent().unwrap_or(std::path::Path::new(".")))?;
-        // SAFETY: syncfs only reads the descriptor, which `dir` keeps open.
-        if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = path;
-        Err(std::io::Error::other("no syncfs here"))
-    }
+    let dir = std::fs::File::open(path.parent().unwrap_or(std::path::Path::new(".")))?;
+    lite_node_core::atomic_file::sync_filesystem(&dir)
 }
 
 #[cfg(test)]
