@@ -58,7 +58,9 @@ pub fn eth_call_request<C: SolCall>(to: Address, call: &C, block: u64) -> RpcCal
 
 /// Decodes an `eth_call` answer (the raw `result` JSON, `"0x…"`) as `C`
 /// returns it. An empty answer is an error: no contract at that address at
-/// that block, or a function it does not have.
+/// that block, or a function it does not have. An answer that does not
+/// fit the declared types exactly (a wider integer, a `bool` that is not 0
+/// or 1) is an error too, never a truncated value.
 pub fn decode_return<C: SolCall>(answer_json: &str) -> Result<C::Return, String> {
     let text: String =
         serde_json::from_str(answer_json).map_err(|_| format!("the answer {answer_json} is not a hex string"))?;
@@ -66,7 +68,9 @@ pub fn decode_return<C: SolCall>(answer_json: &str) -> Result<C::Return, String>
     if bytes.is_empty() {
         return Err("the answer is empty (no contract at that address, at that block?)".into());
     }
-    C::abi_decode_returns(&bytes).map_err(|e| format!("the answer does not decode: {e}"))
+    // Validated: a value wider than its type (a `uint128` declared for a
+    // `uint256`), a `bool` that is not 0 or 1, are errors, not truncated.
+    C::abi_decode_returns_validate(&bytes).map_err(|e| format!("the answer does not decode as {}: {e}", C::SIGNATURE))
 }
 
 /// Calls of any functions, on any contracts, at one block, sent together:
@@ -158,7 +162,7 @@ impl Batch {
             let (requests, names): (Vec<RpcCall>, Vec<String>) = calls.by_ref().take(BATCH).unzip();
             let what = || {
                 let of = if whole > requests.len() { format!(" (of {whole})") } else { String::new() };
-                format!("a batch of {} eth_call{of} at block {}, the first {}", requests.len(), self.block, names[0])
+                format!("a batch of {} eth_call{of}, the first {}", requests.len(), names[0])
             };
             let got = host.rpc_batch(self.chain, &requests).map_err(|e| format!("{}: {}", what(), reason(&e)))?;
             if got.len() != requests.len() {

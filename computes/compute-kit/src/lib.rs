@@ -29,7 +29,9 @@
 //! ```
 //!
 //! Calls are pinned to a block: the same epoch gives the same answer on
-//! every node, and the node asks a pinned read once for all its slots.
+//! every node, and the node asks a pinned read once for all its slots. This
+//! crate keeps no cache of its own: what a node happened to read before can
+//! never change a snapshot's bytes.
 
 pub use alloy_primitives::{Address, B256, I256, U256, aliases, hex};
 pub use alloy_sol_types::{self as sol_types, SolCall, SolEvent, sol};
@@ -53,6 +55,9 @@ pub fn to_quantity(n: u64) -> String {
 /// A JSON-RPC quantity (`"0x1a"`) as a number.
 pub fn quantity(text: &str) -> Result<u64, String> {
     let digits = text.strip_prefix("0x").ok_or_else(|| format!("`{text}` is not a quantity (0x and hex digits)"))?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("`{text}` is not a quantity (0x and hex digits)"));
+    }
     u64::from_str_radix(digits, 16).map_err(|_| format!("`{text}` is not a quantity (0x and hex digits)"))
 }
 
@@ -195,6 +200,11 @@ mod tests {
         let t = host_answering(|_, _| Ok("\"0x1234\"".into()));
         let err = eth_call(&t.host(), Chain::Source, Address::ZERO, &slot0Call {}, 1).unwrap_err();
         assert!(err.contains("does not decode"), "{err}");
+        // sqrtPriceX96 (a uint160) with bits set above 160: refused, not cut.
+        let wide = format!("\"0x{}{}\"", "ff".repeat(32), "00".repeat(6 * 32));
+        let t = host_answering(move |_, _| Ok(wide.clone()));
+        let err = eth_call(&t.host(), Chain::Source, Address::ZERO, &slot0Call {}, 1).unwrap_err();
+        assert!(err.contains("does not decode as slot0()"), "{err}");
         let t = host_answering(|_, _| Err(RpcError { code: None.into(), message: "connection refused".into() }));
         let err = eth_call(&t.host(), Chain::Source, Address::ZERO, &slot0Call {}, 1).unwrap_err();
         assert!(err.contains("connection refused"), "{err}");
@@ -204,6 +214,7 @@ mod tests {
     fn blocks_quantities_and_addresses_are_read_or_refused_by_name() {
         assert_eq!(quantity("0x1a"), Ok(26));
         assert!(quantity("26").unwrap_err().contains("`26` is not a quantity"));
+        assert!(quantity("0x+1a").is_err() && quantity("0x").is_err());
         assert_eq!(to_quantity(255), "0xff");
         assert!(address("0x12").unwrap_err().contains("`0x12` is not an address"));
         let hash = format!("0x{}", "ab".repeat(32));

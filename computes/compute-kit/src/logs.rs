@@ -4,9 +4,12 @@
 //! The range is asked in chunks of [`LogFilter::blocks_per_call`] blocks,
 //! sent together (one round trip for up to [`BATCH`](crate::BATCH) chunks).
 //! A chunk the provider refuses with an error of its own (a range or result
-//! cap) is asked again in halves, down to single blocks; the logs come back
-//! in chain order whatever the chunking, so every node gets the same list
-//! from any provider.
+//! cap, or any other answer with an error code) is asked again in halves,
+//! down to single blocks; the logs come back in chain order whatever the
+//! chunking, so every node gets the same list from any provider. The range's
+//! last block must be one the chain has (from the preloaded block details,
+//! else asked first): a provider that has not reached it would answer "no
+//! logs", and that must not become a snapshot.
 
 use alloy_primitives::{Address, B256, hex};
 use alloy_sol_types::SolEvent;
@@ -45,7 +48,7 @@ pub struct Log<E> {
 impl RawLog {
     /// Decodes the log as `E`; an error names the event and where the log is.
     pub fn decode<E: SolEvent>(&self) -> Result<Log<E>, String> {
-        let event = E::decode_raw_log(self.topics.iter().copied(), &self.data).map_err(|e| {
+        let event = E::decode_raw_log_validate(self.topics.iter().copied(), &self.data).map_err(|e| {
             format!(
                 "the log at block {} index {} of {} is not {}: {e}",
                 self.block_number,
@@ -63,7 +66,8 @@ impl RawLog {
         })
     }
 
-    /// The first topic: the event's signature hash (none for an anonymous event).
+    /// The first topic: the event's signature hash (for an anonymous event,
+    /// its first indexed argument; none if it has none).
     pub fn topic0(&self) -> Option<B256> {
         self.topics.first().copied()
     }
@@ -82,10 +86,25 @@ pub struct LogFilter {
 }
 
 impl LogFilter {
-    /// Logs of `addresses` in blocks `from..=to` with the first topic `E`'s:
-    /// what [`get_logs`] reads.
-    pub fn event<E: SolEvent>(addresses: &[Address], from: u64, to: u64) -> Self {
-        Self { from, to, addresses: addresses.to_vec(), topic0: vec![E::SIGNATURE_HASH], blocks_per_call: LOG_BLOCKS }
+    /// Logs of `addresses` (all contracts when empty) in blocks `from..=to`
+    /// with the first topic `E`'s. An anonymous event has no such topic:
+    /// filter on its contracts with a [`LogFilter`] of your own, read them
+    /// with [`get_raw_logs`] and decode each with [`RawLog::decode`].
+    pub fn event<E: SolEvent>(addresses: &[Address], from: u64, to: u64) -> Result<Self, String> {
+        if E::ANONYMOUS {
+            return Err(format!(
+                "event {} is anonymous: its logs carry no signature topic to filter by; read its contracts' logs with \
+                 get_raw_logs and decode each with RawLog::decode",
+                E::SIGNATURE
+            ));
+        }
+        Ok(Self {
+            from,
+            to,
+            addresses: addresses.to_vec(),
+            topic0: vec![E::SIGNATURE_HASH],
+            blocks_per_call: LOG_BLOCKS,
+        })
     }
 
     fn params(&self, from: u64, to: u64) -> String {
@@ -103,7 +122,7 @@ impl LogFilter {
 
     fn describe(&self, from: u64, to: u64) -> String {
         let of = match self.addresses.as_slice() {
-            [] => String::new(),
+            [] => " of any contract".to_owned(),
             [one] => format!(" of {one}"),
             many => format!(" of {} contracts", many.len()),
         };
@@ -112,7 +131,9 @@ impl LogFilter {
 }
 
 /// The `E` logs of `addresses` in blocks `from..=to`, decoded, in chain
-/// order (block, then position in the block).
+/// order (block, then position in the block). `addresses` may not be empty
+/// (that would read the event of every contract on the chain; a
+/// [`LogFilter`] with no addresses does, if that is meant).
 ///
 /// ```ignore
 /// sol! {
@@ -129,7 +150,14 @@ pub fn get_logs<E: SolEvent>(
     from: u64,
     to: u64,
 ) -> Result<Vec<Log<E>>, String> {
-    let filter = LogFilter::event::<E>(addresses, from, to);
+    if addresses.is_empty() {
+        return Err(format!(
+            "eth_getLogs {} in blocks {from}..={to}: no contracts given (an empty list would read every contract's); \
+             name them, e.g. the pools from the settings",
+            E::SIGNATURE
+        ));
+    }
+    let filter = LogFilter::event::<E>(addresses, from, to)?;
     get_raw_logs(host, chain, &filter)?
         .iter()
         .map(|log| log.decode::<E>().map_err(|e| format!("{}: {e}", filter.describe(from, to))))
@@ -142,66 +170,88 @@ pub fn get_logs<E: SolEvent>(
 /// contract, first topic); one the chain says was removed by a reorg, or
 /// one listed twice, is an error.
 pub fn get_raw_logs(host: &Host<'_>, chain: Chain, filter: &LogFilter) -> Result<Vec<RawLog>, String> {
+    let whole = filter.describe(filter.from, filter.to);
     if filter.from > filter.to {
-        return Err(format!("eth_getLogs from block {} to block {}: the range is backwards", filter.from, filter.to));
+        return Err(format!("{whole}: the range is backwards"));
     }
-    let step = filter.blocks_per_call.max(1);
-    let mut ranges: Vec<(u64, u64)> = Vec::new();
-    let mut start = filter.from;
+    if filter.blocks_per_call == 0 {
+        return Err(format!("{whole}: blocks_per_call is 0; give at least 1 (LOG_BLOCKS is {LOG_BLOCKS})"));
+    }
+    known_block(host, chain, filter.to).map_err(|e| format!("{whole}: {e}"))?;
+    // Chunks not asked yet: `(from, to, the chunk it was first asked in)`;
+    // the rest of the range is cut into chunks as rounds go.
+    let mut pending: Vec<(u64, u64, (u64, u64))> = Vec::new();
+    let mut next = Some(filter.from);
+    let mut logs = Vec::new();
     loop {
-        let end = start.saturating_add(step - 1).min(filter.to);
-        ranges.push((start, end));
-        if end == filter.to {
+        while pending.len() < crate::BATCH
+            && let Some(start) = next
+        {
+            let end = start.saturating_add(filter.blocks_per_call - 1).min(filter.to);
+            pending.push((start, end, (start, end)));
+            next = (end < filter.to).then(|| end + 1);
+        }
+        if pending.is_empty() {
             break;
         }
-        start = end + 1;
-    }
-    let mut logs = Vec::new();
-    while !ranges.is_empty() {
-        let round: Vec<(u64, u64)> = ranges.drain(..ranges.len().min(crate::BATCH)).collect();
+        let round: Vec<(u64, u64, (u64, u64))> = pending.drain(..pending.len().min(crate::BATCH)).collect();
         let requests: Vec<RpcCall> = round
             .iter()
-            .map(|&(from, to)| RpcCall { method: "eth_getLogs".into(), params_json: filter.params(from, to).into() })
+            .map(|&(from, to, _)| RpcCall { method: "eth_getLogs".into(), params_json: filter.params(from, to).into() })
             .collect();
-        let answers = host.rpc_batch(chain, &requests).map_err(|e| {
-            let (first, last) = (round[0].0, round[round.len() - 1].1);
-            format!("{}: {}", filter.describe(first, last), reason(&e))
-        })?;
+        let span = filter.describe(round[0].0, round[round.len() - 1].1);
+        let answers = host
+            .rpc_batch(chain, &requests)
+            .map_err(|e| format!("{span}: {} (a smaller LogFilter::blocks_per_call asks less per call)", reason(&e)))?;
         if answers.len() != round.len() {
-            return Err(format!(
-                "{}: a batch of {} chunks got {} answers",
-                filter.describe(round[0].0, round[round.len() - 1].1),
-                round.len(),
-                answers.len()
-            ));
+            return Err(format!("{span}: a batch of {} chunks got {} answers", round.len(), answers.len()));
         }
         let mut halves = Vec::new();
-        for (&(from, to), answer) in round.iter().zip(answers) {
+        for (&(from, to, first), answer) in round.iter().zip(answers) {
             match answer {
                 Ok(text) => logs.extend(checked(filter, from, to, &text)?),
                 // The provider answered with a refusal of its own (a range
-                // or result cap): ask for less.
+                // or result cap, most likely): ask for less.
                 Err(e) if e.code.is_some() && from < to => {
                     let mid = from + (to - from) / 2;
-                    halves.extend([(from, mid), (mid + 1, to)]);
+                    halves.extend([(from, mid, first), (mid + 1, to, first)]);
+                }
+                Err(e) if first != (from, to) => {
+                    return Err(format!(
+                        "{}: refused even for block {from} alone (first asked as blocks {}..={}): {}",
+                        filter.describe(from, to),
+                        first.0,
+                        first.1,
+                        reason(&e)
+                    ));
                 }
                 Err(e) => return Err(format!("{}: {}", filter.describe(from, to), reason(&e))),
             }
         }
-        ranges.splice(0..0, halves);
+        pending.splice(0..0, halves);
     }
     logs.sort_by_key(|l| (l.block_number, l.log_index));
     if let Some(w) =
         logs.windows(2).find(|w| (w[0].block_number, w[0].log_index) == (w[1].block_number, w[1].log_index))
     {
         return Err(format!(
-            "{}: the chain listed the log at block {} index {} twice",
-            filter.describe(filter.from, filter.to),
-            w[0].block_number,
-            w[0].log_index
+            "{whole}: the chain listed the log at block {} index {} twice",
+            w[0].block_number, w[0].log_index
         ));
     }
     Ok(logs)
+}
+
+/// That `chain` has block `number`: a provider behind it would answer its
+/// logs as none. The source chain's preloaded block details say so without
+/// a call; else the block is asked for.
+fn known_block(host: &Host<'_>, chain: Chain, number: u64) -> Result<(), String> {
+    if chain == Chain::Source && host.block_details().iter().any(|d| d.number == number) {
+        return Ok(());
+    }
+    crate::block(host, chain, number)
+        .map(drop)
+        .map_err(|e| format!("{e} — its logs cannot be read before it is (retry the epoch, or use an RPC that has it)"))
 }
 
 /// One chunk's answer, read and checked against what was asked.
@@ -285,7 +335,7 @@ mod tests {
     fn logs_of_an_event_come_decoded_in_chain_order_and_only_the_asked_ones() {
         let other = Address::repeat_byte(0xbb);
         let transfer = Transfer { from: POOL, to: other, value: crate::U256::from(9) };
-        let host = TestHost::default()
+        let host = TestHost::with_blocks(crate::testing::blocks(1..=20))
             .on_logs(POOL, [(12, swap(3)), (10, swap(1))])
             .on_logs(POOL, [(10, swap(2))])
             .on_logs(other, [(11, swap(7))])
@@ -297,12 +347,24 @@ mod tests {
         assert!(swaps.iter().all(|l| l.address == POOL));
         let later = get_logs::<Swap>(&host.host(), Chain::Source, &[POOL], 11, 20).unwrap();
         assert_eq!(later.len(), 1, "the range is kept to");
+        // Positions in a block count every log set before, whatever is asked.
+        let transfers = get_logs::<Transfer>(&host.host(), Chain::Source, &[POOL], 11, 11).unwrap();
+        assert_eq!((transfers.len(), transfers[0].log_index), (1, 1), "after the other contract's swap, set before it");
+        let filter = LogFilter { addresses: vec![], ..LogFilter::event::<Swap>(&[], 11, 11).unwrap() };
+        let any = get_raw_logs(&host.host(), Chain::Source, &filter).unwrap();
+        assert_eq!((any.len(), any[0].address, any[0].log_index), (1, other, 0));
+        let mut all = LogFilter::event::<Swap>(&[], 11, 11).unwrap();
+        all.topic0.clear();
+        let positions: Vec<(Address, u64)> =
+            get_raw_logs(&host.host(), Chain::Source, &all).unwrap().iter().map(|l| (l.address, l.log_index)).collect();
+        assert_eq!(positions, [(other, 0), (POOL, 1)], "the transfer, set last, comes after the swap at block 11");
     }
 
     /// A provider that refuses more than `cap` blocks per call (with a
     /// code, as providers do) and answers one log per block otherwise.
     fn capped(cap: u64, asked: Arc<Mutex<Vec<(u64, u64)>>>) -> TestHost {
         let logs = TestHost::default().on_logs(POOL, (1..=100).map(|b| (b, swap(b as i64))));
+        let blocks = crate::testing::blocks(1..=100);
         let below = logs.rpc.unwrap();
         TestHost {
             rpc: Some(Box::new(move |chain, method, params| {
@@ -314,7 +376,7 @@ mod tests {
                 }
                 below(chain, method, params)
             })),
-            ..TestHost::default()
+            ..TestHost::with_blocks(blocks)
         }
     }
 
@@ -322,7 +384,7 @@ mod tests {
     fn ranges_are_chunked_and_a_refused_chunk_is_asked_again_in_halves_with_the_same_result() {
         let asked = Arc::new(Mutex::new(Vec::new()));
         let host = capped(1_000, asked.clone());
-        let mut filter = LogFilter::event::<Swap>(&[POOL], 1, 100);
+        let mut filter = LogFilter::event::<Swap>(&[POOL], 1, 100).unwrap();
         filter.blocks_per_call = 30;
         let chunked = get_raw_logs(&host.host(), Chain::Source, &filter).unwrap();
         assert_eq!(*asked.lock().unwrap(), [(1, 30), (31, 60), (61, 90), (91, 100)]);
@@ -342,25 +404,28 @@ mod tests {
     fn a_range_refused_down_to_one_block_or_unreachable_is_an_error_naming_it() {
         let refused = TestHost {
             rpc: Some(Box::new(|_, _, _| Err(RpcError { code: Some(-32000).into(), message: "nope".into() }))),
-            ..TestHost::default()
+            ..TestHost::with_blocks(crate::testing::blocks(1..=8))
         };
         let err = get_logs::<Swap>(&refused.host(), Chain::Source, &[POOL], 1, 8).unwrap_err();
-        assert!(err.contains("in blocks 1..=1: -32000") || err.contains("in blocks 1..=1:"), "{err}");
+        assert!(err.contains("in blocks 1..=1: refused even for block 1 alone (first asked as blocks 1..=8)"), "{err}");
         assert!(err.contains("nope"), "{err}");
         assert_eq!(refused.round_trips().len(), 4, "8 blocks, halved three times: {:?}", refused.round_trips());
-        let down = TestHost::default();
+        let down = TestHost::with_blocks(crate::testing::blocks(1..=8));
         let err = get_logs::<Swap>(&down.host(), Chain::Source, &[POOL], 1, 8).unwrap_err();
         assert!(err.contains("in blocks 1..=8") && err.contains("no rpc handler"), "{err}");
         assert_eq!(down.round_trips().len(), 1, "a chain not reached is not asked again");
         let backwards = get_logs::<Swap>(&down.host(), Chain::Source, &[POOL], 9, 8).unwrap_err();
         assert!(backwards.contains("backwards"), "{backwards}");
+        let mut none = LogFilter::event::<Swap>(&[POOL], 1, 8).unwrap();
+        none.blocks_per_call = 0;
+        assert!(get_raw_logs(&down.host(), Chain::Source, &none).unwrap_err().contains("blocks_per_call is 0"));
     }
 
     #[test]
     fn an_answer_that_does_not_fit_the_filter_is_refused() {
         let answering = |log: Value| TestHost {
             rpc: Some(Box::new(move |_, _, _| Ok(json!([log.clone()]).to_string()))),
-            ..TestHost::default()
+            ..TestHost::with_blocks(crate::testing::blocks(5..=5))
         };
         let good = || {
             let data = swap(1).encode_log_data();
@@ -372,6 +437,12 @@ mod tests {
             })
         };
         assert_eq!(get_logs::<Swap>(&answering(good()).host(), Chain::Source, &[POOL], 5, 5).unwrap().len(), 1);
+        // `liquidity` (a uint128, the fourth word) with bits set above 128.
+        let mut wide = good();
+        let data = wide["data"].as_str().unwrap().to_owned();
+        wide["data"] = json!(format!("{}{}{}", &data[..2 + 3 * 64], "ff".repeat(32), &data[2 + 4 * 64..]));
+        let err = get_logs::<Swap>(&answering(wide).host(), Chain::Source, &[POOL], 5, 5).unwrap_err();
+        assert!(err.contains("is not Swap("), "a uint128 wider than one is refused, not cut: {err}");
         let cases: [(&str, Value, &str); 6] = [
             ("removed", json!(true), "removed by a reorg"),
             ("blockNumber", json!("0x9"), "outside the asked blocks"),
@@ -388,9 +459,41 @@ mod tests {
         }
         let twice = TestHost {
             rpc: Some(Box::new(move |_, _, _| Ok(json!([good(), good()]).to_string()))),
-            ..TestHost::default()
+            ..TestHost::with_blocks(crate::testing::blocks(5..=5))
         };
         let err = get_logs::<Swap>(&twice.host(), Chain::Source, &[POOL], 5, 5).unwrap_err();
         assert!(err.contains("listed the log at block 5 index 0 twice"), "{err}");
+    }
+
+    /// A provider that has not reached the range's last block would answer
+    /// "no logs": the block is asked for first (unless preloaded) and its
+    /// absence is the error.
+    #[test]
+    fn logs_past_the_chains_head_are_an_error_not_an_empty_list() {
+        let behind = TestHost::default().on_logs(POOL, [(3, swap(1))]);
+        let behind = TestHost {
+            rpc: Some(Box::new(move |chain, method, params| match method {
+                "eth_getBlockByNumber" => Ok("null".into()),
+                _ => behind.rpc.as_ref().unwrap()(chain, method, params),
+            })),
+            ..TestHost::default()
+        };
+        let err = get_logs::<Swap>(&behind.host(), Chain::Source, &[POOL], 1, 9).unwrap_err();
+        assert!(err.contains("block 9: the chain has no such block yet") && err.contains("retry the epoch"), "{err}");
+        assert_eq!(behind.round_trips(), [vec!["eth_getBlockByNumber"]], "no logs asked");
+    }
+
+    #[test]
+    fn an_anonymous_event_or_no_contracts_are_refused_with_what_to_do() {
+        sol! {
+            #[derive(Debug)]
+            event Anon(address indexed who, uint256 value) anonymous;
+        }
+        let host = TestHost::with_blocks(crate::testing::blocks(1..=2));
+        let err = get_logs::<Anon>(&host.host(), Chain::Source, &[POOL], 1, 2).unwrap_err();
+        assert!(err.contains("is anonymous") && err.contains("get_raw_logs"), "{err}");
+        let err = get_logs::<Swap>(&host.host(), Chain::Source, &[], 1, 2).unwrap_err();
+        assert!(err.contains("no contracts given"), "{err}");
+        assert!(host.round_trips().is_empty());
     }
 }

@@ -3,9 +3,9 @@
 //! no selectors, no hex.
 //!
 //! ```ignore
-//! use compute_kit::testing::{ChainAnswers, TestHost};
+//! use compute_kit::testing::{ChainAnswers, TestHost, blocks};
 //!
-//! let host = TestHost::default()
+//! let host = TestHost::with_blocks(blocks(40..=42))
 //!     .on_call::<slot0Call>(pool, 42, state)
 //!     .on_call::<liquidityCall>(pool, 42, 7_000)
 //!     .on_logs(pool, [(41, swap.clone()), (42, swap)]);
@@ -17,10 +17,25 @@
 use alloy_primitives::{Address, B256, hex};
 use alloy_sol_types::{SolCall, SolEvent};
 pub use lite_node_plugin_api::testing::{TestHost, check_shares};
-use lite_node_plugin_api::{Chain, RpcError, testing::RpcHandler};
+use lite_node_plugin_api::{BlockDetail, Chain, RpcError, testing::RpcHandler};
 use serde_json::{Value, json};
 
 use crate::{quantity, to_quantity};
+
+/// Block details for `numbers`, as the node preloads an epoch's blocks
+/// (`block_details`): each hash is its number in 32 bytes, each timestamp
+/// 12 s after the one before. The seed block of an epoch comes from here,
+/// and [`get_logs`](crate::get_logs) takes a block listed here as one the
+/// chain has.
+pub fn blocks(numbers: std::ops::RangeInclusive<u64>) -> Vec<BlockDetail> {
+    numbers
+        .map(|number| BlockDetail {
+            number,
+            hash: format!("0x{number:064x}").as_str().into(),
+            timestamp: 1_700_000_000 + 12 * number,
+        })
+        .collect()
+}
 
 /// How an unanswered call's error starts.
 const NO_ANSWER: &str = "TestHost has no answer for";
@@ -33,13 +48,14 @@ pub trait ChainAnswers: Sized {
     /// call's arguments.
     fn on_call<C: SolCall>(self, to: Address, block: u64, returns: C::Return) -> Self;
 
-    /// Answers exactly `call` (its arguments too) on `to` at `block`;
-    /// it takes precedence over an [`on_call`](Self::on_call) set before it.
+    /// Answers exactly `call` (its arguments too) on `to` at `block`. Of
+    /// two answers for one call, the one set last is given.
     fn on_call_with<C: SolCall>(self, to: Address, block: u64, call: &C, returns: C::Return) -> Self;
 
     /// Emits `events` from the contract `address`, each at its block: what
     /// `eth_getLogs` answers for any filter they match. Logs at one block
-    /// take their positions in the order they are set.
+    /// take their positions (`logIndex`) in the order they are set, across
+    /// every `on_logs`, whatever a filter picks of them.
     fn on_logs<E: SolEvent>(self, address: Address, events: impl IntoIterator<Item = (u64, E)>) -> Self;
 }
 
@@ -65,30 +81,48 @@ impl ChainAnswers for TestHost {
             })
             .collect();
         let set = format!("{} {} logs of {address}", logs.len(), E::SIGNATURE);
-        layer(self, set, move |method, params, below| {
+        layer(self, set, move |method, params, raw, below| {
             if method != "eth_getLogs" {
                 return None;
             }
-            let mut list = match below() {
+            let listed = |answer: Result<String, RpcError>| match answer {
                 Ok(text) => match serde_json::from_str::<Value>(&text) {
-                    Ok(Value::Array(list)) => list,
-                    _ => return Some(Ok(text)),
+                    Ok(Value::Array(list)) => Ok(list),
+                    _ => Err(RpcError {
+                        code: None.into(),
+                        message: format!("TestHost: the rpc handler answered eth_getLogs with {text}, not a list")
+                            .into(),
+                    }),
                 },
-                Err(e) if e.message.starts_with(NO_ANSWER) => Vec::new(),
-                Err(e) => return Some(Err(e)),
+                Err(e) if e.message.starts_with(NO_ANSWER) => Ok(Vec::new()),
+                Err(e) => Err(e),
             };
-            let filter = &params[0];
-            for (block, topics, data) in
-                logs.iter().filter(|(block, topics, _)| matches(filter, address, *block, topics))
-            {
-                let at_block = list.iter().filter(|l| l["blockNumber"] == to_quantity(*block)).count() as u64;
-                list.push(log_json(address, *block, at_block, topics, data));
-            }
-            list.sort_by_key(|l| {
-                let n = |k: &str| l[k].as_str().and_then(|s| quantity(s).ok()).unwrap_or(0);
-                (n("blockNumber"), n("logIndex"))
-            });
-            Some(Ok(Value::Array(list).to_string()))
+            let answer = || -> Result<String, RpcError> {
+                let mut list = listed(below("eth_getLogs", raw))?;
+                // Each block's logs set before these come first, whatever
+                // the filter: ask for all of them.
+                let mut positions: std::collections::BTreeMap<u64, u64> = Default::default();
+                for (block, topics, data) in &logs {
+                    let index = match positions.get_mut(block) {
+                        Some(next) => next,
+                        None => {
+                            let all = json!([{"fromBlock": to_quantity(*block), "toBlock": to_quantity(*block)}]);
+                            let before = listed(below("eth_getLogs", &all.to_string()))?.len() as u64;
+                            positions.entry(*block).or_insert(before)
+                        }
+                    };
+                    if matches(&params[0], address, *block, topics) {
+                        list.push(log_json(address, *block, *index, topics, data));
+                    }
+                    *index += 1;
+                }
+                list.sort_by_key(|l| {
+                    let n = |k: &str| l[k].as_str().and_then(|s| quantity(s).ok()).unwrap_or(0);
+                    (n("blockNumber"), n("logIndex"))
+                });
+                Ok(Value::Array(list).to_string())
+            };
+            Some(answer())
         })
     }
 }
@@ -100,7 +134,7 @@ enum Match {
 
 fn call_layer(host: TestHost, set: String, to: Address, block: u64, wanted: Match, returns: &[u8]) -> TestHost {
     let answer = Value::String(format!("0x{}", hex::encode(returns))).to_string();
-    layer(host, set, move |method, params, _| {
+    layer(host, set, move |method, params, _, _| {
         let call = &params[0];
         let data = call["data"].as_str().or_else(|| call["input"].as_str())?.to_ascii_lowercase();
         let hit = method == "eth_call"
@@ -114,28 +148,29 @@ fn call_layer(host: TestHost, set: String, to: Address, block: u64, wanted: Matc
     })
 }
 
-/// Puts `answers` in front of the host's handler: what it does not answer
-/// (`None`) goes to the handler below, and an unanswered call's error
-/// lists this layer's answer among those set.
+/// What a layer can ask of the handlers below it: `(method, params_json)`.
+type Below<'a> = &'a dyn Fn(&str, &str) -> Result<String, RpcError>;
+
+/// Puts `answers` in front of the host's handler: it gets the method, the
+/// params (parsed and as given) and the handlers below; what it does not
+/// answer (`None`) goes below, and an unanswered call's error lists this
+/// layer's answer among those set.
 fn layer<F>(mut host: TestHost, set: String, answers: F) -> TestHost
 where
-    F: Fn(&str, &Value, &dyn Fn() -> Result<String, RpcError>) -> Option<Result<String, RpcError>>
-        + Send
-        + Sync
-        + 'static,
+    F: Fn(&str, &Value, &str, Below<'_>) -> Option<Result<String, RpcError>> + Send + Sync + 'static,
 {
     let below: Option<RpcHandler> = host.rpc.take();
     host.rpc = Some(Box::new(move |chain, method, params| {
-        let next = || match &below {
+        let next = |method: &str, params: &str| match &below {
             Some(handler) => handler(chain, method, params),
             None => {
                 Err(RpcError { code: None.into(), message: format!("{NO_ANSWER} {}", asked(method, params)).into() })
             }
         };
         let parsed: Value = serde_json::from_str(params).unwrap_or(Value::Null);
-        let mine = if chain == Chain::Source { answers(method, &parsed, &next) } else { None };
+        let mine = if chain == Chain::Source { answers(method, &parsed, params, &next) } else { None };
         mine.unwrap_or_else(|| {
-            next().map_err(|mut e| {
+            next(method, params).map_err(|mut e| {
                 if e.message.starts_with(NO_ANSWER) {
                     let sep = if e.message.contains("; answers set: ") { ", " } else { "; answers set: " };
                     e.message = format!("{}{sep}{set}", e.message).into();
@@ -215,6 +250,7 @@ mod tests {
     sol! {
         function liquidity() external view returns (uint128);
         function balanceOf(address owner) external view returns (uint256);
+        #[derive(Debug)]
         event Swap(address indexed sender, int256 amount0);
     }
 
@@ -251,5 +287,18 @@ mod tests {
         assert!(err.contains("at block 42, 0 swap(address,int256) logs of 0xaaaa"), "{err}");
         let anchor = eth_call(&host.host(), Chain::Anchor, POOL, &liquidityCall {}, 42).unwrap_err();
         assert!(anchor.contains("no answer"), "answers are the source chain's: {anchor}");
+    }
+
+    #[test]
+    fn the_answer_set_last_wins_and_a_handler_below_that_answers_logs_wrongly_is_an_error() {
+        let host = TestHost::with_blocks(blocks(1..=3))
+            .on_call::<liquidityCall>(POOL, 2, 1)
+            .on_call::<liquidityCall>(POOL, 2, 2);
+        assert_eq!(eth_call(&host.host(), Chain::Source, POOL, &liquidityCall {}, 2), Ok(2));
+        let below =
+            TestHost { rpc: Some(Box::new(|_, _, _| Ok("null".into()))), ..TestHost::with_blocks(blocks(1..=3)) };
+        let host = below.on_logs::<Swap>(POOL, []);
+        let err = crate::get_logs::<Swap>(&host.host(), Chain::Source, &[POOL], 1, 3).unwrap_err();
+        assert!(err.contains("answered eth_getLogs with null, not a list"), "{err}");
     }
 }

@@ -148,9 +148,8 @@ mod tests {
     use compute_kit::{
         I256,
         aliases::U160,
-        testing::{ChainAnswers, TestHost},
+        testing::{ChainAnswers, TestHost, blocks},
     };
-    use lite_node_plugin_api::BlockDetail;
 
     const POOLS: [&str; 2] =
         ["0x9d187010a2aac0c8057393b21a2c2ce089d2f5a7", "0xe7076a0f2a7b6aa3b2b1e59e4d14f2b9c1a6eddd"];
@@ -162,10 +161,10 @@ mod tests {
     /// A chain where each pool has a price and liquidity at the epoch's
     /// last block (42), and two swaps in its blocks 40..=42.
     fn chain() -> TestHost {
-        let seed = BlockDetail { number: 40, hash: format!("0x{}", "ab".repeat(32)).as_str().into(), timestamp: 1 };
         let state = slot0Return { sqrtPriceX96: U160::from(1u128 << 96), unlocked: true, ..Default::default() };
         let swap = Swap { amount0: I256::ONE, amount1: I256::MINUS_ONE, ..Default::default() };
-        let mut host = TestHost::with_blocks(vec![seed]);
+        // The epoch's blocks, as the node preloads them (`block_details`).
+        let mut host = TestHost::with_blocks(blocks(40..=42));
         for pool in POOLS.map(|p| compute_kit::address(p).unwrap()) {
             host = host
                 .on_call::<slot0Call>(pool, 42, state.clone())

@@ -299,7 +299,8 @@ epoch's blocks, and returns one snapshot. Make it yours.
   and the epoch's seed block. Errors name the call, the contract and the
   block. In tests, `compute_kit::testing::ChainAnswers` lets a `TestHost`
   answer in your own types: `.on_call::<slot0Call>(pool, block, returns)`,
-  `.on_logs(pool, [(block, event)])`.
+  `.on_logs(pool, [(block, event)])`, with the epoch's block details from
+  `compute_kit::testing::blocks(begin..=end)`.
 - `slot-selection/` — the market's rule: which slots work an epoch, on which
   pool. `slot_selection::decide(epoch, host, seed_block_hash, pools)` reports
   the answer to the node and returns the pool (or `None`: return no snapshots).
