@@ -41,7 +41,7 @@ pub fn repeated_data_source<'a>(sources: impl IntoIterator<Item = &'a str>) -> O
 }
 
 /// What a processor that returned two snapshots for one data source is
-/// told (the node, `compute run` and `check` word it alike).
+/// told (the node, `compute run` and the devnet word it alike).
 pub fn repeated_data_source_error(project_type: &str, first: &str, second: &str) -> String {
     let which = if first == second {
         format!("data source `{first}`")

@@ -1060,8 +1060,6 @@ impl Devnet {
         ))
     }
 
-    /// Starts again a node whose process ended; an error once one has been
-    /// restarted [`MAX_RESTARTS`] times.
     /// Reads the journal of each expected slot with nothing arrived yet:
     /// one whose node has ended the epoch (a line for each project) sent
     /// nothing more, and `epoch.ended` says why.
@@ -1082,6 +1080,8 @@ impl Devnet {
         }
     }
 
+    /// Starts again a node whose process ended; an error once one has been
+    /// restarted [`MAX_RESTARTS`] times.
     fn restart_dead_node(&mut self) -> Result<()> {
         let dead = self.nodes.iter_mut().find_map(|n| {
             let status = n.process.exited()?;
@@ -1351,9 +1351,6 @@ fn write_projects(
 const NAMESPACE_VARS: [(&str, &str); 3] =
     [("POWERLOOM_CHAIN", "devnet"), ("NAMESPACE", "UNISWAPV3"), ("SOURCE_CHAIN", "ETH")];
 
-/// An env file for `lite-node compute run` against this devnet's chain, with
-/// the same compute package and projects (readable by its owner only: it
-/// holds the package's repository URL).
 /// Names, in the env file the devnet writes for `compute run`, the run
 /// directory whose lock says whether that devnet still runs.
 pub const DEVNET_RUN_DIR_VAR: &str = "LITE_NODE_DEVNET_RUN_DIR";
@@ -1366,6 +1363,9 @@ pub fn devnet_running(run_dir: &Path) -> bool {
     }
 }
 
+/// An env file for `lite-node compute run` against this devnet's chain, with
+/// the same compute package and projects (readable by its owner only: it
+/// holds the package's repository URL).
 fn write_compute_run_env(
     run_dir: &Path,
     url: &str,
