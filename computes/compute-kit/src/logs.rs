@@ -6,10 +6,14 @@
 //! A chunk the provider refuses with an error of its own (a range or result
 //! cap, or any other answer with an error code) is asked again in halves,
 //! down to single blocks; the logs come back in chain order whatever the
-//! chunking, so every node gets the same list from any provider. The range's
-//! last block must be one the chain has (from the preloaded block details,
-//! else asked first): a provider that has not reached it would answer "no
-//! logs", and that must not become a snapshot.
+//! chunking, so every node gets the same list from any provider.
+//!
+//! A provider that has not reached a block answers its logs as none (or as
+//! the logs up to its head), and that must not become a snapshot: each
+//! batch of chunks carries an `eth_blockNumber`, so the node that answered
+//! the chunks says how far it is, and a batch answered from behind its last
+//! block is an error. A log whose block hash is not the hash of that block
+//! in the epoch's preloaded details (another fork) is an error too.
 
 use alloy_primitives::{Address, B256, hex};
 use alloy_sol_types::SolEvent;
@@ -177,7 +181,13 @@ pub fn get_raw_logs(host: &Host<'_>, chain: Chain, filter: &LogFilter) -> Result
     if filter.blocks_per_call == 0 {
         return Err(format!("{whole}: blocks_per_call is 0; give at least 1 (LOG_BLOCKS is {LOG_BLOCKS})"));
     }
-    known_block(host, chain, filter.to).map_err(|e| format!("{whole}: {e}"))?;
+    // The epoch's block hashes, to check each log's block against.
+    let hashes: std::collections::HashMap<u64, String> = match chain {
+        Chain::Source => {
+            host.block_details().iter().map(|d| (d.number, d.hash.as_str().to_ascii_lowercase())).collect()
+        }
+        Chain::Anchor => Default::default(),
+    };
     // Chunks not asked yet: `(from, to, the chunk it was first asked in)`;
     // the rest of the range is cut into chunks as rounds go.
     let mut pending: Vec<(u64, u64, (u64, u64))> = Vec::new();
@@ -195,24 +205,44 @@ pub fn get_raw_logs(host: &Host<'_>, chain: Chain, filter: &LogFilter) -> Result
             break;
         }
         let round: Vec<(u64, u64, (u64, u64))> = pending.drain(..pending.len().min(crate::BATCH)).collect();
-        let requests: Vec<RpcCall> = round
+        let mut requests: Vec<RpcCall> = round
             .iter()
             .map(|&(from, to, _)| RpcCall { method: "eth_getLogs".into(), params_json: filter.params(from, to).into() })
             .collect();
+        // How far the node answering these chunks is (never kept by a node's
+        // memo of pinned reads: it goes out with every batch).
+        requests.push(RpcCall { method: "eth_blockNumber".into(), params_json: "[]".into() });
         let span = filter.describe(round[0].0, round[round.len() - 1].1);
-        let answers = host
+        let mut answers = host
             .rpc_batch(chain, &requests)
             .map_err(|e| format!("{span}: {} (a smaller LogFilter::blocks_per_call asks less per call)", reason(&e)))?;
-        if answers.len() != round.len() {
-            return Err(format!("{span}: a batch of {} chunks got {} answers", round.len(), answers.len()));
+        if answers.len() != requests.len() {
+            return Err(format!("{span}: a batch of {} calls got {} answers", requests.len(), answers.len()));
+        }
+        let last = round.iter().map(|&(_, to, _)| to).max().unwrap_or(filter.to);
+        let head = answers
+            .pop()
+            .map(|a| {
+                let text = a.map_err(|e| reason(&e))?;
+                let number: String = serde_json::from_str(&text).map_err(|_| format!("`{text}` is not a quantity"))?;
+                quantity(&number)
+            })
+            .unwrap_or_else(|| Err("no answer".into()))
+            .map_err(|e| format!("{span}: eth_blockNumber, asked with the logs: {e}"))?;
+        if head < last {
+            return Err(format!(
+                "{span}: the RPC that answered is at block {head}, behind block {last}: it would leave out logs it has \
+                 not seen — retry the epoch, or use an RPC that has reached it"
+            ));
         }
         let mut halves = Vec::new();
         for (&(from, to, first), answer) in round.iter().zip(answers) {
             match answer {
-                Ok(text) => logs.extend(checked(filter, from, to, &text)?),
+                Ok(text) => logs.extend(checked(filter, from, to, &text, &hashes)?),
                 // The provider answered with a refusal of its own (a range
-                // or result cap, most likely): ask for less.
-                Err(e) if e.code.is_some() && from < to => {
+                // or result cap, most likely): ask for less. A method or
+                // request it does not take is not a matter of size.
+                Err(e) if e.code.is_some() && !matches!(e.code.into_option(), Some(-32601 | -32600)) && from < to => {
                     let mid = from + (to - from) / 2;
                     halves.extend([(from, mid, first), (mid + 1, to, first)]);
                 }
@@ -242,20 +272,14 @@ pub fn get_raw_logs(host: &Host<'_>, chain: Chain, filter: &LogFilter) -> Result
     Ok(logs)
 }
 
-/// That `chain` has block `number`: a provider behind it would answer its
-/// logs as none. The source chain's preloaded block details say so without
-/// a call; else the block is asked for.
-fn known_block(host: &Host<'_>, chain: Chain, number: u64) -> Result<(), String> {
-    if chain == Chain::Source && host.block_details().iter().any(|d| d.number == number) {
-        return Ok(());
-    }
-    crate::block(host, chain, number)
-        .map(drop)
-        .map_err(|e| format!("{e} — its logs cannot be read before it is (retry the epoch, or use an RPC that has it)"))
-}
-
 /// One chunk's answer, read and checked against what was asked.
-fn checked(filter: &LogFilter, from: u64, to: u64, answer: &str) -> Result<Vec<RawLog>, String> {
+fn checked(
+    filter: &LogFilter,
+    from: u64,
+    to: u64,
+    answer: &str,
+    hashes: &std::collections::HashMap<u64, String>,
+) -> Result<Vec<RawLog>, String> {
     let call = filter.describe(from, to);
     let list: Value = serde_json::from_str(answer).map_err(|e| format!("{call}: the answer is not JSON: {e}"))?;
     let list = list.as_array().ok_or_else(|| format!("{call}: the answer is not a list of logs"))?;
@@ -286,6 +310,14 @@ fn checked(filter: &LogFilter, from: u64, to: u64, answer: &str) -> Result<Vec<R
             };
             if !(from..=to).contains(&block_number) {
                 return Err(bad("is outside the asked blocks"));
+            }
+            if let (Some(known), Some(of_log)) = (hashes.get(&block_number), log["blockHash"].as_str())
+                && !of_log.eq_ignore_ascii_case(known)
+            {
+                return Err(bad(&format!(
+                    "is of block {block_number} with hash {of_log}, but the epoch's block {block_number} is {known} \
+                     (another fork); retry the epoch"
+                )));
             }
             if !filter.addresses.is_empty() && !filter.addresses.contains(&raw.address) {
                 return Err(bad("is from a contract that was not asked for"));
@@ -368,6 +400,9 @@ mod tests {
         let below = logs.rpc.unwrap();
         TestHost {
             rpc: Some(Box::new(move |chain, method, params| {
+                if method == "eth_blockNumber" {
+                    return below(chain, method, params);
+                }
                 let p: Value = serde_json::from_str(params).unwrap();
                 let n = |k: &str| quantity(p[0][k].as_str().unwrap()).unwrap();
                 asked.lock().unwrap().push((n("fromBlock"), n("toBlock")));
@@ -403,7 +438,10 @@ mod tests {
     #[test]
     fn a_range_refused_down_to_one_block_or_unreachable_is_an_error_naming_it() {
         let refused = TestHost {
-            rpc: Some(Box::new(|_, _, _| Err(RpcError { code: Some(-32000).into(), message: "nope".into() }))),
+            rpc: Some(Box::new(|_, method, _| match method {
+                "eth_blockNumber" => Ok("\"0x8\"".into()),
+                _ => Err(RpcError { code: Some(-32000).into(), message: "nope".into() }),
+            })),
             ..TestHost::with_blocks(crate::testing::blocks(1..=8))
         };
         let err = get_logs::<Swap>(&refused.host(), Chain::Source, &[POOL], 1, 8).unwrap_err();
@@ -414,6 +452,17 @@ mod tests {
         let err = get_logs::<Swap>(&down.host(), Chain::Source, &[POOL], 1, 8).unwrap_err();
         assert!(err.contains("in blocks 1..=8") && err.contains("no rpc handler"), "{err}");
         assert_eq!(down.round_trips().len(), 1, "a chain not reached is not asked again");
+        // A method the provider does not take is not halved down to blocks.
+        let unknown = TestHost {
+            rpc: Some(Box::new(|_, method, _| match method {
+                "eth_blockNumber" => Ok("\"0x8\"".into()),
+                _ => Err(RpcError { code: Some(-32601).into(), message: "method not found".into() }),
+            })),
+            ..TestHost::with_blocks(crate::testing::blocks(1..=8))
+        };
+        let err = get_logs::<Swap>(&unknown.host(), Chain::Source, &[POOL], 1, 8).unwrap_err();
+        assert!(err.contains("in blocks 1..=8: ") && err.contains("method not found"), "{err}");
+        assert_eq!(unknown.round_trips().len(), 1);
         let backwards = get_logs::<Swap>(&down.host(), Chain::Source, &[POOL], 9, 8).unwrap_err();
         assert!(backwards.contains("backwards"), "{backwards}");
         let mut none = LogFilter::event::<Swap>(&[POOL], 1, 8).unwrap();
@@ -424,7 +473,10 @@ mod tests {
     #[test]
     fn an_answer_that_does_not_fit_the_filter_is_refused() {
         let answering = |log: Value| TestHost {
-            rpc: Some(Box::new(move |_, _, _| Ok(json!([log.clone()]).to_string()))),
+            rpc: Some(Box::new(move |_, method, _| match method {
+                "eth_blockNumber" => Ok("\"0x5\"".into()),
+                _ => Ok(json!([log.clone()]).to_string()),
+            })),
             ..TestHost::with_blocks(crate::testing::blocks(5..=5))
         };
         let good = || {
@@ -443,7 +495,8 @@ mod tests {
         wide["data"] = json!(format!("{}{}{}", &data[..2 + 3 * 64], "ff".repeat(32), &data[2 + 4 * 64..]));
         let err = get_logs::<Swap>(&answering(wide).host(), Chain::Source, &[POOL], 5, 5).unwrap_err();
         assert!(err.contains("is not Swap("), "a uint128 wider than one is refused, not cut: {err}");
-        let cases: [(&str, Value, &str); 6] = [
+        let cases: [(&str, Value, &str); 7] = [
+            ("blockHash", json!(format!("{:#x}", B256::repeat_byte(0xff))), "(another fork); retry the epoch"),
             ("removed", json!(true), "removed by a reorg"),
             ("blockNumber", json!("0x9"), "outside the asked blocks"),
             ("address", json!(format!("{:#x}", Address::ZERO)), "from a contract that was not asked for"),
@@ -457,30 +510,47 @@ mod tests {
             let err = get_logs::<Swap>(&answering(log).host(), Chain::Source, &[POOL], 5, 5).unwrap_err();
             assert!(err.contains(says) && err.contains("in blocks 5..=5"), "{key}: {err}");
         }
+        let mut same = good();
+        same["blockHash"] = json!(format!("0x{:064x}", 5));
+        assert_eq!(get_logs::<Swap>(&answering(same).host(), Chain::Source, &[POOL], 5, 5).unwrap().len(), 1);
         let twice = TestHost {
-            rpc: Some(Box::new(move |_, _, _| Ok(json!([good(), good()]).to_string()))),
+            rpc: Some(Box::new(move |_, method, _| match method {
+                "eth_blockNumber" => Ok("\"0x5\"".into()),
+                _ => Ok(json!([good(), good()]).to_string()),
+            })),
             ..TestHost::with_blocks(crate::testing::blocks(5..=5))
         };
         let err = get_logs::<Swap>(&twice.host(), Chain::Source, &[POOL], 5, 5).unwrap_err();
         assert!(err.contains("listed the log at block 5 index 0 twice"), "{err}");
     }
 
-    /// A provider that has not reached the range's last block would answer
-    /// "no logs": the block is asked for first (unless preloaded) and its
-    /// absence is the error.
+    /// A provider that has not reached the range's last block answers its
+    /// logs as none (or up to its head): the head it gives in the same batch
+    /// says so, and that is the error, whatever the preloaded details hold.
     #[test]
-    fn logs_past_the_chains_head_are_an_error_not_an_empty_list() {
-        let behind = TestHost::default().on_logs(POOL, [(3, swap(1))]);
+    fn logs_from_an_rpc_behind_the_range_are_an_error_not_an_empty_list() {
+        let chain = TestHost::default().on_logs(POOL, [(3, swap(1))]);
         let behind = TestHost {
-            rpc: Some(Box::new(move |chain, method, params| match method {
-                "eth_getBlockByNumber" => Ok("null".into()),
-                _ => behind.rpc.as_ref().unwrap()(chain, method, params),
+            rpc: Some(Box::new(move |chain_id, method, params| match method {
+                "eth_blockNumber" => Ok("\"0x5\"".into()),
+                _ => chain.rpc.as_ref().unwrap()(chain_id, method, params),
             })),
-            ..TestHost::default()
+            ..TestHost::with_blocks(crate::testing::blocks(1..=9))
         };
         let err = get_logs::<Swap>(&behind.host(), Chain::Source, &[POOL], 1, 9).unwrap_err();
-        assert!(err.contains("block 9: the chain has no such block yet") && err.contains("retry the epoch"), "{err}");
-        assert_eq!(behind.round_trips(), [vec!["eth_getBlockByNumber"]], "no logs asked");
+        assert!(
+            err.contains("the RPC that answered is at block 5, behind block 9") && err.contains("retry the epoch"),
+            "{err}"
+        );
+        assert_eq!(behind.round_trips(), [vec!["eth_getLogs", "eth_blockNumber"]], "asked in one batch");
+        assert_eq!(get_logs::<Swap>(&behind.host(), Chain::Source, &[POOL], 1, 5).unwrap().len(), 1, "up to its head");
+        let garbled = TestHost {
+            // Every call, `eth_blockNumber` too, answered with an empty list.
+            rpc: Some(Box::new(|_, _, _| Ok("[]".into()))),
+            ..TestHost::default()
+        };
+        let err = get_logs::<Swap>(&garbled.host(), Chain::Source, &[POOL], 1, 9).unwrap_err();
+        assert!(err.contains("eth_blockNumber, asked with the logs: `[]` is not a quantity"), "{err}");
     }
 
     #[test]

@@ -23,10 +23,11 @@ use serde_json::{Value, json};
 use crate::{quantity, to_quantity};
 
 /// Block details for `numbers`, as the node preloads an epoch's blocks
-/// (`block_details`): each hash is its number in 32 bytes, each timestamp
-/// 12 s after the one before. The seed block of an epoch comes from here,
-/// and [`get_logs`](crate::get_logs) takes a block listed here as one the
-/// chain has.
+/// (`block_details`): each hash is its number in 32 bytes (as the logs
+/// [`ChainAnswers::on_logs`] sets are of), each timestamp 12 s after the one
+/// before. The seed block of an epoch comes from here, and the chain's head
+/// (`eth_blockNumber`, which [`get_logs`](crate::get_logs) asks with its
+/// logs) is the highest block listed here or logged.
 pub fn blocks(numbers: std::ops::RangeInclusive<u64>) -> Vec<BlockDetail> {
     numbers
         .map(|number| BlockDetail {
@@ -81,7 +82,20 @@ impl ChainAnswers for TestHost {
             })
             .collect();
         let set = format!("{} {} logs of {address}", logs.len(), E::SIGNATURE);
+        // The chain has every block preloaded or logged: its head is the last.
+        let head = self.blocks.iter().map(|b| b.number).chain(logs.iter().map(|l| l.0)).max().unwrap_or(0);
         layer(self, set, move |method, params, raw, below| {
+            if method == "eth_blockNumber" {
+                let higher = match below(method, raw) {
+                    Err(e) if e.message.starts_with(NO_ANSWER) => head,
+                    Err(e) => return Some(Err(e)),
+                    Ok(text) => match serde_json::from_str::<String>(&text).map(|q| quantity(&q)) {
+                        Ok(Ok(n)) => n.max(head),
+                        _ => return Some(Ok(text)),
+                    },
+                };
+                return Some(Ok(Value::String(to_quantity(higher)).to_string()));
+            }
             if method != "eth_getLogs" {
                 return None;
             }
@@ -230,7 +244,7 @@ fn log_json(address: Address, block: u64, index: u64, topics: &[B256], data: &[u
     json!({
         "address": format!("{address:#x}"),
         "blockNumber": to_quantity(block),
-        "blockHash": place(1),
+        "blockHash": format!("0x{block:064x}"),
         "logIndex": to_quantity(index),
         "transactionHash": place(2),
         "transactionIndex": to_quantity(index),
@@ -295,8 +309,10 @@ mod tests {
             .on_call::<liquidityCall>(POOL, 2, 1)
             .on_call::<liquidityCall>(POOL, 2, 2);
         assert_eq!(eth_call(&host.host(), Chain::Source, POOL, &liquidityCall {}, 2), Ok(2));
-        let below =
-            TestHost { rpc: Some(Box::new(|_, _, _| Ok("null".into()))), ..TestHost::with_blocks(blocks(1..=3)) };
+        let below = TestHost {
+            rpc: Some(Box::new(|_, method, _| Ok(if method == "eth_blockNumber" { "\"0x3\"" } else { "null" }.into()))),
+            ..TestHost::with_blocks(blocks(1..=3))
+        };
         let host = below.on_logs::<Swap>(POOL, []);
         let err = crate::get_logs::<Swap>(&host.host(), Chain::Source, &[POOL], 1, 3).unwrap_err();
         assert!(err.contains("answered eth_getLogs with null, not a list"), "{err}");

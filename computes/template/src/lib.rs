@@ -196,7 +196,11 @@ mod tests {
         let epoch = EpochContext::builder(3, 40, 42).slot(1, 1).build();
         let snapshots = processor().compute(&epoch, &host.host()).unwrap();
         assert_eq!(host.reports(), vec![(3, true, 1)]);
-        assert_eq!(host.round_trips(), [vec!["eth_call"; 2], vec!["eth_getLogs"]], "slot0 and liquidity together");
+        assert_eq!(
+            host.round_trips(),
+            [vec!["eth_call"; 2], vec!["eth_getLogs", "eth_blockNumber"]],
+            "slot0 and liquidity together"
+        );
         assert_eq!(snapshots.len(), 1);
         assert!(POOLS.contains(&snapshots[0].data_source.as_str()));
         let body: Value = serde_json::from_str(&snapshots[0].json).unwrap();

@@ -4,7 +4,10 @@
 //! block number, a block by number or hash, logs over a closed range) has one
 //! answer, so it is asked once per epoch and every other compute gets that
 //! answer — also a compute that asks while the first is still waiting for it.
-//! Reads at a tag (`latest`, `pending`, …) and failed reads are never kept.
+//! Reads at a tag (`latest`, `pending`, …) and failed reads are never kept,
+//! nor is a read answered by a node that said, in the same batch
+//! (`eth_blockNumber`), that it has not reached the read's block: a node
+//! behind answers logs as none, and that must not reach other computes.
 
 use std::{
     collections::HashMap,
@@ -111,12 +114,16 @@ impl RpcEndpoint for Memo {
             .collect();
         let to_send: Vec<RpcCall> =
             calls.iter().zip(&slots).filter(|(_, s)| matches!(s, Slot::Send(_))).map(|(c, _)| c.clone()).collect();
+        let mut head = None;
         let mut sent = if to_send.is_empty() {
             Vec::new().into_iter()
         } else {
             self.sent.fetch_add(to_send.len() as u64, Ordering::Relaxed);
             match self.inner.batch(&to_send) {
-                Ok(answers) => answers.into_iter(),
+                Ok(answers) => {
+                    head = reported_head(&to_send, &answers);
+                    answers.into_iter()
+                }
                 Err(e) => {
                     for slot in &slots {
                         if let Slot::Send(Some((key, cell))) = slot {
@@ -138,7 +145,19 @@ impl RpcEndpoint for Memo {
                         })
                     });
                     if let Some((key, cell)) = owned {
-                        self.fill(key, cell, answer.clone());
+                        // Past the head the answering node gave: the caller
+                        // gets what it said (and can tell), others an error.
+                        match (head, last_block(key)) {
+                            (Some(head), Some(block)) if block > head => {
+                                let behind = format!(
+                                    "the RPC that answered was at block {head}, behind block {block}; retry the epoch"
+                                );
+                                let e =
+                                    RpcError { code: abi_stable::std_types::ROption::RNone, message: behind.into() };
+                                self.fill(key, cell, Err(e));
+                            }
+                            _ => self.fill(key, cell, answer.clone()),
+                        }
                     }
                     answer
                 }
@@ -152,6 +171,34 @@ impl RpcEndpoint for Memo {
         }
         Ok(answers)
     }
+}
+
+/// The head an `eth_blockNumber` in the batch answered, if it has one.
+fn reported_head(calls: &[RpcCall], answers: &[Answer]) -> Option<u64> {
+    let at = calls.iter().position(|c| c.method.as_str() == "eth_blockNumber")?;
+    let text = answers.get(at)?.as_ref().ok()?;
+    quantity(&serde_json::from_str::<Value>(text).ok()?)
+}
+
+/// The highest block a pinned read (its memo key) names by number.
+fn last_block(key: &str) -> Option<u64> {
+    let (method, params) = key.split_once(' ')?;
+    let params: Value = serde_json::from_str(params).ok()?;
+    let list = params.as_array()?;
+    let at = if method == "eth_getLogs" {
+        list.first()?.get("toBlock")?
+    } else if method == "eth_getBlockByNumber" {
+        list.first()?
+    } else if AT_BLOCK_LAST.contains(&method) {
+        list.last()?
+    } else {
+        return None;
+    };
+    quantity(at.get("blockNumber").unwrap_or(at))
+}
+
+fn quantity(v: &Value) -> Option<u64> {
+    u64::from_str_radix(v.as_str()?.strip_prefix("0x")?, 16).ok()
 }
 
 /// Methods whose answer is fixed once the block they name exists.
@@ -286,6 +333,43 @@ mod tests {
         assert!(memo.call("eth_chainId", "[]").is_err());
         assert_eq!(memo.call("eth_chainId", "[]").unwrap(), "0x1");
         assert_eq!(memo.call("eth_chainId", "[]").unwrap(), "0x1");
+    }
+
+    /// A node behind the chain answers logs past its head as none: a read
+    /// past the head it gave in the same batch goes back to its caller as
+    /// answered and is asked again by the next, never kept.
+    #[test]
+    fn a_read_past_the_head_its_batch_reported_is_not_kept() {
+        struct Behind(AtomicU64, u64);
+        impl RpcEndpoint for Behind {
+            fn call(&self, _: &str, _: &str) -> Answer {
+                unreachable!()
+            }
+            fn batch(&self, calls: &[RpcCall]) -> Result<Vec<Answer>, RpcError> {
+                self.0.fetch_add(calls.len() as u64, Ordering::SeqCst);
+                let head = format!("\"0x{:x}\"", self.1);
+                Ok(calls
+                    .iter()
+                    .map(|c| Ok(if c.method.as_str() == "eth_blockNumber" { head.clone() } else { "[]".into() }))
+                    .collect())
+            }
+        }
+        let logs = call("eth_getLogs", r#"[{"fromBlock":"0x1","toBlock":"0x9"}]"#);
+        let batch = [logs.clone(), call("eth_blockNumber", "[]")];
+        for (head, sent) in [(5, 4), (9, 3)] {
+            let chain = Arc::new(Behind(AtomicU64::new(0), head));
+            let memo = Memo::new(chain.clone(), "test".into());
+            for _ in 0..2 {
+                let answers = memo.batch(&batch).unwrap();
+                assert_eq!(answers[0].as_ref().unwrap(), "[]", "the caller gets what the node said");
+            }
+            // Behind block 9: both batches reach the chain whole; at it, the
+            // logs are kept and only eth_blockNumber goes again.
+            assert_eq!(chain.0.load(Ordering::SeqCst), sent, "head {head}");
+        }
+        assert_eq!(last_block(&pinned_key("eth_call", r#"[{"to":"0x1"},"0x25"]"#).unwrap()), Some(0x25));
+        assert_eq!(last_block(&pinned_key("eth_getBlockByNumber", r#"["0x7",false]"#).unwrap()), Some(7));
+        assert_eq!(last_block(&pinned_key("eth_call", r#"[{"to":"0x1"},{"blockHash":"0xab"}]"#).unwrap()), None);
     }
 
     /// A source node that has not seen a block answers `null`: asked again,
