@@ -200,7 +200,7 @@ fn network(cfg: &NodeConfig) -> Result<Vec<Reached>> {
         }
         let slot = slot_list(&cfg.slots.iter().map(|s| s.slot_id).collect::<Vec<_>>());
         match check_slots(&anchor, &cfg.slots, cfg.skip_foreign_slots).await {
-            Ok(Ok(kept)) if kept.len() == 1 => reached(
+            Ok(Ok(kept)) if kept.len() == 1 && cfg.slots.len() == 1 => reached(
                 true,
                 slot,
                 format!("registered to {} (SIGNER_ACCOUNT_ADDRESS), an enabled snapshotter", kept[0].signer_address),

@@ -142,14 +142,43 @@ fn the_scaffold_readme_runs_as_written() {
         cmd
     };
 
-    let step2 = format!("{} --run-dir '{}'", block("lite-node devnet"), run_dir.display());
-    let mut devnet = sh(&step2).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    // `exec`: the devnet is the process spawned, whichever shell `sh` is.
+    let step2 = format!(
+        "{} --run-dir '{}'",
+        block("lite-node devnet").replace("lite-node", "exec lite-node"),
+        run_dir.display()
+    );
+    let stderr_path = node.cwd.path().join("devnet.stderr");
+    let stderr = std::fs::File::create(&stderr_path).unwrap();
+    let devnet = sh(&step2).stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
+    // Stopped (and its nodes with it) however the test ends.
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            if matches!(self.0.try_wait(), Ok(None)) {
+                // Ctrl-C, then a kill if it has not stopped in 30 s (no
+                // assertion: this may run while a failed one unwinds).
+                let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while matches!(self.0.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let _ = self.0.kill();
+            }
+        }
+    }
+    let mut devnet = Stop(devnet);
+    let devnet = &mut devnet.0;
     let (tx, rx) = std::sync::mpsc::channel();
     let stdout = devnet.stdout.take().unwrap();
     std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).for_each(|l| drop(tx.send(l))));
     let mut lines = Vec::new();
     let rerun = lite_node_testkit::poll_until("the devnet's third epoch", Duration::from_secs(300), || {
         lines.extend(rx.try_iter());
+        if let Ok(Some(status)) = devnet.try_wait() {
+            let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            panic!("the devnet ended ({status}) before its third epoch:\n{}\n{stderr}", lines.join("\n"));
+        }
         let rerun = lines.iter().find_map(|l| l.strip_prefix("re-run an epoch on this chain: "))?;
         lines.iter().any(|l| l.trim_start().starts_with("3 ")).then(|| rerun.to_owned())
     });
@@ -158,11 +187,8 @@ fn the_scaffold_readme_runs_as_written() {
     let step3 = block("compute run --epoch-id").replace("<the devnet's run dir>", &run_dir.display().to_string());
     let ran = sh(&step3).output().unwrap();
     let ran_out = String::from_utf8_lossy(&ran.stdout);
-    // Ctrl-C: to the devnet the shell started (a shell in a terminal lives on).
-    let pgrep = Command::new("pgrep").args(["-P", &devnet.id().to_string(), "lite-node"]).output().unwrap();
-    let pid = String::from_utf8_lossy(&pgrep.stdout).trim().to_owned();
-    assert!(!pid.is_empty() && !pid.contains('\n'), "the devnet under sh: `{pid}`");
-    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    // Ctrl-C.
+    Command::new("kill").args(["-INT", &devnet.id().to_string()]).status().unwrap();
     let status =
         lite_node_testkit::poll_until("the devnet to exit", Duration::from_secs(60), || devnet.try_wait().unwrap());
     lines.extend(rx.try_iter());

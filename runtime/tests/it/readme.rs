@@ -86,9 +86,11 @@ fn every_flag_of_every_command_is_in_the_readme_where_that_command_is_documented
         .nth(1)
         .unwrap()
         .lines()
+        .skip_while(|l| l.trim().is_empty())
         .take_while(|l| !l.trim().is_empty())
         .filter_map(|l| l.split_whitespace().next())
         .collect();
+    assert!(listed.len() > commands.len() / 2, "no commands read from `lite-node --help`:\n{}", top.stdout);
     for command in listed {
         let known = command == "help" || commands.iter().any(|(c, _)| c[0] == command);
         assert!(known, "`lite-node {command}` is not checked against README.md: add it here");

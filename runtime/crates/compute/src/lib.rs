@@ -361,17 +361,20 @@ struct GitIgnored {
 
 impl GitIgnored {
     fn of(dir: &Path) -> Self {
-        let repo = git2::Repository::discover(dir).ok().and_then(|repo| {
+        // A repository whose index cannot be read ignores nothing: hashing
+        // too much makes another package id, leaving a tracked file out
+        // would make one package of two sources.
+        let found = git2::Repository::discover(dir).ok().and_then(|repo| {
             let workdir = std::path::absolute(repo.workdir()?).ok()?;
             let below = dir.strip_prefix(&workdir).ok()?.to_path_buf();
-            Some((repo, below))
+            let mut tracked: Vec<Vec<u8>> = repo.index().ok()?.iter().map(|e| e.path).collect();
+            tracked.sort_unstable();
+            Some(((repo, below), tracked))
         });
-        let mut tracked: Vec<Vec<u8>> = match &repo {
-            Some((repo, _)) => repo.index().map(|i| i.iter().map(|e| e.path).collect()).unwrap_or_default(),
-            None => Vec::new(),
-        };
-        tracked.sort_unstable();
-        Self { repo, tracked }
+        match found {
+            Some((repo, tracked)) => Self { repo: Some(repo), tracked },
+            None => Self { repo: None, tracked: Vec::new() },
+        }
     }
 
     /// Whether `rel` (below the directory) is ignored and not tracked.

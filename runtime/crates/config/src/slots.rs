@@ -20,18 +20,28 @@ pub fn parse_slot_ids(text: &str) -> Result<Vec<u64>, String> {
         return Err("no slot listed".to_owned());
     }
     let mut slots = std::collections::BTreeSet::new();
-    for item in text.split(',').map(str::trim) {
+    let items: Vec<&str> = text.split(',').map(str::trim).collect();
+    for (at, &item) in items.iter().enumerate() {
         if item.is_empty() {
-            return Err(format!("`{}` has an empty item between commas", text.trim()));
+            let where_ = match at {
+                0 => "a leading comma",
+                _ if at + 1 == items.len() => "a trailing comma",
+                _ => "an empty item between commas",
+            };
+            return Err(format!("`{}` has {where_}", text.trim()));
         }
         // Each side of a range, named with the item it is in.
         let number = |s: &str, side: &str| -> Result<u64, String> {
-            match s.trim().parse::<u64>() {
-                Ok(0) => Err(format!("`{item}`: slot 0: slots are numbered from 1")),
-                Ok(n) => Ok(n),
-                Err(_) if s.trim().is_empty() => Err(format!("`{item}` is a range without its {side} slot")),
-                Err(_) if side.is_empty() => Err(format!("`{item}` is not a slot id")),
-                Err(_) => Err(format!("`{item}` is not a slot id or a range of them (like `1-20`)")),
+            let s = s.trim();
+            // Digits only (Rust's parser would take a sign, `+3`); too many
+            // of them overflow, and that is not a slot id either.
+            let n = s.bytes().all(|b| b.is_ascii_digit()).then(|| s.parse::<u64>().ok()).flatten();
+            match n {
+                Some(0) => Err(format!("`{item}`: slot 0: slots are numbered from 1")),
+                Some(n) => Ok(n),
+                None if s.is_empty() => Err(format!("`{item}` is a range without its {side} slot")),
+                None if side.is_empty() => Err(format!("`{item}` is not a slot id")),
+                None => Err(format!("`{item}` is not a slot id or a range of them (like `1-20`)")),
             }
         };
         let (first, last) = match item.split_once('-') {
@@ -150,6 +160,11 @@ mod tests {
         assert_eq!(err("-3"), "`-3` is a range without its first slot");
         assert_eq!(err("3-"), "`3-` is a range without its last slot");
         assert_eq!(err("1,,2"), "`1,,2` has an empty item between commas");
+        assert_eq!(err("1,2,"), "`1,2,` has a trailing comma");
+        assert_eq!(err(",1"), "`,1` has a leading comma");
+        assert_eq!(err("+3"), "`+3` is not a slot id");
+        assert_eq!(err("1-+5"), "`1-+5` is not a slot id or a range of them (like `1-20`)");
+        assert_eq!(err("99999999999999999999"), "`99999999999999999999` is not a slot id");
         assert_eq!(err("1-2-3"), "`1-2-3` is not a slot id or a range of them (like `1-20`)");
         assert_eq!(err("4,0"), "`0`: slot 0: slots are numbered from 1");
     }

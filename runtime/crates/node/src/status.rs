@@ -471,6 +471,7 @@ impl NodeStatus {
         let i = &self.info;
         let slots = self.slots();
         let ids: Vec<u64> = slots.iter().map(|s| s.slot_id).collect();
+        let health = self.health();
         json!({
             "slotIds": crate::config::format_slot_ids(&ids),
             "slotCount": ids.len(),
@@ -479,8 +480,8 @@ impl NodeStatus {
             "namespace": i.namespace,
             "computePackage": i.compute_package,
             "version": i.version,
-            "healthy": self.health().is_ok(),
-            "health": self.health().unwrap_or_else(|e| e),
+            "healthy": health.is_ok(),
+            "health": health.unwrap_or_else(|e| e),
             "lastSelection": last_selection(slots),
             "books": totals(slots),
             "slots": slots.iter().map(|slot| slot.json()).collect::<Vec<_>>(),
