@@ -147,8 +147,10 @@ impl RpcEndpoint for Memo {
                     if let Some((key, cell)) = owned {
                         // Past the head the answering node gave: the caller
                         // gets what it said (and can tell), others an error.
-                        match (head, last_block(key)) {
-                            (Some(head), Some(block)) if block > head => {
+                        // (Parsed only when the batch asked for the head: the
+                        // many-slot hot path sends none.)
+                        match head.and_then(|head| Some((head, last_block(key)?))) {
+                            Some((head, block)) if block > head => {
                                 let behind = format!(
                                     "the RPC that answered was at block {head}, behind block {block}; retry the epoch"
                                 );
@@ -177,7 +179,7 @@ impl RpcEndpoint for Memo {
 fn reported_head(calls: &[RpcCall], answers: &[Answer]) -> Option<u64> {
     let at = calls.iter().position(|c| c.method.as_str() == "eth_blockNumber")?;
     let text = answers.get(at)?.as_ref().ok()?;
-    quantity(&serde_json::from_str::<Value>(text).ok()?)
+    lite_node_protocol::quantity(&serde_json::from_str::<Value>(text).ok()?).ok()
 }
 
 /// The highest block a pinned read (its memo key) names by number.
@@ -194,11 +196,7 @@ fn last_block(key: &str) -> Option<u64> {
     } else {
         return None;
     };
-    quantity(at.get("blockNumber").unwrap_or(at))
-}
-
-fn quantity(v: &Value) -> Option<u64> {
-    u64::from_str_radix(v.as_str()?.strip_prefix("0x")?, 16).ok()
+    lite_node_protocol::quantity(at.get("blockNumber").unwrap_or(at)).ok()
 }
 
 /// Methods whose answer is fixed once the block they name exists.
