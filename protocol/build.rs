@@ -1,10 +1,10 @@
 //! Compiles the collector's gRPC interface with protox (pure Rust: no protoc
 //! needed on the machine).
 
-use std::{env, path::PathBuf};
+use std::path::PathBuf;
 
 fn main() {
-    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let proto_dir = manifest_dir.join("..").join("proto");
     let file = proto_dir.join("submission.proto");
     let fds = protox::compile([&file], [&proto_dir]).expect("proto/submission.proto compiles");

@@ -1,7 +1,7 @@
 //! The rules a submission is judged by (docs/protocol.md §6, §11), once for
 //! every collector and validator: [`judge`] applies them in one order —
-//! form, epoch, deadline, signature, the slot's signer, selection — asking
-//! the chain only what it must (through [`Facts`]), and every rejection is a
+//! form, signature, the slot's registered signer, epoch, deadline, selection
+//! — asking the chain only what it must (through [`Facts`]), and every rejection is a
 //! [`Reason`] with one text. A collector and a validator that disagree on a
 //! submission would be two validators attesting different roots; so both
 //! call this, and [`cases`] is the table both sides' tests run.

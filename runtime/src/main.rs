@@ -110,13 +110,13 @@ struct DevnetArgs {
     /// and lose-power-mid-burst:SLOT@EPOCH — killed with messages sent and
     /// unanswered (after a power loss, its unsynced ledger lines gone too);
     /// stall-anvil:SECS@EPOCH — anvil stops answering for SECS after the
-    /// epoch's release (see the README for every drill).
+    /// epoch's release (docs/devnet.md lists every drill).
     #[arg(long, value_name = "KIND:SLOT", value_parser = lite_node::devnet::parse_fault)]
     fault: Vec<lite_node::devnet::Fault>,
     /// Send the nodes' alerts to this Telegram Bot API (a placeholder bot token and chat id are supplied).
     #[arg(long, value_name = "URL")]
     telegram_api_url: Option<String>,
-    /// Validators behind the collector (0 or 1): each has its own Redis and
+    /// Validators behind the collector (at most 16): each has its own Redis and
     /// `lite-node validator` process, finalizes every epoch, and the table
     /// and --json record show its batches.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -427,6 +427,7 @@ fn at_least_one_block(text: &str) -> Result<u64, String> {
 /// them gives back. Two suffice (an operator's `MALLOC_ARENA_MAX` wins).
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[expect(clippy::disallowed_methods, reason = "glibc reads MALLOC_ARENA_MAX itself, before any configuration")]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
         // SAFETY: mallopt only sets a tunable; it runs before any thread starts.
         unsafe {
@@ -583,7 +584,7 @@ fn main() -> ExitCode {
             &mut stdout(),
         ),
         Command::Compute(ComputeCommand::New { dir, name }) => {
-            commands::compute_new(&dir, name.as_deref(), &mut stdout())
+            commands::compute_new(&dir, name.as_deref(), &env, &mut stdout())
         }
         Command::Compute(ComputeCommand::List) => {
             commands::compute_show(&env, Fetch::CacheOnly, &mut stdout()).map(drop)

@@ -90,6 +90,12 @@ pub fn compute_target_dir() -> PathBuf {
     target.join("compute-builds")
 }
 
+/// `key` from this test process's own environment (`PATH`, `HOME`), empty
+/// when unset: the tests read the environment only through this kit.
+pub fn host_var(key: &str) -> String {
+    std::env::var(key).unwrap_or_default()
+}
+
 /// The variables a child process needs to find the toolchain, and nothing
 /// else: tests start `lite-node` with a cleared environment plus these.
 pub fn toolchain_env() -> Vec<(String, String)> {

@@ -8,11 +8,13 @@
 //! | `/epochs/gaps` | epochs closed without a level-1 batch, not finalized on chain, or not watched whole |
 //! | `/dashboard` | the state tracker's summary, computed now |
 //! | `/participation` | 24-hour participation, computed now |
+//! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why; `degraded` for an hour after an epoch's state was lost or an epoch was not watched whole, or while the event monitor reports a problem |
+//! | `/metrics` | Prometheus text: received, accepted, rejected by reason, queue depths, finalization latency |
 //!
 //! It reads on a connection of its own (a large answer never holds up the
-//! gateway's or the workers' commands) and writes nothing.
-//! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why |
-//! | `/metrics` | Prometheus text: received, accepted, rejected by reason, queue depths, finalization latency |
+//! gateway's or the workers' commands), pages through one epoch's keys
+//! (`ZSCAN`, `HSCAN`) rather than the keyspace, counts only when asked, and
+//! writes nothing.
 
 use std::{collections::BTreeMap, sync::Arc};
 

@@ -22,6 +22,16 @@
 //!    judged: `UNAVAILABLE`, as for Redis unreachable — the node retries,
 //!    nothing is half-written.
 //!
+//! The gossip intake ([`Gateway::judge_gossip`]) runs the same checks
+//! before gossipsub relays anything: it relays only a submission in its one
+//! gossip form (`submission::gossip_form`) whose signature and project check
+//! out and — through a [`crate::signers::SignerBook`] — whose slot's
+//! registered signer signed it (a slot not read yet is held until it is); a
+//! submission whose deadline the anchor head has passed is ignored. What
+//! cannot be queued now (Redis away, no anchor head, the queue full) is held
+//! and tried again ([`Gateway::take_gossip_from`]), and counts as a break in
+//! the intake (`intake:since`).
+//!
 //! "Stored" means in Redis: how durable that is depends on Redis's own
 //! persistence (docs/protocol.md §11).
 

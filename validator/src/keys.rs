@@ -5,6 +5,17 @@
 //!
 //! Keys the seed namespaces start with `{protocol}:{market}:` — the
 //! ProtocolState and data market addresses, lower-case hex with `0x`.
+//!
+//! Keys that are ours, not the seed's, are marked so in [`SCHEMA`]: the held
+//! lists, holders and marks of the three reliable queues and the workers'
+//! heartbeats (`queue`); each epoch's votes (one sorted set whose members
+//! `{projectId}\x1f{slotId}\x1f{cid}` make each project's votes one range),
+//! projects and rejections; the shared counters; `epochs:pending`,
+//! `anchor:head`, `epochs:closing`, `slots:generation`; the event monitors'
+//! cursor and problem; and the on-chain queue, lease and `intake:since`.
+//! Every key expires by itself or is trimmed by its writer, whichever
+//! components run. In a pattern, a placeholder other than the last matches
+//! no `:`, so the key audit files each key under one pattern.
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! aggregated into the validator's batch, all through Redis keys named as
 //! seed 001 gives them (`keys`), so each component can run in its own
 //! process. Depends on the protocol crate and the runtime's shared crates
-//! (core, chain, compute), never on the node or the devnet: what the
+//! (core, config, chain, compute, gossip), never on the node or the devnet: what the
 //! dequeuer must know of the chains comes through the [`chain::ChainReads`] trait,
 //! which [`service::AnchorChain`] implements on the anchor and the data
 //! market's assignment rule.

@@ -14,6 +14,18 @@
 //! the window whole), and pushes the epoch onto
 //! `finalizationQueue` — in one script, so a close happens once however
 //! many monitors run or restart.
+//!
+//! **Its position is kept twice:** the watcher's cursor on disk (in
+//! `--data-dir`), and `monitor:cursor` in Redis, written after the windows
+//! it covers on the same connection, so a Redis that lost those writes lost
+//! the record too. Each round, a disk cursor ahead of Redis's record is moved
+//! back to it (`Watcher::rewind`): the blocks whose writes Redis lost are
+//! read again, and an epoch this monitor had opened that opens anew is
+//! recorded as a `state_lost` gap ([`Monitor::check_kept`] looks for opened
+//! epochs whose state is gone too). A Redis with no record at all makes it
+//! look again at the releases its cursor remembers (the newest 64). A cursor
+//! file that cannot be saved is reported (`monitor:problem`, read by
+//! `/health`), not fatal: Redis holds the position.
 
 use std::{
     sync::{Arc, LazyLock},

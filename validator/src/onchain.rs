@@ -35,6 +35,9 @@
 //! transaction, the block it was mined in, its gas), `onchain_finalized_block`,
 //! `onchain_error`.
 //!
+//! Transactions are signed in this process and sent raw
+//! (`lite_node_chain::TxSender`); the key is never logged.
+//!
 //! One process a validator runs this (a Redis lease, `onchain:lease`): two
 //! would race for the account's nonces. A process started again on the same
 //! host and data dir takes the lease over at once.

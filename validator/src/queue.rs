@@ -1,8 +1,9 @@
 //! A reliable work queue on Redis lists. Each worker process (an owner,
 //! kept alive by its heartbeat) has a list of its own, `{queue}:held:{owner}`:
-//! an item taken is moved atomically (`LMOVE` / `BLMOVE`) from the queue onto
-//! its taker's list, and stays there until that worker acknowledges it or
-//! gives it back. What an item belongs to is where it is, so:
+//! an item taken is moved atomically (`LMOVE` in a script, or a blocking
+//! `BLMOVE`) from the queue onto its taker's list, and stays there until that
+//! worker acknowledges it or gives it back. What an item belongs to is where
+//! it is, so:
 //!
 //! - a worker that is slow but alive keeps what it holds, however long it
 //!   takes (its heartbeat, renewed every 5 s, is what says it lives);

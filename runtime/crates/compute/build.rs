@@ -1,6 +1,7 @@
 //! Embeds the plugin-api crate's source in the binary, so the runtime can build
 //! any compute package against exactly the interface it was compiled with,
 //! wherever the binary is installed.
+#![expect(clippy::disallowed_methods, reason = "cargo gives a build script its OUT_DIR in the environment only")]
 
 use std::{
     env,
@@ -10,7 +11,7 @@ use std::{
 };
 
 fn main() {
-    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let checkout = manifest_dir.join("..").join("..").join("..");
     let api_dir = checkout.join("plugin-api");
     let mut files = vec![PathBuf::from("Cargo.toml")];

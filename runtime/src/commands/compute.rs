@@ -54,8 +54,8 @@ pub fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Re
 }
 
 /// `lite-node compute new DIR [--name NAME]`.
-pub fn compute_new(dir: &std::path::Path, name: Option<&str>, out: &mut dyn Write) -> Result<()> {
-    let s = compute::scaffold::new_package(dir, name)?;
+pub fn compute_new(dir: &std::path::Path, name: Option<&str>, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+    let s = compute::scaffold::new_package(dir, name, &env.cargo())?;
     let api = lite_node_plugin_api::PLUGIN_API_VERSION;
     writeln!(out, "wrote the compute package {} in {} (commit {}):", s.crate_name, s.dir.display(), s.commit)?;
     let rows = [

@@ -127,7 +127,7 @@ fn the_scaffold_readme_runs_as_written() {
     let block = |has: &str| *blocks.iter().find(|b| b.contains(has)).unwrap_or_else(|| panic!("{has}:\n{readme}"));
     let run_dir = node.cwd.path().join("run");
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node")).parent().unwrap().to_owned();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!("{}:{}", bin.display(), lite_node_testkit::host_var("PATH"));
     let sh = |script: &str| {
         let mut cmd = Command::new("sh");
         cmd.arg("-c")

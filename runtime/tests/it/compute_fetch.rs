@@ -38,7 +38,7 @@ fn pinned_fetch_builds_once_then_starts_from_cache_without_git_or_cargo() {
     }
     let moved = repo.path.with_extension("moved");
     fs::rename(&repo.path, &moved).unwrap();
-    let path_var = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let path_var = format!("{}:{}", bin.display(), lite_node_testkit::host_var("PATH"));
     let node = node.env("PATH", path_var);
     let started = Instant::now();
     let second = node.run(&["compute", "fetch"]);

@@ -20,8 +20,8 @@ fn init_sh() -> Command {
 #[test]
 fn with_an_empty_environment_every_missing_required_variable_is_named_and_the_exit_code_is_2() {
     let out = init_sh()
-        .env("PATH", std::env::var("PATH").unwrap())
-        .env("HOME", std::env::var("HOME").unwrap())
+        .env("PATH", lite_node_testkit::host_var("PATH"))
+        .env("HOME", lite_node_testkit::host_var("HOME"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

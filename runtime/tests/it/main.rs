@@ -2,6 +2,7 @@
 //! for the crate (see STYLE.md 11). Shared fixtures come from the testkit.
 
 mod alerts;
+mod architecture;
 mod assignments;
 mod author;
 mod bds;

@@ -1,6 +1,8 @@
-//! The README documents every flag `--help` shows, where a reader looks for
-//! that command: the devnet's options table, the validator's section, and
-//! the commands table's row for every other command.
+//! The docs document every flag `--help` shows, where a reader looks for
+//! that command: the devnet's options table (docs/devnet.md), the
+//! validator's section (docs/validator.md), and the commands table's row
+//! for every other command (docs/commands.md); README.md has a line for
+//! every command.
 
 use lite_node_testkit::workspace_root;
 
@@ -33,29 +35,30 @@ fn names(text: &str, flag: &str) -> bool {
 }
 
 #[test]
-fn every_flag_of_every_command_is_in_the_readme_where_that_command_is_documented() {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
-    let node = Node::new();
-    let table = |header: &str| -> String {
-        let rows = readme.split(header).nth(1).unwrap_or_else(|| panic!("no table `{header}` in README.md"));
+fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented() {
+    let read = |rel: &str| std::fs::read_to_string(workspace_root().join(rel)).unwrap();
+    let (devnet, validator, commands) = (read("docs/devnet.md"), read("docs/validator.md"), read("docs/commands.md"));
+    let table = |doc: &str, header: &str| -> String {
+        let rows = doc.split(header).nth(1).unwrap_or_else(|| panic!("no table `{header}` in docs/devnet.md"));
         rows.lines().skip(2).take_while(|l| l.starts_with('|')).map(|l| l.split('|').nth(1).unwrap_or("")).collect()
     };
-    let section = |heading: &str| -> String {
-        let rest = readme.split(heading).nth(1).unwrap_or_else(|| panic!("no `{heading}` in README.md"));
+    let section = |doc: &str, heading: &str| -> String {
+        let rest = doc.split(heading).nth(1).unwrap_or_else(|| panic!("no `{heading}` in docs/validator.md"));
         rest.split("\n#").next().unwrap().to_owned()
     };
     let row = |command: &str| -> String {
         let start = format!("| `lite-node {command}");
-        readme
+        commands
             .lines()
             .find(|l| l.starts_with(&start) && l[start.len()..].starts_with([' ', '`']))
-            .unwrap_or_else(|| panic!("no row for `lite-node {command}` in README.md's commands table"))
+            .unwrap_or_else(|| panic!("no row for `lite-node {command}` in docs/commands.md's commands table"))
             .to_owned()
     };
+    let node = Node::new();
     let mut missing = Vec::new();
     let commands: [(&[&str], String); 12] = [
-        (&["devnet"], table("| option | meaning (default) |")),
-        (&["validator"], section("### Running a validator")),
+        (&["devnet"], table(&devnet, "| option | meaning (default) |")),
+        (&["validator"], section(&validator, "## Running a validator")),
         (&["run"], row("run")),
         (&["check"], row("check")),
         (&["collector"], row("collector")),
@@ -76,7 +79,7 @@ fn every_flag_of_every_command_is_in_the_readme_where_that_command_is_documented
     }
     assert!(
         missing.is_empty(),
-        "--help shows flags README.md does not document where it documents the command:\n{missing:#?}"
+        "--help shows flags the docs do not document where they document the command:\n{missing:#?}"
     );
     // Every command `--help` lists is one of those above (or the help itself).
     let top = node.run(&["--help"]);
@@ -91,9 +94,16 @@ fn every_flag_of_every_command_is_in_the_readme_where_that_command_is_documented
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     assert!(listed.len() > commands.len() / 2, "no commands read from `lite-node --help`:\n{}", top.stdout);
+    let readme = read("README.md");
     for command in listed {
         let known = command == "help" || commands.iter().any(|(c, _)| c[0] == command);
-        assert!(known, "`lite-node {command}` is not checked against README.md: add it here");
+        assert!(known, "`lite-node {command}` is not checked against the docs: add it here");
+        if command != "help" {
+            assert!(
+                readme.contains(&format!("`lite-node {command}")),
+                "README.md has no line for `lite-node {command}`"
+            );
+        }
     }
     assert!(names("--pools-file x", "--pools-file") && !names("--pools-file", "--pools"), "the word check can fail");
 }

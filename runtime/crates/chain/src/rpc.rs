@@ -2,6 +2,14 @@
 //! endpoint URLs with failover, and the crossing from a processor's blocking
 //! thread into async I/O.
 //!
+//! **Failover** ([`HttpRpc`]): a request goes to each endpoint in turn,
+//! starting from the last one that answered, until one answers with JSON; a
+//! transport error, a timeout, a non-2xx status or an answer that is not
+//! JSON moves on to the next, each counted and logged with the URL redacted.
+//! A JSON-RPC error inside an answer is an answer: the caller reads it. A
+//! `ws(s)://` endpoint carries the same requests over its connection
+//! (`ws`).
+//!
 //! Processors run on blocking threads. A call is spawned onto the dedicated
 //! [`IoRuntime`] and the blocking thread waits on a channel for its answer, so
 //! no runtime is ever entered from inside another and the compute pool cannot

@@ -77,10 +77,7 @@ fn bad(what: &str, detail: impl std::fmt::Display) -> RpcError {
 }
 
 fn quantity(v: &Value, what: &str) -> Result<u128, RpcError> {
-    v.as_str()
-        .and_then(|s| s.strip_prefix("0x"))
-        .and_then(|h| u128::from_str_radix(h, 16).ok())
-        .ok_or_else(|| bad(what, v))
+    lite_node_protocol::quantity::wide_quantity(v).map_err(|e| bad(what, e))
 }
 
 impl TxSender {

@@ -20,9 +20,14 @@
 //! - `stats` — counters: results refused by the fence, entries reclaimed.
 //!
 //! A result is accepted only with its item's current token, checked and
-//! stored in one script: a worker paused or cut off past its lease, whose
-//! item was given again — to another worker or to itself — cannot complete
-//! it with the token it was first given. Every script that writes an
+//! stored in one script (`COMPLETE`, which stores it once: `HSETNX`): a
+//! worker paused or cut off past its lease, whose item was given again — to
+//! another worker or to itself — cannot complete it with the token it was
+//! first given. Every assignment bumps the token (`CLAIM`); least backlog's
+//! claims the item and appends the worker's stream entry in one script
+//! (`ASSIGN`), so a lost connection never leaves an item held by a worker
+//! that was not told. [`Board::take_over`] hands over what a gone worker
+//! held or never read. Every script that writes an
 //! epoch's items first checks that the epoch is open, so a claim or result
 //! racing the epoch's close cannot bring its keys back.
 

@@ -1,4 +1,9 @@
 //! Builds a compute package with cargo, against the runtime's plugin-api.
+//!
+//! Cargo runs with `--config
+//! patch.crates-io.lite-node-plugin-api.path=<its own copy>`, so a package is
+//! never built against another interface than the one this runtime loads. Progress goes to `progress`; a failure keeps the tail of
+//! cargo's output.
 
 use std::{
     collections::VecDeque,

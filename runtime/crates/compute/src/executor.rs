@@ -6,8 +6,8 @@
 //!
 //! [`LocalExecutor`] runs them here: each on a blocking worker, with a
 //! per-compute timeout, taking its turn in the work queue
-//! ([`crate::queue`]: earliest deadline first, then the costliest, with a
-//! bound on workers and on what waits; see [`crate::dispatch`]). A compute
+//! ([`crate::queue`], ordered by [`crate::queue::rank`], with a bound on
+//! workers and on what waits; see [`crate::dispatch`]). A compute
 //! that times out keeps its thread (a thread cannot be stopped) but gives
 //! back its worker, so a hung compute never holds up other projects or later
 //! epochs; it is counted as *hung* until it really returns

@@ -8,6 +8,13 @@
 //! `<data dir>/compute/packages/<id>/`, written atomically (staging directory +
 //! rename) under a file lock, so a restart with the same pin runs neither git
 //! nor cargo and two nodes starting together build once.
+//!
+//! The id is the commit and workspace path, rustc's `-vV`, the plugin-api
+//! version and a hash of its content, and the profile. An entry exists only
+//! complete: it is assembled in `compute/staging/out` and renamed into
+//! `compute/packages/` under `compute/build.lock`. Every library is opened by
+//! its own path (`loader`) and never unloaded; every build gets its own
+//! directory.
 
 mod cargo_build;
 pub mod dispatch;
@@ -182,7 +189,7 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
         Some(dir) => {
             PluginApiSource::from_dir(dir).map_err(io(format!("LITE_NODE_PLUGIN_API_DIR {}", dir.display())))?
         }
-        None => PluginApiSource::embedded(&cfg.data_dir).map_err(io("writing the embedded plugin-api source"))?,
+        None => PluginApiSource::embedded(&cfg.target_dir).map_err(io("writing the embedded plugin-api source"))?,
     };
     let rustc = rustc_version(cfg)?;
     let describe = describe(&cfg.source);

@@ -34,13 +34,17 @@ impl PluginApiSource {
         embedded::FILES
     }
 
-    /// The embedded copy, written under `<data>/plugin-api/` once.
-    pub fn embedded(data_dir: &Path) -> io::Result<Self> {
+    /// The embedded copy, written under `<dir>/plugin-api/` once: `dir` is
+    /// the compute builds' target dir, so every build sharing that dir
+    /// (nodes of one machine, a test suite) sees the interface at one path,
+    /// and cargo reuses what it built against it instead of building the
+    /// package's crates again for a copy elsewhere.
+    pub fn embedded(dir: &Path) -> io::Result<Self> {
         let files: Vec<(PathBuf, &[u8])> =
             embedded::FILES.iter().map(|(p, c)| (PathBuf::from(p), c.as_bytes())).collect();
         let content_hash = hash_files(files.iter().map(|(p, c)| (p.as_path(), *c)));
         let version = lite_node_plugin_api::PLUGIN_API_VERSION.to_owned();
-        let parent = data_dir.join("plugin-api");
+        let parent = dir.join("plugin-api");
         let dir = parent.join(format!("{version}-{}", &content_hash[..12]));
         if !dir.join("Cargo.toml").is_file() {
             fs::create_dir_all(&parent)?;

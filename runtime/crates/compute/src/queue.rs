@@ -3,13 +3,16 @@
 //! the anchor head is and when an epoch's window closed, and holds the
 //! queue behind its own lock.
 //!
-//! - **Order** (what [`Queue::pop`] hands out first): the earliest deadline
-//!   (an anchor block); among equal deadlines the costliest expected work
-//!   first (longest processing time first: on parallel workers the last one
+//! - **Order** (what [`Queue::pop`] hands out first) is [`rank`], one
+//!   function of an item and the host's seed, which the queue and its
+//!   proptest model both use; arrival breaks what it leaves tied. A new
+//!   scheduling rule is an edit of [`rank`] (and of [`Item`] if it needs a
+//!   fact the item does not carry yet). Today: the earliest deadline (an
+//!   anchor block); among equal deadlines the costliest expected work first
+//!   (longest processing time first: on parallel workers the last one
 //!   finishes soonest); then a tie-break that is fixed on one host and
 //!   differs between hosts (a hash of the host's seed and the item's key),
-//!   so that hosts competing for shared work start in different places;
-//!   then arrival.
+//!   so that hosts competing for shared work start in different places.
 //! - **Dedupe**: one item per [`Key`] (epoch, project, data source) waiting
 //!   or being worked on; the same key again is ignored and counted.
 //! - **Bounded**: at most `capacity` items wait; one more drops the
@@ -97,14 +100,24 @@ pub struct Counters {
     pub handed_out: u64,
 }
 
-/// Where an item stands in the order (smallest first).
-type Rank = (u64, Reverse<u64>, u64, u64);
+/// Where an item stands in the order (smallest first): what [`rank`] says.
+pub type Rank = (u64, Reverse<u64>, u64);
+
+/// **The queue's order**, smallest first: the earliest deadline, then the
+/// costliest, then the host's tie-break (module documentation). The queue
+/// and its model call nothing else to order items; a rule changes here.
+pub fn rank<T>(item: &Item<T>, seed: u64) -> Rank {
+    (item.deadline, Reverse(item.cost), tie_break(seed, &item.key))
+}
+
+/// An item's place in the queue: its [`rank`], then its arrival.
+type Place = (Rank, u64);
 
 /// The queue; see the module's documentation for its rules.
 #[derive(Debug)]
 pub struct Queue<T> {
-    waiting: BTreeMap<Rank, Item<T>>,
-    ranks: HashMap<Key, Rank>,
+    waiting: BTreeMap<Place, Item<T>>,
+    places: HashMap<Key, Place>,
     out: Arc<Mutex<HashSet<Key>>>,
     capacity: usize,
     workers: usize,
@@ -149,7 +162,7 @@ impl<T> Queue<T> {
     pub fn new(capacity: usize, workers: usize, seed: u64) -> Self {
         Self {
             waiting: BTreeMap::new(),
-            ranks: HashMap::new(),
+            places: HashMap::new(),
             out: Arc::default(),
             capacity: capacity.max(1),
             workers: workers.max(1),
@@ -166,22 +179,22 @@ impl<T> Queue<T> {
 
     /// Adds `item` (module documentation: dedupe, bound).
     pub fn push(&mut self, item: Item<T>) -> Pushed<T> {
-        if self.ranks.contains_key(&item.key) || self.working().contains(&item.key) {
+        if self.places.contains_key(&item.key) || self.working().contains(&item.key) {
             self.counters.duplicates += 1;
             return Pushed::Duplicate(item);
         }
         self.arrivals += 1;
-        let rank = (item.deadline, Reverse(item.cost), tie_break(self.seed, &item.key), self.arrivals);
-        self.ranks.insert(item.key.clone(), rank);
-        self.waiting.insert(rank, item);
+        let place = (rank(&item, self.seed), self.arrivals);
+        self.places.insert(item.key.clone(), place);
+        self.waiting.insert(place, item);
         if self.waiting.len() <= self.capacity {
             self.counters.queued += 1;
             return Pushed::Queued;
         }
         self.counters.dropped_full += 1;
         let (lowest, dropped) = self.waiting.pop_last().expect("over capacity: not empty");
-        self.ranks.remove(&dropped.key);
-        if lowest == rank {
+        self.places.remove(&dropped.key);
+        if lowest == place {
             Pushed::Dropped(dropped)
         } else {
             self.counters.queued += 1;
@@ -196,7 +209,7 @@ impl<T> Queue<T> {
             return None;
         }
         let (_, item) = self.waiting.pop_first()?;
-        self.ranks.remove(&item.key);
+        self.places.remove(&item.key);
         self.working().insert(item.key.clone());
         self.counters.handed_out += 1;
         let permit = Permit { key: item.key.clone(), out: self.out.clone() };
@@ -227,16 +240,16 @@ impl<T> Queue<T> {
     /// Takes back the waiting item of `key`, if it waits, uncounted (its
     /// caller gave up waiting).
     pub fn cancel(&mut self, key: &Key) -> Option<Item<T>> {
-        let rank = self.ranks.remove(key)?;
-        self.waiting.remove(&rank)
+        let place = self.places.remove(key)?;
+        self.waiting.remove(&place)
     }
 
     fn remove_where(&mut self, gone: impl Fn(&Item<T>) -> bool) -> Vec<Item<T>> {
-        let ranks: Vec<Rank> = self.waiting.iter().filter(|(_, item)| gone(item)).map(|(rank, _)| *rank).collect();
-        let mut items = Vec::with_capacity(ranks.len());
-        for rank in ranks {
-            if let Some(item) = self.waiting.remove(&rank) {
-                self.ranks.remove(&item.key);
+        let places: Vec<Place> = self.waiting.iter().filter(|(_, item)| gone(item)).map(|(place, _)| *place).collect();
+        let mut items = Vec::with_capacity(places.len());
+        for place in places {
+            if let Some(item) = self.waiting.remove(&place) {
+                self.places.remove(&item.key);
                 items.push(item);
             }
         }
@@ -389,10 +402,13 @@ mod tests {
 
         use super::super::*;
 
-        /// The queue as a plain list, every rule spelled out the slow way.
+        /// The queue as a plain list, every rule spelled out the slow way
+        /// (the order is the queue's own [`rank`]: what is modelled is how
+        /// the queue keeps to it).
         #[derive(Default)]
         struct Model {
-            waiting: Vec<(Rank, Key)>,
+            /// Each waiting item's place, key and deadline.
+            waiting: Vec<(Place, Key, u64)>,
             out: Vec<Key>,
             arrivals: u64,
             paused: bool,
@@ -405,12 +421,12 @@ mod tests {
         impl Model {
             /// What is not kept, and whether it was a duplicate.
             fn push(&mut self, key: Key, deadline: u64, cost: u64) -> (Option<Key>, bool) {
-                if self.waiting.iter().any(|(_, k)| *k == key) || self.out.contains(&key) {
+                if self.waiting.iter().any(|(_, k, _)| *k == key) || self.out.contains(&key) {
                     return (Some(key), true);
                 }
                 self.arrivals += 1;
-                let rank = (deadline, Reverse(cost), tie_break(SEED, &key), self.arrivals);
-                self.waiting.push((rank, key));
+                let place = (rank(&Item { key: key.clone(), deadline, cost, payload: () }, SEED), self.arrivals);
+                self.waiting.push((place, key, deadline));
                 if self.waiting.len() <= CAPACITY {
                     return (None, false);
                 }
@@ -423,17 +439,17 @@ mod tests {
                     return None;
                 }
                 let first = (0..self.waiting.len()).min_by_key(|&i| self.waiting[i].0).unwrap();
-                let (_, key) = self.waiting.remove(first);
+                let (_, key, _) = self.waiting.remove(first);
                 self.out.push(key.clone());
                 Some(key)
             }
 
-            fn remove_where(&mut self, gone: impl Fn(&Rank, &Key) -> bool) -> Vec<Key> {
-                let mut all: Vec<(Rank, Key)> = self.waiting.drain(..).collect();
-                all.sort_by_key(|(rank, _)| *rank);
-                let (gone, kept): (Vec<_>, Vec<_>) = all.into_iter().partition(|(r, k)| gone(r, k));
+            fn remove_where(&mut self, gone: impl Fn(&Key, u64) -> bool) -> Vec<Key> {
+                let mut all: Vec<(Place, Key, u64)> = self.waiting.drain(..).collect();
+                all.sort_by_key(|(place, _, _)| *place);
+                let (gone, kept): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, k, deadline)| gone(k, *deadline));
                 self.waiting = kept;
-                gone.into_iter().map(|(_, k)| k).collect()
+                gone.into_iter().map(|(_, k, _)| k).collect()
             }
         }
 
@@ -499,16 +515,16 @@ mod tests {
                         }
                         Op::Expire(head) => {
                             let got: Vec<Key> = q.expire(head).into_iter().map(|i| i.key).collect();
-                            prop_assert_eq!(got, m.remove_where(|r, _| r.0 < head));
+                            prop_assert_eq!(got, m.remove_where(|_, deadline| deadline < head));
                         }
                         Op::Close(epoch) => {
                             let got: Vec<Key> = q.close_epoch(epoch).into_iter().map(|i| i.key).collect();
-                            prop_assert_eq!(got, m.remove_where(|_, k| k.epoch_id == epoch));
+                            prop_assert_eq!(got, m.remove_where(|k, _| k.epoch_id == epoch));
                         }
                         Op::Withdraw(project) => {
                             let p = format!("p{project}");
                             let got: Vec<Key> = q.withdraw(|k| k.project == p).into_iter().map(|i| i.key).collect();
-                            prop_assert_eq!(got, m.remove_where(|_, k| k.project == p));
+                            prop_assert_eq!(got, m.remove_where(|k, _| k.project == p));
                         }
                         Op::Pause => { q.pause(); m.paused = true; }
                         Op::Resume => { q.resume(); m.paused = false; }

@@ -31,8 +31,8 @@ pub struct Scaffolded {
 }
 
 /// Writes a new package into `dir` (which must not exist or be empty), named
-/// `name` (default: the directory's name).
-pub fn new_package(dir: &Path, name: Option<&str>) -> anyhow::Result<Scaffolded> {
+/// `name` (default: the directory's name); `cargo` pins its dependencies.
+pub fn new_package(dir: &Path, name: Option<&str>, cargo: &Path) -> anyhow::Result<Scaffolded> {
     let crate_name = match name {
         Some(n) => n.to_owned(),
         None => dir
@@ -116,8 +116,7 @@ pub fn new_package(dir: &Path, name: Option<&str>) -> anyhow::Result<Scaffolded>
     }
     // The dependencies pinned in the first commit (from what cargo has
     // fetched, else the registry); without a network, the first build does.
-    let cargo = std::env::var_os("LITE_NODE_CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
-    let locked = super::cargo_build::lock_dependencies(&cargo, dir)
+    let locked = super::cargo_build::lock_dependencies(cargo, dir)
         .inspect_err(|e| tracing::warn!("{e}; the first build writes Cargo.lock (commit it then)"))
         .is_ok();
     let commit = first_commit(dir, &crate_name)?;

@@ -8,24 +8,33 @@
 mod alerts;
 mod chains;
 mod cluster;
+mod compute;
+mod compute_run;
 mod drill;
 mod env;
 mod logs;
+mod node;
 mod projects;
+mod secret;
 mod slots;
+mod watch;
+mod worker;
 
 pub use alerts::{AlertConfig, BotConfig, alert_sender};
 pub use chains::{AnchorConfig, ChainConfig};
 pub use cluster::{ClusterAssign, ClusterSettings, Role};
+pub use compute::{ComputeConfig, ComputeSource, GitPin, MarketProjects, ProjectsSource};
+pub use compute_run::ComputeRunConfig;
 pub use drill::Drill;
-pub use env::{
-    ComputeConfig, ComputeRunConfig, ComputeSource, EnvSnapshot, GitPin, IpfsConfig, MarketProjects, NodeConfig,
-    NodeSlot, ProjectsSource, REQUIRED, SafetySettings, SecretKey, WatchSettings, WorkerConfig, cluster_name,
-};
+pub use env::{EnvSnapshot, REQUIRED};
 pub use lite_node_core::url::{parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url};
 pub use logs::LogSettings;
+pub use node::{IpfsConfig, NodeConfig, NodeSlot};
 pub use projects::{PRELOAD_TASKS, Project, Projects};
+pub use secret::SecretKey;
 pub use slots::{MAX_SLOTS, SlotSigner, format_slot_ids, parse_slot_ids, read_signers_file};
+pub use watch::{SafetySettings, WatchSettings};
+pub use worker::{WorkerConfig, cluster_name};
 
 use std::fmt;
 

@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, path::Path};
 
 use alloy::{primitives::Address, signers::local::PrivateKeySigner};
 
-use super::env::SecretKey;
+use crate::SecretKey;
 
 /// More slots than this in one node is a typo, not a plan.
 pub const MAX_SLOTS: usize = 10_000;

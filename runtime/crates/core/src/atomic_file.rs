@@ -1,5 +1,13 @@
 //! Whole-file writes that a crash cannot tear: the bytes go to a temporary
 //! file in the same directory, are synced, then renamed over the target.
+//!
+//! The node's whole-file state (cursor, books, trackers, pending alerts) is
+//! written this way (its append-only files are `jsonl`'s), and every error
+//! names the file. [`write_durable`] also syncs the directory (what must
+//! survive a power loss before something leaves the machine). [`Batch`]
+//! makes many small files (each slot's books and selection tracker) durable
+//! with one sync: a write-ahead file, then each file rewritten in place;
+//! [`Batch::replay`] at start-up completes a batch a crash interrupted.
 
 use std::{io, path::Path};
 

@@ -28,53 +28,111 @@ pub struct Policy {
     /// Spread the waits randomly (many nodes retrying the same RPC do not
     /// retry in step).
     pub jitter: bool,
+    /// Stop once the waits add up to this (`None`: the attempts alone
+    /// bound it); see [`Policy::within`].
+    pub total: Option<Duration>,
 }
 
 impl Policy {
     /// Chain RPC that the node cannot go on without: polling the anchor, the
     /// identity check, the anchor head before a submission, the collector's
     /// start-up. Forever, from 250 ms up to 30 s.
-    pub const CHAIN: Self =
-        Self { first: Duration::from_millis(250), max: Duration::from_secs(30), retries: None, jitter: true };
+    pub const CHAIN: Self = Self {
+        first: Duration::from_millis(250),
+        max: Duration::from_secs(30),
+        retries: None,
+        jitter: true,
+        total: None,
+    };
     /// What an epoch needs before its computes run — its block details (the
     /// source chain may lag a little behind the anchor) and the total slot
     /// count at its release block: five attempts in all, then the epoch
     /// fails rather than guess.
-    pub const PRELOAD: Self =
-        Self { first: Duration::from_millis(250), max: Duration::from_secs(5), retries: Some(4), jitter: true };
+    pub const PRELOAD: Self = Self {
+        first: Duration::from_millis(250),
+        max: Duration::from_secs(5),
+        retries: Some(4),
+        jitter: true,
+        total: None,
+    };
     /// A submission while the collector cannot be reached: from 100 ms up to
     /// 5 s, for as long as the submission's deadline holds (the caller checks).
-    pub const COLLECTOR: Self =
-        Self { first: Duration::from_millis(100), max: Duration::from_secs(5), retries: None, jitter: false };
+    pub const COLLECTOR: Self = Self {
+        first: Duration::from_millis(100),
+        max: Duration::from_secs(5),
+        retries: None,
+        jitter: false,
+        total: None,
+    };
     /// A compute that failed while a chain could not be reached: four
     /// attempts in all, 1, 2 and 4 s apart (an RPC timeout is 15 s).
-    pub const RECOMPUTE: Self =
-        Self { first: Duration::from_secs(1), max: Duration::from_secs(4), retries: Some(3), jitter: false };
+    pub const RECOMPUTE: Self = Self {
+        first: Duration::from_secs(1),
+        max: Duration::from_secs(4),
+        retries: Some(3),
+        jitter: false,
+        total: None,
+    };
     /// An IPFS upload: three attempts in all.
-    pub const IPFS: Self =
-        Self { first: Duration::from_millis(500), max: Duration::from_secs(2), retries: Some(2), jitter: false };
+    pub const IPFS: Self = Self {
+        first: Duration::from_millis(500),
+        max: Duration::from_secs(2),
+        retries: Some(2),
+        jitter: false,
+        total: None,
+    };
     /// The anchor's WebSocket, dropped or refused: from 200 ms up to 10 s,
     /// forever (a server that accepts and at once closes is not hammered).
-    pub const RECONNECT: Self =
-        Self { first: Duration::from_millis(200), max: Duration::from_secs(10), retries: None, jitter: true };
+    pub const RECONNECT: Self = Self {
+        first: Duration::from_millis(200),
+        max: Duration::from_secs(10),
+        retries: None,
+        jitter: true,
+        total: None,
+    };
     /// State the node must write (the ledger after the collector answered,
     /// the journal, the books, the cursor) while the disk refuses: forever,
     /// from 250 ms up to 30 s; an answered submission is never lost to a
     /// full disk, nor sent again.
-    pub const STATE: Self =
-        Self { first: Duration::from_millis(250), max: Duration::from_secs(30), retries: None, jitter: true };
+    pub const STATE: Self = Self {
+        first: Duration::from_millis(250),
+        max: Duration::from_secs(30),
+        retries: None,
+        jitter: true,
+        total: None,
+    };
     /// Redis while it cannot be reached, restarts or refuses (a validator's
     /// workers and their connections): forever, from 100 ms up to 5 s.
-    pub const REDIS: Self =
-        Self { first: Duration::from_millis(100), max: Duration::from_secs(5), retries: None, jitter: false };
+    pub const REDIS: Self = Self {
+        first: Duration::from_millis(100),
+        max: Duration::from_secs(5),
+        retries: None,
+        jitter: false,
+        total: None,
+    };
     /// An alert while its channel is down: forever, from 250 ms up to 60 s
     /// (a rate limit's own `retry_after` takes precedence).
-    pub const ALERT: Self =
-        Self { first: Duration::from_millis(250), max: Duration::from_secs(60), retries: None, jitter: false };
+    pub const ALERT: Self = Self {
+        first: Duration::from_millis(250),
+        max: Duration::from_secs(60),
+        retries: None,
+        jitter: false,
+        total: None,
+    };
+
+    /// This policy, giving up once its waits add up to `total` (a caller
+    /// with a deadline: the cluster's board within the coordinator's patience).
+    pub const fn within(self, total: Duration) -> Self {
+        Self { total: Some(total), ..self }
+    }
 
     /// The backoff builder for `backon`.
     pub fn builder(&self) -> ExponentialBuilder {
-        let b = ExponentialBuilder::default().with_min_delay(self.first).with_max_delay(self.max).with_factor(2.0);
+        let b = ExponentialBuilder::default()
+            .with_min_delay(self.first)
+            .with_max_delay(self.max)
+            .with_factor(2.0)
+            .with_total_delay(self.total);
         let b = if self.jitter { b.with_jitter() } else { b };
         match self.retries {
             Some(n) => b.with_max_times(n),
@@ -133,11 +191,15 @@ mod tests {
             max: Duration::from_millis(500),
             retries: Some(4),
             jitter: false,
+            total: None,
         };
         let waits: Vec<_> = p.delays().map(|d| d.as_millis()).collect();
         assert_eq!(waits, [100, 200, 400, 500]);
         let forever = Policy { retries: None, ..p };
         assert_eq!(forever.delays().take(100).count(), 100);
+        let within = forever.within(Duration::from_millis(1000));
+        let waits: Vec<_> = within.delays().map(|d| d.as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400], "the next wait would pass the total");
     }
 
     #[test]

@@ -1,8 +1,15 @@
 //! `--fault` drills: one enum that knows how it is written
 //! ([`std::str::FromStr`]), whether it fits the devnet it is given to
-//! ([`Fault::check`]), what it does to a node's environment
-//! ([`Fault::node_env`]), and what it does after an epoch's release
-//! ([`Fault::after_release`]). A new drill is a variant here and its arms.
+//! ([`Fault::check`]), the alert drill it puts on a node's environment
+//! ([`Fault::drill_for`]), and what it does around an epoch's release
+//! ([`Fault::before_release`], [`Fault::after_release`]) on the chain, the
+//! nodes, the validators and the gossip links ([`Targets`]).
+//!
+//! A new drill is a variant here and its arms; the full node's drills act in
+//! `FullNode::after_release` (`fullnode.rs`), and the mid-burst kills are
+//! armed on the collector as the devnet starts. Each kind has a parse case
+//! below, and the devnet's integration tests run most drills
+//! (`runtime/tests/it/devnet.rs`).
 
 use std::time::Duration;
 

@@ -168,10 +168,6 @@ impl DevnetValidator {
         }
         let mut env = env.to_vec();
         env.push(("LITE_NODE_DATA_DIR".into(), data_dir.display().to_string()));
-        env.push((
-            "RUST_LOG".into(),
-            std::env::var("LITE_NODE_DEVNET_VALIDATOR_LOG").unwrap_or_else(|_| "info".into()),
-        ));
         env.push(("VALIDATOR_SIGNER_PRIVATE_KEY".into(), key.to_owned()));
         let process = spawn(exe, &args, &env, &log)?;
         let keys = Keys::new(&protocol_state.to_ascii_lowercase(), &data_market.to_ascii_lowercase());

@@ -8,6 +8,15 @@
 //! receiver cannot take now are ignored — neither relayed nor held against
 //! the sender.
 //!
+//! A payload over [`MAX_PAYLOAD`] is rejected unread; a sender's
+//! rejections score it down to [`GRAYLIST`], past which it is ignored. A
+//! check that needs a slower answer (a chain read) says [`Verdict::Hold`]:
+//! the payload is handed over with a [`Ticket`] on which the receiver
+//! settles it, and only then is it relayed (a ticket dropped unsettled
+//! ignores it). Nothing of the node, the chain or Redis is known here: the
+//! validator's gateway brings its check, and a collector only publishes
+//! ([`Gossip::publisher`]).
+//!
 //! A [`Gossip`] is a handle on a task that owns the libp2p swarm: publishing
 //! never waits for the mesh (a full outbox is counted and dropped), and the
 //! task ends when every handle is dropped.

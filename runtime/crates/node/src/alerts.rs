@@ -6,6 +6,15 @@
 //! a bounded queue (a full queue drops the newest and says so) and a
 //! background task delivers it, retrying while the API is down and waiting as
 //! long as a 429 asks. Failure alerts of the same kind obey the cooldown.
+//!
+//! Each channel has its own queue and delivery task (under the node's
+//! supervisor), so one channel down holds up no other. A latched alert
+//! (three failures, a recovery) is kept in `state/pending-alerts.json` until
+//! every channel has taken it, and sent again after a restart. The bot token
+//! lives only in the configuration's `BotConfig` and in teloxide; delivery
+//! errors are scrubbed of it. A new channel is a `Channel` variant here (its
+//! name, how it sends and classifies failures, its place in `channels`) and
+//! its settings in the configuration's `AlertConfig`.
 
 use std::{
     collections::HashMap,

@@ -19,7 +19,10 @@ use futures_util::StreamExt;
 pub use lite_node_cluster::{Board, Boards, Completion, Joined, Member, assign};
 use lite_node_compute::executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, Task};
 use lite_node_config::ClusterAssign;
-use lite_node_core::time::now_ms;
+use lite_node_core::{
+    retry::{Policy, retry},
+    time::now_ms,
+};
 use lite_node_plugin_api::BlockDetail;
 use serde::{Deserialize, Serialize};
 
@@ -163,7 +166,29 @@ impl Coordinator {
         let mut work = serde_json::to_string(&Work { task: task.clone(), sources: sources.clone() })?;
         let give_up = tokio::time::Instant::now() + self.patience;
         // Redis may be restarting (its connection comes back on a later
-        // command): each step is tried again until patience runs out.
+        // command): opening is tried again by `Policy::REDIS` until
+        // patience runs out; polling, at the next poll.
+        let what = format!("epoch {} {}: opening it on the cluster's board", task.epoch_id, task.project_type);
+        let opened =
+            retry(Policy::REDIS.within(self.patience), what, || self.open(&board, task.epoch_id, &work), |_| true)
+                .await?;
+        if let Some(stored) = opened {
+            // Resumed: the items are the stored work's (the one the
+            // workers compute), whatever this process would list now.
+            tracing::info!("epoch {} {}: resumed from the cluster's board", task.epoch_id, task.project_type);
+            let stored_work: Work = serde_json::from_str(&stored)?;
+            if stored_work.sources != sources {
+                tracing::warn!(
+                    "epoch {} {}: the board's work lists {} data sources, this process {}: going on with the \
+                     board's",
+                    task.epoch_id,
+                    task.project_type,
+                    stored_work.sources.len(),
+                    sources.len()
+                );
+            }
+            (sources, work) = (stored_work.sources, stored);
+        }
         let mut failures = 0u32;
         let mut failed = |e: anyhow::Error| -> Result<()> {
             failures += 1;
@@ -172,38 +197,13 @@ impl Coordinator {
             }
             if failures == 1 || failures.is_power_of_two() {
                 tracing::warn!(
-                    "epoch {} {}: the cluster's board: {e:#}; trying again",
+                    "epoch {} {}: the cluster's board: {e:#}; trying again at the next poll",
                     task.epoch_id,
                     task.project_type
                 );
             }
             Ok(())
         };
-        loop {
-            match self.open(&board, task.epoch_id, &work).await {
-                Ok(None) => break,
-                Ok(Some(stored)) => {
-                    // Resumed: the items are the stored work's (the one the
-                    // workers compute), whatever this process would list now.
-                    tracing::info!("epoch {} {}: resumed from the cluster's board", task.epoch_id, task.project_type);
-                    let stored_work: Work = serde_json::from_str(&stored)?;
-                    if stored_work.sources != sources {
-                        tracing::warn!(
-                            "epoch {} {}: the board's work lists {} data sources, this process {}: going on with the \
-                             board's",
-                            task.epoch_id,
-                            task.project_type,
-                            stored_work.sources.len(),
-                            sources.len()
-                        );
-                    }
-                    (sources, work) = (stored_work.sources, stored);
-                    break;
-                }
-                Err(e) => failed(e)?,
-            }
-            tokio::time::sleep(self.poll * 4).await;
-        }
         let mut known: BTreeSet<String> = BTreeSet::new();
         // Whether results are all in is one cheap count per poll; who holds
         // what is read (and least backlog's assignments made) at most every
@@ -249,22 +249,14 @@ impl Coordinator {
             }
             tokio::time::sleep(self.poll).await;
         }
-        let mut tries = 0;
-        let (results, by) = loop {
-            let read = async {
-                let results = board.results(task.epoch_id).await?;
-                anyhow::Ok((results, board.computed_by(task.epoch_id).await?))
-            };
-            match read.await {
-                Ok(read) => break read,
-                Err(e) if tries < 20 => {
-                    tries += 1;
-                    tracing::warn!("epoch {} {}: reading the results: {e:#}", task.epoch_id, task.project_type);
-                    tokio::time::sleep(self.poll * 4).await;
-                }
-                Err(e) => return Err(e),
-            }
+        // The results, read once all are in (or patience ran out), tried
+        // again while Redis is restarting for as long as the epoch waited.
+        let what = format!("epoch {} {}: reading the results", task.epoch_id, task.project_type);
+        let read = || async {
+            let results = board.results(task.epoch_id).await?;
+            anyhow::Ok((results, board.computed_by(task.epoch_id).await?))
         };
+        let (results, by) = retry(Policy::REDIS.within(self.patience), what, read, |_| true).await?;
         let by: Vec<String> = by.into_iter().map(|(w, n)| format!("{w} {n}")).collect();
         tracing::info!(
             "epoch {} {}: {} of {} data sources computed ({})",

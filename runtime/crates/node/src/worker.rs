@@ -18,6 +18,7 @@ use std::{
 use anyhow::Result;
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use lite_node_cluster::{Joined, Member, Refused};
+use lite_node_core::retry::{Policy, retry};
 use serde_json::json;
 
 use crate::{
@@ -130,26 +131,14 @@ const LAPSES_AFTER: u32 = 3;
 pub(crate) async fn connect(url: &str) -> Result<redis::aio::ConnectionManager> {
     let client = redis::Client::open(url)
         .map_err(|e| BadInput(format!("LITE_NODE_CLUSTER_REDIS_URL: {}", crate::config::redact_url(&e.to_string()))))?;
-    let mut pause = Duration::from_millis(200);
-    loop {
-        // Blocking stream reads wait up to a heartbeat (at most 500 ms):
-        // answers get more than the client's default half second.
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(Duration::from_secs(5)))
-            .set_connection_timeout(Some(Duration::from_secs(2)));
-        match client.get_connection_manager_with_config(config).await {
-            Ok(conn) => return Ok(conn),
-            Err(e) => {
-                tracing::warn!(
-                    "the cluster's Redis ({}) does not answer: {e}; trying again in {} ms",
-                    crate::config::redact_url(url),
-                    pause.as_millis()
-                );
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
+    // Blocking stream reads wait up to a heartbeat (at most 500 ms):
+    // answers get more than the client's default half second.
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(5)))
+        .set_connection_timeout(Some(Duration::from_secs(2)));
+    let what = format!("connecting to the cluster's Redis ({})", crate::config::redact_url(url));
+    let conn = retry(Policy::REDIS, what, || client.get_connection_manager_with_config(config.clone()), |_| true).await;
+    Ok(conn?)
 }
 
 /// Runs the worker until `shutdown` completes.
@@ -317,7 +306,9 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
     };
     let wait = c.heartbeat.min(Duration::from_millis(500));
     let rounds = async {
-        let mut pause = Duration::from_millis(100);
+        // After a round that failed, or left items uncomputed, the next
+        // waits by `Policy::REDIS`; a good round starts the waits over.
+        let mut pauses = Policy::REDIS.delays();
         loop {
             match worker.round(&local, wait, blocks).await {
                 Ok(round) => {
@@ -329,21 +320,21 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
                     }
                     if round.unoffered > 0 {
                         // A share that failed is taken again, not at once.
+                        let wait = pauses.next().unwrap_or(Policy::REDIS.max);
                         tracing::warn!(
                             "{} item(s) could not be computed; again in {} ms",
                             round.unoffered,
-                            pause.as_millis()
+                            wait.as_millis()
                         );
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(5));
+                        tokio::time::sleep(wait).await;
                     } else {
-                        pause = Duration::from_millis(100);
+                        pauses = Policy::REDIS.delays();
                     }
                 }
                 Err(e) => {
-                    tracing::warn!("a round of work: {e:#}; again in {} ms", pause.as_millis());
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(5));
+                    let wait = pauses.next().unwrap_or(Policy::REDIS.max);
+                    tracing::warn!("a round of work: {e:#}; again in {} ms", wait.as_millis());
+                    tokio::time::sleep(wait).await;
                 }
             }
         }

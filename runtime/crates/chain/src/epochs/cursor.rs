@@ -1,5 +1,11 @@
 //! Where the watcher is, saved in the data dir so a restart neither
 //! re-processes nor skips an epoch.
+//!
+//! One file per ProtocolState and data market
+//! (`state/cursor-<protocol state>-<data market>.json`), written atomically
+//! after every handled epoch. It keeps the newest 64 handled
+//! releases for the reorg re-check, and the block the watcher started at
+//! (`floor`), below which that re-check never reaches.
 
 use std::{
     fs, io,

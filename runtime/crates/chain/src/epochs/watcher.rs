@@ -6,6 +6,16 @@
 //! `confirmations` blocks below the cursor, so a release that a reorg moved or
 //! removed is noticed, and one that a reorg added is not missed; epoch ids at
 //! or below `last_epoch` are never handed out again.
+//!
+//! The watcher takes only the settings it reads ([`Follow`]). A saved
+//! position that cannot belong to this anchor chain (the head is behind it,
+//! or its last release's block now has another hash: a reset devnet,
+//! another chain's data dir) is refused as [`PollError::Foreign`], the
+//! operator's to fix ([`Watcher::check_chain`]). With a WebSocket anchor,
+//! [`Watcher::changed`] wakes the caller at each new head or reconnection,
+//! and a poll back-fills from the cursor. A consumer whose own store lost
+//! what it recorded (the validator's Redis) moves the position back with
+//! [`Watcher::rewind`].
 
 use std::{
     io,

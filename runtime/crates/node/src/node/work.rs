@@ -2,6 +2,17 @@
 //! past the submission window → missed; otherwise preload block details,
 //! dispatch to every project's processor, submit what was computed — then
 //! record it all (journal, books, status, alerts) before the cursor moves.
+//!
+//! **Many slots, one process** (`SLOT_IDS`): what slots share and what each
+//! owns is fixed in [`EpochWork`]. Shared: the watcher and its cursor, the
+//! block-details preload, the executor and its processors, the RPC
+//! connections, the snapshot store, the status API and the alert channels.
+//! Each slot is a [`Lane`]: its selection tracker, signer, ledger, journal
+//! and books, under `<data>/slots/<id>/` (a node of one slot keeps them at
+//! the data dir's top). Every slot's compute runs (a processor may depend on
+//! its slot), but an epoch's chain reads pinned to a block are asked once for
+//! all of them, and the books' notices of one epoch become one alert per
+//! event naming every slot it touched.
 
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc};
 

@@ -6,6 +6,17 @@
 //! What every slot's submitter shares is [`Shared`] once: the collector's
 //! connection, the anchor head (read at most every [`HEAD_FRESH`] for all of
 //! them), and IPFS uploads (the same bytes, drawn by several slots, go up once).
+//!
+//! **A power loss.** Each message's `sending` line is appended before it is
+//! sent but synced only with its answer's line (syncing every message before
+//! its send cost a thousand slots too much), so a machine that loses power
+//! before that sync may lose both lines. What a message varies by besides
+//! its snapshot — the epoch's deadline and header — is therefore fixed by
+//! the epoch ([`Shared::fix_epoch_early`], or its first submission) and
+//! synced with the boot id (`state/epoch-deadline.json`) before any message
+//! of the epoch is sent, and a restart on another boot keeps it for the
+//! epoch: signed again (deterministic ECDSA), a message is the same bytes.
+//! A restart on the same boot lost nothing: the ledger says what left.
 
 use lite_node_protocol::{
     eip712::{Request, Signer},

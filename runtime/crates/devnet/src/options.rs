@@ -1,0 +1,174 @@
+//! What `lite-node devnet` is asked to do ([`Options`]) and the checks made
+//! of it before anything starts.
+
+use super::*;
+
+/// What `lite-node devnet` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The `devnet/` directory: world, npm-installed anvil, run directory.
+    pub devnet_dir: PathBuf,
+    /// The saved world to load (default `<devnet dir>/world`).
+    pub world: Option<PathBuf>,
+    pub nodes: u64,
+    /// Slots per node (`SLOT_IDS`), registered to the node's one signer.
+    pub slots_per_node: u64,
+    /// `getTotalNodeCount` (default: every node's slots).
+    pub total_slots: Option<u64>,
+    /// Stop after this many epochs (default: until Ctrl-C).
+    pub epochs: Option<u64>,
+    /// Time between epoch releases.
+    pub interval: Duration,
+    /// The nodes' anchor poll interval.
+    pub poll_interval: Duration,
+    /// How long to wait for an epoch's submissions before moving on.
+    pub epoch_timeout: Duration,
+    pub json: Option<PathBuf>,
+    /// Where the run's state goes (default `<devnet dir>/run`; emptied at start).
+    pub run_dir: Option<PathBuf>,
+    /// Alert drills: `(slot, drill)`; the selected computes of that slot's
+    /// node (all its slots) fail.
+    pub faults: Vec<Fault>,
+    /// A Telegram Bot API for the nodes' alerts (placeholder token and chat).
+    pub telegram_api_url: Option<String>,
+    /// Validators behind the collector (at most `MAX_VALIDATORS`), each with
+    /// its own Redis, meeting over gossip.
+    pub validators: u64,
+    /// The nodes follow the anchor over a WebSocket (new heads) instead of
+    /// polling it over HTTP.
+    pub anchor_ws: bool,
+    /// The projects the nodes run (default: `PROJECTS_CONFIG` or
+    /// `SNAPSHOT_CONFIG_REPO` when set, else the BDS base snapshot). Every
+    /// project's `pools` becomes the world's pools.
+    pub projects: Option<PathBuf>,
+    /// One full node beside the lite nodes, computed by this many workers
+    /// (0: none).
+    pub full_node_workers: u64,
+    /// How the full node's items find their worker.
+    pub assign: lite_node_config::ClusterAssign,
+    /// Only the first N of the world's pools are active (default: all); more
+    /// than the default world holds takes `<devnet dir>/world-1000`.
+    pub pools: Option<usize>,
+    /// The full node's workers reach the chain through a relay that holds
+    /// every request this long (a remote RPC), when set.
+    pub worker_rpc_delay: Option<Duration>,
+}
+
+/// `./devnet` when it is a devnet directory (or no other is found), else the
+/// `devnet/` of the checkout this binary was built from — so an author can
+/// run `lite-node devnet` from their own package's directory.
+pub fn default_dir() -> PathBuf {
+    let here = PathBuf::from("devnet");
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../devnet");
+    if here.join("package.json").is_file() || !built_from.join("package.json").is_file() {
+        here
+    } else {
+        built_from.canonicalize().unwrap_or(built_from)
+    }
+}
+
+impl Options {
+    /// Every slot of the devnet's nodes.
+    pub(crate) fn our_slots(&self) -> u64 {
+        self.nodes.saturating_mul(self.slots_per_node.max(1))
+    }
+
+    /// The node (numbered from 1) that works `slot`.
+    pub(crate) fn node_of(&self, slot: u64) -> u64 {
+        (slot - 1) / self.slots_per_node.max(1) + 1
+    }
+
+    /// The slots node `n` works.
+    pub(crate) fn slots_of(&self, n: u64) -> std::ops::RangeInclusive<u64> {
+        let k = self.slots_per_node.max(1);
+        (n - 1) * k + 1..=n * k
+    }
+
+    /// Every drilled slot: all the slots of a drilled slot's node.
+    pub(crate) fn drilled_slots(&self) -> Vec<(u64, lite_node_config::Drill)> {
+        self.drills().flat_map(|(slot, drill)| self.slots_of(self.node_of(slot)).map(move |s| (s, drill))).collect()
+    }
+
+    /// The alert drills, `(slot, drill)`.
+    pub(crate) fn drills(&self) -> impl Iterator<Item = (u64, lite_node_config::Drill)> + '_ {
+        self.faults.iter().filter_map(|f| match *f {
+            Fault::Drill(slot, drill) => Some((slot, drill)),
+            _ => None,
+        })
+    }
+
+    /// The alert drill a node working `slots` runs, if any.
+    pub(crate) fn drill_of(&self, slots: &[u64]) -> Option<lite_node_config::Drill> {
+        self.faults.iter().find_map(|f| f.drill_for(slots))
+    }
+}
+
+pub(crate) fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Result<()> {
+    let mut problems = Vec::new();
+    if opts.nodes == 0 {
+        problems.push("--nodes must be at least 1".to_owned());
+    }
+    if opts.slots_per_node == 0 || opts.slots_per_node > lite_node_config::MAX_SLOTS as u64 {
+        problems.push(format!("--slots-per-node must be between 1 and {}", lite_node_config::MAX_SLOTS));
+    }
+    if opts.validators > MAX_VALIDATORS {
+        problems.push(format!("--validators {}: at most {MAX_VALIDATORS} on one machine", opts.validators));
+    }
+    if let Some(t) = opts.total_slots
+        && t < opts.our_slots()
+    {
+        problems.push(if opts.slots_per_node > 1 {
+            format!(
+                "--total-slots {t} is below the {} slots of --nodes {} × --slots-per-node {}",
+                opts.our_slots(),
+                opts.nodes,
+                opts.slots_per_node
+            )
+        } else {
+            format!("--total-slots {t} is below --nodes {}: every node needs a slot", opts.nodes)
+        });
+    }
+    if opts.total_slots.unwrap_or(opts.our_slots()) > u64::from(u32::MAX) {
+        problems.push("--total-slots exceeds 2^32 - 1, the protocol's slot id range".into());
+    }
+    problems.extend(opts.faults.iter().filter_map(|f| f.check(opts)));
+    if opts.full_node_workers > MAX_FULL_NODE_WORKERS {
+        problems.push(format!(
+            "--full-node-workers {}: at most {MAX_FULL_NODE_WORKERS} on one machine",
+            opts.full_node_workers
+        ));
+    }
+    if opts.pools == Some(0) {
+        problems.push("--pools must be at least 1".into());
+    }
+    if opts.interval.is_zero() {
+        problems.push("--interval-ms must be above 0".into());
+    }
+    if !world.join("manifest.json").is_file() || !world.join("state.json").is_file() {
+        problems.push(format!(
+            "no devnet world in {}: build it with `devnet/build-world.sh` (./init.sh devnet does)",
+            world.display()
+        ));
+    }
+    if !anvil.is_file() {
+        problems.push(format!(
+            "anvil is not installed at {}: run `npm ci` in {} (./init.sh devnet does)",
+            anvil.display(),
+            opts.devnet_dir.display()
+        ));
+    }
+    if problems.is_empty() { Ok(()) } else { Err(lite_node_config::ConfigErrors { problems }.into()) }
+}
+
+/// The saved world to load: `--world`, else the default one, else (for
+/// `--pools` above the default world's five) `<devnet dir>/world-1000`.
+pub(crate) fn world_dir(opts: &Options) -> PathBuf {
+    match (&opts.world, opts.pools) {
+        (Some(world), _) => world.clone(),
+        (None, Some(n)) if n > DEFAULT_WORLD_POOLS => opts.devnet_dir.join("world-1000"),
+        (None, _) => opts.devnet_dir.join("world"),
+    }
+}
+
+/// The pools of the default world (`devnet/build-world.sh`).
+pub(crate) const DEFAULT_WORLD_POOLS: usize = 5;

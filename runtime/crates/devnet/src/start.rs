@@ -1,0 +1,658 @@
+//! Starting a devnet: the package, the world on anvil, slots and validators,
+//! the collector and the nodes ([`Devnet::start`]).
+
+use super::*;
+
+impl Devnet {
+    /// Checks the options, builds the package, writes projects.json, starts
+    /// anvil with the world and registers every node's slots, then the
+    /// validators, the collector and the nodes; returns once every node is
+    /// watching the anchor (and has printed the table's header).
+    pub(crate) async fn start(
+        opts: Options,
+        env: &EnvSnapshot,
+        out: &mut dyn Write,
+        shutdown: &mut Shutdown,
+    ) -> Result<Self> {
+        let started = Instant::now();
+        let world_dir = world_dir(&opts);
+        let anvil_bin = opts.devnet_dir.join(ANVIL_BIN);
+        check_options(&opts, &world_dir, &anvil_bin)?;
+        let mut manifest = Manifest::load(&world_dir)?;
+        if let Some(n) = opts.pools {
+            if n > manifest.pools.len() {
+                bail!(BadInput(format!(
+                    "--pools {n}: the world in {} has {} pools; build a bigger one with `devnet/build-world.sh \
+                     --pools 1000 --out world-1000` (taken for --pools above 5 unless --world is given)",
+                    world_dir.display(),
+                    manifest.pools.len()
+                )));
+            }
+            manifest.pools.truncate(n);
+        }
+        let total_slots = opts.total_slots.unwrap_or(opts.our_slots());
+
+        // One devnet per run directory at a time; the run directory starts empty.
+        let run_dir = std::path::absolute(opts.run_dir.clone().unwrap_or_else(|| opts.devnet_dir.join("run")))?;
+        let lock_path = run_dir.with_extension("lock");
+        if let Some(parent) = lock_path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let lock = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+        if lock.try_lock().is_err() {
+            bail!(BadInput(format!(
+                "another lite-node devnet is using {} (it holds {})",
+                run_dir.display(),
+                lock_path.display()
+            )));
+        }
+        if run_dir.exists() {
+            std::fs::remove_dir_all(&run_dir).with_context(|| format!("clearing {}", run_dir.display()))?;
+        }
+        std::fs::create_dir_all(&run_dir)?;
+
+        // The compute package: built once here, shared by the collector and every node.
+        let cache = std::path::absolute(opts.devnet_dir.join("cache"))?;
+        let compute_env = env.for_devnet_compute(&run_dir.join("collector"), &cache);
+        let compute_cfg = ComputeConfig::from_env(&compute_env)?;
+        writeln!(out, "compute package: {}", describe_source(&compute_cfg))?;
+        let package =
+            tokio::task::spawn_blocking(move || -> Result<LoadedPackage> { Ok(compute::load(&compute_cfg)?) })
+                .await??;
+        let package = Arc::new(package);
+        writeln!(out, "compute package {} ready", package.package.manifest.commit)?;
+
+        // projects.json: the given projects (or the BDS base snapshot) over the
+        // world's pools, checked against the package before anything starts.
+        let pools: Vec<String> = manifest.pools.iter().map(|p| p.address.clone()).collect();
+        let projects = run_dir.join("projects.json");
+        let described = write_projects(&opts, env, &run_dir, &pools, &package, &projects)?;
+        writeln!(out, "projects: {described}")?;
+        let project_types: Vec<String> =
+            lite_node_config::Projects::load(&projects)?.projects.into_iter().map(|p| p.project_type).collect();
+        let project_count = project_types.len();
+        let market_projects =
+            lite_node_protocol::submission::Projects::new(NAMESPACE_VARS.map(|(_, v)| v).join("-"), project_types);
+
+        // The chain.
+        let anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
+        let url = anvil.url();
+        let protocol_state = world::address(&manifest.protocol_state, "protocolState")?;
+        let data_market = world::address(&manifest.data_market, "dataMarket")?;
+        let parsed = lite_node_core::url::parse_rpc_url(&url).map_err(|e| anyhow!(e))?;
+        let chains =
+            Chains::connect(&ChainConfig::local(parsed, protocol_state, data_market, env)?).map_err(|e| anyhow!(e))?;
+        let driver = Driver { rpc: chains.source.clone(), manifest: manifest.clone() };
+        // Lost on --load-state: Uniswap's gas depends on timestamps moving.
+        driver.call("anvil_setBlockTimestampInterval", json!([12])).await?;
+        let anchor = chains.anchor()?.clone();
+
+        // Nodes: the world's signer of each node's first slot where it has one, a
+        // derived key beyond; every slot of a node registered to its signer.
+        let mut slots = Vec::new();
+        for n in 1..=opts.nodes {
+            let first = *opts.slots_of(n).start();
+            let from_world =
+                manifest.slots.iter().find(|s| s.slot_id == first).and_then(|s| manifest.key_of(&s.signer));
+            let key = from_world.map_or_else(|| derived_key(first), str::to_owned);
+            let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("slot {first}'s key: {e}"))?;
+            for slot_id in opts.slots_of(n) {
+                let registered = manifest
+                    .slots
+                    .iter()
+                    .any(|s| s.slot_id == slot_id && s.signer.eq_ignore_ascii_case(&signer.address().to_string()));
+                if !registered {
+                    driver.register_slot(slot_id, signer.address()).await?;
+                }
+            }
+            slots.push((n, signer.address(), key));
+        }
+        // The full node: a slot of its own past the lite nodes', registered
+        // as a full node on ProtocolState.
+        let full = if opts.full_node_workers > 0 {
+            let slot_id = opts.our_slots() + 1;
+            let key = derived_key(slot_id);
+            let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("the full node's key: {e}"))?;
+            driver.register_slot(slot_id, signer.address()).await?;
+            driver.set_full_node(slot_id).await?;
+            Some((slot_id, signer.address(), key))
+        } else {
+            None
+        };
+        driver.set_total_node_count(total_slots).await?;
+        let start_block = driver.head().await?;
+        writeln!(
+            out,
+            "anvil on {url}: chain {}, ProtocolState {protocol_state}, {} pools, {} slots registered, getTotalNodeCount = {total_slots}",
+            manifest.chain_id,
+            manifest.pools.len(),
+            opts.our_slots()
+        )?;
+
+        let exe = std::env::current_exe().context("locating the lite-node binary")?;
+        // Only the toolchain and compute-package variables: an operator's
+        // own alert channels, status port or drills must not reach devnet children.
+        let child_env: Vec<(String, String)> = compute_env.toolchain_and_compute();
+        // The validators check projects against the market's namespace and projects.json.
+        let mut validator_env = child_env.clone();
+        validator_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        validator_env.push(("PROJECTS_CONFIG".to_owned(), projects.display().to_string()));
+        let validator_log = env.get("LITE_NODE_DEVNET_VALIDATOR_LOG").unwrap_or("info");
+        validator_env.push(("RUST_LOG".to_owned(), validator_log.to_owned()));
+
+        // The validators, when asked: each its own Redis, process, gossip
+        // identity and registered key, dialing the ones before it — through
+        // the devnet's relays, so a drill can cut one off.
+        let keys: Vec<String> = (1..=opts.validators).map(derived_validator_key).collect();
+        if !keys.is_empty() {
+            let addresses = keys
+                .iter()
+                .map(|k| k.parse::<PrivateKeySigner>().map(|s| s.address()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| anyhow!("a validator key: {e}"))?;
+            driver.register_validators(&addresses).await?;
+        }
+        let mut validators: Vec<validator::DevnetValidator> = Vec::new();
+        let mut switch = switch::Switch::default();
+        for (i, key) in keys.iter().enumerate() {
+            let mut bootstrap = Vec::new();
+            for v in &validators {
+                bootstrap.push(switch.link(i + 1, v.index, v.p2p_socket(), &v.peer_id).await?.parse()?);
+            }
+            let v = validator::DevnetValidator::start(
+                &exe,
+                &run_dir,
+                i + 1,
+                key,
+                &bootstrap,
+                &validator_env,
+                &url,
+                &manifest.protocol_state,
+                &manifest.data_market,
+                &pools,
+                start_block,
+                opts.poll_interval,
+            )
+            .await?;
+            writeln!(
+                out,
+                "validator {} ({}) on {} (gRPC gateway), monitor API on {}, gossip {}; windows stay open {} anchor \
+                 blocks after a release",
+                v.index,
+                v.address,
+                v.gateway,
+                v.api,
+                v.p2p,
+                validator::WINDOW_BLOCKS
+            )?;
+            validators.push(v);
+        }
+
+        // The collector, in this process.
+        let selection = Arc::new(
+            SelectionCheck::new(chains.source.clone(), pools.clone(), package.clone(), market_projects).map_err(
+                |e| {
+                    BadInput(format!(
+                        "{e}: the devnet expects each epoch's slots by the market's rule and checks every submission \
+                     with it; export it with `assignments: slot_selection::assignments` in export_compute_module! \
+                     (as `lite-node compute new` writes it)"
+                    ))
+                },
+            )?,
+        );
+        let received = Received::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let collector_port = listener.local_addr()?.port();
+        let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut collector = DevnetCollector::new(anchor.clone(), manifest.chain_id);
+        (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
+        collector.own = Some(
+            slots
+                .iter()
+                .flat_map(|(n, signer, _)| opts.slots_of(*n).map(move |slot| (slot, *signer)))
+                .chain(full.as_ref().map(|(slot, signer, _)| (*slot, *signer)))
+                .collect(),
+        );
+        // `kill-node-mid-burst`: the collector holds back the answers to that
+        // node's submissions of the epoch until the node is killed, so some
+        // are certainly sent and unanswered when it dies.
+        let mut burst_holds = BTreeMap::new();
+        for fault in &opts.faults {
+            if let Fault::KillNodeMidBurst { slot, epoch, power_loss } = *fault
+                && let Some((n, _, _)) = slots.iter().find(|(n, _, _)| opts.slots_of(*n).any(|s| s == slot))
+            {
+                let (release, held) = tokio::sync::watch::channel(false);
+                collector.holds.push(collector::Hold { slots: opts.slots_of(*n).collect(), epoch, release: held });
+                burst_holds.insert((slot, epoch), (release, power_loss));
+            }
+        }
+        // The collector publishes what it accepts on the validators' gossip
+        // network; the nodes are started once every validator is in its mesh.
+        if !validators.is_empty() {
+            let mut bootstrap = Vec::new();
+            for v in &validators {
+                bootstrap.push(switch.link(0, v.index, v.p2p_socket(), &v.peer_id).await?.parse()?);
+            }
+            let gossip = lite_node_validator::gossip::Gossip::publisher(lite_node_validator::gossip::Settings {
+                listen: "/ip4/127.0.0.1/tcp/0".parse()?,
+                bootstrap,
+                identity: run_dir.join("collector").join("p2p-identity.key"),
+                topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
+            })?;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while gossip.mesh_peers().await < validators.len() {
+                if tokio::time::Instant::now() > deadline {
+                    bail!(
+                        "the collector's gossip peer did not mesh with the {} validator(s) within 30 s; see their \
+                         logs in {}",
+                        validators.len(),
+                        run_dir.display()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // …and each validator's intake says it listens (so the first
+            // epoch, released after this, is one it watched whole).
+            for v in validators.iter_mut() {
+                v.wait_listening(Duration::from_secs(30)).await?;
+            }
+            collector.gossip = Some(gossip);
+        }
+        let serving = tokio::spawn(collector::serve(
+            collector,
+            listener,
+            Box::pin(async move {
+                let _ = collector_stopped.await;
+            }),
+        ));
+        writeln!(
+            out,
+            "collector on 127.0.0.1:{collector_port} (checks signer, deadline and selection{})",
+            if validators.is_empty() { "" } else { "; publishes what it accepts to the validators over gossip" }
+        )?;
+
+        let rerun = write_compute_run_env(&run_dir, &url, &manifest, &projects, &child_env)?;
+        writeln!(
+            out,
+            "re-run an epoch on this chain: lite-node --env-file {} compute run --epoch-id N",
+            rerun.display()
+        )?;
+
+        // The nodes: what they share, then each its own signer, slots and dir.
+        let mut base_env = child_env.clone();
+        let shared = [
+            ("SOURCE_RPC_URL", url.clone()),
+            ("POWERLOOM_RPC_URL", if opts.anchor_ws { url.replacen("http://", "ws://", 1) } else { url.clone() }),
+            ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
+            ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
+            ("LOCAL_COLLECTOR_HOST", "127.0.0.1".into()),
+            ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
+            ("LITE_NODE_START_BLOCK", start_block.to_string()),
+            ("LITE_NODE_POLL_INTERVAL_MS", opts.poll_interval.as_millis().to_string()),
+            ("LITE_NODE_STOP_GRACE_SECS", NODE_STOP_GRACE.as_secs().to_string()),
+            ("RUST_LOG", node_log_filter(env)),
+        ];
+        base_env.extend(shared.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        base_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        let mut nodes = Vec::new();
+        for (index, signer, key) in &slots {
+            let own: Vec<u64> = opts.slots_of(*index).collect();
+            let data_dir = run_dir.join(format!("node-{index}"));
+            std::fs::create_dir_all(&data_dir)?;
+            let mut node_env = base_env.clone();
+            let vars = [
+                ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
+                ("SIGNER_ACCOUNT_PRIVATE_KEY", key.clone()),
+                if own.len() == 1 {
+                    ("SLOT_ID", own[0].to_string())
+                } else {
+                    ("SLOT_IDS", lite_node_config::format_slot_ids(&own))
+                },
+                ("PROJECTS_CONFIG", projects.display().to_string()),
+                ("LITE_NODE_DATA_DIR", data_dir.display().to_string()),
+            ];
+            node_env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
+            if let Some(drill) = opts.drill_of(&own) {
+                node_env.push(("LITE_NODE_DRILL".into(), drill.as_str().into()));
+            }
+            if let Some(url) = &opts.telegram_api_url {
+                node_env.push(("TELEGRAM_API_URL".into(), url.clone()));
+                node_env.push(("TELEGRAM_BOT_TOKEN".into(), PLACEHOLDER_BOT_TOKEN.into()));
+                node_env.push(("TELEGRAM_CHAT_ID".into(), PLACEHOLDER_CHAT_ID.into()));
+            }
+            let log = run_dir.join(format!("node-{index}.log"));
+            let process = Node::spawn(&exe, *index, &node_env, &log)?;
+            nodes.push(Node {
+                index: *index,
+                slot_id: own[0],
+                slots: own,
+                signer: *signer,
+                data_dir,
+                process,
+                peak_rss_kib: None,
+                env: node_env,
+                restarts: 0,
+                full_node: false,
+            });
+        }
+        let full_node = match full {
+            None => None,
+            Some((slot_id, signer, key)) => Some(
+                start_full_node(
+                    &opts,
+                    &exe,
+                    &run_dir,
+                    &base_env,
+                    &manifest,
+                    &projects,
+                    (slot_id, signer, key),
+                    &mut nodes,
+                )
+                .await?,
+            ),
+        };
+        if let Some(f) = &full_node {
+            writeln!(
+                out,
+                "full node: slot {} (registered as a full node), its coordinator and {} workers ({}) on {}",
+                f.slot_id,
+                f.workers.len(),
+                f.assign.name(),
+                f.redis_url
+            )?;
+        }
+        let outcomes = vec![BTreeMap::new(); validators.len()];
+        let width = selected_width(opts.our_slots());
+        let mut devnet = Devnet {
+            opts,
+            started,
+            run_dir,
+            _lock: lock,
+            manifest,
+            pools,
+            package,
+            anvil,
+            _chains: chains,
+            driver,
+            anchor,
+            selection,
+            received,
+            stop_collector,
+            serving,
+            validators,
+            switch,
+            outcomes,
+            onchain: BTreeMap::new(),
+            nodes,
+            full_node,
+            exe,
+            width,
+            project_count,
+            released: Vec::new(),
+            burst_holds,
+            interrupted: false,
+            failure: None,
+        };
+        if let Err(e) = wait_until_watching(&mut devnet.nodes, shutdown).await {
+            // Whatever started stops (the children's guards do the rest).
+            devnet.stop_quietly();
+            return Err(e);
+        }
+        devnet.header(out)?;
+        Ok(devnet)
+    }
+}
+
+/// Writes the nodes' projects.json: the projects given by `--projects`,
+/// `PROJECTS_CONFIG` or `SNAPSHOT_CONFIG_REPO`, else the BDS base snapshot —
+/// with the world's pools wherever a project lists `pools` — after checking
+/// that the package runs every one of them. Returns how to describe them.
+pub(crate) fn write_projects(
+    opts: &Options,
+    env: &EnvSnapshot,
+    run_dir: &Path,
+    pools: &[String],
+    package: &LoadedPackage,
+    to: &Path,
+) -> Result<String> {
+    let given = match &opts.projects {
+        Some(path) => Some(lite_node_config::ProjectsSource::File(std::path::absolute(path)?)),
+        None if lite_node_config::ProjectsSource::configured(env) => {
+            Some(lite_node_config::ProjectsSource::from_env(env)?)
+        }
+        None => None,
+    };
+    let (projects, from) = match &given {
+        Some(source) => {
+            let from = match source {
+                lite_node_config::ProjectsSource::File(path) => path.display().to_string(),
+                lite_node_config::ProjectsSource::Git { pin, file } => {
+                    format!("{} in {}", file.display(), lite_node_config::redact_url(&pin.url))
+                }
+            };
+            (lite_node_compute::load_projects(source, &run_dir.join("projects-repo"))?.projects, from)
+        }
+        None => {
+            let bds = json!({"config": [{
+                "project_type": "baseSnapshot",
+                "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"},
+                "preload_tasks": ["block_details"],
+                "pools": [],
+            }]});
+            (
+                lite_node_config::Projects::parse(&bds.to_string(), "the BDS projects")?.projects,
+                "the BDS base snapshot".into(),
+            )
+        }
+    };
+    let mut entries = Vec::new();
+    let mut pooled = Vec::new();
+    for mut project in projects {
+        if project.settings.contains_key("pools") {
+            project.settings.insert("pools".into(), json!(pools));
+            pooled.push(project.project_type.clone());
+        }
+        let fix = if given.is_some() {
+            "give the package's own projects.json with --projects FILE or PROJECTS_CONFIG"
+        } else {
+            "the devnet runs the BDS base snapshot unless told otherwise: give the package's projects.json with \
+             --projects FILE or PROJECTS_CONFIG"
+        };
+        package.project_processor(&project).map_err(|e| BadInput(format!("{e} ({from}); {fix}")))?;
+        let mut entry = project.settings.clone();
+        entry.insert("project_type".into(), json!(project.project_type));
+        entry.insert("processor".into(), json!({"module": project.module, "class_name": project.class_name}));
+        entry.insert("preload_tasks".into(), json!(project.preload_tasks));
+        entries.push(serde_json::Value::Object(entry));
+    }
+    std::fs::write(to, serde_json::to_vec_pretty(&json!({ "config": entries }))?)?;
+    let names: Vec<String> = entries.iter().filter_map(|e| e["project_type"].as_str().map(str::to_owned)).collect();
+    let pooled = match pooled.len() {
+        0 => String::new(),
+        n if n == names.len() => format!(", over the world's {} pools", pools.len()),
+        _ => format!(", {} over the world's {} pools", pooled.join(", "), pools.len()),
+    };
+    Ok(format!("{} from {from}{pooled}", names.join(", ")))
+}
+
+/// An env file for `lite-node compute run` against this devnet's chain, with
+/// the same compute package and projects (readable by its owner only: it
+/// holds the package's repository URL).
+pub(crate) fn write_compute_run_env(
+    run_dir: &Path,
+    url: &str,
+    manifest: &Manifest,
+    projects: &Path,
+    child_env: &[(String, String)],
+) -> Result<PathBuf> {
+    let mut vars: Vec<(String, String)> = vec![
+        ("SOURCE_RPC_URL".into(), url.to_owned()),
+        ("POWERLOOM_RPC_URL".into(), url.to_owned()),
+        ("PROTOCOL_STATE_CONTRACT".into(), manifest.protocol_state.clone()),
+        ("DATA_MARKET_CONTRACT".into(), manifest.data_market.clone()),
+        ("PROJECTS_CONFIG".into(), projects.display().to_string()),
+        ("LITE_NODE_DATA_DIR".into(), run_dir.join("compute-run").display().to_string()),
+        // So that `compute run` can tell this devnet has stopped.
+        (DEVNET_RUN_DIR_VAR.into(), run_dir.display().to_string()),
+    ];
+    vars.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
+    // Everything that decides which package is built, and against what.
+    let decides = |k: &str| {
+        k.starts_with("LITE_NODE_COMPUTE_")
+            || k.starts_with("SNAPSHOTTER_COMPUTE_")
+            || ["LITE_NODE_PLUGIN_API_DIR", "LITE_NODE_CARGO", "RUSTC"].contains(&k)
+    };
+    vars.extend(child_env.iter().filter(|(k, _)| decides(k)).cloned());
+    let mut text = String::from("# lite-node compute run against this devnet (written by lite-node devnet)\n");
+    for (k, v) in &vars {
+        if v.contains('\'') || v.contains('\n') {
+            bail!(BadInput(format!("{k} holds a quote or a line break, which the devnet's env file cannot carry")));
+        }
+        text.push_str(&format!("{k}='{v}'\n"));
+    }
+    let path = run_dir.join("compute-run.env");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
+        f.write_all(text.as_bytes())?;
+    }
+    Ok(path)
+}
+
+pub(crate) fn describe_source(cfg: &ComputeConfig) -> String {
+    match &cfg.source {
+        lite_node_config::ComputeSource::Bundled(dir) => format!("the directory {}, as it is now", dir.display()),
+        lite_node_config::ComputeSource::Git { pin, .. } => {
+            format!(
+                "{} at {}",
+                lite_node_config::redact_url(&pin.url),
+                pin.commit.as_deref().unwrap_or("the branch tip")
+            )
+        }
+    }
+}
+
+/// The nodes log to files at `info` at least (start-up is detected from
+/// their logs); a more verbose `RUST_LOG` is passed on.
+pub(crate) fn node_log_filter(env: &EnvSnapshot) -> String {
+    lite_node_config::LogSettings::from_env(env).map_or_else(|_| "info".to_owned(), |log| log.for_child_logs())
+}
+
+/// Validator `index`'s key (1, 2, …), derived so a devnet's validators are
+/// the same from run to run (public: anyone can derive it).
+pub(crate) fn derived_validator_key(index: u64) -> String {
+    let key = alloy::primitives::keccak256(format!("lite-node devnet validator {index}"));
+    format!("0x{}", hex::encode(key))
+}
+
+/// A signer key for a slot the saved world did not register (public:
+/// anyone can derive it, like anvil's own development keys).
+pub(crate) fn derived_key(slot_id: u64) -> String {
+    let key = alloy::primitives::keccak256(format!("lite-node devnet slot {slot_id}"));
+    format!("0x{}", hex::encode(key))
+}
+
+pub(crate) async fn wait_until_watching(nodes: &mut [Node], shutdown: &mut Shutdown) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut ready = 0;
+        for n in nodes.iter_mut() {
+            if n.process.started(&format!("node {}", n.index), "watching ProtocolState")? {
+                ready += 1;
+            }
+        }
+        if ready == nodes.len() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("only {ready} of {} nodes were watching after 120 s; see their logs", nodes.len());
+        }
+        tokio::select! {
+            _ = shutdown.as_mut() => bail!("interrupted while the nodes were starting"),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
+/// Starts the full node: its projects (every pooled project as a full
+/// node), its Redis, its coordinator (added to `nodes`) and its workers.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn start_full_node(
+    opts: &Options,
+    exe: &Path,
+    run_dir: &Path,
+    base_env: &[(String, String)],
+    manifest: &Manifest,
+    projects: &Path,
+    (slot_id, signer, key): (u64, Address, String),
+    nodes: &mut Vec<Node>,
+) -> Result<fullnode::FullNode> {
+    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(projects)?)?;
+    let mut pooled = Vec::new();
+    for p in doc["config"].as_array_mut().into_iter().flatten() {
+        if p.get("pools").is_some() {
+            p["full_node"] = json!(true);
+            pooled.push(p["project_type"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    if pooled.is_empty() {
+        bail!(BadInput(
+            "--full-node-workers: no project lists `pools`, so a full node has nothing to divide among workers".into()
+        ));
+    }
+    let full_projects = run_dir.join("projects-full-node.json");
+    std::fs::write(&full_projects, serde_json::to_vec_pretty(&doc)?)?;
+    let (redis, redis_url) = fullnode::FullNode::start_redis(run_dir, None)?;
+    let market: Address = world::address(&manifest.data_market, "dataMarket")?;
+    let board = lite_node_config::cluster_name(&market, slot_id);
+    let mut full = fullnode::FullNode::new(slot_id, opts.assign, redis, redis_url.clone(), pooled, board);
+    let mut env = base_env.to_vec();
+    let vars = [
+        ("SLOT_ID", slot_id.to_string()),
+        ("PROJECTS_CONFIG", full_projects.display().to_string()),
+        ("LITE_NODE_CLUSTER_REDIS_URL", redis_url),
+        ("LITE_NODE_CLUSTER_ASSIGN", opts.assign.name().to_owned()),
+    ];
+    env.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
+
+    let index = opts.nodes + 1;
+    let data_dir = run_dir.join("full-node");
+    std::fs::create_dir_all(&data_dir)?;
+    let mut coordinator = env.clone();
+    let vars = [
+        ("LITE_NODE_ROLE", "coordinator".to_owned()),
+        ("SIGNER_ACCOUNT_ADDRESS", signer.to_string()),
+        ("SIGNER_ACCOUNT_PRIVATE_KEY", key),
+        ("LITE_NODE_DATA_DIR", data_dir.display().to_string()),
+    ];
+    coordinator.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    let process = Node::spawn(exe, index, &coordinator, &run_dir.join("full-node.log"))?;
+    nodes.push(Node {
+        index,
+        slot_id,
+        slots: vec![slot_id],
+        signer,
+        data_dir,
+        process,
+        peak_rss_kib: None,
+        env: coordinator,
+        restarts: 0,
+        full_node: true,
+    });
+    // The workers: no signer, no collector.
+    let mut worker = env;
+    worker.retain(|(k, _)| !k.starts_with("LOCAL_COLLECTOR_") && k != "LITE_NODE_START_BLOCK");
+    worker.push(("LITE_NODE_ROLE".into(), "worker".into()));
+    if let Some(delay) = opts.worker_rpc_delay {
+        let anvil = base_env.iter().find(|(k, _)| k == "SOURCE_RPC_URL").map(|(_, v)| v.clone()).unwrap_or_default();
+        let upstream = anvil.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let relayed = proxy::start(upstream, delay).await?;
+        tracing::info!("the full node's workers reach the chain through {relayed}, {} ms later", delay.as_millis());
+        worker.push(("SOURCE_RPC_URL".into(), relayed));
+    }
+    for k in 1..=opts.full_node_workers {
+        full.spawn_worker(exe, run_dir, k, &worker)?;
+    }
+    full.wait_joined(Duration::from_secs(120)).await?;
+    Ok(full)
+}

@@ -1,0 +1,142 @@
+//! The end of a run: a node that died restarted, everything stopped in
+//! order, and the [`Summary`] made ([`Devnet::stop`]).
+
+use super::*;
+
+impl Devnet {
+    /// Starts again a node whose process ended; an error once one has been
+    /// restarted [`MAX_RESTARTS`] times.
+    pub(crate) fn restart_dead_node(&mut self) -> Result<()> {
+        let dead = self.nodes.iter_mut().find_map(|n| {
+            let status = n.process.exited()?;
+            Some((n, status))
+        });
+        let Some((node, status)) = dead else { return Ok(()) };
+        process::refuse_after(
+            &format!("node {}", node.index),
+            node.restarts,
+            MAX_RESTARTS,
+            &status.to_string(),
+            &node.process,
+        )?;
+        tracing::warn!("node {} exited ({status}); restarting it", node.index);
+        node.restarts += 1;
+        let log = node.process.log.clone();
+        node.process = Node::spawn(&self.exe, node.index, &node.env, &log)?;
+        Ok(())
+    }
+
+    /// Stops the children without a summary (a start that failed; anvil
+    /// stops when it is dropped).
+    pub(crate) fn stop_quietly(&mut self) {
+        self.release_holds();
+        tokio::task::block_in_place(|| {
+            let mut procs: Vec<&mut Guarded> = self.nodes.iter_mut().map(|n| &mut n.process).collect();
+            stop_all(&mut procs, NODE_STOP_GRACE + STOP_MARGIN);
+        });
+        self.serving.abort();
+        if let Some(f) = &mut self.full_node {
+            tokio::task::block_in_place(|| f.stop(NODE_STOP_GRACE + STOP_MARGIN));
+        }
+        for v in &mut self.validators {
+            tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
+        }
+    }
+
+    /// Stops everything (nodes first, orderly; then the collector, the
+    /// validators and anvil), prints the summary, writes the record, and
+    /// returns the summary — or the failure that ended the run.
+    pub(crate) async fn stop(mut self, out: &mut dyn Write) -> Result<Summary> {
+        self.release_holds();
+        for n in &mut self.nodes {
+            n.peak_rss_kib = n.process.peak_rss_kib().or(n.peak_rss_kib);
+        }
+        tokio::task::block_in_place(|| {
+            let mut procs: Vec<&mut Guarded> = self.nodes.iter_mut().map(|n| &mut n.process).collect();
+            stop_all(&mut procs, NODE_STOP_GRACE + STOP_MARGIN);
+        });
+        if let Some(f) = &mut self.full_node {
+            if let Err(e) = f.read_fenced().await {
+                tracing::warn!("reading the full node's fence count: {e:#}");
+            }
+            tokio::task::block_in_place(|| f.stop(NODE_STOP_GRACE + STOP_MARGIN));
+            f.read_gathered(&self.run_dir);
+        }
+        let _ = self.stop_collector.send(());
+        // A client someone else left connected must not keep the devnet from ending.
+        if tokio::time::timeout(Duration::from_secs(2), &mut self.serving).await.is_err() {
+            tracing::info!("a client stayed connected to the collector; closing it");
+            self.serving.abort();
+        }
+        for v in &mut self.validators {
+            tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
+        }
+        tokio::task::block_in_place(|| self.anvil.stop());
+
+        let (foreign, seen): (Vec<_>, Vec<_>) =
+            self.received.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().partition(|s| s.foreign);
+        if !foreign.is_empty() {
+            writeln!(
+                out,
+                "{} submission(s) came from nodes this devnet did not start (another slot or signer); answered, \
+                 not counted",
+                foreign.len()
+            )?;
+        }
+        let full_slot = self.full_node.as_ref().map(|f| f.slot_id);
+        let mut summary = summarize(&self.released, &seen, &self.nodes, self.interrupted, full_slot);
+        summary.restarts += self.full_node.as_ref().map_or(0, fullnode::FullNode::restarts);
+        if let Some(f) = &self.full_node {
+            writeln!(
+                out,
+                "full node: {} worker restart(s); {} late result(s) refused by the fence",
+                f.restarts(),
+                f.fenced
+            )?;
+        }
+        // Each validator's finalizations and disagreements; the first's are
+        // the table's and the record's.
+        let empty = BTreeMap::new();
+        let outcomes = self.outcomes.first().unwrap_or(&empty);
+        if !self.validators.is_empty() {
+            summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
+            summary.onchain_finalized = Some(self.onchain.values().filter(|o| o.finalized).count());
+            summary.validator_restarts = self.validators.iter().map(|v| v.restarts).sum();
+            let verdicts: Vec<Option<&str>> = seen
+                .iter()
+                .filter(|s| s.verdict.is_ok())
+                .filter_map(|s| s.submission.request.as_ref())
+                .map(|r| {
+                    let key = (r.slot_id, r.project_id.clone(), r.snapshot_cid.clone());
+                    outcomes.get(&r.epoch_id).and_then(|o| o.verdicts.get(&key)).map(String::as_str)
+                })
+                .collect();
+            summary.validator_disagrees = verdicts.iter().filter(|v| v.is_some_and(|v| v != "accepted")).count();
+            summary.validator_unjudged = verdicts.iter().filter(|v| v.is_none()).count();
+        }
+        writeln!(out, "\n{}", summary_text(&summary, self.started.elapsed()))?;
+        if let Some(path) = &self.opts.json {
+            let record = record::build(&record::Run {
+                manifest: &self.manifest,
+                pools: &self.pools,
+                package: &self.package,
+                released: &self.released,
+                seen: &seen,
+                nodes: &self.nodes,
+                summary: &summary,
+                outcomes,
+                validators: &self.validators.iter().map(|v| (v.index, v.address.to_string())).collect::<Vec<_>>(),
+                all_outcomes: &self.outcomes,
+                onchain: &self.onchain,
+                full_node: self.full_node.as_ref(),
+            });
+            let text = serde_json::to_vec_pretty(&record)?;
+            lite_node_core::atomic_file::write(path, &text)?;
+            writeln!(out, "record written to {}", path.display())?;
+        }
+        if let Some(e) = self.failure {
+            return Err(e);
+        }
+        Ok(summary)
+    }
+}
