@@ -68,10 +68,17 @@ check_disk_for_tests() {
 run_tests() {
   need_rust
   check_disk_for_tests
+  # A cold CI build keeps no incremental state (it would only be written).
+  [ "${CI:-}" = true ] && export CARGO_INCREMENTAL=0
+  local logs
+  logs=$(mktemp -d)
   need_devnet_world
-  # The full node's cluster drills run over 1,000 pools (about 2 minutes, once).
-  say "devnet 1,000-pool world (the full node's drills and benchmarks)"
-  devnet/build-world.sh --pools 1000 --out world-1000 --if-stale
+  # The full node's drills and the cluster benchmark run over 1,000 pools
+  # (about 2 minutes to build, once): built beside the lints, waited for
+  # before the tests.
+  say "devnet 1,000-pool world (building in the background: $logs/world-1000.log)"
+  devnet/build-world.sh --pools 1000 --out world-1000 --if-stale >"$logs/world-1000.log" 2>&1 &
+  local world_pid=$!
   need_redis
   local ws
   say "formatting (cargo fmt --check)"
@@ -87,17 +94,44 @@ run_tests() {
     runner=(cargo nextest run --workspace --locked --no-fail-fast)
   fi
   say "compute package tests (${runner[*]})"
-  (cd computes && "${runner[@]}")
+  (cd computes && "${runner[@]}" 2>&1 | tee "$logs/computes.log")
+  (cd computes && cargo test --workspace --locked --bench '*')
+
+  # One build of every test and benchmark target (one profile, one cargo
+  # graph), then the tests and the benchmarks from it.
+  say "building the runtime's tests and benchmarks"
+  cargo test --workspace --locked --no-run --lib --bins --tests --benches
+  if ! wait "$world_pid"; then
+    cat "$logs/world-1000.log" >&2
+    echo "init.sh: building the 1,000-pool devnet world failed (above)" >&2
+    exit 1
+  fi
+  tail -n 1 "$logs/world-1000.log"
 
   # Every benchmark once, on tiny sizes and with no timing asserted (a bench
   # binary without cargo bench's --bench flag runs its quick mode), so one
   # that stops compiling or never finishes fails here, not months later.
-  say "benchmarks, once each in quick mode (cargo test --bench '*')"
-  (cd computes && cargo test --workspace --locked --bench '*')
-  cargo test --workspace --locked --bench '*'
+  # They mostly wait on their devnets, so they run beside the tests; their
+  # output is printed after them.
+  say "benchmarks, once each in quick mode (cargo test --bench '*'), beside the tests: $logs/benches.log"
+  cargo test --workspace --locked --bench '*' >"$logs/benches.log" 2>&1 &
+  local benches_pid=$!
 
   say "runtime tests (${runner[*]})"
-  "${runner[@]}"
+  "${runner[@]}" 2>&1 | tee "$logs/runtime.log"
+
+  say "benchmarks (quick mode), as they ran beside the tests"
+  if ! wait "$benches_pid"; then
+    cat "$logs/benches.log"
+    echo "init.sh: a benchmark failed (above)" >&2
+    exit 1
+  fi
+  cat "$logs/benches.log"
+  # One closing line over both workspaces' test runs.
+  cat "$logs/computes.log" "$logs/runtime.log" | sed -n 's/.* tests\{0,1\} run: //p' | awk -F', ' '
+    { for (i = 1; i <= NF; i++) { split($i, w, " "); n[w[2]] += w[1] } }
+    END { printf "tests: %d passed, %d failed, %d skipped\n", n["passed"], n["failed"], n["skipped"] }'
+  rm -rf "$logs"
 }
 
 run_check() {

@@ -31,7 +31,7 @@ fn run(slots: u64, epochs: u64) -> (f64, f64, f64, f64, usize) {
 }
 
 fn main() {
-    let (slots, epochs) = if lite_node_testkit::bench_is_quick() { (100, 3) } else { (1000, 6) };
+    let (slots, epochs) = if lite_node_testkit::bench_is_quick() { (20, 2) } else { (1000, 6) };
     let (p50_1, p99_1, _, rss_1, n_1) = run(1, epochs);
     let (p50, p99, cold, rss, n) = run(slots, epochs);
     println!(

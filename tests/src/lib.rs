@@ -26,8 +26,6 @@ pub fn data(rel: &str) -> PathBuf {
     workspace_root().join("tests").join("data").join(rel)
 }
 
-/// A cargo target dir shared by every test that makes the runtime build a
-/// compute package, so dependencies compile once per machine, not per test.
 /// Whether a bench binary runs as a quick check rather than a measurement:
 /// `cargo bench` passes `--bench`, `cargo test --bench '*'` (what CI runs) does
 /// not. A quick run uses tiny sizes and asserts nothing about time, so a
@@ -84,10 +82,16 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
+/// A cargo target dir shared by every test that makes the runtime build a
+/// compute package, so dependencies compile once per machine, not per test.
 pub fn compute_target_dir() -> PathBuf {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
-    target.join("compute-builds")
+    target_dir().join("compute-builds")
+}
+
+/// The checkout's cargo target dir (`CARGO_TARGET_DIR`, else `target/`),
+/// which the compute workspace's own tests build into as well.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// `key` from this test process's own environment (`PATH`, `HOME`), empty

@@ -629,96 +629,88 @@ fn the_devnet_runs_a_package_from_compute_new_with_its_own_projects() {
     );
 }
 
-/// A full node over three workers (issue 24), in each assignment mode, on
-/// the 1,000-pool world, through the drills on real processes and a real
-/// `redis-server`: worker 2 SIGKILLed as epoch 2 is released (the others
-/// finish its pools), worker 3 SIGSTOPped while it holds items of epoch 3
-/// and continued once the others finished them (its late results meet the
-/// fence), the cluster's Redis restarted (append-only) as epoch 4 is
-/// released, the coordinator SIGKILLed mid-gather of epoch 5 (restarted, it
-/// resumes the epoch from Redis and submits nothing twice), the cluster's
-/// Redis emptied (`FLUSHALL`) mid-gather of epoch 6 (the coordinator opens
-/// it again). Every epoch: every pool accepted exactly once from the full
-/// node; the record verifies independently.
-#[test]
-fn a_full_node_over_three_workers_covers_every_pool_once_through_kills_stops_and_restarts() {
-    for mode in ["peer-index", "least-backlog"] {
-        let dir = tempfile::tempdir().unwrap();
-        let record = dir.path().join("run.json");
-        let args = [
-            "--epochs",
-            "6",
-            "--nodes",
-            "2",
-            "--full-node-workers",
-            "3",
-            "--assign",
-            mode,
-            "--pools",
-            "1000",
-            "--fault",
-            "kill-worker:2@2",
-            "--fault",
-            "stop-worker:3@3",
-            "--fault",
-            "restart-cluster-redis@4",
-            "--fault",
-            "kill-coordinator@5",
-            "--fault",
-            "flush-cluster-redis@6",
-            "--json",
-            record.to_str().unwrap(),
-        ];
-        let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{mode}: stdout:\n{stdout}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
-        let full = &json["fullNode"];
-        let slot = full["slotId"].as_u64().unwrap();
-        assert_eq!(slot, 3, "{mode}: the full node's slot follows the lite nodes'");
-        let pools = json["pools"].as_array().unwrap().len();
-        assert_eq!(pools, 1000);
-        for epoch in json["epochs"].as_array().unwrap() {
-            let e = epoch["epochId"].as_u64().unwrap();
-            let mine: Vec<&Value> =
-                epoch["submissions"].as_array().unwrap().iter().filter(|s| s["slotId"] == slot).collect();
-            let projects: std::collections::BTreeSet<&str> =
-                mine.iter().map(|s| s["projectId"].as_str().unwrap()).collect();
-            assert_eq!((mine.len(), projects.len()), (pools, pools), "{mode} epoch {e}: every pool, once");
-            assert!(mine.iter().all(|s| s["verdict"] == "accepted" && s["fullNode"] == true), "{mode} epoch {e}");
-            let by = epoch["computedBy"].as_object().unwrap();
-            if e == 2 {
-                assert!(!by.contains_key("w2"), "{mode}: w2 was killed at epoch 2's release: {by:?}");
-                assert_eq!(by.values().map(|n| n.as_u64().unwrap()).sum::<u64>(), 1000, "{mode}: {by:?}");
-            }
+/// A full node over three workers on the 1,000-pool world, through drills
+/// on real processes and a real `redis-server`, in `mode`: worker 2
+/// SIGKILLed as epoch 2 is released (the others finish its pools), then
+/// `faults` at epochs 3 and 4. Every epoch: every pool accepted exactly once
+/// from the full node; the record verifies independently. The drills are
+/// split between the two assignment modes, each run once; what is the same
+/// in both (a worker that stops mid-share, in each mode) is
+/// `cluster::the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part`'s.
+fn full_node_drill(mode: &str, faults: [&str; 2]) -> (PathBuf, tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let mut args = vec!["--epochs", "4", "--nodes", "2", "--full-node-workers", "3", "--assign", mode];
+    args.extend(["--pools", "1000", "--fault", "kill-worker:2@2", "--fault", faults[0], "--fault", faults[1]]);
+    args.extend(["--json", record.to_str().unwrap()]);
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{mode}: stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let full = &json["fullNode"];
+    let slot = full["slotId"].as_u64().unwrap();
+    assert_eq!(slot, 3, "{mode}: the full node's slot follows the lite nodes'");
+    let pools = json["pools"].as_array().unwrap().len();
+    assert_eq!(pools, 1000);
+    for epoch in json["epochs"].as_array().unwrap() {
+        let e = epoch["epochId"].as_u64().unwrap();
+        let mine: Vec<&Value> =
+            epoch["submissions"].as_array().unwrap().iter().filter(|s| s["slotId"] == slot).collect();
+        let projects: std::collections::BTreeSet<&str> =
+            mine.iter().map(|s| s["projectId"].as_str().unwrap()).collect();
+        assert_eq!((mine.len(), projects.len()), (pools, pools), "{mode} epoch {e}: every pool, once");
+        assert!(mine.iter().all(|s| s["verdict"] == "accepted" && s["fullNode"] == true), "{mode} epoch {e}");
+        let by = epoch["computedBy"].as_object().unwrap();
+        if e == 2 {
+            assert!(!by.contains_key("w2"), "{mode}: w2 was killed at epoch 2's release: {by:?}");
+            assert_eq!(by.values().map(|n| n.as_u64().unwrap()).sum::<u64>(), 1000, "{mode}: {by:?}");
         }
-        assert!(full["fenced"].as_u64().unwrap() >= 1, "{mode}: the stopped worker's late results: {full}");
-        assert!(stdout.contains("0 missing, 0 duplicate(s)"), "{mode}: {stdout}");
-        let verified = verify(&record);
-        assert!(verified.status.success(), "{mode}: {}", String::from_utf8_lossy(&verified.stdout));
-        let text = String::from_utf8_lossy(&verified.stdout);
-        assert!(text.contains("covered all 1000 pools once per epoch"), "{mode}: {text}");
-        let coordinator = std::fs::read_to_string(dir.path().join("run/full-node.log")).unwrap();
-        let lines: Vec<&str> =
-            coordinator.lines().filter(|l| l.contains("epoch 5") || l.contains("watching Protocol")).take(12).collect();
-        assert!(
-            coordinator.contains("resumed from the cluster's board"),
-            "{mode}: the restarted coordinator resumed:\n{}\n{stdout}\n{}",
-            lines.join("\n"),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stopped = std::fs::read_to_string(dir.path().join("run/worker-w3.log")).unwrap();
-        assert!(stopped.contains("refused by the fence"), "{mode}: the late results are logged");
-        assert!(
-            coordinator.contains("epoch 6 baseSnapshot: the cluster's board no longer holds the epoch"),
-            "{mode}: the flush of epoch 6 was seen and the epoch opened again"
-        );
     }
+    assert!(stdout.contains("0 missing, 0 duplicate(s)"), "{mode}: {stdout}");
+    let verified = verify(&record);
+    assert!(verified.status.success(), "{mode}: {}", String::from_utf8_lossy(&verified.stdout));
+    let text = String::from_utf8_lossy(&verified.stdout);
+    assert!(text.contains("covered all 1000 pools once per epoch"), "{mode}: {text}");
+    let coordinator = std::fs::read_to_string(dir.path().join("run/full-node.log")).unwrap();
+    (record, dir, coordinator)
+}
+
+/// Peer index: worker 3 SIGSTOPped while it holds items of epoch 3 and
+/// continued once the others finished them (its late results meet the
+/// fence); the coordinator SIGKILLed mid-gather of epoch 4 (restarted, it
+/// resumes the epoch from Redis and submits nothing twice).
+#[test]
+fn a_full_node_by_peer_index_covers_every_pool_once_through_a_killed_and_a_stopped_worker_and_coordinator() {
+    let (record, dir, coordinator) = full_node_drill("peer-index", ["stop-worker:3@3", "kill-coordinator@4"]);
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let full = &json["fullNode"];
+    assert!(full["fenced"].as_u64().unwrap() >= 1, "the stopped worker's late results: {full}");
+    let lines: Vec<&str> =
+        coordinator.lines().filter(|l| l.contains("epoch 4") || l.contains("watching Protocol")).take(12).collect();
+    assert!(
+        coordinator.contains("resumed from the cluster's board"),
+        "the restarted coordinator resumed:\n{}",
+        lines.join("\n")
+    );
+    let stopped = std::fs::read_to_string(dir.path().join("run/worker-w3.log")).unwrap();
+    assert!(stopped.contains("refused by the fence"), "the late results are logged");
+}
+
+/// Least backlog: the cluster's Redis restarted (append-only) as epoch 3 is
+/// released, and emptied (`FLUSHALL`) mid-gather of epoch 4 (the
+/// coordinator opens it again).
+#[test]
+fn a_full_node_by_least_backlog_covers_every_pool_once_through_a_killed_worker_and_redis_restarted_and_emptied() {
+    let (_, _dir, coordinator) = full_node_drill("least-backlog", ["restart-cluster-redis@3", "flush-cluster-redis@4"]);
+    assert!(
+        coordinator.contains("epoch 4 baseSnapshot: the cluster's board no longer holds the epoch"),
+        "the flush of epoch 4 was seen and the epoch opened again"
+    );
 }
 
 /// An author's processor that panics in odd epochs and returns two

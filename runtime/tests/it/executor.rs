@@ -198,18 +198,20 @@ fn every_ending_gives_the_worker_back_and_a_task_past_its_deadline_is_missed() {
     let projects = vec![
         project(&package, "fails", "FailingProcessor", json!({})),
         project(&package, "panics", "PanickingProcessor", json!({})),
-        project(&package, "hangs", "SlowProcessor", json!({"sleep_ms": 3000})),
-        project(&package, "slow", "SlowProcessor", json!({"sleep_ms": 400})),
+        project(&package, "hangs", "SlowProcessor", json!({"sleep_ms": 4000})),
+        project(&package, "slow", "SlowProcessor", json!({"sleep_ms": 2000})),
         project(&package, "echo", "EchoProcessor", json!({"k": 1})),
     ];
-    let d = LocalExecutor::new(projects, 1, Duration::from_millis(300), None, None);
+    // A timeout a panic's unwinding (with a backtrace, on a busy machine)
+    // stays well inside, and the sleepers well past.
+    let d = LocalExecutor::new(projects, 1, Duration::from_secs(1), None, None);
     let rt = runtime();
     let outcomes = rt.block_on(run(&d, tasks(&d, 1)));
     let kinds: Vec<&OutcomeKind> = outcomes.iter().map(|o| &o.kind).collect();
     assert!(matches!(kinds[0], OutcomeKind::Failed(_)), "{kinds:?}");
     assert!(matches!(kinds[1], OutcomeKind::Failed(e) if e.contains("panicked")), "{kinds:?}");
-    assert_eq!(kinds[2], &OutcomeKind::Failed("timed out after 0.3s (LITE_NODE_COMPUTE_TIMEOUT_SECS)".into()));
-    assert_eq!(kinds[3], &OutcomeKind::Failed("timed out after 0.3s (LITE_NODE_COMPUTE_TIMEOUT_SECS)".into()));
+    assert_eq!(kinds[2], &OutcomeKind::Failed("timed out after 1s (LITE_NODE_COMPUTE_TIMEOUT_SECS)".into()));
+    assert_eq!(kinds[3], &OutcomeKind::Failed("timed out after 1s (LITE_NODE_COMPUTE_TIMEOUT_SECS)".into()));
     assert_eq!(kinds[4], &OutcomeKind::Computed, "the last task got the one worker");
     let q = d.queue();
     assert_eq!((q.running, q.waiting, q.counters.handed_out), (0, 0, 5), "{q:?}");

@@ -59,8 +59,14 @@ impl Node {
     }
 
     /// Points the node at a pinned compute repository.
+    /// Pins the package at `path` of `repo` at `commit`, built in cargo's
+    /// dev profile: these runs check fetching, building, caching and
+    /// loading, which the profile does not change, and a package at a new
+    /// place builds its crates anew (a third of the time in dev). The
+    /// bundled package and every devnet keep the release default.
     pub fn compute_repo(self, repo: &GitFixture, commit: &str, path: &str) -> Self {
-        self.env("SNAPSHOTTER_COMPUTE_REPO", repo.url())
+        self.env("LITE_NODE_COMPUTE_PROFILE", "dev")
+            .env("SNAPSHOTTER_COMPUTE_REPO", repo.url())
             .env("SNAPSHOTTER_COMPUTE_REPO_BRANCH", repo.branch.clone())
             .env("SNAPSHOTTER_COMPUTE_REPO_COMMIT", commit)
             .env("SNAPSHOTTER_COMPUTE_REPO_PATH", path)

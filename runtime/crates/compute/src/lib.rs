@@ -189,7 +189,9 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
         Some(dir) => {
             PluginApiSource::from_dir(dir).map_err(io(format!("LITE_NODE_PLUGIN_API_DIR {}", dir.display())))?
         }
-        None => PluginApiSource::embedded(&cfg.target_dir).map_err(io("writing the embedded plugin-api source"))?,
+        None => {
+            PluginApiSource::embedded(&interface_home(cfg)).map_err(io("writing the embedded plugin-api source"))?
+        }
     };
     let rustc = rustc_version(cfg)?;
     let describe = describe(&cfg.source);
@@ -299,6 +301,25 @@ pub fn ensure(cfg: &ComputeConfig, fetch: Fetch) -> Result<Package, ComputeError
     fs::rename(&out, &dir).map_err(io(format!("moving the built package to {}", dir.display())))?;
     let _ = fs::remove_dir_all(&staging);
     Ok(Package { dir, manifest, built_now: true })
+}
+
+/// Where the embedded interface is written for `cfg`'s builds: under the
+/// target dir, one copy per package source location. Cargo names a
+/// package's artifacts by its name, version and place in its workspace, not
+/// by where the workspace is, and judges them fresh by file times; so two
+/// packages at different places whose crates share names (two authors'
+/// `compute new` packages, two caches' checkouts) must not meet in one
+/// target dir, or one could load the other's library. Their interface
+/// copies at different paths keep their crates apart, while builds of one
+/// place (every node and test building the bundled package, an author's
+/// edits) share what cargo built.
+fn interface_home(cfg: &ComputeConfig) -> PathBuf {
+    let source = match &cfg.source {
+        ComputeSource::Git { path, .. } => cfg.cache_dir.join("staging").join("src").join(path),
+        ComputeSource::Bundled(dir) => dir.clone(),
+    };
+    let key = hex::encode(Sha256::digest(source.as_os_str().as_encoded_bytes()));
+    cfg.target_dir.join("interfaces").join(&key[..16])
 }
 
 fn describe(source: &ComputeSource) -> String {

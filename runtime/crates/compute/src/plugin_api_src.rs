@@ -34,11 +34,8 @@ impl PluginApiSource {
         embedded::FILES
     }
 
-    /// The embedded copy, written under `<dir>/plugin-api/` once: `dir` is
-    /// the compute builds' target dir, so every build sharing that dir
-    /// (nodes of one machine, a test suite) sees the interface at one path,
-    /// and cargo reuses what it built against it instead of building the
-    /// package's crates again for a copy elsewhere.
+    /// The embedded copy, written under `<dir>/plugin-api/` once (`dir`: the
+    /// package's place under the target dir, `crate::interface_home`).
     pub fn embedded(dir: &Path) -> io::Result<Self> {
         let files: Vec<(PathBuf, &[u8])> =
             embedded::FILES.iter().map(|(p, c)| (PathBuf::from(p), c.as_bytes())).collect();

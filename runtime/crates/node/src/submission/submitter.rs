@@ -30,6 +30,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use futures_util::{StreamExt, stream::FuturesOrdered};
 use lite_node_core::time::now_ms;
 use tokio::sync::OnceCell;
 
@@ -53,6 +54,9 @@ pub const HEAD_FRESH: Duration = Duration::from_millis(500);
 
 /// IPFS uploads remembered, by CID, before the memory is cleared.
 const UPLOADS_KEPT: usize = 4096;
+
+/// Snapshots of one result being sent at once (a full node's pools).
+const SNAPSHOTS_IN_FLIGHT: usize = 16;
 
 /// What the submitters of every slot share.
 #[derive(Debug)]
@@ -202,12 +206,32 @@ impl Submitter {
     ) -> anyhow::Result<(Vec<Submission>, Vec<Durable>)> {
         let mut submissions = Vec::with_capacity(stored.len());
         let mut durable = Vec::new();
-        for stored in stored {
-            let (status, write) = self.submit_one(epoch, stored, anchor).await?;
+        // A full node's result holds a snapshot per pool: sent one after
+        // another, hundreds of collector round trips could outlast the
+        // deadline. Each (epoch, project id) is its own message in the
+        // ledger, so they go out side by side; answers keep their order.
+        let mut waiting = stored.iter();
+        let mut in_flight = FuturesOrdered::new();
+        loop {
+            while in_flight.len() < SNAPSHOTS_IN_FLIGHT {
+                let Some(stored) = waiting.next() else { break };
+                in_flight.push_back(self.submit_tagged(epoch, stored, anchor));
+            }
+            let Some((stored, answer)) = in_flight.next().await else { break };
+            let (status, write) = answer?;
             submissions.push(Submission { project_id: stored.project_id.clone(), status, answered_at_ms: now_ms() });
             durable.extend(write);
         }
         Ok((submissions, durable))
+    }
+
+    async fn submit_tagged<'a>(
+        &self,
+        epoch: &Epoch,
+        stored: &'a Stored,
+        anchor: &Arc<Anchor>,
+    ) -> (&'a Stored, anyhow::Result<Answered>) {
+        (stored, self.submit_one(epoch, stored, anchor).await)
     }
 
     async fn submit_one(&self, epoch: &Epoch, stored: &Stored, anchor: &Arc<Anchor>) -> anyhow::Result<Answered> {
