@@ -242,11 +242,16 @@ impl<C: ChainReads> Dequeuer<C> {
             Err(e) => tracing::warn!("dequeuer: cannot recover held submissions yet ({e})"),
         }
         let mut tasks = tokio::task::JoinSet::new();
-        tasks.spawn(this.queue.clone().keep_beating());
-        for _ in 0..settings.workers.max(1) {
+        // Each worker holds what it takes in a list of its own (an owner of
+        // its own, with its heartbeat), so a worker can put back all it
+        // holds without touching another's batch.
+        for i in 0..settings.workers.max(1) {
             let (me, client) = (this.clone(), client.clone());
+            let owner = format!("{}-{i}", this.queue.owner());
+            tasks.spawn(this.queue.clone().owned_by(&owner).keep_beating());
             tasks.spawn(async move {
                 let worker = me.with_conn(crate::connect_retrying(&client, "dequeuer").await);
+                let worker = Self { queue: worker.queue.clone().owned_by(&owner), ..worker };
                 worker.work(settings.batch).await
             });
         }
@@ -257,16 +262,25 @@ impl<C: ChainReads> Dequeuer<C> {
 
     async fn work(&self, batch: usize) {
         let mut backoff = Policy::REDIS.delays();
-        // Items this worker took and could not give back or acknowledge
-        // (Redis went away): returned before anything new is taken, so a
-        // live worker never sits on items that recovery would think are held.
+        // After a round that failed, this worker has nothing in hand, but
+        // its list may hold items: ones it could not give back or
+        // acknowledge, and ones a take moved there whose answer was lost
+        // (Redis restarted mid-command, its append-only file kept the move).
+        // Everything on its list goes back before anything new is taken, so
+        // a live worker never sits on items that recovery leaves to it.
         let mut unreturned: Vec<Taken> = Vec::new();
+        let mut reclaim = false;
         loop {
-            if !unreturned.is_empty() {
-                match self.queue.give_back(&unreturned).await {
-                    Ok(()) => unreturned.clear(),
+            if reclaim {
+                match self.queue.give_back_held().await {
+                    Ok(n) => {
+                        if n > 0 {
+                            tracing::info!("dequeuer: {n} submissions this worker held were put back on the queue");
+                        }
+                        (reclaim, unreturned) = (false, Vec::new());
+                    }
                     Err(e) => {
-                        tracing::warn!("dequeuer: cannot give back {} submissions yet ({e})", unreturned.len());
+                        tracing::warn!("dequeuer: cannot put back what this worker holds yet ({e})");
                         tokio::time::sleep(backoff.next().unwrap_or(Policy::REDIS.max)).await;
                         continue;
                     }
@@ -275,6 +289,7 @@ impl<C: ChainReads> Dequeuer<C> {
             match self.round_keeping(batch, Duration::from_secs(1), &mut unreturned).await {
                 Ok(_) => backoff = Policy::REDIS.delays(),
                 Err(e) => {
+                    reclaim = true;
                     let wait = backoff.next().unwrap_or(Policy::REDIS.max);
                     tracing::warn!("dequeuer: {e}; retrying in {wait:?}");
                     tokio::time::sleep(wait).await;

@@ -151,6 +151,11 @@ impl ReliableQueue {
         self
     }
 
+    /// Whose list this queue's takes go to.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
     /// The same queue (and owner) on another connection.
     pub fn with_conn(&self, conn: ConnectionManager) -> Self {
         Self { conn, ..self.clone() }
@@ -304,7 +309,6 @@ impl ReliableQueue {
     /// does not make its recoverer load them at once); returns how many.
     /// Run at start and periodically.
     pub async fn recover(&self) -> redis::RedisResult<usize> {
-        static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(RECOVER_PAGE));
         let mut conn = self.conn.clone();
         let owners: Vec<String> = conn.smembers(&self.holders).await?;
         let mut moved = 0;
@@ -313,23 +317,40 @@ impl ReliableQueue {
             if alive {
                 continue;
             }
-            loop {
-                let n: usize = SCRIPT
-                    .key(format!("{}{owner}", self.held_prefix))
-                    .key(&self.queue)
-                    .key(&self.holders)
-                    .arg(RECOVER_PAGE_SIZE)
-                    .arg(&self.mark_prefix)
-                    .arg(&owner)
-                    .invoke_async(&mut conn)
-                    .await?;
-                moved += n;
-                if n < RECOVER_PAGE_SIZE {
-                    break;
-                }
-            }
+            moved += self.put_back_list(&owner).await?;
         }
         Ok(moved)
+    }
+
+    /// Puts back on the queue, first in line, everything this owner's list
+    /// holds; returns how many. For a worker with nothing in hand whose
+    /// take or acknowledgement may have lost its answer (Redis restarted
+    /// mid-command, the move kept by its append-only file): it may hold
+    /// items it does not know of, which recovery leaves to a live owner.
+    pub async fn give_back_held(&self) -> redis::RedisResult<usize> {
+        self.put_back_list(&self.owner).await
+    }
+
+    /// `owner`'s list back onto the queue, a page at a time.
+    async fn put_back_list(&self, owner: &str) -> redis::RedisResult<usize> {
+        static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(RECOVER_PAGE));
+        let mut conn = self.conn.clone();
+        let mut moved = 0;
+        loop {
+            let n: usize = SCRIPT
+                .key(format!("{}{owner}", self.held_prefix))
+                .key(&self.queue)
+                .key(&self.holders)
+                .arg(RECOVER_PAGE_SIZE)
+                .arg(&self.mark_prefix)
+                .arg(owner)
+                .invoke_async(&mut conn)
+                .await?;
+            moved += n;
+            if n < RECOVER_PAGE_SIZE {
+                return Ok(moved);
+            }
+        }
     }
 
     /// Items waiting, and items held by workers (alive or not).

@@ -235,8 +235,8 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
             .env_clear()
             .envs(lite_node_testkit::toolchain_env())
             // Where the compute workspace's own tests built the same
-            // dependencies (./init.sh test runs them first), in the same profile.
-            .env("CARGO_TARGET_DIR", lite_node_testkit::target_dir())
+            // dependencies in the same profile (./init.sh test runs them first).
+            .env("CARGO_TARGET_DIR", lite_node_testkit::compute_target_dir())
             .output()
             .expect("cargo runs")
     };

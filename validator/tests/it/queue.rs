@@ -111,3 +111,36 @@ async fn a_dead_workers_large_hold_comes_back_a_page_at_a_time() {
     assert_eq!(q.recover().await.unwrap(), 1_234);
     assert_eq!(q.depth().await.unwrap(), (1_234, 0));
 }
+
+/// A take whose answer was lost (Redis restarted mid-command, its
+/// append-only file kept the move) leaves items on a live worker's list
+/// that the worker does not know of, and that recovery leaves to it: the
+/// worker puts back everything on its own list, and nothing on another's.
+#[tokio::test]
+async fn a_live_worker_puts_back_what_its_list_holds_after_a_lost_answer_and_nothing_of_another() {
+    let server = RedisServer::start();
+    let (q, mut conn) = queue(&server, "w-0").await;
+    let (other, _) = queue(&server, "w-1").await;
+    q.beat().await.unwrap();
+    other.beat().await.unwrap();
+    for n in 0..10 {
+        q.push(&format!("{{\"n\":{n}}}")).await.unwrap();
+    }
+    let kept = other.take(Duration::from_secs(1)).await.unwrap().expect("an item for the other worker");
+    // The batch moved and marked, and its answer never read.
+    let lost = q.take_batch(4).await.unwrap();
+    assert_eq!(lost.len(), 4);
+    drop(lost);
+    assert_eq!(q.recover().await.unwrap(), 0, "a live worker's list is its own");
+    assert_eq!(q.depth().await.unwrap(), (5, 5));
+    assert_eq!(q.give_back_held().await.unwrap(), 4);
+    assert_eq!(q.depth().await.unwrap(), (9, 1), "the other worker's item stays with it");
+    let marks: Vec<String> = conn.keys("processingSubmission:*").await.unwrap();
+    assert_eq!(marks.len(), 1, "only the other worker's mark is left: {marks:?}");
+    // First in line again: the next take is one of them (items 1 to 4; item
+    // 0 is the other worker's), not item 5.
+    let next = q.take(Duration::from_secs(1)).await.unwrap().unwrap();
+    assert!((1..=4).any(|n| next.payload == format!("{{\"n\":{n}}}")), "{}", next.payload);
+    other.ack(&kept).await.unwrap();
+    assert_eq!(q.give_back_held().await.unwrap(), 1, "again: nothing else was held");
+}
