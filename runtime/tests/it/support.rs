@@ -43,12 +43,19 @@ impl Run {
 }
 
 impl Node {
+    /// Compute packages are built in cargo's dev profile: these runs check
+    /// fetching, building, caching, loading and what a command prints,
+    /// which the profile does not change, and each test's package stands at
+    /// a place of its own, so its crates build anew (a third of the time in
+    /// dev). The devnets, and the bundled package the library tests load,
+    /// keep the release default.
     pub fn new() -> Self {
         let data = tempfile::tempdir().unwrap();
         let cwd = tempfile::tempdir().unwrap();
         let mut env = toolchain_env();
         env.push(("LITE_NODE_DATA_DIR".into(), data.path().display().to_string()));
         env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), compute_target_dir().display().to_string()));
+        env.push(("LITE_NODE_COMPUTE_PROFILE".into(), "dev".into()));
         Self { data, cwd, env }
     }
 
@@ -59,14 +66,9 @@ impl Node {
     }
 
     /// Points the node at a pinned compute repository.
-    /// Pins the package at `path` of `repo` at `commit`, built in cargo's
-    /// dev profile: these runs check fetching, building, caching and
-    /// loading, which the profile does not change, and a package at a new
-    /// place builds its crates anew (a third of the time in dev). The
-    /// bundled package and every devnet keep the release default.
+    /// Pins the package at `path` of `repo` at `commit`.
     pub fn compute_repo(self, repo: &GitFixture, commit: &str, path: &str) -> Self {
-        self.env("LITE_NODE_COMPUTE_PROFILE", "dev")
-            .env("SNAPSHOTTER_COMPUTE_REPO", repo.url())
+        self.env("SNAPSHOTTER_COMPUTE_REPO", repo.url())
             .env("SNAPSHOTTER_COMPUTE_REPO_BRANCH", repo.branch.clone())
             .env("SNAPSHOTTER_COMPUTE_REPO_COMMIT", commit)
             .env("SNAPSHOTTER_COMPUTE_REPO_PATH", path)
@@ -148,6 +150,8 @@ pub fn load_faulty(data: &std::path::Path) -> LoadedPackage {
     env.extend([
         ("LITE_NODE_DATA_DIR".to_owned(), data.display().to_string()),
         ("LITE_NODE_COMPUTE_TARGET_DIR".to_owned(), compute_target_dir().display().to_string()),
+        // A fixture at a place of its own, built anew: dev (see `Node::new`).
+        ("LITE_NODE_COMPUTE_PROFILE".to_owned(), "dev".to_owned()),
         ("SNAPSHOTTER_COMPUTE_REPO".to_owned(), repo.url()),
         ("SNAPSHOTTER_COMPUTE_REPO_BRANCH".to_owned(), repo.branch.clone()),
         ("SNAPSHOTTER_COMPUTE_REPO_COMMIT".to_owned(), repo.commit.clone()),
