@@ -88,43 +88,32 @@ run_tests() {
   if cargo nextest --version >/dev/null 2>&1; then
     runner=(cargo nextest run --workspace --locked --no-fail-fast)
   fi
-  # The compute packages' workspaces build in the target dir the runtime
-  # builds compute packages in (what the tests share), beside the runtime's
-  # own lints and build (another target dir: no wait on its lock, and the
-  # second core has work while the runtime's build has one crate left).
-  # Last, the bundled package's dependencies in release, as every node and
-  # test builds them.
-  say "compute packages: lints, tests, benchmarks, release dependencies (in the background: $logs/computes.log)"
-  (
-    set -e
-    export CARGO_TARGET_DIR="$CARGO_TARGET_DIR/compute-builds"
-    for ws in computes tests/data/fixture-computes; do
-      echo "==> $ws: cargo clippy -D warnings"
-      (cd "$ws" && cargo clippy --workspace --all-targets --locked -- -D warnings)
-    done
-    echo "==> computes: ${runner[*]}"
-    (cd computes && "${runner[@]}")
-    echo "==> computes: benchmarks once each in quick mode"
-    (cd computes && cargo test --workspace --locked --bench '*')
-    echo "==> computes: release build (the dependencies every node builds the package with)"
-    (cd computes && cargo build --release --lib --workspace --locked)
-  ) >"$logs/computes.log" 2>&1 &
-  local computes_pid=$!
-
   say "lints (cargo clippy -D warnings)"
   cargo clippy --workspace --all-targets --locked -- -D warnings
+
+  # The compute packages' workspaces build in the target dir the runtime
+  # builds compute packages in (the one the tests share), so the tests find
+  # their dependencies built; last, the bundled package's dependencies in
+  # release, as every node and devnet builds them. (Beside the runtime's
+  # build instead of after it, the two took longer on two cores.)
+  (
+    export CARGO_TARGET_DIR="$CARGO_TARGET_DIR/compute-builds"
+    for ws in computes tests/data/fixture-computes; do
+      say "$ws: lints (cargo clippy -D warnings)"
+      (cd "$ws" && cargo clippy --workspace --all-targets --locked -- -D warnings)
+    done
+    say "compute package tests (${runner[*]})"
+    (cd computes && "${runner[@]}" 2>&1 | tee "$logs/computes.log")
+    say "compute package benchmarks, once each in quick mode"
+    (cd computes && cargo test --workspace --locked --bench '*')
+    say "compute package: release build (the dependencies every node builds it with)"
+    (cd computes && cargo build --release --lib --workspace --locked)
+  )
 
   # One build of every test and benchmark target (one profile, one cargo
   # graph), then the tests and the benchmarks from it.
   say "building the runtime's tests and benchmarks"
   cargo test --workspace --locked --no-run --lib --bins --tests --benches
-  say "compute packages (as they ran in the background)"
-  if ! wait "$computes_pid"; then
-    cat "$logs/computes.log"
-    echo "init.sh: the compute packages' lints, tests or build failed (above)" >&2
-    exit 1
-  fi
-  cat "$logs/computes.log"
   if ! wait "$world_pid"; then
     cat "$logs/world-1000.log" >&2
     echo "init.sh: building the 1,000-pool devnet world failed (above)" >&2
