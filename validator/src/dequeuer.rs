@@ -268,7 +268,6 @@ impl<C: ChainReads> Dequeuer<C> {
         // (Redis restarted mid-command, its append-only file kept the move).
         // Everything on its list goes back before anything new is taken, so
         // a live worker never sits on items that recovery leaves to it.
-        let mut unreturned: Vec<Taken> = Vec::new();
         let mut reclaim = false;
         loop {
             if reclaim {
@@ -277,7 +276,7 @@ impl<C: ChainReads> Dequeuer<C> {
                         if n > 0 {
                             tracing::info!("dequeuer: {n} submissions this worker held were put back on the queue");
                         }
-                        (reclaim, unreturned) = (false, Vec::new());
+                        reclaim = false;
                     }
                     Err(e) => {
                         tracing::warn!("dequeuer: cannot put back what this worker holds yet ({e})");
@@ -286,7 +285,9 @@ impl<C: ChainReads> Dequeuer<C> {
                     }
                 }
             }
-            match self.round_keeping(batch, Duration::from_secs(1), &mut unreturned).await {
+            // What a failed round could not give back is on the list: the
+            // reclaim above covers it, so it need not be kept here.
+            match self.round_keeping(batch, Duration::from_secs(1), &mut Vec::new()).await {
                 Ok(_) => backoff = Policy::REDIS.delays(),
                 Err(e) => {
                     reclaim = true;
