@@ -84,12 +84,23 @@ run_tests() {
   say "formatting (cargo fmt --check)"
   for ws in "${WORKSPACES[@]}"; do (cd "$ws" && cargo fmt --all --check); done
 
-  local runner=(cargo test --workspace --locked)
+  # Clippy runs as the compiler of each workspace's own crates in the one
+  # build that tests them (what `cargo clippy -- -D warnings` does on a check
+  # build: clippy-driver as the workspace wrapper, -D warnings in CLIPPY_ARGS).
+  # Dependencies are then built once, not once to check and once to test. The
+  # wrapper goes in by --config, not the environment, so the cargo builds the
+  # tests start (compute packages) do not inherit it.
+  local driver
+  driver=$(command -v clippy-driver || rustup which clippy-driver 2>/dev/null) || {
+    echo "init.sh: clippy-driver not found; install it (rustup component add clippy)" >&2
+    exit 2
+  }
+  export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+  local lint=(--config "build.rustc-workspace-wrapper=\"$driver\"")
+  local runner=(cargo test --workspace --locked "${lint[@]}")
   if cargo nextest --version >/dev/null 2>&1; then
-    runner=(cargo nextest run --workspace --locked --no-fail-fast)
+    runner=(cargo nextest run --workspace --locked --no-fail-fast "${lint[@]}")
   fi
-  say "lints (cargo clippy -D warnings)"
-  cargo clippy --workspace --all-targets --locked -- -D warnings
 
   # The compute packages' workspaces build in the target dir the runtime
   # builds compute packages in (the one the tests share), so the tests find
@@ -98,22 +109,22 @@ run_tests() {
   # build instead of after it, the two took longer on two cores.)
   (
     export CARGO_TARGET_DIR="$CARGO_TARGET_DIR/compute-builds"
-    for ws in computes tests/data/fixture-computes; do
-      say "$ws: lints (cargo clippy -D warnings)"
-      (cd "$ws" && cargo clippy --workspace --all-targets --locked -- -D warnings)
-    done
-    say "compute package tests (${runner[*]})"
+    say "tests/data/fixture-computes: lints (cargo clippy -D warnings)"
+    (cd tests/data/fixture-computes && cargo clippy --workspace --all-targets --locked -- -D warnings)
+    say "computes: lints and tests (${runner[*]}, clippy -D warnings as the compiler)"
+    (cd computes && cargo test --workspace --locked --no-run --lib --bins --tests --benches "${lint[@]}")
     (cd computes && "${runner[@]}" 2>&1 | tee "$logs/computes.log")
     say "compute package benchmarks, once each in quick mode"
-    (cd computes && cargo test --workspace --locked --bench '*')
+    (cd computes && cargo test --workspace --locked --bench '*' "${lint[@]}")
     say "compute package: release build (the dependencies every node builds it with)"
     (cd computes && cargo build --release --lib --workspace --locked)
   )
 
   # One build of every test and benchmark target (one profile, one cargo
-  # graph), then the tests and the benchmarks from it.
-  say "building the runtime's tests and benchmarks"
-  cargo test --workspace --locked --no-run --lib --bins --tests --benches
+  # graph, clippy linting the workspace's crates as it compiles them), then
+  # the tests and the benchmarks from it.
+  say "lints and the runtime's test and benchmark build (clippy -D warnings as the compiler)"
+  cargo test --workspace --locked --no-run --lib --bins --tests --benches "${lint[@]}"
   if ! wait "$world_pid"; then
     cat "$logs/world-1000.log" >&2
     echo "init.sh: building the 1,000-pool devnet world failed (above)" >&2
@@ -127,7 +138,7 @@ run_tests() {
   # They mostly wait on their devnets, so they run beside the tests; their
   # output is printed after them.
   say "benchmarks, once each in quick mode (cargo test --bench '*'), beside the tests: $logs/benches.log"
-  cargo test --workspace --locked --bench '*' >"$logs/benches.log" 2>&1 &
+  cargo test --workspace --locked --bench '*' "${lint[@]}" >"$logs/benches.log" 2>&1 &
   local benches_pid=$!
 
   say "runtime tests (${runner[*]})"
