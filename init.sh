@@ -103,21 +103,21 @@ run_tests() {
   fi
 
   # The compute packages' workspaces build in the target dir the runtime
-  # builds compute packages in (the one the tests share), so the tests find
-  # their dependencies built; last, the bundled package's dependencies in
-  # release, as every node and devnet builds them. (Beside the runtime's
-  # build instead of after it, the two took longer on two cores.)
+  # builds compute packages in (the one the tests share), in the profile the
+  # tests build them in (dev: testkit's compute_build_env), so the tests find
+  # their dependencies built. (Beside the runtime's build instead of after
+  # it, the two took longer on two cores.)
   (
     export CARGO_TARGET_DIR="$CARGO_TARGET_DIR/compute-builds"
-    say "tests/data/fixture-computes: lints (cargo clippy -D warnings)"
-    (cd tests/data/fixture-computes && cargo clippy --workspace --all-targets --locked -- -D warnings)
     say "computes: lints and tests (${runner[*]}, clippy -D warnings as the compiler)"
     (cd computes && cargo test --workspace --locked --no-run --lib --bins --tests --benches "${lint[@]}")
     (cd computes && "${runner[@]}" 2>&1 | tee "$logs/computes.log")
     say "compute package benchmarks, once each in quick mode"
     (cd computes && cargo test --workspace --locked --bench '*' "${lint[@]}")
-    say "compute package: release build (the dependencies every node builds it with)"
-    (cd computes && cargo build --release --lib --workspace --locked)
+    say "tests/data/fixture-computes: lints (clippy -D warnings as the compiler)"
+    (cd tests/data/fixture-computes && cargo build --workspace --all-targets --locked "${lint[@]}")
+    say "compute package: its libraries as a node builds them (the tests' profile)"
+    (cd computes && cargo build --lib --workspace --locked)
   )
 
   # One build of every test and benchmark target (one profile, one cargo

@@ -42,12 +42,22 @@ const PROTOCOL_STATE = JSON.parse(fs.readFileSync(path.join(__dirname, 'out', 'P
 
 /**
  * Sends transactions one after another without waiting for each to be mined,
- * then waits for all. Sends stay in nonce order: anvil mines a transaction
- * when it arrives, and one that arrives ahead of its nonce would sit unmined.
+ * then mines them in one block and waits for all. Sends stay in nonce order.
+ * One block per batch, not one per transaction: anvil hashes its whole state
+ * trie for every block, so a world of 1,000 pools mined a block at a time
+ * spent most of its build there (the build's anvil has no block gas limit).
  */
-async function all(thunks) {
+async function all(provider, thunks) {
+  await provider.send('evm_setAutomine', [false]);
   const sent = [];
   for (const send of thunks) sent.push(await send());
+  for (let blocks = 0; ; blocks++) {
+    const { pending } = await provider.send('txpool_status', []);
+    if (Number(pending) === 0) break;
+    if (blocks === 10) throw new Error(`${Number(pending)} transactions still pending after ${blocks} blocks`);
+    await provider.send('evm_mine', []);
+  }
+  await provider.send('evm_setAutomine', [true]);
   const receipts = await Promise.all(sent.map((tx) => tx.wait()));
   for (const r of receipts) if (r.status !== 1) throw new Error(`transaction ${r.hash} reverted`);
   return receipts;
@@ -55,7 +65,9 @@ async function all(thunks) {
 
 async function main() {
   const started = Date.now();
-  const provider = new ethers.JsonRpcProvider(RPC, undefined, { staticNetwork: true, pollingInterval: 20, cacheTimeout: -1 });
+  // One request per HTTP call: ethers otherwise holds each request back to
+  // batch it with others, and the sends here go one after another.
+  const provider = new ethers.JsonRpcProvider(RPC, undefined, { staticNetwork: true, pollingInterval: 20, cacheTimeout: -1, batchMaxCount: 1 });
   await provider.send('anvil_setBlockTimestampInterval', [12]);
   const accounts = [...Array(10).keys()].map((i) => ethers.HDNodeWallet.fromPhrase(MNEMONIC, undefined, `m/44'/60'/0'/0/${i}`));
   const deployer = new ethers.NonceManager(accounts[0].connect(provider));
@@ -76,7 +88,7 @@ async function main() {
   const npm = await deploy(NPM, factory.target, weth.target, ethers.ZeroAddress);
   const router = await deploy(ROUTER, factory.target, weth.target);
   const supply = ethers.parseEther('1000000000000');
-  await all(tokens.flatMap((t) => [
+  await all(provider, tokens.flatMap((t) => [
     () => t.mint(me, supply, TX),
     () => t.approve(npm.target, ethers.MaxUint256, TX),
     () => t.approve(router.target, ethers.MaxUint256, TX),
@@ -95,12 +107,12 @@ async function main() {
       }
     }
   }
-  const CHUNK = 50;
+  const CHUNK = 250;
   for (let i = 0; i < specs.length; i += CHUNK) {
-    await all(specs.slice(i, i + CHUNK).map((s) => () => npm.createAndInitializePoolIfNecessary(s.token0, s.token1, s.fee, s.sqrtPriceX96, TX)));
+    await all(provider, specs.slice(i, i + CHUNK).map((s) => () => npm.createAndInitializePoolIfNecessary(s.token0, s.token1, s.fee, s.sqrtPriceX96, TX)));
   }
   for (let i = 0; i < specs.length; i += CHUNK) {
-    await all(specs.slice(i, i + CHUNK).map((s) => () => {
+    await all(provider, specs.slice(i, i + CHUNK).map((s) => () => {
       const max = Math.floor(887272 / SPACING[s.fee]) * SPACING[s.fee];
       return npm.mint({
         token0: s.token0, token1: s.token1, fee: s.fee, tickLower: -max, tickUpper: max,
@@ -113,7 +125,7 @@ async function main() {
   for (const s of specs) pools.push({ address: (await factory.getPool(s.token0, s.token1, s.fee)).toLowerCase(), token0: s.token0, token1: s.token1, fee: s.fee });
 
   const protocolState = await deploy(PROTOCOL_STATE, SLOTS);
-  await all([...Array(SLOTS).keys()].map((i) => () => protocolState.registerSlot(i + 1, accounts[1 + (i % 9)].address, TX)));
+  await all(provider, [...Array(SLOTS).keys()].map((i) => () => protocolState.registerSlot(i + 1, accounts[1 + (i % 9)].address, TX)));
 
   const manifest = {
     chainId: Number((await provider.getNetwork()).chainId),

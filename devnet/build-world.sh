@@ -43,7 +43,7 @@ ANVIL=node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
 # anvil spills historical states under $HOME/.foundry; give it a throwaway
 # HOME, and keep no history (the saved world needs only the final state).
 ANVIL_HOME=$(mktemp -d)
-HOME="$ANVIL_HOME" "$ANVIL" --host 127.0.0.1 --port 0 --timestamp 1700000000 --prune-history \
+HOME="$ANVIL_HOME" "$ANVIL" --host 127.0.0.1 --port 0 --timestamp 1700000000 --prune-history --disable-block-gas-limit \
   --dump-state "$OUT/state.json.tmp" >"$OUT/anvil.log" 2>&1 &
 ANVIL_PID=$!
 trap 'kill $ANVIL_PID 2>/dev/null || true; rm -rf "$ANVIL_HOME"' EXIT

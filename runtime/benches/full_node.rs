@@ -21,7 +21,7 @@ use lite_node::{
     epochs::preload,
 };
 use lite_node_plugin_api::{EpochContext, Host};
-use lite_node_testkit::{World, compute_target_dir, toolchain_env, workspace_root};
+use lite_node_testkit::{World, toolchain_env, workspace_root};
 use serde_json::json;
 
 const RUNS: usize = 3;
@@ -65,7 +65,7 @@ fn main() {
     let data = tempfile::tempdir().unwrap();
     let mut env = toolchain_env();
     env.push(("LITE_NODE_DATA_DIR".into(), data.path().display().to_string()));
-    env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), compute_target_dir().display().to_string()));
+    env.extend(lite_node_testkit::compute_build_env());
     let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
     let package = compute::load(&cfg).unwrap();
 

@@ -18,7 +18,7 @@ fn run(data: &std::path::Path, verb: &str, quick: bool) -> Duration {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lite-node"));
     if quick {
         // The tests' compute builds: the cold start is then a cache hit.
-        command.env("LITE_NODE_COMPUTE_TARGET_DIR", lite_node_testkit::compute_target_dir());
+        command.envs(lite_node_testkit::compute_build_env());
     }
     let out = command
         .args(["compute", verb])

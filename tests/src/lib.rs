@@ -32,6 +32,7 @@ pub fn data(rel: &str) -> PathBuf {
 /// bench that stops compiling or never finishes is caught the day it breaks.
 pub fn bench_is_quick() -> bool {
     let quick = !std::env::args().any(|a| a == "--bench");
+    MEASURING.store(!quick, std::sync::atomic::Ordering::Relaxed);
     if quick {
         println!("quick run (no --bench): tiny sizes, the figures below mean nothing");
     }
@@ -55,7 +56,7 @@ pub fn devnet_record(bin: &std::path::Path, args: &[&str]) -> serde_json::Value 
         .arg(&record)
         .env_clear()
         .envs(toolchain_env())
-        .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+        .envs(compute_build_env())
         .env("LITE_NODE_COMPUTE_CACHE_DIR", dir.path().join("cache"))
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
@@ -80,6 +81,25 @@ pub fn record_latencies(record: &serde_json::Value) -> Vec<f64> {
 /// The `q` quantile of sorted values (nearest rank).
 pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// Set by [`bench_is_quick`] when a bench measures: its compute packages are
+/// then built as an operator's node builds them (release).
+static MEASURING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The environment under which tests and benches make the runtime build
+/// compute packages: the shared target dir, and cargo's dev profile, unless a
+/// bench measures. What the tests check (fetching, building, caching,
+/// loading, what a node computes and submits) does not depend on the
+/// profile, and most packages a test builds stand at a place of their own,
+/// so their crates compile anew each time: in dev, a fraction of the time,
+/// and no release build of the dependencies at all.
+pub fn compute_build_env() -> [(String, String); 2] {
+    let profile = if MEASURING.load(std::sync::atomic::Ordering::Relaxed) { "release" } else { "dev" };
+    [
+        ("LITE_NODE_COMPUTE_TARGET_DIR".to_owned(), compute_target_dir().display().to_string()),
+        ("LITE_NODE_COMPUTE_PROFILE".to_owned(), profile.to_owned()),
+    ]
 }
 
 /// A cargo target dir shared by every test that makes the runtime build a
@@ -417,13 +437,13 @@ pub fn node_env(world_url: &str, manifest: &Manifest, slot_id: u64) -> Vec<(Stri
             ("POWERLOOM_CHAIN", "devnet".into()),
             ("SOURCE_CHAIN", "ETH".into()),
             ("PROJECTS_CONFIG", workspace_root().join("projects.json").display().to_string()),
-            ("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir().display().to_string()),
             ("LITE_NODE_START_BLOCK", manifest.head.to_string()),
             ("LITE_NODE_POLL_INTERVAL_MS", "50".into()),
             ("RUST_LOG", "info".into()),
         ]
         .map(|(k, v)| (k.to_owned(), v)),
     );
+    env.extend(compute_build_env());
     env
 }
 

@@ -136,7 +136,7 @@ fn the_scaffold_readme_runs_as_written() {
             .env_clear()
             .envs(lite_node_testkit::toolchain_env())
             .env("PATH", &path)
-            .env("LITE_NODE_COMPUTE_TARGET_DIR", lite_node_testkit::compute_target_dir())
+            .envs(lite_node_testkit::compute_build_env())
             .env("LITE_NODE_COMPUTE_CACHE_DIR", node.cwd.path().join("cache"))
             .env("RUST_LOG", "warn");
         cmd

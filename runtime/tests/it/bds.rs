@@ -14,13 +14,13 @@ use lite_node::{
     epochs::preload,
 };
 use lite_node_plugin_api::{AssignmentRequest, EpochContext, Host};
-use lite_node_testkit::{World, compute_target_dir, data, toolchain_env};
+use lite_node_testkit::{World, data, toolchain_env};
 use serde_json::{Value, json};
 
 pub(crate) fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
     let mut env = toolchain_env();
     env.push(("LITE_NODE_DATA_DIR".into(), data_dir.display().to_string()));
-    env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), compute_target_dir().display().to_string()));
+    env.extend(lite_node_testkit::compute_build_env());
     let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
     compute::load(&cfg).unwrap()
 }

@@ -150,7 +150,7 @@ fn a_worker_on_another_package_than_its_coordinators_is_refused_by_name() {
         .env("SLOT_ID", "7")
         .env("PROJECTS_CONFIG", &projects)
         .env("LITE_NODE_DATA_DIR", dir.path().join("data"))
-        .env("LITE_NODE_COMPUTE_TARGET_DIR", lite_node_testkit::compute_target_dir())
+        .envs(lite_node_testkit::compute_build_env())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -347,7 +347,7 @@ fn a_node_that_hangs_up_mid_judgement_does_not_get_its_message_forwarded_twice()
 fn bundled(data_dir: &std::path::Path) -> LoadedPackage {
     let mut env = lite_node_testkit::toolchain_env();
     env.push(("LITE_NODE_DATA_DIR".into(), data_dir.display().to_string()));
-    env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), lite_node_testkit::compute_target_dir().display().to_string()));
+    env.extend(lite_node_testkit::compute_build_env());
     let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
     LoadedPackage::load(compute_pkg::ensure(&cfg, Fetch::Allowed).unwrap()).unwrap()
 }

@@ -260,7 +260,7 @@ fn a_new_package_tests_on_its_own_and_a_node_builds_and_loads_its_commit() {
             .current_dir(&pkg)
             .env_clear()
             .envs(lite_node_testkit::toolchain_env())
-            .env("LITE_NODE_COMPUTE_TARGET_DIR", lite_node_testkit::compute_target_dir())
+            .envs(lite_node_testkit::compute_build_env())
             .env("LITE_NODE_COMPUTE_DIR", ".")
             .output()
             .expect("lite-node runs")

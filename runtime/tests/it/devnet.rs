@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use lite_node_testkit::{compute_target_dir, poll_until, toolchain_env, workspace_root};
+use lite_node_testkit::{poll_until, toolchain_env, workspace_root};
 use serde_json::Value;
 
 use crate::support::{compute_new, edit};
@@ -26,7 +26,7 @@ fn devnet(dir: &Path, args: &[&str]) -> Command {
         .args(args)
         .env_clear()
         .envs(toolchain_env())
-        .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+        .envs(lite_node_testkit::compute_build_env())
         .env("LITE_NODE_COMPUTE_CACHE_DIR", dir.join("cache"))
         .env("RUST_LOG", "warn")
         .current_dir(dir);

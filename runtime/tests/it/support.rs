@@ -11,7 +11,7 @@ use lite_node::{
 };
 use lite_node_plugin_api::EpochContext;
 pub use lite_node_testkit::node_env;
-use lite_node_testkit::{GitFixture, RunningCollector, RunningNode, compute_target_dir, toolchain_env, workspace_root};
+use lite_node_testkit::{GitFixture, RunningCollector, RunningNode, toolchain_env, workspace_root};
 use tempfile::TempDir;
 
 /// A `lite-node` invocation with its own data dir and a cleared environment.
@@ -43,19 +43,13 @@ impl Run {
 }
 
 impl Node {
-    /// Compute packages are built in cargo's dev profile: these runs check
-    /// fetching, building, caching, loading and what a command prints,
-    /// which the profile does not change, and each test's package stands at
-    /// a place of its own, so its crates build anew (a third of the time in
-    /// dev). The devnets, and the bundled package the library tests load,
-    /// keep the release default.
+    /// Compute packages are built as [`lite_node_testkit::compute_build_env`] says.
     pub fn new() -> Self {
         let data = tempfile::tempdir().unwrap();
         let cwd = tempfile::tempdir().unwrap();
         let mut env = toolchain_env();
         env.push(("LITE_NODE_DATA_DIR".into(), data.path().display().to_string()));
-        env.push(("LITE_NODE_COMPUTE_TARGET_DIR".into(), compute_target_dir().display().to_string()));
-        env.push(("LITE_NODE_COMPUTE_PROFILE".into(), "dev".into()));
+        env.extend(lite_node_testkit::compute_build_env());
         Self { data, cwd, env }
     }
 
@@ -147,11 +141,9 @@ pub fn cached_packages(data: &Path) -> Vec<PathBuf> {
 pub fn load_faulty(data: &std::path::Path) -> LoadedPackage {
     let repo = faulty_repo();
     let mut env = toolchain_env();
+    env.extend(lite_node_testkit::compute_build_env());
     env.extend([
         ("LITE_NODE_DATA_DIR".to_owned(), data.display().to_string()),
-        ("LITE_NODE_COMPUTE_TARGET_DIR".to_owned(), compute_target_dir().display().to_string()),
-        // A fixture at a place of its own, built anew: dev (see `Node::new`).
-        ("LITE_NODE_COMPUTE_PROFILE".to_owned(), "dev".to_owned()),
         ("SNAPSHOTTER_COMPUTE_REPO".to_owned(), repo.url()),
         ("SNAPSHOTTER_COMPUTE_REPO_BRANCH".to_owned(), repo.branch.clone()),
         ("SNAPSHOTTER_COMPUTE_REPO_COMMIT".to_owned(), repo.commit.clone()),

@@ -16,7 +16,7 @@ use lite_node_protocol::{
     proto,
     submission::Scope,
 };
-use lite_node_testkit::{Reaped, RedisServer, World, compute_target_dir, poll_until, toolchain_env};
+use lite_node_testkit::{Reaped, RedisServer, World, poll_until, toolchain_env};
 use lite_node_validator::{Keys, Market, gateway::Gateway, monitor::Monitor};
 use redis::AsyncCommands;
 
@@ -121,7 +121,7 @@ impl Setup {
             .env_clear()
             .envs(toolchain_env())
             .envs(lite_node_testkit::market_env(self.cache.path()))
-            .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+            .envs(lite_node_testkit::compute_build_env())
             .env("LITE_NODE_COMPUTE_CACHE_DIR", self.cache.path())
             .env("LITE_NODE_DATA_DIR", self.cache.path())
             .env("RUST_LOG", "info")
@@ -303,7 +303,7 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
                 .env_clear()
                 .envs(toolchain_env())
                 .envs(lite_node_testkit::market_env(s.cache.path()))
-                .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+                .envs(lite_node_testkit::compute_build_env())
                 .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
                 .env("LITE_NODE_DATA_DIR", s.cache.path())
                 .env("RUST_LOG", "info")
@@ -472,7 +472,7 @@ fn validator_command(s: &Setup, protocol_state: Option<&str>, extra: &[&str]) ->
         .env_clear()
         .envs(toolchain_env())
         .envs(lite_node_testkit::market_env(s.cache.path()))
-        .env("LITE_NODE_COMPUTE_TARGET_DIR", compute_target_dir())
+        .envs(lite_node_testkit::compute_build_env())
         .env("LITE_NODE_COMPUTE_CACHE_DIR", s.cache.path())
         .env("RUST_LOG", "info");
     cmd

@@ -250,6 +250,14 @@ unsafe_op_in_unsafe_fn = "deny"
 [patch.crates-io]
 lite-node-plugin-api = {{ path = "plugin-api" }}
 
+[profile.dev]
+# Line tables are what a backtrace needs; full debug info, of the
+# dependencies above all (alloy's generated code), only slows every build.
+debug = "line-tables-only"
+
+[profile.dev.package."*"]
+debug = false
+
 [profile.release]
 # Processors run inside a long-running node: a panic must unwind so the
 # interface can catch it and report it as the epoch's error.
