@@ -47,6 +47,21 @@ const PROTOCOL_STATE = JSON.parse(fs.readFileSync(path.join(__dirname, 'out', 'P
  * trie for every block, so a world of 1,000 pools mined a block at a time
  * spent most of its build there (the build's anvil has no block gas limit).
  */
+/**
+ * The receipt of a transaction already sent, asked for until it is there.
+ * Not ethers' `wait()`: it may take a block number read before the
+ * transaction was mined and then wait for a block after it, which on a chain
+ * that mines only when asked never comes (the build hung so on a busy machine).
+ */
+async function mined(provider, hash) {
+  for (let tries = 0; ; tries++) {
+    const receipt = await provider.getTransactionReceipt(hash);
+    if (receipt) return receipt;
+    if (tries === 500) throw new Error(`transaction ${hash} not mined after 10 s`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 async function all(provider, thunks) {
   await provider.send('evm_setAutomine', [false]);
   const sent = [];
@@ -58,7 +73,8 @@ async function all(provider, thunks) {
     await provider.send('evm_mine', []);
   }
   await provider.send('evm_setAutomine', [true]);
-  const receipts = await Promise.all(sent.map((tx) => tx.wait()));
+  const receipts = [];
+  for (const tx of sent) receipts.push(await mined(provider, tx.hash));
   for (const r of receipts) if (r.status !== 1) throw new Error(`transaction ${r.hash} reverted`);
   return receipts;
 }
@@ -74,7 +90,8 @@ async function main() {
   const me = accounts[0].address;
   const deploy = async (a, ...ctor) => {
     const c = await new ethers.ContractFactory(a.abi, a.bytecode, deployer).deploy(...ctor, TX);
-    await c.waitForDeployment();
+    const receipt = await mined(provider, c.deploymentTransaction().hash);
+    if (receipt.status !== 1) throw new Error(`deploying ${a.contractName || 'a contract'} reverted`);
     return c;
   };
 
