@@ -11,6 +11,7 @@ mod cluster;
 mod collector;
 mod compute_fetch;
 mod container;
+mod contracts;
 mod devnet;
 mod executor;
 mod finalized;

@@ -1,0 +1,604 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.20;
+
+/// @title ProtocolState
+/// @notice The on-chain state of one or more data markets: epochs, days, the
+/// slot registry, full nodes, validators, and the batch flow that finalizes
+/// each epoch's snapshot CIDs (docs/protocol.md §1, §12, §13).
+/// @dev Roles: the owner grants releasers (who release epochs) and
+/// registrars (who manage slots); validators are set per data market by the
+/// owner. The deployer starts as owner, releaser and registrar.
+contract ProtocolState {
+    event EpochReleased(
+        address indexed dataMarketAddress, uint256 indexed epochId, uint256 begin, uint256 end, uint256 timestamp
+    );
+    event DayStartedEvent(address indexed dataMarketAddress, uint256 dayId, uint256 timestamp);
+    /// Declared for readers that filter on it; this contract never emits it.
+    event DailyTaskCompletedEvent(
+        address indexed dataMarketAddress, address snapshotterAddress, uint256 slotId, uint256 dayId, uint256 timestamp
+    );
+    /// Emitted whenever a slot's snapshotter changes: on registration, on
+    /// reassignment, and with the zero address on removal.
+    event SlotRegistered(uint256 indexed slotId, address indexed snapshotter);
+    event SlotReassigned(uint256 indexed slotId, address indexed previousSnapshotter, address indexed snapshotter);
+    event SlotRemoved(uint256 indexed slotId, address indexed snapshotter);
+    event FullNodeUpdated(address indexed dataMarketAddress, uint256 indexed slotId, bool full);
+    event ValidatorsUpdated(address indexed dataMarketAddress, address validatorAddress, bool allowed);
+    event SnapshotBatchSubmitted(
+        address indexed dataMarketAddress, string batchCid, uint256 indexed epochId, uint256 timestamp
+    );
+    event SnapshotBatchAttestationSubmitted(
+        address indexed dataMarketAddress,
+        string batchCid,
+        uint256 indexed epochId,
+        uint256 timestamp,
+        address indexed validatorAddr
+    );
+    event SnapshotBatchFinalized(
+        address indexed dataMarketAddress, uint256 indexed epochId, string indexed batchCid, uint256 timestamp
+    );
+    event OwnershipTransferred(address indexed previousOwner, address indexed newOwner);
+    event ReleaserUpdated(address indexed account, bool allowed);
+    event RegistrarUpdated(address indexed account, bool allowed);
+    event EpochsPerDayUpdated(address indexed dataMarketAddress, uint256 epochsPerDay);
+
+    enum SnapshotStatus {
+        PENDING,
+        FINALIZED
+    }
+
+    struct ConsensusStatus {
+        SnapshotStatus status;
+        string snapshotCid;
+        uint256 timestamp;
+    }
+
+    /// One epoch's batch, as its submitter put it on chain.
+    struct Batch {
+        string batchCid;
+        bytes32 root;
+        address submitter;
+        bool finalized;
+        string[] projectIds;
+    }
+
+    /// The `updateAddresses` role for validators (the only role kept).
+    uint8 public constant ROLE_VALIDATOR = 0;
+
+    /// The most projects one batch may name.
+    uint256 public constant MAX_BATCH_PROJECTS = 2000;
+
+    address public owner;
+    mapping(address => bool) public isReleaser;
+    mapping(address => bool) public isRegistrar;
+
+    // Epochs and days, per data market.
+    mapping(address => uint256) public currentEpochId;
+    mapping(address => uint256) public currentDayId;
+    /// The `end` of the market's last release (0: none yet).
+    mapping(address => uint256) public lastReleasedEnd;
+    /// Epochs per day (0: no schedule; days are started by hand).
+    mapping(address => uint256) public epochsPerDay;
+
+    // Slots. Registered slots are always 1..slotCount.
+    uint256 private slotCount;
+    mapping(uint256 => address) public slotSnapshotterMapping;
+    mapping(address => bool) public allSnapshotters;
+
+    // Full nodes: per market, a flag, a list and each slot's place in it
+    // (1-based); per slot, the markets it is marked in and their places.
+    mapping(address => mapping(uint256 => bool)) public isFullNode;
+    mapping(address => uint256[]) private fullNodeList;
+    mapping(address => mapping(uint256 => uint256)) private fullNodeIndex;
+    mapping(uint256 => address[]) private fullNodeMarkets;
+    mapping(uint256 => mapping(address => uint256)) private fullNodeMarketIndex;
+
+    // Validators and batches, per data market.
+    mapping(address => address[]) private validatorList;
+    mapping(address => mapping(address => bool)) public isValidator;
+    mapping(address => mapping(uint256 => Batch)) private batches;
+    /// The root each validator attested for an epoch (zero: none yet).
+    mapping(address => mapping(uint256 => mapping(address => bytes32))) public attestedRoot;
+    /// Per epoch and root, how many validators attested it, current or not.
+    mapping(address => mapping(uint256 => mapping(bytes32 => uint256))) public attestationsForRoot;
+    /// Per epoch, every validator that attested, in order.
+    mapping(address => mapping(uint256 => address[])) private attesters;
+    /// Per finalized epoch, the validators whose root was not the finalized one.
+    mapping(address => mapping(uint256 => address[])) private divergent;
+    /// Per epoch, the batch CIDs submitted for it.
+    mapping(address => mapping(uint256 => mapping(bytes32 => bool))) private batchCidOfEpoch;
+    mapping(address => mapping(string => mapping(uint256 => ConsensusStatus))) private statuses;
+    mapping(address => mapping(string => uint256)) public lastFinalizedSnapshot;
+
+    constructor() {
+        owner = msg.sender;
+        emit OwnershipTransferred(address(0), msg.sender);
+        isReleaser[msg.sender] = true;
+        emit ReleaserUpdated(msg.sender, true);
+        isRegistrar[msg.sender] = true;
+        emit RegistrarUpdated(msg.sender, true);
+    }
+
+    modifier onlyOwner() {
+        require(msg.sender == owner, "not owner");
+        _;
+    }
+
+    modifier onlyReleaser() {
+        require(isReleaser[msg.sender], "not a releaser");
+        _;
+    }
+
+    modifier onlyReleaserOrOwner() {
+        require(isReleaser[msg.sender] || msg.sender == owner, "not a releaser or owner");
+        _;
+    }
+
+    modifier onlyRegistrarOrOwner() {
+        require(isRegistrar[msg.sender] || msg.sender == owner, "not a registrar or owner");
+        _;
+    }
+
+    modifier onlyValidator(address dataMarketAddress) {
+        require(isValidator[dataMarketAddress][msg.sender], "not a validator of this data market");
+        _;
+    }
+
+    // ---- Roles ----
+
+    /// Hands the contract to `newOwner`. Roles held by the old owner stay.
+    function transferOwnership(address newOwner) external onlyOwner {
+        require(newOwner != address(0), "zero address");
+        emit OwnershipTransferred(owner, newOwner);
+        owner = newOwner;
+    }
+
+    /// Grants (`true`) or revokes the right to release epochs.
+    function setReleaser(address account, bool allowed) external onlyOwner {
+        require(account != address(0), "zero address");
+        isReleaser[account] = allowed;
+        emit ReleaserUpdated(account, allowed);
+    }
+
+    /// Grants (`true`) or revokes the right to manage slots and full nodes.
+    function setRegistrar(address account, bool allowed) external onlyOwner {
+        require(account != address(0), "zero address");
+        isRegistrar[account] = allowed;
+        emit RegistrarUpdated(account, allowed);
+    }
+
+    // ---- Slots ----
+
+    /// The number of registered slots; they are slots 1 to this number.
+    function getTotalNodeCount() public view virtual returns (uint256) {
+        return slotCount;
+    }
+
+    /// Registers the next slot (`slotId` must be the count + 1) to
+    /// `snapshotter` and enables that snapshotter.
+    function registerSlot(uint256 slotId, address snapshotter) external onlyRegistrarOrOwner {
+        require(slotId > 0, "slot ids start at 1");
+        require(snapshotter != address(0), "zero address");
+        require(slotSnapshotterMapping[slotId] == address(0), "slot taken");
+        require(slotId == slotCount + 1, "slots register in order: slot id must be count + 1");
+        slotCount = slotId;
+        slotSnapshotterMapping[slotId] = snapshotter;
+        allSnapshotters[snapshotter] = true;
+        emit SlotRegistered(slotId, snapshotter);
+    }
+
+    /// Gives a registered slot to another snapshotter and enables it. The
+    /// previous snapshotter stays enabled (it may hold other slots).
+    function reassignSlot(uint256 slotId, address snapshotter) external onlyRegistrarOrOwner {
+        address previous = slotSnapshotterMapping[slotId];
+        require(previous != address(0), "slot not registered");
+        require(snapshotter != address(0), "zero address");
+        slotSnapshotterMapping[slotId] = snapshotter;
+        allSnapshotters[snapshotter] = true;
+        emit SlotReassigned(slotId, previous, snapshotter);
+        emit SlotRegistered(slotId, snapshotter);
+    }
+
+    /// Removes the last registered slot and its full-node marks in every
+    /// market. A slot in the middle is reassigned instead, so that the
+    /// registered slots stay 1..count.
+    function removeSlot(uint256 slotId) external onlyRegistrarOrOwner {
+        address previous = slotSnapshotterMapping[slotId];
+        require(previous != address(0), "slot not registered");
+        require(slotId == slotCount, "only the last slot can be removed");
+        address[] storage markets = fullNodeMarkets[slotId];
+        while (markets.length > 0) {
+            unmarkFullNode(markets[markets.length - 1], slotId);
+        }
+        delete slotSnapshotterMapping[slotId];
+        slotCount = slotId - 1;
+        emit SlotRemoved(slotId, previous);
+        emit SlotRegistered(slotId, address(0));
+    }
+
+    /// Enables or disables a snapshotter address for all its slots.
+    function setSnapshotterEnabled(address snapshotter, bool enabled) external onlyRegistrarOrOwner {
+        allSnapshotters[snapshotter] = enabled;
+    }
+
+    /// Marks (`true`) or unmarks a registered slot as a full node of a data
+    /// market: its submissions are accepted for every active pool.
+    function setFullNode(address dataMarketAddress, uint256 slotId, bool full) external onlyRegistrarOrOwner {
+        require(slotSnapshotterMapping[slotId] != address(0), "slot not registered");
+        if (full == isFullNode[dataMarketAddress][slotId]) return;
+        if (full) {
+            isFullNode[dataMarketAddress][slotId] = true;
+            fullNodeList[dataMarketAddress].push(slotId);
+            fullNodeIndex[dataMarketAddress][slotId] = fullNodeList[dataMarketAddress].length;
+            fullNodeMarkets[slotId].push(dataMarketAddress);
+            fullNodeMarketIndex[slotId][dataMarketAddress] = fullNodeMarkets[slotId].length;
+            emit FullNodeUpdated(dataMarketAddress, slotId, true);
+        } else {
+            unmarkFullNode(dataMarketAddress, slotId);
+        }
+    }
+
+    /// The data market's full-node slots (in no particular order).
+    function getFullNodes(address dataMarketAddress) external view returns (uint256[] memory) {
+        return fullNodeList[dataMarketAddress];
+    }
+
+    function unmarkFullNode(address dataMarketAddress, uint256 slotId) private {
+        isFullNode[dataMarketAddress][slotId] = false;
+        uint256[] storage list = fullNodeList[dataMarketAddress];
+        uint256 i = fullNodeIndex[dataMarketAddress][slotId] - 1;
+        uint256 lastSlot = list[list.length - 1];
+        list[i] = lastSlot;
+        fullNodeIndex[dataMarketAddress][lastSlot] = i + 1;
+        list.pop();
+        delete fullNodeIndex[dataMarketAddress][slotId];
+
+        address[] storage markets = fullNodeMarkets[slotId];
+        uint256 j = fullNodeMarketIndex[slotId][dataMarketAddress] - 1;
+        address lastMarket = markets[markets.length - 1];
+        markets[j] = lastMarket;
+        fullNodeMarketIndex[slotId][lastMarket] = j + 1;
+        markets.pop();
+        delete fullNodeMarketIndex[slotId][dataMarketAddress];
+
+        emit FullNodeUpdated(dataMarketAddress, slotId, false);
+    }
+
+    // ---- Epochs and days ----
+
+    /// Releases the market's next epoch over source blocks `begin..=end`.
+    /// The first release may start at any block from 1; each later one
+    /// starts right after the previous end. Starts a new day when the
+    /// market's schedule says so (its DayStartedEvent comes first).
+    function releaseEpoch(address dataMarketAddress, uint256 begin, uint256 end)
+        external
+        onlyReleaser
+        returns (uint256 epochId)
+    {
+        require(end >= begin, "end must not be before begin");
+        uint256 last = lastReleasedEnd[dataMarketAddress];
+        if (last == 0) {
+            require(begin >= 1, "begin must be at least 1");
+        } else {
+            require(begin == last + 1, "begin must be last end + 1");
+        }
+        lastReleasedEnd[dataMarketAddress] = end;
+        epochId = ++currentEpochId[dataMarketAddress];
+        uint256 n = epochsPerDay[dataMarketAddress];
+        if (n > 0) {
+            uint256 day = (epochId - 1) / n + 1;
+            if (day > currentDayId[dataMarketAddress]) {
+                currentDayId[dataMarketAddress] = day;
+                emit DayStartedEvent(dataMarketAddress, day, block.timestamp);
+            }
+        }
+        emit EpochReleased(dataMarketAddress, epochId, begin, end, block.timestamp);
+    }
+
+    /// Sets the market's day length in epochs: epoch e belongs to day
+    /// (e - 1) / n + 1, and the release that enters a new day starts it.
+    function setEpochsPerDay(address dataMarketAddress, uint256 n) external onlyOwner {
+        require(n >= 1, "epochs per day must be at least 1");
+        epochsPerDay[dataMarketAddress] = n;
+        emit EpochsPerDayUpdated(dataMarketAddress, n);
+    }
+
+    /// Starts the next day of a market that has no day schedule.
+    function startDay(address dataMarketAddress) external onlyReleaserOrOwner returns (uint256 dayId) {
+        require(epochsPerDay[dataMarketAddress] == 0, "this market's days follow its schedule");
+        dayId = ++currentDayId[dataMarketAddress];
+        emit DayStartedEvent(dataMarketAddress, dayId, block.timestamp);
+    }
+
+    // ---- Validators ----
+
+    /// Adds (`true`) or removes (`false`) validators of a data market.
+    function updateAddresses(address dataMarketAddress, uint8 role, address[] calldata addrs, bool[] calldata allowed)
+        external
+        onlyOwner
+    {
+        require(role == ROLE_VALIDATOR, "only the validator role is kept here");
+        require(addrs.length == allowed.length, "addresses and flags differ in length");
+        address[] storage list = validatorList[dataMarketAddress];
+        for (uint256 i = 0; i < addrs.length; i++) {
+            address a = addrs[i];
+            if (allowed[i] && !isValidator[dataMarketAddress][a]) {
+                isValidator[dataMarketAddress][a] = true;
+                list.push(a);
+            } else if (!allowed[i] && isValidator[dataMarketAddress][a]) {
+                isValidator[dataMarketAddress][a] = false;
+                for (uint256 j = 0; j < list.length; j++) {
+                    if (list[j] == a) {
+                        list[j] = list[list.length - 1];
+                        list.pop();
+                        break;
+                    }
+                }
+            }
+            emit ValidatorsUpdated(dataMarketAddress, a, allowed[i]);
+        }
+    }
+
+    function getValidators(address dataMarketAddress) external view returns (address[] memory) {
+        return validatorList[dataMarketAddress];
+    }
+
+    function getTotalValidatorsCount(address dataMarketAddress) public view returns (uint256) {
+        return validatorList[dataMarketAddress].length;
+    }
+
+    // ---- Batches ----
+
+    /// Puts an epoch's batch on chain: its CID, each project's CID (pending
+    /// until finalized) and the root of its (projectId, CID) Merkle tree. The
+    /// batch is its submitter's attestation of that root. One batch per
+    /// epoch, replaced only once its root can no longer win; the replacement
+    /// must carry the root its submitter attested.
+    function submitSubmissionBatch(
+        address dataMarketAddress,
+        string calldata batchCid,
+        uint256 epochId,
+        string[] calldata projectIds,
+        string[] calldata snapshotCids,
+        bytes32 finalizedCidsRootHash
+    ) external onlyValidator(dataMarketAddress) {
+        require(projectIds.length == snapshotCids.length, "project ids and CIDs differ in length");
+        require(projectIds.length <= MAX_BATCH_PROJECTS, "too many projects in one batch");
+        require(bytes(batchCid).length > 0, "empty batch CID");
+        require(epochId > 0 && epochId <= currentEpochId[dataMarketAddress], "this epoch was not released");
+        require(
+            merkleRoot(projectIds, snapshotCids) == finalizedCidsRootHash,
+            "the root is not the Merkle root of the batch's pairs (project ids ascending, each once)"
+        );
+        clearForReplacement(dataMarketAddress, epochId);
+        batchCidOfEpoch[dataMarketAddress][epochId][keccak256(bytes(batchCid))] = true;
+        storeBatch(dataMarketAddress, batchCid, epochId, projectIds, snapshotCids, finalizedCidsRootHash);
+        emit SnapshotBatchSubmitted(dataMarketAddress, batchCid, epochId, block.timestamp);
+        bytes32 mine = attestedRoot[dataMarketAddress][epochId][msg.sender];
+        if (mine == bytes32(0)) {
+            attest(dataMarketAddress, batchCid, epochId, finalizedCidsRootHash);
+        } else {
+            require(mine == finalizedCidsRootHash, "the batch's root is not the one its submitter attested");
+        }
+        tryFinalize(dataMarketAddress, epochId);
+    }
+
+    /// Clears the old batch of an epoch that is not finalized and whose
+    /// batch lost (or that has none).
+    function clearForReplacement(address dataMarketAddress, uint256 epochId) private {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        require(!b.finalized, "this epoch is finalized");
+        if (b.submitter == address(0)) return;
+        require(outvoted(dataMarketAddress, epochId), "this epoch already has a batch");
+        for (uint256 i = 0; i < b.projectIds.length; i++) {
+            delete statuses[dataMarketAddress][b.projectIds[i]][epochId];
+        }
+        delete b.projectIds;
+    }
+
+    function storeBatch(
+        address dataMarketAddress,
+        string calldata batchCid,
+        uint256 epochId,
+        string[] calldata projectIds,
+        string[] calldata snapshotCids,
+        bytes32 root
+    ) private {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        b.batchCid = batchCid;
+        b.root = root;
+        b.submitter = msg.sender;
+        for (uint256 i = 0; i < projectIds.length; i++) {
+            b.projectIds.push(projectIds[i]);
+            statuses[dataMarketAddress][projectIds[i]][epochId] =
+                ConsensusStatus(SnapshotStatus.PENDING, snapshotCids[i], block.timestamp);
+        }
+    }
+
+    /// A validator's own root for the epoch's batch, once per epoch. The
+    /// epoch is finalized when more than half of the current validators
+    /// attested the batch's root; whoever attested another root is recorded
+    /// as divergent.
+    function submitBatchAttestation(
+        address dataMarketAddress,
+        string calldata batchCid,
+        uint256 epochId,
+        bytes32 finalizedCidsRootHash
+    ) external onlyValidator(dataMarketAddress) {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        require(b.submitter != address(0), "no batch for this epoch");
+        require(batchCidOfEpoch[dataMarketAddress][epochId][keccak256(bytes(batchCid))], "not a batch of this epoch");
+        require(finalizedCidsRootHash != bytes32(0), "empty root");
+        require(attestedRoot[dataMarketAddress][epochId][msg.sender] == bytes32(0), "already attested");
+        attest(dataMarketAddress, batchCid, epochId, finalizedCidsRootHash);
+        if (b.finalized && finalizedCidsRootHash != b.root) {
+            divergent[dataMarketAddress][epochId].push(msg.sender);
+        }
+        tryFinalize(dataMarketAddress, epochId);
+    }
+
+    /// Finalizes the epoch if its batch's root has a majority of the current
+    /// validators now; anyone may call it.
+    function finalize(address dataMarketAddress, uint256 epochId) external {
+        tryFinalize(dataMarketAddress, epochId);
+    }
+
+    /// The Merkle root of `(projectIds[i], cids[i])` (OpenZeppelin's standard
+    /// tree, leaves in project-id order); project ids must be strictly
+    /// ascending in byte order.
+    function merkleRoot(string[] calldata projectIds, string[] calldata cids) public pure returns (bytes32) {
+        uint256 n = projectIds.length;
+        if (n == 0) return keccak256("");
+        bytes32[] memory tree = new bytes32[](2 * n - 1);
+        for (uint256 i = 0; i < n; i++) {
+            if (i > 0) require(less(bytes(projectIds[i - 1]), bytes(projectIds[i])), "project ids not ascending");
+            tree[tree.length - 1 - i] = keccak256(bytes.concat(keccak256(abi.encode(projectIds[i], cids[i]))));
+        }
+        for (uint256 j = n - 1; j > 0; j--) {
+            tree[j - 1] = pairHash(tree[2 * j - 1], tree[2 * j]);
+        }
+        return tree[0];
+    }
+
+    function pairHash(bytes32 a, bytes32 b) private pure returns (bytes32) {
+        return a < b ? keccak256(abi.encodePacked(a, b)) : keccak256(abi.encodePacked(b, a));
+    }
+
+    /// Byte-order `a < b`.
+    function less(bytes memory a, bytes memory b) private pure returns (bool) {
+        uint256 n = a.length < b.length ? a.length : b.length;
+        for (uint256 i = 0; i < n; i++) {
+            if (a[i] != b[i]) return a[i] < b[i];
+        }
+        return a.length < b.length;
+    }
+
+    function attest(address dataMarketAddress, string calldata batchCid, uint256 epochId, bytes32 root) private {
+        attestedRoot[dataMarketAddress][epochId][msg.sender] = root;
+        attestationsForRoot[dataMarketAddress][epochId][root] += 1;
+        attesters[dataMarketAddress][epochId].push(msg.sender);
+        emit SnapshotBatchAttestationSubmitted(dataMarketAddress, batchCid, epochId, block.timestamp, msg.sender);
+    }
+
+    /// The epoch's attestations from current validators: those for the
+    /// batch's root and those for any other root.
+    function currentVotes(address dataMarketAddress, uint256 epochId)
+        public
+        view
+        returns (uint256 forRoot, uint256 against)
+    {
+        bytes32 root = batches[dataMarketAddress][epochId].root;
+        address[] storage all = attesters[dataMarketAddress][epochId];
+        for (uint256 i = 0; i < all.length; i++) {
+            if (!isValidator[dataMarketAddress][all[i]]) continue;
+            if (attestedRoot[dataMarketAddress][epochId][all[i]] == root) {
+                forRoot++;
+            } else {
+                against++;
+            }
+        }
+    }
+
+    /// Whether the epoch's batch root can no longer win: the current
+    /// validators that attested other roots are at least half of all
+    /// current validators.
+    function outvoted(address dataMarketAddress, uint256 epochId) public view returns (bool) {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        if (b.submitter == address(0)) return false;
+        uint256 total = getTotalValidatorsCount(dataMarketAddress);
+        // Counting every attester gives an upper bound: skip the loop when
+        // even that is too few.
+        uint256 allOthers =
+            attesters[dataMarketAddress][epochId].length - attestationsForRoot[dataMarketAddress][epochId][b.root];
+        if (allOthers * 2 < total) return false;
+        (, uint256 against) = currentVotes(dataMarketAddress, epochId);
+        return against * 2 >= total;
+    }
+
+    function tryFinalize(address dataMarketAddress, uint256 epochId) private {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        if (b.finalized || b.submitter == address(0)) return;
+        uint256 total = getTotalValidatorsCount(dataMarketAddress);
+        // Upper bound first, as in `outvoted`.
+        if (attestationsForRoot[dataMarketAddress][epochId][b.root] * 2 <= total) return;
+        (uint256 forRoot,) = currentVotes(dataMarketAddress, epochId);
+        if (forRoot * 2 <= total) return;
+        b.finalized = true;
+        for (uint256 i = 0; i < b.projectIds.length; i++) {
+            ConsensusStatus storage st = statuses[dataMarketAddress][b.projectIds[i]][epochId];
+            st.status = SnapshotStatus.FINALIZED;
+            st.timestamp = block.timestamp;
+            if (epochId > lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]]) {
+                lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]] = epochId;
+            }
+        }
+        address[] storage all = attesters[dataMarketAddress][epochId];
+        for (uint256 i = 0; i < all.length; i++) {
+            if (attestedRoot[dataMarketAddress][epochId][all[i]] != b.root) {
+                divergent[dataMarketAddress][epochId].push(all[i]);
+            }
+        }
+        emit SnapshotBatchFinalized(dataMarketAddress, epochId, b.batchCid, block.timestamp);
+    }
+
+    // ---- Views ----
+
+    /// A project's CID for an epoch and its status: `("", PENDING)` when no
+    /// batch named it.
+    function maxSnapshotsCid(address dataMarketAddress, string calldata projectId, uint256 epochId)
+        external
+        view
+        returns (string memory, SnapshotStatus)
+    {
+        ConsensusStatus storage st = statuses[dataMarketAddress][projectId][epochId];
+        return (st.snapshotCid, st.status);
+    }
+
+    function snapshotStatus(address dataMarketAddress, string calldata projectId, uint256 epochId)
+        external
+        view
+        returns (SnapshotStatus status, string memory snapshotCid, uint256 timestamp)
+    {
+        ConsensusStatus storage st = statuses[dataMarketAddress][projectId][epochId];
+        return (st.status, st.snapshotCid, st.timestamp);
+    }
+
+    /// An epoch's batch: its CID, root, submitter and whether it is final.
+    function epochBatch(address dataMarketAddress, uint256 epochId)
+        external
+        view
+        returns (string memory batchCid, bytes32 root, address submitter, bool finalized)
+    {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        return (b.batchCid, b.root, b.submitter, b.finalized);
+    }
+
+    /// Whether `proof` shows that `projectId`'s finalized CID in the epoch is
+    /// `cid`, against the root the epoch was finalized with.
+    function verifyFinalizedCid(
+        address dataMarketAddress,
+        uint256 epochId,
+        string calldata projectId,
+        string calldata cid,
+        bytes32[] calldata proof
+    ) external view returns (bool) {
+        Batch storage b = batches[dataMarketAddress][epochId];
+        if (!b.finalized) return false;
+        bytes32 h = keccak256(bytes.concat(keccak256(abi.encode(projectId, cid))));
+        for (uint256 i = 0; i < proof.length; i++) {
+            h = pairHash(h, proof[i]);
+        }
+        return h == b.root;
+    }
+
+    /// How many validators attested the epoch, whatever their root, current
+    /// or not.
+    function attestationsCount(address dataMarketAddress, uint256 epochId) external view returns (uint256) {
+        return attesters[dataMarketAddress][epochId].length;
+    }
+
+    /// The validators of a finalized epoch whose root was not the finalized one.
+    function divergentValidators(address dataMarketAddress, uint256 epochId) external view returns (address[] memory) {
+        return divergent[dataMarketAddress][epochId];
+    }
+}
