@@ -7,7 +7,8 @@ pub use lite_node_core::exit::{BadInput, ComputesHung, ExitStatus};
 use crate::{compute::ComputeError, config::ConfigErrors, safety::NodeStuck};
 
 /// Maps an error to its exit status: configuration problems are 2, a stuck
-/// node 3, anything else 1.
+/// node 3, anything else 1 (a git host that does not answer too: the same
+/// settings may work later, and `init.sh` backs off only on 1).
 pub fn exit_status(err: &anyhow::Error) -> ExitStatus {
     if err.chain().any(|c| c.is::<NodeStuck>()) {
         return ExitStatus::Stuck;
@@ -20,8 +21,9 @@ pub fn exit_status(err: &anyhow::Error) -> ExitStatus {
             || c.is::<BadInput>()
             || matches!(
                 c.downcast_ref::<ComputeError>(),
-                Some(ComputeError::Fetch(_) | ComputeError::Build { .. } | ComputeError::Interface { .. })
+                Some(ComputeError::Build { .. } | ComputeError::Interface { .. })
             )
+            || matches!(c.downcast_ref::<ComputeError>(), Some(ComputeError::Fetch(e)) if !e.is_transient())
     });
     if bad { ExitStatus::BadConfig } else { ExitStatus::Failure }
 }

@@ -88,6 +88,23 @@ fn missing_branch_and_unreachable_repo_are_one_line_errors() {
     assert!(cached_packages(node.data_dir()).is_empty());
 }
 
+/// A git host that does not answer (nothing listens on its port) is not a
+/// setting to fix: exit 1, so `init.sh` backs off before a restart, with the
+/// error saying so; nothing is cached.
+#[test]
+fn a_git_host_that_does_not_answer_is_a_failure_to_retry_not_bad_input() {
+    let repo = computes_repo();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}/computes.git");
+    let node = Node::new().compute_repo(&repo, &repo.commit, "computes").env("SNAPSHOTTER_COMPUTE_REPO", url.clone());
+    let run = node.run(&["compute", "fetch"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let error = run.stderr.lines().find(|l| l.starts_with("error:")).expect("an error line");
+    assert!(error.starts_with(&format!("error: cannot reach {url} (branch main, commit {})", repo.commit)), "{error}");
+    assert!(error.ends_with("(a network failure, not a setting: try again later)"), "{error}");
+    assert!(cached_packages(node.data_dir()).is_empty());
+}
+
 #[test]
 fn unpinned_repo_is_refused_unless_allowed_and_then_logs_the_commit() {
     let repo = computes_repo();

@@ -16,14 +16,40 @@ use crate::progress::Progress;
 /// Why a pinned checkout could not be made. Each reads as one line.
 #[derive(Debug, thiserror::Error)]
 pub enum RepoError {
-    #[error("cannot reach {repo}: {reason}")]
-    Unreachable { repo: String, reason: String },
+    #[error("cannot reach {repo}: {reason}{}", network_note(.transient))]
+    Unreachable { repo: String, reason: String, transient: bool },
     #[error("branch {branch} not found on {repo} (wanted commit {commit})")]
     BranchMissing { repo: String, branch: String, commit: String },
     #[error("commit {commit} not found on {repo} (branch {branch})")]
     CommitMissing { repo: String, branch: String, commit: String },
     #[error("cannot check out {pin}: {reason}")]
     Checkout { pin: String, reason: String },
+}
+
+impl RepoError {
+    /// Whether trying again later may succeed with the same settings: the
+    /// host did not answer (refused, unresolved, timed out) or answered with
+    /// a server error. A path that is not a repository, a missing branch or
+    /// commit, or a refusal of access is a setting to fix.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RepoError::Unreachable { transient: true, .. })
+    }
+}
+
+fn network_note(transient: &bool) -> &'static str {
+    if *transient { " (a network failure, not a setting: try again later)" } else { "" }
+}
+
+/// Whether a libgit2 error is the network's, not the settings'.
+fn network_failure(e: &git2::Error) -> bool {
+    match e.class() {
+        // Name resolution and the transports' own network errors.
+        git2::ErrorClass::Net => true,
+        // libgit2 files a refused or timed-out connect as an OS error.
+        git2::ErrorClass::Os => e.message().starts_with("failed to connect to"),
+        git2::ErrorClass::Http => e.message().contains("status code: 5"),
+        _ => false,
+    }
 }
 
 /// Fetches `pin` into a new repository at `dest` (which must not exist or be
@@ -94,6 +120,7 @@ fn branch_tip(pin: &GitPin, repo_name: &str, wanted: &str) -> Result<String, Rep
     let unreachable = |e: git2::Error| RepoError::Unreachable {
         repo: format!("{repo_name} (branch {}, commit {wanted})", pin.branch),
         reason: e.message().to_owned(),
+        transient: network_failure(&e),
     };
     let mut remote = git2::Remote::create_detached(pin.url.as_str()).map_err(unreachable)?;
     remote.connect(git2::Direction::Fetch).map_err(unreachable)?;
