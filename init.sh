@@ -27,7 +27,7 @@ say() { printf '\n==> %s\n' "$*"; }
 
 # Every Cargo workspace in the checkout: the runtime's, the compute package a
 # data market would publish, and the misbehaving fixture package tests load.
-WORKSPACES=(. computes tests/data/fixture-computes)
+WORKSPACES=(. computes tests/data/fixture-computes protocol/codegen)
 
 need_rust() {
   command -v cargo >/dev/null || { echo "init.sh: cargo not found; install Rust (https://rustup.rs)" >&2; exit 2; }

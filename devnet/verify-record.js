@@ -32,6 +32,7 @@ const { StandardMerkleTree } = require('@openzeppelin/merkle-tree');
 // The curve library ethers itself signs and recovers with.
 const { secp256k1 } = require('@noble/curves/secp256k1');
 const { invert } = require('@noble/curves/abstract/modular');
+const { wNAF } = require('@noble/curves/abstract/curve');
 
 const SLOTS_PER_EPOCH = 1000n;
 
@@ -91,6 +92,21 @@ function base32(bytes) {
  * On a mismatch the full recovery names the address it does recover to.
  */
 const keys = new Map();
+// k·P with the GLV split k = k1 + k2·λ (both halves under 2^128; P·k2·λ is
+// (β·x, y) of P·k2) and a window table of P for 128-bit scalars, left
+// projective: R's is the one inversion.
+const halves = wNAF(secp256k1.ProjectivePoint, 128);
+const tables = new Map();
+function times(P, k) {
+  if (!tables.has(P)) tables.set(P, halves.precomputeWindow(P, 8));
+  const table = tables.get(P);
+  const { beta, splitScalar } = secp256k1.CURVE.endo;
+  const { k1neg, k1, k2neg, k2 } = splitScalar(k);
+  let [a, b] = [halves.wNAF(8, table, k1).p, halves.wNAF(8, table, k2).p];
+  if (k1neg) a = a.negate();
+  if (k2neg) b = b.negate();
+  return a.add(new secp256k1.ProjectivePoint(secp256k1.CURVE.Fp.mul(b.px, beta), b.py, b.pz));
+}
 function recoveredSigner(digest, sig, signer) {
   const Q = keys.get(signer);
   if (Q) {
@@ -99,8 +115,7 @@ function recoveredSigner(digest, sig, signer) {
     if (r > 0n && r < n && s > 0n && s < n) {
       const w = invert(s, n);
       const [u1, u2] = [(z * w) % n, (r * w) % n];
-      const uQ = Q.multiply(u2);
-      const R = u1 === 0n ? uQ : secp256k1.ProjectivePoint.BASE.multiply(u1).add(uQ);
+      const R = times(Q, u2).add(times(secp256k1.ProjectivePoint.BASE, u1));
       if (!R.equals(secp256k1.ProjectivePoint.ZERO)) {
         const { x, y } = R.toAffine();
         if (x === r && Number(y & 1n) === sig.yParity) return signer;
@@ -110,7 +125,6 @@ function recoveredSigner(digest, sig, signer) {
   const recovered = ethers.recoverAddress(digest, sig).toLowerCase();
   if (!Q && recovered === signer) {
     const point = secp256k1.ProjectivePoint.fromHex(ethers.SigningKey.recoverPublicKey(digest, sig).slice(2));
-    point._setWindowSize(8);
     keys.set(signer, point);
   }
   return recovered;
@@ -223,6 +237,7 @@ function main() {
   const digestOf = (value) => ethers.keccak256(ethers.concat(['0x1901', separator, encoder.hash(value)]));
   // Every slot of every node (a node may work several: `slots`), with its node's signer.
   const signers = new Map(record.nodes.flatMap((n) => (n.slots || [n.slotId]).map((slot) => [slot, n.signer.toLowerCase()])));
+  const activePools = new Set(record.pools.map((p) => p.toLowerCase()));
   let checked = 0;
   let finalized = 0;
   const explained = [];
@@ -260,7 +275,7 @@ function main() {
       if (bytes && cidOf(bytes) !== s.snapshotCid) problems.push(`${at}: the snapshot's bytes hash to ${cidOf(bytes)}, not ${s.snapshotCid}`);
       const pool = selected.get(s.slotId);
       if (full) {
-        if (!record.pools.some((p) => s.projectId.toLowerCase().includes(p.toLowerCase()))) problems.push(`${at}: a full node's submission names no active pool`);
+        if (!(s.projectId.toLowerCase().match(/0x[0-9a-f]{40}/g) || []).some((a) => activePools.has(a))) problems.push(`${at}: a full node's submission names no active pool`);
       } else if (pool === undefined) problems.push(`${at}: slot ${s.slotId} was not selected`);
       else if (!s.projectId.toLowerCase().includes(pool.toLowerCase())) problems.push(`${at}: slot ${s.slotId} was assigned ${pool}`);
     }
@@ -269,9 +284,16 @@ function main() {
       if (!signers.has(slot)) continue;
       const types = (record.fullNode && record.fullNode.projects) || [];
       if (types.length === 0) problems.push(`${where}: full node ${slot}: the record names none of its projects, so its coverage cannot be checked`);
+      const accepted = e.submissions.filter((s) => s.slotId === slot && s.verdict === 'accepted');
       for (const type of types) {
+        // How many of the type's accepted ids name each address (a pool's).
+        const named = new Map();
+        for (const s of accepted) {
+          if (!s.projectId.startsWith(`${type}:`)) continue;
+          for (const a of new Set(s.projectId.toLowerCase().match(/0x[0-9a-f]{40}/g) || [])) named.set(a, (named.get(a) || 0) + 1);
+        }
         for (const p of record.pools) {
-          const n = e.submissions.filter((s) => s.slotId === slot && s.verdict === 'accepted' && s.projectId.startsWith(`${type}:`) && s.projectId.toLowerCase().includes(p.toLowerCase())).length;
+          const n = named.get(p.toLowerCase()) || 0;
           if (n !== 1) problems.push(`${where}: full node ${slot} ${type} pool ${p}: ${n} accepted submissions, not 1`);
         }
       }

@@ -1,10 +1,15 @@
 //! The collector's gRPC interface (docs/protocol.md §6), generated from
 //! `proto/submission.proto`: the messages every submission travels in, the
 //! client a node submits with and the server trait collectors implement.
+//!
+//! The generated code is checked in (`proto/submission.rs`), so no build
+//! compiles a code generator; after editing the .proto, run
+//! `cargo run --manifest-path protocol/codegen/Cargo.toml`. The test below
+//! fails until then.
 
 #![allow(clippy::all, missing_docs, rust_2018_idioms)] // generated code
 
-tonic::include_proto!("submission");
+include!("proto/submission.rs");
 
 /// The prost codec with 1 KiB per-call buffers instead of tonic's 8 KiB (a
 /// buffer grows when a message needs more): a submission is a few hundred
@@ -60,4 +65,48 @@ pub fn reason_metadata(reason: &str) -> tonic::metadata::MetadataValue<tonic::me
     let text: String =
         reason.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).take(1000).collect();
     text.parse().unwrap_or_else(|_| tonic::metadata::MetadataValue::from_static("unprintable reason"))
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    const REGENERATE: &str = "run `cargo run --manifest-path protocol/codegen/Cargo.toml`";
+
+    /// The checked-in code was generated from the .proto as it is now.
+    #[test]
+    fn the_generated_code_is_from_the_proto_as_it_is() {
+        let proto = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../proto/submission.proto")).unwrap();
+        let hash: String = Sha256::digest(&proto).iter().map(|b| format!("{b:02x}")).collect();
+        let generated = include_str!("proto/submission.rs");
+        let recorded = generated.lines().next().and_then(|l| l.strip_prefix("// proto/submission.proto sha256 "));
+        assert_eq!(
+            recorded,
+            Some(hash.as_str()),
+            "proto/submission.proto changed since its code was generated: {REGENERATE}"
+        );
+    }
+
+    /// The generator's tonic-prost-build is the tonic-prost the workspace
+    /// builds the generated code against (they are released in step).
+    #[test]
+    fn the_generator_and_the_workspace_use_one_tonic_version() {
+        let version_in = |lock: &str, name: &str| -> Option<String> {
+            let at = lock.find(&format!("name = \"{name}\"\nversion = \""))?;
+            let rest = &lock[at..];
+            let start = rest.find("version = \"")? + "version = \"".len();
+            Some(rest[start..].split('"').next()?.to_owned())
+        };
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock");
+        let codegen = concat!(env!("CARGO_MANIFEST_DIR"), "/codegen/Cargo.lock");
+        let (root, codegen) = (std::fs::read_to_string(root).unwrap(), std::fs::read_to_string(codegen).unwrap());
+        let workspace = version_in(&root, "tonic-prost").expect("tonic-prost in Cargo.lock");
+        let generator =
+            version_in(&codegen, "tonic-prost-build").expect("tonic-prost-build in protocol/codegen/Cargo.lock");
+        assert_eq!(
+            generator, workspace,
+            "protocol/codegen builds with tonic-prost-build {generator}, the workspace with tonic-prost {workspace}: \
+             update protocol/codegen/Cargo.toml to {workspace}, then {REGENERATE}"
+        );
+    }
 }
