@@ -38,7 +38,9 @@ const ERC20 = artifact('@openzeppelin/contracts/build/contracts/ERC20PresetMinte
 const FACTORY = artifact('@uniswap/v3-core/artifacts/contracts/UniswapV3Factory.sol/UniswapV3Factory.json');
 const NPM = artifact('@uniswap/v3-periphery/artifacts/contracts/NonfungiblePositionManager.sol/NonfungiblePositionManager.json');
 const ROUTER = artifact('@uniswap/v3-periphery/artifacts/contracts/SwapRouter.sol/SwapRouter.json');
-const PROTOCOL_STATE = JSON.parse(fs.readFileSync(path.join(__dirname, 'out', 'ProtocolState.json'), 'utf8'));
+// The production contract plus the drills' hooks (contracts/test/): the
+// devnet's node count is fixed by its constructor, as the drills need.
+const PROTOCOL_STATE = JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'contracts', 'out', 'ProtocolStateDrills.json'), 'utf8'));
 
 /**
  * Sends transactions one after another without waiting for each to be mined,

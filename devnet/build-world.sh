@@ -27,7 +27,7 @@ fi
 
 if $IF_STALE && [ -f "$OUT/state.json" ] && [ -f "$OUT/manifest.json" ]; then
   fresh=true
-  for input in contracts/*.sol build-world.js compile.js package-lock.json build-world.sh; do
+  for input in ../contracts/out/ProtocolStateDrills.json build-world.js package-lock.json build-world.sh; do
     [ "$input" -nt "$OUT/state.json" ] && fresh=false
   done
   grep -q "\"pools\"" "$OUT/manifest.json" || fresh=false
@@ -36,7 +36,6 @@ if $IF_STALE && [ -f "$OUT/state.json" ] && [ -f "$OUT/manifest.json" ]; then
   if $fresh; then echo "devnet: world in $OUT is up to date ($POOLS pools, $SLOTS slots)"; exit 0; fi
 fi
 
-node compile.js
 mkdir -p "$OUT"
 rm -f "$OUT/state.json.tmp" "$OUT/anvil.log"
 ANVIL=node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil

@@ -56,7 +56,7 @@ alloy::sol! {
     function maxSnapshotsCid(address dataMarketAddress, string projectId, uint256 epochId)
         external view returns (string, uint8);
     function lastFinalizedSnapshot(address dataMarketAddress, string projectId) external view returns (uint256);
-    // Ours (the devnet's ProtocolState, docs/protocol.md §12).
+    // Ours (contracts/src/ProtocolState.sol, docs/protocol.md §12).
     function epochBatch(address dataMarketAddress, uint256 epochId)
         external view returns (string batchCid, bytes32 root, address submitter, bool finalized);
     function attestedRoot(address dataMarketAddress, uint256 epochId, address validator)

@@ -7,7 +7,7 @@ use std::{path::PathBuf, time::Duration};
 use alloy::{
     primitives::{Address, U256},
     sol,
-    sol_types::SolCall,
+    sol_types::{SolCall, SolEvent},
 };
 use serde_json::{Value, json};
 
@@ -54,6 +54,8 @@ sol! {
     function emitMalformedRelease(address dataMarketAddress) external;
     function startDay(address dataMarketAddress) external returns (uint256);
     function registerSlot(uint256 slotId, address snapshotter) external;
+    function reassignSlot(uint256 slotId, address snapshotter) external;
+    function lastReleasedEnd(address dataMarketAddress) external view returns (uint256);
     function setSnapshotterEnabled(address snapshotter, bool enabled) external;
     function setTotalNodeCount(uint256 n) external;
 }
@@ -280,14 +282,33 @@ impl World {
             end: U256::from(end),
         };
         let receipt = self.transact(call.abi_encode());
-        let log = &receipt["logs"][0];
+        // A release that starts a day logs DayStartedEvent first.
+        let topic = format!("{:#x}", lite_node_protocol::contracts::EpochReleased::SIGNATURE_HASH);
+        let log = receipt["logs"]
+            .as_array()
+            .and_then(|logs| logs.iter().find(|l| l["topics"][0].as_str() == Some(topic.as_str())))
+            .unwrap_or_else(|| panic!("no EpochReleased log: {receipt}"));
         (hex_u64(&log["topics"][2]), hex_u64(&receipt["blockNumber"]))
     }
 
-    /// Releases an epoch over the newest block (one-block epochs, as in BDS).
+    /// Releases our market's next epoch as a releaser does: the blocks
+    /// after the last released one, up to the newest (the newest alone the
+    /// first time; a block is mined first when none is new).
     pub fn release_next_epoch(&self) -> (u64, u64) {
+        self.release_next_epoch_for(&self.manifest.data_market.clone())
+    }
+
+    /// As [`World::release_next_epoch`], for any data market.
+    pub fn release_next_epoch_for(&self, market: &str) -> (u64, u64) {
+        let call = lastReleasedEndCall { dataMarketAddress: market.parse().unwrap() };
+        let tx = json!({"to": self.manifest.protocol_state, "data": format!("0x{}", hex(&call.abi_encode()))});
+        let last = self.rpc("eth_call", json!([tx, "latest"]));
+        let last = u64::from_str_radix(last.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        if last >= self.head() {
+            self.mine(1);
+        }
         let head = self.head();
-        self.release_epoch(head, head)
+        self.release_epoch_for(market, if last == 0 { head } else { last + 1 }, head)
     }
 
     pub fn emit_malformed_release(&self) {
@@ -298,9 +319,16 @@ impl World {
         self.transact(startDayCall { dataMarketAddress: self.market() }.abi_encode());
     }
 
-    pub fn register_slot(&self, slot_id: u64, snapshotter: &str) {
-        let call = registerSlotCall { slotId: U256::from(slot_id), snapshotter: snapshotter.parse().unwrap() };
-        self.transact(call.abi_encode());
+    /// Gives `slot_id` to `snapshotter`: a registered slot is reassigned,
+    /// the next one registered (slots register in order).
+    pub fn assign_slot(&self, slot_id: u64, snapshotter: &str) {
+        let snapshotter = snapshotter.parse().unwrap();
+        let data = if slot_id <= self.manifest.slots.len() as u64 {
+            reassignSlotCall { slotId: U256::from(slot_id), snapshotter }.abi_encode()
+        } else {
+            registerSlotCall { slotId: U256::from(slot_id), snapshotter }.abi_encode()
+        };
+        self.transact(data);
     }
 
     /// Makes the world's first `n` accounts (the deployer, who sends every

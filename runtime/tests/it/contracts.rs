@@ -60,3 +60,84 @@ fn the_production_contract_has_no_drill_hook() {
     let drills: serde_json::Value = serde_json::from_str(&read("contracts/out/ProtocolStateDrills.json")).unwrap();
     assert!(drills["abi"].to_string().contains("emitMalformedRelease"), "the drills contract keeps the hooks");
 }
+
+/// Every event and function the node, validators and tests decode with
+/// (`protocol/src/contracts.rs`) is in the production contract's ABI with
+/// the same parameter types, indexed flags and return types: the bindings
+/// cannot drift from what the market deploys.
+#[test]
+fn the_protocol_crates_bindings_match_the_production_abi() {
+    let read = |rel: &str| std::fs::read_to_string(workspace_root().join(rel)).unwrap();
+    let artifact: serde_json::Value = serde_json::from_str(&read("contracts/out/ProtocolState.json")).unwrap();
+    let types = |params: &serde_json::Value| -> Vec<(String, bool)> {
+        params
+            .as_array()
+            .map(|ps| ps.iter().map(|p| (p["type"].as_str().unwrap().to_owned(), p["indexed"] == true)).collect())
+            .unwrap_or_default()
+    };
+    let abi: Vec<Declaration> = artifact["abi"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "function" || i["type"] == "event")
+        .map(|i| {
+            let kind = i["type"].as_str().unwrap().to_owned();
+            (kind, i["name"].as_str().unwrap().to_owned(), types(&i["inputs"]), types(&i["outputs"]))
+        })
+        .collect();
+    let declared = solidity_declarations(&read("protocol/src/contracts.rs"));
+    assert!(declared.len() >= 25, "the parser found the declarations: {declared:?}");
+    for item in &declared {
+        assert!(
+            abi.contains(item),
+            "protocol/src/contracts.rs declares {item:?}, which contracts/out/ProtocolState.json does not have"
+        );
+    }
+}
+
+/// `(kind, name, params, returns)` of each `function`/`event` in a sol!
+/// block, a parameter as `(type, indexed)`.
+type Declaration = (String, String, Vec<(String, bool)>, Vec<(String, bool)>);
+
+fn solidity_declarations(source: &str) -> Vec<Declaration> {
+    let code: String = source.lines().map(|l| l.split("//").next().unwrap()).collect::<Vec<_>>().join(" ");
+    let body = &code[code.find("sol! {").expect("a sol! block") + 6..];
+    // The parameters inside the parentheses that open at `at`.
+    let group = |s: &str| -> Vec<(String, bool)> {
+        let open = s.find('(').unwrap();
+        let mut depth = 0;
+        let close = s[open..]
+            .char_indices()
+            .find_map(|(i, c)| {
+                depth += match c {
+                    '(' => 1,
+                    ')' => -1,
+                    _ => 0,
+                };
+                (depth == 0).then_some(open + i)
+            })
+            .unwrap();
+        s[open + 1..close]
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let words: Vec<&str> = p.split_whitespace().collect();
+                (words[0].to_owned(), words.contains(&"indexed"))
+            })
+            .collect()
+    };
+    body.split(';')
+        .map(str::trim)
+        .filter_map(|decl| {
+            let (kind, rest) = decl.split_once(' ')?;
+            if kind != "function" && kind != "event" {
+                return None;
+            }
+            let name = rest[..rest.find('(')?].trim().to_owned();
+            let params = group(rest);
+            let returns = rest.find("returns").map(|at| group(&rest[at..])).unwrap_or_default();
+            Some((kind.to_owned(), name, params, returns))
+        })
+        .collect()
+}

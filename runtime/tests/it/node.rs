@@ -96,9 +96,8 @@ fn other_markets_and_malformed_logs_are_ignored_without_a_crash() {
     let mut node = start_node(&node_env(&world.url(), &world.manifest, 1), &data.path().join("node"));
     node.wait_for_log("watching ProtocolState");
     let other = world.manifest.other_data_market.clone();
-    let head = world.head();
-    world.release_epoch_for(&other, head, head);
-    world.release_epoch_for(&other, head, head);
+    world.release_next_epoch_for(&other);
+    world.release_next_epoch_for(&other);
     world.emit_malformed_release();
     let (ours, _) = world.release_next_epoch();
     let journal = node.wait_for_journal(1);

@@ -365,7 +365,7 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
     submit(epoch_id, release_block + 20);
     poll_until("a verdict", Duration::from_secs(30), || (reasons().len() == 1).then_some(()));
     assert_eq!(reasons(), ["wrong_signer"]);
-    s.world.register_slot(1, &signer.address().to_string());
+    s.world.assign_slot(1, &signer.address().to_string());
     poll_until("the registration seen", Duration::from_secs(30), || {
         log_text().contains("slots registered").then_some(())
     });

@@ -305,8 +305,8 @@ impl Devnet {
     }
 }
 
-/// A swap (so snapshots have something to show), then the release of an
-/// epoch over the newest block.
+/// A swap (so snapshots have something to show), then the release of the
+/// next epoch: the blocks since the last release, up to the newest.
 pub(crate) async fn release_one(
     driver: &Driver,
     anchor: &Anchor,
@@ -319,8 +319,8 @@ pub(crate) async fn release_one(
     driver.swap(pool, k.is_multiple_of(2), u128::from(1 + k % 9) * 10u128.pow(16)).await?;
     let head = driver.head().await?;
     let sent_at = SystemTime::now();
-    let (epoch_id, release_block) = driver.release_epoch(head, head).await?;
-    let release = lite_node_chain::Release { begin: head, end: head, block_number: release_block };
+    let (epoch_id, begin, end, release_block) = driver.release_epoch_to(head).await?;
+    let release = lite_node_chain::Release { begin, end, block_number: release_block };
     let assignment = selection.epoch(anchor, epoch_id, release).await.map_err(|e| anyhow!("epoch {epoch_id}: {e}"))?;
     let ours = |s: &u64| *s <= nodes;
     let drilled = |s: &u64| faults.iter().any(|(f, _)| f == s);

@@ -102,7 +102,7 @@ impl Devnet {
                     .iter()
                     .any(|s| s.slot_id == slot_id && s.signer.eq_ignore_ascii_case(&signer.address().to_string()));
                 if !registered {
-                    driver.register_slot(slot_id, signer.address()).await?;
+                    driver.assign_slot(slot_id, signer.address()).await?;
                 }
             }
             slots.push((n, signer.address(), key));
@@ -113,7 +113,7 @@ impl Devnet {
             let slot_id = opts.our_slots() + 1;
             let key = derived_key(slot_id);
             let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("the full node's key: {e}"))?;
-            driver.register_slot(slot_id, signer.address()).await?;
+            driver.assign_slot(slot_id, signer.address()).await?;
             driver.set_full_node(slot_id).await?;
             Some((slot_id, signer.address(), key))
         } else {

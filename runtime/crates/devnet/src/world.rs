@@ -7,7 +7,7 @@ use std::{path::Path, time::Duration};
 use alloy::{
     primitives::{Address, U256, Uint},
     sol,
-    sol_types::SolCall,
+    sol_types::{SolCall, SolEvent},
 };
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Deserialize;
@@ -28,7 +28,9 @@ sol! {
     }
     function exactInputSingle(ExactInputSingleParams params) external returns (uint256);
     function releaseEpoch(address dataMarketAddress, uint256 begin, uint256 end) external returns (uint256);
+    function lastReleasedEnd(address dataMarketAddress) external view returns (uint256);
     function registerSlot(uint256 slotId, address snapshotter) external;
+    function reassignSlot(uint256 slotId, address snapshotter) external;
     function setTotalNodeCount(uint256 n) external;
 }
 
@@ -145,14 +147,37 @@ impl Driver {
         self.manifest.protocol_state.clone()
     }
 
-    /// Releases the next epoch of our data market over `begin..=end`;
-    /// returns `(epoch id, anchor block of the release)`.
-    pub async fn release_epoch(&self, begin: u64, end: u64) -> Result<(u64, u64)> {
+    /// A view of ProtocolState at the newest block.
+    async fn view(&self, data: Vec<u8>, what: &str) -> Result<Vec<u8>> {
+        let tx = json!({"to": self.protocol_state(), "data": format!("0x{}", hex::encode(data))});
+        let answer = self.call("eth_call", json!([tx, "latest"])).await.with_context(|| what.to_owned())?;
+        let text = answer.as_str().ok_or_else(|| anyhow!("{what}: eth_call answered {answer}"))?;
+        hex::decode(text.trim_start_matches("0x")).map_err(|e| anyhow!("{what}: eth_call answered {text}: {e}"))
+    }
+
+    /// Releases the next epoch of our data market, as a market's releaser
+    /// does: from the block after the last released one (the contract takes
+    /// nothing else) to `head`; the first release is `head` alone. Returns
+    /// `(epoch id, begin, end, anchor block of the release)`.
+    pub async fn release_epoch_to(&self, head: u64) -> Result<(u64, u64, u64, u64)> {
         let market = address(&self.manifest.data_market, "dataMarket")?;
-        let call = releaseEpochCall { dataMarketAddress: market, begin: U256::from(begin), end: U256::from(end) };
+        let last = self.view(lastReleasedEndCall { dataMarketAddress: market }.abi_encode(), "lastReleasedEnd").await?;
+        let last = lastReleasedEndCall::abi_decode_returns(&last).map_err(|e| anyhow!("lastReleasedEnd: {e}"))?;
+        let last = u64::try_from(last).map_err(|_| anyhow!("lastReleasedEnd {last} is past u64"))?;
+        let begin = if last == 0 { head } else { last + 1 };
+        if begin > head {
+            bail!("nothing to release: blocks up to {last} are released and the head is {head}");
+        }
+        let call = releaseEpochCall { dataMarketAddress: market, begin: U256::from(begin), end: U256::from(head) };
         let receipt = self.transact(&self.protocol_state(), call.abi_encode(), "releaseEpoch").await?;
-        let log = &receipt["logs"][0];
-        Ok((quantity(&log["topics"][2])?, quantity(&receipt["blockNumber"])?))
+        // A release that starts a day logs DayStartedEvent first.
+        let topic = format!("{:#x}", lite_node_protocol::contracts::EpochReleased::SIGNATURE_HASH);
+        let logs = receipt["logs"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let log = logs
+            .iter()
+            .find(|l| l["topics"][0].as_str() == Some(topic.as_str()))
+            .ok_or_else(|| anyhow!("releaseEpoch: no EpochReleased log in its receipt"))?;
+        Ok((quantity(&log["topics"][2])?, begin, head, quantity(&receipt["blockNumber"])?))
     }
 
     /// Registers `slot_id` as a full node of our data market (docs/protocol.md §13).
@@ -166,9 +191,22 @@ impl Driver {
         self.transact(&self.protocol_state(), call.abi_encode(), "setFullNode").await.map(drop)
     }
 
-    pub async fn register_slot(&self, slot_id: u64, signer: Address) -> Result<()> {
-        let call = registerSlotCall { slotId: U256::from(slot_id), snapshotter: signer };
-        self.transact(&self.protocol_state(), call.abi_encode(), "registerSlot").await.map(drop)
+    /// Gives `slot_id` to `signer`: a registered slot is reassigned, the
+    /// next one registered (slots register in order).
+    pub async fn assign_slot(&self, slot_id: u64, signer: Address) -> Result<()> {
+        let holder = lite_node_protocol::contracts::slotSnapshotterMappingCall { slotId: U256::from(slot_id) };
+        let holder = self.view(holder.abi_encode(), "slotSnapshotterMapping").await?;
+        let holder = lite_node_protocol::contracts::slotSnapshotterMappingCall::abi_decode_returns(&holder)
+            .map_err(|e| anyhow!("slotSnapshotterMapping: {e}"))?;
+        if holder == signer {
+            return Ok(());
+        }
+        let (data, what) = if holder == Address::ZERO {
+            (registerSlotCall { slotId: U256::from(slot_id), snapshotter: signer }.abi_encode(), "registerSlot")
+        } else {
+            (reassignSlotCall { slotId: U256::from(slot_id), snapshotter: signer }.abi_encode(), "reassignSlot")
+        };
+        self.transact(&self.protocol_state(), data, what).await.map(drop)
     }
 
     /// Makes `validators` the data market's validators (on top of any) and
