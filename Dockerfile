@@ -21,6 +21,7 @@ COPY Cargo.toml Cargo.lock rustfmt.toml ./
 COPY proto proto
 COPY plugin-api plugin-api
 COPY protocol protocol
+COPY contracts/out contracts/out
 COPY validator validator
 COPY runtime runtime
 COPY tests tests

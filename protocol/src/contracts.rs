@@ -13,6 +13,12 @@ alloy::sol! {
     event SlotRegistered(uint256 indexed slotId, address indexed snapshotter);
 
     function getTotalNodeCount() external view returns (uint256);
+    // A market's operator (contracts/src/ProtocolState.sol).
+    function owner() external view returns (address);
+    function currentEpochId(address dataMarketAddress) external view returns (uint256);
+    function lastReleasedEnd(address dataMarketAddress) external view returns (uint256);
+    function epochsPerDay(address dataMarketAddress) external view returns (uint256);
+    function setEpochsPerDay(address dataMarketAddress, uint256 n) external;
     function slotSnapshotterMapping(uint256 slotId) external view returns (address);
     function allSnapshotters(address snapshotter) external view returns (bool);
 

@@ -64,6 +64,57 @@ enum Command {
     /// The whole network on this machine: anvil with Uniswap V3 pools and
     /// ProtocolState, the collector, N nodes, activity and epoch releases.
     Devnet(DevnetArgs),
+    /// A data market's operator: deploy ProtocolState on any EVM chain,
+    /// read the market back.
+    #[command(subcommand)]
+    Market(MarketCommand),
+}
+
+#[derive(Subcommand)]
+enum MarketCommand {
+    /// Deploy the production ProtocolState with the deployer's key and
+    /// write the market's manifest (chains, contract, identity, deploy
+    /// block, epoch size, namespace), which the other verbs read.
+    Deploy(MarketDeployArgs),
+    /// What the chain says of the market: epochs released, the releaser's
+    /// lag behind the source chain, slots and validators.
+    Status {
+        /// The market's manifest.
+        #[arg(long, value_name = "PATH", default_value = "market.json")]
+        manifest: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct MarketDeployArgs {
+    /// The anchor chain's JSON-RPC URL, where ProtocolState lives (repeat
+    /// for several).
+    #[arg(long, value_name = "URL", required = true)]
+    anchor_rpc: Vec<String>,
+    /// The source chain's JSON-RPC URL, where the market's data is (repeat
+    /// for several; default: the anchor's).
+    #[arg(long, value_name = "URL")]
+    source_rpc: Vec<String>,
+    /// A file holding the deployer's private key (64 hex digits), which
+    /// owns the contract; never printed.
+    #[arg(long, value_name = "PATH")]
+    key_file: PathBuf,
+    /// Source-chain blocks per epoch.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    epoch_size: u64,
+    /// Epochs per day: the contract starts a day every N epochs.
+    #[arg(long, value_name = "N")]
+    epochs_per_day: Option<u64>,
+    /// The namespace in the market's project ids.
+    #[arg(long, value_name = "NS")]
+    namespace: String,
+    /// The market's identity in ProtocolState (default: the contract's
+    /// own address).
+    #[arg(long, value_name = "ADDRESS")]
+    data_market: Option<String>,
+    /// Where to write the manifest (never over an existing file).
+    #[arg(long, value_name = "PATH", default_value = "market.json")]
+    out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -539,6 +590,20 @@ fn main() -> ExitCode {
             &env,
         ),
         Command::Alert(AlertCommand::Test) => commands::alert_test(&env, &mut stdout()),
+        Command::Market(MarketCommand::Deploy(a)) => commands::market_deploy(
+            &commands::DeployOptions {
+                anchor_rpcs: a.anchor_rpc,
+                source_rpcs: a.source_rpc,
+                key_file: a.key_file,
+                epoch_size: a.epoch_size,
+                epochs_per_day: a.epochs_per_day,
+                namespace: a.namespace,
+                data_market: a.data_market,
+                out: a.out,
+            },
+            &mut stdout(),
+        ),
+        Command::Market(MarketCommand::Status { manifest }) => commands::market_status(&manifest, &mut stdout()),
         Command::Check { offline } => commands::check(&env, offline, &mut stdout()),
         Command::Compute(ComputeCommand::Fetch) => {
             commands::compute_show(&env, Fetch::Allowed, &mut stdout()).map(drop)

@@ -11,6 +11,7 @@ mod compute;
 mod compute_run;
 mod devnet;
 mod finalized;
+mod market;
 mod run;
 mod validator;
 
@@ -23,6 +24,7 @@ pub use compute_run::{ComputeRunFailed, EpochQuery, compute_run};
 pub use devnet::devnet;
 pub use finalized::{FinalizedQuery, finalized};
 pub use lite_node_validator::service::Component;
+pub use market::{DeployOptions, Manifest, market_deploy, market_status};
 pub use run::run;
 pub use validator::{ValidatorOptions, validator};
 

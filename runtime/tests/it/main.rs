@@ -16,6 +16,7 @@ mod devnet;
 mod executor;
 mod finalized;
 mod init_sh;
+mod market;
 mod node;
 mod plugins;
 mod readme;

@@ -56,7 +56,7 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
     };
     let node = Node::new();
     let mut missing = Vec::new();
-    let commands: [(&[&str], String); 12] = [
+    let commands: [(&[&str], String); 14] = [
         (&["devnet"], table(&devnet, "| option | meaning (default) |")),
         (&["validator"], section(&validator, "## Running a validator")),
         (&["run"], row("run")),
@@ -69,6 +69,8 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
         (&["compute", "list"], row("compute list")),
         (&["compute", "run"], row("compute run")),
         (&["compute", "new"], row("compute new")),
+        (&["market", "deploy"], row("market deploy")),
+        (&["market", "status"], row("market status")),
     ];
     for (command, documented) in &commands {
         for flag in flags(&node, command) {

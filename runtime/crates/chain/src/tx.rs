@@ -67,6 +67,8 @@ pub struct Receipt {
     /// `false`: it reverted when mined.
     pub success: bool,
     pub gas_used: u64,
+    /// The contract a creation made.
+    pub contract_address: Option<Address>,
 }
 
 /// The priority fee offered, capped by the fee cap.
@@ -102,8 +104,24 @@ impl TxSender {
     /// Estimates and signs a call of `input` to `to`, without sending it:
     /// its hash is known (and can be recorded) before it can be mined.
     pub async fn prepare(&self, to: Address, input: Bytes) -> Result<Prepared, TxError> {
+        self.prepare_kind(TxKind::Call(to), input).await
+    }
+
+    /// Estimates, signs and sends the creation of a contract whose init
+    /// code (bytecode and constructor arguments) is `code`; returns the
+    /// transaction's hash (the receipt names the contract's address).
+    pub async fn deploy(&self, code: Bytes) -> Result<B256, TxError> {
+        let tx = self.prepare_kind(TxKind::Create, code).await?;
+        self.broadcast(&tx).await?;
+        Ok(tx.hash)
+    }
+
+    async fn prepare_kind(&self, kind: TxKind, input: Bytes) -> Result<Prepared, TxError> {
         let from = self.address();
-        let call = json!({"from": from, "to": to, "data": input});
+        let call = match kind {
+            TxKind::Call(to) => json!({"from": from, "to": to, "data": input}),
+            TxKind::Create => json!({"from": from, "data": input}),
+        };
         let answers = self
             .rpc
             .batch_values(&[
@@ -136,7 +154,7 @@ impl TxSender {
             gas_limit: u64::try_from(gas.saturating_mul(3) / 2).unwrap_or(u64::MAX),
             max_fee_per_gas: max_fee,
             max_priority_fee_per_gas: PRIORITY_FEE.min(max_fee),
-            to: TxKind::Call(to),
+            to: kind,
             value: U256::ZERO,
             access_list: Default::default(),
             input,
@@ -173,6 +191,7 @@ impl TxSender {
             block_number: field("blockNumber")? as u64,
             success: field("status")? == 1,
             gas_used: field("gasUsed")? as u64,
+            contract_address: v["contractAddress"].as_str().and_then(|a| a.parse().ok()),
         }))
     }
 

@@ -1,0 +1,310 @@
+//! `lite-node market …`: a data market operator's verbs, against any EVM
+//! chain. `deploy` puts the production ProtocolState (`contracts/out/`,
+//! embedded in the binary) on the anchor chain with the deployer's key and
+//! writes the market's manifest; `status` reads the market back through
+//! the manifest. The key is read from a file, never from the command line
+//! (where `ps` shows it), and never printed.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use alloy::{
+    primitives::{Address, Bytes, U256},
+    sol_types::SolCall,
+};
+use anyhow::{Context, Result, anyhow, bail};
+use lite_node_chain::{HttpRpc, IoRuntime, TxSender};
+use lite_node_protocol::contracts::{
+    currentEpochIdCall, epochsPerDayCall, getTotalNodeCountCall, getTotalValidatorsCountCall, lastReleasedEndCall,
+    ownerCall, setEpochsPerDayCall,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::{config::SecretKey, exit::BadInput};
+
+/// The production contract as the pinned solc compiled it (a test holds
+/// the checked-in artifact to the sources).
+const PROTOCOL_STATE: &str = include_str!("../../../contracts/out/ProtocolState.json");
+
+/// How long a deployment's transactions may take to be mined.
+const MINED_WITHIN: Duration = Duration::from_secs(180);
+
+/// One chain of a market: its id and the endpoints to reach it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChainEntry {
+    pub chain_id: u64,
+    pub rpcs: Vec<String>,
+}
+
+/// What `market deploy` writes and the other verbs read.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Manifest {
+    /// The manifest's format (1).
+    pub version: u32,
+    /// Where ProtocolState lives and epochs are released.
+    pub anchor: ChainEntry,
+    /// Where the market's data (and each epoch's blocks) come from.
+    pub source: ChainEntry,
+    pub protocol_state: Address,
+    /// The market's identity in ProtocolState (`dataMarketAddress`).
+    pub data_market: Address,
+    pub deployer: Address,
+    /// The anchor block of the deployment: events are read from here.
+    pub deploy_block: u64,
+    /// Source-chain blocks per epoch.
+    pub epoch_size: u64,
+    /// Epochs per day (the contract starts days on this schedule), if set.
+    pub epochs_per_day: Option<u64>,
+    /// The namespace in the market's project ids.
+    pub namespace: String,
+}
+
+impl Manifest {
+    /// Reads `path`; every problem names the file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| BadInput(format!("{}: {e} (write one with `lite-node market deploy`)", path.display())))?;
+        let manifest: Manifest = serde_json::from_str(&text)
+            .map_err(|e| BadInput(format!("{}: not a market manifest: {e}", path.display())))?;
+        if manifest.version != 1 {
+            bail!(BadInput(format!(
+                "{}: manifest version {} (this lite-node reads version 1)",
+                path.display(),
+                manifest.version
+            )));
+        }
+        Ok(manifest)
+    }
+}
+
+/// What `lite-node market deploy` is given.
+#[derive(Clone, Debug)]
+pub struct DeployOptions {
+    pub anchor_rpcs: Vec<String>,
+    /// Default: the anchor's.
+    pub source_rpcs: Vec<String>,
+    pub key_file: PathBuf,
+    pub epoch_size: u64,
+    pub epochs_per_day: Option<u64>,
+    pub namespace: String,
+    /// Default: the deployed contract's address.
+    pub data_market: Option<String>,
+    pub out: PathBuf,
+}
+
+/// Deploys ProtocolState and writes the manifest to `o.out`.
+pub fn market_deploy(o: &DeployOptions, out: &mut dyn Write) -> Result<()> {
+    if o.out.exists() {
+        bail!(BadInput(format!(
+            "--out {}: a file is there (a market's manifest is never overwritten): move it, or give another path",
+            o.out.display()
+        )));
+    }
+    if o.epoch_size == 0 {
+        bail!(BadInput("--epoch-size 0: an epoch is at least one block".into()));
+    }
+    if o.epochs_per_day == Some(0) {
+        bail!(BadInput("--epochs-per-day 0: a day is at least one epoch".into()));
+    }
+    if o.namespace.is_empty() || !o.namespace.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        bail!(BadInput(format!("--namespace `{}`: letters, digits, `-` and `_` only", o.namespace)));
+    }
+    let data_market = o
+        .data_market
+        .as_deref()
+        .map(|t| t.parse::<Address>().map_err(|_| BadInput(format!("--data-market {t}: not an address"))))
+        .transpose()?;
+    let key = read_key(&o.key_file)?;
+    let (anchor_rpcs, source_rpcs) =
+        (o.anchor_rpcs.clone(), if o.source_rpcs.is_empty() { o.anchor_rpcs.clone() } else { o.source_rpcs.clone() });
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let manifest = runtime.block_on(async {
+        let io = IoRuntime::new()?;
+        let anchor = connect("anchor", &anchor_rpcs, &io)?;
+        let source = connect("source", &source_rpcs, &io)?;
+        let anchor_id = chain_id(&anchor, "--anchor-rpc", &anchor_rpcs).await?;
+        let source_id = chain_id(&source, "--source-rpc", &source_rpcs).await?;
+        let anchor = std::sync::Arc::new(anchor);
+        let sender = TxSender::new(anchor.clone(), key.bytes(), anchor_id)
+            .map_err(|e| BadInput(format!("--key-file {}: {e}", o.key_file.display())))?;
+        writeln!(out, "deploying ProtocolState on chain {anchor_id} from {}", sender.address())?;
+        let hash = sender.deploy(bytecode()?).await.map_err(|e| anyhow!("deploying ProtocolState: {e}"))?;
+        let receipt = mined(&sender, hash, "the deployment").await?;
+        let protocol_state =
+            receipt.contract_address.ok_or_else(|| anyhow!("the deployment's receipt names no contract"))?;
+        writeln!(out, "ProtocolState at {protocol_state} (block {}, transaction {hash})", receipt.block_number)?;
+        let data_market = data_market.unwrap_or(protocol_state);
+        if let Some(n) = o.epochs_per_day {
+            let call = setEpochsPerDayCall { dataMarketAddress: data_market, n: U256::from(n) };
+            let hash = sender
+                .send(protocol_state, call.abi_encode().into())
+                .await
+                .map_err(|e| anyhow!("setting epochs per day: {e}"))?;
+            mined(&sender, hash, "setEpochsPerDay").await?;
+            writeln!(out, "days of {n} epochs")?;
+        }
+        Ok::<_, anyhow::Error>(Manifest {
+            version: 1,
+            anchor: ChainEntry { chain_id: anchor_id, rpcs: anchor_rpcs },
+            source: ChainEntry { chain_id: source_id, rpcs: source_rpcs },
+            protocol_state,
+            data_market,
+            deployer: sender.address(),
+            deploy_block: receipt.block_number,
+            epoch_size: o.epoch_size,
+            epochs_per_day: o.epochs_per_day,
+            namespace: o.namespace.clone(),
+        })
+    })?;
+    let text = serde_json::to_string_pretty(&manifest)? + "\n";
+    lite_node_core::atomic_file::write_durable(&o.out, text.as_bytes())
+        .with_context(|| format!("writing the manifest to {}", o.out.display()))?;
+    writeln!(
+        out,
+        "market {} (namespace {}): manifest written to {}",
+        manifest.data_market,
+        manifest.namespace,
+        o.out.display()
+    )?;
+    Ok(())
+}
+
+/// Prints what the chain says of the market the manifest names.
+pub fn market_status(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
+    let m = Manifest::load(manifest_path)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let io = IoRuntime::new()?;
+        let anchor = connect("anchor", &m.anchor.rpcs, &io)?;
+        let source = connect("source", &m.source.rpcs, &io)?;
+        for (rpc, entry, which) in [(&anchor, &m.anchor, "anchor"), (&source, &m.source, "source")] {
+            let id = chain_id(rpc, &format!("the {which} RPC"), &entry.rpcs).await?;
+            if id != entry.chain_id {
+                bail!(BadInput(format!(
+                    "{}: the market's {which} chain is {}, but its RPC ({}) is chain {id}: a manifest of another chain?",
+                    manifest_path.display(),
+                    entry.chain_id,
+                    shown(&entry.rpcs)
+                )));
+            }
+        }
+        let code = anchor.call_value("eth_getCode", json!([m.protocol_state, "latest"])).await?;
+        if code.as_str().is_none_or(|c| c.trim_start_matches("0x").is_empty()) {
+            bail!(BadInput(format!(
+                "{}: no contract at {} on chain {}: a manifest of another chain, or a chain that was reset?",
+                manifest_path.display(),
+                m.protocol_state,
+                m.anchor.chain_id
+            )));
+        }
+        let dm = m.data_market;
+        let owner = view(&anchor, m.protocol_state, ownerCall {}).await?;
+        let epoch = view(&anchor, m.protocol_state, currentEpochIdCall { dataMarketAddress: dm }).await?;
+        let last_end = view(&anchor, m.protocol_state, lastReleasedEndCall { dataMarketAddress: dm }).await?;
+        let per_day = view(&anchor, m.protocol_state, epochsPerDayCall { dataMarketAddress: dm }).await?;
+        let slots = view(&anchor, m.protocol_state, getTotalNodeCountCall {}).await?;
+        let validators = view(&anchor, m.protocol_state, getTotalValidatorsCountCall { dataMarketAddress: dm }).await?;
+        let head = quantity(&source.call_value("eth_blockNumber", json!([])).await?)?;
+        writeln!(out, "market {dm} (namespace {}), ProtocolState {} on chain {}", m.namespace, m.protocol_state, m.anchor.chain_id)?;
+        writeln!(out, "owner: {owner}")?;
+        let days = if per_day.is_zero() { "no day schedule".to_owned() } else { format!("days of {per_day} epochs") };
+        let size = if m.epoch_size == 1 { "1 block".to_owned() } else { format!("{} blocks", m.epoch_size) };
+        writeln!(out, "epochs released: {epoch} (epoch size {size}; {days})")?;
+        if last_end.is_zero() {
+            writeln!(out, "releaser: nothing released yet (source chain {} head {head})", m.source.chain_id)?;
+        } else {
+            let lag = U256::from(head).saturating_sub(last_end);
+            writeln!(out, "releaser: released up to source block {last_end}, head {head} ({lag} blocks behind)")?;
+        }
+        writeln!(out, "slots registered: {slots}")?;
+        writeln!(out, "validators: {validators}")?;
+        Ok(())
+    })
+}
+
+/// The deployer's key from `path`: 64 hex digits (with or without 0x); the
+/// file's text is never shown.
+fn read_key(path: &Path) -> Result<SecretKey> {
+    let text = std::fs::read_to_string(path).map_err(|e| BadInput(format!("--key-file {}: {e}", path.display())))?;
+    Ok(SecretKey::parse_hex(&format!("--key-file {}", path.display()), &text).map_err(BadInput)?)
+}
+
+fn connect(role: &'static str, urls: &[String], io: &IoRuntime) -> Result<HttpRpc> {
+    if urls.is_empty() {
+        bail!(BadInput(format!("no {role} RPC given (--{role}-rpc URL)")));
+    }
+    Ok(HttpRpc::new(role, urls.to_vec(), Duration::from_secs(30), io.clone()).map_err(BadInput)?)
+}
+
+/// The chain id the endpoints answer; an endpoint that is not an EVM
+/// chain's JSON-RPC is named.
+async fn chain_id(rpc: &HttpRpc, flag: &str, urls: &[String]) -> Result<u64> {
+    let answer = rpc.call_value("eth_chainId", json!([])).await.map_err(|e| {
+        BadInput(format!(
+            "{flag} {}: not an EVM chain's JSON-RPC endpoint, or not answering ({})",
+            shown(urls),
+            e.message
+        ))
+    })?;
+    quantity(&answer)
+        .map_err(|_| BadInput(format!("{flag} {}: eth_chainId answered {answer}, not a chain id", shown(urls))).into())
+}
+
+/// Endpoints as messages show them: an API key in a URL is left out.
+fn shown(urls: &[String]) -> String {
+    urls.iter().map(|u| lite_node_core::url::redact_rpc_url(u)).collect::<Vec<_>>().join(", ")
+}
+
+fn quantity(v: &Value) -> Result<u64> {
+    let text = v.as_str().ok_or_else(|| anyhow!("{v} is not a quantity"))?;
+    u64::from_str_radix(text.trim_start_matches("0x"), 16).map_err(|_| anyhow!("{v} is not a quantity"))
+}
+
+/// A view of ProtocolState at the newest block.
+async fn view<C: SolCall>(rpc: &HttpRpc, to: Address, call: C) -> Result<C::Return> {
+    let tx = json!({"to": to, "data": Bytes::from(call.abi_encode())});
+    let answer = rpc
+        .call_value("eth_call", json!([tx, "latest"]))
+        .await
+        .map_err(|e| anyhow!("{}: {}", C::SIGNATURE, e.message))?;
+    let bytes: Bytes =
+        serde_json::from_value(answer.clone()).map_err(|_| anyhow!("{}: answered {answer}", C::SIGNATURE))?;
+    C::abi_decode_returns(&bytes).map_err(|e| anyhow!("{}: answered {answer}: {e}", C::SIGNATURE))
+}
+
+/// ProtocolState's creation code from the embedded artifact.
+fn bytecode() -> Result<Bytes> {
+    let artifact: Value = serde_json::from_str(PROTOCOL_STATE).context("the embedded ProtocolState artifact")?;
+    let code = artifact["bytecode"].as_str().ok_or_else(|| anyhow!("the embedded artifact has no bytecode"))?;
+    code.parse().map_err(|e| anyhow!("the embedded bytecode: {e}"))
+}
+
+/// The receipt of `hash` once mined (a line every 15 s while it waits);
+/// an error if it reverted or is not mined in time.
+async fn mined(sender: &TxSender, hash: alloy::primitives::B256, what: &str) -> Result<lite_node_chain::Receipt> {
+    let started = tokio::time::Instant::now();
+    let mut said = started;
+    loop {
+        if let Some(receipt) = sender.receipt(hash).await.map_err(|e| anyhow!("{what}: {}", e.message))? {
+            if !receipt.success {
+                bail!("{what}: transaction {hash} reverted when mined");
+            }
+            return Ok(receipt);
+        }
+        if started.elapsed() > MINED_WITHIN {
+            bail!("{what}: transaction {hash} not mined after {} s", MINED_WITHIN.as_secs());
+        }
+        if said.elapsed() > Duration::from_secs(15) {
+            eprintln!("waiting for {what} (transaction {hash}) to be mined");
+            said = tokio::time::Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
