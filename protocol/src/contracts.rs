@@ -19,6 +19,9 @@ alloy::sol! {
     function lastReleasedEnd(address dataMarketAddress) external view returns (uint256);
     function epochsPerDay(address dataMarketAddress) external view returns (uint256);
     function setEpochsPerDay(address dataMarketAddress, uint256 n) external;
+    function registerSlot(uint256 slotId, address snapshotter) external;
+    function reassignSlot(uint256 slotId, address snapshotter) external;
+    function removeSlot(uint256 slotId) external;
     function slotSnapshotterMapping(uint256 slotId) external view returns (address);
     function allSnapshotters(address snapshotter) external view returns (bool);
 

@@ -83,6 +83,113 @@ enum MarketCommand {
         #[arg(long, value_name = "PATH", default_value = "market.json")]
         manifest: PathBuf,
     },
+    /// The slot registry: register, reassign, remove, mark full nodes, list.
+    #[command(subcommand)]
+    Slots(SlotsCommand),
+    /// The market's validators: add, remove, list.
+    #[command(subcommand)]
+    Validators(ValidatorsCommand),
+    /// The env block an operator pastes into the node's `.env` for a slot
+    /// (their own key stays theirs: its line is left empty).
+    Env {
+        /// The slot.
+        #[arg(long, value_name = "N")]
+        slot: u64,
+        /// The market's manifest.
+        #[arg(long, value_name = "PATH", default_value = "market.json")]
+        manifest: PathBuf,
+    },
+}
+
+/// The manifest, and the key of the account that sends the transaction.
+#[derive(clap::Args)]
+struct MarketAccessArgs {
+    /// The market's manifest.
+    #[arg(long, value_name = "PATH", default_value = "market.json")]
+    manifest: PathBuf,
+    /// A file holding the sender's private key (the owner's, or a
+    /// registrar's for slots); never printed.
+    #[arg(long, value_name = "PATH")]
+    key_file: Option<PathBuf>,
+}
+
+impl MarketAccessArgs {
+    fn access(self) -> commands::MarketAccess {
+        commands::MarketAccess { manifest: self.manifest, key_file: self.key_file }
+    }
+}
+
+#[derive(Subcommand)]
+enum SlotsCommand {
+    /// Register the next slot (slots register in order) to a signer.
+    Register {
+        /// The signer's address.
+        #[arg(long, value_name = "ADDRESS")]
+        signer: String,
+        /// The slot (default: the next; any other is refused).
+        #[arg(long, value_name = "N")]
+        slot: Option<u64>,
+        #[command(flatten)]
+        access: MarketAccessArgs,
+    },
+    /// Give a registered slot to another signer.
+    Reassign {
+        #[arg(long, value_name = "N")]
+        slot: u64,
+        /// The new signer's address.
+        #[arg(long, value_name = "ADDRESS")]
+        signer: String,
+        #[command(flatten)]
+        access: MarketAccessArgs,
+    },
+    /// Remove the last slot.
+    Remove {
+        #[arg(long, value_name = "N")]
+        slot: u64,
+        #[command(flatten)]
+        access: MarketAccessArgs,
+    },
+    /// Mark a slot as a full node of the market (`--off`: unmark it).
+    FullNode {
+        #[arg(long, value_name = "N")]
+        slot: u64,
+        /// Unmark instead.
+        #[arg(long)]
+        off: bool,
+        #[command(flatten)]
+        access: MarketAccessArgs,
+    },
+    /// Every registered slot with its signer, full nodes marked.
+    List {
+        /// The market's manifest.
+        #[arg(long, value_name = "PATH", default_value = "market.json")]
+        manifest: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum ValidatorsCommand {
+    /// Make addresses validators of the market.
+    Add {
+        /// The validators' addresses.
+        #[arg(required = true, value_name = "ADDRESS")]
+        addresses: Vec<String>,
+        #[command(flatten)]
+        access: MarketAccessArgs,
+    },
+    /// Remove validators (their attestations stop counting at once).
+    Remove {
+        #[arg(required = true, value_name = "ADDRESS")]
+        addresses: Vec<String>,
+        #[command(flatten)]
+        access: MarketAccessArgs,
+    },
+    /// The market's validators.
+    List {
+        /// The market's manifest.
+        #[arg(long, value_name = "PATH", default_value = "market.json")]
+        manifest: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -108,6 +215,13 @@ struct MarketDeployArgs {
     /// The namespace in the market's project ids.
     #[arg(long, value_name = "NS")]
     namespace: String,
+    /// The anchor chain's name in project ids, POWERLOOM_CHAIN (default:
+    /// `chain` and its id).
+    #[arg(long, value_name = "NAME")]
+    anchor_chain: Option<String>,
+    /// The source chain's name in project ids, SOURCE_CHAIN.
+    #[arg(long, value_name = "NAME", default_value = "ETH")]
+    source_chain: String,
     /// The market's identity in ProtocolState (default: the contract's
     /// own address).
     #[arg(long, value_name = "ADDRESS")]
@@ -598,12 +712,47 @@ fn main() -> ExitCode {
                 epoch_size: a.epoch_size,
                 epochs_per_day: a.epochs_per_day,
                 namespace: a.namespace,
+                anchor_name: a.anchor_chain,
+                source_name: a.source_chain,
                 data_market: a.data_market,
                 out: a.out,
             },
             &mut stdout(),
         ),
         Command::Market(MarketCommand::Status { manifest }) => commands::market_status(&manifest, &mut stdout()),
+        Command::Market(MarketCommand::Env { slot, manifest }) => commands::market_env(&manifest, slot, &mut stdout()),
+        Command::Market(MarketCommand::Slots(verb)) => {
+            let (access, verb) = match verb {
+                SlotsCommand::Register { signer, slot, access } => {
+                    (access.access(), commands::SlotsVerb::Register { slot, signer })
+                }
+                SlotsCommand::Reassign { slot, signer, access } => {
+                    (access.access(), commands::SlotsVerb::Reassign { slot, signer })
+                }
+                SlotsCommand::Remove { slot, access } => (access.access(), commands::SlotsVerb::Remove { slot }),
+                SlotsCommand::FullNode { slot, off, access } => {
+                    (access.access(), commands::SlotsVerb::FullNode { slot, on: !off })
+                }
+                SlotsCommand::List { manifest } => {
+                    (commands::MarketAccess { manifest, key_file: None }, commands::SlotsVerb::List)
+                }
+            };
+            commands::market_slots(&access, &verb, &mut stdout())
+        }
+        Command::Market(MarketCommand::Validators(verb)) => {
+            let (access, verb) = match verb {
+                ValidatorsCommand::Add { addresses, access } => {
+                    (access.access(), commands::ValidatorsVerb::Add(addresses))
+                }
+                ValidatorsCommand::Remove { addresses, access } => {
+                    (access.access(), commands::ValidatorsVerb::Remove(addresses))
+                }
+                ValidatorsCommand::List { manifest } => {
+                    (commands::MarketAccess { manifest, key_file: None }, commands::ValidatorsVerb::List)
+                }
+            };
+            commands::market_validators(&access, &verb, &mut stdout())
+        }
         Command::Check { offline } => commands::check(&env, offline, &mut stdout()),
         Command::Compute(ComputeCommand::Fetch) => {
             commands::compute_show(&env, Fetch::Allowed, &mut stdout()).map(drop)

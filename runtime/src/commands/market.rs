@@ -18,8 +18,9 @@ use alloy::{
 use anyhow::{Context, Result, anyhow, bail};
 use lite_node_chain::{HttpRpc, IoRuntime, TxSender};
 use lite_node_protocol::contracts::{
-    currentEpochIdCall, epochsPerDayCall, getTotalNodeCountCall, getTotalValidatorsCountCall, lastReleasedEndCall,
-    ownerCall, setEpochsPerDayCall,
+    currentEpochIdCall, epochsPerDayCall, getFullNodesCall, getTotalNodeCountCall, getTotalValidatorsCountCall,
+    getValidatorsCall, lastReleasedEndCall, ownerCall, reassignSlotCall, registerSlotCall, removeSlotCall,
+    setEpochsPerDayCall, setFullNodeCall, slotSnapshotterMappingCall, updateAddressesCall,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -37,6 +38,9 @@ const MINED_WITHIN: Duration = Duration::from_secs(180);
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ChainEntry {
+    /// The name in the market's project namespace (`POWERLOOM_CHAIN`,
+    /// `SOURCE_CHAIN`).
+    pub name: String,
     pub chain_id: u64,
     pub rpcs: Vec<String>,
 }
@@ -93,6 +97,9 @@ pub struct DeployOptions {
     pub epoch_size: u64,
     pub epochs_per_day: Option<u64>,
     pub namespace: String,
+    /// The chains' names in project ids (default: `chain<id>` and `ETH`).
+    pub anchor_name: Option<String>,
+    pub source_name: String,
     /// Default: the deployed contract's address.
     pub data_market: Option<String>,
     pub out: PathBuf,
@@ -112,8 +119,16 @@ pub fn market_deploy(o: &DeployOptions, out: &mut dyn Write) -> Result<()> {
     if o.epochs_per_day == Some(0) {
         bail!(BadInput("--epochs-per-day 0: a day is at least one epoch".into()));
     }
-    if o.namespace.is_empty() || !o.namespace.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-        bail!(BadInput(format!("--namespace `{}`: letters, digits, `-` and `_` only", o.namespace)));
+    let word = |flag: &str, text: &str| -> Result<()> {
+        if text.is_empty() || !text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            bail!(BadInput(format!("{flag} `{text}`: letters, digits and `_` only (it is a part of project ids)")));
+        }
+        Ok(())
+    };
+    word("--namespace", &o.namespace)?;
+    word("--source-chain", &o.source_name)?;
+    if let Some(name) = &o.anchor_name {
+        word("--anchor-chain", name)?;
     }
     let data_market = o
         .data_market
@@ -152,8 +167,12 @@ pub fn market_deploy(o: &DeployOptions, out: &mut dyn Write) -> Result<()> {
         }
         Ok::<_, anyhow::Error>(Manifest {
             version: 1,
-            anchor: ChainEntry { chain_id: anchor_id, rpcs: anchor_rpcs },
-            source: ChainEntry { chain_id: source_id, rpcs: source_rpcs },
+            anchor: ChainEntry {
+                name: o.anchor_name.clone().unwrap_or_else(|| format!("chain{anchor_id}")),
+                chain_id: anchor_id,
+                rpcs: anchor_rpcs,
+            },
+            source: ChainEntry { name: o.source_name.clone(), chain_id: source_id, rpcs: source_rpcs },
             protocol_state,
             data_market,
             deployer: sender.address(),
@@ -307,4 +326,235 @@ async fn mined(sender: &TxSender, hash: alloy::primitives::B256, what: &str) -> 
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The manifest and, for the verbs that send transactions, the key of the
+/// account that sends them (the owner, or a registrar for slots).
+#[derive(Clone, Debug)]
+pub struct MarketAccess {
+    pub manifest: PathBuf,
+    pub key_file: Option<PathBuf>,
+}
+
+/// A slot operation of `lite-node market slots`.
+#[derive(Clone, Debug)]
+pub enum SlotsVerb {
+    /// `slot`: must be the next (count + 1); `None` takes it.
+    Register {
+        slot: Option<u64>,
+        signer: String,
+    },
+    Reassign {
+        slot: u64,
+        signer: String,
+    },
+    Remove {
+        slot: u64,
+    },
+    FullNode {
+        slot: u64,
+        on: bool,
+    },
+    List,
+}
+
+/// A validator operation of `lite-node market validators`.
+#[derive(Clone, Debug)]
+pub enum ValidatorsVerb {
+    Add(Vec<String>),
+    Remove(Vec<String>),
+    List,
+}
+
+/// The manifest, its chains checked, ProtocolState found: what every verb
+/// after `deploy` starts from.
+struct Market {
+    manifest: Manifest,
+    path: PathBuf,
+    anchor: std::sync::Arc<HttpRpc>,
+}
+
+impl Market {
+    async fn open(path: &Path, io: &IoRuntime) -> Result<Self> {
+        let manifest = Manifest::load(path)?;
+        let anchor = connect("anchor", &manifest.anchor.rpcs, io)?;
+        let id = chain_id(&anchor, "the anchor RPC", &manifest.anchor.rpcs).await?;
+        if id != manifest.anchor.chain_id {
+            bail!(BadInput(format!(
+                "{}: the market's anchor chain is {}, but its RPC ({}) is chain {id}: a manifest of another chain?",
+                path.display(),
+                manifest.anchor.chain_id,
+                shown(&manifest.anchor.rpcs)
+            )));
+        }
+        Ok(Self { manifest, path: path.to_owned(), anchor: std::sync::Arc::new(anchor) })
+    }
+
+    async fn view<C: SolCall>(&self, call: C) -> Result<C::Return> {
+        view(&self.anchor, self.manifest.protocol_state, call).await
+    }
+
+    /// Sends `call` to ProtocolState from the key in `key_file` and waits
+    /// for it; a call the contract refuses is bad input, in its words.
+    async fn send<C: SolCall>(&self, key_file: Option<&Path>, call: C, what: &str) -> Result<u64> {
+        let key_file = key_file.ok_or_else(|| {
+            BadInput(format!("{what} sends a transaction: give --key-file (the owner's or a registrar's key)"))
+        })?;
+        let key = read_key(key_file)?;
+        let sender = TxSender::new(self.anchor.clone(), key.bytes(), self.manifest.anchor.chain_id)
+            .map_err(|e| BadInput(format!("--key-file {}: {e}", key_file.display())))?;
+        let hash = match sender.send(self.manifest.protocol_state, call.abi_encode().into()).await {
+            Ok(hash) => hash,
+            Err(lite_node_chain::TxError::Reverted(why)) => {
+                bail!(BadInput(format!("{what}: ProtocolState refuses it from {}: {why}", sender.address())))
+            }
+            Err(e) => bail!("{what}: {e}"),
+        };
+        Ok(mined(&sender, hash, what).await?.block_number)
+    }
+
+    async fn signer_of(&self, slot: u64) -> Result<Address> {
+        self.view(slotSnapshotterMappingCall { slotId: U256::from(slot) }).await
+    }
+}
+
+fn parse_address(flag: &str, text: &str) -> Result<Address> {
+    text.trim().parse().map_err(|_| BadInput(format!("{flag} {text}: not an address (0x and 40 hex digits)")).into())
+}
+
+/// `lite-node market slots …`.
+pub fn market_slots(access: &MarketAccess, verb: &SlotsVerb, out: &mut dyn Write) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let io = IoRuntime::new()?;
+        let m = Market::open(&access.manifest, &io).await?;
+        let key = access.key_file.as_deref();
+        let count = u64::try_from(m.view(getTotalNodeCountCall {}).await?).unwrap_or(u64::MAX);
+        let registered = |slot: u64| -> Result<()> {
+            if slot == 0 || slot > count {
+                bail!(BadInput(format!("--slot {slot}: not a registered slot (slots 1 to {count} are)")));
+            }
+            Ok(())
+        };
+        match verb {
+            SlotsVerb::Register { slot, signer } => {
+                let signer = parse_address("--signer", signer)?;
+                let next = count + 1;
+                let slot = slot.unwrap_or(next);
+                if slot <= count {
+                    let holder = m.signer_of(slot).await?;
+                    bail!(BadInput(format!(
+                        "--slot {slot}: taken by {holder} (give it to another signer with `market slots reassign`)"
+                    )));
+                }
+                if slot != next {
+                    bail!(BadInput(format!("--slot {slot}: slots register in order; the next is {next}")));
+                }
+                let call = registerSlotCall { slotId: U256::from(slot), snapshotter: signer };
+                let block = m.send(key, call, "registerSlot").await?;
+                writeln!(out, "slot {slot} registered to {signer} (block {block})")?;
+            }
+            SlotsVerb::Reassign { slot, signer } => {
+                registered(*slot)?;
+                let signer = parse_address("--signer", signer)?;
+                let call = reassignSlotCall { slotId: U256::from(*slot), snapshotter: signer };
+                let block = m.send(key, call, "reassignSlot").await?;
+                writeln!(out, "slot {slot} reassigned to {signer} (block {block})")?;
+            }
+            SlotsVerb::Remove { slot } => {
+                registered(*slot)?;
+                if *slot != count {
+                    bail!(BadInput(format!("--slot {slot}: only the last slot ({count}) can be removed")));
+                }
+                let block = m.send(key, removeSlotCall { slotId: U256::from(*slot) }, "removeSlot").await?;
+                writeln!(out, "slot {slot} removed (block {block})")?;
+            }
+            SlotsVerb::FullNode { slot, on } => {
+                registered(*slot)?;
+                let call =
+                    setFullNodeCall { dataMarketAddress: m.manifest.data_market, slotId: U256::from(*slot), full: *on };
+                let block = m.send(key, call, "setFullNode").await?;
+                let state = if *on { "a full node" } else { "no longer a full node" };
+                writeln!(out, "slot {slot} is {state} of market {} (block {block})", m.manifest.data_market)?;
+            }
+            SlotsVerb::List => {
+                let full = m.view(getFullNodesCall { dataMarketAddress: m.manifest.data_market }).await?;
+                writeln!(out, "{count} slot(s) registered")?;
+                for slot in 1..=count {
+                    let signer = m.signer_of(slot).await?;
+                    let role = if full.contains(&U256::from(slot)) { "  full node" } else { "" };
+                    writeln!(out, "slot {slot}: {signer}{role}")?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `lite-node market validators …`.
+pub fn market_validators(access: &MarketAccess, verb: &ValidatorsVerb, out: &mut dyn Write) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let io = IoRuntime::new()?;
+        let m = Market::open(&access.manifest, &io).await?;
+        let dm = m.manifest.data_market;
+        let change = |addrs: &[String], allowed: bool| -> Result<updateAddressesCall> {
+            if addrs.is_empty() {
+                bail!(BadInput("name at least one validator's address".into()));
+            }
+            let addrs = addrs.iter().map(|a| parse_address("validator", a)).collect::<Result<Vec<_>>>()?;
+            Ok(updateAddressesCall { dataMarketAddress: dm, role: 0, allowed: vec![allowed; addrs.len()], addrs })
+        };
+        match verb {
+            ValidatorsVerb::Add(addrs) | ValidatorsVerb::Remove(addrs) => {
+                let on = matches!(verb, ValidatorsVerb::Add(_));
+                let call = change(addrs, on)?;
+                let shown: Vec<String> = call.addrs.iter().map(ToString::to_string).collect();
+                let block = m.send(access.key_file.as_deref(), call, "updateAddresses").await?;
+                let done = if on { "added" } else { "removed" };
+                writeln!(out, "{} {done} (block {block})", shown.join(", "))?;
+            }
+            ValidatorsVerb::List => {
+                let validators = m.view(getValidatorsCall { dataMarketAddress: dm }).await?;
+                writeln!(out, "{} validator(s) of market {dm}", validators.len())?;
+                for v in validators {
+                    writeln!(out, "{v}")?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `lite-node market env --slot N`: the lines an operator pastes into the
+/// node's `.env` for slot N. The private key is the operator's own: its
+/// line is left for them to fill.
+pub fn market_env(manifest: &Path, slot: u64, out: &mut dyn Write) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let io = IoRuntime::new()?;
+        let m = Market::open(manifest, &io).await?;
+        let count = u64::try_from(m.view(getTotalNodeCountCall {}).await?).unwrap_or(u64::MAX);
+        if slot == 0 || slot > count {
+            bail!(BadInput(format!(
+                "--slot {slot}: not a registered slot of {} (slots 1 to {count} are)",
+                m.path.display()
+            )));
+        }
+        let signer = m.signer_of(slot).await?;
+        let mf = &m.manifest;
+        writeln!(out, "# slot {slot} of market {} ({}), from {}", mf.data_market, mf.namespace, m.path.display())?;
+        writeln!(out, "SOURCE_RPC_URL={}", mf.source.rpcs.join(","))?;
+        writeln!(out, "SOURCE_CHAIN={}", mf.source.name)?;
+        writeln!(out, "POWERLOOM_RPC_URL={}", mf.anchor.rpcs.join(","))?;
+        writeln!(out, "POWERLOOM_CHAIN={}", mf.anchor.name)?;
+        writeln!(out, "PROTOCOL_STATE_CONTRACT={}", mf.protocol_state)?;
+        writeln!(out, "DATA_MARKET_CONTRACT={}", mf.data_market)?;
+        writeln!(out, "NAMESPACE={}", mf.namespace)?;
+        writeln!(out, "SLOT_ID={slot}")?;
+        writeln!(out, "SIGNER_ACCOUNT_ADDRESS={signer}")?;
+        writeln!(out, "# your own key, the one of {signer}: it never leaves your machine")?;
+        writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;
+        Ok(())
+    })
 }

@@ -24,7 +24,10 @@ pub use compute_run::{ComputeRunFailed, EpochQuery, compute_run};
 pub use devnet::devnet;
 pub use finalized::{FinalizedQuery, finalized};
 pub use lite_node_validator::service::Component;
-pub use market::{DeployOptions, Manifest, market_deploy, market_status};
+pub use market::{
+    DeployOptions, Manifest, MarketAccess, SlotsVerb, ValidatorsVerb, market_deploy, market_env, market_slots,
+    market_status, market_validators,
+};
 pub use run::run;
 pub use validator::{ValidatorOptions, validator};
 

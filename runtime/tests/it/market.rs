@@ -45,7 +45,7 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
         "--key-file",
         "deployer.key",
         "--namespace",
-        "TEST-MARKET",
+        "TEST_MARKET",
         "--epochs-per-day",
         "3",
         "--epoch-size",
@@ -59,7 +59,7 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     assert_eq!(manifest["source"]["chainId"], 7002, "{manifest}");
     assert_eq!(manifest["deployer"].as_str().unwrap().to_lowercase(), DEPLOYER.to_lowercase());
     assert_eq!((manifest["epochSize"].as_u64(), manifest["epochsPerDay"].as_u64()), (Some(2), Some(3)));
-    assert_eq!(manifest["namespace"], "TEST-MARKET");
+    assert_eq!(manifest["namespace"], "TEST_MARKET");
     let contract = manifest["protocolState"].as_str().unwrap();
     assert_eq!(manifest["dataMarket"], contract, "the market's identity defaults to the contract's address");
     let code = rpc(&anchor.url(), "eth_getCode", json!([contract, "latest"]));
@@ -74,6 +74,61 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     assert!(status.stdout.contains("releaser: nothing released yet (source chain 7002"), "{}", status.stdout);
     assert_eq!(status.field("slots registered").as_deref(), Some("0"), "{}", status.stdout);
     assert_eq!(status.field("validators").as_deref(), Some("0"), "{}", status.stdout);
+
+    // The slot registry and the validators, by the owner's key.
+    let owner = ["--key-file", "deployer.key"];
+    let (alice, bob) = ("0x70997970C51812dc3A010C7d01b50e0d17dc79C8", "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC");
+    for signer in [alice, bob] {
+        node.run(&[&["market", "slots", "register", "--signer", signer], &owner[..]].concat()).assert_ok();
+    }
+    let taken = node.run(&[&["market", "slots", "register", "--signer", bob, "--slot", "1"], &owner[..]].concat());
+    assert_eq!(taken.code, 2, "{taken:?}");
+    assert!(error_line(&taken).contains("--slot 1: taken by 0x70997970C51812dc3A010C7d01b50e0d17dc79C8"), "{taken:?}");
+    let gap = node.run(&[&["market", "slots", "register", "--signer", bob, "--slot", "5"], &owner[..]].concat());
+    assert!(gap.code == 2 && error_line(&gap).contains("slots register in order; the next is 3"), "{gap:?}");
+    // A stranger's key: the contract refuses, in its words.
+    std::fs::write(dir.join("stranger.key"), "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d")
+        .unwrap();
+    let stranger = node.run(&["market", "slots", "register", "--signer", bob, "--key-file", "stranger.key"]);
+    assert!(
+        stranger.code == 2 && error_line(&stranger).contains("ProtocolState refuses it from 0x7099"),
+        "{stranger:?}"
+    );
+    node.run(&[&["market", "slots", "reassign", "--slot", "2", "--signer", alice], &owner[..]].concat()).assert_ok();
+    node.run(&[&["market", "slots", "full-node", "--slot", "2"], &owner[..]].concat()).assert_ok();
+    let list = node.run(&["market", "slots", "list"]);
+    list.assert_ok();
+    assert!(list.stdout.contains("2 slot(s) registered"), "{}", list.stdout);
+    assert_eq!(list.field("slot 2").as_deref(), Some(&*format!("{alice}  full node")), "{}", list.stdout);
+    let last_only = node.run(&[&["market", "slots", "remove", "--slot", "1"], &owner[..]].concat());
+    assert!(last_only.code == 2 && error_line(&last_only).contains("only the last slot (2)"), "{last_only:?}");
+    node.run(&["market", "validators", "add", alice, bob, "--key-file", "deployer.key"]).assert_ok();
+    node.run(&["market", "validators", "remove", bob, "--key-file", "deployer.key"]).assert_ok();
+    let validators = node.run(&["market", "validators", "list"]);
+    assert!(validators.stdout.contains("1 validator(s)") && validators.stdout.contains(alice), "{validators:?}");
+    let status = node.run(&["market", "status"]);
+    assert_eq!(status.field("slots registered").as_deref(), Some("2"), "{}", status.stdout);
+    assert_eq!(status.field("validators").as_deref(), Some("1"), "{}", status.stdout);
+
+    // What an operator pastes into .env for slot 1: everything but their key.
+    let env = node.run(&["market", "env", "--slot", "1"]);
+    env.assert_ok();
+    for line in [
+        format!("SOURCE_RPC_URL={}", source.url()),
+        format!("POWERLOOM_RPC_URL={}", anchor.url()),
+        "POWERLOOM_CHAIN=chain7001".to_owned(),
+        "SOURCE_CHAIN=ETH".to_owned(),
+        "NAMESPACE=TEST_MARKET".to_owned(),
+        "SLOT_ID=1".to_owned(),
+        format!("SIGNER_ACCOUNT_ADDRESS={alice}"),
+        "SIGNER_ACCOUNT_PRIVATE_KEY=".to_owned(),
+    ] {
+        assert!(env.stdout.lines().any(|l| l == line), "`{line}` in:\n{}", env.stdout);
+    }
+    let state = env.stdout.lines().find_map(|l| l.strip_prefix("PROTOCOL_STATE_CONTRACT=")).unwrap();
+    assert_eq!(state.to_lowercase(), contract.to_lowercase());
+    let unknown = node.run(&["market", "env", "--slot", "3"]);
+    assert!(unknown.code == 2 && error_line(&unknown).contains("--slot 3: not a registered slot"), "{unknown:?}");
 
     // A manifest is never overwritten.
     let again = node.run(&deploy);
