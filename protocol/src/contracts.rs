@@ -19,6 +19,9 @@ alloy::sol! {
     function lastReleasedEnd(address dataMarketAddress) external view returns (uint256);
     function epochsPerDay(address dataMarketAddress) external view returns (uint256);
     function setEpochsPerDay(address dataMarketAddress, uint256 n) external;
+    function releaseEpoch(address dataMarketAddress, uint256 begin, uint256 end) external returns (uint256);
+    function isReleaser(address account) external view returns (bool);
+    function setReleaser(address account, bool allowed) external;
     function registerSlot(uint256 slotId, address snapshotter) external;
     function reassignSlot(uint256 slotId, address snapshotter) external;
     function removeSlot(uint256 slotId) external;

@@ -83,6 +83,9 @@ enum MarketCommand {
         #[arg(long, value_name = "PATH", default_value = "market.json")]
         manifest: PathBuf,
     },
+    /// The epoch releaser, as a service: releases the market's epochs as
+    /// the source chain's blocks become final, resuming from the chain.
+    Release(MarketReleaseArgs),
     /// The slot registry: register, reassign, remove, mark full nodes, list.
     #[command(subcommand)]
     Slots(SlotsCommand),
@@ -99,6 +102,28 @@ enum MarketCommand {
         #[arg(long, value_name = "PATH", default_value = "market.json")]
         manifest: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct MarketReleaseArgs {
+    #[command(flatten)]
+    access: MarketAccessArgs,
+    /// Blocks under the source head an epoch's last block must be.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    finality: u64,
+    /// The first epoch's first source block, if nothing is released yet
+    /// (default: the newest final epoch's).
+    #[arg(long, value_name = "B")]
+    first_block: Option<u64>,
+    /// Serve /health and /metrics here (e.g. 127.0.0.1:9200).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// How often to look at the source chain when no epoch is due.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    poll_ms: u64,
+    /// Replace a release not mined after this long (same nonce, higher fees).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    replace_after_secs: u64,
 }
 
 /// The manifest, and the key of the account that sends the transaction.
@@ -720,6 +745,17 @@ fn main() -> ExitCode {
             &mut stdout(),
         ),
         Command::Market(MarketCommand::Status { manifest }) => commands::market_status(&manifest, &mut stdout()),
+        Command::Market(MarketCommand::Release(a)) => commands::market_release(
+            &commands::ReleaseOptions {
+                access: a.access.access(),
+                finality: a.finality,
+                first_block: a.first_block,
+                listen: a.listen,
+                poll: Duration::from_millis(a.poll_ms.max(10)),
+                replace_after: Duration::from_secs(a.replace_after_secs.max(1)),
+            },
+            &mut stdout(),
+        ),
         Command::Market(MarketCommand::Env { slot, manifest }) => commands::market_env(&manifest, slot, &mut stdout()),
         Command::Market(MarketCommand::Slots(verb)) => {
             let (access, verb) = match verb {

@@ -19,8 +19,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use lite_node_chain::{HttpRpc, IoRuntime, TxSender};
 use lite_node_protocol::contracts::{
     currentEpochIdCall, epochsPerDayCall, getFullNodesCall, getTotalNodeCountCall, getTotalValidatorsCountCall,
-    getValidatorsCall, lastReleasedEndCall, ownerCall, reassignSlotCall, registerSlotCall, removeSlotCall,
-    setEpochsPerDayCall, setFullNodeCall, slotSnapshotterMappingCall, updateAddressesCall,
+    getValidatorsCall, isReleaserCall, lastReleasedEndCall, ownerCall, reassignSlotCall, registerSlotCall,
+    removeSlotCall, setEpochsPerDayCall, setFullNodeCall, slotSnapshotterMappingCall, updateAddressesCall,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -557,4 +557,164 @@ pub fn market_env(manifest: &Path, slot: u64, out: &mut dyn Write) -> Result<()>
         writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;
         Ok(())
     })
+}
+
+/// What `lite-node market release` is given.
+#[derive(Clone, Debug)]
+pub struct ReleaseOptions {
+    pub access: MarketAccess,
+    pub finality: u64,
+    pub first_block: Option<u64>,
+    /// Where `/health` and `/metrics` are served.
+    pub listen: Option<std::net::SocketAddr>,
+    pub poll: Duration,
+    pub replace_after: Duration,
+}
+
+/// The epoch releaser as a service: one line per epoch released, until
+/// Ctrl-C or SIGTERM.
+pub fn market_release(o: &ReleaseOptions, out: &mut dyn Write) -> Result<()> {
+    use lite_node_chain::releaser::{Releaser, ReleaserSettings, Step};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let mut shutdown = lite_node_core::signals::shutdown_signals(false);
+        let io = IoRuntime::new()?;
+        let m = Market::open(&o.access.manifest, &io).await?;
+        let source = connect("source", &m.manifest.source.rpcs, &io)?;
+        let id = chain_id(&source, "the source RPC", &m.manifest.source.rpcs).await?;
+        if id != m.manifest.source.chain_id {
+            bail!(BadInput(format!(
+                "{}: the market's source chain is {}, but its RPC ({}) is chain {id}",
+                m.path.display(),
+                m.manifest.source.chain_id,
+                shown(&m.manifest.source.rpcs)
+            )));
+        }
+        let key_file =
+            o.access.key_file.as_deref().ok_or_else(|| {
+                BadInput("the releaser sends transactions: give --key-file (a releaser's key)".into())
+            })?;
+        let key = read_key(key_file)?;
+        let sender = TxSender::new(m.anchor.clone(), key.bytes(), m.manifest.anchor.chain_id)
+            .map_err(|e| BadInput(format!("--key-file {}: {e}", key_file.display())))?;
+        if !m.view(isReleaserCall { account: sender.address() }).await? {
+            bail!(BadInput(format!(
+                "--key-file {}: {} is not a releaser of ProtocolState {} (the owner grants it: setReleaser)",
+                key_file.display(),
+                sender.address(),
+                m.manifest.protocol_state
+            )));
+        }
+        let settings = ReleaserSettings {
+            protocol_state: m.manifest.protocol_state,
+            data_market: m.manifest.data_market,
+            epoch_size: m.manifest.epoch_size,
+            finality: o.finality,
+            first_block: o.first_block,
+            replace_after: o.replace_after,
+        };
+        let releaser = Releaser::new(m.anchor.clone(), std::sync::Arc::new(source), sender, settings);
+        if let Some(addr) = o.listen {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| BadInput(format!("--listen {addr}: cannot listen ({e})")))?;
+            writeln!(out, "health on http://{}/health, metrics on /metrics", listener.local_addr()?)?;
+            tokio::spawn(serve_health(listener, releaser.state.clone()));
+        }
+        writeln!(
+            out,
+            "releasing epochs of {} source block(s) for market {} ({} blocks of finality)",
+            m.manifest.epoch_size, m.manifest.data_market, o.finality
+        )?;
+        let mut failures = 0u32;
+        let mut stopping = false;
+        loop {
+            // A signal lets the step in flight end (its transaction mined,
+            // and said) for up to half a minute.
+            let step = releaser.step();
+            tokio::pin!(step);
+            let step = tokio::select! {
+                step = &mut step => step,
+                _ = &mut shutdown => {
+                    stopping = true;
+                    match tokio::time::timeout(Duration::from_secs(30), step).await {
+                        Ok(step) => step,
+                        Err(_) => break,
+                    }
+                }
+            };
+            if step.is_ok() {
+                failures = 0;
+            }
+            let pause = match step {
+                Ok(Step::Released { epoch_id, begin, end }) => {
+                    writeln!(out, "epoch {epoch_id} released: source blocks {begin}-{end}")?;
+                    None
+                }
+                Ok(Step::Raced { begin, end }) => {
+                    writeln!(
+                        out,
+                        "source blocks {begin}-{end} were released by another transaction: following the chain"
+                    )?;
+                    None
+                }
+                Ok(Step::Waiting) => Some(o.poll),
+                Err(e) => {
+                    failures += 1;
+                    eprintln!("release: {e}");
+                    Some((o.poll * failures.min(30)).min(Duration::from_secs(30)))
+                }
+            };
+            if stopping {
+                break;
+            }
+            if let Some(pause) = pause {
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+        }
+        writeln!(out, "stopped")?;
+        Ok(())
+    })
+}
+
+async fn serve_health(
+    listener: tokio::net::TcpListener,
+    state: std::sync::Arc<std::sync::Mutex<lite_node_chain::releaser::ReleaserState>>,
+) {
+    use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get};
+    type Shared = std::sync::Arc<std::sync::Mutex<lite_node_chain::releaser::ReleaserState>>;
+    async fn health(State(state): State<Shared>) -> impl IntoResponse {
+        let s = state.lock().expect("not poisoned").clone();
+        let code = if s.error.is_some() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+        (code, axum::Json(s))
+    }
+    async fn metrics(State(state): State<Shared>) -> impl IntoResponse {
+        let s = state.lock().expect("not poisoned").clone();
+        let mut text = String::new();
+        let mut gauge = |name: &str, help: &str, value: Option<u64>| {
+            if let Some(v) = value {
+                text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"));
+            }
+        };
+        gauge("lite_node_releaser_source_head", "The source chain's newest block.", s.source_head);
+        gauge("lite_node_releaser_last_released_end", "The last source block released.", s.last_released_end);
+        gauge("lite_node_releaser_epochs_released", "The market's current epoch id.", s.epochs_released);
+        gauge(
+            "lite_node_releaser_lag_blocks",
+            "Source blocks not released yet.",
+            s.source_head.zip(s.last_released_end).map(|(h, l)| h.saturating_sub(l)),
+        );
+        gauge("lite_node_releaser_released_here", "Epochs this process released.", Some(s.released_here));
+        gauge("lite_node_releaser_replaced", "Stuck transactions replaced.", Some(s.replaced));
+        gauge("lite_node_releaser_raced", "Ranges released by another transaction.", Some(s.raced));
+        gauge("lite_node_releaser_up", "1 unless the last step failed.", Some(u64::from(s.error.is_none())));
+        ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    }
+    let app = axum::Router::new().route("/health", get(health)).route("/metrics", get(metrics)).with_state(state);
+    if let Err(e) = axum::serve(listener, app).await {
+        eprintln!("the health server stopped: {e}");
+    }
 }

@@ -180,3 +180,236 @@ fn bad_input_to_market_deploy_is_named_in_one_line_with_exit_2() {
     assert!(error_line(&run).contains("good.key: not a market manifest"), "{run:?}");
     assert!(!run.stderr.contains(DEPLOYER_KEY), "a key given as a manifest is not shown: {run:?}");
 }
+
+/// anvil's second development account (a public test key).
+const SECOND_KEY: &str = "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+const SECOND: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+/// A market on two fresh anvils, deployed with epochs of `epoch_size`
+/// source blocks; the node to run verbs, the anvils and the manifest.
+fn deployed(epoch_size: u64) -> (Node, Anvil, Anvil, Value) {
+    let anchor = Anvil::start_with(&["--chain-id", "7001"]);
+    let source = Anvil::start_with(&["--chain-id", "7002"]);
+    let node = Node::new();
+    let dir = node.cwd.path();
+    std::fs::write(dir.join("deployer.key"), DEPLOYER_KEY).unwrap();
+    std::fs::write(dir.join("second.key"), SECOND_KEY).unwrap();
+    let size = epoch_size.to_string();
+    let run = node.run(&[
+        "market",
+        "deploy",
+        "--anchor-rpc",
+        &anchor.url(),
+        "--source-rpc",
+        &source.url(),
+        "--key-file",
+        "deployer.key",
+        "--namespace",
+        "T",
+        "--epoch-size",
+        &size,
+    ]);
+    run.assert_ok();
+    let manifest = serde_json::from_slice(&std::fs::read(dir.join("market.json")).unwrap()).unwrap();
+    (node, anchor, source, manifest)
+}
+
+/// A running `lite-node market release` and its stdout, line by line.
+struct Releaser {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Releaser {
+    fn start(node: &Node, key: &str, extra: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lite-node"))
+            .args(["market", "release", "--key-file", key, "--finality", "2", "--poll-ms", "50"])
+            .args(extra)
+            .current_dir(node.cwd.path())
+            .env_clear()
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the releaser starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Self { child, lines, seen: Vec::new() }
+    }
+
+    /// Every line so far.
+    fn output(&mut self) -> &[String] {
+        self.seen.extend(self.lines.try_iter());
+        &self.seen
+    }
+
+    fn wait_for(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        lite_node_testkit::poll_until(what, std::time::Duration::from_secs(30), || {
+            self.output().iter().find(|l| pred(l)).cloned()
+        })
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then its exit code.
+    fn stop(&mut self) -> Option<i32> {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let status = self.child.wait().unwrap();
+        self.output();
+        status.code()
+    }
+}
+
+impl Drop for Releaser {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn last_released_end(anchor: &Anvil, manifest: &Value) -> u64 {
+    use alloy::sol_types::SolCall;
+    let market = manifest["dataMarket"].as_str().unwrap().parse().unwrap();
+    let call = lite_node_protocol::contracts::lastReleasedEndCall { dataMarketAddress: market };
+    let data = format!("0x{}", hex::encode(call.abi_encode()));
+    let answer = rpc(&anchor.url(), "eth_call", json!([{"to": manifest["protocolState"], "data": data}, "latest"]));
+    u64::from_str_radix(answer.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// Every EpochReleased of the market on the anchor chain: (epoch id, begin, end).
+fn releases(anchor: &Anvil, manifest: &Value) -> Vec<(u64, u64, u64)> {
+    use alloy::sol_types::SolEvent;
+    let topic = format!("{:#x}", lite_node_protocol::contracts::EpochReleased::SIGNATURE_HASH);
+    let logs = rpc(
+        &anchor.url(),
+        "eth_getLogs",
+        json!([{"fromBlock": "0x0", "toBlock": "latest", "address": manifest["protocolState"], "topics": [topic]}]),
+    );
+    let word = |hex: &str, i: usize| u64::from_str_radix(&hex[2 + 64 * i..2 + 64 * (i + 1)][48..], 16).unwrap();
+    logs.as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let id = l["topics"][2].as_str().unwrap();
+            let data = l["data"].as_str().unwrap();
+            (u64::from_str_radix(&id[50..], 16).unwrap(), word(data, 0), word(data, 1))
+        })
+        .collect()
+}
+
+/// Releases `1..=n` epochs of `size` blocks, each once, in order.
+fn assert_contiguous(releases: &[(u64, u64, u64)], size: u64) {
+    for (i, (id, begin, end)) in releases.iter().enumerate() {
+        let i = i as u64;
+        assert_eq!(
+            (*id, *begin, *end),
+            (i + 1, i * size + 1, (i + 1) * size),
+            "releases in order, each once: {releases:?}"
+        );
+    }
+}
+
+/// The releaser follows the source chain with its finality lag and says in
+/// /health what it waits for; SIGKILLed and started again, and then two
+/// releasers (two keys) at once: every range released once, none skipped.
+#[test]
+fn the_releaser_resumes_from_the_chain_and_two_at_once_release_each_range_once() {
+    let (node, anchor, source, manifest) = deployed(2);
+    rpc(&source.url(), "anvil_mine", json!(["0xa"]));
+    let mut first = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--listen", "127.0.0.1:0"]);
+    let line = first.wait_for("the health address", |l| l.starts_with("health on http://"));
+    let health = line.split_whitespace().nth(2).unwrap().trim_end_matches(',').to_owned();
+    first.wait_for("epoch 4", |l| l == "epoch 4 released: source blocks 7-8");
+    // Head 10, two blocks of finality: 9-10 are not final yet.
+    let (code, body) = lite_node_testkit::poll_until("/health waiting", std::time::Duration::from_secs(10), || {
+        let r = reqwest::blocking::get(&health).ok()?;
+        let code = r.status().as_u16();
+        let body: Value = r.json().ok()?;
+        body["waiting"].as_str().is_some_and(|w| w.contains("blocks 9-10 are next")).then_some((code, body))
+    });
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["sourceHead"], 10, "{body}");
+    let metrics = reqwest::blocking::get(health.replace("/health", "/metrics")).unwrap().text().unwrap();
+    assert!(metrics.contains("lite_node_releaser_lag_blocks 2"), "{metrics}");
+    first.kill();
+
+    // A second releaser, granted by the owner; both run while 6 more blocks come.
+    let call = lite_node_protocol::contracts::setReleaserCall { account: SECOND.parse().unwrap(), allowed: true };
+    let data = format!("0x{}", hex::encode(alloy::sol_types::SolCall::abi_encode(&call)));
+    let tx = json!({"from": DEPLOYER, "to": manifest["protocolState"], "data": data});
+    rpc(&anchor.url(), "eth_sendTransaction", json!([tx]));
+    let mut a = Releaser::start(&node, "deployer.key", &[]);
+    let mut b = Releaser::start(&node, "second.key", &[]);
+    for _ in 0..6 {
+        rpc(&source.url(), "anvil_mine", json!(["0x1"]));
+    }
+    lite_node_testkit::poll_until("blocks up to 14 released", std::time::Duration::from_secs(30), || {
+        (last_released_end(&anchor, &manifest) == 14).then_some(())
+    });
+    assert_eq!((a.stop(), b.stop()), (Some(0), Some(0)));
+    let released = releases(&anchor, &manifest);
+    assert_eq!(released.len(), 7, "{released:?}");
+    assert_contiguous(&released, 2);
+    let by = |r: &mut Releaser| r.output().iter().filter(|l| l.contains(" released: source blocks")).count();
+    assert_eq!(by(&mut a) + by(&mut b), 3, "epochs 5-7, one release each: {:?} {:?}", a.output(), b.output());
+}
+
+/// A release dropped from the anchor's pool is sent again under its nonce
+/// with higher fees and mined once; a key that may not release is refused.
+#[test]
+fn a_dropped_release_is_replaced_not_duplicated_and_a_stranger_may_not_release() {
+    let (node, anchor, source, manifest) = deployed(1);
+    let refused = node.run(&["market", "release", "--key-file", "second.key"]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(error_line(&refused).contains("is not a releaser of ProtocolState"), "{refused:?}");
+
+    rpc(&source.url(), "anvil_mine", json!(["0x5"]));
+    rpc(&anchor.url(), "evm_setAutomine", json!([false]));
+    let mut releaser = Releaser::start(
+        &node,
+        "deployer.key",
+        &["--first-block", "1", "--replace-after-secs", "1", "--listen", "127.0.0.1:0"],
+    );
+    let line = releaser.wait_for("the health address", |l| l.starts_with("health on http://"));
+    let metrics = line.split_whitespace().nth(2).unwrap().trim_end_matches(',').replace("/health", "/metrics");
+    let pending = || -> Vec<String> {
+        let pool = rpc(&anchor.url(), "txpool_content", json!([]));
+        pool["pending"]
+            .as_object()
+            .map(|by| {
+                by.values()
+                    .flat_map(|txs| txs.as_object().unwrap().values())
+                    .map(|t| t["hash"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let first = lite_node_testkit::poll_until("the first release pending", std::time::Duration::from_secs(30), || {
+        pending().into_iter().next()
+    });
+    rpc(&anchor.url(), "anvil_dropTransaction", json!([first]));
+    lite_node_testkit::poll_until("its replacement pending", std::time::Duration::from_secs(30), || {
+        pending().into_iter().find(|h| *h != first)
+    });
+    let replaced = reqwest::blocking::get(&metrics).unwrap().text().unwrap();
+    let count = replaced.lines().find_map(|l| l.strip_prefix("lite_node_releaser_replaced ")?.parse::<u64>().ok());
+    assert!(count.is_some_and(|n| n >= 1), "a replacement counted: {replaced}");
+    rpc(&anchor.url(), "evm_mine", json!([]));
+    rpc(&anchor.url(), "evm_setAutomine", json!([true]));
+    lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
+        (last_released_end(&anchor, &manifest) >= 3).then_some(())
+    });
+    assert_eq!(releaser.stop(), Some(0));
+    let released = releases(&anchor, &manifest);
+    assert_contiguous(&released, 1);
+    assert!(released.len() >= 3, "{released:?}");
+}

@@ -57,6 +57,10 @@ impl std::error::Error for TxError {}
 #[derive(Clone, Debug)]
 pub struct Prepared {
     pub hash: B256,
+    /// Its nonce and fees: a replacement takes the nonce and outbids them.
+    pub nonce: u64,
+    pub max_fee: u128,
+    pub priority_fee: u128,
     raw: String,
 }
 
@@ -104,19 +108,31 @@ impl TxSender {
     /// Estimates and signs a call of `input` to `to`, without sending it:
     /// its hash is known (and can be recorded) before it can be mined.
     pub async fn prepare(&self, to: Address, input: Bytes) -> Result<Prepared, TxError> {
-        self.prepare_kind(TxKind::Call(to), input).await
+        self.prepare_kind(TxKind::Call(to), input, None).await
+    }
+
+    /// The same call as `stuck` (not mined in time) again, under its nonce
+    /// with both fees at least an eighth higher, so the node takes it in
+    /// the old one's place and only one of them can be mined.
+    pub async fn prepare_replacing(&self, to: Address, input: Bytes, stuck: &Prepared) -> Result<Prepared, TxError> {
+        self.prepare_kind(TxKind::Call(to), input, Some(stuck)).await
     }
 
     /// Estimates, signs and sends the creation of a contract whose init
     /// code (bytecode and constructor arguments) is `code`; returns the
     /// transaction's hash (the receipt names the contract's address).
     pub async fn deploy(&self, code: Bytes) -> Result<B256, TxError> {
-        let tx = self.prepare_kind(TxKind::Create, code).await?;
+        let tx = self.prepare_kind(TxKind::Create, code, None).await?;
         self.broadcast(&tx).await?;
         Ok(tx.hash)
     }
 
-    async fn prepare_kind(&self, kind: TxKind, input: Bytes) -> Result<Prepared, TxError> {
+    async fn prepare_kind(
+        &self,
+        kind: TxKind,
+        input: Bytes,
+        replacing: Option<&Prepared>,
+    ) -> Result<Prepared, TxError> {
         let from = self.address();
         let call = match kind {
             TxKind::Call(to) => json!({"from": from, "to": to, "data": input}),
@@ -144,16 +160,28 @@ impl TxSender {
         };
         let nonce = quantity(&next().map_err(TxError::Rpc)?, "eth_getTransactionCount").map_err(TxError::Rpc)?;
         let gas_price = quantity(&next().map_err(TxError::Rpc)?, "eth_gasPrice").map_err(TxError::Rpc)?;
-        let max_fee = gas_price.saturating_mul(2).max(1);
+        let nonce = u64::try_from(nonce).map_err(|_| TxError::Rpc(bad("eth_getTransactionCount", nonce)))?;
+        let mut max_fee = gas_price.saturating_mul(2).max(1);
+        let mut priority_fee = PRIORITY_FEE.min(max_fee);
+        let nonce = match replacing {
+            None => nonce,
+            Some(stuck) => {
+                // Nodes take a replacement only above the old fees (geth: +10 %).
+                let outbid = |old: u128| old.saturating_add(old / 8).saturating_add(1);
+                max_fee = max_fee.max(outbid(stuck.max_fee));
+                priority_fee = priority_fee.max(outbid(stuck.priority_fee)).min(max_fee);
+                stuck.nonce
+            }
+        };
         let tx = TxEip1559 {
             chain_id: self.chain_id,
-            nonce: u64::try_from(nonce).map_err(|_| TxError::Rpc(bad("eth_getTransactionCount", nonce)))?,
+            nonce,
             // Half again the estimate: the state may move between the
             // estimate and the block (another validator's attestation first
             // makes ours the one that finalizes, which costs more).
             gas_limit: u64::try_from(gas.saturating_mul(3) / 2).unwrap_or(u64::MAX),
             max_fee_per_gas: max_fee,
-            max_priority_fee_per_gas: PRIORITY_FEE.min(max_fee),
+            max_priority_fee_per_gas: priority_fee,
             to: kind,
             value: U256::ZERO,
             access_list: Default::default(),
@@ -164,7 +192,13 @@ impl TxSender {
             .sign_hash_sync(&tx.signature_hash())
             .map_err(|e| TxError::Rpc(bad("signing the transaction", e)))?;
         let signed = tx.into_signed(signature);
-        Ok(Prepared { hash: *signed.hash(), raw: format!("0x{}", hex::encode(signed.encoded_2718())) })
+        Ok(Prepared {
+            hash: *signed.hash(),
+            nonce,
+            max_fee,
+            priority_fee,
+            raw: format!("0x{}", hex::encode(signed.encoded_2718())),
+        })
     }
 
     /// Sends a prepared transaction.

@@ -1,0 +1,207 @@
+//! The epoch releaser: turns the source chain's blocks into `EpochReleased`
+//! on the anchor chain for one data market (`lite-node market release`).
+//!
+//! It keeps nothing of its own: each step reads the contract's
+//! `lastReleasedEnd`, so a restarted releaser resumes where the chain says,
+//! and the contract takes only `begin` = last end + 1, so two releasers (or
+//! a restart racing its own last transaction) can neither release a range
+//! twice nor leave a hole — the loser's call is refused, and it follows.
+//! An epoch is `epoch_size` source blocks, released once its last block is
+//! `finality` blocks under the source head. A transaction not mined within
+//! `replace_after` is sent again under its nonce with higher fees, so only
+//! one of the two can be mined.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use alloy::{
+    primitives::{Address, Bytes, U256},
+    sol_types::SolCall,
+};
+use lite_node_protocol::contracts::{currentEpochIdCall, lastReleasedEndCall, releaseEpochCall};
+use serde_json::json;
+
+use crate::{HttpRpc, TxError, TxSender};
+
+/// What a releaser is told.
+#[derive(Clone, Debug)]
+pub struct ReleaserSettings {
+    pub protocol_state: Address,
+    pub data_market: Address,
+    /// Source blocks per epoch (at least 1).
+    pub epoch_size: u64,
+    /// Blocks under the source head an epoch's last block must be.
+    pub finality: u64,
+    /// The first epoch's first block, when nothing is released yet
+    /// (default: the newest final epoch's).
+    pub first_block: Option<u64>,
+    /// How long a release may stay unmined before it is replaced.
+    pub replace_after: Duration,
+}
+
+/// What the releaser last saw and did (its `/health`).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaserState {
+    pub source_head: Option<u64>,
+    pub last_released_end: Option<u64>,
+    pub epochs_released: Option<u64>,
+    /// Why no epoch is due (the source chain is not far enough yet).
+    pub waiting: Option<String>,
+    /// The last step's failure, until a step succeeds.
+    pub error: Option<String>,
+    /// Releases this process's transactions made.
+    pub released_here: u64,
+    /// Stuck transactions replaced.
+    pub replaced: u64,
+    /// Ranges another releaser released first.
+    pub raced: u64,
+}
+
+/// What one step did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Our transaction released `begin..=end` as epoch `epoch_id`.
+    Released { epoch_id: u64, begin: u64, end: u64 },
+    /// The next epoch is not final on the source chain yet.
+    Waiting,
+    /// The range was released, but not by this step's last transaction:
+    /// by another releaser, or by an earlier transaction of ours that a
+    /// replacement did not beat. Nothing was released twice.
+    Raced { begin: u64, end: u64 },
+}
+
+pub struct Releaser {
+    anchor: Arc<HttpRpc>,
+    source: Arc<HttpRpc>,
+    sender: TxSender,
+    settings: ReleaserSettings,
+    pub state: Arc<Mutex<ReleaserState>>,
+}
+
+fn quantity(v: &serde_json::Value, what: &str) -> Result<u64, String> {
+    lite_node_protocol::quantity::quantity(v).map_err(|e| format!("{what}: {e}"))
+}
+
+impl Releaser {
+    pub fn new(anchor: Arc<HttpRpc>, source: Arc<HttpRpc>, sender: TxSender, settings: ReleaserSettings) -> Self {
+        Self { anchor, source, sender, settings, state: Arc::default() }
+    }
+
+    async fn view<C: SolCall>(&self, call: C) -> Result<C::Return, String> {
+        let tx = json!({"to": self.settings.protocol_state, "data": Bytes::from(call.abi_encode())});
+        let answer = self
+            .anchor
+            .call_value("eth_call", json!([tx, "latest"]))
+            .await
+            .map_err(|e| format!("{}: {}", C::SIGNATURE, e.message))?;
+        let bytes: Bytes =
+            serde_json::from_value(answer.clone()).map_err(|_| format!("{}: answered {answer}", C::SIGNATURE))?;
+        C::abi_decode_returns(&bytes).map_err(|e| format!("{}: answered {answer}: {e}", C::SIGNATURE))
+    }
+
+    async fn last_released_end(&self) -> Result<u64, String> {
+        let last = self.view(lastReleasedEndCall { dataMarketAddress: self.settings.data_market }).await?;
+        u64::try_from(last).map_err(|_| format!("lastReleasedEnd {last} is past u64"))
+    }
+
+    fn note(&self, f: impl FnOnce(&mut ReleaserState)) {
+        f(&mut self.state.lock().expect("not poisoned"));
+    }
+
+    /// Releases the next epoch if it is due, waiting for its transaction
+    /// (replacing it if it is stuck); the error says what failed.
+    pub async fn step(&self) -> Result<Step, String> {
+        let result = self.try_step().await;
+        self.note(|s| s.error = result.as_ref().err().cloned());
+        result
+    }
+
+    async fn try_step(&self) -> Result<Step, String> {
+        let s = &self.settings;
+        let head = self.source.call_value("eth_blockNumber", json!([])).await.map_err(|e| e.message.to_string())?;
+        let head = quantity(&head, "the source chain's eth_blockNumber")?;
+        let last = self.last_released_end().await?;
+        self.note(|st| (st.source_head, st.last_released_end) = (Some(head), Some(last)));
+        let final_to = head.saturating_sub(s.finality);
+        let begin = match (last, s.first_block) {
+            (0, Some(first)) => first.max(1),
+            (0, None) => final_to.saturating_sub(s.epoch_size - 1).max(1),
+            (last, _) => last + 1,
+        };
+        let end = begin + s.epoch_size - 1;
+        if end > final_to {
+            let why = format!(
+                "blocks {begin}-{end} are next: the source head is {head}, final up to {final_to} ({} blocks of \
+                 finality)",
+                s.finality
+            );
+            self.note(|st| st.waiting = Some(why));
+            return Ok(Step::Waiting);
+        }
+        self.note(|st| st.waiting = None);
+        let input: Bytes =
+            releaseEpochCall { dataMarketAddress: s.data_market, begin: U256::from(begin), end: U256::from(end) }
+                .abi_encode()
+                .into();
+        let raced = || {
+            self.note(|st| st.raced += 1);
+            Ok(Step::Raced { begin, end })
+        };
+        let mut tx = match self.sender.prepare(s.protocol_state, input.clone()).await {
+            Ok(tx) => tx,
+            // Refused: the range is no longer next (another releaser), or
+            // this key may not release.
+            Err(TxError::Reverted(why)) => {
+                if self.last_released_end().await? != last {
+                    return raced();
+                }
+                return Err(format!(
+                    "ProtocolState refuses releaseEpoch({begin}, {end}) from {}: {why}",
+                    self.sender.address()
+                ));
+            }
+            Err(e) => return Err(format!("releaseEpoch({begin}, {end}): {e}")),
+        };
+        self.sender.broadcast(&tx).await.map_err(|e| format!("releaseEpoch({begin}, {end}): {e}"))?;
+        let mut sent_at = tokio::time::Instant::now();
+        loop {
+            if let Some(receipt) = self.sender.receipt(tx.hash).await.map_err(|e| e.message.to_string())? {
+                if !receipt.success {
+                    // Mined after another releaser's: the contract refused ours.
+                    return raced();
+                }
+                let epoch_id = self.view(currentEpochIdCall { dataMarketAddress: s.data_market }).await?;
+                let epoch_id = u64::try_from(epoch_id).unwrap_or(u64::MAX);
+                self.note(|st| {
+                    st.released_here += 1;
+                    (st.last_released_end, st.epochs_released) = (Some(end), Some(epoch_id));
+                });
+                return Ok(Step::Released { epoch_id, begin, end });
+            }
+            if sent_at.elapsed() >= s.replace_after {
+                // An earlier transaction of ours (same nonce) may have been
+                // mined, or another releaser's: the chain says which range is next.
+                if self.last_released_end().await? >= end {
+                    return raced();
+                }
+                tx = match self.sender.prepare_replacing(s.protocol_state, input.clone(), &tx).await {
+                    Ok(new) => new,
+                    Err(TxError::Reverted(_)) => return raced(),
+                    Err(e) => return Err(format!("replacing releaseEpoch({begin}, {end}): {e}")),
+                };
+                self.sender.broadcast(&tx).await.map_err(|e| format!("replacing releaseEpoch({begin}, {end}): {e}"))?;
+                self.note(|st| st.replaced += 1);
+                tracing::warn!(
+                    "releaseEpoch({begin}, {end}) not mined in {} s: sent again as {} with higher fees",
+                    s.replace_after.as_secs(),
+                    tx.hash
+                );
+                sent_at = tokio::time::Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
