@@ -49,20 +49,17 @@ sol! {
         uint128 amount1Max;
     }
     function collect(CollectParams params) external returns (uint256, uint256);
-    function releaseEpoch(address dataMarketAddress, uint256 begin, uint256 end) external returns (uint256);
     function releaseEpochWithId(address dataMarketAddress, uint256 epochId, uint256 begin, uint256 end) external;
     function emitMalformedRelease(address dataMarketAddress) external;
     function startDay(address dataMarketAddress) external returns (uint256);
-    function registerSlot(uint256 slotId, address snapshotter) external;
-    function reassignSlot(uint256 slotId, address snapshotter) external;
-    function lastReleasedEnd(address dataMarketAddress) external view returns (uint256);
     function setSnapshotterEnabled(address snapshotter, bool enabled) external;
     function setTotalNodeCount(uint256 n) external;
 }
 
 // The V2 batch flow, as the protocol crate declares it.
 use lite_node_protocol::contracts::{
-    setFullNodeCall, submitBatchAttestationCall, submitSubmissionBatchCall, updateAddressesCall,
+    lastReleasedEndCall, reassignSlotCall, registerSlotCall, releaseEpochCall, setFullNodeCall,
+    submitBatchAttestationCall, submitSubmissionBatchCall, updateAddressesCall,
 };
 
 /// An anvil account of the world (public development keys).

@@ -288,14 +288,7 @@ fn quantity(v: &Value) -> Result<u64> {
 
 /// A view of ProtocolState at the newest block.
 async fn view<C: SolCall>(rpc: &HttpRpc, to: Address, call: C) -> Result<C::Return> {
-    let tx = json!({"to": to, "data": Bytes::from(call.abi_encode())});
-    let answer = rpc
-        .call_value("eth_call", json!([tx, "latest"]))
-        .await
-        .map_err(|e| anyhow!("{}: {}", C::SIGNATURE, e.message))?;
-    let bytes: Bytes =
-        serde_json::from_value(answer.clone()).map_err(|_| anyhow!("{}: answered {answer}", C::SIGNATURE))?;
-    C::abi_decode_returns(&bytes).map_err(|e| anyhow!("{}: answered {answer}: {e}", C::SIGNATURE))
+    rpc.view(to, &call).await.map_err(|e| anyhow!(e))
 }
 
 /// ProtocolState's creation code from the embedded artifact.

@@ -30,28 +30,10 @@ fn error_line(run: &crate::support::Run) -> String {
 
 #[test]
 fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest() {
-    let anchor = Anvil::start_with(&["--chain-id", "7001"]);
-    let source = Anvil::start_with(&["--chain-id", "7002"]);
-    let node = Node::new();
+    let (node, anchor, source) = two_chains();
     let dir = node.cwd.path();
-    std::fs::write(dir.join("deployer.key"), format!("0x{DEPLOYER_KEY}\n")).unwrap();
-    let deploy = [
-        "market",
-        "deploy",
-        "--anchor-rpc",
-        &anchor.url(),
-        "--source-rpc",
-        &source.url(),
-        "--key-file",
-        "deployer.key",
-        "--namespace",
-        "TEST_MARKET",
-        "--epochs-per-day",
-        "3",
-        "--epoch-size",
-        "2",
-    ];
-    let run = node.run(&deploy);
+    let flags = ["--namespace", "TEST_MARKET", "--epochs-per-day", "3", "--epoch-size", "2"];
+    let run = deploy(&node, &anchor, &source, &flags);
     run.assert_ok();
     assert!(!run.stdout.contains(DEPLOYER_KEY) && !run.stderr.contains(DEPLOYER_KEY), "the key is never shown");
     let manifest: Value = serde_json::from_slice(&std::fs::read(dir.join("market.json")).unwrap()).unwrap();
@@ -131,7 +113,7 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     assert!(unknown.code == 2 && error_line(&unknown).contains("--slot 3: not a registered slot"), "{unknown:?}");
 
     // A manifest is never overwritten.
-    let again = node.run(&deploy);
+    let again = deploy(&node, &anchor, &source, &flags);
     assert_eq!(again.code, 2, "{again:?}");
     assert!(error_line(&again).contains("--out market.json: a file is there"), "{again:?}");
 
@@ -185,32 +167,30 @@ fn bad_input_to_market_deploy_is_named_in_one_line_with_exit_2() {
 const SECOND_KEY: &str = "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
 const SECOND: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
-/// A market on two fresh anvils, deployed with epochs of `epoch_size`
-/// source blocks; the node to run verbs, the anvils and the manifest.
-fn deployed(epoch_size: u64) -> (Node, Anvil, Anvil, Value) {
-    let anchor = Anvil::start_with(&["--chain-id", "7001"]);
-    let source = Anvil::start_with(&["--chain-id", "7002"]);
+/// Two fresh anvils, the anchor chain (7001) and the source chain (7002),
+/// and a node whose directory holds two keys: `deployer.key` (the deployer,
+/// written as a key file often is: `0x`, a newline) and `second.key`.
+fn two_chains() -> (Node, Anvil, Anvil) {
+    let (anchor, source) = (Anvil::start_with(&["--chain-id", "7001"]), Anvil::start_with(&["--chain-id", "7002"]));
     let node = Node::new();
-    let dir = node.cwd.path();
-    std::fs::write(dir.join("deployer.key"), DEPLOYER_KEY).unwrap();
-    std::fs::write(dir.join("second.key"), SECOND_KEY).unwrap();
-    let size = epoch_size.to_string();
-    let run = node.run(&[
-        "market",
-        "deploy",
-        "--anchor-rpc",
-        &anchor.url(),
-        "--source-rpc",
-        &source.url(),
-        "--key-file",
-        "deployer.key",
-        "--namespace",
-        "T",
-        "--epoch-size",
-        &size,
-    ]);
-    run.assert_ok();
-    let manifest = serde_json::from_slice(&std::fs::read(dir.join("market.json")).unwrap()).unwrap();
+    std::fs::write(node.cwd.path().join("deployer.key"), format!("0x{DEPLOYER_KEY}\n")).unwrap();
+    std::fs::write(node.cwd.path().join("second.key"), SECOND_KEY).unwrap();
+    (node, anchor, source)
+}
+
+/// `market deploy` onto the two chains with the deployer's key and `flags`.
+fn deploy(node: &Node, anchor: &Anvil, source: &Anvil, flags: &[&str]) -> crate::support::Run {
+    let (anchor, source) = (anchor.url(), source.url());
+    let base = ["market", "deploy", "--anchor-rpc", &anchor, "--source-rpc", &source, "--key-file", "deployer.key"];
+    node.run(&[&base[..], flags].concat())
+}
+
+/// A market deployed on two fresh chains with epochs of `epoch_size`
+/// source blocks: the node to run verbs, the anvils and the manifest.
+fn deployed(epoch_size: u64) -> (Node, Anvil, Anvil, Value) {
+    let (node, anchor, source) = two_chains();
+    deploy(&node, &anchor, &source, &["--namespace", "T", "--epoch-size", &epoch_size.to_string()]).assert_ok();
+    let manifest = serde_json::from_slice(&std::fs::read(node.cwd.path().join("market.json")).unwrap()).unwrap();
     (node, anchor, source, manifest)
 }
 

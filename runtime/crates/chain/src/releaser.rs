@@ -91,15 +91,7 @@ impl Releaser {
     }
 
     async fn view<C: SolCall>(&self, call: C) -> Result<C::Return, String> {
-        let tx = json!({"to": self.settings.protocol_state, "data": Bytes::from(call.abi_encode())});
-        let answer = self
-            .anchor
-            .call_value("eth_call", json!([tx, "latest"]))
-            .await
-            .map_err(|e| format!("{}: {}", C::SIGNATURE, e.message))?;
-        let bytes: Bytes =
-            serde_json::from_value(answer.clone()).map_err(|_| format!("{}: answered {answer}", C::SIGNATURE))?;
-        C::abi_decode_returns(&bytes).map_err(|e| format!("{}: answered {answer}: {e}", C::SIGNATURE))
+        self.anchor.view(self.settings.protocol_state, &call).await
     }
 
     async fn last_released_end(&self) -> Result<u64, String> {

@@ -227,6 +227,23 @@ impl HttpRpc {
         Ok((id, json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})))
     }
 
+    /// A view of the contract at `to` (`eth_call` at the newest block),
+    /// decoded; the error names the function.
+    pub async fn view<C: alloy::sol_types::SolCall>(
+        &self,
+        to: alloy::primitives::Address,
+        call: &C,
+    ) -> Result<C::Return, String> {
+        let tx = json!({"to": to, "data": alloy::primitives::Bytes::from(call.abi_encode())});
+        let answer = self
+            .call_value("eth_call", json!([tx, "latest"]))
+            .await
+            .map_err(|e| format!("{}: {}", C::SIGNATURE, e.message))?;
+        let bytes: alloy::primitives::Bytes =
+            serde_json::from_value(answer.clone()).map_err(|_| format!("{}: answered {answer}", C::SIGNATURE))?;
+        C::abi_decode_returns(&bytes).map_err(|e| format!("{}: answered {answer}: {e}", C::SIGNATURE))
+    }
+
     /// One call from async code; returns the `result` member.
     pub async fn call_value(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let (id, body) = self.request_value(method, params)?;

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use lite_node_chain::HttpRpc;
+use lite_node_protocol::contracts::{lastReleasedEndCall, reassignSlotCall, registerSlotCall, releaseEpochCall};
 
 sol! {
     struct ExactInputSingleParams {
@@ -27,10 +28,6 @@ sol! {
         uint160 sqrtPriceLimitX96;
     }
     function exactInputSingle(ExactInputSingleParams params) external returns (uint256);
-    function releaseEpoch(address dataMarketAddress, uint256 begin, uint256 end) external returns (uint256);
-    function lastReleasedEnd(address dataMarketAddress) external view returns (uint256);
-    function registerSlot(uint256 slotId, address snapshotter) external;
-    function reassignSlot(uint256 slotId, address snapshotter) external;
     function setTotalNodeCount(uint256 n) external;
 }
 
@@ -148,11 +145,9 @@ impl Driver {
     }
 
     /// A view of ProtocolState at the newest block.
-    async fn view(&self, data: Vec<u8>, what: &str) -> Result<Vec<u8>> {
-        let tx = json!({"to": self.protocol_state(), "data": format!("0x{}", hex::encode(data))});
-        let answer = self.call("eth_call", json!([tx, "latest"])).await.with_context(|| what.to_owned())?;
-        let text = answer.as_str().ok_or_else(|| anyhow!("{what}: eth_call answered {answer}"))?;
-        hex::decode(text.trim_start_matches("0x")).map_err(|e| anyhow!("{what}: eth_call answered {text}: {e}"))
+    async fn view<C: SolCall>(&self, call: C) -> Result<C::Return> {
+        let to = address(&self.protocol_state(), "protocolState")?;
+        self.rpc.view(to, &call).await.map_err(|e| anyhow!(e))
     }
 
     /// Releases the next epoch of our data market, as a market's releaser
@@ -161,8 +156,7 @@ impl Driver {
     /// `(epoch id, begin, end, anchor block of the release)`.
     pub async fn release_epoch_to(&self, head: u64) -> Result<(u64, u64, u64, u64)> {
         let market = address(&self.manifest.data_market, "dataMarket")?;
-        let last = self.view(lastReleasedEndCall { dataMarketAddress: market }.abi_encode(), "lastReleasedEnd").await?;
-        let last = lastReleasedEndCall::abi_decode_returns(&last).map_err(|e| anyhow!("lastReleasedEnd: {e}"))?;
+        let last = self.view(lastReleasedEndCall { dataMarketAddress: market }).await?;
         let last = u64::try_from(last).map_err(|_| anyhow!("lastReleasedEnd {last} is past u64"))?;
         let begin = if last == 0 { head } else { last + 1 };
         if begin > head {
@@ -194,10 +188,9 @@ impl Driver {
     /// Gives `slot_id` to `signer`: a registered slot is reassigned, the
     /// next one registered (slots register in order).
     pub async fn assign_slot(&self, slot_id: u64, signer: Address) -> Result<()> {
-        let holder = lite_node_protocol::contracts::slotSnapshotterMappingCall { slotId: U256::from(slot_id) };
-        let holder = self.view(holder.abi_encode(), "slotSnapshotterMapping").await?;
-        let holder = lite_node_protocol::contracts::slotSnapshotterMappingCall::abi_decode_returns(&holder)
-            .map_err(|e| anyhow!("slotSnapshotterMapping: {e}"))?;
+        let holder = self
+            .view(lite_node_protocol::contracts::slotSnapshotterMappingCall { slotId: U256::from(slot_id) })
+            .await?;
         if holder == signer {
             return Ok(());
         }
