@@ -197,41 +197,25 @@ pub fn market_deploy(o: &DeployOptions, out: &mut dyn Write) -> Result<()> {
 
 /// Prints what the chain says of the market the manifest names.
 pub fn market_status(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
-    let m = Manifest::load(manifest_path)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let io = IoRuntime::new()?;
-        let anchor = connect("anchor", &m.anchor.rpcs, &io)?;
-        let source = connect("source", &m.source.rpcs, &io)?;
-        for (rpc, entry, which) in [(&anchor, &m.anchor, "anchor"), (&source, &m.source, "source")] {
-            let id = chain_id(rpc, &format!("the {which} RPC"), &entry.rpcs).await?;
-            if id != entry.chain_id {
-                bail!(BadInput(format!(
-                    "{}: the market's {which} chain is {}, but its RPC ({}) is chain {id}: a manifest of another chain?",
-                    manifest_path.display(),
-                    entry.chain_id,
-                    shown(&entry.rpcs)
-                )));
-            }
-        }
-        let code = anchor.call_value("eth_getCode", json!([m.protocol_state, "latest"])).await?;
-        if code.as_str().is_none_or(|c| c.trim_start_matches("0x").is_empty()) {
-            bail!(BadInput(format!(
-                "{}: no contract at {} on chain {}: a manifest of another chain, or a chain that was reset?",
-                manifest_path.display(),
-                m.protocol_state,
-                m.anchor.chain_id
-            )));
-        }
+        let market = Market::open(manifest_path, &io).await?;
+        let source = market.source(&io).await?;
+        let m = &market.manifest;
         let dm = m.data_market;
-        let owner = view(&anchor, m.protocol_state, ownerCall {}).await?;
-        let epoch = view(&anchor, m.protocol_state, currentEpochIdCall { dataMarketAddress: dm }).await?;
-        let last_end = view(&anchor, m.protocol_state, lastReleasedEndCall { dataMarketAddress: dm }).await?;
-        let per_day = view(&anchor, m.protocol_state, epochsPerDayCall { dataMarketAddress: dm }).await?;
-        let slots = view(&anchor, m.protocol_state, getTotalNodeCountCall {}).await?;
-        let validators = view(&anchor, m.protocol_state, getTotalValidatorsCountCall { dataMarketAddress: dm }).await?;
+        let owner = market.view(ownerCall {}).await?;
+        let epoch = market.view(currentEpochIdCall { dataMarketAddress: dm }).await?;
+        let last_end = market.view(lastReleasedEndCall { dataMarketAddress: dm }).await?;
+        let per_day = market.view(epochsPerDayCall { dataMarketAddress: dm }).await?;
+        let slots = market.view(getTotalNodeCountCall {}).await?;
+        let validators = market.view(getTotalValidatorsCountCall { dataMarketAddress: dm }).await?;
         let head = quantity(&source.call_value("eth_blockNumber", json!([])).await?)?;
-        writeln!(out, "market {dm} (namespace {}), ProtocolState {} on chain {}", m.namespace, m.protocol_state, m.anchor.chain_id)?;
+        writeln!(
+            out,
+            "market {dm} (namespace {}), ProtocolState {} on chain {}",
+            m.namespace, m.protocol_state, m.anchor.chain_id
+        )?;
         writeln!(out, "owner: {owner}")?;
         let days = if per_day.is_zero() { "no day schedule".to_owned() } else { format!("days of {per_day} epochs") };
         let size = if m.epoch_size == 1 { "1 block".to_owned() } else { format!("{} blocks", m.epoch_size) };
@@ -253,6 +237,22 @@ pub fn market_status(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
 fn read_key(path: &Path) -> Result<SecretKey> {
     let text = std::fs::read_to_string(path).map_err(|e| BadInput(format!("--key-file {}: {e}", path.display())))?;
     Ok(SecretKey::parse_hex(&format!("--key-file {}", path.display()), &text).map_err(BadInput)?)
+}
+
+/// The endpoints of one of the manifest's chains, checked to answer with
+/// the chain id the manifest records.
+async fn reach(path: &Path, role: &'static str, entry: &ChainEntry, io: &IoRuntime) -> Result<HttpRpc> {
+    let rpc = connect(role, &entry.rpcs, io)?;
+    let id = chain_id(&rpc, &format!("the {role} RPC"), &entry.rpcs).await?;
+    if id != entry.chain_id {
+        bail!(BadInput(format!(
+            "{}: the market's {role} chain is {}, but its RPC ({}) is chain {id}: a manifest of another chain?",
+            path.display(),
+            entry.chain_id,
+            shown(&entry.rpcs)
+        )));
+    }
+    Ok(rpc)
 }
 
 fn connect(role: &'static str, urls: &[String], io: &IoRuntime) -> Result<HttpRpc> {
@@ -284,11 +284,6 @@ fn shown(urls: &[String]) -> String {
 fn quantity(v: &Value) -> Result<u64> {
     let text = v.as_str().ok_or_else(|| anyhow!("{v} is not a quantity"))?;
     u64::from_str_radix(text.trim_start_matches("0x"), 16).map_err(|_| anyhow!("{v} is not a quantity"))
-}
-
-/// A view of ProtocolState at the newest block.
-async fn view<C: SolCall>(rpc: &HttpRpc, to: Address, call: C) -> Result<C::Return> {
-    rpc.view(to, &call).await.map_err(|e| anyhow!(e))
 }
 
 /// ProtocolState's creation code from the embedded artifact.
@@ -368,23 +363,31 @@ struct Market {
 }
 
 impl Market {
+    /// The manifest at `path`, its anchor chain reached and checked, and
+    /// ProtocolState found there.
     async fn open(path: &Path, io: &IoRuntime) -> Result<Self> {
         let manifest = Manifest::load(path)?;
-        let anchor = connect("anchor", &manifest.anchor.rpcs, io)?;
-        let id = chain_id(&anchor, "the anchor RPC", &manifest.anchor.rpcs).await?;
-        if id != manifest.anchor.chain_id {
+        let anchor = reach(path, "anchor", &manifest.anchor, io).await?;
+        let code = anchor.call_value("eth_getCode", json!([manifest.protocol_state, "latest"])).await?;
+        if code.as_str().is_none_or(|c| c.trim_start_matches("0x").is_empty()) {
             bail!(BadInput(format!(
-                "{}: the market's anchor chain is {}, but its RPC ({}) is chain {id}: a manifest of another chain?",
+                "{}: no contract at {} on chain {}: a manifest of another chain, or a chain that was reset?",
                 path.display(),
-                manifest.anchor.chain_id,
-                shown(&manifest.anchor.rpcs)
+                manifest.protocol_state,
+                manifest.anchor.chain_id
             )));
         }
         Ok(Self { manifest, path: path.to_owned(), anchor: std::sync::Arc::new(anchor) })
     }
 
+    /// The market's source chain, reached and checked.
+    async fn source(&self, io: &IoRuntime) -> Result<HttpRpc> {
+        reach(&self.path, "source", &self.manifest.source, io).await
+    }
+
+    /// A view of ProtocolState at the newest block.
     async fn view<C: SolCall>(&self, call: C) -> Result<C::Return> {
-        view(&self.anchor, self.manifest.protocol_state, call).await
+        self.anchor.view(self.manifest.protocol_state, &call).await.map_err(|e| anyhow!(e))
     }
 
     /// Sends `call` to ProtocolState from the key in `key_file` and waits
@@ -573,16 +576,7 @@ pub fn market_release(o: &ReleaseOptions, out: &mut dyn Write) -> Result<()> {
         let mut shutdown = lite_node_core::signals::shutdown_signals(false);
         let io = IoRuntime::new()?;
         let m = Market::open(&o.access.manifest, &io).await?;
-        let source = connect("source", &m.manifest.source.rpcs, &io)?;
-        let id = chain_id(&source, "the source RPC", &m.manifest.source.rpcs).await?;
-        if id != m.manifest.source.chain_id {
-            bail!(BadInput(format!(
-                "{}: the market's source chain is {}, but its RPC ({}) is chain {id}",
-                m.path.display(),
-                m.manifest.source.chain_id,
-                shown(&m.manifest.source.rpcs)
-            )));
-        }
+        let source = m.source(&io).await?;
         let key_file =
             o.access.key_file.as_deref().ok_or_else(|| {
                 BadInput("the releaser sends transactions: give --key-file (a releaser's key)".into())
