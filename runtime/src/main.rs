@@ -124,6 +124,10 @@ struct MarketReleaseArgs {
     /// Replace a release not mined after this long (same nonce, higher fees).
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     replace_after_secs: u64,
+    /// Leave out a source RPC more than N blocks behind the highest
+    /// (epochs wait for the lowest of the others).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    max_source_lag: u64,
 }
 
 /// The manifest, and the key of the account that sends the transaction.
@@ -753,6 +757,7 @@ fn main() -> ExitCode {
                 listen: a.listen,
                 poll: Duration::from_millis(a.poll_ms.max(10)),
                 replace_after: Duration::from_secs(a.replace_after_secs.max(1)),
+                max_source_lag: a.max_source_lag,
             },
             &mut stdout(),
         ),

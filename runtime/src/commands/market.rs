@@ -385,6 +385,18 @@ impl Market {
         reach(&self.path, "source", &self.manifest.source, io).await
     }
 
+    /// Each of the source chain's RPCs on its own, every one checked, with
+    /// the URL as messages show it (the releaser compares their heads).
+    async fn sources(&self, io: &IoRuntime) -> Result<Vec<(String, std::sync::Arc<HttpRpc>)>> {
+        let mut sources = Vec::new();
+        for url in &self.manifest.source.rpcs {
+            let one = ChainEntry { rpcs: vec![url.clone()], ..self.manifest.source.clone() };
+            let rpc = reach(&self.path, "source", &one, io).await?;
+            sources.push((shown(std::slice::from_ref(url)), std::sync::Arc::new(rpc)));
+        }
+        Ok(sources)
+    }
+
     /// A view of ProtocolState at the newest block.
     async fn view<C: SolCall>(&self, call: C) -> Result<C::Return> {
         self.anchor.view(self.manifest.protocol_state, &call).await.map_err(|e| anyhow!(e))
@@ -565,6 +577,7 @@ pub struct ReleaseOptions {
     pub listen: Option<std::net::SocketAddr>,
     pub poll: Duration,
     pub replace_after: Duration,
+    pub max_source_lag: u64,
 }
 
 /// The epoch releaser as a service: one line per epoch released, until
@@ -576,7 +589,7 @@ pub fn market_release(o: &ReleaseOptions, out: &mut dyn Write) -> Result<()> {
         let mut shutdown = lite_node_core::signals::shutdown_signals(false);
         let io = IoRuntime::new()?;
         let m = Market::open(&o.access.manifest, &io).await?;
-        let source = m.source(&io).await?;
+        let sources = m.sources(&io).await?;
         let key_file =
             o.access.key_file.as_deref().ok_or_else(|| {
                 BadInput("the releaser sends transactions: give --key-file (a releaser's key)".into())
@@ -599,8 +612,9 @@ pub fn market_release(o: &ReleaseOptions, out: &mut dyn Write) -> Result<()> {
             finality: o.finality,
             first_block: o.first_block,
             replace_after: o.replace_after,
+            max_source_lag: o.max_source_lag,
         };
-        let releaser = Releaser::new(m.anchor.clone(), std::sync::Arc::new(source), sender, settings);
+        let releaser = Releaser::new(m.anchor.clone(), sources, sender, settings);
         if let Some(addr) = o.listen {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -698,6 +712,16 @@ async fn serve_health(
         gauge("lite_node_releaser_replaced", "Stuck transactions replaced.", Some(s.replaced));
         gauge("lite_node_releaser_raced", "Ranges released by another transaction.", Some(s.raced));
         gauge("lite_node_releaser_up", "1 unless the last step failed.", Some(u64::from(s.error.is_none())));
+        text.push_str(
+            "# HELP lite_node_releaser_source_rpc_behind Blocks a source RPC is under the highest.\n# TYPE \
+             lite_node_releaser_source_rpc_behind gauge\n",
+        );
+        for rpc in &s.source_rpcs {
+            if let Some(behind) = rpc.behind {
+                let url = rpc.url.replace('\\', "\\\\").replace('"', "\\\"");
+                text.push_str(&format!("lite_node_releaser_source_rpc_behind{{url=\"{url}\"}} {behind}\n"));
+            }
+        }
         ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
     }
     let app = axum::Router::new().route("/health", get(health)).route("/metrics", get(metrics)).with_state(state);

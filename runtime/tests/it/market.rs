@@ -393,3 +393,54 @@ fn a_dropped_release_is_replaced_not_duplicated_and_a_stranger_may_not_release()
     assert_contiguous(&released, 1);
     assert!(released.len() >= 3, "{released:?}");
 }
+
+/// Two RPCs of the source chain, one 10 blocks behind the other: epochs are
+/// released only as far as the lagging one has blocks, and /health says
+/// which RPC holds them back; once it catches up, releases go on.
+#[test]
+fn a_source_rpc_behind_the_others_holds_releases_back_and_is_named_in_health() {
+    let (node, anchor, source) = two_chains();
+    let lagging = Anvil::start_with(&["--chain-id", "7002"]);
+    let (a, s, l) = (anchor.url(), source.url(), lagging.url());
+    let deploy = [
+        "market",
+        "deploy",
+        "--anchor-rpc",
+        &a,
+        "--source-rpc",
+        &s,
+        "--source-rpc",
+        &l,
+        "--key-file",
+        "deployer.key",
+        "--namespace",
+        "T",
+        "--epoch-size",
+        "2",
+    ];
+    node.run(&deploy).assert_ok();
+    let manifest: Value = serde_json::from_slice(&std::fs::read(node.cwd.path().join("market.json")).unwrap()).unwrap();
+    assert_eq!(manifest["source"]["rpcs"], json!([s, l]), "{manifest}");
+    rpc(&s, "anvil_mine", json!(["0x14"]));
+    rpc(&l, "anvil_mine", json!(["0xa"]));
+    let mut releaser = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--listen", "127.0.0.1:0"]);
+    let line = releaser.wait_for("the health address", |l| l.starts_with("health on http://"));
+    let health = line.split_whitespace().nth(2).unwrap().trim_end_matches(',').to_owned();
+    // The lagging RPC is at 10: with two blocks of finality, 1-8 only.
+    releaser.wait_for("epoch 4", |l| l == "epoch 4 released: source blocks 7-8");
+    let body = lite_node_testkit::poll_until("/health waiting", std::time::Duration::from_secs(10), || {
+        let body: Value = reqwest::blocking::get(&health).ok()?.json().ok()?;
+        body["waiting"].as_str().is_some_and(|w| w.contains("blocks 9-10 are next")).then_some(body)
+    });
+    let waiting = body["waiting"].as_str().unwrap();
+    assert!(waiting.contains(&format!("source RPC {l} is at 10, 10 blocks behind the highest (20)")), "{body}");
+    assert_eq!(body["sourceRpcs"][1]["behind"], 10, "{body}");
+    assert_eq!(last_released_end(&anchor, &manifest), 8, "nothing past what the lagging RPC has");
+    let metrics = reqwest::blocking::get(health.replace("/health", "/metrics")).unwrap().text().unwrap();
+    assert!(metrics.contains(&format!("lite_node_releaser_source_rpc_behind{{url=\"{l}\"}} 10")), "{metrics}");
+
+    rpc(&l, "anvil_mine", json!(["0xa"]));
+    releaser.wait_for("epoch 9", |l| l == "epoch 9 released: source blocks 17-18");
+    assert_eq!(releaser.stop(), Some(0));
+    assert_contiguous(&releases(&anchor, &manifest), 2);
+}

@@ -7,7 +7,10 @@
 //! a restart racing its own last transaction) can neither release a range
 //! twice nor leave a hole — the loser's call is refused, and it follows.
 //! An epoch is `epoch_size` source blocks, released once its last block is
-//! `finality` blocks under the source head. A transaction not mined within
+//! `finality` blocks under the source head — the lowest head of the
+//! market's source RPCs, so every operator's RPC has an epoch's blocks when
+//! it is released (an RPC more than `max_source_lag` behind the others is
+//! left out, and named, rather than holding the market back). A transaction not mined within
 //! `replace_after` is sent again under its nonce with higher fees, so only
 //! one of the two can be mined.
 
@@ -39,13 +42,30 @@ pub struct ReleaserSettings {
     pub first_block: Option<u64>,
     /// How long a release may stay unmined before it is replaced.
     pub replace_after: Duration,
+    /// A source RPC further behind the highest than this is left out.
+    pub max_source_lag: u64,
+}
+
+/// One source RPC as the last step saw it.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceRpc {
+    /// The endpoint, an API key in it left out.
+    pub url: String,
+    pub head: Option<u64>,
+    /// Blocks under the highest head the RPCs answered.
+    pub behind: Option<u64>,
+    /// Not used this step: it failed, or is more than `max_source_lag` behind.
+    pub left_out: Option<String>,
 }
 
 /// What the releaser last saw and did (its `/health`).
 #[derive(Clone, Debug, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaserState {
+    /// The head epochs are released against: the lowest of the source RPCs used.
     pub source_head: Option<u64>,
+    pub source_rpcs: Vec<SourceRpc>,
     pub last_released_end: Option<u64>,
     pub epochs_released: Option<u64>,
     /// Why no epoch is due (the source chain is not far enough yet).
@@ -75,7 +95,8 @@ pub enum Step {
 
 pub struct Releaser {
     anchor: Arc<HttpRpc>,
-    source: Arc<HttpRpc>,
+    /// Each source endpoint on its own, with how it is shown.
+    sources: Vec<(String, Arc<HttpRpc>)>,
     sender: TxSender,
     settings: ReleaserSettings,
     pub state: Arc<Mutex<ReleaserState>>,
@@ -86,8 +107,65 @@ fn quantity(v: &serde_json::Value, what: &str) -> Result<u64, String> {
 }
 
 impl Releaser {
-    pub fn new(anchor: Arc<HttpRpc>, source: Arc<HttpRpc>, sender: TxSender, settings: ReleaserSettings) -> Self {
-        Self { anchor, source, sender, settings, state: Arc::default() }
+    /// `sources`: each source RPC on its own (an [`HttpRpc`] of one URL) and
+    /// the URL as messages show it.
+    pub fn new(
+        anchor: Arc<HttpRpc>,
+        sources: Vec<(String, Arc<HttpRpc>)>,
+        sender: TxSender,
+        settings: ReleaserSettings,
+    ) -> Self {
+        Self { anchor, sources, sender, settings, state: Arc::default() }
+    }
+
+    /// Every source RPC's head; the one to release against (the lowest
+    /// within `max_source_lag` of the highest) and, when it is under the
+    /// highest, why.
+    async fn source_head(&self) -> Result<(u64, Option<String>), String> {
+        let heads = futures_util::future::join_all(self.sources.iter().map(|(_, rpc)| async move {
+            let head = rpc.call_value("eth_blockNumber", json!([])).await.map_err(|e| e.message.to_string())?;
+            quantity(&head, "eth_blockNumber")
+        }))
+        .await;
+        let highest = heads.iter().filter_map(|h| h.as_ref().ok()).max().copied();
+        let mut seen = Vec::with_capacity(heads.len());
+        let mut used: Option<(u64, &str)> = None;
+        for ((url, _), head) in self.sources.iter().zip(&heads) {
+            let mut rpc = SourceRpc { url: url.clone(), ..SourceRpc::default() };
+            match (head, highest) {
+                (Ok(h), Some(top)) => {
+                    (rpc.head, rpc.behind) = (Some(*h), Some(top - h));
+                    if top - h > self.settings.max_source_lag {
+                        rpc.left_out = Some(format!(
+                            "{} blocks behind, more than {} (--max-source-lag)",
+                            top - h,
+                            self.settings.max_source_lag
+                        ));
+                    } else if used.is_none_or(|(u, _)| *h < u) {
+                        used = Some((*h, url));
+                    }
+                }
+                (Err(e), _) => rpc.left_out = Some(e.clone()),
+                (Ok(_), None) => unreachable!("a head was answered"),
+            }
+            if let Some(why) = &rpc.left_out {
+                tracing::warn!("source RPC {url} left out: {why}");
+            }
+            seen.push(rpc);
+        }
+        self.note(|st| st.source_rpcs = seen);
+        let (Some((head, lowest)), Some(top)) = (used, highest) else {
+            let failures: Vec<String> = self
+                .sources
+                .iter()
+                .zip(&heads)
+                .filter_map(|((url, _), h)| h.as_ref().err().map(|e| format!("{url}: {e}")))
+                .collect();
+            return Err(format!("no source RPC answers ({})", failures.join("; ")));
+        };
+        let behind = (head < top)
+            .then(|| format!("source RPC {lowest} is at {head}, {} blocks behind the highest ({top})", top - head));
+        Ok((head, behind))
     }
 
     async fn view<C: SolCall>(&self, call: C) -> Result<C::Return, String> {
@@ -113,8 +191,7 @@ impl Releaser {
 
     async fn try_step(&self) -> Result<Step, String> {
         let s = &self.settings;
-        let head = self.source.call_value("eth_blockNumber", json!([])).await.map_err(|e| e.message.to_string())?;
-        let head = quantity(&head, "the source chain's eth_blockNumber")?;
+        let (head, behind) = self.source_head().await?;
         let last = self.last_released_end().await?;
         self.note(|st| (st.source_head, st.last_released_end) = (Some(head), Some(last)));
         let final_to = head.saturating_sub(s.finality);
@@ -125,11 +202,14 @@ impl Releaser {
         };
         let end = begin + s.epoch_size - 1;
         if end > final_to {
-            let why = format!(
+            let mut why = format!(
                 "blocks {begin}-{end} are next: the source head is {head}, final up to {final_to} ({} blocks of \
                  finality)",
                 s.finality
             );
+            if let Some(behind) = behind {
+                why.push_str(&format!("; {behind}: an epoch is released once every source RPC has its blocks"));
+            }
             self.note(|st| st.waiting = Some(why));
             return Ok(Step::Waiting);
         }
