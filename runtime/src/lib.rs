@@ -11,8 +11,9 @@ pub mod exit;
 
 pub use exit::{ExitStatus, exit_status};
 pub use lite_node_chain::{self as chain, epochs};
+pub use lite_node_collector as collector;
 pub use lite_node_compute::{self as compute, executor, snapshots};
 pub use lite_node_config as config;
 pub use lite_node_core::{self as core, retry, signals, supervisor};
-pub use lite_node_devnet::{self as devnet, collector};
+pub use lite_node_devnet as devnet;
 pub use lite_node_node::{alerts, books, cluster, node, outcome, safety, submission};

@@ -1,4 +1,4 @@
-//! `lite-node collector`: the devnet collector (`crate::collector`) on its
+//! `lite-node collector`: the collector (`lite_node_collector`) on its
 //! own runtime, until Ctrl-C or SIGTERM.
 
 use std::{io::Write, net::SocketAddr, sync::Arc, time::Duration};
@@ -8,7 +8,7 @@ use lite_node_protocol::submission::Projects;
 
 use super::MarketOptions;
 use crate::{
-    collector::{DevnetCollector, SelectionCheck},
+    collector::{Collector, SelectionCheck},
     compute,
     config::{ComputeConfig, EnvSnapshot, MarketProjects},
     exit::BadInput,
@@ -32,7 +32,7 @@ pub struct CollectorOptions {
 /// Connections still open this long after a stop do not hold the exit.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// Runs the devnet collector until Ctrl-C or SIGTERM.
+/// Runs the collector until Ctrl-C or SIGTERM.
 pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
     let pools = a.market.pools()?;
     let package = if pools.is_empty() {
@@ -82,7 +82,7 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             _ = &mut signals => return Ok(()),
             id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
         };
-        let mut collector = DevnetCollector::new(anchor, chain_id);
+        let mut collector = Collector::new(anchor, chain_id);
         (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
         if let Some(listen) = a.p2p_listen.clone() {
             use lite_node_validator::gossip;

@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use lite_node::{
     chain::{Anchor, HttpRpc, IoRuntime},
-    collector::{self, DevnetCollector, EpochAssignment, Received, SelectionCheck},
+    collector::{self, Collector, EpochAssignment, Received, SelectionCheck},
     compute::{self as compute_pkg, Fetch, LoadedPackage},
     config::{ComputeConfig, EnvSnapshot},
     submission::{self, Verdict},
@@ -54,8 +54,8 @@ fn start_collector_with(
     selection: Option<Arc<SelectionCheck>>,
 ) -> Received {
     let received = Received::default();
-    let mut collector = DevnetCollector::new(s.anchor.clone(), s.chain_id);
-    (collector.received, collector.selection) = (received.clone(), selection);
+    let mut collector = Collector::new(s.anchor.clone(), s.chain_id);
+    (collector.received, collector.selection) = (Some(received.clone()), selection);
     listener.set_nonblocking(true).unwrap();
     let _guard = s.runtime.enter();
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
@@ -321,8 +321,8 @@ fn a_node_that_hangs_up_mid_judgement_does_not_get_its_message_forwarded_twice()
             .add_service(proto::submission_server::SubmissionServer::new(gateway))
             .serve_with_incoming(incoming);
         s.runtime.spawn(server);
-        let mut collector = DevnetCollector::new(s.anchor.clone(), s.chain_id);
-        collector.received = received.clone();
+        let mut collector = Collector::new(s.anchor.clone(), s.chain_id);
+        collector.received = Some(received.clone());
         let channel = tonic::transport::Endpoint::from_shared(gateway_at).unwrap().connect_lazy();
         collector.forward = Some(proto::submission_client::SubmissionClient::new(channel));
         listener.set_nonblocking(true).unwrap();
@@ -528,4 +528,26 @@ fn submit_cases(
             }
         }
     }
+}
+
+/// A message past the collector's size cap is refused before it is decoded,
+/// judged or recorded; the next good one is taken as usual.
+#[test]
+fn a_message_past_the_size_cap_is_refused_before_it_is_judged() {
+    let s = setup();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
+    let received = start_collector(&s, listener);
+    let head = s.world.head();
+    let huge = with(submission(&s, 1, 1, head + 50), |m| m.header = "x".repeat(collector::MAX_MESSAGE_BYTES));
+    let answer = s.runtime.block_on(async {
+        let mut client = proto::submission_client::SubmissionClient::connect(endpoint.clone()).await.unwrap();
+        let refused = client.submit_snapshot(huge).await;
+        let taken = client.submit_snapshot(submission(&s, 1, 1, head + 50)).await;
+        (refused, taken)
+    });
+    let refused = answer.0.expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+    assert_eq!(answer.1.expect("taken").into_inner().message, proto::SUCCESS);
+    assert_eq!(received.lock().unwrap().len(), 1, "only the good one was judged and recorded");
 }

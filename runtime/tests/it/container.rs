@@ -40,13 +40,15 @@ fn the_dockerfile_copies_what_exists_pins_its_images_and_runs_unprivileged() {
 }
 
 #[test]
-fn compose_runs_the_node_and_a_pinned_collector_from_the_env_file() {
+fn compose_runs_the_node_and_its_own_collector_from_the_env_file() {
     let compose = read("docker-compose.yaml");
     assert!(compose.contains("\n  collector:\n") && compose.contains("\n  lite-node:\n"), "{compose}");
-    assert!(compose.contains("snapshotter-lite-local-collector:${LOCAL_COLLECTOR_IMAGE_TAG:?"), "the tag is required");
+    assert!(!compose.contains("ghcr.io") && !compose.contains("powerloom/"), "no image of the wound-down network");
+    assert!(compose.contains(r#"entrypoint: ["lite-node", "collector"]"#), "the collector is this image's");
+    assert!(compose.contains("--p2p-bootstrap=${VALIDATOR_PEERS:?"), "the validators to publish to are required");
     assert_eq!(compose.matches("env_file: .env").count(), 1, "only the node reads the whole .env");
     let collector = compose.split("\n  lite-node:\n").next().unwrap();
-    assert!(!collector.contains("TELEGRAM"), "alert tokens stay with the node");
+    assert!(!collector.contains("TELEGRAM") && !collector.contains("PRIVATE_KEY"), "keys and tokens stay with the node");
     assert!(compose.contains("LOCAL_COLLECTOR_HOST: collector"));
     assert!(compose.contains("lite-node-data:/data"));
 }

@@ -7,7 +7,7 @@
 //! interval, a swap (activity) and an epoch release. It prints one row per
 //! epoch, and can write everything needed to re-verify the run as JSON.
 
-pub mod collector;
+pub use lite_node_collector as collector;
 mod epochs;
 mod fault;
 mod fullnode;
@@ -46,7 +46,7 @@ use lite_node_core::{
     signals::Shutdown,
 };
 
-use crate::collector::{DevnetCollector, EpochAssignment, Received, SelectionCheck};
+use crate::collector::{Collector, EpochAssignment, Received, SelectionCheck};
 use epochs::{arrived, latency_ms};
 pub use fault::{Fault, parse_fault};
 pub use options::{Options, default_dir};

@@ -204,8 +204,8 @@ impl Devnet {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let collector_port = listener.local_addr()?.port();
         let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut collector = DevnetCollector::new(anchor.clone(), manifest.chain_id);
-        (collector.received, collector.selection) = (received.clone(), Some(selection.clone()));
+        let mut collector = Collector::new(anchor.clone(), manifest.chain_id);
+        (collector.received, collector.selection) = (Some(received.clone()), Some(selection.clone()));
         collector.own = Some(
             slots
                 .iter()

@@ -1,9 +1,13 @@
-//! The devnet collector behind `lite-node collector` and `lite-node devnet`:
-//! the collector's gRPC service (docs/protocol.md §6) judging every
+//! The collector an operator's node submits to (`lite-node collector`, and
+//! the devnet's): the gRPC service of docs/protocol.md §6 judging every
 //! submission by the protocol's rules (`lite_node_protocol::submission::
 //! judge`, the validator's too) on the anchor chain — and (with a
-//! [`SelectionCheck`]) the slot's selection for that epoch and pool — and
-//! recording each verdict with its reason. The node's own side of submitting is `lite_node::submission`.
+//! [`SelectionCheck`]) the slot's selection for that epoch and pool —,
+//! answering each message once, and relaying what it took to the market's
+//! validators (their gRPC gateway, the gossip network). What it keeps is
+//! bounded: answers of the last [`KEEP_EPOCHS`] epochs, the releases it
+//! read, and (only when asked, as the devnet does) a record of every verdict.
+//! The node's own side of submitting is `lite_node_node::submission`.
 
 use std::{
     collections::BTreeMap,
@@ -48,7 +52,7 @@ pub struct Seen {
     /// The rule a rejection broke (`None`: accepted).
     pub reason: Option<Reason>,
     pub answered_at: SystemTime,
-    /// Not from one of [`DevnetCollector::own`]'s slots and signers (a node
+    /// Not from one of [`Collector::own`]'s slots and signers (a node
     /// someone else started against this collector).
     pub foreign: bool,
     /// How many times these exact bytes came (a node sends a message again,
@@ -67,10 +71,12 @@ pub type Received = Arc<Mutex<Vec<Seen>>>;
 /// recovering to the slot's registered signer, and, with a
 /// [`SelectionCheck`], the slot selected for that epoch and pool — and
 /// records each verdict with its reason.
-pub struct DevnetCollector {
+pub struct Collector {
     pub anchor: Arc<lite_node_chain::Anchor>,
     pub chain_id: u64,
-    pub received: Received,
+    /// Every verdict, when the caller keeps them (the devnet and tests
+    /// read them; a long-running collector leaves this `None`).
+    pub received: Option<Received>,
     pub selection: Option<Arc<SelectionCheck>>,
     /// Print one line per verdict on stdout (the standalone `lite-node collector`).
     pub announce: bool,
@@ -82,10 +88,11 @@ pub struct DevnetCollector {
     pub forward: Option<proto::submission_client::SubmissionClient<tonic::transport::Channel>>,
     /// The validators' gossip network: every accepted submission is
     /// published there, without waiting for the mesh.
-    pub gossip: Option<lite_node_validator::gossip::Gossip>,
+    pub gossip: Option<lite_node_gossip::Gossip>,
     /// The slots whose nodes the caller started, with their signers: other
     /// submissions are still checked and answered, but marked foreign.
     pub own: Option<BTreeMap<u64, Address>>,
+    /// The last [`KEEP_EPOCHS`] releases read.
     releases: tokio::sync::Mutex<BTreeMap<u64, Release>>,
     /// The anchor head, read at most every [`HEAD_FRESH`] for every
     /// submission judged meanwhile.
@@ -94,14 +101,48 @@ pub struct DevnetCollector {
     signers: std::sync::Mutex<(std::time::Instant, SignerCells)>,
     /// Each message's answer, by the SHA-256 of its bytes, given once:
     /// copies that arrive while the first is judged wait for its answer.
-    answered: std::sync::Mutex<std::collections::HashMap<[u8; 32], AnswerOnce>>,
+    /// By epoch, so the oldest go first once more than [`KEEP_ANSWERS`] are kept.
+    answered: std::sync::Mutex<Answered>,
     /// Drills that hold answers back ([`Hold`]).
     pub holds: Vec<Hold>,
 }
 
 /// One message's answer: the rejection's reason (`None`: accepted) and its
-/// place in [`DevnetCollector::received`].
-type AnswerOnce = Arc<tokio::sync::OnceCell<(Option<String>, usize)>>;
+/// place in [`Collector::received`] (when kept).
+type AnswerOnce = Arc<tokio::sync::OnceCell<(Option<String>, Option<usize>)>>;
+
+/// Answers by epoch id and the SHA-256 of the message, and how many.
+#[derive(Default)]
+struct Answered {
+    by_epoch: BTreeMap<u64, std::collections::HashMap<[u8; 32], AnswerOnce>>,
+    count: usize,
+}
+
+impl Answered {
+    /// The cell of `key` in `epoch`'s answers; past [`KEEP_ANSWERS`], the
+    /// oldest epochs' answers are dropped (never `epoch`'s own).
+    fn cell(&mut self, epoch: u64, key: [u8; 32]) -> AnswerOnce {
+        let cells = self.by_epoch.entry(epoch).or_default();
+        let before = cells.len();
+        let cell = cells.entry(key).or_default().clone();
+        self.count += cells.len() - before;
+        while self.count > KEEP_ANSWERS || self.by_epoch.len() > KEEP_EPOCHS {
+            let Some((&oldest, _)) = self.by_epoch.first_key_value() else { break };
+            if oldest == epoch {
+                break;
+            }
+            self.count -= self.by_epoch.remove(&oldest).map_or(0, |c| c.len());
+        }
+        cell
+    }
+}
+
+/// Epochs whose answers (and releases) are kept: a node re-sends a message
+/// within its epoch's window, far fewer epochs than this.
+pub const KEEP_EPOCHS: usize = 256;
+
+/// Answers kept at most (each a few hundred bytes).
+pub const KEEP_ANSWERS: usize = 200_000;
 
 /// A drill's hold on answers (`kill-node-mid-burst`): `slots`' submissions
 /// of `epoch` are judged and recorded, but answered only once `release`
@@ -128,20 +169,20 @@ const HEAD_FRESH: std::time::Duration = std::time::Duration::from_millis(250);
 /// before any node starts).
 const SIGNERS_FRESH: std::time::Duration = std::time::Duration::from_secs(30);
 
-impl std::fmt::Debug for DevnetCollector {
+impl std::fmt::Debug for Collector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DevnetCollector").field("chain_id", &self.chain_id).finish_non_exhaustive()
+        f.debug_struct("Collector").field("chain_id", &self.chain_id).finish_non_exhaustive()
     }
 }
 
-impl DevnetCollector {
+impl Collector {
     /// A collector for `anchor`'s ProtocolState and data market on chain
     /// `chain_id`, without a selection check, silent.
     pub fn new(anchor: Arc<lite_node_chain::Anchor>, chain_id: u64) -> Self {
         Self {
             anchor,
             chain_id,
-            received: Received::default(),
+            received: None,
             selection: None,
             announce: false,
             from_block: 0,
@@ -168,7 +209,11 @@ impl DevnetCollector {
             .await
             .map_err(|e| Refused::Unavailable(format!("anchor unavailable: {e}")))?
             .ok_or_else(|| Refused::Rejected(format!("epoch {epoch_id} was never released for this data market")))?;
-        self.releases.lock().await.insert(epoch_id, release);
+        let mut releases = self.releases.lock().await;
+        releases.insert(epoch_id, release);
+        while releases.len() > KEEP_EPOCHS {
+            releases.pop_first();
+        }
         Ok(release)
     }
 
@@ -185,29 +230,35 @@ impl DevnetCollector {
         }
     }
 
-    /// Records a verdict; its place in [`Self::received`].
-    async fn record(&self, submission: SnapshotSubmission, verdict: Result<(), Rejection>) -> usize {
-        let foreign = self.foreign(&submission, verdict.is_ok()).await;
+    /// Announces a verdict and records it when verdicts are kept; its place
+    /// in [`Self::received`].
+    async fn record(&self, submission: SnapshotSubmission, verdict: Result<(), Rejection>) -> Option<usize> {
         let reason = verdict.as_ref().err().map(|r| r.reason);
         let verdict = verdict.map_err(|r| r.detail);
         if self.announce {
+            use std::io::Write;
             let r = submission.request.clone().unwrap_or_default();
             let what = format!("epoch {} slot {} {} {}", r.epoch_id, r.slot_id, r.project_id, r.snapshot_cid);
-            match &verdict {
-                Ok(()) => println!("accepted {what}"),
-                Err(reason) => println!("rejected {what}: {reason}"),
-            }
+            let line = match &verdict {
+                Ok(()) => format!("accepted {what}"),
+                Err(reason) => format!("rejected {what}: {reason}"),
+            };
+            // A line that cannot be written (stdout on a full disk) is lost, not the answer.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", line.replace(char::is_control, "\u{fffd}")).and_then(|()| out.flush());
         }
+        let received = self.received.as_ref()?;
+        let foreign = self.foreign(&submission, reason.is_none()).await;
         let seen = Seen { submission, verdict, reason, answered_at: SystemTime::now(), foreign, arrivals: 1 };
-        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        let mut received = received.lock().unwrap_or_else(|p| p.into_inner());
         received.push(seen);
-        received.len() - 1
+        Some(received.len() - 1)
     }
 
     /// A submission judged (forwarded to the validator, published on
     /// gossip) and recorded: its rejection's reason and place; `Err` when it
     /// cannot be judged now (the node retries).
-    async fn answer_once(&self, s: SnapshotSubmission) -> Result<(Option<String>, usize), tonic::Status> {
+    async fn answer_once(&self, s: SnapshotSubmission) -> Result<(Option<String>, Option<usize>), tonic::Status> {
         let verdict = match self.verdict(&s).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(rejection)) => {
@@ -246,8 +297,8 @@ impl DevnetCollector {
     }
 }
 
-impl DevnetCollector {
-    /// Whether a submission is not from one of [`DevnetCollector::own`]'s
+impl Collector {
+    /// Whether a submission is not from one of [`Collector::own`]'s
     /// slots and signers. An accepted one's signature recovered to the
     /// slot's registered signer (the rules checked it), so that signer is
     /// compared, not recovered a second time — recovery is most of what a
@@ -266,7 +317,7 @@ impl DevnetCollector {
 /// The rules' facts as the devnet collector reads them: straight from the
 /// anchor chain (releases kept once found), and the package's assignment
 /// rule when a selection check is configured.
-impl Facts for DevnetCollector {
+impl Facts for Collector {
     async fn epoch(&self, r: &lite_node_protocol::proto::Request) -> Result<EpochStanding, String> {
         match self.release(r.epoch_id).await {
             Ok(release) => Ok(EpochStanding::Open { release_block: release.block_number }),
@@ -317,7 +368,7 @@ impl Facts for DevnetCollector {
     }
 }
 
-impl DevnetCollector {
+impl Collector {
     /// A submission's answer — the rejection's reason (`None`: accepted) —
     /// given once per message: the same bytes again (an attempt or a restart
     /// left the node without our answer) are the same submission, answered
@@ -325,7 +376,8 @@ impl DevnetCollector {
     /// while the first is judged waits for its answer.
     async fn answer(&self, s: SnapshotSubmission) -> Result<Option<String>, tonic::Status> {
         let key: [u8; 32] = sha2::Sha256::digest(prost::Message::encode_to_vec(&s)).into();
-        let cell = self.answered.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().clone();
+        let epoch = s.request.as_ref().map_or(0, |r| r.epoch_id);
+        let cell = self.answered.lock().unwrap_or_else(|p| p.into_inner()).cell(epoch, key);
         let mut judged_here = false;
         let (rejection, index) = cell
             .get_or_try_init(|| {
@@ -334,7 +386,10 @@ impl DevnetCollector {
             })
             .await?
             .clone();
-        if !judged_here && let Some(first) = self.received.lock().unwrap_or_else(|p| p.into_inner()).get_mut(index) {
+        if !judged_here
+            && let (Some(received), Some(index)) = (&self.received, index)
+            && let Some(first) = received.lock().unwrap_or_else(|p| p.into_inner()).get_mut(index)
+        {
             first.arrivals += 1;
         }
         Ok(rejection)
@@ -346,7 +401,7 @@ impl DevnetCollector {
 /// SIGKILL) cannot cut it off after the forward and before the record —
 /// leaving the next copy to forward and publish it again.
 #[derive(Clone)]
-struct Service(Arc<DevnetCollector>);
+struct Service(Arc<Collector>);
 
 #[tonic::async_trait]
 impl proto::submission_server::Submission for Service {
@@ -391,16 +446,54 @@ fn answer(rejection: Option<&str>) -> tonic::Response<SubmissionResponse> {
     response
 }
 
-/// Serves `collector` on `listener` until `shutdown` completes.
+/// The largest submission taken (a real one is a few hundred bytes).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// Requests judged at once per connection; more wait.
+const MAX_IN_FLIGHT: usize = 256;
+
+/// Serves `collector` on `listener` until `shutdown` completes; a message
+/// over [`MAX_MESSAGE_BYTES`] is refused before it is decoded.
 pub fn serve(
-    collector: DevnetCollector,
+    collector: Collector,
     listener: tokio::net::TcpListener,
     shutdown: lite_node_core::signals::Shutdown,
 ) -> lite_node_core::BoxFuture<'static, Result<(), tonic::transport::Error>> {
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     Box::pin(
         tonic::transport::Server::builder()
-            .add_service(proto::submission_server::SubmissionServer::new(Service(Arc::new(collector))))
+            .concurrency_limit_per_connection(MAX_IN_FLIGHT)
+            .add_service(
+                proto::submission_server::SubmissionServer::new(Service(Arc::new(collector)))
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES),
+            )
             .serve_with_incoming_shutdown(incoming, shutdown),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_kept_once_per_message_and_only_for_the_newest_epochs() {
+        let mut answered = Answered::default();
+        let first = answered.cell(1, [7; 32]);
+        assert!(Arc::ptr_eq(&first, &answered.cell(1, [7; 32])), "the same message, the same answer");
+        assert!(!Arc::ptr_eq(&first, &answered.cell(1, [8; 32])), "another message, its own");
+        for epoch in 2..=(KEEP_EPOCHS as u64 + 10) {
+            answered.cell(epoch, [7; 32]);
+        }
+        assert_eq!(answered.by_epoch.len(), KEEP_EPOCHS);
+        assert_eq!(answered.count, KEEP_EPOCHS);
+        assert_eq!(answered.by_epoch.first_key_value().map(|(e, _)| *e), Some(11), "the oldest went first");
+        // A late message of an old epoch is answered once too; the next
+        // message drops that epoch again.
+        let late = answered.cell(3, [9; 32]);
+        assert!(Arc::ptr_eq(&late, &answered.cell(3, [9; 32])));
+        assert_eq!(answered.by_epoch.len(), KEEP_EPOCHS + 1);
+        answered.cell(KEEP_EPOCHS as u64 + 11, [7; 32]);
+        assert_eq!(answered.by_epoch.len(), KEEP_EPOCHS);
+        assert!(!answered.by_epoch.contains_key(&3));
+    }
 }
