@@ -49,10 +49,19 @@ enum Command {
     /// each project's CID); with --project P --proof, the Merkle proof of P's
     /// CID, checked against the root on chain before it is printed.
     Finalized(FinalizedArgs),
-    /// A collector for the local network: checks each submission's signer and
+    /// The collector nodes submit to: checks each submission's signer and
     /// deadline against ProtocolState and, given the active pools, that the
-    /// slot was selected for that epoch and pool; answers Success or Failure.
+    /// slot was selected for that epoch and pool; answers Success or Failure,
+    /// and publishes what it takes to the validators over gossip.
     Collector(CollectorArgs),
+    /// The gossip peer id of a validator's or collector's data dir (its
+    /// p2p-identity.key, made if missing): what others put after /p2p/ in
+    /// their --p2p-bootstrap.
+    PeerId {
+        /// The validator's or collector's --data-dir.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
     /// The receiving end: a validator on Redis. Its gateway takes submissions
     /// as the collector does; dequeuers check them, each epoch's window opens
     /// and closes in anchor blocks, and every epoch is finalized into this
@@ -748,6 +757,7 @@ fn main() -> ExitCode {
             },
             &mut stdout(),
         ),
+        Command::PeerId { data_dir } => commands::peer_id(&data_dir, &mut stdout()),
         Command::Market(MarketCommand::Status { manifest }) => commands::market_status(&manifest, &mut stdout()),
         Command::Market(MarketCommand::Release(a)) => commands::market_release(
             &commands::ReleaseOptions {

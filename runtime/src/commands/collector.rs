@@ -119,3 +119,12 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         Ok(())
     })
 }
+
+/// Prints the gossip peer id kept in `data_dir` (made there if missing).
+pub fn peer_id(data_dir: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<()> {
+    let identity = data_dir.join("p2p-identity.key");
+    let key = lite_node_validator::gossip::load_or_create_identity(&identity)
+        .map_err(|e| BadInput(format!("--data-dir {}: {e}", data_dir.display())))?;
+    writeln!(out, "{}", key.public().to_peer_id())?;
+    Ok(())
+}

@@ -226,10 +226,49 @@ pub fn market_status(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
             let lag = U256::from(head).saturating_sub(last_end);
             writeln!(out, "releaser: released up to source block {last_end}, head {head} ({lag} blocks behind)")?;
         }
+        match last_finalized(&market).await? {
+            Some((epoch_id, block)) => writeln!(out, "last finalized: epoch {epoch_id} (anchor block {block})")?,
+            None => writeln!(out, "last finalized: none yet")?,
+        }
         writeln!(out, "slots registered: {slots}")?;
         writeln!(out, "validators: {validators}")?;
         Ok(())
     })
+}
+
+/// Anchor blocks one log query spans (public RPCs refuse wide ranges).
+const LOG_SPAN: u64 = 5_000;
+
+/// The newest epoch finalized on chain and its anchor block: the market's
+/// `SnapshotBatchFinalized` logs, read back from the head a span at a time
+/// down to the deploy block.
+async fn last_finalized(market: &Market) -> Result<Option<(u64, u64)>> {
+    use alloy::sol_types::SolEvent;
+    let m = &market.manifest;
+    let head = quantity(&market.anchor.call_value("eth_blockNumber", json!([])).await?)?;
+    let topic = format!("{:#x}", lite_node_protocol::contracts::SnapshotBatchFinalized::SIGNATURE_HASH);
+    let market_topic = format!("{:#x}", m.data_market.into_word());
+    let mut to = head;
+    loop {
+        let from = to.saturating_sub(LOG_SPAN - 1).max(m.deploy_block);
+        let filter = json!({
+            "fromBlock": format!("{from:#x}"), "toBlock": format!("{to:#x}"),
+            "address": m.protocol_state, "topics": [topic, market_topic],
+        });
+        let logs = market.anchor.call_value("eth_getLogs", json!([filter])).await?;
+        let newest = logs.as_array().into_iter().flatten().filter_map(|l| {
+            let epoch = l["topics"][2].as_str()?;
+            let epoch = u64::try_from(U256::from_str_radix(epoch.trim_start_matches("0x"), 16).ok()?).ok()?;
+            Some((epoch, quantity(&l["blockNumber"]).ok()?))
+        });
+        if let Some(found) = newest.max() {
+            return Ok(Some(found));
+        }
+        if from <= m.deploy_block {
+            return Ok(None);
+        }
+        to = from - 1;
+    }
 }
 
 /// The deployer's key from `path`: 64 hex digits (with or without 0x); the

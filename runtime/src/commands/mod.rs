@@ -18,7 +18,7 @@ mod validator;
 pub use alert::alert_test;
 pub use assignments::{AssignmentQuery, assignments, pool_list};
 pub use check::check;
-pub use collector::{CollectorOptions, collector};
+pub use collector::{CollectorOptions, collector, peer_id};
 pub use compute::{compute_new, compute_show, print_package};
 pub use compute_run::{ComputeRunFailed, EpochQuery, compute_run};
 pub use devnet::devnet;

@@ -48,7 +48,10 @@ fn compose_runs_the_node_and_its_own_collector_from_the_env_file() {
     assert!(compose.contains("--p2p-bootstrap=${VALIDATOR_PEERS:?"), "the validators to publish to are required");
     assert_eq!(compose.matches("env_file: .env").count(), 1, "only the node reads the whole .env");
     let collector = compose.split("\n  lite-node:\n").next().unwrap();
-    assert!(!collector.contains("TELEGRAM") && !collector.contains("PRIVATE_KEY"), "keys and tokens stay with the node");
+    assert!(
+        !collector.contains("TELEGRAM") && !collector.contains("PRIVATE_KEY"),
+        "keys and tokens stay with the node"
+    );
     assert!(compose.contains("LOCAL_COLLECTOR_HOST: collector"));
     assert!(compose.contains("lite-node-data:/data"));
 }

@@ -21,6 +21,7 @@ mod node;
 mod plugins;
 mod readme;
 mod rpc;
+mod runbook;
 mod support;
 mod validator;
 mod websocket;

@@ -54,6 +54,7 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     assert_eq!(status.field("owner").map(|o| o.to_lowercase()), Some(DEPLOYER.to_lowercase()), "{}", status.stdout);
     assert!(status.stdout.contains("epochs released: 0 (epoch size 2 blocks; days of 3 epochs)"), "{}", status.stdout);
     assert!(status.stdout.contains("releaser: nothing released yet (source chain 7002"), "{}", status.stdout);
+    assert_eq!(status.field("last finalized").as_deref(), Some("none yet"), "{}", status.stdout);
     assert_eq!(status.field("slots registered").as_deref(), Some("0"), "{}", status.stdout);
     assert_eq!(status.field("validators").as_deref(), Some("0"), "{}", status.stdout);
 

@@ -56,12 +56,13 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
     };
     let node = Node::new();
     let mut missing = Vec::new();
-    let commands: [(&[&str], String); 24] = [
+    let commands: [(&[&str], String); 25] = [
         (&["devnet"], table(&devnet, "| option | meaning (default) |")),
         (&["validator"], section(&validator, "## Running a validator")),
         (&["run"], row("run")),
         (&["check"], row("check")),
         (&["collector"], row("collector")),
+        (&["peer-id"], row("peer-id")),
         (&["finalized"], row("finalized")),
         (&["assignments"], row("assignments")),
         (&["alert", "test"], row("alert test")),

@@ -1,0 +1,107 @@
+//! docs/launch-a-market.md, run as written: its `sh` blocks in order, in
+//! one bash shell, in an empty directory — two anvils (anchor 7001, source 7002),
+//! `market deploy`, slots and validators, three validators, the collector,
+//! four nodes from `market env`, `market release` — until a consumer's
+//! `lite-node finalized --proof` verifies a CID against the root on chain.
+//! Only the checkout's path and the first port are filled in (tests run side
+//! by side), and the compute package builds into the tests' shared target dir.
+
+use std::{
+    os::unix::process::CommandExt,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use crate::support::Node;
+
+/// A process group killed (SIGKILL) however the test ends.
+struct Group(std::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.0.id())]).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// The first of 41 consecutive ports on 127.0.0.1 that are free now.
+fn free_ports() -> u16 {
+    let mut base = 20_000 + (std::process::id() % 2_000) as u16 * 20;
+    loop {
+        let free = (0..=40).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if free {
+            return base;
+        }
+        base = if base > 60_000 { 20_000 } else { base + 41 };
+    }
+}
+
+#[test]
+fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
+    let root = lite_node_testkit::workspace_root();
+    let doc = std::fs::read_to_string(root.join("docs/launch-a-market.md")).unwrap();
+    let blocks: Vec<&str> = doc.split("```sh\n").skip(1).map(|b| b.split("```").next().unwrap()).collect();
+    assert!(blocks.len() >= 10, "the runbook's steps: {}", blocks.len());
+    let script = blocks.concat();
+    let placeholder = "CHECKOUT=<this repository's root>";
+    assert!(script.contains(placeholder) && script.contains("\nBASE=18500 "), "the runbook's settings:\n{script}");
+    let base = free_ports();
+    let script = script
+        .replace(placeholder, &format!("CHECKOUT='{}'", root.display()))
+        .replace("\nBASE=18500 ", &format!("\nBASE={base} "));
+
+    let node = Node::new();
+    let dir = node.cwd.path();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node")).parent().unwrap().to_owned();
+    let path = format!("{}:{}", bin.display(), lite_node_testkit::host_var("PATH"));
+    let output = std::fs::File::create(dir.join("runbook.out")).unwrap();
+    let child = Command::new("bash")
+        .arg("-ec")
+        .arg(&script)
+        .current_dir(dir)
+        .env_clear()
+        .envs(lite_node_testkit::toolchain_env())
+        .env("PATH", &path)
+        .envs(lite_node_testkit::compute_build_env())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(output.try_clone().unwrap())
+        .stderr(output)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut group = Group(child);
+    let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap_or_default();
+    // Polled until it ends, with a deadline that names where it stood.
+    let deadline = std::time::Instant::now() + Duration::from_secs(400);
+    let status = loop {
+        if let Some(status) = group.0.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let logs: Vec<String> =
+                ["logs/releaser.log", "logs/collector.log", "logs/validator-1.log", "logs/node-1.log"]
+                    .iter()
+                    .map(|l| format!("--- {l}\n{}", read(l)))
+                    .collect();
+            panic!("the runbook did not end in 400 s:\n{}\n{}", read("runbook.out"), logs.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let out = read("runbook.out");
+    assert!(status.success(), "the runbook failed ({status}):\n{out}\n--- collector\n{}", read("logs/collector.log"));
+    assert!(
+        out.contains("verified against the root on chain: here, and by ProtocolState.verifyFinalizedCid (true)"),
+        "{out}"
+    );
+    // Every submission was signed for the anchor chain's domain, by the
+    // slot's signer, selected by the market's rule: none was rejected.
+    let collector = read("logs/collector.log");
+    assert!(collector.lines().any(|l| l.starts_with("accepted epoch ")), "{collector}");
+    assert!(!collector.lines().any(|l| l.starts_with("rejected ")), "{collector}");
+    let manifest: serde_json::Value = serde_json::from_str(&read("market.json")).unwrap();
+    assert_eq!(
+        (manifest["anchor"]["chainId"].as_u64(), manifest["source"]["chainId"].as_u64()),
+        (Some(7001), Some(7002))
+    );
+}
