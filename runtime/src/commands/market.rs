@@ -20,9 +20,8 @@ use lite_node_chain::{HttpRpc, IoRuntime, TxSender};
 use lite_node_protocol::contracts::{
     currentEpochIdCall, epochsPerDayCall, getFullNodesCall, getTotalNodeCountCall, getTotalValidatorsCountCall,
     getValidatorsCall, isReleaserCall, lastReleasedEndCall, ownerCall, reassignSlotCall, registerSlotCall,
-    removeSlotCall, setEpochsPerDayCall, setFullNodeCall, slotSnapshotterMappingCall, updateAddressesCall,
+    removeSlotCall, setFullNodeCall, slotSnapshotterMappingCall, updateAddressesCall,
 };
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::{config::SecretKey, exit::BadInput};
@@ -31,61 +30,8 @@ use crate::{config::SecretKey, exit::BadInput};
 /// the checked-in artifact to the sources).
 const PROTOCOL_STATE: &str = include_str!("../../../contracts/out/ProtocolState.json");
 
-/// How long a deployment's transactions may take to be mined.
-const MINED_WITHIN: Duration = Duration::from_secs(180);
-
-/// One chain of a market: its id and the endpoints to reach it.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ChainEntry {
-    /// The name in the market's project namespace (`POWERLOOM_CHAIN`,
-    /// `SOURCE_CHAIN`).
-    pub name: String,
-    pub chain_id: u64,
-    pub rpcs: Vec<String>,
-}
-
-/// What `market deploy` writes and the other verbs read.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Manifest {
-    /// The manifest's format (1).
-    pub version: u32,
-    /// Where ProtocolState lives and epochs are released.
-    pub anchor: ChainEntry,
-    /// Where the market's data (and each epoch's blocks) come from.
-    pub source: ChainEntry,
-    pub protocol_state: Address,
-    /// The market's identity in ProtocolState (`dataMarketAddress`).
-    pub data_market: Address,
-    pub deployer: Address,
-    /// The anchor block of the deployment: events are read from here.
-    pub deploy_block: u64,
-    /// Source-chain blocks per epoch.
-    pub epoch_size: u64,
-    /// Epochs per day (the contract starts days on this schedule), if set.
-    pub epochs_per_day: Option<u64>,
-    /// The namespace in the market's project ids.
-    pub namespace: String,
-}
-
-impl Manifest {
-    /// Reads `path`; every problem names the file.
-    pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| BadInput(format!("{}: {e} (write one with `lite-node market deploy`)", path.display())))?;
-        let manifest: Manifest = serde_json::from_str(&text)
-            .map_err(|e| BadInput(format!("{}: not a market manifest: {e}", path.display())))?;
-        if manifest.version != 1 {
-            bail!(BadInput(format!(
-                "{}: manifest version {} (this lite-node reads version 1)",
-                path.display(),
-                manifest.version
-            )));
-        }
-        Ok(manifest)
-    }
-}
+use lite_node_chain::market::mined;
+pub use lite_node_chain::market::{ChainEntry, Manifest};
 
 /// What `lite-node market deploy` is given.
 #[derive(Clone, Debug)]
@@ -150,21 +96,15 @@ pub fn market_deploy(o: &DeployOptions, out: &mut dyn Write) -> Result<()> {
         let sender = TxSender::new(anchor.clone(), key.bytes(), anchor_id)
             .map_err(|e| BadInput(format!("--key-file {}: {e}", o.key_file.display())))?;
         writeln!(out, "deploying ProtocolState on chain {anchor_id} from {}", sender.address())?;
-        let hash = sender.deploy(bytecode()?).await.map_err(|e| anyhow!("deploying ProtocolState: {e}"))?;
-        let receipt = mined(&sender, hash, "the deployment").await?;
-        let protocol_state =
-            receipt.contract_address.ok_or_else(|| anyhow!("the deployment's receipt names no contract"))?;
-        writeln!(out, "ProtocolState at {protocol_state} (block {}, transaction {hash})", receipt.block_number)?;
-        let data_market = data_market.unwrap_or(protocol_state);
-        if let Some(n) = o.epochs_per_day {
-            let call = setEpochsPerDayCall { dataMarketAddress: data_market, n: U256::from(n) };
-            let hash = sender
-                .send(protocol_state, call.abi_encode().into())
-                .await
-                .map_err(|e| anyhow!("setting epochs per day: {e}"))?;
-            mined(&sender, hash, "setEpochsPerDay").await?;
-            writeln!(out, "days of {n} epochs")?;
+        let mut lines = Vec::new();
+        let deployed = lite_node_chain::market::deploy(&sender, bytecode()?, data_market, o.epochs_per_day, &mut |l| {
+            lines.push(l)
+        })
+        .await;
+        for line in lines {
+            writeln!(out, "{line}")?;
         }
+        let deployed = deployed?;
         Ok::<_, anyhow::Error>(Manifest {
             version: 1,
             anchor: ChainEntry {
@@ -173,10 +113,10 @@ pub fn market_deploy(o: &DeployOptions, out: &mut dyn Write) -> Result<()> {
                 rpcs: anchor_rpcs,
             },
             source: ChainEntry { name: o.source_name.clone(), chain_id: source_id, rpcs: source_rpcs },
-            protocol_state,
-            data_market,
-            deployer: sender.address(),
-            deploy_block: receipt.block_number,
+            protocol_state: deployed.protocol_state,
+            data_market: deployed.data_market,
+            deployer: deployed.deployer,
+            deploy_block: deployed.block,
             epoch_size: o.epoch_size,
             epochs_per_day: o.epochs_per_day,
             namespace: o.namespace.clone(),
@@ -330,29 +270,6 @@ fn bytecode() -> Result<Bytes> {
     let artifact: Value = serde_json::from_str(PROTOCOL_STATE).context("the embedded ProtocolState artifact")?;
     let code = artifact["bytecode"].as_str().ok_or_else(|| anyhow!("the embedded artifact has no bytecode"))?;
     code.parse().map_err(|e| anyhow!("the embedded bytecode: {e}"))
-}
-
-/// The receipt of `hash` once mined (a line every 15 s while it waits);
-/// an error if it reverted or is not mined in time.
-async fn mined(sender: &TxSender, hash: alloy::primitives::B256, what: &str) -> Result<lite_node_chain::Receipt> {
-    let started = tokio::time::Instant::now();
-    let mut said = started;
-    loop {
-        if let Some(receipt) = sender.receipt(hash).await.map_err(|e| anyhow!("{what}: {}", e.message))? {
-            if !receipt.success {
-                bail!("{what}: transaction {hash} reverted when mined");
-            }
-            return Ok(receipt);
-        }
-        if started.elapsed() > MINED_WITHIN {
-            bail!("{what}: transaction {hash} not mined after {} s", MINED_WITHIN.as_secs());
-        }
-        if said.elapsed() > Duration::from_secs(15) {
-            eprintln!("waiting for {what} (transaction {hash}) to be mined");
-            said = tokio::time::Instant::now();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// The manifest and, for the verbs that send transactions, the key of the
@@ -687,7 +604,7 @@ pub fn market_release(o: &ReleaseOptions, out: &mut dyn Write) -> Result<()> {
                 failures = 0;
             }
             let pause = match step {
-                Ok(Step::Released { epoch_id, begin, end }) => {
+                Ok(Step::Released { epoch_id, begin, end, .. }) => {
                     writeln!(out, "epoch {epoch_id} released: source blocks {begin}-{end}")?;
                     None
                 }

@@ -11,6 +11,7 @@
 pub mod anchor;
 mod connect;
 pub mod epochs;
+pub mod market;
 pub mod releaser;
 pub mod rpc;
 pub mod tx;

@@ -84,7 +84,8 @@ pub struct ReleaserState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Our transaction released `begin..=end` as epoch `epoch_id`.
-    Released { epoch_id: u64, begin: u64, end: u64 },
+    /// `block`: the anchor block the release is in.
+    Released { epoch_id: u64, begin: u64, end: u64, block: u64 },
     /// The next epoch is not final on the source chain yet.
     Waiting,
     /// The range was released, but not by this step's last transaction:
@@ -251,7 +252,7 @@ impl Releaser {
                     st.released_here += 1;
                     (st.last_released_end, st.epochs_released) = (Some(end), Some(epoch_id));
                 });
-                return Ok(Step::Released { epoch_id, begin, end });
+                return Ok(Step::Released { epoch_id, begin, end, block: receipt.block_number });
             }
             if sent_at.elapsed() >= s.replace_after {
                 // An earlier transaction of ours (same nonce) may have been
