@@ -81,6 +81,13 @@ fn a_devnet_run_accepts_every_selected_slot_and_its_record_verifies_independentl
 
     let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
     assert_eq!(json["domain"]["name"], "PowerloomProtocolContract");
+    // Two chains, as a market has them: the signatures are the anchor
+    // chain's (7001), the epochs' blocks the source chain's (the world's).
+    let market: Value = serde_json::from_slice(&std::fs::read(dir.path().join("run/market.json")).unwrap()).unwrap();
+    assert_eq!(json["domain"]["chainId"], 7001);
+    assert_eq!(market["anchor"]["chainId"], 7001, "{market}");
+    assert_ne!(market["source"]["chainId"], 7001, "{market}");
+    assert_eq!(json["domain"]["verifyingContract"], market["protocolState"], "{market}");
     assert_eq!(json["epochs"].as_array().unwrap().len(), 3);
     assert_eq!(json["nodes"].as_array().unwrap().len(), 3);
     for node in json["nodes"].as_array().unwrap() {
@@ -109,14 +116,23 @@ fn ctrl_c_stops_the_devnet_and_everything_it_started() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, rx) = spawn_devnet(dir.path(), &["--nodes", "2"]);
     let mut lines = Vec::new();
-    let anvil_url = poll_until("the devnet's first epoch row", Duration::from_secs(180), || {
+    // Two chains, each its own anvil: "source chain 31337 on http://…: …;
+    // anchor chain 7001 on http://…: ProtocolState …".
+    let anvils = poll_until("the devnet's first epoch row", Duration::from_secs(180), || {
         while let Ok(l) = rx.try_recv() {
             lines.push(l);
         }
-        let port = lines.iter().find_map(|l| l.strip_prefix("anvil on http://127.0.0.1:"))?.split(':').next()?;
+        let chains = lines.iter().find(|l| l.starts_with("source chain "))?;
+        let urls: Vec<String> = chains
+            .split("http://")
+            .skip(1)
+            .filter_map(|rest| rest.split(':').take(2).collect::<Vec<_>>().join(":").into())
+            .collect();
         let first_row = lines.iter().any(|l| l.trim_start().starts_with("1 "));
-        first_row.then(|| format!("127.0.0.1:{port}"))
+        first_row.then_some(urls)
     });
+    assert_eq!(anvils.len(), 2, "{anvils:?}");
+    assert!(lines.iter().any(|l| l.contains("; anchor chain 7001 on http://")), "{lines:?}");
     Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     let status = poll_until("the devnet to exit", Duration::from_secs(60), || child.try_wait().unwrap());
     while let Ok(l) = rx.recv_timeout(Duration::from_secs(5)) {
@@ -125,7 +141,9 @@ fn ctrl_c_stops_the_devnet_and_everything_it_started() {
     let text = lines.join("\n");
     assert_eq!(status.code(), Some(0), "{text}");
     assert!(text.contains("(interrupted)"), "{text}");
-    assert!(std::net::TcpStream::connect(&anvil_url).is_err(), "anvil still listens on {anvil_url}");
+    for anvil in &anvils {
+        assert!(std::net::TcpStream::connect(anvil).is_err(), "anvil still listens on {anvil}");
+    }
     for slot in 1..=2 {
         let log = std::fs::read_to_string(dir.path().join(format!("run/node-{slot}.log"))).unwrap();
         assert!(log.contains("shutting down"), "node {slot} was not stopped in order:\n{log}");

@@ -20,10 +20,11 @@ impl Devnet {
         }
         let drills = self.opts.drilled_slots();
         let (driver, anchor, selection, ours) = (&self.driver, &self.anchor, &self.selection, self.opts.our_slots());
+        let releaser = &self.releaser;
         let release = retry(
             Policy::CHAIN,
             "the devnet's swap and release",
-            || release_one(driver, anchor, selection, k, ours, &drills),
+            || release_one(driver, anchor, selection, releaser, k, ours, &drills),
             |_| true,
         );
         let mut epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
@@ -49,7 +50,7 @@ impl Devnet {
     /// `act` for every `--fault`, on the devnet's parts.
     pub(crate) fn drill(&mut self, act: impl Fn(&Fault, &mut fault::Targets<'_>)) {
         let mut targets = fault::Targets {
-            anvil: &mut self.anvil,
+            anvil: &mut self.anchor_anvil,
             nodes: &mut self.nodes,
             validators: &mut self.validators,
             switch: &mut self.switch,
@@ -305,21 +306,33 @@ impl Devnet {
     }
 }
 
-/// A swap (so snapshots have something to show), then the release of the
-/// next epoch: the blocks since the last release, up to the newest.
+/// A swap on the source chain (so snapshots have something to show: one
+/// block), then the next epoch released by the market's releaser (one
+/// source block an epoch, as the devnet's market was deployed).
 pub(crate) async fn release_one(
     driver: &Driver,
     anchor: &Anchor,
     selection: &SelectionCheck,
+    releaser: &lite_node_chain::releaser::Releaser,
     k: u64,
     nodes: u64,
     faults: &[(u64, lite_node_config::Drill)],
 ) -> Result<Released> {
+    use lite_node_chain::releaser::Step;
     let pool = (k as usize) % driver.manifest.pools.len();
     driver.swap(pool, k.is_multiple_of(2), u128::from(1 + k % 9) * 10u128.pow(16)).await?;
-    let head = driver.head().await?;
     let sent_at = SystemTime::now();
-    let (epoch_id, begin, end, release_block) = driver.release_epoch_to(head).await?;
+    let (epoch_id, begin, end, release_block) = loop {
+        match releaser.step().await.map_err(|e| anyhow!("the releaser: {e}"))? {
+            Step::Released { epoch_id, begin, end, block } => break (epoch_id, begin, end, block),
+            // Another transaction of ours was mined first: the chain says what is next.
+            Step::Raced { .. } => continue,
+            Step::Waiting => {
+                let why = releaser.state.lock().expect("not poisoned").waiting.clone().unwrap_or_default();
+                bail!("the releaser has nothing to release after a swap: {why}")
+            }
+        }
+    };
     let release = lite_node_chain::Release { begin, end, block_number: release_block };
     let assignment = selection.epoch(anchor, epoch_id, release).await.map_err(|e| anyhow!("epoch {epoch_id}: {e}"))?;
     let ours = |s: &u64| *s <= nodes;

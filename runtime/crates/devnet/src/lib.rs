@@ -36,7 +36,7 @@ use alloy::{primitives::Address, signers::local::PrivateKeySigner};
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::json;
 
-use lite_node_chain::{Anchor, Chains};
+use lite_node_chain::{Anchor, Chains, TxSender};
 use lite_node_compute::{self as compute, LoadedPackage};
 use lite_node_config::ChainConfig;
 use lite_node_config::{ComputeConfig, EnvSnapshot};
@@ -180,13 +180,19 @@ struct Devnet {
     run_dir: PathBuf,
     /// Held for the run: one devnet per run directory.
     _lock: std::fs::File,
-    manifest: Manifest,
+    /// The market the devnet deployed (also `<run dir>/market.json`, which
+    /// `lite-node market status --manifest` reads).
+    market: lite_node_chain::market::Manifest,
     pools: Vec<String>,
     package: Arc<LoadedPackage>,
-    anvil: AnvilProcess,
-    /// Keeps the I/O runtime the driver and the anchor run on.
+    source_anvil: AnvilProcess,
+    anchor_anvil: AnvilProcess,
+    /// Keep the I/O runtimes the driver, the releaser and the anchor run on.
     _chains: Chains,
+    _io: lite_node_chain::IoRuntime,
     driver: Driver,
+    /// Releases each source block as an epoch (`lite-node market release`'s component).
+    releaser: lite_node_chain::releaser::Releaser,
     anchor: Arc<Anchor>,
     selection: Arc<SelectionCheck>,
     /// What the collector answered, and how to stop it.

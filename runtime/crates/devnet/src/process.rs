@@ -168,19 +168,32 @@ pub struct AnvilProcess {
 }
 
 impl AnvilProcess {
-    /// Starts `bin` on 127.0.0.1 and a port the OS picks, loading `state`.
-    /// History is pruned to the most recent `keep_states` blocks, held in
-    /// memory: nothing is written to disk however long the devnet runs.
-    pub fn start(bin: &Path, state: &Path, run_dir: &Path, keep_states: u64) -> Result<Self> {
-        let home = run_dir.join("anvil-home");
+    /// Starts `bin` as the `name` chain (`source`, `anchor`: its log is
+    /// `<name>-anvil.log`) on 127.0.0.1 and a port the OS picks, loading
+    /// `state` when given, with `chain_id` when given. History is pruned to
+    /// the most recent `keep_states` blocks, held in memory: nothing is
+    /// written to disk however long the devnet runs.
+    pub fn start(
+        bin: &Path,
+        name: &str,
+        state: Option<&Path>,
+        chain_id: Option<u64>,
+        run_dir: &Path,
+        keep_states: u64,
+    ) -> Result<Self> {
+        let home = run_dir.join("anvil-home").join(name);
         std::fs::create_dir_all(&home)?;
         let mut cmd = Command::new(bin);
         cmd.env("HOME", &home)
             .args(["--host", "127.0.0.1", "--port", "0", "--prune-history"])
-            .arg(keep_states.to_string())
-            .arg("--load-state")
-            .arg(state);
-        let mut process = Guarded::spawn("anvil", &mut cmd, &run_dir.join("anvil.log"), true)?;
+            .arg(keep_states.to_string());
+        if let Some(state) = state {
+            cmd.arg("--load-state").arg(state);
+        }
+        if let Some(id) = chain_id {
+            cmd.arg("--chain-id").arg(id.to_string());
+        }
+        let mut process = Guarded::spawn("anvil", &mut cmd, &run_dir.join(format!("{name}-anvil.log")), true)?;
         let stdout = process.take_stdout().expect("stdout is piped");
         let (tx, rx) = std::sync::mpsc::channel();
         // Reads the port, then keeps draining so anvil never blocks on a full pipe.
@@ -195,7 +208,7 @@ impl AnvilProcess {
             Ok(Some(port)) => Ok(Self { process, port, home }),
             _ => {
                 let tail = process.log_tail(20);
-                bail!("anvil ({}) did not start listening: {tail}", bin.display())
+                bail!("anvil ({}, the {name} chain) did not start listening: {tail}", bin.display())
             }
         }
     }
@@ -214,5 +227,9 @@ impl Drop for AnvilProcess {
     fn drop(&mut self) {
         stop_all(&mut [&mut self.process], Duration::from_secs(10));
         let _ = std::fs::remove_dir_all(&self.home);
+        // The homes' parent goes with the last of them.
+        if let Some(parent) = self.home.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
     }
 }

@@ -8,10 +8,12 @@ use serde_json::{Value, json};
 use super::{Node, Released, Summary, quantile, validator::EpochOutcome};
 use lite_node_compute::{LoadedPackage, snapshots::snapshot_path};
 
-use crate::{collector::Seen, world::Manifest};
+use crate::collector::Seen;
+use lite_node_chain::market::Manifest;
 
 /// Everything a run's record is made of.
 pub(super) struct Run<'a> {
+    /// The market the devnet deployed (the EIP-712 domain is its anchor chain's).
     pub manifest: &'a Manifest,
     pub pools: &'a [String],
     pub package: &'a LoadedPackage,
@@ -45,8 +47,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
         onchain,
         full_node,
     } = *run;
-    let domain =
-        lite_node_protocol::eip712::domain(manifest.chain_id, manifest.protocol_state.parse().unwrap_or_default());
+    let domain = lite_node_protocol::eip712::domain(manifest.anchor.chain_id, manifest.protocol_state);
     let epochs: Vec<Value> = released
         .iter()
         .map(|e| {
@@ -130,7 +131,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
         "domain": {
             "name": domain.name,
             "version": domain.version,
-            "chainId": manifest.chain_id,
+            "chainId": manifest.anchor.chain_id,
             "verifyingContract": manifest.protocol_state,
         },
         "dataMarket": manifest.data_market,

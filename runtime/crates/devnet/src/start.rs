@@ -74,17 +74,67 @@ impl Devnet {
         let market_projects =
             lite_node_protocol::submission::Projects::new(NAMESPACE_VARS.map(|(_, v)| v).join("-"), project_types);
 
-        // The chain.
-        let anvil = AnvilProcess::start(&anvil_bin, &world_dir.join("state.json"), &run_dir, 4096)?;
-        let url = anvil.url();
-        let protocol_state = world::address(&manifest.protocol_state, "protocolState")?;
-        let data_market = world::address(&manifest.data_market, "dataMarket")?;
-        let parsed = lite_node_core::url::parse_rpc_url(&url).map_err(|e| anyhow!(e))?;
-        let chains =
-            Chains::connect(&ChainConfig::local(parsed, protocol_state, data_market, env)?).map_err(|e| anyhow!(e))?;
-        let driver = Driver { rpc: chains.source.clone(), manifest: manifest.clone() };
+        // The two chains, as a market has them: the source (the saved
+        // Uniswap V3 world) and the anchor (empty), each its own anvil and
+        // chain id.
+        let source_anvil =
+            AnvilProcess::start(&anvil_bin, "source", Some(&world_dir.join("state.json")), None, &run_dir, 4096)?;
+        let anchor_anvil = AnvilProcess::start(&anvil_bin, "anchor", None, Some(ANCHOR_CHAIN_ID), &run_dir, 4096)?;
+        let (source_url, url) = (source_anvil.url(), anchor_anvil.url());
+        let io = lite_node_chain::IoRuntime::new()?;
+        let anchor_rpc = Arc::new(
+            lite_node_chain::HttpRpc::new("anchor", vec![url.clone()], Duration::from_secs(30), io.clone())
+                .map_err(|e| anyhow!(e))?,
+        );
+        // The market, deployed by `lite-node market deploy`'s code (the
+        // drill contract: the production one and the node count a devnet
+        // may fix above its registered slots).
+        let registered = opts.our_slots() + u64::from(opts.full_node_workers > 0);
+        let deployer_key = manifest
+            .key_of(&manifest.deployer)
+            .ok_or_else(|| anyhow!("the devnet world's manifest has no key for its deployer"))?
+            .to_owned();
+        let owner = TxSender::new(anchor_rpc.clone(), &key_bytes(&deployer_key)?, ANCHOR_CHAIN_ID)
+            .map_err(|e| anyhow!("the deployer's key: {e}"))?;
+        let node_count = if total_slots == registered { 0 } else { total_slots };
+        let deployed =
+            lite_node_chain::market::deploy(&owner, drills_creation_code(node_count)?, None, None, &mut |_| {}).await?;
+        let (protocol_state, data_market) = (deployed.protocol_state, deployed.data_market);
+        let market = lite_node_chain::market::Manifest {
+            version: 1,
+            anchor: lite_node_chain::market::ChainEntry {
+                name: NAMESPACE_VARS[0].1.into(),
+                chain_id: ANCHOR_CHAIN_ID,
+                rpcs: vec![url.clone()],
+            },
+            source: lite_node_chain::market::ChainEntry {
+                name: NAMESPACE_VARS[2].1.into(),
+                chain_id: manifest.chain_id,
+                rpcs: vec![source_url.clone()],
+            },
+            protocol_state,
+            data_market,
+            deployer: deployed.deployer,
+            deploy_block: deployed.block,
+            epoch_size: 1,
+            epochs_per_day: None,
+            namespace: NAMESPACE_VARS[1].1.into(),
+        };
+        std::fs::write(run_dir.join("market.json"), serde_json::to_string_pretty(&market)? + "\n")?;
+        let chains = Chains::connect(
+            &ChainConfig::from_flags(&url, Some(&source_url), protocol_state, data_market, env)
+                .map_err(|e| anyhow!(e))?,
+        )
+        .map_err(|e| anyhow!(e))?;
+        let driver = Driver {
+            source: chains.source.clone(),
+            anchor: anchor_rpc.clone(),
+            manifest: manifest.clone(),
+            protocol_state,
+            data_market,
+        };
         // Lost on --load-state: Uniswap's gas depends on timestamps moving.
-        driver.call("anvil_setBlockTimestampInterval", json!([12])).await?;
+        driver.source_call("anvil_setBlockTimestampInterval", json!([12])).await?;
         let anchor = chains.anchor()?.clone();
 
         // Nodes: the world's signer of each node's first slot where it has one, a
@@ -97,13 +147,7 @@ impl Devnet {
             let key = from_world.map_or_else(|| derived_key(first), str::to_owned);
             let signer: PrivateKeySigner = key.parse().map_err(|e| anyhow!("slot {first}'s key: {e}"))?;
             for slot_id in opts.slots_of(n) {
-                let registered = manifest
-                    .slots
-                    .iter()
-                    .any(|s| s.slot_id == slot_id && s.signer.eq_ignore_ascii_case(&signer.address().to_string()));
-                if !registered {
-                    driver.assign_slot(slot_id, signer.address()).await?;
-                }
+                driver.assign_slot(slot_id, signer.address()).await?;
             }
             slots.push((n, signer.address(), key));
         }
@@ -119,11 +163,31 @@ impl Devnet {
         } else {
             None
         };
-        driver.set_total_node_count(total_slots).await?;
+        // The releaser: its own key, granted by the owner, releasing each
+        // source block as an epoch once mined.
+        let releaser_key = derived_key(u64::MAX);
+        let releaser_sender = TxSender::new(anchor_rpc.clone(), &key_bytes(&releaser_key)?, ANCHOR_CHAIN_ID)
+            .map_err(|e| anyhow!("the releaser's key: {e}"))?;
+        driver.grant_releaser(releaser_sender.address()).await?;
+        let releaser = lite_node_chain::releaser::Releaser::new(
+            anchor_rpc.clone(),
+            vec![(source_url.clone(), chains.source.clone())],
+            releaser_sender,
+            lite_node_chain::releaser::ReleaserSettings {
+                protocol_state,
+                data_market,
+                epoch_size: 1,
+                finality: 0,
+                first_block: None,
+                replace_after: Duration::from_secs(30),
+                max_source_lag: u64::MAX,
+            },
+        );
         let start_block = driver.head().await?;
         writeln!(
             out,
-            "anvil on {url}: chain {}, ProtocolState {protocol_state}, {} pools, {} slots registered, getTotalNodeCount = {total_slots}",
+            "source chain {} on {source_url}: {} pools; anchor chain {ANCHOR_CHAIN_ID} on {url}: ProtocolState \
+             {protocol_state}, {} slots registered, getTotalNodeCount = {total_slots}",
             manifest.chain_id,
             manifest.pools.len(),
             opts.our_slots()
@@ -167,8 +231,9 @@ impl Devnet {
                 &bootstrap,
                 &validator_env,
                 &url,
-                &manifest.protocol_state,
-                &manifest.data_market,
+                &source_url,
+                &protocol_state.to_string(),
+                &data_market.to_string(),
                 &pools,
                 start_block,
                 opts.poll_interval,
@@ -204,7 +269,7 @@ impl Devnet {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let collector_port = listener.local_addr()?.port();
         let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut collector = Collector::new(anchor.clone(), manifest.chain_id);
+        let mut collector = Collector::new(anchor.clone(), ANCHOR_CHAIN_ID);
         (collector.received, collector.selection) = (Some(received.clone()), Some(selection.clone()));
         collector.own = Some(
             slots
@@ -271,7 +336,7 @@ impl Devnet {
             if validators.is_empty() { "" } else { "; publishes what it accepts to the validators over gossip" }
         )?;
 
-        let rerun = write_compute_run_env(&run_dir, &url, &manifest, &projects, &child_env)?;
+        let rerun = write_compute_run_env(&run_dir, &market, &projects, &child_env)?;
         writeln!(
             out,
             "re-run an epoch on this chain: lite-node --env-file {} compute run --epoch-id N",
@@ -281,10 +346,10 @@ impl Devnet {
         // The nodes: what they share, then each its own signer, slots and dir.
         let mut base_env = child_env.clone();
         let shared = [
-            ("SOURCE_RPC_URL", url.clone()),
+            ("SOURCE_RPC_URL", source_url.clone()),
             ("POWERLOOM_RPC_URL", if opts.anchor_ws { url.replacen("http://", "ws://", 1) } else { url.clone() }),
-            ("PROTOCOL_STATE_CONTRACT", manifest.protocol_state.clone()),
-            ("DATA_MARKET_CONTRACT", manifest.data_market.clone()),
+            ("PROTOCOL_STATE_CONTRACT", protocol_state.to_string()),
+            ("DATA_MARKET_CONTRACT", data_market.to_string()),
             ("LOCAL_COLLECTOR_HOST", "127.0.0.1".into()),
             ("LOCAL_COLLECTOR_PORT", collector_port.to_string()),
             ("LITE_NODE_START_BLOCK", start_block.to_string()),
@@ -343,7 +408,7 @@ impl Devnet {
                     &exe,
                     &run_dir,
                     &base_env,
-                    &manifest,
+                    data_market,
                     &projects,
                     (slot_id, signer, key),
                     &mut nodes,
@@ -368,12 +433,15 @@ impl Devnet {
             started,
             run_dir,
             _lock: lock,
-            manifest,
+            market,
             pools,
             package,
-            anvil,
+            source_anvil,
+            anchor_anvil,
             _chains: chains,
+            _io: io,
             driver,
+            releaser,
             anchor,
             selection,
             received,
@@ -480,16 +548,15 @@ pub(crate) fn write_projects(
 /// holds the package's repository URL).
 pub(crate) fn write_compute_run_env(
     run_dir: &Path,
-    url: &str,
-    manifest: &Manifest,
+    market: &lite_node_chain::market::Manifest,
     projects: &Path,
     child_env: &[(String, String)],
 ) -> Result<PathBuf> {
     let mut vars: Vec<(String, String)> = vec![
-        ("SOURCE_RPC_URL".into(), url.to_owned()),
-        ("POWERLOOM_RPC_URL".into(), url.to_owned()),
-        ("PROTOCOL_STATE_CONTRACT".into(), manifest.protocol_state.clone()),
-        ("DATA_MARKET_CONTRACT".into(), manifest.data_market.clone()),
+        ("SOURCE_RPC_URL".into(), market.source.rpcs.join(",")),
+        ("POWERLOOM_RPC_URL".into(), market.anchor.rpcs.join(",")),
+        ("PROTOCOL_STATE_CONTRACT".into(), market.protocol_state.to_string()),
+        ("DATA_MARKET_CONTRACT".into(), market.data_market.to_string()),
         ("PROJECTS_CONFIG".into(), projects.display().to_string()),
         ("LITE_NODE_DATA_DIR".into(), run_dir.join("compute-run").display().to_string()),
         // So that `compute run` can tell this devnet has stopped.
@@ -582,7 +649,7 @@ pub(crate) async fn start_full_node(
     exe: &Path,
     run_dir: &Path,
     base_env: &[(String, String)],
-    manifest: &Manifest,
+    market: Address,
     projects: &Path,
     (slot_id, signer, key): (u64, Address, String),
     nodes: &mut Vec<Node>,
@@ -603,7 +670,6 @@ pub(crate) async fn start_full_node(
     let full_projects = run_dir.join("projects-full-node.json");
     std::fs::write(&full_projects, serde_json::to_vec_pretty(&doc)?)?;
     let (redis, redis_url) = fullnode::FullNode::start_redis(run_dir, None)?;
-    let market: Address = world::address(&manifest.data_market, "dataMarket")?;
     let board = lite_node_config::cluster_name(&market, slot_id);
     let mut full = fullnode::FullNode::new(slot_id, opts.assign, redis, redis_url.clone(), pooled, board);
     let mut env = base_env.to_vec();
@@ -655,4 +721,30 @@ pub(crate) async fn start_full_node(
     }
     full.wait_joined(Duration::from_secs(120)).await?;
     Ok(full)
+}
+
+/// The anchor chain's id on the devnet (the source chain keeps the saved
+/// world's): two chains, as a market has them.
+pub(crate) const ANCHOR_CHAIN_ID: u64 = 7001;
+
+/// A key's 32 bytes from its hex (the world's and the derived keys).
+pub(crate) fn key_bytes(key: &str) -> Result<[u8; 32]> {
+    let mut bytes = [0u8; 32];
+    hex::decode_to_slice(key.trim_start_matches("0x"), &mut bytes).map_err(|e| anyhow!("a devnet key: {e}"))?;
+    Ok(bytes)
+}
+
+/// The test-only ProtocolStateDrills (the production contract and the
+/// devnet's node-count hook), as the pinned solc compiled it.
+const DRILLS_ARTIFACT: &str = include_str!("../../../../contracts/out/ProtocolStateDrills.json");
+
+/// ProtocolStateDrills' creation code with its constructor's argument: the
+/// node count (0: the registered slots', as in production).
+pub(crate) fn drills_creation_code(node_count: u64) -> Result<alloy::primitives::Bytes> {
+    use alloy::sol_types::SolValue;
+    let artifact: serde_json::Value = serde_json::from_str(DRILLS_ARTIFACT).context("the drills artifact")?;
+    let code = artifact["bytecode"].as_str().ok_or_else(|| anyhow!("the drills artifact has no bytecode"))?;
+    let mut code: Vec<u8> = alloy::primitives::hex::decode(code).map_err(|e| anyhow!("the drills bytecode: {e}"))?;
+    code.extend(alloy::primitives::U256::from(node_count).abi_encode());
+    Ok(code.into())
 }

@@ -71,7 +71,10 @@ impl Devnet {
         for v in &mut self.validators {
             tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
         }
-        tokio::task::block_in_place(|| self.anvil.stop());
+        tokio::task::block_in_place(|| {
+            self.anchor_anvil.stop();
+            self.source_anvil.stop();
+        });
 
         let (foreign, seen): (Vec<_>, Vec<_>) =
             self.received.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().partition(|s| s.foreign);
@@ -117,7 +120,7 @@ impl Devnet {
         writeln!(out, "\n{}", summary_text(&summary, self.started.elapsed()))?;
         if let Some(path) = &self.opts.json {
             let record = record::build(&record::Run {
-                manifest: &self.manifest,
+                manifest: &self.market,
                 pools: &self.pools,
                 package: &self.package,
                 released: &self.released,

@@ -1,20 +1,22 @@
 //! The saved devnet world (`devnet/world/manifest.json`, written by
-//! `devnet/build-world.sh`) and the transactions the devnet sends to it:
-//! releases, slot registrations, the node count, and swaps for activity.
+//! `devnet/build-world.sh`) — the source chain's Uniswap V3 pools and the
+//! accounts — and the transactions the devnet sends: swaps for activity on
+//! the source chain; slot registrations and validators on the anchor chain,
+//! to the market it deployed there (releases are the releaser's).
 
 use std::{path::Path, time::Duration};
 
 use alloy::{
     primitives::{Address, U256, Uint},
     sol,
-    sol_types::{SolCall, SolEvent},
+    sol_types::SolCall,
 };
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use lite_node_chain::HttpRpc;
-use lite_node_protocol::contracts::{lastReleasedEndCall, reassignSlotCall, registerSlotCall, releaseEpochCall};
+use lite_node_protocol::contracts::{reassignSlotCall, registerSlotCall};
 
 sol! {
     struct ExactInputSingleParams {
@@ -28,7 +30,6 @@ sol! {
         uint160 sqrtPriceLimitX96;
     }
     function exactInputSingle(ExactInputSingleParams params) external returns (uint256);
-    function setTotalNodeCount(uint256 n) external;
 }
 
 /// An anvil development account (public keys, never for a real network).
@@ -61,8 +62,6 @@ pub struct Manifest {
     pub chain_id: u64,
     pub deployer: String,
     pub accounts: Vec<Account>,
-    pub protocol_state: String,
-    pub data_market: String,
     pub slots: Vec<SlotEntry>,
     pub pools: Vec<Pool>,
     pub swap_router: String,
@@ -87,10 +86,14 @@ impl Manifest {
 }
 
 /// Sends the devnet's transactions from the world's deployer (an unlocked
-/// anvil account that owns ProtocolState and holds the pools' tokens).
+/// anvil account on both chains: it holds the pools' tokens on the source
+/// chain and owns the market's ProtocolState on the anchor chain).
 pub struct Driver {
-    pub rpc: std::sync::Arc<HttpRpc>,
+    pub source: std::sync::Arc<HttpRpc>,
+    pub anchor: std::sync::Arc<HttpRpc>,
     pub manifest: Manifest,
+    pub protocol_state: Address,
+    pub data_market: Address,
 }
 
 /// An address from the world's manifest; a bad one names the field.
@@ -107,26 +110,45 @@ fn quantity(v: &Value) -> Result<u64> {
 }
 
 impl Driver {
+    /// A call to the anchor chain.
     pub async fn call(&self, method: &str, params: Value) -> Result<Value> {
-        self.rpc.call_value(method, params).await.map_err(|e| anyhow!("{method}: {e}"))
+        self.anchor.call_value(method, params).await.map_err(|e| anyhow!("anchor {method}: {e}"))
     }
 
+    /// A call to the source chain.
+    pub async fn source_call(&self, method: &str, params: Value) -> Result<Value> {
+        self.source.call_value(method, params).await.map_err(|e| anyhow!("source {method}: {e}"))
+    }
+
+    /// The anchor chain's head.
     pub async fn head(&self) -> Result<u64> {
         quantity(&self.call("eth_blockNumber", json!([])).await?)
     }
 
-    /// Sends a transaction and returns its receipt once mined; an error if it reverted.
+    /// Sends a transaction to the anchor chain and returns its receipt once
+    /// mined; an error if it reverted.
     pub async fn transact(&self, to: &str, data: Vec<u8>, what: &str) -> Result<Value> {
+        transact_on(&self.anchor, &self.manifest.deployer, to, data, what).await
+    }
+}
+
+/// Sends a transaction from `from` (unlocked) through `rpc` and returns its
+/// receipt once mined; an error if it reverted.
+async fn transact_on(rpc: &HttpRpc, from: &str, to: &str, data: Vec<u8>, what: &str) -> Result<Value> {
+    let call = |method: &'static str, params: Value| async move {
+        rpc.call_value(method, params).await.map_err(|e| anyhow!("{method}: {e}"))
+    };
+    {
         let tx = json!({
-            "from": self.manifest.deployer,
+            "from": from,
             "to": to,
             "data": format!("0x{}", hex::encode(&data)),
             "gas": "0xe4e1c0",
         });
-        let hash = self.call("eth_sendTransaction", json!([tx])).await.with_context(|| what.to_owned())?;
+        let hash = call("eth_sendTransaction", json!([tx])).await.with_context(|| what.to_owned())?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let receipt = self.call("eth_getTransactionReceipt", json!([hash])).await?;
+            let receipt = call("eth_getTransactionReceipt", json!([hash.clone()])).await?;
             if !receipt.is_null() {
                 if receipt["status"] != "0x1" {
                     bail!("{what}: the transaction reverted ({receipt})");
@@ -139,44 +161,21 @@ impl Driver {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
+}
 
+impl Driver {
     fn protocol_state(&self) -> String {
-        self.manifest.protocol_state.clone()
+        self.protocol_state.to_string()
     }
 
     /// A view of ProtocolState at the newest block.
     async fn view<C: SolCall>(&self, call: C) -> Result<C::Return> {
-        let to = address(&self.protocol_state(), "protocolState")?;
-        self.rpc.view(to, &call).await.map_err(|e| anyhow!(e))
-    }
-
-    /// Releases the next epoch of our data market, as a market's releaser
-    /// does: from the block after the last released one (the contract takes
-    /// nothing else) to `head`; the first release is `head` alone. Returns
-    /// `(epoch id, begin, end, anchor block of the release)`.
-    pub async fn release_epoch_to(&self, head: u64) -> Result<(u64, u64, u64, u64)> {
-        let market = address(&self.manifest.data_market, "dataMarket")?;
-        let last = self.view(lastReleasedEndCall { dataMarketAddress: market }).await?;
-        let last = u64::try_from(last).map_err(|_| anyhow!("lastReleasedEnd {last} is past u64"))?;
-        let begin = if last == 0 { head } else { last + 1 };
-        if begin > head {
-            bail!("nothing to release: blocks up to {last} are released and the head is {head}");
-        }
-        let call = releaseEpochCall { dataMarketAddress: market, begin: U256::from(begin), end: U256::from(head) };
-        let receipt = self.transact(&self.protocol_state(), call.abi_encode(), "releaseEpoch").await?;
-        // A release that starts a day logs DayStartedEvent first.
-        let topic = format!("{:#x}", lite_node_protocol::contracts::EpochReleased::SIGNATURE_HASH);
-        let logs = receipt["logs"].as_array().map(Vec::as_slice).unwrap_or_default();
-        let log = logs
-            .iter()
-            .find(|l| l["topics"][0].as_str() == Some(topic.as_str()))
-            .ok_or_else(|| anyhow!("releaseEpoch: no EpochReleased log in its receipt"))?;
-        Ok((quantity(&log["topics"][2])?, begin, head, quantity(&receipt["blockNumber"])?))
+        self.anchor.view(self.protocol_state, &call).await.map_err(|e| anyhow!(e))
     }
 
     /// Registers `slot_id` as a full node of our data market (docs/protocol.md §13).
     pub async fn set_full_node(&self, slot_id: u64) -> Result<()> {
-        let market = address(&self.manifest.data_market, "dataMarket")?;
+        let market = self.data_market;
         let call = lite_node_protocol::contracts::setFullNodeCall {
             dataMarketAddress: market,
             slotId: U256::from(slot_id),
@@ -205,7 +204,7 @@ impl Driver {
     /// Makes `validators` the data market's validators (on top of any) and
     /// gives each 100 ETH for its transactions.
     pub async fn register_validators(&self, validators: &[Address]) -> Result<()> {
-        let market = address(&self.manifest.data_market, "dataMarket")?;
+        let market = self.data_market;
         let call = lite_node_protocol::contracts::updateAddressesCall {
             dataMarketAddress: market,
             role: 0,
@@ -219,9 +218,13 @@ impl Driver {
         Ok(())
     }
 
-    pub async fn set_total_node_count(&self, n: u64) -> Result<()> {
-        let call = setTotalNodeCountCall { n: U256::from(n) };
-        self.transact(&self.protocol_state(), call.abi_encode(), "setTotalNodeCount").await.map(drop)
+    /// Makes `account` a releaser of ProtocolState (as the owner does with
+    /// `setReleaser`) and gives it 100 ETH for its releases.
+    pub async fn grant_releaser(&self, account: Address) -> Result<()> {
+        let call = lite_node_protocol::contracts::setReleaserCall { account, allowed: true };
+        self.transact(&self.protocol_state(), call.abi_encode(), "setReleaser").await?;
+        self.call("anvil_setBalance", json!([account, "0x56bc75e2d63100000"])).await?;
+        Ok(())
     }
 
     /// Swaps `amount_in` raw units through pool `pool` (an index into the
@@ -240,6 +243,6 @@ impl Driver {
             sqrtPriceLimitX96: Uint::ZERO,
         };
         let data = exactInputSingleCall { params }.abi_encode();
-        self.transact(&self.manifest.swap_router.clone(), data, "swap").await.map(drop)
+        transact_on(&self.source, &self.manifest.deployer, &self.manifest.swap_router, data, "swap").await.map(drop)
     }
 }
