@@ -857,6 +857,15 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Output piped into a reader that stopped (`| head`): quiet, as a
+        // Unix tool is, with the failure's code.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::FAILURE
+        }
         Err(e) => {
             // Not eprintln!: a stderr that cannot be written must not turn
             // the exit status into a panic's.

@@ -551,3 +551,39 @@ fn a_message_past_the_size_cap_is_refused_before_it_is_judged() {
     assert_eq!(answer.1.expect("taken").into_inner().message, proto::SUCCESS);
     assert_eq!(received.lock().unwrap().len(), 1, "only the good one was judged and recorded");
 }
+
+/// A collector that publishes to the validators over gossip, with none in
+/// its mesh, asks the node to retry (UNAVAILABLE) instead of answering
+/// `Success` for a submission no validator would hear; nothing is recorded.
+#[test]
+fn a_collector_with_no_validator_in_its_gossip_mesh_asks_the_node_to_retry() {
+    let s = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
+    let received = Received::default();
+    let mut collector = Collector::new(s.anchor.clone(), s.chain_id);
+    collector.received = Some(received.clone());
+    listener.set_nonblocking(true).unwrap();
+    let _guard = s.runtime.enter();
+    collector.gossip = Some(
+        lite_node_validator::gossip::Gossip::publisher(lite_node_validator::gossip::Settings {
+            listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+            bootstrap: Vec::new(),
+            identity: dir.path().join("p2p-identity.key"),
+            topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
+        })
+        .unwrap(),
+    );
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    s.runtime.spawn(collector::serve(collector, listener, Box::pin(std::future::pending())));
+    let head = s.world.head();
+    let answer = s.runtime.block_on(async {
+        let mut client = proto::submission_client::SubmissionClient::connect(endpoint).await.unwrap();
+        client.submit_snapshot(submission(&s, 1, 1, head + 50)).await
+    });
+    let status = answer.expect_err("not taken");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("no validator is reachable over gossip"), "{status:?}");
+    assert!(received.lock().unwrap().is_empty(), "nothing recorded as answered");
+}

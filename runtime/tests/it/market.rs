@@ -445,3 +445,36 @@ fn a_source_rpc_behind_the_others_holds_releases_back_and_is_named_in_health() {
     assert_eq!(releaser.stop(), Some(0));
     assert_contiguous(&releases(&anchor, &manifest), 2);
 }
+
+/// A range another releaser's transaction holds while still pending is
+/// taken, not an error: the second releaser says it follows the chain, and
+/// once blocks are mined the releases are contiguous, each once.
+#[test]
+fn a_range_pending_from_another_releaser_is_followed_not_an_error() {
+    let (node, anchor, source, manifest) = deployed(1);
+    let call = lite_node_protocol::contracts::setReleaserCall { account: SECOND.parse().unwrap(), allowed: true };
+    let data = format!("0x{}", hex::encode(alloy::sol_types::SolCall::abi_encode(&call)));
+    rpc(
+        &anchor.url(),
+        "eth_sendTransaction",
+        json!([{"from": DEPLOYER, "to": manifest["protocolState"], "data": data}]),
+    );
+    rpc(&source.url(), "anvil_mine", json!(["0x5"]));
+    rpc(&anchor.url(), "evm_setAutomine", json!([false]));
+    let mut a = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--replace-after-secs", "600"]);
+    lite_node_testkit::poll_until("the first release pending", std::time::Duration::from_secs(30), || {
+        let pool = rpc(&anchor.url(), "txpool_status", json!([]));
+        (pool["pending"] != "0x0" && !pool["pending"].is_null()).then_some(())
+    });
+    let mut b = Releaser::start(&node, "second.key", &["--first-block", "1", "--replace-after-secs", "600"]);
+    b.wait_for("the pending range followed", |l| {
+        l == "source blocks 1-1 were released by another transaction: following the chain"
+    });
+    rpc(&anchor.url(), "evm_setAutomine", json!([true]));
+    rpc(&anchor.url(), "evm_mine", json!([]));
+    lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
+        (last_released_end(&anchor, &manifest) >= 3).then_some(())
+    });
+    assert_eq!((a.stop(), b.stop()), (Some(0), Some(0)));
+    assert_contiguous(&releases(&anchor, &manifest), 1);
+}

@@ -94,6 +94,9 @@ pub enum Step {
     Raced { begin: u64, end: u64 },
 }
 
+/// ProtocolState's reason for a range that is not the next one.
+const NOT_NEXT: &str = "begin must be last end + 1";
+
 pub struct Releaser {
     anchor: Arc<HttpRpc>,
     /// Each source endpoint on its own, with how it is shown.
@@ -228,7 +231,9 @@ impl Releaser {
             // Refused: the range is no longer next (another releaser), or
             // this key may not release.
             Err(TxError::Reverted(why)) => {
-                if self.last_released_end().await? != last {
+                // Taken: mined since we read it, or pending (a node estimates
+                // against its pending block), as the contract's reason says.
+                if why.contains(NOT_NEXT) || self.last_released_end().await? != last {
                     return raced();
                 }
                 return Err(format!(

@@ -276,6 +276,18 @@ impl Collector {
             tracing::warn!("the validator's gateway did not take a submission ({e}); asking the node to retry");
             return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
         }
+        // Nothing accepted is answered `Success` unless a validator can hear
+        // it: with no validator in the gossip mesh yet (starting, or all
+        // unreachable), the node is asked to retry rather than told it landed.
+        if verdict.is_ok()
+            && let Some(gossip) = &self.gossip
+            && gossip.mesh_peers().await == 0
+        {
+            tracing::warn!("gossip: no validator in the mesh; asking the node to retry");
+            return Err(tonic::Status::unavailable(
+                "no validator is reachable over gossip yet: the collector cannot relay this submission",
+            ));
+        }
         // Published in its one gossip form (accepted: its signature is one).
         if verdict.is_ok()
             && let Some(gossip) = &self.gossip
