@@ -22,6 +22,9 @@ alloy::sol! {
     function releaseEpoch(address dataMarketAddress, uint256 begin, uint256 end) external returns (uint256);
     function isReleaser(address account) external view returns (bool);
     function setReleaser(address account, bool allowed) external;
+    function isRegistrar(address account) external view returns (bool);
+    function setRegistrar(address account, bool allowed) external;
+    function transferOwnership(address newOwner) external;
     function registerSlot(uint256 slotId, address snapshotter) external;
     function reassignSlot(uint256 slotId, address snapshotter) external;
     function removeSlot(uint256 slotId) external;

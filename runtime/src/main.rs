@@ -101,6 +101,18 @@ enum MarketCommand {
     /// The market's validators: add, remove, list.
     #[command(subcommand)]
     Validators(ValidatorsCommand),
+    /// Set the market's day schedule: a day starts every N released epochs
+    /// (the owner's key).
+    Days {
+        #[arg(long, value_name = "N")]
+        epochs_per_day: u64,
+        #[command(flatten)]
+        access: MarketAccessArgs,
+    },
+    /// The owner's grants — releasers, slot registrars, ownership — and the
+    /// roles an address holds.
+    #[command(subcommand)]
+    Roles(RolesCommand),
     /// The env block an operator pastes into the node's `.env` for a slot
     /// (their own key stays theirs: its line is left empty).
     Env {
@@ -137,6 +149,10 @@ struct MarketReleaseArgs {
     /// (epochs wait for the lowest of the others).
     #[arg(long, value_name = "N", default_value_t = 64)]
     max_source_lag: u64,
+    /// The most a replacement may offer per gas, in gwei (default: no cap):
+    /// at the cap the release in flight is waited for.
+    #[arg(long, value_name = "GWEI")]
+    max_fee_gwei: Option<u64>,
 }
 
 /// The manifest, and the key of the account that sends the transaction.
@@ -202,6 +218,62 @@ enum SlotsCommand {
         /// The market's manifest.
         #[arg(long, value_name = "PATH", default_value = "market.json")]
         manifest: PathBuf,
+    },
+}
+
+/// A role the owner grants.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum RoleArg {
+    /// May release epochs (`lite-node market release`).
+    Releaser,
+    /// May register, reassign and remove slots.
+    Registrar,
+}
+
+impl From<RoleArg> for commands::Role {
+    fn from(r: RoleArg) -> Self {
+        match r {
+            RoleArg::Releaser => commands::Role::Releaser,
+            RoleArg::Registrar => commands::Role::Registrar,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum RolesCommand {
+    /// Grant a role to addresses (the owner's key).
+    Grant {
+        #[arg(value_enum)]
+        role: RoleArg,
+        #[arg(required = true, value_name = "ADDRESS")]
+        addresses: Vec<String>,
+        #[command(flatten)]
+        access: MarketAccessArgs,
+    },
+    /// Revoke a role from addresses (the owner's key).
+    Revoke {
+        #[arg(value_enum)]
+        role: RoleArg,
+        #[arg(required = true, value_name = "ADDRESS")]
+        addresses: Vec<String>,
+        #[command(flatten)]
+        access: MarketAccessArgs,
+    },
+    /// The roles each address holds: owner, releaser, registrar, validator.
+    Show {
+        #[arg(required = true, value_name = "ADDRESS")]
+        addresses: Vec<String>,
+        /// The market's manifest.
+        #[arg(long, value_name = "PATH", default_value = "market.json")]
+        manifest: PathBuf,
+    },
+    /// Hand ProtocolState to a new owner (the current owner's key).
+    TransferOwnership {
+        /// The new owner's address.
+        #[arg(long, value_name = "ADDRESS")]
+        to: String,
+        #[command(flatten)]
+        access: MarketAccessArgs,
     },
 }
 
@@ -768,6 +840,7 @@ fn main() -> ExitCode {
                 poll: Duration::from_millis(a.poll_ms.max(10)),
                 replace_after: Duration::from_secs(a.replace_after_secs.max(1)),
                 max_source_lag: a.max_source_lag,
+                max_fee_gwei: a.max_fee_gwei,
             },
             &mut stdout(),
         ),
@@ -803,6 +876,26 @@ fn main() -> ExitCode {
                 }
             };
             commands::market_validators(&access, &verb, &mut stdout())
+        }
+        Command::Market(MarketCommand::Days { epochs_per_day, access }) => {
+            commands::market_days(&access.access(), epochs_per_day, &mut stdout())
+        }
+        Command::Market(MarketCommand::Roles(verb)) => {
+            let (access, verb) = match verb {
+                RolesCommand::Grant { role, addresses, access } => {
+                    (access.access(), commands::RolesVerb::Set(role.into(), addresses, true))
+                }
+                RolesCommand::Revoke { role, addresses, access } => {
+                    (access.access(), commands::RolesVerb::Set(role.into(), addresses, false))
+                }
+                RolesCommand::Show { addresses, manifest } => {
+                    (commands::MarketAccess { manifest, key_file: None }, commands::RolesVerb::Show(addresses))
+                }
+                RolesCommand::TransferOwnership { to, access } => {
+                    (access.access(), commands::RolesVerb::TransferOwnership(to))
+                }
+            };
+            commands::market_roles(&access, &verb, &mut stdout())
         }
         Command::Check { offline } => commands::check(&env, offline, &mut stdout()),
         Command::Compute(ComputeCommand::Fetch) => {

@@ -19,8 +19,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use lite_node_chain::{HttpRpc, IoRuntime, TxSender};
 use lite_node_protocol::contracts::{
     currentEpochIdCall, epochsPerDayCall, getFullNodesCall, getTotalNodeCountCall, getTotalValidatorsCountCall,
-    getValidatorsCall, isReleaserCall, lastReleasedEndCall, ownerCall, reassignSlotCall, registerSlotCall,
-    removeSlotCall, setFullNodeCall, slotSnapshotterMappingCall, updateAddressesCall,
+    getValidatorsCall, isRegistrarCall, isReleaserCall, lastReleasedEndCall, ownerCall, reassignSlotCall,
+    registerSlotCall, removeSlotCall, setEpochsPerDayCall, setFullNodeCall, setRegistrarCall, setReleaserCall,
+    slotSnapshotterMappingCall, transferOwnershipCall, updateAddressesCall,
 };
 use serde_json::{Value, json};
 
@@ -168,7 +169,7 @@ pub fn market_status(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
         }
         match last_finalized(&market).await? {
             Some((epoch_id, block)) => writeln!(out, "last finalized: epoch {epoch_id} (anchor block {block})")?,
-            None => writeln!(out, "last finalized: none yet")?,
+            None => writeln!(out, "last finalized: none in the last {} anchor blocks", LOG_SPAN * LOG_SPANS)?,
         }
         writeln!(out, "slots registered: {slots}")?;
         writeln!(out, "validators: {validators}")?;
@@ -179,10 +180,14 @@ pub fn market_status(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
 /// Anchor blocks one log query spans (public RPCs refuse wide ranges).
 const LOG_SPAN: u64 = 5_000;
 
+/// Spans read back at most for the last finalized epoch (200,000 blocks).
+const LOG_SPANS: u64 = 40;
+
 /// The newest epoch finalized on chain and its anchor block: the market's
 /// `SnapshotBatchFinalized` logs, read back from the head a span at a time
 /// down to the deploy block.
 async fn last_finalized(market: &Market) -> Result<Option<(u64, u64)>> {
+    let mut spans = 0;
     use alloy::sol_types::SolEvent;
     let m = &market.manifest;
     let head = quantity(&market.anchor.call_value("eth_blockNumber", json!([])).await?)?;
@@ -204,7 +209,8 @@ async fn last_finalized(market: &Market) -> Result<Option<(u64, u64)>> {
         if let Some(found) = newest.max() {
             return Ok(Some(found));
         }
-        if from <= m.deploy_block {
+        spans += 1;
+        if from <= m.deploy_block || spans >= LOG_SPANS {
             return Ok(None);
         }
         to = from - 1;
@@ -343,12 +349,29 @@ impl Market {
 
     /// Each of the source chain's RPCs on its own, every one checked, with
     /// the URL as messages show it (the releaser compares their heads).
+    /// One that does not answer now is left out (said on stderr) while
+    /// another does; one of another chain is bad input.
     async fn sources(&self, io: &IoRuntime) -> Result<Vec<(String, std::sync::Arc<HttpRpc>)>> {
         let mut sources = Vec::new();
+        let mut silent = Vec::new();
         for url in &self.manifest.source.rpcs {
             let one = ChainEntry { rpcs: vec![url.clone()], ..self.manifest.source.clone() };
-            let rpc = reach(&self.path, "source", &one, io).await?;
-            sources.push((shown(std::slice::from_ref(url)), std::sync::Arc::new(rpc)));
+            let shown_url = shown(std::slice::from_ref(url));
+            let rpc = connect("source", &one.rpcs, io)?;
+            match rpc.call_value("eth_chainId", json!([])).await {
+                Err(e) => silent.push(format!("{shown_url} ({})", e.message)),
+                Ok(_) => {
+                    // Answers: now it must be the market's chain.
+                    let rpc = reach(&self.path, "source", &one, io).await?;
+                    sources.push((shown_url, std::sync::Arc::new(rpc)));
+                }
+            }
+        }
+        if sources.is_empty() {
+            bail!("no source RPC of the market answers: {}", silent.join("; "));
+        }
+        for s in &silent {
+            eprintln!("source RPC {s} does not answer: left out until the releaser is started again");
         }
         Ok(sources)
     }
@@ -490,6 +513,118 @@ pub fn market_validators(access: &MarketAccess, verb: &ValidatorsVerb, out: &mut
     })
 }
 
+/// `lite-node market days --epochs-per-day N`: the day schedule, set by the owner.
+pub fn market_days(access: &MarketAccess, epochs_per_day: u64, out: &mut dyn Write) -> Result<()> {
+    if epochs_per_day == 0 {
+        bail!(BadInput("--epochs-per-day 0: a day is at least one epoch".into()));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let io = IoRuntime::new()?;
+        let m = Market::open(&access.manifest, &io).await?;
+        let call = setEpochsPerDayCall { dataMarketAddress: m.manifest.data_market, n: U256::from(epochs_per_day) };
+        let block = m.send(access.key_file.as_deref(), call, "setEpochsPerDay").await?;
+        writeln!(out, "a day starts every {epochs_per_day} epochs from the next release (block {block})")?;
+        Ok(())
+    })
+}
+
+/// A role the owner grants: who may release epochs, or register slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Releaser,
+    Registrar,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Releaser => "releaser",
+            Role::Registrar => "registrar",
+        }
+    }
+}
+
+/// What `lite-node market roles` does.
+#[derive(Clone, Debug)]
+pub enum RolesVerb {
+    /// Grant (`true`) or revoke (`false`) `Role` for the addresses.
+    Set(Role, Vec<String>, bool),
+    /// The roles each address holds.
+    Show(Vec<String>),
+    /// Hand the contract to a new owner.
+    TransferOwnership(String),
+}
+
+/// `lite-node market roles …`: the owner's grants (releasers, slot
+/// registrars, ownership), each sent from the owner's key, and what an
+/// address may do.
+pub fn market_roles(access: &MarketAccess, verb: &RolesVerb, out: &mut dyn Write) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let io = IoRuntime::new()?;
+        let m = Market::open(&access.manifest, &io).await?;
+        let key = access.key_file.as_deref();
+        let parse_all = |addrs: &[String], what: &str| -> Result<Vec<Address>> {
+            if addrs.is_empty() {
+                bail!(BadInput(format!("name at least one {what}'s address")));
+            }
+            addrs.iter().map(|a| parse_address(what, a)).collect()
+        };
+        match verb {
+            RolesVerb::Set(role, addrs, allowed) => {
+                for account in parse_all(addrs, role.name())? {
+                    let block = match role {
+                        Role::Releaser => {
+                            m.send(key, setReleaserCall { account, allowed: *allowed }, "setReleaser").await?
+                        }
+                        Role::Registrar => {
+                            m.send(key, setRegistrarCall { account, allowed: *allowed }, "setRegistrar").await?
+                        }
+                    };
+                    let done = if *allowed { "is now" } else { "is no longer" };
+                    writeln!(out, "{account} {done} a {} (block {block})", role.name())?;
+                }
+            }
+            RolesVerb::Show(addrs) => {
+                let owner = m.view(ownerCall {}).await?;
+                let dm = m.manifest.data_market;
+                let validators = m.view(getValidatorsCall { dataMarketAddress: dm }).await?;
+                for account in parse_all(addrs, "account")? {
+                    let mut roles = Vec::new();
+                    if account == owner {
+                        roles.push("owner");
+                    }
+                    if m.view(isReleaserCall { account }).await? {
+                        roles.push("releaser");
+                    }
+                    if m.view(isRegistrarCall { account }).await? {
+                        roles.push("registrar");
+                    }
+                    if validators.contains(&account) {
+                        roles.push("validator");
+                    }
+                    let roles = if roles.is_empty() { "no role".to_owned() } else { roles.join(", ") };
+                    writeln!(out, "{account}: {roles}")?;
+                }
+            }
+            RolesVerb::TransferOwnership(to) => {
+                let new_owner = parse_address("new owner", to)?;
+                if new_owner == Address::ZERO {
+                    bail!(BadInput("--to 0x0…0: a market without an owner could never grant a role again".into()));
+                }
+                let block = m.send(key, transferOwnershipCall { newOwner: new_owner }, "transferOwnership").await?;
+                writeln!(
+                    out,
+                    "ProtocolState {} is now owned by {new_owner} (block {block})",
+                    m.manifest.protocol_state
+                )?;
+            }
+        }
+        Ok(())
+    })
+}
+
 /// `lite-node market env --slot N`: the lines an operator pastes into the
 /// node's `.env` for slot N. The private key is the operator's own: its
 /// line is left for them to fill.
@@ -516,6 +651,8 @@ pub fn market_env(manifest: &Path, slot: u64, out: &mut dyn Write) -> Result<()>
         writeln!(out, "DATA_MARKET_CONTRACT={}", mf.data_market)?;
         writeln!(out, "NAMESPACE={}", mf.namespace)?;
         writeln!(out, "SLOT_ID={slot}")?;
+        writeln!(out, "# where the collector of docker-compose.yaml starts reading releases")?;
+        writeln!(out, "MARKET_DEPLOY_BLOCK={}", mf.deploy_block)?;
         writeln!(out, "SIGNER_ACCOUNT_ADDRESS={signer}")?;
         writeln!(out, "# your own key, the one of {signer}: it never leaves your machine")?;
         writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;
@@ -534,6 +671,8 @@ pub struct ReleaseOptions {
     pub poll: Duration,
     pub replace_after: Duration,
     pub max_source_lag: u64,
+    /// The highest max fee per gas a replacement may offer, in gwei.
+    pub max_fee_gwei: Option<u64>,
 }
 
 /// The epoch releaser as a service: one line per epoch released, until
@@ -555,7 +694,7 @@ pub fn market_release(o: &ReleaseOptions, out: &mut dyn Write) -> Result<()> {
             .map_err(|e| BadInput(format!("--key-file {}: {e}", key_file.display())))?;
         if !m.view(isReleaserCall { account: sender.address() }).await? {
             bail!(BadInput(format!(
-                "--key-file {}: {} is not a releaser of ProtocolState {} (the owner grants it: setReleaser)",
+                "--key-file {}: {} is not a releaser of ProtocolState {} (the owner grants it: `lite-node market roles grant releaser ADDRESS`)",
                 key_file.display(),
                 sender.address(),
                 m.manifest.protocol_state
@@ -569,6 +708,7 @@ pub fn market_release(o: &ReleaseOptions, out: &mut dyn Write) -> Result<()> {
             first_block: o.first_block,
             replace_after: o.replace_after,
             max_source_lag: o.max_source_lag,
+            max_fee_per_gas: o.max_fee_gwei.map(|g| u128::from(g) * 1_000_000_000),
         };
         let releaser = Releaser::new(m.anchor.clone(), sources, sender, settings);
         if let Some(addr) = o.listen {
@@ -613,7 +753,8 @@ pub fn market_release(o: &ReleaseOptions, out: &mut dyn Write) -> Result<()> {
                         out,
                         "source blocks {begin}-{end} were released by another transaction: following the chain"
                     )?;
-                    None
+                    // That transaction may still be pending: give it a poll.
+                    Some(o.poll)
                 }
                 Ok(Step::Waiting) => Some(o.poll),
                 Err(e) => {

@@ -54,7 +54,12 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     assert_eq!(status.field("owner").map(|o| o.to_lowercase()), Some(DEPLOYER.to_lowercase()), "{}", status.stdout);
     assert!(status.stdout.contains("epochs released: 0 (epoch size 2 blocks; days of 3 epochs)"), "{}", status.stdout);
     assert!(status.stdout.contains("releaser: nothing released yet (source chain 7002"), "{}", status.stdout);
-    assert_eq!(status.field("last finalized").as_deref(), Some("none yet"), "{}", status.stdout);
+    assert_eq!(
+        status.field("last finalized").as_deref(),
+        Some("none in the last 200000 anchor blocks"),
+        "{}",
+        status.stdout
+    );
     assert_eq!(status.field("slots registered").as_deref(), Some("0"), "{}", status.stdout);
     assert_eq!(status.field("validators").as_deref(), Some("0"), "{}", status.stdout);
 
@@ -476,5 +481,151 @@ fn a_range_pending_from_another_releaser_is_followed_not_an_error() {
         (last_released_end(&anchor, &manifest) >= 3).then_some(())
     });
     assert_eq!((a.stop(), b.stop()), (Some(0), Some(0)));
+    assert_contiguous(&releases(&anchor, &manifest), 1);
+}
+
+/// The owner's grants: a releaser and a registrar granted, shown and
+/// revoked, a stranger refused, and ownership handed on (the old owner may
+/// grant nothing after).
+#[test]
+fn the_owner_grants_and_revokes_roles_and_hands_the_market_on() {
+    let (node, _anchor, _source, _manifest) = deployed(1);
+    let owner = ["--key-file", "deployer.key"];
+    node.run(&[&["market", "roles", "grant", "releaser", SECOND], &owner[..]].concat()).assert_ok();
+    node.run(&[&["market", "roles", "grant", "registrar", SECOND], &owner[..]].concat()).assert_ok();
+    let shown = node.run(&["market", "roles", "show", SECOND, DEPLOYER]);
+    shown.assert_ok();
+    assert!(shown.stdout.contains(&format!("{SECOND}: releaser, registrar")), "{}", shown.stdout);
+    assert!(shown.stdout.contains(&format!("{DEPLOYER}: owner, releaser, registrar")), "{}", shown.stdout);
+    let stranger = node.run(&["market", "roles", "grant", "releaser", DEPLOYER, "--key-file", "second.key"]);
+    assert!(stranger.code == 2 && error_line(&stranger).contains("ProtocolState refuses it"), "{stranger:?}");
+    node.run(&[&["market", "roles", "revoke", "releaser", SECOND], &owner[..]].concat()).assert_ok();
+    let shown = node.run(&["market", "roles", "show", SECOND]);
+    assert!(shown.stdout.contains(&format!("{SECOND}: registrar")), "{}", shown.stdout);
+    // The day schedule: set by the owner, shown by status.
+    node.run(&[&["market", "days", "--epochs-per-day", "12"], &owner[..]].concat()).assert_ok();
+    let status = node.run(&["market", "status"]);
+    assert!(status.stdout.contains("days of 12 epochs"), "{}", status.stdout);
+    let zero = "0x0000000000000000000000000000000000000000";
+    let nobody = node.run(&[&["market", "roles", "transfer-ownership", "--to", zero], &owner[..]].concat());
+    assert!(nobody.code == 2 && error_line(&nobody).contains("a market without an owner"), "{nobody:?}");
+    node.run(&[&["market", "roles", "transfer-ownership", "--to", SECOND], &owner[..]].concat()).assert_ok();
+    let status = node.run(&["market", "status"]);
+    assert_eq!(status.field("owner").map(|o| o.to_lowercase()), Some(SECOND.to_lowercase()), "{}", status.stdout);
+    let old = node.run(&[&["market", "roles", "grant", "releaser", SECOND], &owner[..]].concat());
+    assert!(old.code == 2 && error_line(&old).contains("ProtocolState refuses it"), "{old:?}");
+}
+
+/// Bad input to each verb that sends or reads: one line, exit 2, naming it.
+#[test]
+fn bad_input_to_every_market_verb_is_named_in_one_line_with_exit_2() {
+    let (node, _anchor, _source, manifest) = deployed(1);
+    let dir = node.cwd.path();
+    std::fs::write(dir.join("bad.key"), "not-a-key").unwrap();
+    let other = Anvil::start_with(&["--chain-id", "7009"]);
+    let mut moved = manifest.clone();
+    moved["anchor"]["rpcs"] = json!([other.url()]);
+    std::fs::write(dir.join("moved.json"), moved.to_string()).unwrap();
+    let cases: [(&[&str], &str); 9] = [
+        (&["market", "validators", "add", "nope", "--key-file", "deployer.key"], "validator nope: not an address"),
+        (&["market", "slots", "reassign", "--slot", "9", "--signer", SECOND, "--key-file", "deployer.key"], "--slot 9"),
+        (&["market", "slots", "full-node", "--slot", "9", "--key-file", "deployer.key"], "--slot 9"),
+        (&["market", "release", "--key-file", "bad.key"], "--key-file bad.key is not a secp256k1 private key"),
+        (&["market", "release", "--key-file", "deployer.key", "--manifest", "moved.json"], "anchor chain is 7001"),
+        (
+            &["market", "roles", "grant", "releaser", "0x12", "--key-file", "deployer.key"],
+            "releaser 0x12: not an address",
+        ),
+        (&["market", "validators", "list", "--manifest", "moved.json"], "anchor chain is 7001"),
+        (&["market", "env", "--slot", "1", "--manifest", "moved.json"], "anchor chain is 7001"),
+        (&["market", "slots", "register", "--signer", SECOND], "give --key-file"),
+    ];
+    for (args, expected) in cases {
+        let run = node.run(args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert!(error_line(&run).contains(expected), "{args:?}: {run:?}");
+        assert_eq!(run.stderr.trim().lines().count(), 1, "{args:?}: one line: {run:?}");
+        assert!(!run.stderr.contains(DEPLOYER_KEY), "{args:?}: the key is never shown");
+    }
+}
+
+/// SIGKILL while its release is still pending: the restarted releaser
+/// (same key) finds the range taken by that transaction and follows it;
+/// once mined, releases go on — no hole, no range twice.
+#[test]
+fn a_releaser_killed_with_its_release_pending_restarts_without_a_hole_or_a_repeat() {
+    let (node, anchor, source, manifest) = deployed(1);
+    rpc(&source.url(), "anvil_mine", json!(["0x5"]));
+    rpc(&anchor.url(), "evm_setAutomine", json!([false]));
+    let mut first = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--replace-after-secs", "600"]);
+    lite_node_testkit::poll_until("the first release pending", std::time::Duration::from_secs(30), || {
+        let pool = rpc(&anchor.url(), "txpool_status", json!([]));
+        (pool["pending"] != "0x0" && !pool["pending"].is_null()).then_some(())
+    });
+    first.kill();
+    let mut again = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--replace-after-secs", "600"]);
+    again.wait_for("the pending range followed", |l| {
+        l == "source blocks 1-1 were released by another transaction: following the chain"
+    });
+    rpc(&anchor.url(), "evm_setAutomine", json!([true]));
+    rpc(&anchor.url(), "evm_mine", json!([]));
+    lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
+        (last_released_end(&anchor, &manifest) >= 3).then_some(())
+    });
+    assert_eq!(again.stop(), Some(0));
+    let released = releases(&anchor, &manifest);
+    assert!(released.len() >= 3, "{released:?}");
+    assert_contiguous(&released, 1);
+}
+
+/// At the fee cap a stuck release is waited for, not outbid again, and
+/// /health says why; mined, releases go on.
+#[test]
+fn a_replacement_over_the_fee_cap_is_not_sent_and_health_says_so() {
+    let (node, anchor, source, manifest) = deployed(1);
+    rpc(&source.url(), "anvil_mine", json!(["0x5"]));
+    rpc(&anchor.url(), "evm_setAutomine", json!([false]));
+    let flags = ["--first-block", "1", "--replace-after-secs", "1", "--max-fee-gwei", "1", "--listen", "127.0.0.1:0"];
+    let mut releaser = Releaser::start(&node, "deployer.key", &flags);
+    let line = releaser.wait_for("the health address", |l| l.starts_with("health on http://"));
+    let health = line.split_whitespace().nth(2).unwrap().trim_end_matches(',').to_owned();
+    let body = lite_node_testkit::poll_until("/health at the cap", std::time::Duration::from_secs(30), || {
+        let body: Value = reqwest::blocking::get(&health).ok()?.json().ok()?;
+        body["waiting"].as_str().is_some_and(|w| w.contains("over the cap")).then_some(body)
+    });
+    assert_eq!(body["replaced"], 0, "nothing sent over the cap: {body}");
+    rpc(&anchor.url(), "evm_setAutomine", json!([true]));
+    rpc(&anchor.url(), "evm_mine", json!([]));
+    lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
+        (last_released_end(&anchor, &manifest) >= 3).then_some(())
+    });
+    assert_eq!(releaser.stop(), Some(0));
+    assert_contiguous(&releases(&anchor, &manifest), 1);
+}
+
+/// A release stuck in the pool (not dropped) is replaced under its nonce
+/// with higher fees: the node takes the replacement in its place, and once
+/// blocks are mined one of the two is, so no range is released twice.
+#[test]
+fn a_stuck_release_is_replaced_in_the_pool_and_mined_once() {
+    let (node, anchor, source, manifest) = deployed(1);
+    rpc(&source.url(), "anvil_mine", json!(["0x5"]));
+    rpc(&anchor.url(), "evm_setAutomine", json!([false]));
+    let flags = ["--first-block", "1", "--replace-after-secs", "1", "--listen", "127.0.0.1:0"];
+    let mut releaser = Releaser::start(&node, "deployer.key", &flags);
+    let line = releaser.wait_for("the health address", |l| l.starts_with("health on http://"));
+    let health = line.split_whitespace().nth(2).unwrap().trim_end_matches(',').to_owned();
+    lite_node_testkit::poll_until("a replacement sent", std::time::Duration::from_secs(30), || {
+        let body: Value = reqwest::blocking::get(&health).ok()?.json().ok()?;
+        (body["replaced"].as_u64() >= Some(1)).then_some(())
+    });
+    let pool = rpc(&anchor.url(), "txpool_status", json!([]));
+    assert_eq!(pool["pending"], "0x1", "the replacement took the stuck one's place: {pool}");
+    rpc(&anchor.url(), "evm_setAutomine", json!([true]));
+    rpc(&anchor.url(), "evm_mine", json!([]));
+    lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
+        (last_released_end(&anchor, &manifest) >= 3).then_some(())
+    });
+    assert_eq!(releaser.stop(), Some(0));
     assert_contiguous(&releases(&anchor, &manifest), 1);
 }

@@ -56,7 +56,7 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
     };
     let node = Node::new();
     let mut missing = Vec::new();
-    let commands: [(&[&str], String); 25] = [
+    let commands: [(&[&str], String); 30] = [
         (&["devnet"], table(&devnet, "| option | meaning (default) |")),
         (&["validator"], section(&validator, "## Running a validator")),
         (&["run"], row("run")),
@@ -82,6 +82,11 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
         (&["market", "validators", "add"], row("market validators add")),
         (&["market", "validators", "remove"], row("market validators remove")),
         (&["market", "validators", "list"], row("market validators list")),
+        (&["market", "days"], row("market days")),
+        (&["market", "roles", "grant"], row("market roles grant")),
+        (&["market", "roles", "revoke"], row("market roles revoke")),
+        (&["market", "roles", "show"], row("market roles show")),
+        (&["market", "roles", "transfer-ownership"], row("market roles transfer-ownership")),
     ];
     for (command, documented) in &commands {
         for flag in flags(&node, command) {

@@ -60,6 +60,9 @@ impl Manifest {
             .map_err(|e| BadInput(format!("{}: {e} (write one with `lite-node market deploy`)", path.display())))?;
         let manifest: Manifest = serde_json::from_str(&text)
             .map_err(|e| BadInput(format!("{}: not a market manifest: {e}", path.display())))?;
+        if manifest.epoch_size == 0 {
+            anyhow::bail!(BadInput(format!("{}: epochSize 0: an epoch is at least one block", path.display())));
+        }
         if manifest.version != 1 {
             anyhow::bail!(BadInput(format!(
                 "{}: manifest version {} (this lite-node reads version 1)",

@@ -44,6 +44,9 @@ pub struct ReleaserSettings {
     pub replace_after: Duration,
     /// A source RPC further behind the highest than this is left out.
     pub max_source_lag: u64,
+    /// The highest max fee per gas (wei) a replacement may offer; at the
+    /// cap, the release in flight is waited for instead.
+    pub max_fee_per_gas: Option<u128>,
 }
 
 /// One source RPC as the last step saw it.
@@ -265,11 +268,25 @@ impl Releaser {
                 if self.last_released_end().await? >= end {
                     return raced();
                 }
-                tx = match self.sender.prepare_replacing(s.protocol_state, input.clone(), &tx).await {
+                let new = match self.sender.prepare_replacing(s.protocol_state, input.clone(), &tx).await {
                     Ok(new) => new,
                     Err(TxError::Reverted(_)) => return raced(),
                     Err(e) => return Err(format!("replacing releaseEpoch({begin}, {end}): {e}")),
                 };
+                if let Some(cap) = s.max_fee_per_gas
+                    && new.max_fee > cap
+                {
+                    let why = format!(
+                        "releaseEpoch({begin}, {end}) ({}) is not mined, and a replacement would pay {} wei per gas, \
+                         over the cap of {cap} (--max-fee-gwei): waiting for it",
+                        tx.hash, new.max_fee
+                    );
+                    tracing::warn!("{why}");
+                    self.note(|st| st.waiting = Some(why));
+                    sent_at = tokio::time::Instant::now();
+                    continue;
+                }
+                tx = new;
                 self.sender.broadcast(&tx).await.map_err(|e| format!("replacing releaseEpoch({begin}, {end}): {e}"))?;
                 self.note(|st| st.replaced += 1);
                 tracing::warn!(

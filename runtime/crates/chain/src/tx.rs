@@ -61,6 +61,8 @@ pub struct Prepared {
     pub nonce: u64,
     pub max_fee: u128,
     pub priority_fee: u128,
+    /// Its gas limit: a replacement keeps it (the same call).
+    pub gas_limit: u64,
     raw: String,
 }
 
@@ -138,6 +140,14 @@ impl TxSender {
             TxKind::Call(to) => json!({"from": from, "to": to, "data": input}),
             TxKind::Create => json!({"from": from, "data": input}),
         };
+        // A replacement is the same call under the same nonce and gas limit:
+        // nothing is estimated again (a node estimating against its pending
+        // block would see the stuck call's own effect and refuse it).
+        if let Some(stuck) = replacing {
+            let gas_price = self.rpc.call_value("eth_gasPrice", json!([])).await.map_err(TxError::Rpc)?;
+            let gas_price = quantity(&gas_price, "eth_gasPrice").map_err(TxError::Rpc)?;
+            return self.sign(kind, input, stuck.nonce, stuck.gas_limit, gas_price, Some(stuck));
+        }
         let answers = self
             .rpc
             .batch_values(&[
@@ -161,6 +171,23 @@ impl TxSender {
         let nonce = quantity(&next().map_err(TxError::Rpc)?, "eth_getTransactionCount").map_err(TxError::Rpc)?;
         let gas_price = quantity(&next().map_err(TxError::Rpc)?, "eth_gasPrice").map_err(TxError::Rpc)?;
         let nonce = u64::try_from(nonce).map_err(|_| TxError::Rpc(bad("eth_getTransactionCount", nonce)))?;
+        // Half again the estimate: the state may move between the estimate
+        // and the block (another validator's attestation first makes ours
+        // the one that finalizes, which costs more).
+        let gas_limit = u64::try_from(gas.saturating_mul(3) / 2).unwrap_or(u64::MAX);
+        self.sign(kind, input, nonce, gas_limit, gas_price, None)
+    }
+
+    /// Signs the call with fees from `gas_price` (outbidding `replacing`'s).
+    fn sign(
+        &self,
+        kind: TxKind,
+        input: Bytes,
+        nonce: u64,
+        gas_limit: u64,
+        gas_price: u128,
+        replacing: Option<&Prepared>,
+    ) -> Result<Prepared, TxError> {
         let mut max_fee = gas_price.saturating_mul(2).max(1);
         let mut priority_fee = PRIORITY_FEE.min(max_fee);
         let nonce = match replacing {
@@ -176,10 +203,7 @@ impl TxSender {
         let tx = TxEip1559 {
             chain_id: self.chain_id,
             nonce,
-            // Half again the estimate: the state may move between the
-            // estimate and the block (another validator's attestation first
-            // makes ours the one that finalizes, which costs more).
-            gas_limit: u64::try_from(gas.saturating_mul(3) / 2).unwrap_or(u64::MAX),
+            gas_limit,
             max_fee_per_gas: max_fee,
             max_priority_fee_per_gas: priority_fee,
             to: kind,
@@ -197,6 +221,7 @@ impl TxSender {
             nonce,
             max_fee,
             priority_fee,
+            gas_limit,
             raw: format!("0x{}", hex::encode(signed.encoded_2718())),
         })
     }

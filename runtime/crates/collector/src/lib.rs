@@ -165,6 +165,9 @@ type SignerCells = BTreeMap<u64, Arc<tokio::sync::OnceCell<Address>>>;
 /// block number: 250 ms is less than a block).
 const HEAD_FRESH: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// Slots whose signers are kept at most between two resets.
+const MAX_SIGNERS_KEPT: usize = 100_000;
+
 /// How long the slots' signers are trusted (the devnet registers its slots
 /// before any node starts).
 const SIGNERS_FRESH: std::time::Duration = std::time::Duration::from_secs(30);
@@ -270,12 +273,6 @@ impl Collector {
                 return Err(tonic::Status::unavailable(reason));
             }
         };
-        if let Some(client) = &self.forward
-            && let Err(e) = client.clone().submit_snapshot(s.clone()).await
-        {
-            tracing::warn!("the validator's gateway did not take a submission ({e}); asking the node to retry");
-            return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
-        }
         // Nothing accepted is answered `Success` unless a validator can hear
         // it: with no validator in the gossip mesh yet (starting, or all
         // unreachable), the node is asked to retry rather than told it landed.
@@ -287,6 +284,12 @@ impl Collector {
             return Err(tonic::Status::unavailable(
                 "no validator is reachable over gossip yet: the collector cannot relay this submission",
             ));
+        }
+        if let Some(client) = &self.forward
+            && let Err(e) = client.clone().submit_snapshot(s.clone()).await
+        {
+            tracing::warn!("the validator's gateway did not take a submission ({e}); asking the node to retry");
+            return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
         }
         // Published in its one gossip form (accepted: its signature is one).
         if verdict.is_ok()
@@ -353,7 +356,8 @@ impl Facts for Collector {
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
         let cell = {
             let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
-            if signers.0.elapsed() > SIGNERS_FRESH {
+            // Any slot id can be named by anyone: the cells are bounded too.
+            if signers.0.elapsed() > SIGNERS_FRESH || signers.1.len() >= MAX_SIGNERS_KEPT {
                 *signers = (std::time::Instant::now(), BTreeMap::new());
             }
             signers.1.entry(slot_id).or_default().clone()

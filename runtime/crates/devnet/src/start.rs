@@ -97,8 +97,14 @@ impl Devnet {
         let owner = TxSender::new(anchor_rpc.clone(), &key_bytes(&deployer_key)?, ANCHOR_CHAIN_ID)
             .map_err(|e| anyhow!("the deployer's key: {e}"))?;
         let node_count = if total_slots == registered { 0 } else { total_slots };
-        let deployed =
-            lite_node_chain::market::deploy(&owner, drills_creation_code(node_count)?, None, None, &mut |_| {}).await?;
+        let deployed = lite_node_chain::market::deploy(
+            &owner,
+            drills_creation_code(&opts.devnet_dir, node_count)?,
+            None,
+            None,
+            &mut |_| {},
+        )
+        .await?;
         let (protocol_state, data_market) = (deployed.protocol_state, deployed.data_market);
         let market = lite_node_chain::market::Manifest {
             version: 1,
@@ -181,6 +187,7 @@ impl Devnet {
                 first_block: None,
                 replace_after: Duration::from_secs(30),
                 max_source_lag: u64::MAX,
+                max_fee_per_gas: None,
             },
         );
         let start_block = driver.head().await?;
@@ -734,17 +741,30 @@ pub(crate) fn key_bytes(key: &str) -> Result<[u8; 32]> {
     Ok(bytes)
 }
 
-/// The test-only ProtocolStateDrills (the production contract and the
-/// devnet's node-count hook), as the pinned solc compiled it.
-const DRILLS_ARTIFACT: &str = include_str!("../../../../contracts/out/ProtocolStateDrills.json");
-
-/// ProtocolStateDrills' creation code with its constructor's argument: the
-/// node count (0: the registered slots', as in production).
-pub(crate) fn drills_creation_code(node_count: u64) -> Result<alloy::primitives::Bytes> {
+/// ProtocolStateDrills' creation code (the test-only contract: the
+/// production one and the devnet's node-count hook, as the pinned solc
+/// compiled it, read from the checkout beside `devnet_dir`, else the one the
+/// binary was built from — never embedded in the binary) with its
+/// constructor's argument: the node count (0: the registered slots', as in
+/// production).
+pub(crate) fn drills_creation_code(devnet_dir: &Path, node_count: u64) -> Result<alloy::primitives::Bytes> {
     use alloy::sol_types::SolValue;
-    let artifact: serde_json::Value = serde_json::from_str(DRILLS_ARTIFACT).context("the drills artifact")?;
-    let code = artifact["bytecode"].as_str().ok_or_else(|| anyhow!("the drills artifact has no bytecode"))?;
-    let mut code: Vec<u8> = alloy::primitives::hex::decode(code).map_err(|e| anyhow!("the drills bytecode: {e}"))?;
+    const ARTIFACT: &str = "contracts/out/ProtocolStateDrills.json";
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
+    let candidates = [devnet_dir.join("..").join(ARTIFACT), built_from.join(ARTIFACT)];
+    let path = candidates.iter().find(|p| p.is_file()).ok_or_else(|| {
+        BadInput(format!(
+            "the devnet deploys {ARTIFACT} from a checkout of lite-node, and none is beside {} or at {}",
+            devnet_dir.display(),
+            built_from.display()
+        ))
+    })?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let artifact: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not a solc artifact", path.display()))?;
+    let code = artifact["bytecode"].as_str().ok_or_else(|| anyhow!("{} has no bytecode", path.display()))?;
+    let mut code: Vec<u8> =
+        alloy::primitives::hex::decode(code).map_err(|e| anyhow!("{}: the bytecode: {e}", path.display()))?;
     code.extend(alloy::primitives::U256::from(node_count).abi_encode());
     Ok(code.into())
 }
