@@ -355,7 +355,8 @@ pub struct Scope {
 }
 
 /// The submission's request when its form is right, else why not: a request
-/// is present, the slot id is positive, `snapshotCid` is a CID, `projectId`
+/// is present, the slot id is positive, `snapshotCid` is a CID in its one
+/// spelling (`crate::cid::check_canonical`), `projectId`
 /// is `type:namespace` or `type:source:namespace`, and `dataMarket` and
 /// `protocolState` are the scope's own.
 pub fn check_form<'a>(s: &'a SnapshotSubmission, scope: &Scope) -> Result<&'a Request, String> {
@@ -364,8 +365,8 @@ pub fn check_form<'a>(s: &'a SnapshotSubmission, scope: &Scope) -> Result<&'a Re
     if r.slot_id == 0 {
         return Err("slot id 0: slots are numbered from 1".into());
     }
-    if cid::Cid::try_from(r.snapshot_cid.as_str()).is_err() {
-        return Err(format!("snapshotCid `{}` is not a CID", clip(&r.snapshot_cid)));
+    if let Err(why) = crate::cid::check_canonical(&r.snapshot_cid) {
+        return Err(format!("snapshotCid `{}` is {why}", clip(&r.snapshot_cid)));
     }
     if !project_id_is_well_formed(&r.project_id) {
         return Err(format!(

@@ -119,6 +119,26 @@ pub fn cases() -> Vec<Case> {
                 d.signed(s)
             },
         },
+        // One spelling per content: another would be a different string for
+        // the same snapshot, and could win a tie between votes.
+        Case {
+            name: "a CID with a path before it",
+            expect: Some(Reason::BadForm),
+            make: |s| {
+                let mut d = good(s);
+                d.request.snapshot_cid = format!("!/ipfs/{}", d.request.snapshot_cid);
+                d.signed(s)
+            },
+        },
+        Case {
+            name: "a CID in base32 upper case",
+            expect: Some(Reason::BadForm),
+            make: |s| {
+                let mut d = good(s);
+                d.request.snapshot_cid = d.request.snapshot_cid.to_uppercase();
+                d.signed(s)
+            },
+        },
         Case {
             name: "a project id of four parts",
             expect: Some(Reason::BadForm),

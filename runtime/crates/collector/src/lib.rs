@@ -462,8 +462,9 @@ fn answer(rejection: Option<&str>) -> tonic::Response<SubmissionResponse> {
     response
 }
 
-/// The largest submission taken (a real one is a few hundred bytes).
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// The largest submission taken: every field at its cap (a real one is a
+/// few hundred bytes), as the validators' gateway takes it.
+pub const MAX_MESSAGE_BYTES: usize = lite_node_protocol::submission::caps::MESSAGE;
 
 /// Requests judged at once per connection; more wait.
 const MAX_IN_FLIGHT: usize = 256;
