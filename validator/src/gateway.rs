@@ -201,11 +201,15 @@ const QUEUE: &str = r#"
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[1]) then return 'full' end
 local head = redis.call('GET', KEYS[5])
 if not head then return 'no_head' end
-redis.call('LPUSH', KEYS[1], '{"receivedHead":' .. head .. ',' .. ARGV[2])
+-- Each item its own bytes (the received count goes first): the same
+-- submission queued twice in one millisecond is two items, each counted
+-- pending once and judged once (the second a duplicate), never one id
+-- judged once and pending twice.
+local seq = redis.call('HINCRBY', KEYS[4], 'received', 1)
+redis.call('LPUSH', KEYS[1], '{"queued":' .. seq .. ',"receivedHead":' .. head .. ',' .. ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[8])
 if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[6]) end
-redis.call('HINCRBY', KEYS[4], 'received', 1)
 redis.call('HINCRBY', KEYS[6], ARGV[7], 1)
 return 'queued'
 "#;

@@ -930,3 +930,27 @@ async fn ten_thousand_made_up_projects_are_unknown_and_never_finalized() {
     assert_eq!(batch["projects"].as_array().unwrap().len(), 1, "only the real project: {batch}");
     assert_eq!(batch["projects"][0]["projectId"], project(POOL_A));
 }
+
+/// The same submission queued ten times as fast as the gateway takes it
+/// (several within one millisecond): each copy is its own queue item,
+/// pending once and judged once (the first accepted, the rest duplicates),
+/// so the epoch's pending count returns to nothing.
+#[tokio::test]
+async fn the_same_submission_queued_ten_times_leaves_nothing_pending() {
+    let w = world(250).await;
+    let (cid_a, _, _) = cids();
+    w.monitor.released(5, 100, 1000, 1000).await.unwrap();
+    w.monitor.head(101).await.unwrap();
+    let s = signed(1, 1, 5, &project(POOL_A), &cid_a, 120);
+    for _ in 0..10 {
+        w.submit(s.clone()).await;
+    }
+    let verdicts = w.drain().await;
+    assert_eq!(verdicts.len(), 10, "{verdicts:?}");
+    let mut conn = w.conn.clone();
+    let pending: Option<u64> = redis::AsyncCommands::hget(&mut conn, w.market.keys.pending(), 5).await.unwrap();
+    assert_eq!(pending.unwrap_or(0), 0, "nothing of epoch 5 left pending");
+    let counters = w.counters().await;
+    assert_eq!(counters.get("accepted"), Some(&1));
+    assert_eq!(counters.get("rejected:duplicate"), Some(&9));
+}
