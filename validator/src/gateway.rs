@@ -112,6 +112,10 @@ pub struct Gateway {
     /// gossip submission whose deadline it has passed is stale (a replay,
     /// most often) and ignored before it is relayed.
     head: Arc<std::sync::atomic::AtomicU64>,
+    /// This validator's gossip peer, once started ([`Gateway::relay_through`]):
+    /// what gRPC brings is published there too, so every validator judges
+    /// the same submissions whichever gateway a node reached.
+    relay: Arc<std::sync::OnceLock<lite_node_gossip::Gossip>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -455,6 +459,7 @@ impl Gateway {
             signers: None,
             held_back: Default::default(),
             head: Default::default(),
+            relay: Default::default(),
         }
     }
 
@@ -481,7 +486,42 @@ impl Gateway {
             redis::cmd("HINCRBY").arg(self.market.keys.counters()).arg(field).arg(1).exec_async(&mut conn).await?;
             return Ok(Admitted::Refused(rejection));
         }
-        self.queue(s, peer).await
+        let admitted = self.queue(s, peer).await?;
+        if admitted == Admitted::Queued {
+            self.relay(s).await;
+        }
+        Ok(admitted)
+    }
+
+    /// Publishes what gRPC brought to the other validators from now on.
+    pub fn relay_through(&self, peer: lite_node_gossip::Gossip) {
+        let _ = self.relay.set(peer);
+    }
+
+    /// Publishes a submission gRPC brought on this validator's gossip peer,
+    /// in its one gossip form, once it passes the check every peer applies
+    /// before relaying (its slot's registered signer read if need be): a
+    /// sender cannot make this validator relay what its peers would hold
+    /// against it. Not published when the registry cannot be read now (the
+    /// dequeuer here still judges it).
+    async fn relay(&self, s: &SnapshotSubmission) {
+        use lite_node_gossip::Verdict;
+        let Some(peer) = self.relay.get() else { return };
+        let Ok(form) = lite_node_protocol::submission::gossip_form(s) else { return };
+        let bytes = prost::Message::encode_to_vec(&form);
+        let verdict = match self.judge_gossip(&bytes) {
+            Verdict::Hold => match (self.admitted(&form), &self.signers) {
+                (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id).await {
+                    Ok(registered) => signer_verdict(slot_id, signer, registered),
+                    Err(_) => Verdict::Ignore,
+                },
+                _ => Verdict::Ignore,
+            },
+            verdict => verdict,
+        };
+        if verdict == Verdict::Accept && !peer.publish(bytes) {
+            tracing::warn!("gossip: the outbox is full; a gRPC submission was not published");
+        }
     }
 
     /// Queues a submission the checks admitted (module docs, step 5).

@@ -412,6 +412,8 @@ async fn run_locked(
                 deliver,
             )
             .map_err(|e| lite_node_core::BadInput(e.to_string()))?;
+            // What gRPC brings is published too: every validator judges it.
+            gateway.relay_through(peer.clone());
             let addrs = peer.listening().await;
             announced.push(format!(
                 "gossip: peer {} on {}",

@@ -250,6 +250,8 @@ struct Mesh {
     v2: lite_node_validator::gossip::Gossip,
     collector: lite_node_validator::gossip::Gossip,
     junk: lite_node_validator::gossip::Gossip,
+    /// The first validator's gateway (its gRPC intake).
+    gateway1: Gateway,
 }
 
 async fn mesh(market: &Arc<Market>) -> Mesh {
@@ -273,12 +275,14 @@ async fn mesh(market: &Arc<Market>) -> Mesh {
         let judge = gateway.clone();
         let peer =
             Gossip::start(settings(name, bootstrap), Arc::new(move |p: &[u8]| judge.judge_gossip(p)), tx).unwrap();
-        tokio::spawn(async move { gateway.take_gossip_from(&mut rx).await });
-        (server, conn, peer)
+        gateway.relay_through(peer.clone());
+        let taker = gateway.clone();
+        tokio::spawn(async move { taker.take_gossip_from(&mut rx).await });
+        (server, conn, peer, gateway)
     };
-    let (s1, conn1, v1) = validator("v1", vec![]).await;
+    let (s1, conn1, v1, gateway1) = validator("v1", vec![]).await;
     let v1_addr = v1.listening().await;
-    let (s2, conn2, v2) = validator("v2", v1_addr.clone()).await;
+    let (s2, conn2, v2, _) = validator("v2", v1_addr.clone()).await;
     let (tx, _rx) = tokio::sync::mpsc::channel(1);
     let quiet = || -> lite_node_validator::gossip::Check { Arc::new(|_: &[u8]| Verdict::Ignore) };
     let collector = Gossip::start(settings("collector", v1_addr.clone()), quiet(), tx.clone()).unwrap();
@@ -288,7 +292,7 @@ async fn mesh(market: &Arc<Market>) -> Mesh {
         assert!(tokio::time::Instant::now() < deadline, "no mesh in 60 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Mesh { _dir: dir, _servers: [s1, s2], conn1, conn2, v1, v2, collector, junk }
+    Mesh { _dir: dir, _servers: [s1, s2], conn1, conn2, v1, v2, collector, junk, gateway1 }
 }
 
 /// The gateway's gossip peer between a collector and a junk peer, and a
@@ -440,4 +444,33 @@ async fn a_junk_flood_at_ten_times_the_honest_rate_loses_no_honest_submission() 
     let score = v1.score_of(junk.peer_id()).await.unwrap();
     assert!(score < GRAYLIST, "the flooder is graylisted: {score}");
     println!("junk: {junk_sent} sent, {rejected} judged and rejected at the first hop, the rest dropped unread");
+}
+
+/// What a node sends to one validator's gRPC gateway reaches the others
+/// over gossip (so every validator judges the same submissions, and an
+/// equivocating node cannot split them by gateway); one signed by a key
+/// that is not the slot's is queued where it came in but never published,
+/// so no peer holds it against the validator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_to_one_gateway_by_grpc_reaches_the_other_validators() {
+    use lite_node_validator::gossip::Stats;
+    let market = market();
+    let m = mesh(&market).await;
+    let Mesh { conn2, v2, gateway1, .. } = &m;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let queue = market.keys.submission_queue();
+    let wrong_key = signed_by(submission(&market, 7, 3, &pool_project()), &market, [0x77u8; 32]);
+    assert_eq!(gateway1.accept(&wrong_key, "grpc-test").await.unwrap(), lite_node_validator::gateway::Admitted::Queued);
+    let honest = submission(&market, 7, 4, &pool_project());
+    assert_eq!(gateway1.accept(&honest, "grpc-test").await.unwrap(), lite_node_validator::gateway::Admitted::Queued);
+    loop {
+        let queued: u64 = conn2.clone().llen(&queue).await.unwrap();
+        if queued == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "v2 queued the gRPC submission: {queued}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(Stats::get(&v2.stats().accepted), 1, "only the honest one was published");
+    assert_eq!(Stats::get(&v2.stats().rejected), 0, "nothing v1 published was junk to v2");
 }
