@@ -50,7 +50,7 @@ impl Devnet {
     /// `act` for every `--fault`, on the devnet's parts.
     pub(crate) fn drill(&mut self, act: impl Fn(&Fault, &mut fault::Targets<'_>)) {
         let mut targets = fault::Targets {
-            anvil: &mut self.anchor_anvil,
+            anvils: [&mut self.source_anvil, &mut self.anchor_anvil],
             nodes: &mut self.nodes,
             validators: &mut self.validators,
             switch: &mut self.switch,

@@ -31,7 +31,7 @@ pub enum Fault {
     /// line without an answer — are taken off, as a power loss would have
     /// lost them, before it is started again.
     KillNodeMidBurst { slot: u64, epoch: u64, power_loss: bool },
-    /// `stall-anvil:SECS@EPOCH`: anvil stops answering for SECS right after the epoch's release.
+    /// `stall-anvil:SECS@EPOCH`: both chains' anvils stop answering for SECS right after the epoch's release.
     StallAnvil { secs: u64, epoch: u64 },
     /// `restart-redis@EPOCH`: the validator's Redis is stopped (SIGTERM, so
     /// its append-only file is complete) and started again right after the
@@ -159,7 +159,8 @@ impl std::str::FromStr for Fault {
 /// What a fault acts on after a release: the chain, the nodes' processes
 /// and the validators.
 pub(crate) struct Targets<'a> {
-    pub anvil: &'a mut AnvilProcess,
+    /// Both chains' anvils (source, anchor).
+    pub anvils: [&'a mut AnvilProcess; 2],
     pub nodes: &'a mut [crate::Node],
     pub validators: &'a mut [crate::validator::DevnetValidator],
     pub switch: &'a mut crate::switch::Switch,
@@ -231,8 +232,10 @@ impl Fault {
     pub(crate) fn after_release(&self, epoch_id: u64, targets: &mut Targets<'_>) {
         match *self {
             Self::StallAnvil { secs, epoch } if epoch == epoch_id => {
-                tracing::info!("drill: anvil stalls for {secs}s after epoch {epoch}'s release");
-                targets.anvil.process.stall(Duration::from_secs(secs));
+                tracing::info!("drill: both anvils stall for {secs}s after epoch {epoch}'s release");
+                for anvil in targets.anvils.iter_mut() {
+                    anvil.process.stall(Duration::from_secs(secs));
+                }
             }
             Self::KillNode { slot, epoch } if epoch == epoch_id => {
                 if let Some(node) = targets.nodes.iter_mut().find(|n| n.slots.contains(&slot)) {
