@@ -322,11 +322,15 @@ impl Gateway {
             (Ok(_), None) => Verdict::Accept,
             (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id).await {
                 Ok(registered) => signer_verdict(slot_id, signer, registered),
-                // The anchor not answering: relayed and queued as before the
-                // check (the dequeuer checks the signer again), not lost.
+                // The anchor not answering: queued here (the dequeuer checks
+                // the signer again), not lost — but not relayed unchecked,
+                // which would have the peers hold junk against this one.
                 Err(why) => {
-                    tracing::warn!("gossip: slot {slot_id}'s signer could not be read ({why}); relaying unchecked");
-                    Verdict::Accept
+                    tracing::warn!(
+                        "gossip: slot {slot_id}'s signer could not be read ({why}); queued here, not relayed"
+                    );
+                    ticket.settle(&Verdict::Ignore);
+                    return Some(delivery.data);
                 }
             },
         };

@@ -474,3 +474,66 @@ async fn a_submission_to_one_gateway_by_grpc_reaches_the_other_validators() {
     assert_eq!(Stats::get(&v2.stats().accepted), 1, "only the honest one was published");
     assert_eq!(Stats::get(&v2.stats().rejected), 0, "nothing v1 published was junk to v2");
 }
+
+/// A slot registry that cannot be read (the anchor away).
+struct Unreadable;
+
+impl SlotRegistry for Unreadable {
+    async fn signer(&self, _: u64) -> Result<alloy::primitives::Address, String> {
+        Err("the anchor does not answer".into())
+    }
+
+    async fn total_slots(&self) -> Result<u64, String> {
+        Err("the anchor does not answer".into())
+    }
+}
+
+/// When the slot's signer cannot be read, a held gossip message is queued
+/// where it arrived (the dequeuer checks the signer again) but not relayed
+/// unchecked: the first validator settles it as ignored, and the second,
+/// behind it, never gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signer_that_cannot_be_read_is_queued_here_but_not_relayed_unchecked() {
+    use lite_node_validator::gossip::{Gossip, Settings, Stats, Verdict};
+    let market = market();
+    let dir = tempfile::tempdir().unwrap();
+    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
+    let settings = |name: &str, bootstrap| Settings {
+        listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+        bootstrap,
+        identity: dir.path().join(name).join("p2p-identity.key"),
+        topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
+    };
+    let server = RedisServer::start();
+    let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
+    set_head(&conn, &market, 42).await;
+    let gateway = Gateway::with_admission(conn.clone(), market.clone(), Some(projects), Admission::default())
+        .with_signers(Arc::new(SignerBook::new(Arc::new(Unreadable))));
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<lite_node_validator::gossip::Delivery>(4096);
+    let judge = gateway.clone();
+    let v1 = Gossip::start(settings("v1", vec![]), Arc::new(move |p: &[u8]| judge.judge_gossip(p)), tx).unwrap();
+    tokio::spawn(async move { gateway.take_gossip_from(&mut rx).await });
+    let v1_addr = v1.listening().await;
+    let (quiet_tx, _quiet_rx) = tokio::sync::mpsc::channel(16);
+    let v2 = Gossip::start(settings("v2", v1_addr.clone()), Arc::new(|_: &[u8]| Verdict::Accept), quiet_tx).unwrap();
+    let (ctx, _crx) = tokio::sync::mpsc::channel(1);
+    let collector = Gossip::start(settings("collector", v1_addr), Arc::new(|_: &[u8]| Verdict::Ignore), ctx).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while v1.mesh_peers().await < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no mesh in 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(collector.publish(gossip_bytes(&submission(&market, 7, 3, &pool_project()))));
+    let queue = market.keys.submission_queue();
+    loop {
+        let queued: u64 = conn.clone().llen(&queue).await.unwrap();
+        if queued == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "v1 queued it");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(Stats::get(&v1.stats().ignored), 1, "settled as ignored, not accepted: {:?}", v1.stats());
+    assert_eq!(Stats::get(&v1.stats().accepted), 0, "{:?}", v1.stats());
+    assert_eq!(Stats::get(&v2.stats().accepted), 0, "not relayed to v2");
+}
