@@ -248,6 +248,9 @@ impl Releaser {
         };
         self.sender.broadcast(&tx).await.map_err(|e| format!("releaseEpoch({begin}, {end}): {e}"))?;
         let mut sent_at = tokio::time::Instant::now();
+        // The receipt is looked for at once, then less and less often (a
+        // chain that mines on arrival answers the first look).
+        let mut pause = Duration::from_millis(10);
         loop {
             if let Some(receipt) = self.sender.receipt(tx.hash).await.map_err(|e| e.message.to_string())? {
                 if !receipt.success {
@@ -296,7 +299,8 @@ impl Releaser {
                 );
                 sent_at = tokio::time::Instant::now();
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
         }
     }
 }
