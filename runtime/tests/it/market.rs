@@ -467,19 +467,12 @@ fn a_range_pending_from_another_releaser_is_followed_not_an_error() {
     rpc(&source.url(), "anvil_mine", json!(["0x5"]));
     rpc(&anchor.url(), "evm_setAutomine", json!([false]));
     let mut a = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--replace-after-secs", "600"]);
-    lite_node_testkit::poll_until("the first release pending", std::time::Duration::from_secs(30), || {
-        let pool = rpc(&anchor.url(), "txpool_status", json!([]));
-        (pool["pending"] != "0x0" && !pool["pending"].is_null()).then_some(())
-    });
+    wait_for_a_pending_release(&anchor);
     let mut b = Releaser::start(&node, "second.key", &["--first-block", "1", "--replace-after-secs", "600"]);
     b.wait_for("the pending range followed", |l| {
         l == "source blocks 1-1 were released by another transaction: following the chain"
     });
-    rpc(&anchor.url(), "evm_setAutomine", json!([true]));
-    rpc(&anchor.url(), "evm_mine", json!([]));
-    lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
-        (last_released_end(&anchor, &manifest) >= 3).then_some(())
-    });
+    mine_until_three_epochs(&anchor, &manifest);
     assert_eq!((a.stop(), b.stop()), (Some(0), Some(0)));
     assert_contiguous(&releases(&anchor, &manifest), 1);
 }
@@ -558,20 +551,13 @@ fn a_releaser_killed_with_its_release_pending_restarts_without_a_hole_or_a_repea
     rpc(&source.url(), "anvil_mine", json!(["0x5"]));
     rpc(&anchor.url(), "evm_setAutomine", json!([false]));
     let mut first = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--replace-after-secs", "600"]);
-    lite_node_testkit::poll_until("the first release pending", std::time::Duration::from_secs(30), || {
-        let pool = rpc(&anchor.url(), "txpool_status", json!([]));
-        (pool["pending"] != "0x0" && !pool["pending"].is_null()).then_some(())
-    });
+    wait_for_a_pending_release(&anchor);
     first.kill();
     let mut again = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--replace-after-secs", "600"]);
     again.wait_for("the pending range followed", |l| {
         l == "source blocks 1-1 were released by another transaction: following the chain"
     });
-    rpc(&anchor.url(), "evm_setAutomine", json!([true]));
-    rpc(&anchor.url(), "evm_mine", json!([]));
-    lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
-        (last_released_end(&anchor, &manifest) >= 3).then_some(())
-    });
+    mine_until_three_epochs(&anchor, &manifest);
     assert_eq!(again.stop(), Some(0));
     let released = releases(&anchor, &manifest);
     assert!(released.len() >= 3, "{released:?}");
@@ -594,11 +580,7 @@ fn a_replacement_over_the_fee_cap_is_not_sent_and_health_says_so() {
         body["waiting"].as_str().is_some_and(|w| w.contains("over the cap")).then_some(body)
     });
     assert_eq!(body["replaced"], 0, "nothing sent over the cap: {body}");
-    rpc(&anchor.url(), "evm_setAutomine", json!([true]));
-    rpc(&anchor.url(), "evm_mine", json!([]));
-    lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
-        (last_released_end(&anchor, &manifest) >= 3).then_some(())
-    });
+    mine_until_three_epochs(&anchor, &manifest);
     assert_eq!(releaser.stop(), Some(0));
     assert_contiguous(&releases(&anchor, &manifest), 1);
 }
@@ -621,11 +603,25 @@ fn a_stuck_release_is_replaced_in_the_pool_and_mined_once() {
     });
     let pool = rpc(&anchor.url(), "txpool_status", json!([]));
     assert_eq!(pool["pending"], "0x1", "the replacement took the stuck one's place: {pool}");
+    mine_until_three_epochs(&anchor, &manifest);
+    assert_eq!(releaser.stop(), Some(0));
+    assert_contiguous(&releases(&anchor, &manifest), 1);
+}
+
+/// Polls until a release waits in the anchor's pool (automine off).
+fn wait_for_a_pending_release(anchor: &Anvil) {
+    lite_node_testkit::poll_until("the first release pending", std::time::Duration::from_secs(30), || {
+        let pool = rpc(&anchor.url(), "txpool_status", json!([]));
+        (pool["pending"] != "0x0" && !pool["pending"].is_null()).then_some(())
+    });
+}
+
+/// Turns automine back on, mines what is pending, and polls until source
+/// blocks up to 3 are released.
+fn mine_until_three_epochs(anchor: &Anvil, manifest: &Value) {
     rpc(&anchor.url(), "evm_setAutomine", json!([true]));
     rpc(&anchor.url(), "evm_mine", json!([]));
     lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
-        (last_released_end(&anchor, &manifest) >= 3).then_some(())
+        (last_released_end(anchor, manifest) >= 3).then_some(())
     });
-    assert_eq!(releaser.stop(), Some(0));
-    assert_contiguous(&releases(&anchor, &manifest), 1);
 }
