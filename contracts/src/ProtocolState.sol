@@ -41,32 +41,35 @@ contract ProtocolState {
     event ReleaserUpdated(address indexed account, bool allowed);
     event RegistrarUpdated(address indexed account, bool allowed);
     event EpochsPerDayUpdated(address indexed dataMarketAddress, uint256 epochsPerDay);
+    /// A part of a finalized epoch's (project id, CID) pairs stored:
+    /// `added` new ones, `stored` in all for the epoch.
+    event FinalizedCidsStored(address indexed dataMarketAddress, uint256 indexed epochId, uint256 added, uint256 stored);
 
     enum SnapshotStatus {
         PENDING,
         FINALIZED
     }
 
-    struct ConsensusStatus {
-        SnapshotStatus status;
-        string snapshotCid;
-        uint256 timestamp;
-    }
-
-    /// One epoch's batch, as its submitter put it on chain.
+    /// One epoch's batch, as its submitter put it on chain: the root of its
+    /// (project id, CID) pairs. The pairs themselves are stored once the
+    /// root is finalized, part by part, each part proved against it.
     struct Batch {
         string batchCid;
         bytes32 root;
         address submitter;
         bool finalized;
-        string[] projectIds;
+        uint64 finalizedAt;
+        /// Pairs stored so far (`storeFinalizedCids`).
+        uint64 stored;
     }
 
     /// The `updateAddresses` role for validators (the only role kept).
     uint8 public constant ROLE_VALIDATOR = 0;
 
-    /// The most projects one batch may name.
+    /// The most pairs one `storeFinalizedCids` call may carry.
     uint256 public constant MAX_BATCH_PROJECTS = 2000;
+    /// The longest batch CID, project id or snapshot CID taken, in bytes.
+    uint256 public constant MAX_STRING_BYTES = 256;
 
     address public owner;
     mapping(address => bool) public isReleaser;
@@ -107,7 +110,8 @@ contract ProtocolState {
     mapping(address => mapping(uint256 => address[])) private divergent;
     /// Per epoch, the batch CIDs submitted for it.
     mapping(address => mapping(uint256 => mapping(bytes32 => bool))) private batchCidOfEpoch;
-    mapping(address => mapping(string => mapping(uint256 => ConsensusStatus))) private statuses;
+    /// Per project and epoch, the finalized CID (empty: none stored).
+    mapping(address => mapping(string => mapping(uint256 => string))) private finalizedCids;
     mapping(address => mapping(string => uint256)) public lastFinalizedSnapshot;
 
     constructor() {
@@ -349,30 +353,31 @@ contract ProtocolState {
 
     // ---- Batches ----
 
-    /// Puts an epoch's batch on chain: its CID, each project's CID (pending
-    /// until finalized) and the root of its (projectId, CID) Merkle tree. The
-    /// batch is its submitter's attestation of that root. One batch per
-    /// epoch, replaced only once its root can no longer win; the replacement
-    /// must carry the root its submitter attested.
+    /// Puts an epoch's batch on chain: its CID and the root of its
+    /// (projectId, CID) Merkle tree, which counts as its submitter's
+    /// attestation. One batch per epoch, replaced only once its root can no
+    /// longer win; the replacement must carry the root its submitter
+    /// attested. Nothing per project is written here: replacing a batch
+    /// costs the same whatever its size.
     function submitSubmissionBatch(
         address dataMarketAddress,
         string calldata batchCid,
         uint256 epochId,
-        string[] calldata projectIds,
-        string[] calldata snapshotCids,
         bytes32 finalizedCidsRootHash
     ) external onlyValidator(dataMarketAddress) {
-        require(projectIds.length == snapshotCids.length, "project ids and CIDs differ in length");
-        require(projectIds.length <= MAX_BATCH_PROJECTS, "too many projects in one batch");
         require(bytes(batchCid).length > 0, "empty batch CID");
+        require(bytes(batchCid).length <= MAX_STRING_BYTES, "batch CID too long");
+        require(finalizedCidsRootHash != bytes32(0), "empty root");
         require(epochId > 0 && epochId <= currentEpochId[dataMarketAddress], "this epoch was not released");
-        require(
-            merkleRoot(projectIds, snapshotCids) == finalizedCidsRootHash,
-            "the root is not the Merkle root of the batch's pairs (project ids ascending, each once)"
-        );
-        clearForReplacement(dataMarketAddress, epochId);
+        Batch storage b = batches[dataMarketAddress][epochId];
+        require(!b.finalized, "this epoch is finalized");
+        if (b.submitter != address(0)) {
+            require(outvoted(dataMarketAddress, epochId), "this epoch already has a batch");
+        }
         batchCidOfEpoch[dataMarketAddress][epochId][keccak256(bytes(batchCid))] = true;
-        storeBatch(dataMarketAddress, batchCid, epochId, projectIds, snapshotCids, finalizedCidsRootHash);
+        b.batchCid = batchCid;
+        b.root = finalizedCidsRootHash;
+        b.submitter = msg.sender;
         emit SnapshotBatchSubmitted(dataMarketAddress, batchCid, epochId, block.timestamp);
         bytes32 mine = attestedRoot[dataMarketAddress][epochId][msg.sender];
         if (mine == bytes32(0)) {
@@ -383,36 +388,87 @@ contract ProtocolState {
         tryFinalize(dataMarketAddress, epochId);
     }
 
-    /// Clears the old batch of an epoch that is not finalized and whose
-    /// batch lost (or that has none).
-    function clearForReplacement(address dataMarketAddress, uint256 epochId) private {
-        Batch storage b = batches[dataMarketAddress][epochId];
-        require(!b.finalized, "this epoch is finalized");
-        if (b.submitter == address(0)) return;
-        require(outvoted(dataMarketAddress, epochId), "this epoch already has a batch");
-        for (uint256 i = 0; i < b.projectIds.length; i++) {
-            delete statuses[dataMarketAddress][b.projectIds[i]][epochId];
-        }
-        delete b.projectIds;
-    }
-
-    function storeBatch(
+    /// Stores a part of a finalized epoch's pairs, proved against its root
+    /// by an OpenZeppelin multiproof (`proof`, `proofFlags`) of their leaves
+    /// in tree order (project ids strictly ascending). Pairs already stored
+    /// are skipped, so parts may overlap and anyone may store them: only
+    /// pairs of the finalized root can be.
+    function storeFinalizedCids(
         address dataMarketAddress,
-        string calldata batchCid,
         uint256 epochId,
         string[] calldata projectIds,
         string[] calldata snapshotCids,
-        bytes32 root
-    ) private {
+        bytes32[] calldata proof,
+        bool[] calldata proofFlags
+    ) external {
         Batch storage b = batches[dataMarketAddress][epochId];
-        b.batchCid = batchCid;
-        b.root = root;
-        b.submitter = msg.sender;
-        for (uint256 i = 0; i < projectIds.length; i++) {
-            b.projectIds.push(projectIds[i]);
-            statuses[dataMarketAddress][projectIds[i]][epochId] =
-                ConsensusStatus(SnapshotStatus.PENDING, snapshotCids[i], block.timestamp);
+        require(b.finalized, "this epoch is not finalized");
+        uint256 n = projectIds.length;
+        require(n > 0 && n == snapshotCids.length, "project ids and CIDs differ in length");
+        require(n <= MAX_BATCH_PROJECTS, "too many projects in one part");
+        bytes32[] memory leaves = new bytes32[](n);
+        for (uint256 i = 0; i < n; i++) {
+            if (i > 0) require(less(bytes(projectIds[i - 1]), bytes(projectIds[i])), "project ids not ascending");
+            leaves[i] = keccak256(bytes.concat(keccak256(abi.encode(projectIds[i], snapshotCids[i]))));
         }
+        require(multiProofRoot(proof, proofFlags, leaves) == b.root, "the part does not prove against the epoch's root");
+        uint256 added = 0;
+        for (uint256 i = 0; i < n; i++) {
+            if (storePair(dataMarketAddress, epochId, projectIds[i], snapshotCids[i])) added++;
+        }
+        b.stored += uint64(added);
+        emit FinalizedCidsStored(dataMarketAddress, epochId, added, b.stored);
+    }
+
+    /// Stores one proved pair unless its project's CID is stored already.
+    function storePair(address dataMarketAddress, uint256 epochId, string calldata projectId, string calldata cid)
+        private
+        returns (bool)
+    {
+        string storage slot = finalizedCids[dataMarketAddress][projectId][epochId];
+        if (bytes(slot).length != 0) return false;
+        require(bytes(cid).length > 0, "empty snapshot CID");
+        require(
+            bytes(projectId).length <= MAX_STRING_BYTES && bytes(cid).length <= MAX_STRING_BYTES,
+            "project id or CID too long"
+        );
+        finalizedCids[dataMarketAddress][projectId][epochId] = cid;
+        if (epochId > lastFinalizedSnapshot[dataMarketAddress][projectId]) {
+            lastFinalizedSnapshot[dataMarketAddress][projectId] = epochId;
+        }
+        return true;
+    }
+
+    /// The root of an OpenZeppelin multiproof (MerkleProof.processMultiProof
+    /// with sorted-pair hashing), with the length checks that make it sound.
+    function multiProofRoot(bytes32[] calldata proof, bool[] calldata proofFlags, bytes32[] memory leaves)
+        private
+        pure
+        returns (bytes32)
+    {
+        uint256 leavesLen = leaves.length;
+        uint256 total = proofFlags.length;
+        require(leavesLen + proof.length == total + 1, "the multiproof's lengths do not add up");
+        bytes32[] memory hashes = new bytes32[](total);
+        uint256 leafPos = 0;
+        uint256 hashPos = 0;
+        uint256 proofPos = 0;
+        for (uint256 i = 0; i < total; i++) {
+            bytes32 a = leafPos < leavesLen ? leaves[leafPos++] : hashes[hashPos++];
+            bytes32 c;
+            if (proofFlags[i]) {
+                c = leafPos < leavesLen ? leaves[leafPos++] : hashes[hashPos++];
+            } else {
+                require(proofPos < proof.length, "the multiproof is short");
+                c = proof[proofPos++];
+            }
+            hashes[i] = pairHash(a, c);
+        }
+        if (total > 0) {
+            require(proofPos == proof.length, "the multiproof is not used whole");
+            return hashes[total - 1];
+        }
+        return leavesLen > 0 ? leaves[0] : proof[0];
     }
 
     /// A validator's own root for the epoch's batch, once per epoch. The
@@ -524,14 +580,7 @@ contract ProtocolState {
         (uint256 forRoot,) = currentVotes(dataMarketAddress, epochId);
         if (forRoot * 2 <= total) return;
         b.finalized = true;
-        for (uint256 i = 0; i < b.projectIds.length; i++) {
-            ConsensusStatus storage st = statuses[dataMarketAddress][b.projectIds[i]][epochId];
-            st.status = SnapshotStatus.FINALIZED;
-            st.timestamp = block.timestamp;
-            if (epochId > lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]]) {
-                lastFinalizedSnapshot[dataMarketAddress][b.projectIds[i]] = epochId;
-            }
-        }
+        b.finalizedAt = uint64(block.timestamp);
         address[] storage all = attesters[dataMarketAddress][epochId];
         for (uint256 i = 0; i < all.length; i++) {
             if (attestedRoot[dataMarketAddress][epochId][all[i]] != b.root) {
@@ -543,24 +592,42 @@ contract ProtocolState {
 
     // ---- Views ----
 
-    /// A project's CID for an epoch and its status: `("", PENDING)` when no
-    /// batch named it.
+    /// A project's finalized CID for an epoch and its status: `("", PENDING)`
+    /// until a finalized batch's part naming it is stored.
     function maxSnapshotsCid(address dataMarketAddress, string calldata projectId, uint256 epochId)
         external
         view
         returns (string memory, SnapshotStatus)
     {
-        ConsensusStatus storage st = statuses[dataMarketAddress][projectId][epochId];
-        return (st.snapshotCid, st.status);
+        string storage cid = finalizedCids[dataMarketAddress][projectId][epochId];
+        return (cid, bytes(cid).length > 0 ? SnapshotStatus.FINALIZED : SnapshotStatus.PENDING);
     }
 
+    /// As `maxSnapshotsCid`, with the time its epoch was finalized.
     function snapshotStatus(address dataMarketAddress, string calldata projectId, uint256 epochId)
         external
         view
         returns (SnapshotStatus status, string memory snapshotCid, uint256 timestamp)
     {
-        ConsensusStatus storage st = statuses[dataMarketAddress][projectId][epochId];
-        return (st.status, st.snapshotCid, st.timestamp);
+        string storage cid = finalizedCids[dataMarketAddress][projectId][epochId];
+        if (bytes(cid).length == 0) return (SnapshotStatus.PENDING, "", 0);
+        return (SnapshotStatus.FINALIZED, cid, batches[dataMarketAddress][epochId].finalizedAt);
+    }
+
+    /// How many of a finalized epoch's pairs are stored.
+    function storedCids(address dataMarketAddress, uint256 epochId) external view returns (uint256) {
+        return batches[dataMarketAddress][epochId].stored;
+    }
+
+    /// How many of `projectIds` have no CID stored for the epoch.
+    function unstoredCids(address dataMarketAddress, uint256 epochId, string[] calldata projectIds)
+        external
+        view
+        returns (uint256 n)
+    {
+        for (uint256 i = 0; i < projectIds.length; i++) {
+            if (bytes(finalizedCids[dataMarketAddress][projectIds[i]][epochId]).length == 0) n++;
+        }
     }
 
     /// An epoch's batch: its CID, root, submitter and whether it is final.

@@ -15,6 +15,7 @@ const os = require('os');
 const path = require('path');
 const devnet = path.join(__dirname, '..', '..', 'devnet');
 const ethers = require(path.join(devnet, 'node_modules', 'ethers'));
+const { StandardMerkleTree } = require(path.join(devnet, 'node_modules', '@openzeppelin', 'merkle-tree'));
 const PS = require(path.join(__dirname, '..', 'out', 'ProtocolState.json'));
 const DR = require(path.join(__dirname, '..', 'out', 'ProtocolStateDrills.json'));
 const ANVIL = path.join(devnet, 'node_modules', '@foundry-rs', 'anvil-linux-amd64', 'bin', 'anvil');
@@ -91,7 +92,7 @@ async function main() {
     await reverts(S.removeSlot(1), 'stranger removeSlot', 'not a registrar or owner');
     await reverts(S.setFullNode(M, 1, true), 'stranger setFullNode', 'not a registrar or owner');
     await reverts(S.setSnapshotterEnabled(snap.address, false), 'stranger setSnapshotterEnabled', 'not a registrar or owner');
-    await reverts(S.submitSubmissionBatch(M, 'b', 1, [], [], ethers.keccak256('0x')), 'stranger submitSubmissionBatch', 'not a validator');
+    await reverts(S.submitSubmissionBatch(M, 'b', 1, ethers.keccak256('0x')), 'stranger submitSubmissionBatch', 'not a validator');
     await reverts(S.submitBatchAttestation(M, 'b', 1, ethers.ZeroHash.replace(/0$/, '1')), 'stranger submitBatchAttestation', 'not a validator');
     await reverts(as(owner).transferOwnership(ethers.ZeroAddress), 'transferOwnership to zero', 'zero address');
 
@@ -194,7 +195,7 @@ async function main() {
     const pids = ['p1', 'p2'];
     const X = await ps.merkleRoot(pids, ['cidA', 'cidB']);
     const Y = await ps.merkleRoot(pids, ['cidA', 'cidZ']);
-    await mined(await as(v1).submitSubmissionBatch(F, 'batchX', 1, pids, ['cidA', 'cidB'], X));
+    await mined(await as(v1).submitSubmissionBatch(F, 'batchX', 1, X));
     await mined(await as(v2).submitBatchAttestation(F, 'batchX', 1, X));
     await mined(await as(v3).submitBatchAttestation(F, 'batchX', 1, Y));
     ok(!(await ps.epochBatch(F, 1)).finalized, '5 validators, X has 2 of 5: not final');
@@ -211,11 +212,34 @@ async function main() {
     // current validators V4, V5 attest Y -> X outvoted; V3 replaces with Y, finalized by V3+V4+V5? (3 of 3)
     await mined(await as(v4).submitBatchAttestation(F, 'batchX', 1, Y));
     ok(await ps.outvoted(F, 1), 'V4 attests Y: X outvoted (2 of 3 current against)');
-    await mined(await as(v3).submitSubmissionBatch(F, 'batchY', 1, pids, ['cidA', 'cidZ'], Y));
+    await mined(await as(v3).submitSubmissionBatch(F, 'batchY', 1, Y));
     const b = await ps.epochBatch(F, 1);
     ok(b.finalized && b.root === Y, 'V3 replaces with Y: finalized at once (V3, V4 = 2 of 3 current)');
+    ok((await ps.maxSnapshotsCid(F, 'p2', 1))[1] === 0n, 'p2 PENDING until its pair is stored');
+    // the pairs, stored by anyone with a multiproof against the finalized root
+    await reverts(S.storeFinalizedCids(F, 1, pids, ['cidA', 'cidB'], [], [true]), 'storing pairs of the outvoted root', 'does not prove');
+    const stored = await mined(await S.storeFinalizedCids(F, 1, pids, ['cidA', 'cidZ'], [], [true]));
+    ok(ps.interface.parseLog(stored.logs[0]).name === 'FinalizedCidsStored' && (await ps.storedCids(F, 1)) === 2n, 'a stranger stores both pairs (FinalizedCidsStored, storedCids 2)');
     const [cid2, st2] = await ps.maxSnapshotsCid(F, 'p2', 1);
     ok(cid2 === 'cidZ' && st2 === 1n, 'p2 FINALIZED as cidZ');
+    ok((await ps.lastFinalizedSnapshot(F, 'p2')) === 1n, 'lastFinalizedSnapshot(p2) = 1');
+    await mined(await S.storeFinalizedCids(F, 1, pids, ['cidA', 'cidZ'], [], [true]));
+    ok((await ps.storedCids(F, 1)) === 2n, 'storing again adds nothing');
+    // OpenZeppelin's own multiproofs over a 7-project epoch, every range, prove on chain
+    const H = ethers.getAddress('0x' + '66'.repeat(20));
+    await mined(await ps.updateAddresses(H, 0, [v1.address], [true]));
+    await mined(await ps.releaseEpoch(H, 1, 1));
+    const seven = [...Array(7).keys()].map((i) => [`proj${i}`, `cid${i}`]);
+    const oz = StandardMerkleTree.of(seven, ['string', 'string'], { sortLeaves: false });
+    ok(oz.root === (await ps.merkleRoot(seven.map((v) => v[0]), seven.map((v) => v[1]))), 'merkleRoot equals OpenZeppelin StandardMerkleTree (sortLeaves: false)');
+    await mined(await as(v1).submitSubmissionBatch(H, 'b7', 1, oz.root));
+    let rangesOk = true;
+    for (const [a, b] of [[0, 3], [3, 4], [4, 7], [0, 7]]) {
+      const mp = oz.getMultiProof([...Array(b - a).keys()].map((i) => a + i));
+      const ids = mp.leaves.map((v) => v[0]), cids = mp.leaves.map((v) => v[1]);
+      try { await mined(await S.storeFinalizedCids(H, 1, ids, cids, mp.proof, mp.proofFlags)); } catch (e) { rangesOk = false; console.log('  range', a, b, e.shortMessage || e.message); }
+    }
+    ok(rangesOk && (await ps.storedCids(H, 1)) === 7n && (await ps.maxSnapshotsCid(H, 'proj5', 1))[0] === 'cid5', 'OpenZeppelin getMultiProof ranges 0-3, 3-4, 4-7, 0-7 store all seven');
     const div = await ps.divergentValidators(F, 1);
     ok(div.length === 2 && div.includes(v1.address) && div.includes(v2.address), 'divergent: V1 and V2 (X)');
     // merkle root as before: two leaves
@@ -229,7 +253,7 @@ async function main() {
     const G = ethers.getAddress('0x' + '55'.repeat(20));
     await mined(await ps.updateAddresses(G, 0, [v1, v2, v3].map((s) => s.address), [true, true, true]));
     await mined(await ps.releaseEpoch(G, 1, 1));
-    await mined(await as(v1).submitSubmissionBatch(G, 'bx', 1, pids, ['cidA', 'cidB'], X));
+    await mined(await as(v1).submitSubmissionBatch(G, 'bx', 1, X));
     ok(!(await ps.epochBatch(G, 1)).finalized, '1 of 3: not final');
     await mined(await as(v2).submitBatchAttestation(G, 'bx', 1, X));
     ok((await ps.epochBatch(G, 1)).finalized, '2 of 3 current: finalized');

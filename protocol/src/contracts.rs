@@ -57,13 +57,22 @@ alloy::sol! {
     function getValidators(address dataMarketAddress) external view returns (address[]);
     function getTotalValidatorsCount(address dataMarketAddress) external view returns (uint256);
     function submitSubmissionBatch(
+        address dataMarketAddress, string batchCid, uint256 epochId, bytes32 finalizedCidsRootHash
+    ) external;
+    // A finalized epoch's (project id, CID) pairs, stored part by part, each
+    // part proved against the root (docs/protocol.md §12).
+    event FinalizedCidsStored(address indexed dataMarketAddress, uint256 indexed epochId, uint256 added, uint256 stored);
+    function storeFinalizedCids(
         address dataMarketAddress,
-        string batchCid,
         uint256 epochId,
         string[] projectIds,
         string[] snapshotCids,
-        bytes32 finalizedCidsRootHash
+        bytes32[] proof,
+        bool[] proofFlags
     ) external;
+    function storedCids(address dataMarketAddress, uint256 epochId) external view returns (uint256);
+    function unstoredCids(address dataMarketAddress, uint256 epochId, string[] projectIds)
+        external view returns (uint256);
     function submitBatchAttestation(
         address dataMarketAddress, string batchCid, uint256 epochId, bytes32 finalizedCidsRootHash
     ) external;

@@ -87,6 +87,89 @@ impl Tree {
     }
 }
 
+/// A proof that several leaves are in a tree at once, as OpenZeppelin's
+/// `MerkleProof.multiProofVerify` takes it (and `getMultiProof` makes it):
+/// the leaves go in tree order, which is project-id order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MultiProof {
+    pub proof: Vec<B256>,
+    pub flags: Vec<bool>,
+}
+
+impl Tree {
+    /// The number of leaves.
+    pub fn len(&self) -> usize {
+        self.leaves
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.leaves == 0
+    }
+
+    /// The multiproof of the leaves `range` (in project-id order); `None`
+    /// for an empty range or one past the end.
+    pub fn multiproof(&self, range: std::ops::Range<usize>) -> Option<MultiProof> {
+        if range.is_empty() || range.end > self.leaves {
+            return None;
+        }
+        let last = self.nodes.len() - 1;
+        // Tree indices, largest first: leaf order.
+        let mut queue: std::collections::VecDeque<usize> = range.map(|i| last - i).collect();
+        let mut out = MultiProof::default();
+        while let Some(&j) = queue.front() {
+            if j == 0 {
+                break;
+            }
+            queue.pop_front();
+            let sibling = if j % 2 == 1 { j + 1 } else { j - 1 };
+            if queue.front() == Some(&sibling) {
+                out.flags.push(true);
+                queue.pop_front();
+            } else {
+                out.flags.push(false);
+                out.proof.push(self.nodes[sibling]);
+            }
+            queue.push_back((j - 1) / 2);
+        }
+        Some(out)
+    }
+}
+
+/// The root `leaves` (in tree order) and `proof` lead to, as the contract's
+/// `storeFinalizedCids` computes it; `None` where the lengths do not add up.
+pub fn multiproof_root(leaves: &[B256], proof: &MultiProof) -> Option<B256> {
+    let total = proof.flags.len();
+    if leaves.len() + proof.proof.len() != total + 1 {
+        return None;
+    }
+    let mut hashes: Vec<B256> = Vec::with_capacity(total);
+    let (mut leaf_at, mut hash_at, mut proof_at) = (0, 0, 0);
+    let mut next = |hashes: &Vec<B256>| {
+        if leaf_at < leaves.len() {
+            leaf_at += 1;
+            Some(leaves[leaf_at - 1])
+        } else {
+            hash_at += 1;
+            hashes.get(hash_at - 1).copied()
+        }
+    };
+    for &flag in &proof.flags {
+        let a = next(&hashes)?;
+        let b = if flag {
+            next(&hashes)?
+        } else {
+            proof_at += 1;
+            *proof.proof.get(proof_at - 1)?
+        };
+        hashes.push(hash_pair(a, b));
+    }
+    match hashes.last() {
+        Some(root) if proof_at == proof.proof.len() => Some(*root),
+        Some(_) => None,
+        None => leaves.first().or(proof.proof.first()).copied(),
+    }
+}
+
 /// Whether `proof` shows that `(project_id, cid)` is a leaf under `root`.
 pub fn verify(root: B256, project_id: &str, cid: &str, proof: &[B256]) -> bool {
     proof.iter().fold(leaf(project_id, cid), |at, sibling| hash_pair(at, *sibling)) == root
@@ -95,6 +178,32 @@ pub fn verify(root: B256, project_id: &str, cid: &str, proof: &[B256]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_range_multiproves_against_the_root_and_a_changed_leaf_does_not() {
+        for n in 1..=13usize {
+            let ids: Vec<String> = (0..n).map(|i| format!("p{i:02}")).collect();
+            let cids: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+            let tree = Tree::of(ids.iter().map(String::as_str).zip(cids.iter().map(String::as_str))).unwrap();
+            for a in 0..n {
+                for b in a + 1..=n {
+                    let proof = tree.multiproof(a..b).unwrap();
+                    let leaves: Vec<B256> = (a..b).map(|i| leaf(&ids[i], &cids[i])).collect();
+                    assert_eq!(multiproof_root(&leaves, &proof), Some(tree.root()), "n {n}, {a}..{b}");
+                    let mut wrong = leaves.clone();
+                    wrong[0] = leaf(&ids[a], "forged");
+                    assert_ne!(multiproof_root(&wrong, &proof), Some(tree.root()), "n {n}, {a}..{b} forged");
+                    // One leaf short, or one more: the lengths no longer add up.
+                    assert_eq!(multiproof_root(&leaves[1..], &proof), None);
+                    let mut more = leaves.clone();
+                    more.push(leaves[0]);
+                    assert_eq!(multiproof_root(&more, &proof), None);
+                }
+            }
+            assert_eq!(tree.multiproof(0..0), None);
+            assert_eq!(tree.multiproof(0..n + 1), None);
+        }
+    }
 
     #[test]
     fn every_leaf_proves_against_the_root_and_nothing_else_does() {

@@ -58,7 +58,7 @@ sol! {
 
 // The V2 batch flow, as the protocol crate declares it.
 use lite_node_protocol::contracts::{
-    lastReleasedEndCall, reassignSlotCall, registerSlotCall, releaseEpochCall, setFullNodeCall,
+    lastReleasedEndCall, reassignSlotCall, registerSlotCall, releaseEpochCall, setFullNodeCall, storeFinalizedCidsCall,
     submitBatchAttestationCall, submitSubmissionBatchCall, updateAddressesCall,
 };
 
@@ -368,13 +368,32 @@ impl World {
             dataMarketAddress: self.market(),
             batchCid: batch_cid.to_owned(),
             epochId: U256::from(epoch_id),
-            projectIds: sorted.iter().map(|(p, _)| p.clone()).collect(),
-            snapshotCids: sorted.iter().map(|(_, c)| c.clone()).collect(),
             finalizedCidsRootHash: root,
         };
         let receipt = self.transact(call.abi_encode());
         assert_eq!(receipt["status"], "0x1", "the batch of epoch {epoch_id} reverted: {receipt}");
         root.0
+    }
+
+    /// Stores a finalized epoch's `projects` (`(project id, CID)`, sorted
+    /// here) on chain in one part, proved against their root, as a
+    /// validator does once the epoch is finalized; panics when the chain
+    /// refuses it.
+    pub fn store_finalized(&self, epoch_id: u64, projects: &[(String, String)]) {
+        let mut sorted = projects.to_vec();
+        sorted.sort();
+        let tree = lite_node_protocol::merkle::Tree::of(sorted.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
+        let proof = tree.multiproof(0..sorted.len()).expect("at least one project");
+        let call = storeFinalizedCidsCall {
+            dataMarketAddress: self.market(),
+            epochId: U256::from(epoch_id),
+            projectIds: sorted.iter().map(|(p, _)| p.clone()).collect(),
+            snapshotCids: sorted.iter().map(|(_, c)| c.clone()).collect(),
+            proof: proof.proof,
+            proofFlags: proof.flags,
+        };
+        let receipt = self.transact(call.abi_encode());
+        assert_eq!(receipt["status"], "0x1", "storing epoch {epoch_id}'s CIDs reverted: {receipt}");
     }
 
     /// The world's account `account` (a validator) attests `root` for epoch

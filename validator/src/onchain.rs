@@ -51,7 +51,8 @@ use alloy::{
 use lite_node_chain::{Anchor, TxError, TxSender};
 use lite_node_protocol::contracts::{
     attestationsForRootCall, attestedRootCall, epochBatchCall, getTotalValidatorsCountCall, getValidatorsCall,
-    outvotedCall, submitBatchAttestationCall, submitSubmissionBatchCall,
+    outvotedCall, storeFinalizedCidsCall, storedCidsCall, submitBatchAttestationCall, submitSubmissionBatchCall,
+    unstoredCidsCall,
 };
 use redis::{AsyncCommands, aio::ConnectionManager};
 use serde_json::Value;
@@ -64,6 +65,16 @@ pub const FALLBACK_BLOCKS: u64 = 5;
 /// Anchor blocks after its window closed that an epoch is followed on chain;
 /// past them it is `not_finalized` and left (the gap detector lists it).
 pub const FOLLOW_BLOCKS: u64 = 600;
+
+/// Gas one stored (project id, CID) pair costs at most, roughly (measured:
+/// docs/protocol.md §12), for sizing parts to the block.
+pub const GAS_PER_STORED_PAIR: u64 = 100_000;
+
+/// The most pairs a part carries (the contract's `MAX_BATCH_PROJECTS`).
+const MAX_PART: u64 = 2_000;
+
+/// Parts of one epoch sent before their receipts are waited for.
+const PARTS_IN_FLIGHT: usize = 16;
 
 /// How long the lease on the on-chain work lasts without renewal.
 const LEASE: Duration = Duration::from_secs(15);
@@ -102,6 +113,8 @@ pub struct Onchain {
     validators: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Vec<Address>>>>,
     /// The last epoch a round looked at.
     cursor: Arc<std::sync::atomic::AtomicU64>,
+    /// Pairs per stored part (`None`: sized to the anchor's block gas).
+    part_size: Option<usize>,
 }
 
 impl std::fmt::Debug for Onchain {
@@ -152,7 +165,15 @@ impl Onchain {
             instance: crate::queue::instance_id(),
             validators: Default::default(),
             cursor: Default::default(),
+            part_size: None,
         }
+    }
+
+    /// Stores finalized pairs `n` at a time instead of sizing parts to the
+    /// anchor's block gas.
+    pub fn with_part_size(mut self, n: usize) -> Self {
+        self.part_size = Some(n.clamp(1, MAX_PART as usize));
+        self
     }
 
     pub fn address(&self) -> Address {
@@ -438,6 +459,16 @@ impl Onchain {
             return self.attest(epoch_id, &chain.batchCid, mine.root).await;
         }
         if chain.finalized {
+            if chain.root == mine.root && !mine.projects.is_empty() {
+                let stored = self
+                    .anchor
+                    .read(&storedCidsCall { dataMarketAddress: dm, epochId: e }, None)
+                    .await
+                    .map_err(|err| format!("storedCids: {err}"))?;
+                if stored < U256::from(mine.projects.len()) {
+                    return self.store(epoch_id, &mine, &state, &chain.submitter, head, release_block).await;
+                }
+            }
             let block = self.anchor.finalized_in(epoch_id, release_block).await.ok().flatten();
             let agreed = if chain.root == mine.root { "our root" } else { "another root than ours" };
             tracing::info!(
@@ -448,7 +479,12 @@ impl Onchain {
             let block = block.map_or(String::new(), |b| b.to_string());
             self.record(
                 epoch_id,
-                &[("onchain_status", "finalized"), ("onchain_finalized_block", &block), ("onchain_error", "")],
+                &[
+                    ("onchain_status", "finalized"),
+                    ("onchain_finalized_block", &block),
+                    ("onchain_error", ""),
+                    ("onchain_parts", ""),
+                ],
             )
             .await?;
             return Ok(Step::Done("finalized"));
@@ -520,8 +556,6 @@ impl Onchain {
             dataMarketAddress: self.anchor.data_market,
             batchCid: mine.cid.clone(),
             epochId: U256::from(epoch_id),
-            projectIds: mine.projects.iter().map(|(p, _)| p.clone()).collect(),
-            snapshotCids: mine.projects.iter().map(|(_, c)| c.clone()).collect(),
             finalizedCidsRootHash: mine.root,
         };
         tracing::info!(
@@ -532,6 +566,133 @@ impl Onchain {
             if rank > 0 { format!(" as fallback of rank {rank}") } else { String::new() }
         );
         self.send(epoch_id, call.abi_encode(), "batch_sent").await
+    }
+
+    /// Stores the pairs of an epoch finalized with our root, in parts of
+    /// [`Onchain::part_size`] proved against it: at once when this validator
+    /// submitted the batch, else once `fallback_blocks × (rank + 1)` blocks
+    /// have passed since it was seen finalized and pairs are still missing.
+    /// Parts already stored are left; those sent are kept in the epoch's
+    /// `onchain_parts` (first project index → transaction hash) before they
+    /// are broadcast, and waited for, so a restart sends none twice.
+    async fn store(
+        &self,
+        epoch_id: u64,
+        mine: &Mine,
+        state: &HashMap<String, String>,
+        submitter: &Address,
+        head: u64,
+        release_block: u64,
+    ) -> Result<Step, String> {
+        let seen = match state.get("onchain_finalized_seen").and_then(|s| s.parse::<u64>().ok()) {
+            Some(seen) => seen,
+            None => {
+                self.record(epoch_id, &[("onchain_finalized_seen", &head.to_string())]).await?;
+                head
+            }
+        };
+        if *submitter != self.address() {
+            let validators = self.validators_at(Some(release_block)).await?;
+            let rank = rank(&validators, self.address(), epoch_id).unwrap_or(validators.len() as u64);
+            if head < seen.saturating_add((rank + 1).saturating_mul(self.fallback_blocks)) {
+                return Ok(Step::Wait);
+            }
+        }
+        // Parts in flight: waited for until each is mined or gone.
+        let mut flight: std::collections::BTreeMap<usize, String> =
+            state.get("onchain_parts").and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+        let mut waiting = false;
+        for (start, hash) in flight.clone() {
+            let Ok(h) = hash.parse::<B256>() else {
+                flight.remove(&start);
+                continue;
+            };
+            match self.sender.receipt(h).await.map_err(|e| format!("the receipt of {h}: {e}"))? {
+                Some(r) => {
+                    if !r.success {
+                        tracing::warn!("epoch {epoch_id}: storing the part from project {start} reverted ({h})");
+                    }
+                    flight.remove(&start);
+                }
+                None if self.sender.known(h).await.map_err(|e| format!("transaction {h}: {e}"))? => waiting = true,
+                None => {
+                    flight.remove(&start);
+                }
+            }
+        }
+        if waiting {
+            return Ok(Step::Wait);
+        }
+        let tree = lite_node_protocol::merkle::Tree::of(mine.projects.iter().map(|(p, c)| (p.as_str(), c.as_str())))
+            .map_err(|e| format!("finalized:{epoch_id}: {e}"))?;
+        let size = self.part_size().await?;
+        let dm = self.anchor.data_market;
+        let e = U256::from(epoch_id);
+        let mut sent = 0;
+        for start in (0..mine.projects.len()).step_by(size) {
+            if sent == PARTS_IN_FLIGHT {
+                break;
+            }
+            let part = &mine.projects[start..(start + size).min(mine.projects.len())];
+            let ids: Vec<String> = part.iter().map(|(p, _)| p.clone()).collect();
+            let missing = self
+                .anchor
+                .read(&unstoredCidsCall { dataMarketAddress: dm, epochId: e, projectIds: ids.clone() }, None)
+                .await
+                .map_err(|err| format!("unstoredCids: {err}"))?;
+            if missing.is_zero() {
+                continue;
+            }
+            let proof = tree.multiproof(start..start + part.len()).ok_or("a part outside the batch")?;
+            let call = storeFinalizedCidsCall {
+                dataMarketAddress: dm,
+                epochId: e,
+                projectIds: ids,
+                snapshotCids: part.iter().map(|(_, c)| c.clone()).collect(),
+                proof: proof.proof,
+                proofFlags: proof.flags,
+            };
+            let tx = match self.sender.prepare(self.anchor.protocol_state, call.abi_encode().into()).await {
+                Ok(tx) => tx,
+                Err(TxError::Reverted(why)) => return Err(format!("storing the part from project {start}: {why}")),
+                Err(TxError::Rpc(e)) => return Err(format!("preparing the part from project {start}: {e}")),
+            };
+            flight.insert(start, tx.hash.to_string());
+            let parts = serde_json::to_string(&flight).unwrap_or_default();
+            self.record(epoch_id, &[("onchain_status", "storing"), ("onchain_parts", &parts)]).await?;
+            if let Err(e) = self.sender.broadcast(&tx).await {
+                // Perhaps in the pool all the same: looked up next round.
+                return Err(format!("sending the part from project {start} ({}): {e}", tx.hash));
+            }
+            sent += 1;
+        }
+        if sent > 0 {
+            tracing::info!(
+                "epoch {epoch_id}: storing its finalized CIDs: {sent} part(s) of up to {size} sent ({} projects)",
+                mine.projects.len()
+            );
+        }
+        Ok(Step::Wait)
+    }
+
+    /// Projects per `storeFinalizedCids` part: the one given, else what
+    /// fits a third of the anchor block's gas limit at
+    /// [`GAS_PER_STORED_PAIR`] each.
+    async fn part_size(&self) -> Result<usize, String> {
+        if let Some(n) = self.part_size {
+            return Ok(n);
+        }
+        let block = self
+            .anchor
+            .rpc()
+            .call_value("eth_getBlockByNumber", serde_json::json!(["latest", false]))
+            .await
+            .map_err(|e| format!("the anchor's latest block: {e}"))?;
+        let limit = block["gasLimit"]
+            .as_str()
+            .and_then(|q| u64::from_str_radix(q.trim_start_matches("0x"), 16).ok())
+            .ok_or_else(|| format!("the anchor's latest block has no gasLimit: {block}"))?;
+        Ok(((limit / 3) / GAS_PER_STORED_PAIR).clamp(1, MAX_PART) as usize)
     }
 
     /// Signs, records the hash (before anything can be mined: a restart

@@ -2,7 +2,7 @@
 //! anchor chain finalized for an epoch of a data market, read from
 //! ProtocolState by anyone (docs/protocol.md §12). With `--proof`, the
 //! Merkle proof of one project's CID (docs/protocol.md §11): the leaves come
-//! from the transaction that put the batch on chain, the tree they make must
+//! from the transactions that stored the batch's parts, the tree they make must
 //! have the root the chain finalized, and the proof is checked twice before
 //! it is printed — here, and by the contract (`verifyFinalizedCid`).
 
@@ -16,8 +16,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use lite_node_chain::{Anchor, Chains};
 use lite_node_protocol::{
     contracts::{
-        SnapshotBatchSubmitted, attestationsCountCall, divergentValidatorsCall, epochBatchCall,
-        getTotalValidatorsCountCall, maxSnapshotsCidCall, submitSubmissionBatchCall, verifyFinalizedCidCall,
+        FinalizedCidsStored, attestationsCountCall, divergentValidatorsCall, epochBatchCall,
+        getTotalValidatorsCountCall, maxSnapshotsCidCall, storeFinalizedCidsCall, storedCidsCall,
+        verifyFinalizedCidCall,
     },
     merkle,
 };
@@ -102,7 +103,7 @@ async fn report(anchor: &Anchor, q: &FinalizedQuery, out: &mut dyn Write) -> Res
             divergent.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
         }
     )?;
-    let leaves = leaves(anchor, q, &batch.batchCid, batch.root).await?;
+    let leaves = leaves(anchor, q, batch.root).await?;
     let projects: Vec<&(String, String)> = match &q.project {
         Some(p) => {
             let one: Vec<_> = leaves.iter().filter(|(id, _)| id == p).collect();
@@ -153,39 +154,52 @@ async fn report(anchor: &Anchor, q: &FinalizedQuery, out: &mut dyn Write) -> Res
     Ok(())
 }
 
-/// The finalized batch's `(project id, CID)` pairs, from the transaction
-/// that submitted it (its `SnapshotBatchSubmitted` log names it), checked:
-/// they make the root the chain finalized.
-async fn leaves(anchor: &Anchor, q: &FinalizedQuery, batch_cid: &str, root: B256) -> Result<Vec<(String, String)>> {
-    let logs = anchor.epoch_logs(SnapshotBatchSubmitted::SIGNATURE_HASH, q.epoch_id, q.from_block).await?;
+/// The finalized batch's `(project id, CID)` pairs, from the transactions
+/// that stored them (their `FinalizedCidsStored` logs name them), checked:
+/// each part proves against the finalized root, and all of them make it.
+async fn leaves(anchor: &Anchor, q: &FinalizedQuery, root: B256) -> Result<Vec<(String, String)>> {
+    let logs = anchor.epoch_logs(FinalizedCidsStored::SIGNATURE_HASH, q.epoch_id, q.from_block).await?;
+    let mut pairs: std::collections::BTreeMap<String, String> = Default::default();
+    let mut seen = std::collections::BTreeSet::new();
     for log in &logs {
         let Some(hash) = log["transactionHash"].as_str() else { continue };
+        if !seen.insert(hash.to_owned()) {
+            continue;
+        }
         let tx = anchor.rpc().call_value("eth_getTransactionByHash", json!([hash])).await?;
         let input = tx["input"].as_str().or_else(|| tx["data"].as_str()).unwrap_or_default();
         let Ok(bytes) = alloy::hex::decode(input) else { continue };
-        // Only a direct call carries the batch in its input.
-        let Ok(call) = submitSubmissionBatchCall::abi_decode(&bytes) else { continue };
-        if call.batchCid != batch_cid || call.finalizedCidsRootHash != root {
-            continue; // a batch that lost and was replaced
+        // Only a direct call carries the part in its input.
+        let Ok(call) = storeFinalizedCidsCall::abi_decode(&bytes) else { continue };
+        let leaves: Vec<B256> =
+            call.projectIds.iter().zip(&call.snapshotCids).map(|(p, c)| merkle::leaf(p, c)).collect();
+        let proof = merkle::MultiProof { proof: call.proof, flags: call.proofFlags };
+        if merkle::multiproof_root(&leaves, &proof) != Some(root) {
+            bail!("the part stored by transaction {hash} does not prove against the finalized root {root}");
         }
-        let pairs: Vec<(String, String)> = call.projectIds.into_iter().zip(call.snapshotCids).collect();
-        let tree = merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str())))
-            .map_err(|e| anyhow!("the batch on chain: {e}"))?;
-        if tree.root() != root {
-            bail!(
-                "the batch's pairs (transaction {hash}) make the root {}, not the finalized {root}: it was not \
-                 made by the rule of docs/protocol.md §11",
-                tree.root()
-            );
-        }
-        let mut pairs = pairs;
-        pairs.sort();
-        return Ok(pairs);
+        pairs.extend(call.projectIds.into_iter().zip(call.snapshotCids));
     }
-    bail!(
-        "no transaction from block {} on submitted the batch {batch_cid} of epoch {} (give --from-block at or before \
-         it)",
-        q.from_block,
-        q.epoch_id
-    )
+    let pairs: Vec<(String, String)> = pairs.into_iter().collect();
+    let stored = anchor
+        .read(&storedCidsCall { dataMarketAddress: anchor.data_market, epochId: U256::from(q.epoch_id) }, None)
+        .await?;
+    if stored != U256::from(pairs.len()) {
+        bail!(
+            "epoch {}: the chain has {stored} of its finalized CIDs stored, the parts from block {} on carry {} \
+             (give --from-block at or before the epoch's finalization; or its parts are still being stored)",
+            q.epoch_id,
+            q.from_block,
+            pairs.len()
+        );
+    }
+    let tree =
+        merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).map_err(|e| anyhow!("the parts: {e}"))?;
+    if tree.root() != root {
+        bail!(
+            "epoch {}: the stored parts make the root {}, not the finalized {root}: its parts are still being stored",
+            q.epoch_id,
+            tree.root()
+        );
+    }
+    Ok(pairs)
 }

@@ -199,6 +199,7 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
     world.release_epoch_with_id(12);
     let root = world.submit_batch(11, "batch-11", &[(project_id.clone(), finalized_cid.clone())]);
     world.attest_as(1, 11, "batch-11", root);
+    world.store_finalized(11, &[(project_id.clone(), finalized_cid.clone())]);
     world.submit_batch(12, "batch-12", &[(project_id.clone(), pending_cid)]);
     let release_block = world.head();
 
@@ -260,6 +261,7 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
     let late = lite_node_protocol::cid(b"epoch 9, finalized late");
     let root = world.submit_batch(9, "batch-9", &[(project_id.clone(), late.clone())]);
     world.attest_as(1, 9, "batch-9", root);
+    world.store_finalized(9, &[(project_id.clone(), late.clone())]);
     assert_eq!(compute(&b, &store_b, 13, release_block), from_b, "pinned to the release block");
     let later: Value = serde_json::from_slice(&compute(&b, &store_b, 14, world.head())).unwrap();
     assert_eq!(later["previousSnapshots"], json!([[9, late], [11, finalized_cid]]), "read at a later release");

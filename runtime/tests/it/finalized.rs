@@ -35,6 +35,7 @@ fn a_finalized_epoch_is_printed_with_a_proof_that_verifies_and_an_unfinalized_on
     assert!(run.stderr.contains("1 of 2 validators attested"), "{run:?}");
 
     world.attest_as(1, 3, "bafy-batch-3", root);
+    world.store_finalized(3, &pairs);
     let run = node.run(&["finalized", "--epoch-id", "3"]);
     run.assert_ok();
     assert!(run.stdout.contains("2 of 2 validators attested; divergent: none"), "{}", run.stdout);

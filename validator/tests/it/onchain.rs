@@ -312,73 +312,73 @@ fn an_epoch_released_before_the_intake_listened_is_not_attested() {
     }
 }
 
-/// A byzantine validator can neither name CIDs its root does not commit to,
-/// nor block the honest batch by putting its CID on chain first — for
-/// another epoch, or for this one with other pairs: the honest ones outvote
-/// it and replace it under that same CID.
+/// A byzantine validator can neither store CIDs the finalized root does not
+/// commit to, nor block the honest batch by putting its CID on chain first —
+/// for another epoch, or for this one under another root: the honest ones
+/// outvote it and replace it under that same CID, at a gas cost that does
+/// not grow with what the byzantine batch claimed (issue 42, finding 8).
 #[test]
-fn pairs_that_do_not_make_the_root_are_refused_and_a_squatted_batch_cid_blocks_nothing() {
+fn pairs_that_do_not_prove_are_refused_and_a_squatted_batch_cid_blocks_nothing() {
     let n = net();
     let epoch = 26;
     let release = n.world.head();
     let order = n.by_rank(epoch);
-    let (honest, honest_root) = level1(epoch, &[("p:a", "bafyA"), ("p:b", "bafyB")]);
+    let pairs = [("p:a", "bafyA"), ("p:b", "bafyB"), ("p:c", "bafyC")];
+    let (honest, honest_root) = level1(epoch, &pairs);
     let honest_cid =
         serde_json::from_str::<serde_json::Value>(&honest).unwrap()["batch_cid"].as_str().unwrap().to_owned();
     let byzantine = &n.validators[order[1]];
     let dm = n.anchor.data_market;
-    let batch_of = |epoch: u64, cid: &str, pairs: &[(&str, &str)], root: alloy::primitives::B256| {
+    let batch_of = |epoch: u64, cid: &str, root: alloy::primitives::B256| {
         lite_node_protocol::contracts::submitSubmissionBatchCall {
             dataMarketAddress: dm,
             batchCid: cid.to_owned(),
             epochId: U256::from(epoch),
-            projectIds: pairs.iter().map(|(p, _)| (*p).to_owned()).collect(),
-            snapshotCids: pairs.iter().map(|(_, c)| (*c).to_owned()).collect(),
             finalizedCidsRootHash: root,
         }
         .abi_encode()
     };
-    let batch = |cid: &str, pairs: &[(&str, &str)], root| batch_of(epoch, cid, pairs, root);
+    let send = |input: Vec<u8>| n.rt.block_on(byzantine.sender.send(n.anchor.protocol_state, input.into()));
     let mined = |hash| {
         // Mined on arrival, but its receipt can trail the answer.
-        let receipt = lite_node_testkit::poll_until("a byzantine batch mined", Duration::from_secs(30), || {
+        let receipt = lite_node_testkit::poll_until("a byzantine transaction mined", Duration::from_secs(30), || {
             n.rt.block_on(byzantine.sender.receipt(hash)).unwrap()
         });
         assert!(receipt.success, "{receipt:?}");
     };
+    let refused = |input: Vec<u8>, because: &str| match send(input) {
+        Err(lite_node_chain::TxError::Reverted(why)) => assert!(why.contains(because), "{why}"),
+        other => panic!("expected a refusal ({because}), got {other:?}"),
+    };
     // The honest batch's CID (learnt from the mempool, say) put on chain
-    // first for another released epoch, with an empty batch: it blocks
-    // nothing in this one.
-    let empty = lite_node_protocol::merkle::Tree::of(std::iter::empty::<(&str, &str)>()).unwrap().root();
-    let elsewhere = batch_of(epoch + 1, &honest_cid, &[], empty);
-    mined(n.rt.block_on(byzantine.sender.send(n.anchor.protocol_state, elsewhere.into())).unwrap());
-    // The honest root over other CIDs: refused.
-    let root: alloy::primitives::B256 = honest_root.parse().unwrap();
-    let refused = n.rt.block_on(
-        byzantine
-            .sender
-            .send(n.anchor.protocol_state, batch(&honest_cid, &[("p:a", "bafyX"), ("p:b", "bafyB")], root).into()),
-    );
-    match refused {
-        Err(lite_node_chain::TxError::Reverted(why)) => assert!(why.contains("not the Merkle root"), "{why}"),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-    // Pairs out of order: refused too.
-    let unsorted = batch(&honest_cid, &[("p:b", "bafyB"), ("p:a", "bafyA")], root);
-    assert!(n.rt.block_on(byzantine.sender.send(n.anchor.protocol_state, unsorted.into())).is_err());
-    // The honest batch's CID squatted with junk pairs (consistent with their root).
-    let junk = lite_node_protocol::merkle::Tree::of([("p:a", "bafyJUNK")]).unwrap().root();
-    let squat =
-        n.rt.block_on(
-            byzantine.sender.send(n.anchor.protocol_state, batch(&honest_cid, &[("p:a", "bafyJUNK")], junk).into()),
-        )
-        .unwrap();
-    mined(squat);
+    // first for another released epoch: it blocks nothing in this one.
+    let junk = alloy::primitives::B256::repeat_byte(0x11);
+    mined(send(batch_of(epoch + 1, &honest_cid, junk)).unwrap());
+    // A batch CID past the cap is refused: nothing unbounded is stored.
+    refused(batch_of(epoch, &"b".repeat(257), junk), "batch CID too long");
+    // The honest batch's CID squatted with a junk root.
+    mined(send(batch_of(epoch, &honest_cid, junk)).unwrap());
     assert_eq!(n.chain_batch(epoch).root, junk);
+    // Nothing can be stored for an epoch not finalized.
+    let tree = lite_node_protocol::merkle::Tree::of(pairs).unwrap();
+    let store = |ids: &[&str], cids: &[&str], range: std::ops::Range<usize>| {
+        let proof = tree.multiproof(range).unwrap();
+        lite_node_protocol::contracts::storeFinalizedCidsCall {
+            dataMarketAddress: dm,
+            epochId: U256::from(epoch),
+            projectIds: ids.iter().map(|p| (*p).to_owned()).collect(),
+            snapshotCids: cids.iter().map(|c| (*c).to_owned()).collect(),
+            proof: proof.proof,
+            proofFlags: proof.flags,
+        }
+        .abi_encode()
+    };
+    refused(store(&["p:a"], &["bafyA"], 0..1), "not finalized");
     for v in 0..3 {
         n.finalized(v, epoch, release, release - 1, &honest);
     }
     n.world.mine(WINDOW + 1);
+    // Only the honest two: the byzantine one stands by.
     n.rounds(&[order[0], order[2]], release + 30);
     let on_chain = n.chain_batch(epoch);
     assert!(on_chain.finalized, "the honest two finalize it");
@@ -386,6 +386,66 @@ fn pairs_that_do_not_make_the_root_are_refused_and_a_squatted_batch_cid_blocks_n
     assert_eq!(on_chain.batchCid, honest_cid, "under the CID the byzantine one used first");
     let divergent = divergentValidatorsCall { dataMarketAddress: dm, epochId: U256::from(epoch) };
     assert_eq!(n.rt.block_on(n.anchor.read(&divergent, None)).unwrap(), vec![byzantine.address]);
+    for v in [order[0], order[2]] {
+        let s = n.state(v, epoch);
+        assert_eq!(s["onchain_status"], "finalized", "{s:?}");
+        let gas: u64 = s["onchain_gas_used"].parse().unwrap();
+        assert!(gas < 300_000, "validator {v}'s last batch or attestation used {gas} gas");
+    }
+    let read = |p: &str| {
+        let call = maxSnapshotsCidCall { dataMarketAddress: dm, projectId: p.into(), epochId: U256::from(epoch) };
+        let r = n.rt.block_on(n.anchor.read(&call, None)).unwrap();
+        (r._0, r._1)
+    };
+    for (p, c) in pairs {
+        assert_eq!(read(p), (c.to_owned(), 1), "{p}");
+    }
+    // A forged CID under an honest proof, pairs out of order, a pair of
+    // another range: each refused, and what is stored stays.
+    refused(store(&["p:a"], &["bafyX"], 0..1), "does not prove");
+    refused(store(&["p:b", "p:a"], &["bafyB", "bafyA"], 0..2), "not ascending");
+    refused(store(&["p:c"], &["bafyC"], 0..1), "does not prove");
+    assert_eq!(read("p:a"), ("bafyA".to_owned(), 1));
+    // Storing a stored part again changes nothing (anyone may).
+    mined(send(store(&["p:b", "p:c"], &["bafyB", "bafyC"], 1..3)).unwrap());
+    assert_eq!(read("p:b"), ("bafyB".to_owned(), 1));
+    let stored = lite_node_protocol::contracts::storedCidsCall { dataMarketAddress: dm, epochId: U256::from(epoch) };
+    assert_eq!(n.rt.block_on(n.anchor.read(&stored, None)).unwrap(), U256::from(3));
+}
+
+/// An epoch of many projects is stored in parts of the size given, each
+/// proved against the root, and a restart mid-way sends only what is missing.
+#[test]
+fn a_large_epoch_is_stored_in_parts_after_finalization() {
+    let mut n = net();
+    for v in &mut n.validators {
+        v.onchain = v.onchain.clone().with_part_size(40);
+    }
+    let epoch = 27;
+    let release = n.world.head();
+    let ids: Vec<String> = (0..150).map(|i| format!("baseSnapshot:0x{i:040x}:devnet")).collect();
+    let cids: Vec<String> = (0..150).map(|i| lite_node_protocol::cid(format!("{i}").as_bytes())).collect();
+    let pairs: Vec<(&str, &str)> = ids.iter().map(String::as_str).zip(cids.iter().map(String::as_str)).collect();
+    let (batch, root) = level1(epoch, &pairs);
+    for v in 0..3 {
+        n.finalized(v, epoch, release, release - 1, &batch);
+    }
+    n.world.mine(WINDOW + 1);
+    n.rounds(&[0, 1, 2], release + 60);
+    let on_chain = n.chain_batch(epoch);
+    assert!(on_chain.finalized);
+    assert_eq!(on_chain.root.to_string(), root);
+    let dm = n.anchor.data_market;
+    let stored = lite_node_protocol::contracts::storedCidsCall { dataMarketAddress: dm, epochId: U256::from(epoch) };
+    assert_eq!(n.rt.block_on(n.anchor.read(&stored, None)).unwrap(), U256::from(150));
+    for i in [0, 39, 40, 149] {
+        let call = maxSnapshotsCidCall { dataMarketAddress: dm, projectId: ids[i].clone(), epochId: U256::from(epoch) };
+        let r = n.rt.block_on(n.anchor.read(&call, None)).unwrap();
+        assert_eq!((r._0.as_str(), r._1), (cids[i].as_str(), 1), "project {i}");
+    }
+    for v in 0..3 {
+        assert_eq!(n.state(v, epoch)["onchain_status"], "finalized", "validator {v}");
+    }
 }
 
 /// `intake:since` is the head at the moment the intake (re)starts
