@@ -304,8 +304,15 @@ impl SlotRegistry for Anchor {
         self.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
     }
 
+    /// `getTotalNodeCount`, or the highest full-node slot when that is past
+    /// it (a market may mark a slot past the count a full node): a full
+    /// node's submissions are judged like any other slot's, never ignored
+    /// unread.
     async fn total_slots(&self) -> Result<u64, String> {
-        Anchor::total_slots(self).await.map_err(|e| format!("anchor unavailable: {e}"))
+        let total = Anchor::total_slots(self).await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        let head = self.head().await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        let full = self.full_nodes_at(head).await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        Ok(full.last().copied().unwrap_or(0).max(total))
     }
 }
 
