@@ -196,11 +196,14 @@ impl Projects {
                 self.types.iter().cloned().collect::<Vec<_>>().join(", ")
             ));
         }
+        // One pool a project: a data source joining several (`a_b`) is none
+        // of this market's projects (a slot selected for `a` could
+        // otherwise make up `a_b`, `b_a`, `a_a`, … one-vote projects).
         if let Some(source) = source
-            && !source.split('_').all(is_pool_address)
+            && !is_pool_address(source)
         {
             return Err(format!(
-                "projectId `{}`: data source `{}` is not a pool address (lower-case 0x and 40 hex digits)",
+                "projectId `{}`: data source `{}` is not one pool address (lower-case 0x and 40 hex digits)",
                 clip(project_id),
                 clip(source)
             ));
@@ -512,13 +515,18 @@ mod tests {
         let market = Projects::new("devnet-UNISWAPV3-ETH", ["baseSnapshot", "blockDetails"]);
         let pool = "0x00000000000000000000000000000000000000aa";
         assert_eq!(market.check(&format!("baseSnapshot:{pool}:devnet-UNISWAPV3-ETH")), Ok(()));
-        assert_eq!(market.check(&format!("baseSnapshot:{pool}_{pool}:devnet-UNISWAPV3-ETH")), Ok(()));
         assert_eq!(market.check("blockDetails:devnet-UNISWAPV3-ETH"), Ok(()));
         for (bad, says) in [
             ("spam:1:devnet-UNISWAPV3-ETH", "project type `spam`"),
             ("blockDetails:mainnet-UNISWAPV3-ETH", "namespace `mainnet-UNISWAPV3-ETH`"),
-            ("baseSnapshot:spam7:devnet-UNISWAPV3-ETH", "data source `spam7` is not a pool"),
-            ("baseSnapshot:0x00000000000000000000000000000000000000AA:devnet-UNISWAPV3-ETH", "is not a pool"),
+            ("baseSnapshot:spam7:devnet-UNISWAPV3-ETH", "data source `spam7` is not one pool"),
+            // One pool a project: `a_b` would let a slot selected for `a`
+            // make up projects (issue 42, finding 2).
+            (
+                "baseSnapshot:0x00000000000000000000000000000000000000aa_0x00000000000000000000000000000000000000bb:devnet-UNISWAPV3-ETH",
+                "is not one pool address",
+            ),
+            ("baseSnapshot:0x00000000000000000000000000000000000000AA:devnet-UNISWAPV3-ETH", "is not one pool"),
         ] {
             let err = market.check(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");

@@ -557,6 +557,10 @@ struct ValidatorArgs {
     /// Calls one peer may have in flight at the gateway.
     #[arg(long, value_name = "N", default_value_t = Admission::default().peer_in_flight)]
     peer_in_flight: usize,
+    /// Gossip submissions taken from one slot for one epoch; past it, the
+    /// rest are unwanted (counted against the peer that relayed them).
+    #[arg(long, value_name = "N", default_value_t = Admission::default().per_slot_epoch)]
+    per_slot_epoch: u32,
     /// Take submissions from the validators' gossip network too: where this
     /// validator's libp2p peer listens (e.g. /ip4/0.0.0.0/tcp/9000; its
     /// identity is p2p-identity.key in --data-dir).
@@ -777,6 +781,7 @@ fn main() -> ExitCode {
                     peer_rate: a.peer_rate,
                     peer_burst: a.peer_burst,
                     peer_in_flight: a.peer_in_flight,
+                    per_slot_epoch: a.per_slot_epoch,
                     metadata: a.submission_metadata,
                 },
                 p2p_listen: a.p2p_listen,

@@ -317,6 +317,15 @@ async fn metrics(State(api): State<Api>) -> Answer {
             .inc_by(count(&format!("rejected:{}", r.as_str())));
     }
     registry.register("submissions_rejected", "Submissions rejected, by reason", rejected);
+    let unwanted = Family::<ReasonLabel, Counter>::default();
+    for why in crate::gateway::UNWANTED_WHY {
+        unwanted.get_or_create(&ReasonLabel { reason: why.into() }).inc_by(count(&format!("gossip_unwanted:{why}")));
+    }
+    registry.register(
+        "gossip_unwanted",
+        "Gossip submissions of no use (neither relayed nor queued; counted against the sending peer), by reason",
+        unwanted,
+    );
     let queues = Family::<QueueLabel, Gauge>::default();
     for (name, depth) in ["submissions", "submissions_processing", "finalization", "aggregation"].iter().zip(&depths) {
         queues.get_or_create(&QueueLabel { queue: (*name).into() }).set(*depth as i64);

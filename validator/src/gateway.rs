@@ -68,6 +68,9 @@ pub struct Admission {
     pub peer_burst: NonZeroU32,
     /// Calls one peer may have in flight at once.
     pub peer_in_flight: usize,
+    /// Gossip submissions one slot may have taken for one epoch; past it,
+    /// unwanted (a full node of a 10,000-project market sends 10,000).
+    pub per_slot_epoch: u32,
     /// Also write the seed's `metrics:submissions:metadata:{entityId}` for
     /// each submission queued (24 h; ~550 B each, more than everything else
     /// kept for a day). Off by default: the monitor API reads votes and
@@ -85,6 +88,7 @@ impl Default for Admission {
             peer_rate: NonZeroU32::new(500).expect("non-zero"),
             peer_burst: NonZeroU32::new(2_000).expect("non-zero"),
             peer_in_flight: 64,
+            per_slot_epoch: 20_000,
             metadata: false,
         }
     }
@@ -116,6 +120,12 @@ pub struct Gateway {
     /// what gRPC brings is published there too, so every validator judges
     /// the same submissions whichever gateway a node reached.
     relay: Arc<std::sync::OnceLock<lite_node_gossip::Gossip>>,
+    /// The last epoch the intake saw released (0: none yet).
+    latest_epoch: Arc<std::sync::atomic::AtomicU64>,
+    /// Gossip submissions taken per (epoch, slot).
+    per_slot_epoch: Arc<Mutex<std::collections::BTreeMap<(u64, u64), u32>>>,
+    /// Unwanted gossip submissions by why ([`UNWANTED_WHY`]).
+    unwanted_counts: Arc<[std::sync::atomic::AtomicU64; 4]>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -235,8 +245,8 @@ pub enum Admitted {
 
 /// A gossip submission by `signer` for `slot_id`, whose registered signer
 /// is `registered`: accepted when they are one; a slot nobody holds is
-/// ignored (it may be registered after this validator's last read), another
-/// signer rejected.
+/// unwanted (it may be registered after this validator's last read, so it
+/// costs the sender only a little), another signer rejected.
 fn signer_verdict(
     slot_id: u64,
     signer: alloy::primitives::Address,
@@ -246,7 +256,7 @@ fn signer_verdict(
     if registered == signer {
         Verdict::Accept
     } else if registered.is_zero() {
-        Verdict::Ignore
+        Verdict::Unwanted(format!("slot {slot_id} holds no signer"))
     } else {
         Verdict::Reject(format!("signed by {signer}, not by slot {slot_id}'s registered signer {registered}"))
     }
@@ -254,6 +264,18 @@ fn signer_verdict(
 
 /// Submissions from gossip queued together at most.
 pub const GOSSIP_BATCH: usize = 256;
+
+/// Epochs past the last one seen released that a gossip submission may
+/// name: an honest node submits only for released epochs, and a validator's
+/// monitor trails the chain by a poll at most.
+pub const FUTURE_EPOCHS: u64 = 4;
+
+/// (epoch, slot) pairs counted for [`Admission::per_slot_epoch`] before the
+/// oldest epoch's are forgotten.
+const PER_SLOT_EPOCH_ENTRIES: usize = 200_000;
+
+/// Why gossip submissions are unwanted, as `/metrics` labels them.
+pub const UNWANTED_WHY: [&str; 4] = ["stale", "unreleased_epoch", "over_slot_cap", "unregistered_slot"];
 
 /// A call in flight for a peer, released when dropped.
 struct InFlight {
@@ -294,17 +316,102 @@ impl Gateway {
                  unknown ones)"
                     .into(),
             ),
-            Ok(s) => match self.admitted(&s) {
-                Err(rejection) => Verdict::Reject(rejection.to_string()),
-                Ok(_) if s.request.as_ref().is_some_and(|r| self.stale(r.deadline)) => Verdict::Ignore,
-                Ok((slot_id, signer)) => match &self.signers {
-                    None => Verdict::Accept,
-                    Some(book) => match book.cached(slot_id) {
-                        None => Verdict::Hold,
-                        Some(registered) => signer_verdict(slot_id, signer, registered),
+            Ok(s) => {
+                let verdict = match self.admitted(&s) {
+                    Err(rejection) => Verdict::Reject(rejection.to_string()),
+                    Ok((slot_id, signer)) => match self.unwanted(&s) {
+                        Some(why) => Verdict::Unwanted(why),
+                        None => match &self.signers {
+                            None => Verdict::Accept,
+                            Some(book) => match book.cached(slot_id) {
+                                None => Verdict::Hold,
+                                Some(registered) => signer_verdict(slot_id, signer, registered),
+                            },
+                        },
                     },
-                },
-            },
+                };
+                self.count(&s, &verdict);
+                verdict
+            }
+        }
+    }
+
+    /// Why a well-formed, signed gossip submission is of no use here, if it
+    /// is: its deadline passed (a replay, most often), its epoch is further
+    /// past the last one this validator saw released than any honest
+    /// node's could be ([`FUTURE_EPOCHS`]), or its slot already sent
+    /// [`Admission::per_slot_epoch`] for the epoch. Each such message costs
+    /// its sender a little score (`Verdict::Unwanted`) and is counted
+    /// (`gossip_unwanted:{why}` on `/metrics`), instead of filling the queue
+    /// and breaking the intake.
+    fn unwanted(&self, s: &SnapshotSubmission) -> Option<String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let r = s.request.as_ref()?;
+        if self.stale(r.deadline) {
+            return Some(format!("its deadline {} passed", r.deadline));
+        }
+        let latest = self.latest_epoch.load(Relaxed);
+        if latest > 0 && r.epoch_id > latest.saturating_add(FUTURE_EPOCHS) {
+            return Some(format!("epoch {} is far past the last released ({latest})", r.epoch_id));
+        }
+        let sent = self.per_slot_epoch.lock().unwrap_or_else(|p| p.into_inner());
+        if sent.get(&(r.epoch_id, r.slot_id)).is_some_and(|n| *n >= self.admission.per_slot_epoch) {
+            return Some(format!(
+                "slot {} sent more than {} submissions for epoch {}",
+                r.slot_id, self.admission.per_slot_epoch, r.epoch_id
+            ));
+        }
+        None
+    }
+
+    /// Counts a verdict: an accepted submission against its slot's cap for
+    /// the epoch (only once its signer is known to be the slot's, so nobody
+    /// else can use up an honest slot's cap), an unwanted one by why
+    /// (flushed to Redis by the intake).
+    fn count(&self, s: &SnapshotSubmission, verdict: &lite_node_gossip::Verdict) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if *verdict == lite_node_gossip::Verdict::Accept
+            && let Some(r) = s.request.as_ref()
+        {
+            let mut sent = self.per_slot_epoch.lock().unwrap_or_else(|p| p.into_inner());
+            *sent.entry((r.epoch_id, r.slot_id)).or_insert(0) += 1;
+            // Only recent epochs are counted: the oldest forgotten first.
+            if sent.len() > PER_SLOT_EPOCH_ENTRIES
+                && let Some(oldest) = sent.keys().next().copied()
+            {
+                sent.retain(|(epoch, _), _| *epoch > oldest.0);
+            }
+            return;
+        }
+        let lite_node_gossip::Verdict::Unwanted(why) = verdict else { return };
+        let i = if why.contains("deadline") {
+            0
+        } else if why.contains("far past") {
+            1
+        } else if why.contains("more than") {
+            2
+        } else {
+            3
+        };
+        self.unwanted_counts[i].fetch_add(1, Relaxed);
+    }
+
+    /// Writes the unwanted counts gathered since the last flush into the
+    /// counters (`gossip_unwanted:{why}`), one pipeline.
+    async fn flush_unwanted(&self, flushed: &mut [u64; 4]) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut pipe = redis::pipe();
+        let now: [u64; 4] = std::array::from_fn(|i| self.unwanted_counts[i].load(Relaxed));
+        let mut any = false;
+        for (i, why) in UNWANTED_WHY.iter().enumerate() {
+            if now[i] > flushed[i] {
+                pipe.hincr(self.market.keys.counters(), format!("gossip_unwanted:{why}"), now[i] - flushed[i]).ignore();
+                any = true;
+            }
+        }
+        // What came meanwhile is written next time.
+        if any && pipe.query_async::<()>(&mut self.conn.clone()).await.is_ok() {
+            *flushed = now;
         }
     }
 
@@ -314,14 +421,18 @@ impl Gateway {
     async fn settle(&self, delivery: lite_node_gossip::Delivery) -> Option<Vec<u8>> {
         use lite_node_gossip::Verdict;
         let Some(ticket) = delivery.ticket else { return Some(delivery.data) };
-        let admitted = <SnapshotSubmission as prost::Message>::decode(delivery.data.as_slice())
-            .map_err(|e| e.to_string())
-            .and_then(|s| self.admitted(&s).map_err(|r| r.to_string()));
+        let decoded = <SnapshotSubmission as prost::Message>::decode(delivery.data.as_slice());
+        let admitted =
+            decoded.as_ref().map_err(|e| e.to_string()).and_then(|s| self.admitted(s).map_err(|r| r.to_string()));
         let verdict = match (admitted, &self.signers) {
             (Err(why), _) => Verdict::Reject(why),
             (Ok(_), None) => Verdict::Accept,
             (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id).await {
-                Ok(registered) => signer_verdict(slot_id, signer, registered),
+                // Past its slot's cap now (others settled meanwhile): unwanted.
+                Ok(registered) => match (signer_verdict(slot_id, signer, registered), &decoded) {
+                    (Verdict::Accept, Ok(s)) => self.unwanted(s).map_or(Verdict::Accept, Verdict::Unwanted),
+                    (verdict, _) => verdict,
+                },
                 // The anchor not answering: queued here (the dequeuer checks
                 // the signer again), not lost — but not relayed unchecked,
                 // which would have the peers hold junk against this one.
@@ -334,6 +445,9 @@ impl Gateway {
                 }
             },
         };
+        if let Ok(s) = &decoded {
+            self.count(s, &verdict);
+        }
         let accepted = verdict == Verdict::Accept;
         ticket.settle(&verdict);
         accepted.then_some(delivery.data)
@@ -363,20 +477,34 @@ impl Gateway {
     /// empties the book), then each held slot's signer, concurrently.
     pub async fn take_gossip_from(&self, delivered: &mut tokio::sync::mpsc::Receiver<lite_node_gossip::Delivery>) {
         let mut batch = Vec::with_capacity(GOSSIP_BATCH);
+        let mut flushed = [0u64; 4];
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             batch.clear();
-            if delivered.recv_many(&mut batch, GOSSIP_BATCH).await == 0 {
+            // The head, the last released epoch and the registry's
+            // generation, once a batch and once a second (what the gossip
+            // check judges by when nothing is handed over).
+            let got = tokio::select! {
+                n = delivered.recv_many(&mut batch, GOSSIP_BATCH) => Some(n),
+                _ = tick.tick() => None,
+            };
+            if got == Some(0) {
                 return;
             }
-            // The head and the registry's generation, once a batch.
-            let read: redis::RedisResult<(Option<u64>, Option<String>)> = redis::pipe()
+            self.flush_unwanted(&mut flushed).await;
+            let read: redis::RedisResult<(Option<u64>, Option<String>, Vec<u64>)> = redis::pipe()
                 .get(self.market.keys.anchor_head())
                 .get(self.market.keys.slots_generation())
+                .zrange(self.market.keys.epochs_closing(), -1, -1)
                 .query_async(&mut self.conn.clone())
                 .await;
-            if let Ok((head, generation)) = read {
+            if let Ok((head, generation, latest)) = read {
                 if let Some(head) = head {
                     self.head.fetch_max(head, std::sync::atomic::Ordering::Relaxed);
+                }
+                if let Some(latest) = latest.first() {
+                    self.latest_epoch.fetch_max(*latest, std::sync::atomic::Ordering::Relaxed);
                 }
                 if let Some(book) = &self.signers {
                     book.refresh(generation);
@@ -464,6 +592,9 @@ impl Gateway {
             held_back: Default::default(),
             head: Default::default(),
             relay: Default::default(),
+            latest_epoch: Default::default(),
+            per_slot_epoch: Default::default(),
+            unwanted_counts: Default::default(),
         }
     }
 
@@ -472,6 +603,11 @@ impl Gateway {
     /// late, so the intake has had a break.
     pub fn held_back(&self) -> u64 {
         self.held_back.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The last epoch the gossip intake saw released (0: none yet).
+    pub fn latest_epoch(&self) -> u64 {
+        self.latest_epoch.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The same gateway, whose gossip intake also checks each submission's

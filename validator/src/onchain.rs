@@ -727,6 +727,12 @@ impl Onchain {
 /// gateway that died, or hangs, stops vouching for its intake within it.
 pub const INTAKE_SINCE_TTL: Duration = Duration::from_secs(3);
 
+/// How late a renewal of `intake:since` may come and still keep the block it
+/// named (nothing lost meanwhile: the breaks are counted, not timed): a
+/// process starved of CPU for seconds by an epoch's burst is slow, not away.
+/// Past it, listening starts again from the head.
+const LAPSE_FORGIVEN: Duration = Duration::from_secs(30);
+
 /// Keeps `intake:since` — the anchor block since which this validator's
 /// intake has listened without a break — while `interrupted()` has nothing
 /// to say: set to the anchor chain's head (`head()`, read from the chain)
@@ -755,6 +761,8 @@ pub async fn keep_intake_since<L, F, H, G>(
         // Whatever a predecessor left is not this process's to vouch for.
         let _: redis::RedisResult<()> = conn.del(k.intake_since()).await;
         let mut known: Option<bool> = None;
+        // The block listened since, and when it was last renewed.
+        let mut since: Option<(u64, tokio::time::Instant)> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
             tick.tick().await;
@@ -762,10 +770,22 @@ pub async fn keep_intake_since<L, F, H, G>(
             let now = why.is_none();
             if known == Some(now) {
                 if now {
-                    // Renewed; gone (expired while Redis was away): set again.
                     let renewed: redis::RedisResult<bool> = conn.expire(k.intake_since(), ttl as i64).await;
-                    if let Ok(false) = renewed {
-                        known = None;
+                    match (renewed, since) {
+                        (Ok(true), Some((block, _))) => since = Some((block, tokio::time::Instant::now())),
+                        // Lapsed though nothing was lost (this process was
+                        // slow to renew it — a busy machine — not away):
+                        // what it vouched for still holds.
+                        (Ok(false), Some((block, renewed_at))) if renewed_at.elapsed() < LAPSE_FORGIVEN => {
+                            let set: redis::RedisResult<()> = conn.set_ex(k.intake_since(), block, ttl).await;
+                            if set.is_ok() {
+                                since = Some((block, tokio::time::Instant::now()));
+                                tracing::debug!("intake:since lapsed without a break; listening since block {block}");
+                            }
+                        }
+                        // Gone for long (expired while Redis was away): set again.
+                        (Ok(false), _) => known = None,
+                        _ => {}
                     }
                 }
                 continue;
@@ -778,12 +798,14 @@ pub async fn keep_intake_since<L, F, H, G>(
                         let set: redis::RedisResult<()> = conn.set_ex(k.intake_since(), head, ttl).await;
                         if set.is_ok() {
                             tracing::info!("intake listening since anchor block {head}");
+                            since = Some((head, tokio::time::Instant::now()));
                         }
                         set.is_ok()
                     }
                 }
             } else {
                 let del: redis::RedisResult<()> = conn.del(k.intake_since()).await;
+                since = None;
                 let why = why.unwrap_or_default();
                 match (del.is_ok(), known) {
                     (true, Some(true)) => {

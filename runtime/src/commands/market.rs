@@ -21,7 +21,7 @@ use lite_node_protocol::contracts::{
     currentEpochIdCall, epochsPerDayCall, getFullNodesCall, getTotalNodeCountCall, getTotalValidatorsCountCall,
     getValidatorsCall, isRegistrarCall, isReleaserCall, lastReleasedEndCall, ownerCall, reassignSlotCall,
     registerSlotCall, removeSlotCall, setEpochsPerDayCall, setFullNodeCall, setRegistrarCall, setReleaserCall,
-    slotSnapshotterMappingCall, transferOwnershipCall, updateAddressesCall,
+    slotSnapshotterMappingCall, storedCidsCall, transferOwnershipCall, updateAddressesCall,
 };
 use serde_json::{Value, json};
 
@@ -168,7 +168,11 @@ pub fn market_status(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
             writeln!(out, "releaser: released up to source block {last_end}, head {head} ({lag} blocks behind)")?;
         }
         match last_finalized(&market).await? {
-            Some((epoch_id, block)) => writeln!(out, "last finalized: epoch {epoch_id} (anchor block {block})")?,
+            Some((epoch_id, block)) => {
+                let stored =
+                    market.view(storedCidsCall { dataMarketAddress: dm, epochId: U256::from(epoch_id) }).await?;
+                writeln!(out, "last finalized: epoch {epoch_id} (anchor block {block}; {stored} project CIDs stored)")?
+            }
             None => writeln!(out, "last finalized: none in the last {} anchor blocks", LOG_SPAN * LOG_SPANS)?,
         }
         writeln!(out, "slots registered: {slots}")?;

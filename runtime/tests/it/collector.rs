@@ -462,6 +462,23 @@ fn the_collector_rejects_a_slot_that_was_not_selected_and_a_pool_it_was_not_assi
             Some("epoch 9999 was not released".into()),
         ),
     ];
+    // Projects made up around the assigned pool (issue 42, finding 2): a
+    // data source of several pools is no project of the market, however
+    // it is ordered; a project without a data source needs a selected slot.
+    let a = assigned.to_lowercase();
+    let b = other.to_lowercase();
+    let mut cases = cases.to_vec();
+    for source in [format!("{a}_{b}"), format!("{b}_{a}"), format!("{a}_{a}_{a}"), format!("{a}_{a}")] {
+        cases.push((
+            submission_for(&s, chosen, chosen, head + 50, e, &format!("baseSnapshot:{source}:devnet-UNISWAPV3-ETH")),
+            Some("is not one pool address".into()),
+        ));
+    }
+    cases.push((
+        submission_for(&s, idle, idle, head + 50, e, "baseSnapshot:devnet-UNISWAPV3-ETH"),
+        Some(format!("slot {idle} was not selected")),
+    ));
+    cases.push((submission_for(&s, chosen, chosen, head + 50, e, "baseSnapshot:devnet-UNISWAPV3-ETH"), None));
     submit_cases(&s, &endpoint, &received, cases);
 }
 
@@ -586,4 +603,46 @@ fn a_collector_with_no_validator_in_its_gossip_mesh_asks_the_node_to_retry() {
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(status.message().contains("no validator is reachable over gossip"), "{status:?}");
     assert!(received.lock().unwrap().is_empty(), "nothing recorded as answered");
+}
+
+/// A peer past its rate is told to slow down (RESOURCE_EXHAUSTED) before
+/// anything is judged or recorded (issue 42, finding 6); made-up slot ids
+/// past the registry are refused as unregistered.
+#[test]
+fn a_peer_past_its_rate_is_told_to_slow_down_before_anything_is_judged() {
+    let s = setup();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
+    let received = Received::default();
+    let mut collector = Collector::new(s.anchor.clone(), s.chain_id).with_peer_rate(1, 310);
+    collector.received = Some(received.clone());
+    listener.set_nonblocking(true).unwrap();
+    let _guard = s.runtime.enter();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    s.runtime.spawn(collector::serve(collector, listener, Box::pin(std::future::pending())));
+    let head = s.world.head();
+    let answers = s.runtime.block_on(async {
+        let mut client = proto::submission_client::SubmissionClient::connect(endpoint).await.unwrap();
+        let mut out = Vec::new();
+        for i in 0..400u64 {
+            out.push(client.submit_snapshot(submission(&s, 1_000_000 + i, 1, head + 50)).await);
+        }
+        out
+    });
+    let (taken, refused): (Vec<_>, Vec<_>) = answers.into_iter().partition(|a| a.is_ok());
+    // The burst, and one a second while they were sent.
+    assert!((310..340).contains(&taken.len()), "the burst is taken: {}", taken.len());
+    assert_eq!(refused.len(), 400 - taken.len(), "past it, refused");
+    for r in refused {
+        let status = r.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("slow down"), "{status:?}");
+    }
+    let received = received.lock().unwrap();
+    assert_eq!(received.len(), taken.len(), "only what was taken was judged and recorded");
+    assert!(
+        received.iter().all(|r| r.verdict.as_ref().is_err_and(|e| e.contains("is not registered"))),
+        "{:?}",
+        received.first().map(|r| &r.verdict)
+    );
 }

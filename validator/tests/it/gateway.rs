@@ -255,6 +255,10 @@ struct Mesh {
 }
 
 async fn mesh(market: &Arc<Market>) -> Mesh {
+    mesh_with(market, Admission::default()).await
+}
+
+async fn mesh_with(market: &Arc<Market>, admission: Admission) -> Mesh {
     use lite_node_validator::gossip::{Gossip, Multiaddr, Settings, Verdict};
     let dir = tempfile::tempdir().unwrap();
     let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
@@ -268,9 +272,8 @@ async fn mesh(market: &Arc<Market>) -> Mesh {
         let server = RedisServer::start();
         let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
         set_head(&conn, market, 42).await;
-        let gateway =
-            Gateway::with_admission(conn.clone(), market.clone(), Some(projects.clone()), Admission::default())
-                .with_signers(Arc::new(SignerBook::new(Arc::new(OneSigner::of(market)))));
+        let gateway = Gateway::with_admission(conn.clone(), market.clone(), Some(projects.clone()), admission)
+            .with_signers(Arc::new(SignerBook::new(Arc::new(OneSigner::of(market)))));
         let (tx, mut rx) = tokio::sync::mpsc::channel::<lite_node_validator::gossip::Delivery>(4096);
         let judge = gateway.clone();
         let peer =
@@ -368,7 +371,99 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
     }
     assert_eq!(conn1.clone().llen::<_, u64>(&queue).await.unwrap(), 1, "the stale one was not queued");
     assert_eq!(Stats::get(&v2.stats().accepted) + Stats::get(&v2.stats().ignored), 1, "nor relayed");
-    assert!(v1.score_of(collector.peer_id()).await.unwrap() >= 0.0, "nor held against the collector");
+    let score = v1.score_of(collector.peer_id()).await.unwrap();
+    assert!(score > -5.0, "and held against the collector only lightly: {score}");
+}
+
+/// Issue 42, findings 1 and 7: a registered slot flooding gossip with
+/// submissions for an epoch far past the last released one, and for a slot
+/// nobody holds, fills nothing and breaks no intake — each is unwanted
+/// (neither relayed nor queued), counted on `/metrics` by why, and costs
+/// the peer that sent it score until it is graylisted; a slot's
+/// submissions for one epoch past its cap are cut there; an honest
+/// submission sent after all that reaches both validators.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_for_an_unreleased_epoch_or_an_empty_slot_is_unwanted_and_breaks_no_intake() {
+    use lite_node_validator::gossip::{GRAYLIST, Stats};
+    let market = market();
+    let admission = Admission { max_queue: 50, per_slot_epoch: 10, ..Admission::default() };
+    let m = mesh_with(&market, admission).await;
+    let Mesh { conn1, conn2, v1, v2, collector, junk, gateway1, .. } = &m;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    // Epoch 7 is the last released: its window is open on both.
+    for conn in [conn1, conn2] {
+        let _: () = conn.clone().zadd(market.keys.epochs_closing(), 7, 50).await.unwrap();
+    }
+    while gateway1.latest_epoch() != 7 {
+        assert!(tokio::time::Instant::now() < deadline, "v1's intake read the last released epoch");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let project = |i: u64| format!("baseSnapshot:0x{i:040x}:{NAMESPACE}");
+    let queue = market.keys.submission_queue();
+    let queued = async |conn: &redis::aio::ConnectionManager| -> u64 { conn.clone().llen(&queue).await.unwrap() };
+
+    // Slot 4 sends 30 for epoch 7: the first 10 are taken, the rest cut.
+    for i in 0..30 {
+        assert!(collector.publish(gossip_bytes(&submission(&market, 7, 4, &project(i)))));
+    }
+    while Stats::get(&v1.stats().accepted) < 10 || Stats::get(&v1.stats().unwanted) < 20 {
+        assert!(tokio::time::Instant::now() < deadline, "v1 judged slot 4's 30: {:?}", v1.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(queued(conn1).await, 10, "v1 queued slot 4's first 10");
+
+    // A flood: validly signed, for epoch 9,999 and for slot 20,000 (nobody's).
+    let mut sent = 0;
+    for i in 0..2_000u64 {
+        let s = if i % 2 == 0 {
+            submission(&market, 9_999, 3, &project(i))
+        } else {
+            submission(&market, 7, 20_000, &project(i))
+        };
+        assert!(junk.publish(gossip_bytes(&s)));
+        sent += 1;
+    }
+    let score = loop {
+        let score = v1.score_of(junk.peer_id()).await.unwrap_or(0.0);
+        if score < GRAYLIST {
+            break score;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the flooder graylisted: {score}, {:?}", v1.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(Stats::get(&v1.stats().rejected), 0, "nothing of it is junk");
+    assert_eq!(Stats::get(&v1.stats().full), 0, "no message lost for lack of room");
+    assert_eq!(gateway1.held_back(), 0, "nothing held back: the intake had no break");
+    assert_eq!(queued(conn1).await, 10, "none of the flood was queued");
+    // Counted by why on /metrics (flushed within a second).
+    let counters = market.keys.counters();
+    loop {
+        let c: std::collections::HashMap<String, u64> = conn1.clone().hgetall(&counters).await.unwrap();
+        let n = |k: &str| c.get(k).copied().unwrap_or(0);
+        if n("gossip_unwanted:over_slot_cap") == 20
+            && n("gossip_unwanted:unreleased_epoch") > 0
+            && n("gossip_unwanted:unregistered_slot") > 0
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the unwanted counted by why: {c:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // An honest submission after it all reaches both.
+    assert!(collector.publish(gossip_bytes(&submission(&market, 7, 5, &project(0)))));
+    for (name, conn) in [("v1", conn1), ("v2", conn2)] {
+        while queued(conn).await < 11 {
+            assert!(tokio::time::Instant::now() < deadline, "{name} queued the honest one after the flood");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(queued(conn).await, 11, "{name}");
+    }
+    assert_eq!(Stats::get(&v2.stats().unwanted), 0, "nothing unwanted was relayed to v2");
+    println!(
+        "flood: {sent} sent, {} unwanted at v1 before the flooder was graylisted ({score:.0})",
+        Stats::get(&v1.stats().unwanted) - 20
+    );
 }
 
 /// A junk peer floods the first validator at ten times the honest rate —

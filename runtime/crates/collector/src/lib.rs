@@ -105,7 +105,20 @@ pub struct Collector {
     answered: std::sync::Mutex<Answered>,
     /// Drills that hold answers back ([`Hold`]).
     pub holds: Vec<Hold>,
+    /// Submissions a second per peer (IP address), sustained and in a burst
+    /// ([`Collector::with_peer_rate`]); past it, `RESOURCE_EXHAUSTED` (the
+    /// node backs off and retries).
+    rate: Arc<governor::DefaultKeyedRateLimiter<std::net::IpAddr>>,
+    /// The highest slot id that can hold a signer (the node count, or a
+    /// full node past it), read at most every [`SIGNERS_FRESH`]: a slot id
+    /// past it is nobody's without a chain read.
+    highest_slot: tokio::sync::Mutex<Option<(std::time::Instant, u64)>>,
 }
+
+/// Submissions a second one peer may send a collector, sustained…
+pub const PEER_RATE: u32 = 2_000;
+/// …and in a burst (a full node of a 10,000-project market at a release).
+pub const PEER_BURST: u32 = 20_000;
 
 /// One message's answer: the rejection's reason (`None`: accepted) and its
 /// place in [`Collector::received`] (when kept).
@@ -197,7 +210,48 @@ impl Collector {
             signers: std::sync::Mutex::new((std::time::Instant::now(), BTreeMap::new())),
             answered: Default::default(),
             holds: Vec::new(),
+            rate: Arc::new(Self::limiter(PEER_RATE, PEER_BURST)),
+            highest_slot: Default::default(),
         }
+    }
+
+    fn limiter(rate: u32, burst: u32) -> governor::DefaultKeyedRateLimiter<std::net::IpAddr> {
+        let rate = std::num::NonZeroU32::new(rate.max(1)).expect("at least 1");
+        let burst = std::num::NonZeroU32::new(burst.max(1)).expect("at least 1");
+        governor::RateLimiter::keyed(governor::Quota::per_second(rate).allow_burst(burst))
+    }
+
+    /// The same collector with another per-peer rate and burst.
+    pub fn with_peer_rate(mut self, rate: u32, burst: u32) -> Self {
+        self.rate = Arc::new(Self::limiter(rate, burst));
+        self
+    }
+
+    /// Whether `peer` may send one more submission now.
+    fn admit_peer(&self, peer: Option<std::net::SocketAddr>) -> Result<(), tonic::Status> {
+        let Some(peer) = peer else { return Ok(()) };
+        self.rate.check_key(&peer.ip()).map_err(|_| {
+            tonic::Status::resource_exhausted(format!(
+                "more submissions a second from {} than this collector takes from one peer; slow down and retry",
+                peer.ip()
+            ))
+        })
+    }
+
+    /// [`Collector::highest_slot`], read again when stale.
+    async fn highest_slot(&self) -> Result<u64, String> {
+        let mut known = self.highest_slot.lock().await;
+        if let Some((at, n)) = *known
+            && at.elapsed() < SIGNERS_FRESH
+        {
+            return Ok(n);
+        }
+        let total = self.anchor.total_slots().await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        let head = self.anchor.head().await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        let full = self.anchor.full_nodes_at(head).await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        let n = full.last().copied().unwrap_or(0).max(total);
+        *known = Some((std::time::Instant::now(), n));
+        Ok(n)
     }
 
     /// How `epoch_id` was released (kept once found); an epoch never released
@@ -354,6 +408,11 @@ impl Facts for Collector {
     }
 
     async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        // Any slot id can be named by anyone: one past the registry is
+        // nobody's, without a read of its own.
+        if slot_id > self.highest_slot().await? {
+            return Ok(Address::ZERO);
+        }
         let cell = {
             let mut signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
             // Any slot id can be named by anyone: the cells are bounded too.
@@ -425,6 +484,7 @@ impl proto::submission_server::Submission for Service {
         &self,
         request: tonic::Request<SnapshotSubmission>,
     ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
+        self.0.admit_peer(request.remote_addr())?;
         let s = request.into_inner();
         let request = s.request.clone().unwrap_or_default();
         let collector = self.0.clone();
@@ -439,9 +499,11 @@ impl proto::submission_server::Submission for Service {
         &self,
         request: tonic::Request<tonic::Streaming<SnapshotSubmission>>,
     ) -> Result<tonic::Response<SubmissionResponse>, tonic::Status> {
+        let peer = request.remote_addr();
         let mut stream = request.into_inner();
         let mut all_ok = true;
         while let Some(s) = stream.message().await? {
+            self.0.admit_peer(peer)?;
             let verdict = self.0.verdict(&s).await.map_err(tonic::Status::unavailable)?;
             all_ok &= verdict.is_ok();
             self.0.record(s, verdict).await;

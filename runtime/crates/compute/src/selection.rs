@@ -183,27 +183,24 @@ impl SelectionCheck {
 
     /// Whether `slot_id` may submit `project_id` in `epoch`: the project must
     /// be one the data market defines ([`Projects::check`]); projects whose
-    /// data source is an address (a pool) need the slot selected and assigned
-    /// exactly that pool — unless the slot is a full node, which may submit
-    /// every active pool; other projects are not scoped by the assignment.
+    /// data source is a pool need the slot selected and assigned exactly that
+    /// pool (one pool: `a_b` is no project of the market) — unless the slot
+    /// is a full node, which may submit every active pool; a project without
+    /// a data source needs the slot selected (any pool) or a full node.
     pub fn check(&self, epoch: &EpochAssignment, slot_id: u64, project_id: &str) -> Result<(), Refusal> {
         self.projects.check(project_id).map_err(Refusal::UnknownProject)?;
         let parts: Vec<&str> = project_id.split(':').collect();
-        let sources: Vec<&str> = match parts.as_slice() {
-            [_, ds, _] => ds.split('_').collect(),
-            _ => Vec::new(),
+        let source = match parts.as_slice() {
+            [_, ds, _] => Some(*ds),
+            _ => None,
         };
-        let addresses: Vec<&str> = sources.into_iter().filter(|s| lite_node_protocol::is_address(s)).collect();
-        if addresses.is_empty() {
-            return Ok(());
-        }
         let e = epoch.epoch_id;
-        for a in &addresses {
-            if !self.pools.iter().any(|p| p.eq_ignore_ascii_case(a)) {
-                return Err(Refusal::WrongPool(format!(
-                    "{project_id}: pool {a} is not in the data market's active pool list"
-                )));
-            }
+        if let Some(pool) = source
+            && !self.pools.iter().any(|p| p.eq_ignore_ascii_case(pool))
+        {
+            return Err(Refusal::WrongPool(format!(
+                "{project_id}: pool {pool} is not in the data market's active pool list"
+            )));
         }
         // A full node works every active pool, every epoch.
         if epoch.full_nodes.contains(&slot_id) {
@@ -215,7 +212,10 @@ impl SelectionCheck {
                 epoch.block_hash, epoch.total_slots
             )));
         };
-        if !addresses.iter().any(|a| a.eq_ignore_ascii_case(assigned)) {
+        // A project without a data source: any selected slot's.
+        if let Some(pool) = source
+            && !pool.eq_ignore_ascii_case(assigned)
+        {
             return Err(Refusal::WrongPool(format!(
                 "slot {slot_id} was assigned pool {assigned} in epoch {e}, not {project_id}"
             )));

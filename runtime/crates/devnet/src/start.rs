@@ -250,12 +250,7 @@ impl Devnet {
                 out,
                 "validator {} ({}) on {} (gRPC gateway), monitor API on {}, gossip {}; windows stay open {} anchor \
                  blocks after a release",
-                v.index,
-                v.address,
-                v.gateway,
-                v.api,
-                v.p2p,
-                validator::WINDOW_BLOCKS
+                v.index, v.address, v.gateway, v.api, v.p2p, v.window_blocks
             )?;
             validators.push(v);
         }

@@ -19,8 +19,15 @@ use serde_json::{Value, json};
 use super::{process::Guarded, world::Driver};
 
 /// The window the devnet's validator keeps, in anchor blocks after a
-/// release: the devnet closes it itself once an epoch's submissions are in.
-pub const WINDOW_BLOCKS: u64 = 2;
+/// release, over `pools` active pools: the devnet closes it itself once an
+/// epoch's submissions are in, but the anchor (anvil, mining a block per
+/// transaction) also moves with the previous epoch's on-chain work — its
+/// root, attestations and a part per ~100 stored pairs — so a world of many
+/// pools (a full node submitting one each) keeps it open longer: 2 blocks
+/// for the default world, 22 for 1,000 pools.
+pub fn window_blocks(pools: usize) -> u64 {
+    2 + pools as u64 / 50
+}
 
 /// Anchor blocks a submitter's turn lasts on the devnet.
 pub const FALLBACK_BLOCKS: u64 = 3;
@@ -55,6 +62,8 @@ pub struct DevnetValidator {
     /// Epochs the devnet knows it did not watch whole (released while it
     /// was cut off): not waited for.
     pub unwatched: std::collections::BTreeSet<u64>,
+    /// Its window, in anchor blocks ([`window_blocks`]).
+    pub window_blocks: u64,
     conn: redis::aio::ConnectionManager,
     keys: Keys,
 }
@@ -155,7 +164,7 @@ impl DevnetValidator {
             ("--data-market", data_market.to_owned()),
             ("--pools", pools.join(",")),
             ("--from-block", start_block.to_string()),
-            ("--window-blocks", WINDOW_BLOCKS.to_string()),
+            ("--window-blocks", window_blocks(pools.len()).to_string()),
             ("--fallback-blocks", FALLBACK_BLOCKS.to_string()),
             ("--poll-ms", poll.as_millis().to_string()),
             ("--p2p-listen", p2p_listen.clone()),
@@ -187,6 +196,7 @@ impl DevnetValidator {
             process,
             gateway: format!("http://127.0.0.1:{gateway_port}"),
             api: format!("http://127.0.0.1:{api_port}"),
+            window_blocks: window_blocks(pools.len()),
             p2p,
             p2p_port,
             peer_id: peer.to_string(),
@@ -340,7 +350,7 @@ impl DevnetValidator {
         patience: Duration,
     ) -> Result<EpochOutcome> {
         let k = self.keys.clone();
-        let closes = lite_node_validator::window_closes(release_block, WINDOW_BLOCKS);
+        let closes = lite_node_validator::window_closes(release_block, self.window_blocks);
         let head = driver.head().await?;
         if head < closes {
             driver.call("anvil_mine", json!([format!("0x{:x}", closes - head)])).await?;
@@ -518,7 +528,10 @@ pub async fn settle_onchain(
         cids.insert(project, (read._0, read._1));
     }
     let outcome = OnchainOutcome {
-        closes: lite_node_validator::window_closes(release_block, WINDOW_BLOCKS),
+        closes: lite_node_validator::window_closes(
+            release_block,
+            validators.first().map_or(window_blocks(0), |v| v.window_blocks),
+        ),
         batch_cid: batch.batchCid,
         root: batch.root.to_string(),
         submitter: batch.submitter,

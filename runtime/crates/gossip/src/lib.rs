@@ -61,6 +61,14 @@ const MAX_FRAME: usize = 64 * 1024;
 /// and counts.
 const OUTBOX: usize = 4096;
 
+/// Messages queued per connection before gossipsub drops them: room for
+/// an epoch of 10,000 projects and its relays.
+const CONNECTION_QUEUE: usize = 50_000;
+
+/// How long a message may wait in a connection's queue: long enough that
+/// nothing is dropped for waiting behind a burst.
+const QUEUED_AT_MOST: Duration = Duration::from_secs(600);
+
 /// How often unconnected bootstrap peers are dialled again.
 const REDIAL_EVERY: Duration = Duration::from_secs(5);
 
@@ -75,6 +83,11 @@ pub enum Verdict {
     /// Not junk, but not taken now (the receiver is full): neither relayed
     /// nor held against anyone.
     Ignore,
+    /// Well-formed and signed, but of no use (its deadline passed, its slot
+    /// holds no signer, its epoch is far from released): neither relayed
+    /// nor handed over, and counted lightly against the peer that sent it
+    /// ([`UNWANTED_WEIGHT`]), so a peer can send a few but not a flood.
+    Unwanted(String),
     /// Not decided without a slower check: handed over with a [`Ticket`],
     /// neither relayed nor dropped until the receiver gives its verdict on
     /// the ticket (a ticket dropped without one ignores the message).
@@ -113,9 +126,15 @@ impl Ticket {
         let (acceptance, counter) = match verdict {
             Verdict::Accept => (gossipsub::MessageAcceptance::Accept, &self.stats.accepted),
             Verdict::Reject(_) => (gossipsub::MessageAcceptance::Reject, &self.stats.rejected),
-            Verdict::Ignore | Verdict::Hold => (gossipsub::MessageAcceptance::Ignore, &self.stats.ignored),
+            Verdict::Ignore | Verdict::Hold | Verdict::Unwanted(_) => {
+                (gossipsub::MessageAcceptance::Ignore, &self.stats.ignored)
+            }
         };
         Stats::add(counter);
+        if let Verdict::Unwanted(_) = verdict {
+            Stats::add(&self.stats.unwanted);
+            let _ = self.commands.try_send(Command::Unwanted(self.source));
+        }
         let report = Command::Report(self.message.clone(), self.source, acceptance);
         // The peer's inbox full (or the peer gone): the message stays
         // unvalidated, never relayed, and leaves gossipsub's cache in a few
@@ -180,6 +199,8 @@ pub struct Stats {
     /// Of those, the ones ignored because the receiver had no room: lost
     /// to it (gossip does not send them again).
     pub full: AtomicU64,
+    /// Of those, the ones the check found of no use ([`Verdict::Unwanted`]).
+    pub unwanted: AtomicU64,
 }
 
 impl Stats {
@@ -198,6 +219,7 @@ enum Command {
     Report(gossipsub::MessageId, PeerId, gossipsub::MessageAcceptance),
     MeshPeers(oneshot::Sender<usize>),
     Score(PeerId, oneshot::Sender<Option<f64>>),
+    Unwanted(PeerId),
 }
 
 /// A running peer.
@@ -270,6 +292,16 @@ fn gossipsub_config() -> Result<gossipsub::Config, Error> {
         // Nothing is relayed before the check has judged it.
         .validate_messages()
         .max_transmit_size(MAX_FRAME)
+        // An epoch's burst (a full node's submissions for every pool, each
+        // relayed to every peer) is queued whole and never dropped for
+        // waiting: with the defaults (5,000 queued, 5 s to publish, 1 s to
+        // forward), a collector on a busy machine dropped half of a
+        // 1,000-pool epoch before it reached any validator, and each drop
+        // counted against the peer as "slow" until the mesh fell apart
+        // (found on a 1,000-pool devnet). The queue's length bounds it.
+        .connection_handler_queue_len(CONNECTION_QUEUE)
+        .forward_queue_duration(QUEUED_AT_MOST)
+        .publish_queue_duration(QUEUED_AT_MOST)
         // One signed submission is one message, however it is respelled
         // (another header, another spelling of its signature): a replay is a
         // duplicate, dropped before any check.
@@ -287,6 +319,16 @@ fn gossipsub_config() -> Result<gossipsub::Config, Error> {
 /// The score below which a peer's messages are ignored: with each rejected
 /// message counting −10 × (rejections)², three rejections put a peer there.
 pub const GRAYLIST: f64 = -80.0;
+
+/// What one unwanted message ([`Verdict::Unwanted`]) costs its sender, in
+/// score: the count of a peer's unwanted messages, decaying by half every
+/// [`UNWANTED_DECAY_EVERY`], times this (gossipsub's application score,
+/// weighted 1). A peer sending ~30 a second stays above [`GRAYLIST`]; a
+/// flood of hundreds a second is graylisted within a second.
+pub const UNWANTED_WEIGHT: f64 = -1.0;
+
+/// How often the unwanted-message counts are halved.
+pub const UNWANTED_DECAY_EVERY: Duration = Duration::from_secs(1);
 
 /// Peers whose messages were rejected lose score until they are
 /// graylisted: what they send is then ignored.
@@ -313,6 +355,13 @@ fn scoring(topic: &gossipsub::IdentTopic) -> (gossipsub::PeerScoreParams, gossip
         ..gossipsub::TopicScoreParams::default()
     };
     params.topics.insert(topic.hash(), topic_params);
+    // Unwanted messages count through the application score (set per peer
+    // from its decaying count).
+    params.app_specific_weight = 1.0;
+    // A peer slow to take what is forwarded to it (a burst on a busy
+    // machine) is not misbehaving: by default each message it could not take
+    // in time cost it 0.2, and a burst of 1,000 graylisted every peer.
+    params.slow_peer_weight = 0.0;
     let thresholds = gossipsub::PeerScoreThresholds {
         gossip_threshold: -10.0,
         publish_threshold: -50.0,
@@ -375,6 +424,7 @@ impl Gossip {
             stats: stats.clone(),
             listening: listening_tx,
             commands: commands.downgrade(),
+            unwanted: Default::default(),
         };
         tokio::spawn(task.run(inbox));
         Ok(Self { commands, peer_id, listening, stats })
@@ -443,11 +493,14 @@ struct Task {
     commands: mpsc::WeakSender<Command>,
     stats: Arc<Stats>,
     listening: watch::Sender<Vec<Multiaddr>>,
+    /// Per peer, its unwanted messages (decaying): its application score.
+    unwanted: std::collections::HashMap<PeerId, f64>,
 }
 
 impl Task {
     async fn run(mut self, mut inbox: mpsc::Receiver<Command>) {
         let mut redial = tokio::time::interval(REDIAL_EVERY);
+        let mut decay = tokio::time::interval(UNWANTED_DECAY_EVERY);
         loop {
             tokio::select! {
                 command = inbox.recv() => match command {
@@ -459,11 +512,13 @@ impl Task {
                     Some(Command::Score(peer, answer)) => {
                         let _ = answer.send(self.swarm.behaviour().gossipsub.peer_score(&peer));
                     }
+                    Some(Command::Unwanted(peer)) => self.unwanted_from(peer),
                     // Every handle is gone: the peer stops.
                     None => return,
                 },
                 event = self.swarm.select_next_some() => self.on_event(event),
                 _ = redial.tick() => self.dial_bootstrap(),
+                _ = decay.tick() => self.decay_unwanted(),
             }
         }
     }
@@ -482,6 +537,25 @@ impl Task {
 
     fn report(&mut self, message: &gossipsub::MessageId, source: &PeerId, acceptance: gossipsub::MessageAcceptance) {
         self.swarm.behaviour_mut().gossipsub.report_message_validation_result(message, source, acceptance);
+    }
+
+    /// One more unwanted message from `peer`: its application score falls.
+    fn unwanted_from(&mut self, peer: PeerId) {
+        let count = self.unwanted.entry(peer).or_insert(0.0);
+        *count += 1.0;
+        let score = *count * UNWANTED_WEIGHT;
+        self.swarm.behaviour_mut().gossipsub.set_application_score(&peer, score);
+    }
+
+    /// Halves every peer's unwanted count (forgetting those near zero).
+    fn decay_unwanted(&mut self) {
+        let gossipsub = &mut self.swarm.behaviour_mut().gossipsub;
+        self.unwanted.retain(|peer, count| {
+            *count /= 2.0;
+            let keep = *count >= 0.5;
+            gossipsub.set_application_score(peer, if keep { *count * UNWANTED_WEIGHT } else { 0.0 });
+            keep
+        });
     }
 
     fn dial_bootstrap(&mut self) {
@@ -552,6 +626,13 @@ impl Task {
                     Verdict::Ignore => {
                         self.report(&message_id, &propagation_source, gossipsub::MessageAcceptance::Ignore);
                         Stats::add(&self.stats.ignored);
+                    }
+                    Verdict::Unwanted(why) => {
+                        tracing::trace!("gossip: an unwanted message from {propagation_source}: {why}");
+                        self.report(&message_id, &propagation_source, gossipsub::MessageAcceptance::Ignore);
+                        Stats::add(&self.stats.ignored);
+                        Stats::add(&self.stats.unwanted);
+                        self.unwanted_from(propagation_source);
                     }
                 }
             }
