@@ -36,7 +36,10 @@ const EPOCH: u64 = 5;
 fn main() {
     let quick = lite_node_testkit::bench_is_quick();
     let projects: u64 = if quick { 50 } else { 10_000 };
+    // A block of 30M gas, as on Ethereum (the saved world's anvil has none).
     let world = World::load();
+    world.rpc("evm_setBlockGasLimit", json!(["0x1c9c380"]));
+    world.mine(1);
     let redis = RedisServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let accounts: Vec<_> = world.manifest.accounts[7..10].to_vec();
