@@ -248,8 +248,26 @@ pub async fn judge<F: Facts>(
     domain: &Eip712Domain,
     facts: &F,
 ) -> Result<Judgement, String> {
+    judge_recovered(s, scope, domain, facts, None).await
+}
+
+/// [`judge`], for a submission whose signer `recovered` already recovered
+/// from its signature (a validator's gateway does before it queues one, and
+/// carries it): the same rules, without recovering it a second time.
+/// `None`: recovered here.
+pub async fn judge_recovered<F: Facts>(
+    s: &SnapshotSubmission,
+    scope: &Scope,
+    domain: &Eip712Domain,
+    facts: &F,
+    recovered: Option<Address>,
+) -> Result<Judgement, String> {
     let reject = |reason, detail: String| Ok(Judgement::Rejected(Rejection::new(reason, detail)));
-    let (r, found) = match admit(s, scope, domain) {
+    let admitted = match recovered {
+        Some(signer) => check_form(s, scope).map(|r| (r, signer)).map_err(|why| Rejection::new(Reason::BadForm, why)),
+        None => admit(s, scope, domain),
+    };
+    let (r, found) = match admitted {
         Ok(admitted) => admitted,
         Err(rejection) => return Ok(Judgement::Rejected(rejection)),
     };

@@ -42,7 +42,7 @@ use lite_node_core::retry::Policy;
 use lite_node_protocol::{
     eip712,
     proto::{Request, SnapshotSubmission},
-    submission::{EpochStanding, Facts, Judgement, Rejection, Selection, WINDOW_BLOCKS, caps, judge},
+    submission::{EpochStanding, Facts, Judgement, Rejection, Selection, WINDOW_BLOCKS, caps, judge_recovered},
 };
 use redis::{Script, aio::ConnectionManager};
 use serde_json::json;
@@ -475,7 +475,7 @@ impl<C: ChainReads> Dequeuer<C> {
     async fn check(&self, snapshot: &Snapshot, received: gateway::Received, id: String) -> Checked {
         let s = received.submission;
         let facts = ItemFacts { dequeuer: self, snapshot, received_head: received.head };
-        match judge(&s, &self.market.scope, &self.domain, &facts).await {
+        match judge_recovered(&s, &self.market.scope, &self.domain, &facts, received.signer).await {
             Err(why) => Checked::GiveBack(why),
             Ok(Judgement::Accepted) => {
                 let epoch_id = s.request.as_ref().map_or(0, |r| r.epoch_id);

@@ -126,6 +126,8 @@ pub struct Gateway {
     per_slot_epoch: Arc<Mutex<std::collections::BTreeMap<(u64, u64), u32>>>,
     /// Unwanted gossip submissions by why ([`UNWANTED_WHY`]).
     unwanted_counts: Arc<[std::sync::atomic::AtomicU64; 4]>,
+    /// Signers the gossip check recovered, by message id, until queued.
+    recovered: Arc<Mutex<HashMap<[u8; 32], alloy::primitives::Address>>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -137,14 +139,27 @@ impl std::fmt::Debug for Gateway {
 /// A submission as it travels through Redis (the seed's JSON-encoded
 /// submission), with when and from where it arrived and the anchor head
 /// then (`receivedHead`, which the queueing script writes).
-pub fn encode(s: &SnapshotSubmission, received_at: u64, peer: &str, received_head: u64) -> String {
-    format!("{{\"receivedHead\":{received_head},{}", encode_rest(s, received_at, peer))
+pub fn encode(
+    s: &SnapshotSubmission,
+    received_at: u64,
+    peer: &str,
+    received_head: u64,
+    signer: Option<alloy::primitives::Address>,
+) -> String {
+    format!("{{\"receivedHead\":{received_head},{}", encode_rest(s, received_at, peer, signer))
 }
 
-/// Everything of [`encode`] after `{"receivedHead":N,`.
-fn encode_rest(s: &SnapshotSubmission, received_at: u64, peer: &str) -> String {
+/// Everything of [`encode`] after `{"receivedHead":N,`. `signer`: who the
+/// gateway recovered from the signature, carried so the dequeuer does not
+/// recover it again.
+fn encode_rest(
+    s: &SnapshotSubmission,
+    received_at: u64,
+    peer: &str,
+    signer: Option<alloy::primitives::Address>,
+) -> String {
     let r = s.request.clone().unwrap_or_default();
-    let body = json!({
+    let mut body = json!({
         "request": {
             "slotId": r.slot_id,
             "deadline": r.deadline,
@@ -159,9 +174,11 @@ fn encode_rest(s: &SnapshotSubmission, received_at: u64, peer: &str) -> String {
         "protocolState": s.protocol_state,
         "receivedAt": received_at,
         "peerId": peer,
-    })
-    .to_string();
-    body[1..].to_owned()
+    });
+    if let Some(signer) = signer {
+        body["signer"] = json!(signer.to_string());
+    }
+    body.to_string()[1..].to_owned()
 }
 
 /// A submission read back from Redis.
@@ -173,6 +190,9 @@ pub struct Received {
     /// The anchor head when it arrived (`None`: queued by an older gateway,
     /// or by hand).
     pub head: Option<u64>,
+    /// Who signed it, as the gateway recovered it (`None`: recovered by
+    /// whoever judges it).
+    pub signer: Option<alloy::primitives::Address>,
 }
 
 /// A submission read back from Redis; `Err` names what is wrong with a
@@ -204,6 +224,7 @@ pub fn decode(payload: &str) -> Result<Received, String> {
         submission,
         at: v.get("receivedAt").and_then(serde_json::Value::as_u64).unwrap_or(0),
         head: v.get("receivedHead").and_then(serde_json::Value::as_u64),
+        signer: v.get("signer").and_then(|a| a.as_str()).and_then(|a| a.parse().ok()),
     })
 }
 
@@ -274,6 +295,9 @@ pub const FUTURE_EPOCHS: u64 = 4;
 /// oldest epoch's are forgotten.
 const PER_SLOT_EPOCH_ENTRIES: usize = 200_000;
 
+/// Gossip checks' recovered signers kept until their messages are queued.
+const RECOVERED_KEPT: usize = 65_536;
+
 /// Why gossip submissions are unwanted, as `/metrics` labels them.
 pub const UNWANTED_WHY: [&str; 4] = ["stale", "unreleased_epoch", "over_slot_cap", "unregistered_slot"];
 
@@ -317,20 +341,25 @@ impl Gateway {
                     .into(),
             ),
             Ok(s) => {
-                let verdict = match self.admitted(&s) {
+                let admitted = self.admitted(&s);
+                let verdict = match &admitted {
                     Err(rejection) => Verdict::Reject(rejection.to_string()),
                     Ok((slot_id, signer)) => match self.unwanted(&s) {
                         Some(why) => Verdict::Unwanted(why),
                         None => match &self.signers {
                             None => Verdict::Accept,
-                            Some(book) => match book.cached(slot_id) {
+                            Some(book) => match book.cached(*slot_id) {
                                 None => Verdict::Hold,
-                                Some(registered) => signer_verdict(slot_id, signer, registered),
+                                Some(registered) => signer_verdict(*slot_id, *signer, registered),
                             },
                         },
                     },
                 };
                 self.count(&s, &verdict);
+                // Carried to the queue: the dequeuer does not recover it again.
+                if let (Verdict::Accept | Verdict::Hold, Ok((_, signer))) = (&verdict, &admitted) {
+                    self.recovered_signer(payload, Some(*signer));
+                }
                 verdict
             }
         }
@@ -449,6 +478,9 @@ impl Gateway {
             self.count(s, &verdict);
         }
         let accepted = verdict == Verdict::Accept;
+        if !accepted {
+            self.recovered_signer(&delivery.data, None);
+        }
         ticket.settle(&verdict);
         accepted.then_some(delivery.data)
     }
@@ -457,8 +489,9 @@ impl Gateway {
     /// gRPC. Gossip hands over only what [`Gateway::judge_gossip`] accepted,
     /// so its checks (the signature recovery above all) are not run again.
     pub async fn take_gossip(&self, payload: &[u8]) -> redis::RedisResult<Admitted> {
+        let signer = self.recovered_signer(payload, None);
         match <SnapshotSubmission as prost::Message>::decode(payload) {
-            Ok(s) => self.queue(&s, "gossip").await,
+            Ok(s) => self.queue(&s, "gossip", signer).await,
             Err(e) => Ok(Admitted::Refused(Rejection::new(Reason::BadForm, format!("not a submission: {e}")))),
         }
     }
@@ -562,9 +595,27 @@ impl Gateway {
         Ok((r.slot_id, signer))
     }
 
-    /// Why the checks made before storage refuse `s`, if they do.
-    fn refusal(&self, s: &SnapshotSubmission) -> Option<Rejection> {
-        self.admitted(s).err()
+    /// The signer the gossip check recovered for `payload`: kept (`keep`
+    /// given) until the intake queues it, then taken, so the dequeuer does
+    /// not recover it a second time. Bounded: past [`RECOVERED_KEPT`] the
+    /// oldest are forgotten at once (those are recovered again).
+    fn recovered_signer(
+        &self,
+        payload: &[u8],
+        keep: Option<alloy::primitives::Address>,
+    ) -> Option<alloy::primitives::Address> {
+        let id = lite_node_protocol::submission::gossip_message_id(payload);
+        let mut kept = self.recovered.lock().unwrap_or_else(|p| p.into_inner());
+        match keep {
+            Some(signer) => {
+                if kept.len() >= RECOVERED_KEPT {
+                    kept.clear();
+                }
+                kept.insert(id, signer);
+                Some(signer)
+            }
+            None => kept.remove(&id),
+        }
     }
 
     pub fn new(conn: ConnectionManager, market: Arc<Market>) -> Self {
@@ -595,6 +646,7 @@ impl Gateway {
             latest_epoch: Default::default(),
             per_slot_epoch: Default::default(),
             unwanted_counts: Default::default(),
+            recovered: Default::default(),
         }
     }
 
@@ -620,13 +672,16 @@ impl Gateway {
     /// Checks one submission and, if it passes, queues it (module docs).
     /// `Err` is Redis unreachable.
     pub async fn accept(&self, s: &SnapshotSubmission, peer: &str) -> redis::RedisResult<Admitted> {
-        if let Some(rejection) = self.refusal(s) {
-            let field = format!("rejected:{}", rejection.reason);
-            let mut conn = self.conn.clone();
-            redis::cmd("HINCRBY").arg(self.market.keys.counters()).arg(field).arg(1).exec_async(&mut conn).await?;
-            return Ok(Admitted::Refused(rejection));
-        }
-        let admitted = self.queue(s, peer).await?;
+        let signer = match self.admitted(s) {
+            Ok((_, signer)) => signer,
+            Err(rejection) => {
+                let field = format!("rejected:{}", rejection.reason);
+                let mut conn = self.conn.clone();
+                redis::cmd("HINCRBY").arg(self.market.keys.counters()).arg(field).arg(1).exec_async(&mut conn).await?;
+                return Ok(Admitted::Refused(rejection));
+            }
+        };
+        let admitted = self.queue(s, peer, Some(signer)).await?;
         if admitted == Admitted::Queued {
             self.relay(s).await;
         }
@@ -649,7 +704,10 @@ impl Gateway {
         let Some(peer) = self.relay.get() else { return };
         let Ok(form) = lite_node_protocol::submission::gossip_form(s) else { return };
         let bytes = prost::Message::encode_to_vec(&form);
-        let verdict = match self.judge_gossip(&bytes) {
+        let judged = self.judge_gossip(&bytes);
+        // Published, not queued here again: nothing to carry.
+        self.recovered_signer(&bytes, None);
+        let verdict = match judged {
             Verdict::Hold => match (self.admitted(&form), &self.signers) {
                 (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id).await {
                     Ok(registered) => signer_verdict(slot_id, signer, registered),
@@ -665,7 +723,12 @@ impl Gateway {
     }
 
     /// Queues a submission the checks admitted (module docs, step 5).
-    async fn queue(&self, s: &SnapshotSubmission, peer: &str) -> redis::RedisResult<Admitted> {
+    async fn queue(
+        &self,
+        s: &SnapshotSubmission,
+        peer: &str,
+        signer: Option<alloy::primitives::Address>,
+    ) -> redis::RedisResult<Admitted> {
         let mut conn = self.conn.clone();
         let mut s = s.clone();
         s.signature = match eip712::canonical_signature(&s.signature) {
@@ -698,7 +761,7 @@ impl Gateway {
             .key(k.anchor_head())
             .key(k.pending())
             .arg(self.admission.max_queue)
-            .arg(encode_rest(&s, millis, peer))
+            .arg(encode_rest(&s, millis, peer, signer))
             .arg(&entity)
             .arg(metadata.unwrap_or_default())
             .arg(secs)

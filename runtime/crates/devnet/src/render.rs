@@ -33,6 +33,10 @@ pub struct Summary {
     pub finalized: Option<usize>,
     pub validator_disagrees: usize,
     pub validator_unjudged: usize,
+    /// Gossip submissions the validators' intakes found of no use (stale, an
+    /// epoch not released, a slot nobody holds, past a slot's cap), all
+    /// validators together: shown beside the unjudged, which they explain.
+    pub validator_unwanted: u64,
     /// With validators: epochs the chain finalized.
     pub onchain_finalized: Option<usize>,
     /// Validators the devnet restarted after they died.
@@ -230,6 +234,7 @@ pub(crate) fn summarize(
         finalized: None,
         validator_disagrees: 0,
         validator_unjudged: 0,
+        validator_unwanted: 0,
         onchain_finalized: None,
         validator_restarts: 0,
     }
@@ -310,6 +315,12 @@ pub(crate) fn summary_text(s: &Summary, took: Duration) -> String {
             extra.push_str(&format!(
                 "; {} submission(s) the collector accepted were never judged by it",
                 s.validator_unjudged
+            ));
+        }
+        if s.validator_unwanted > 0 {
+            extra.push_str(&format!(
+                "; the validators' gossip intakes found {} submission(s) of no use",
+                s.validator_unwanted
             ));
         }
     }
@@ -423,6 +434,7 @@ mod tests {
             finalized: None,
             validator_disagrees: 0,
             validator_unjudged: 0,
+            validator_unwanted: 0,
             onchain_finalized: None,
             validator_restarts: 0,
         }
@@ -449,6 +461,7 @@ mod tests {
             restarts: 1,
             finalized: Some(9),
             validator_unjudged: 3,
+            validator_unwanted: 0,
             onchain_finalized: Some(10),
             validator_restarts: 1,
             interrupted: true,

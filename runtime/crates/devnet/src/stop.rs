@@ -68,6 +68,20 @@ impl Devnet {
             tracing::info!("a client stayed connected to the collector; closing it");
             self.serving.abort();
         }
+        // What each validator's gossip intake found of no use (stale, an
+        // epoch not released, a slot nobody holds, past a slot's cap): read
+        // before its Redis stops, compared below with what went unjudged.
+        let mut unwanted = Vec::new();
+        for v in &mut self.validators {
+            unwanted.push((v.index, v.unwanted().await));
+        }
+        // What each validator's gossip intake found of no use (stale, an
+        // epoch not released, a slot nobody holds, past a slot's cap): read
+        // before its Redis stops, compared below with what went unjudged.
+        let mut unwanted = Vec::new();
+        for v in &mut self.validators {
+            unwanted.push((v.index, v.unwanted().await));
+        }
         for v in &mut self.validators {
             tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
         }
@@ -116,6 +130,11 @@ impl Devnet {
                 .collect();
             summary.validator_disagrees = verdicts.iter().filter(|v| v.is_some_and(|v| v != "accepted")).count();
             summary.validator_unjudged = verdicts.iter().filter(|v| v.is_none()).count();
+            for (index, by_why) in unwanted.iter().filter(|(_, w)| !w.is_empty()) {
+                let list: Vec<String> = by_why.iter().map(|(why, n)| format!("{n} {why}")).collect();
+                writeln!(out, "validator {index}: its gossip intake found submissions of no use: {}", list.join(", "))?;
+                summary.validator_unwanted += by_why.values().sum::<u64>();
+            }
         }
         writeln!(out, "\n{}", summary_text(&summary, self.started.elapsed()))?;
         if let Some(path) = &self.opts.json {

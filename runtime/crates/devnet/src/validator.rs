@@ -261,6 +261,17 @@ impl DevnetValidator {
     }
 
     /// Its `onchain_*` fields of epoch `epoch_id`'s state.
+    /// What its gossip intake found unwanted, by why (`gossip_unwanted:*`
+    /// of its counters; none on an honest devnet).
+    pub async fn unwanted(&mut self) -> BTreeMap<String, u64> {
+        let counters: BTreeMap<String, u64> = self.conn.hgetall(self.keys.counters()).await.unwrap_or_default();
+        counters
+            .into_iter()
+            .filter_map(|(k, n)| k.strip_prefix("gossip_unwanted:").map(|why| (why.to_owned(), n)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
     pub async fn onchain_state(&mut self, epoch_id: u64) -> BTreeMap<String, String> {
         let state: std::collections::HashMap<String, String> =
             self.conn.hgetall(self.keys.epoch_state(epoch_id)).await.unwrap_or_default();
