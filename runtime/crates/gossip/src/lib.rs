@@ -65,9 +65,6 @@ const OUTBOX: usize = 4096;
 /// an epoch of 10,000 projects and its relays.
 const CONNECTION_QUEUE: usize = 50_000;
 
-/// Messages above this many bytes are announced with IDONTWANT.
-const IDONTWANT_ABOVE: usize = 64;
-
 /// How long a message may wait in a connection's queue: long enough that
 /// nothing is dropped for waiting behind a burst.
 const QUEUED_AT_MOST: Duration = Duration::from_secs(600);
@@ -291,7 +288,13 @@ fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
 fn gossipsub_config() -> Result<gossipsub::Config, Error> {
     gossipsub::ConfigBuilder::default()
         .heartbeat_interval(Duration::from_millis(700))
-        .validation_mode(gossipsub::ValidationMode::Strict)
+        // Messages carry no author, sequence number or signature of their
+        // own: a submission is signed by its slot's signer (EIP-712), which
+        // every peer checks before relaying, and peers are scored by the
+        // connection they came over (authenticated by noise). An ed25519
+        // signature on every message, checked on every copy, was the largest
+        // cost of the mesh (a fifth of its CPU) and proved nothing more.
+        .validation_mode(gossipsub::ValidationMode::Anonymous)
         // Nothing is relayed before the check has judged it.
         .validate_messages()
         .max_transmit_size(MAX_FRAME)
@@ -303,13 +306,6 @@ fn gossipsub_config() -> Result<gossipsub::Config, Error> {
         // counted against the peer as "slow" until the mesh fell apart
         // (found on a 1,000-pool devnet). The queue's length bounds it.
         .connection_handler_queue_len(CONNECTION_QUEUE)
-        // A peer that has a submission tells its mesh at once (IDONTWANT,
-        // gossipsub 1.2), also for one it published: in a full mesh each
-        // message otherwise reached every peer from every other one, and
-        // each copy's signature was checked before it was found a duplicate.
-        // A submission (~0.5 KiB) is below the 1 KiB default.
-        .idontwant_message_size_threshold(IDONTWANT_ABOVE)
-        .idontwant_on_publish(true)
         .forward_queue_duration(QUEUED_AT_MOST)
         .publish_queue_duration(QUEUED_AT_MOST)
         // One signed submission is one message, however it is respelled
@@ -402,10 +398,9 @@ impl Gossip {
             .with_tokio()
             .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default)
             .map_err(|e| Error::Setup(format!("TCP transport: {e}")))?
-            .with_behaviour(|key| {
-                let mut gossipsub =
-                    gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), config)
-                        .map_err(|e| format!("gossipsub: {e}"))?;
+            .with_behaviour(|_key| {
+                let mut gossipsub = gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Anonymous, config)
+                    .map_err(|e| format!("gossipsub: {e}"))?;
                 let (params, thresholds) = scoring(&topic);
                 gossipsub.with_peer_score(params, thresholds).map_err(|e| format!("gossipsub scoring: {e}"))?;
                 Ok(Behaviour { gossipsub })
