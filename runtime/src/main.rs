@@ -570,9 +570,10 @@ struct ValidatorArgs {
     /// /p2p/<peer id> (a collector's, other validators').
     #[arg(long, value_name = "MULTIADDR,…", value_delimiter = ',')]
     p2p_bootstrap: Vec<lite_node_validator::gossip::Multiaddr>,
-    /// Also keep seed 001's per-submission metadata key for 24 h
-    /// (`metrics:submissions:metadata:{entityId}`, ~550 B per submission),
-    /// for tools that read it; the monitor API does not need it.
+    /// Also keep seed 001's per-submission keys, for tools that read them
+    /// (the monitor API does not): `metrics:submissions:metadata:{entityId}`
+    /// for 24 h (~550 B each), `processingSubmission:{id}` while held, and
+    /// `processed:{sequencerId}:{submissionId}` for an hour once accepted.
     #[arg(long)]
     submission_metadata: bool,
     /// Anchor blocks the chosen submitter of an epoch's batch has before the

@@ -1,8 +1,9 @@
 //! The dequeuer: takes submissions off `submissionQueue` in batches, checks
-//! each, and commits the verdict — accepted into
-//! `processed:{sequencerId}:{submissionId}`, `epoch:{id}:processed`,
-//! `EpochProcessed({id})` and the validations timeline, or rejected with its
-//! [`Reason`] — before acknowledging it. Several workers (tasks or
+//! each, and commits the batch's verdicts in one script call — accepted
+//! into the epoch's votes, `epoch:{id}:processed`, `EpochProcessed({id})`
+//! and the validations timeline (and `processed:{sequencerId}:{submissionId}`
+//! if asked, [`Dequeuer::keeping_seed_records`]), or rejected with its
+//! [`Reason`] — before acknowledging them. Several workers (tasks or
 //! processes) share the queue.
 //!
 //! **Judged at receipt.** A submission's window and deadline are judged
@@ -108,6 +109,9 @@ pub struct Dequeuer<C> {
     domain: Arc<alloy::sol_types::Eip712Domain>,
     signers: Arc<SignerBook<C>>,
     epochs: Arc<Mutex<BTreeMap<u64, EpochFacts>>>,
+    /// Whether seed 001's per-submission keys are kept: the
+    /// `processingSubmission` mark while held, the `processed` record after.
+    records: bool,
 }
 
 impl<C> Clone for Dequeuer<C> {
@@ -120,6 +124,7 @@ impl<C> Clone for Dequeuer<C> {
             domain: self.domain.clone(),
             signers: self.signers.clone(),
             epochs: self.epochs.clone(),
+            records: self.records,
         }
     }
 }
@@ -139,79 +144,186 @@ struct Snapshot {
     head: Option<u64>,
 }
 
-const ACCEPT: &str = r"
--- KEYS: votes, processed, epoch processed, EpochProcessed, validations
---       timeline, counters, rejections, parts total, pending, projects
--- ARGV: project, slot, cid, submission id, now, detail ttl (votes,
---       projects, EpochProcessed, rejections), rejection record (reason
---       filled here), epoch, timeline cutoff, processed ttl, then processed
---       hash field/value pairs
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('HEXISTS', KEYS[7], ARGV[4]) == 1
-  or redis.call('SISMEMBER', KEYS[4], ARGV[4]) == 1 then
-  return 'again'
+/// Commits a batch's verdicts in one call, as if item by item in order (a
+/// later item sees what an earlier one wrote: the same submission twice in
+/// a batch is `again` the second time, a slot's second CID for a project
+/// an equivocation). What needs no answer per item is gathered and written
+/// once per key at the end with variadic commands, and an epoch's keys are
+/// named once per batch: a script's time goes to its calls and arguments,
+/// and most of an item's can be shared.
+const COMMIT: &str = r"
+-- KEYS: counters, pending, validations timeline; per epoch of the batch
+--       (6 each): votes, epoch processed, EpochProcessed, rejections,
+--       parts total, projects; then each accept's processed key, in
+--       order, if the records are kept
+-- ARGV: now, detail ttl (votes, projects, EpochProcessed, rejections),
+--       timeline cutoff, processed ttl, epochs in the batch, whether to
+--       keep processed records ('1' or '0'); then per item
+--       (12 each): kind ('a' accept, 'r' reject), submission id, epoch
+--       ('' for none: its keys are epoch 0's), the epoch's place among the
+--       batch's (1-based), project, slot, cid, deadline, received at,
+--       validated at, and a reject's reason and record (JSON) or '', ''
+local now, detail_ttl, processed_ttl = ARGV[1], ARGV[2], ARGV[4]
+local epochs, records = tonumber(ARGV[5]), ARGV[6] == '1'
+local n = (#ARGV - 6) / 12
+local processed_key = 3 + epochs * 6
+local function ek(e, j) return KEYS[3 + (e - 1) * 6 + j] end
+-- Per key, what to write at the end.
+local lists, order = {}, {}
+local function list(cmd, k)
+  local by = lists[cmd]
+  if by == nil then by = {}; lists[cmd] = by; order[#order + 1] = cmd end
+  local l = by[k]
+  if l == nil then l = {}; by[k] = l end
+  return l
 end
-if redis.call('HINCRBY', KEYS[9], ARGV[8], -1) <= 0 then redis.call('HDEL', KEYS[9], ARGV[8]) end
-local function reject(reason)
-  local record = cjson.decode(ARGV[7])
-  record['reason'] = reason
-  redis.call('HSET', KEYS[7], ARGV[4], cjson.encode(record))
-  redis.call('EXPIRE', KEYS[7], ARGV[6])
-  redis.call('HINCRBY', KEYS[6], 'rejected:' .. reason, 1)
-  return reason
-end
-if redis.call('EXISTS', KEYS[8]) == 1 then
-  return reject('window_closed')
-end
-local ballot = ARGV[1] .. '\31' .. ARGV[2] .. '\31'
-local prev = redis.call('ZRANGE', KEYS[1], '[' .. ballot, '[' .. ballot .. '\255', 'BYLEX', 'LIMIT', 0, 1)
-if #prev > 0 then
-  local cid = string.sub(prev[1], #ballot + 1)
-  if cid == ARGV[3] then return reject('duplicate') end
-  if cid ~= '' then
-    redis.call('ZREM', KEYS[1], prev[1])
-    redis.call('ZADD', KEYS[1], 0, ballot)
+local function variadic(cmd, k, l, answer)
+  local out = {}
+  for from = 1, #l, 1000 do
+    local upto = math.min(from + 999, #l)
+    local got = redis.call(cmd, k, unpack(l, from, upto))
+    if answer then for j = 1, #got do out[#out + 1] = got[j] end end
   end
-  return reject('equivocation')
+  return out
 end
-redis.call('ZADD', KEYS[1], 0, ballot .. ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-redis.call('ZADD', KEYS[10], 0, ARGV[1])
-redis.call('EXPIRE', KEYS[10], ARGV[6])
-local fields = {}
-for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('HSET', KEYS[2], unpack(fields))
-redis.call('EXPIRE', KEYS[2], ARGV[10])
-redis.call('SADD', KEYS[3], ARGV[4])
-redis.call('SADD', KEYS[4], ARGV[4])
-redis.call('EXPIRE', KEYS[4], ARGV[6])
-redis.call('ZADD', KEYS[5], ARGV[5], ARGV[4])
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[9])
-redis.call('HINCRBY', KEYS[6], 'accepted', 1)
-return 'accepted'
+-- Which ids already have a verdict: one call per set and per hash.
+local judged, ids_of_epoch = {}, {}
+for i = 0, n - 1 do
+  local a = 6 + i * 12
+  local e = tonumber(ARGV[a + 4])
+  local l = ids_of_epoch[e]
+  if l == nil then l = {}; ids_of_epoch[e] = l end
+  l[#l + 1] = ARGV[a + 2]
+end
+for e = 1, epochs do
+  local ids = ids_of_epoch[e]
+  if ids then
+    local member = variadic('SMISMEMBER', ek(e, 3), ids, true)
+    local rejected = variadic('HMGET', ek(e, 4), ids, true)
+    for j = 1, #ids do
+      if member[j] == 1 or rejected[j] then judged[ids[j]] = true end
+    end
+  end
+end
+local answers, counts, pending, closed, ballots, expire = {}, {}, {}, {}, {}, {}
+local candidates, listed = 0, {}
+local function count(field) counts[field] = (counts[field] or 0) + 1 end
+local function reject(rejections, id, why, record)
+  local l = list('HSET', rejections)
+  l[#l + 1] = id
+  l[#l + 1] = record
+  expire[rejections] = true
+  count('rejected:' .. why)
+  answers[#answers + 1] = why
+end
+local function at_commit(a, why)
+  return cjson.encode({slot_id = tonumber(ARGV[a + 6]), project_id = ARGV[a + 5],
+    snapshot_cid = ARGV[a + 7], reason = why, at = tonumber(now)})
+end
+for i = 0, n - 1 do
+  local a = 6 + i * 12
+  local kind, id, epoch, e = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4])
+  if judged[id] then
+    answers[#answers + 1] = 'again'
+  else
+    judged[id] = true
+    if epoch ~= '' then pending[epoch] = (pending[epoch] or 0) + 1 end
+    local rejections = ek(e, 4)
+    if kind == 'r' then
+      reject(rejections, id, ARGV[a + 11], ARGV[a + 12])
+    else
+      candidates = candidates + 1
+      if closed[e] == nil then closed[e] = redis.call('EXISTS', ek(e, 5)) == 1 end
+      local votes, project, slot, cid = ek(e, 1), ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+      if closed[e] then
+        reject(rejections, id, 'window_closed', at_commit(a, 'window_closed'))
+      else
+        local ballot = project .. '\31' .. slot .. '\31'
+        local b = e .. '\31' .. ballot
+        local p = e .. '\31' .. project
+        local seen = ballots[b]
+        if seen == nil then
+          local prev = redis.call('ZRANGE', votes, '[' .. ballot, '[' .. ballot .. '\255', 'BYLEX', 'LIMIT', 0, 1)
+          seen = {e = e, ballot = ballot, stored = prev[1]}
+          if prev[1] then seen.cid = string.sub(prev[1], #ballot + 1) end
+          ballots[b] = seen
+        end
+        if seen.cid == nil then
+          seen.cid = cid
+          if records then
+            local processed = KEYS[processed_key + candidates]
+            redis.call('HSET', processed, 'submission_id', id, 'epoch_id', epoch, 'slot_id', slot,
+              'project_id', project, 'snapshot_cid', cid, 'deadline', ARGV[a + 8],
+              'received_at', ARGV[a + 9], 'validated_at', ARGV[a + 10])
+            redis.call('EXPIRE', processed, processed_ttl)
+          end
+          local l = list('SADD', ek(e, 2)); l[#l + 1] = id
+          l = list('SADD', ek(e, 3)); l[#l + 1] = id
+          if not listed[p] then
+            listed[p] = true
+            l = list('ZADD', ek(e, 6)); l[#l + 1] = 0; l[#l + 1] = project
+          end
+          l = list('ZADD', KEYS[3]); l[#l + 1] = now; l[#l + 1] = id
+          expire[votes], expire[ek(e, 6)], expire[ek(e, 3)] = true, true, true
+          count('accepted')
+          answers[#answers + 1] = 'accepted'
+        elseif seen.cid == cid then
+          reject(rejections, id, 'duplicate', at_commit(a, 'duplicate'))
+        else
+          -- The slot's vote on the project is void, the first one too.
+          if seen.cid ~= '' then
+            if seen.stored then redis.call('ZREM', votes, seen.stored) end
+            seen.stored, seen.cid = nil, ''
+          end
+          reject(rejections, id, 'equivocation', at_commit(a, 'equivocation'))
+        end
+      end
+    end
+  end
+end
+-- The ballots: a vote, or the bare ballot for a void one.
+for _, seen in pairs(ballots) do
+  if seen.stored == nil and seen.cid ~= nil then
+    local l = list('ZADD', ek(seen.e, 1)); l[#l + 1] = 0; l[#l + 1] = seen.ballot .. seen.cid
+  end
+end
+for _, cmd in ipairs(order) do
+  for k, l in pairs(lists[cmd]) do variadic(cmd, k, l, false) end
+end
+for k in pairs(expire) do redis.call('EXPIRE', k, detail_ttl) end
+if lists['ZADD'] and lists['ZADD'][KEYS[3]] then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3])
+end
+for field, by in pairs(counts) do redis.call('HINCRBY', KEYS[1], field, by) end
+for epoch, by in pairs(pending) do
+  if redis.call('HINCRBY', KEYS[2], epoch, -by) <= 0 then redis.call('HDEL', KEYS[2], epoch) end
+end
+return answers
 ";
 
-const REJECT: &str = r"
--- KEYS: rejections, counters, processed, pending
--- ARGV: submission id, reason, record, ttl, epoch ('' for none)
-if redis.call('EXISTS', KEYS[3]) == 1 then return 'again' end
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then return 'again' end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('HINCRBY', KEYS[2], 'rejected:' .. ARGV[2], 1)
-if ARGV[5] ~= '' and redis.call('HINCRBY', KEYS[4], ARGV[5], -1) <= 0 then
-  redis.call('HDEL', KEYS[4], ARGV[5])
-end
-return ARGV[2]
-";
-
-static ACCEPT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACCEPT));
-static REJECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REJECT));
+static COMMIT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(COMMIT));
 
 impl<C: ChainReads> Dequeuer<C> {
     pub fn new(market: Arc<Market>, chain: Arc<C>, conn: ConnectionManager) -> Self {
-        let queue = ReliableQueue::submissions(conn.clone(), &market.keys);
+        let queue = ReliableQueue::submissions(conn.clone(), &market.keys).unmarked();
         let domain = Arc::new(eip712::domain(market.chain_id, market.scope.protocol_state));
         let signers = Arc::new(SignerBook::new(chain.clone()));
-        Self { market, chain, conn, queue, domain, signers, epochs: Default::default() }
+        Self { market, chain, conn, queue, domain, signers, epochs: Default::default(), records: false }
+    }
+
+    /// Also keeps seed 001's per-submission keys: a `processingSubmission`
+    /// mark while a submission is held, and its
+    /// `processed:{sequencerId}:{submissionId}` record for an hour once
+    /// accepted. Nothing here reads them (the lists say what is held, the
+    /// votes what was accepted); they are two keys written per submission,
+    /// about a fifth of a commit's time and most of an hour's memory.
+    pub fn keeping_seed_records(self, keep: bool) -> Self {
+        let queue = if keep {
+            ReliableQueue::submissions(self.conn.clone(), &self.market.keys).owned_by(self.queue.owner())
+        } else {
+            self.queue.unmarked()
+        };
+        Self { queue, records: keep, ..self }
     }
 
     pub fn queue(&self) -> &ReliableQueue {
@@ -379,24 +491,24 @@ impl<C: ChainReads> Dequeuer<C> {
         let snapshot = self.read(&epoch_ids).await?;
 
         let mut verdicts = Vec::with_capacity(taken.len());
-        let mut commits = redis::pipe();
+        let mut commits = Vec::with_capacity(taken.len());
         for (t, decoded) in taken.iter().zip(decoded) {
             let id = item_id(&t.payload);
             let received = match decoded {
                 Ok(received) => received,
                 Err(why) => {
-                    self.add_reject(&mut commits, &id, Reason::Malformed, &why, None);
+                    self.add_reject(&mut commits, id, Reason::Malformed, &why, None);
                     verdicts.push(Verdict::Rejected(Reason::Malformed, why));
                     continue;
                 }
             };
             match self.check(&snapshot, received, id.clone()).await {
                 Checked::Pass(c) => {
-                    self.add_accept(&mut commits, &c);
+                    self.add_accept(&mut commits, c);
                     verdicts.push(Verdict::Accepted);
                 }
                 Checked::Reject(reason, why, s) => {
-                    self.add_reject(&mut commits, &id, reason, &why, Some(&s));
+                    self.add_reject(&mut commits, id, reason, &why, Some(&s));
                     verdicts.push(Verdict::Rejected(reason, why));
                 }
                 Checked::Defer => verdicts.push(Verdict::Deferred),
@@ -408,14 +520,17 @@ impl<C: ChainReads> Dequeuer<C> {
             return Ok(verdicts);
         }
         let mut conn = self.conn.clone();
-        let answers: Vec<String> = match commits.query_async(&mut conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                // A restarted Redis forgot the scripts; nothing ran.
-                load_scripts(&mut conn).await.map_err(|e| format!("redis: {e}"))?;
-                commits.query_async(&mut conn).await.map_err(|e| format!("redis: {e}"))?
-            }
-            other => other.map_err(|e| format!("redis: {e}"))?,
-        };
+        // `invoke_async` loads the script and calls again if a restarted
+        // Redis forgot it (nothing ran then).
+        let answers: Vec<String> =
+            self.commit(&commits).invoke_async(&mut conn).await.map_err(|e| format!("redis: {e}"))?;
+        if answers.len() != verdicts.iter().filter(|v| judged(v)).count() {
+            return Err(format!(
+                "the commit script answered {} verdicts for a batch of {}",
+                answers.len(),
+                taken.len()
+            ));
+        }
         for (verdict, answer) in verdicts.iter_mut().filter(|v| judged(v)).zip(answers) {
             *verdict = match answer.as_str() {
                 "accepted" => Verdict::Accepted,
@@ -489,68 +604,82 @@ impl<C: ChainReads> Dequeuer<C> {
         }
     }
 
-    fn add_accept(&self, pipe: &mut redis::Pipeline, c: &Candidate) {
+    /// The commit script's call for `items`: the batch's keys, each epoch's
+    /// once, then every accept's processed key.
+    fn commit(&self, items: &[Commit]) -> redis::ScriptInvocation<'static> {
         let k = &self.market.keys;
-        let r = c.submission.request.as_ref().expect("checked");
-        let e = c.epoch.epoch_id;
-        let record = json!({
-            "slot_id": r.slot_id, "project_id": r.project_id, "snapshot_cid": r.snapshot_cid,
-            "at": crate::now_secs(),
-        });
-        let now_ms = crate::now_ms().to_string();
-        let mut inv = ACCEPT_SCRIPT.prepare_invoke();
-        inv.key(k.votes(e))
-            .key(k.processed(&self.market.validator_id, &c.id))
-            .key(k.epoch_processed(e))
-            .key(k.epoch_processed_set(e))
-            .key(k.validations_timeline())
-            .key(k.counters())
-            .key(k.rejections(e))
-            .key(k.parts_total(e))
-            .key(k.pending())
-            .key(k.epoch_projects(e))
-            .arg(&r.project_id)
-            .arg(r.slot_id)
-            .arg(&r.snapshot_cid)
-            .arg(&c.id)
-            .arg(crate::now_secs())
-            .arg(DETAIL_TTL.as_secs())
-            .arg(record.to_string())
-            .arg(e)
-            .arg(crate::now_secs().saturating_sub(TIMELINE_RETENTION.as_secs()))
-            .arg(PROCESSED_TTL.as_secs());
-        for (field, value) in [
-            ("submission_id", c.id.clone()),
-            ("epoch_id", e.to_string()),
-            ("slot_id", r.slot_id.to_string()),
-            ("project_id", r.project_id.clone()),
-            ("snapshot_cid", r.snapshot_cid.clone()),
-            ("deadline", r.deadline.to_string()),
-            // Not the signature: 130 characters, past Redis's 64-byte
-            // compact-hash limit, would double the record (it was checked;
-            // the record lives an hour).
-            ("received_at", c.received_at.to_string()),
-            ("validated_at", now_ms.clone()),
-        ] {
-            inv.arg(field).arg(value);
+        let mut epochs: Vec<u64> = items.iter().map(|i| i.epoch.unwrap_or(0)).collect();
+        epochs.sort_unstable();
+        epochs.dedup();
+        let mut inv = COMMIT_SCRIPT.prepare_invoke();
+        inv.key(k.counters()).key(k.pending()).key(k.validations_timeline());
+        for &e in &epochs {
+            inv.key(k.votes(e))
+                .key(k.epoch_processed(e))
+                .key(k.epoch_processed_set(e))
+                .key(k.rejections(e))
+                .key(k.parts_total(e))
+                .key(k.epoch_projects(e));
         }
-        pipe.invoke_script(&inv);
+        if self.records {
+            for item in items.iter().filter(|i| i.reject.is_none()) {
+                inv.key(k.processed(&self.market.validator_id, &item.id));
+            }
+        }
+        let now = crate::now_secs();
+        inv.arg(now)
+            .arg(DETAIL_TTL.as_secs())
+            .arg(now.saturating_sub(TIMELINE_RETENTION.as_secs()))
+            .arg(PROCESSED_TTL.as_secs())
+            .arg(epochs.len())
+            .arg(if self.records { "1" } else { "0" });
+        let validated_at = crate::now_ms();
+        for item in items {
+            let place = epochs.binary_search(&item.epoch.unwrap_or(0)).unwrap_or(0) + 1;
+            let r = item.request.as_ref();
+            inv.arg(if item.reject.is_some() { "r" } else { "a" })
+                .arg(&item.id)
+                .arg(item.epoch.map(|e| e.to_string()).unwrap_or_default())
+                .arg(place)
+                .arg(r.map_or("", |r| r.project_id.as_str()))
+                .arg(r.map_or(0, |r| r.slot_id))
+                .arg(r.map_or("", |r| r.snapshot_cid.as_str()))
+                .arg(r.map_or(0, |r| r.deadline))
+                .arg(item.received_at)
+                .arg(validated_at);
+            match &item.reject {
+                Some((reason, record)) => inv.arg(reason.as_str()).arg(record),
+                None => inv.arg("").arg(""),
+            };
+        }
+        inv
+    }
+
+    /// A candidate to accept (the script may still find it judged, a
+    /// duplicate, an equivocation, or its window closed).
+    fn add_accept(&self, items: &mut Vec<Commit>, c: Candidate) {
+        items.push(Commit {
+            id: c.id,
+            epoch: Some(c.epoch.epoch_id),
+            request: c.submission.request,
+            received_at: c.received_at,
+            reject: None,
+        });
     }
 
     /// A rejection, with its fields clipped: what a rejection record keeps
     /// is bounded whatever was sent.
     fn add_reject(
         &self,
-        pipe: &mut redis::Pipeline,
-        id: &str,
+        items: &mut Vec<Commit>,
+        id: String,
         reason: Reason,
         why: &str,
         s: Option<&SnapshotSubmission>,
     ) {
-        let k = &self.market.keys;
-        let r = s.and_then(|s| s.request.clone());
+        let r = s.and_then(|s| s.request.as_ref());
         let clip = |text: &str, max: usize| text.chars().take(max).collect::<String>();
-        let record = match &r {
+        let record = match r {
             Some(r) => json!({
                 "slot_id": r.slot_id,
                 "project_id": clip(&r.project_id, caps::PROJECT_ID),
@@ -559,25 +688,31 @@ impl<C: ChainReads> Dequeuer<C> {
             }),
             None => json!({"reason": reason.as_str(), "detail": clip(why, 300), "at": crate::now_secs()}),
         };
-        let epoch = r.as_ref().map(|r| r.epoch_id);
-        let mut inv = REJECT_SCRIPT.prepare_invoke();
-        inv.key(k.rejections(epoch.unwrap_or(0)))
-            .key(k.counters())
-            .key(k.processed(&self.market.validator_id, id))
-            .key(k.pending())
-            .arg(id)
-            .arg(reason.as_str())
-            .arg(record.to_string())
-            .arg(DETAIL_TTL.as_secs())
-            .arg(epoch.map(|e| e.to_string()).unwrap_or_default());
-        pipe.invoke_script(&inv);
+        // The record holds what is kept, clipped; the script needs no more.
+        items.push(Commit {
+            id,
+            epoch: r.map(|r| r.epoch_id),
+            request: None,
+            received_at: 0,
+            reject: Some((reason, record.to_string())),
+        });
     }
+}
+
+/// One item of a batch's commit.
+struct Commit {
+    id: String,
+    /// `None`: no epoch could be read (its keys are epoch 0's).
+    epoch: Option<u64>,
+    request: Option<Request>,
+    received_at: u64,
+    /// A rejection's reason and record; `None` for an accept.
+    reject: Option<(Reason, String)>,
 }
 
 /// Loads the commit scripts into Redis (EVALSHA needs them there).
 pub async fn load_scripts(conn: &mut ConnectionManager) -> redis::RedisResult<()> {
-    ACCEPT_SCRIPT.prepare_invoke().load_async(conn).await?;
-    REJECT_SCRIPT.prepare_invoke().load_async(conn).await?;
+    COMMIT_SCRIPT.prepare_invoke().load_async(conn).await?;
     Ok(())
 }
 

@@ -15,7 +15,9 @@
 //!
 //! Each taken item is also marked `processingSubmission:{id}` (the
 //! submission queue; `{queue}:mark:{id}` for the others) with a 5-minute TTL,
-//! as seed 001 has it: for an operator's eyes, not for liveness. The mark's id
+//! as seed 001 has it: for an operator's eyes, not for liveness (the
+//! validator's dequeuer leaves submissions unmarked unless asked,
+//! [`ReliableQueue::unmarked`]). The mark's id
 //! is the SHA-1 of the item (`redis.sha1hex` in the take script); the
 //! submission's own id is [`item_id`] (the first 128 bits of its SHA-256).
 //!
@@ -78,19 +80,61 @@ pub fn mark_id(payload: &str) -> String {
     sha1_smol::Sha1::from(payload.as_bytes()).digest().to_string()
 }
 
-/// Moves up to ARGV[1] items from KEYS[1] to the owner's list KEYS[2],
-/// marking each `{ARGV[3]}{sha1}` for ARGV[2] seconds, and names the owner
-/// ARGV[4] in the holders set KEYS[3]; returns them oldest first.
+/// Moves up to ARGV[1] items from KEYS[1] to the owner's list KEYS[2] (as
+/// that many `LMOVE … RIGHT LEFT` would, in three calls), marking each
+/// `{ARGV[3]}{sha1}` for ARGV[2] seconds unless ARGV[3] is '', and names the
+/// owner ARGV[4] in the holders set KEYS[3]; returns them oldest first.
 const TAKE_BATCH: &str = r"
 redis.call('SADD', KEYS[3], ARGV[4])
+local max = tonumber(ARGV[1])
+local newest_first = redis.call('LRANGE', KEYS[1], -max, -1)
+local n = #newest_first
+if n == 0 then return {} end
+redis.call('LTRIM', KEYS[1], 0, -(n + 1))
 local items = {}
-for i = 1, tonumber(ARGV[1]) do
-  local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-  if not item then break end
-  redis.call('SET', ARGV[3] .. redis.sha1hex(item), ARGV[4], 'EX', ARGV[2])
-  items[#items + 1] = item
+for i = n, 1, -1 do items[#items + 1] = newest_first[i] end
+for from = 1, n, 1000 do
+  redis.call('LPUSH', KEYS[2], unpack(items, from, math.min(from + 999, n)))
+end
+if ARGV[3] ~= '' then
+  for _, item in ipairs(items) do
+    redis.call('SET', ARGV[3] .. redis.sha1hex(item), ARGV[4], 'EX', ARGV[2])
+  end
 end
 return items
+";
+
+/// Acknowledges items: removes from the owner's list KEYS[1] each of ARGV[2..]
+/// once (from the tail, where the oldest taken are, as `LREM … -1` would),
+/// and their marks (`{ARGV[1]}{sha1}`) unless ARGV[1] is ''. A list no
+/// longer than a few batches is rewritten in three calls; a longer one (a
+/// worker that holds much more than it acknowledges) item by item.
+const ACK: &str = r"
+local n = #ARGV - 1
+if redis.call('LLEN', KEYS[1]) <= 4 * n + 64 then
+  local remove = {}
+  for i = 2, #ARGV do remove[ARGV[i]] = (remove[ARGV[i]] or 0) + 1 end
+  local held = redis.call('LRANGE', KEYS[1], 0, -1)
+  local keep = {}
+  for i = #held, 1, -1 do
+    local r = remove[held[i]]
+    if r and r > 0 then remove[held[i]] = r - 1 else keep[#keep + 1] = held[i] end
+  end
+  redis.call('DEL', KEYS[1])
+  -- `keep` runs from the tail: appended from its end (the head-most
+  -- first), the list reads as before.
+  for from = #keep, 1, -1000 do
+    local chunk = {}
+    for i = from, math.max(from - 999, 1), -1 do chunk[#chunk + 1] = keep[i] end
+    redis.call('RPUSH', KEYS[1], unpack(chunk))
+  end
+else
+  for i = 2, #ARGV do redis.call('LREM', KEYS[1], -1, ARGV[i]) end
+end
+if ARGV[1] ~= '' then
+  for i = 2, #ARGV do redis.call('DEL', ARGV[1] .. redis.sha1hex(ARGV[i])) end
+end
+return n
 ";
 
 /// Puts back up to ARGV[1] items of a gone owner's list KEYS[1] at the head
@@ -102,7 +146,7 @@ local moved = 0
 for i = 1, tonumber(ARGV[1]) do
   local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')
   if not item then break end
-  redis.call('DEL', ARGV[2] .. redis.sha1hex(item))
+  if ARGV[2] ~= '' then redis.call('DEL', ARGV[2] .. redis.sha1hex(item)) end
   moved = moved + 1
 end
 if redis.call('LLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[3]) end
@@ -179,9 +223,17 @@ impl ReliableQueue {
         self.conn.clone().set_ex(key, crate::now_secs(), HEARTBEAT_TTL.as_secs()).await
     }
 
-    /// The submission queue of `keys`.
+    /// The submission queue of `keys`, each taken item marked
+    /// `processingSubmission:{sha1}` as seed 001 has it.
     pub fn submissions(conn: ConnectionManager, keys: &Keys) -> Self {
         Self::new(conn, keys, keys.submission_queue(), Keys::processing_submission(""))
+    }
+
+    /// The same queue without marks: a key written and deleted per item,
+    /// for nobody's use but an operator's eyes (the lists say what is held).
+    pub fn unmarked(mut self) -> Self {
+        self.mark_prefix.clear();
+        self
     }
 
     /// The finalizer's queue of `keys` (epochs whose window closed, and
@@ -214,7 +266,9 @@ impl ReliableQueue {
         let payload: Option<String> =
             conn.blmove(&self.queue, self.held(), Direction::Right, Direction::Left, wait.as_secs_f64()).await?;
         let Some(payload) = payload else { return Ok(None) };
-        conn.set_ex::<_, _, ()>(self.mark(&payload), &*self.owner, PROCESSING_TTL.as_secs()).await?;
+        if !self.mark_prefix.is_empty() {
+            conn.set_ex::<_, _, ()>(self.mark(&payload), &*self.owner, PROCESSING_TTL.as_secs()).await?;
+        }
         Ok(Some(Taken { payload }))
     }
 
@@ -251,22 +305,18 @@ impl ReliableQueue {
         self.ack_all(std::slice::from_ref(taken)).await
     }
 
-    /// Acknowledges several items in one transaction.
+    /// Acknowledges several items in one script.
     pub async fn ack_all(&self, taken: &[Taken]) -> redis::RedisResult<()> {
+        static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(ACK));
         if taken.is_empty() {
             return Ok(());
         }
-        let held = self.held();
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        // From the tail, where the oldest taken are: an item acknowledged in
-        // the order taken is found at once, not after the whole list.
+        let mut inv = SCRIPT.prepare_invoke();
+        inv.key(self.held()).arg(&self.mark_prefix);
         for t in taken {
-            pipe.lrem(&held, -1, &t.payload).ignore();
-            pipe.del(self.mark(&t.payload)).ignore();
+            inv.arg(&t.payload);
         }
-        pipe.query_async::<()>(&mut conn).await
+        inv.invoke_async::<usize>(&mut self.conn.clone()).await.map(drop)
     }
 
     /// Puts items back at the end of the queue (to be taken after what is
@@ -299,7 +349,9 @@ impl ReliableQueue {
             } else {
                 pipe.lpush(&self.queue, &t.payload).ignore();
             }
-            pipe.del(self.mark(&t.payload)).ignore();
+            if !self.mark_prefix.is_empty() {
+                pipe.del(self.mark(&t.payload)).ignore();
+            }
         }
         pipe.query_async::<()>(&mut conn).await
     }

@@ -489,7 +489,8 @@ async fn run_locked(
     if let Some(selection) = selection {
         announced.push(format!("dequeuer: {} workers, {} active pools", settings.workers, selection.pools().len()));
         let chain = Arc::new(AnchorChain { anchor: anchor.clone(), selection });
-        let dequeuer = Dequeuer::new(market.clone(), chain, conn.clone());
+        let dequeuer =
+            Dequeuer::new(market.clone(), chain, conn.clone()).keeping_seed_records(settings.admission.metadata);
         let dequeuer_settings = DequeuerSettings { workers: settings.workers, ..DequeuerSettings::default() };
         let (client, stop) = (redis.clone(), stopped());
         tasks.spawn(async move {

@@ -250,6 +250,8 @@ impl World {
 #[tokio::test]
 async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_seed() {
     let w = world(250).await;
+    // With seed 001's per-submission keys, so that they are audited too.
+    let w = World { dequeuer: w.dequeuer.keeping_seed_records(true), ..w };
     let (p_a, p_b) = (project(POOL_A), project(POOL_B));
     let (cid_a, cid_b, cid_c) = cids();
     assert!(w.monitor.released(5, 100, 1000, 1000).await.unwrap());
@@ -315,6 +317,8 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
         Some(Malformed),
     ];
     assert_eq!(got, expected, "{verdicts:#?}");
+    let records: Vec<String> = redis::AsyncCommands::keys(&mut w.conn.clone(), "*:processed:*").await.unwrap();
+    assert_eq!(records.len(), 5, "a processed record per accepted submission: {records:?}");
     let counters = w.counters().await;
     assert_eq!(counters.get("accepted"), Some(&5));
     assert_eq!(counters.get("received"), Some(&15), "the gateway counted what it queued");
@@ -855,7 +859,11 @@ async fn redis_memory_per_accepted_submission_is_printed_and_bounded() {
         !rows.iter().any(|(p, _)| p == "{protocol}:{market}:metrics:submissions:metadata:{entityId}"),
         "the seed's per-submission metadata is written only when asked for"
     );
-    assert!(per < 3_072.0, "{per:.0} bytes per accepted submission");
+    assert!(
+        !rows.iter().any(|(p, _)| p == "{protocol}:{market}:processed:{sequencerId}:{submissionId}"),
+        "the seed's per-submission processed record is written only when asked for"
+    );
+    assert!(per < 2_048.0, "{per:.0} bytes per accepted submission");
 }
 
 /// Redis restarts without persistence: an epoch the monitor saw released
@@ -953,4 +961,7 @@ async fn the_same_submission_queued_ten_times_leaves_nothing_pending() {
     let counters = w.counters().await;
     assert_eq!(counters.get("accepted"), Some(&1));
     assert_eq!(counters.get("rejected:duplicate"), Some(&9));
+    // Unless asked (`keeping_seed_records`), no key per submission.
+    let records: Vec<String> = redis::AsyncCommands::keys(&mut conn, "*:processed:*").await.unwrap();
+    assert!(records.is_empty(), "{records:?}");
 }
