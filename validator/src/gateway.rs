@@ -272,14 +272,14 @@ fn signer_verdict(
     slot_id: u64,
     signer: alloy::primitives::Address,
     registered: alloy::primitives::Address,
-) -> lite_node_gossip::Verdict {
+) -> (lite_node_gossip::Verdict, Option<Unwanted>) {
     use lite_node_gossip::Verdict;
     if registered == signer {
-        Verdict::Accept
+        (Verdict::Accept, None)
     } else if registered.is_zero() {
-        Verdict::Unwanted(format!("slot {slot_id} holds no signer"))
+        (Verdict::Unwanted(format!("slot {slot_id} holds no signer")), Some(Unwanted::UnregisteredSlot))
     } else {
-        Verdict::Reject(format!("signed by {signer}, not by slot {slot_id}'s registered signer {registered}"))
+        (Verdict::Reject(format!("signed by {signer}, not by slot {slot_id}'s registered signer {registered}")), None)
     }
 }
 
@@ -298,8 +298,22 @@ const PER_SLOT_EPOCH_ENTRIES: usize = 200_000;
 /// Gossip checks' recovered signers kept until their messages are queued.
 const RECOVERED_KEPT: usize = 65_536;
 
-/// Why gossip submissions are unwanted, as `/metrics` labels them.
+/// Why gossip submissions are unwanted, as `/metrics` labels them (in
+/// [`Unwanted`]'s order).
 pub const UNWANTED_WHY: [&str; 4] = ["stale", "unreleased_epoch", "over_slot_cap", "unregistered_slot"];
+
+/// Why a gossip submission is unwanted; its label is `UNWANTED_WHY[why as usize]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unwanted {
+    /// Its deadline passed.
+    Stale,
+    /// Its epoch is further past the last released than [`FUTURE_EPOCHS`].
+    UnreleasedEpoch,
+    /// Its slot sent [`Admission::per_slot_epoch`] for the epoch already.
+    OverSlotCap,
+    /// Its slot holds no signer.
+    UnregisteredSlot,
+}
 
 /// A call in flight for a peer, released when dropped.
 struct InFlight {
@@ -342,20 +356,20 @@ impl Gateway {
             ),
             Ok(s) => {
                 let admitted = self.admitted(&s);
-                let verdict = match &admitted {
-                    Err(rejection) => Verdict::Reject(rejection.to_string()),
+                let (verdict, unwanted) = match &admitted {
+                    Err(rejection) => (Verdict::Reject(rejection.to_string()), None),
                     Ok((slot_id, signer)) => match self.unwanted(&s) {
-                        Some(why) => Verdict::Unwanted(why),
+                        Some((kind, why)) => (Verdict::Unwanted(why), Some(kind)),
                         None => match &self.signers {
-                            None => Verdict::Accept,
+                            None => (Verdict::Accept, None),
                             Some(book) => match book.cached(*slot_id) {
-                                None => Verdict::Hold,
+                                None => (Verdict::Hold, None),
                                 Some(registered) => signer_verdict(*slot_id, *signer, registered),
                             },
                         },
                     },
                 };
-                self.count(&s, &verdict);
+                self.count(&s, &verdict, unwanted);
                 // Carried to the queue: the dequeuer does not recover it again.
                 if let (Verdict::Accept | Verdict::Hold, Ok((_, signer))) = (&verdict, &admitted) {
                     self.recovered_signer(payload, Some(*signer));
@@ -373,22 +387,24 @@ impl Gateway {
     /// its sender a little score (`Verdict::Unwanted`) and is counted
     /// (`gossip_unwanted:{why}` on `/metrics`), instead of filling the queue
     /// and breaking the intake.
-    fn unwanted(&self, s: &SnapshotSubmission) -> Option<String> {
+    fn unwanted(&self, s: &SnapshotSubmission) -> Option<(Unwanted, String)> {
         use std::sync::atomic::Ordering::Relaxed;
         let r = s.request.as_ref()?;
         if self.stale(r.deadline) {
-            return Some(format!("its deadline {} passed", r.deadline));
+            return Some((Unwanted::Stale, format!("its deadline {} passed", r.deadline)));
         }
         let latest = self.latest_epoch.load(Relaxed);
         if latest > 0 && r.epoch_id > latest.saturating_add(FUTURE_EPOCHS) {
-            return Some(format!("epoch {} is far past the last released ({latest})", r.epoch_id));
+            let why = format!("epoch {} is far past the last released ({latest})", r.epoch_id);
+            return Some((Unwanted::UnreleasedEpoch, why));
         }
         let sent = self.per_slot_epoch.lock().unwrap_or_else(|p| p.into_inner());
         if sent.get(&(r.epoch_id, r.slot_id)).is_some_and(|n| *n >= self.admission.per_slot_epoch) {
-            return Some(format!(
+            let why = format!(
                 "slot {} sent more than {} submissions for epoch {}",
                 r.slot_id, self.admission.per_slot_epoch, r.epoch_id
-            ));
+            );
+            return Some((Unwanted::OverSlotCap, why));
         }
         None
     }
@@ -397,7 +413,7 @@ impl Gateway {
     /// the epoch (only once its signer is known to be the slot's, so nobody
     /// else can use up an honest slot's cap), an unwanted one by why
     /// (flushed to Redis by the intake).
-    fn count(&self, s: &SnapshotSubmission, verdict: &lite_node_gossip::Verdict) {
+    fn count(&self, s: &SnapshotSubmission, verdict: &lite_node_gossip::Verdict, unwanted: Option<Unwanted>) {
         use std::sync::atomic::Ordering::Relaxed;
         if *verdict == lite_node_gossip::Verdict::Accept
             && let Some(r) = s.request.as_ref()
@@ -412,17 +428,9 @@ impl Gateway {
             }
             return;
         }
-        let lite_node_gossip::Verdict::Unwanted(why) = verdict else { return };
-        let i = if why.contains("deadline") {
-            0
-        } else if why.contains("far past") {
-            1
-        } else if why.contains("more than") {
-            2
-        } else {
-            3
-        };
-        self.unwanted_counts[i].fetch_add(1, Relaxed);
+        if let Some(why) = unwanted {
+            self.unwanted_counts[why as usize].fetch_add(1, Relaxed);
+        }
     }
 
     /// Writes the unwanted counts gathered since the last flush into the
@@ -453,14 +461,17 @@ impl Gateway {
         let decoded = <SnapshotSubmission as prost::Message>::decode(delivery.data.as_slice());
         let admitted =
             decoded.as_ref().map_err(|e| e.to_string()).and_then(|s| self.admitted(s).map_err(|r| r.to_string()));
-        let verdict = match (admitted, &self.signers) {
-            (Err(why), _) => Verdict::Reject(why),
-            (Ok(_), None) => Verdict::Accept,
+        let (verdict, unwanted) = match (admitted, &self.signers) {
+            (Err(why), _) => (Verdict::Reject(why), None),
+            (Ok(_), None) => (Verdict::Accept, None),
             (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id).await {
                 // Past its slot's cap now (others settled meanwhile): unwanted.
                 Ok(registered) => match (signer_verdict(slot_id, signer, registered), &decoded) {
-                    (Verdict::Accept, Ok(s)) => self.unwanted(s).map_or(Verdict::Accept, Verdict::Unwanted),
-                    (verdict, _) => verdict,
+                    ((Verdict::Accept, _), Ok(s)) => match self.unwanted(s) {
+                        Some((kind, why)) => (Verdict::Unwanted(why), Some(kind)),
+                        None => (Verdict::Accept, None),
+                    },
+                    (judged, _) => judged,
                 },
                 // The anchor not answering: queued here (the dequeuer checks
                 // the signer again), not lost — but not relayed unchecked,
@@ -475,7 +486,7 @@ impl Gateway {
             },
         };
         if let Ok(s) = &decoded {
-            self.count(s, &verdict);
+            self.count(s, &verdict, unwanted);
         }
         let accepted = verdict == Verdict::Accept;
         if !accepted {
@@ -710,7 +721,7 @@ impl Gateway {
         let verdict = match judged {
             Verdict::Hold => match (self.admitted(&form), &self.signers) {
                 (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id).await {
-                    Ok(registered) => signer_verdict(slot_id, signer, registered),
+                    Ok(registered) => signer_verdict(slot_id, signer, registered).0,
                     Err(_) => Verdict::Ignore,
                 },
                 _ => Verdict::Ignore,

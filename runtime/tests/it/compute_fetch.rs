@@ -105,6 +105,25 @@ fn a_git_host_that_does_not_answer_is_a_failure_to_retry_not_bad_input() {
     assert!(cached_packages(node.data_dir()).is_empty());
 }
 
+/// Trial finding (issue 43): a checkout mounted into the container is
+/// owned by the host's user, not the node's. libgit2 refused it ("repository
+/// path … is not owned by current user", exit 2); the node only reads its
+/// source, so it fetches from it like any other.
+#[test]
+fn a_source_repository_another_user_owns_is_fetched() {
+    let repo = computes_repo();
+    let chown = std::process::Command::new("chown").args(["-R", "4242:4242"]).arg(&repo.path).output().unwrap();
+    assert!(
+        chown.status.success(),
+        "the suite runs as root (it installs redis-server and podman), so it can give the repository away: {}",
+        String::from_utf8_lossy(&chown.stderr)
+    );
+    let node = Node::new().compute_repo(&repo, &repo.commit, "computes");
+    let run = node.run(&["compute", "fetch"]);
+    run.assert_ok();
+    assert_eq!(run.field("commit").as_deref(), Some(repo.commit.as_str()));
+}
+
 #[test]
 fn unpinned_repo_is_refused_unless_allowed_and_then_logs_the_commit() {
     let repo = computes_repo();

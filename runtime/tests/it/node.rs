@@ -233,12 +233,18 @@ fn a_collector_failure_counts_as_a_failed_epoch_with_its_reason_and_is_not_resen
     assert!(verdicts[0].contains("is not in the data market's active pool list"), "{verdicts:?}");
     assert!(node.log().contains("rejected: collector answered `Failure`"), "{}", node.log());
 
-    // A rejection is final: after a restart that recomputes the epoch, it is not sent again.
+    // A rejection is final: after a restart that recomputes the epoch (a
+    // crash before the cursor moved), it is not sent again, and it stays a
+    // failure that counts toward the three-failure alert — not an "already
+    // acknowledged" success (review finding 2, issue 43).
     assert_eq!(node.stop(), 0);
     remove_cursor(&data.path().join("node"));
     let mut node = RunningNode::start(bin, &env, &data.path().join("node"));
     let journal = node.wait_for_journal(2);
-    assert_eq!(journal[1]["submissions"][0]["verdict"], "already acknowledged", "{}", journal[1]);
+    let again = journal[1]["submissions"][0]["verdict"].as_str().unwrap_or_default();
+    assert!(again.starts_with("rejected: collector answered `Failure`"), "{}", journal[1]);
+    assert!(again.ends_with("(answered before a restart)"), "{}", journal[1]);
+    assert_eq!(journal[1]["outcome"], "failed", "{}", journal[1]);
     assert_eq!(collector.verdicts().len(), 1);
     assert_eq!(node.stop(), 0);
 }
@@ -295,6 +301,37 @@ fn a_restart_between_compute_and_acknowledgement_neither_loses_nor_duplicates_a_
     let verdicts = collector.verdicts();
     assert_eq!(verdicts.len(), 2, "one submission per epoch: {verdicts:?}");
     assert!(verdicts.iter().all(|v| v.starts_with("accepted ")), "{verdicts:?}");
+}
+
+/// Trial finding (issue 43): a submission whose deadline passed with the
+/// collector down was left as a `sending` line with no closing line; the
+/// ledger now closes it as missed.
+#[test]
+fn a_missed_submission_closes_its_ledger_line() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("node");
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let mut node = RunningNode::start(bin, &env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    let (epoch, _) = world.release_next_epoch();
+    node.wait_for_log(&format!("submitting to http://127.0.0.1:{port} failed"));
+    world.mine(lite_node_protocol::submission::WINDOW_BLOCKS + 5);
+    let journal = node.wait_for_journal(1);
+    let verdict = journal[0]["submissions"][0]["verdict"].as_str().unwrap().to_owned();
+    assert!(verdict.starts_with("missed"), "{}", journal[0]);
+    assert_eq!(node.stop(), 0);
+    let ledger = std::fs::read_to_string(dir.join("state/submissions.jsonl")).unwrap();
+    let lines: Vec<Value> =
+        ledger.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|l| l["epoch_id"] == epoch).collect();
+    let verdicts: Vec<&str> = lines.iter().map(|l| l["verdict"].as_str().unwrap()).collect();
+    assert_eq!(verdicts.len(), 2, "{ledger}");
+    assert_eq!(verdicts[0], "sending");
+    assert!(verdicts[1].starts_with("missed"), "{ledger}");
 }
 
 fn node_journal(dir: &std::path::Path) -> Vec<String> {
@@ -614,6 +651,37 @@ fn a_data_dir_from_another_chain_is_refused_with_the_fix() {
     }
 }
 
+/// Review finding 4 (issue 43): after a failover to an endpoint of the same
+/// chain that lags (anvil forked from the chain some blocks back: the same
+/// blocks, fewer of them), the node waits for it, saying why, instead of
+/// exiting 2 as if its data dir were another chain's.
+#[test]
+fn an_anchor_endpoint_that_lags_is_waited_for_not_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("node");
+    let world = World::load();
+    let env = node_env(&world.url(), &world.manifest, 1);
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    let (_, first_release) = world.release_next_epoch();
+    world.mine(20);
+    world.release_next_epoch();
+    world.release_next_epoch();
+    node.wait_for_journal(3);
+    assert_eq!(node.stop(), 0);
+
+    let fork_block = (first_release + 2).to_string();
+    let lagging =
+        lite_node_testkit::Anvil::start_with(&["--fork-url", &world.url(), "--fork-block-number", &fork_block]);
+    let env: Vec<(String, String)> =
+        env.into_iter().map(|(k, v)| if k == "POWERLOOM_RPC_URL" { (k, lagging.url()) } else { (k, v) }).collect();
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("it lags; waiting for it to catch up");
+    let log = node.log();
+    assert!(!log.contains("is not from this anchor chain"), "{log}");
+    assert_eq!(node.stop(), 0, "{log}");
+}
+
 /// A data dir that cannot be used (here a file stands where it should be;
 /// a read-only mount fails the same way) stops the node with the path named.
 #[test]
@@ -686,7 +754,7 @@ fn the_data_dir_stays_bounded_and_a_restart_still_refuses_a_double_submission() 
     node.wait_for_log("watching ProtocolState");
     handled(12);
     let log = node.log();
-    assert!(log.contains("the ledger holds the collector's answer to it already; not sent again"), "{log}");
+    assert!(log.contains("the ledger holds the collector's answer to it already (accepted); not sent again"), "{log}");
     assert_eq!(collector.verdicts().len(), 12, "nothing sent twice: {:?}", collector.verdicts());
     assert_eq!(node.stop(), 0);
 }

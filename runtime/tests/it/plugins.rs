@@ -6,7 +6,9 @@ use std::sync::Arc;
 use lite_node::compute::host::{RuntimeHost, SelectionTracker};
 use lite_node_plugin_api::{AssignmentRequest, Host};
 
-use crate::support::{Node, epoch, faulty_repo, load_faulty};
+use lite_node_testkit::GitFixture;
+
+use crate::support::{Node, epoch, faulty_repo, load_faulty, load_repo};
 
 fn host(tracker: &Arc<SelectionTracker>) -> RuntimeHost {
     RuntimeHost::new("faulty", None, None, tracker.clone(), vec![])
@@ -40,6 +42,32 @@ fn panics_and_errors_in_plugins_are_values_and_the_node_lives_on() {
     let request = AssignmentRequest { epoch_id: 1, block_hash: "0x00".into(), total_slots: 1, pools: vec![].into() };
     let err = package.library("faulty").unwrap().assignments(&request).unwrap_err();
     assert_eq!(err, "assignments panicked: fixture assignments panic");
+}
+
+/// Review finding 10 (issue 43): a package whose profile says
+/// `panic = "abort"` is built to unwind all the same, so its processor's
+/// panic is a value like any other's, not the end of every slot.
+#[test]
+fn a_package_built_to_abort_on_panic_unwinds_all_the_same() {
+    let src = lite_node_testkit::data("fixture-computes");
+    let copy = tempfile::tempdir().unwrap();
+    for rel in ["Cargo.toml", "Cargo.lock", "rustfmt.toml", "faulty/Cargo.toml", "faulty/src/lib.rs"] {
+        let to = copy.path().join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(src.join(rel), &to).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    }
+    let manifest = copy.path().join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    assert!(text.contains("[profile.dev]\n"), "{text}");
+    std::fs::write(&manifest, text.replace("[profile.dev]\n", "[profile.dev]\npanic = \"abort\"\n")).unwrap();
+    let repo = GitFixture::new(&[(copy.path(), "")]);
+    let data = tempfile::tempdir().unwrap();
+    let package = load_repo(data.path(), &repo);
+    let tracker = Arc::new(SelectionTracker::default());
+    let runtime_host = host(&tracker);
+    let panicking = package.new_processor("faulty", "PanickingProcessor", "{}").unwrap();
+    let err = panicking.compute(&epoch(1), Host::to_ref(&runtime_host)).into_result().unwrap_err();
+    assert_eq!(err.as_str(), "PanickingProcessor panicked: fixture panic at epoch 1");
 }
 
 #[test]

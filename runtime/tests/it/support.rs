@@ -139,7 +139,11 @@ pub fn cached_packages(data: &Path) -> Vec<PathBuf> {
 
 /// Builds (or reuses) and loads the fixture package with a fresh data dir.
 pub fn load_faulty(data: &std::path::Path) -> LoadedPackage {
-    let repo = faulty_repo();
+    load_repo(data, &faulty_repo())
+}
+
+/// Builds (or reuses) and loads the package of `repo` with a fresh data dir.
+pub fn load_repo(data: &std::path::Path, repo: &GitFixture) -> LoadedPackage {
     let mut env = toolchain_env();
     env.extend(lite_node_testkit::compute_build_env());
     env.extend([

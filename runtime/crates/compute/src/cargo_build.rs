@@ -63,11 +63,18 @@ pub fn build(
         });
     }
     let patch = format!("patch.crates-io.lite-node-plugin-api.path={:?}", api.dir.display().to_string());
+    // A processor's panic must unwind to the plugin boundary, where it
+    // becomes an error value: a package whose profile aborts on panic
+    // would take every slot of the node down with it. A profile set in
+    // cargo's configuration overrides the package's own.
+    let unwind = format!("profile.{}.panic=\"unwind\"", cargo_profile_name(&cfg.profile));
     let mut cmd = Command::new(&cfg.cargo);
     cmd.arg("build")
         .args(["--lib", "--workspace", "--message-format=json-render-diagnostics", "--profile", &cfg.profile])
         .arg("--config")
         .arg(&patch)
+        .arg("--config")
+        .arg(&unwind)
         .arg("--manifest-path")
         .arg(&manifest)
         .current_dir(workspace)
@@ -216,6 +223,16 @@ pub fn lock_dependencies(cargo: &Path, dir: &Path) -> Result<bool, String> {
         last = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     }
     Err(format!("cargo generate-lockfile in {}: {last}", dir.display()))
+}
+
+/// The `[profile.*]` table `--profile name` builds with (`test` and `bench`
+/// are `dev` and `release` for libraries).
+fn cargo_profile_name(profile: &str) -> &str {
+    match profile {
+        "test" => "dev",
+        "bench" => "release",
+        other => other,
+    }
 }
 
 #[cfg(test)]

@@ -40,6 +40,24 @@ fn network_note(transient: &bool) -> &'static str {
     if *transient { " (a network failure, not a setting: try again later)" } else { "" }
 }
 
+/// Lets libgit2 read a local source repository another user owns (a
+/// checkout mounted into the node's container, owned by the host's user):
+/// its ownership check ("repository path … is not owned by current user")
+/// guards git's command line against a stranger's repository configuration
+/// that runs programs (`core.fsmonitor`, hooks). libgit2 runs neither, and
+/// the node only reads the source: the pinned commit it fetches is what it
+/// verifies. The repositories the node writes are its own.
+fn read_any_owners_repository() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: libgit2's global options are set once, before any
+        // repository is opened by this process's fetches.
+        if let Err(e) = unsafe { git2::opts::set_verify_owner_validation(false) } {
+            tracing::warn!("cannot turn off libgit2's repository ownership check: {e}");
+        }
+    });
+}
+
 /// Whether a libgit2 error is the network's, not the settings'.
 fn network_failure(e: &git2::Error) -> bool {
     match e.class() {
@@ -56,6 +74,7 @@ fn network_failure(e: &git2::Error) -> bool {
 /// empty), checks the commit out detached, verifies HEAD, and returns the
 /// commit id. Without a pinned commit, the branch tip is used and returned.
 pub fn checkout(pin: &GitPin, dest: &Path, what: &str) -> Result<String, RepoError> {
+    read_any_owners_repository();
     let repo_name = lite_node_config::redact_url(&pin.url);
     let wanted = pin.commit.clone().unwrap_or_else(|| "unpinned".to_owned());
     let tip = branch_tip(pin, &repo_name, &wanted)?;

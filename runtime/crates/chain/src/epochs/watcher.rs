@@ -126,7 +126,7 @@ impl Watcher {
     pub async fn check_chain(&self) -> Result<(), PollError> {
         let Some(cursor) = &self.cursor else { return Ok(()) };
         let head = self.anchor.head().await?;
-        self.ahead_of(cursor, head)?;
+        self.ahead_of(cursor, head).await?;
         let Some(last) = cursor.recent.last() else { return Ok(()) };
         let block = self
             .anchor
@@ -142,17 +142,41 @@ impl Watcher {
         }
     }
 
-    /// The head is behind the saved position by more than a reorg would
-    /// explain.
-    fn ahead_of(&self, cursor: &Cursor, head: u64) -> Result<(), PollError> {
+    /// Whether the head is behind the saved position by more than a reorg
+    /// would explain, and why: an endpoint of this chain that lags (a
+    /// failover to a node still syncing) holds the blocks of the releases
+    /// this node handled up to its head, with their hashes — then it is
+    /// waited for (`PollError::Anchor`, retried) — while another chain (a
+    /// reset devnet) holds none of them, or other blocks in their place.
+    async fn ahead_of(&self, cursor: &Cursor, head: u64) -> Result<(), PollError> {
         let last_release = cursor.recent.last().map_or(0, |r| r.block_number);
-        if cursor.scanned_to > head + self.settings.confirmations || last_release > head + REORG_SLACK {
-            return Err(self.foreign(format!(
-                "it saved anchor block {} (last release in block {last_release}), the chain's head is {head}",
-                cursor.scanned_to
-            )));
+        if cursor.scanned_to <= head + self.settings.confirmations && last_release <= head + REORG_SLACK {
+            return Ok(());
         }
-        Ok(())
+        let saved = format!("anchor block {} (last release in block {last_release})", cursor.scanned_to);
+        let Some(known) = cursor.recent.iter().rev().find(|r| r.block_number <= head) else {
+            return Err(self.foreign(format!("it saved {saved}, the chain's head is {head}")));
+        };
+        let block = self
+            .anchor
+            .rpc()
+            .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(known.block_number), false]))
+            .await?;
+        match block["hash"].as_str() {
+            Some(hash) if hash.eq_ignore_ascii_case(&known.block_hash) => Err(lagging(format!(
+                "the anchor endpoint's head {head} is behind this node's saved position, {saved}, though it holds \
+                 the same chain (epoch {}'s release block {} has the hash saved): it lags; waiting for it to catch \
+                 up",
+                known.epoch_id, known.block_number
+            ))),
+            Some(hash) => Err(self.foreign(format!(
+                "it saved {saved}, the chain's head is {head}, and epoch {}'s release block {} is now {hash}, not {}",
+                known.epoch_id, known.block_number, known.block_hash
+            ))),
+            None => {
+                Err(lagging(format!("the anchor endpoint (head {head}) did not return block {}", known.block_number)))
+            }
+        }
     }
 
     fn foreign(&self, what: String) -> PollError {
@@ -168,7 +192,7 @@ impl Watcher {
     pub async fn poll(&mut self) -> Result<Poll, PollError> {
         let head = self.anchor.head().await?;
         if let Some(cursor) = &self.cursor {
-            self.ahead_of(cursor, head)?;
+            self.ahead_of(cursor, head).await?;
         }
         let cursor = match &mut self.cursor {
             Some(c) => c,
@@ -301,6 +325,14 @@ pub enum PollError {
     State(String),
     /// The saved position belongs to another chain: the operator's to fix.
     Foreign(String),
+}
+
+/// An anchor endpoint's answer that is not this node's to fix: retried.
+fn lagging(message: String) -> PollError {
+    PollError::Anchor(RpcError {
+        code: lite_node_plugin_api::abi_stable::std_types::ROption::RNone,
+        message: message.into(),
+    })
 }
 
 impl From<RpcError> for PollError {

@@ -49,8 +49,17 @@ pub enum Recorded {
     /// Signed and sent (or about to be) with no answer recorded: the exact
     /// message (its protobuf bytes), to be sent again as it is.
     Sent(Arc<[u8]>),
-    /// The collector answered.
-    Answered,
+    /// Closed: the collector answered, or the deadline passed unanswered.
+    /// `None` if the collector accepted it, else the verdict as the books
+    /// show it (`rejected: …`, `missed: …`): a failure stays one after a
+    /// restart.
+    Answered(Option<String>),
+}
+
+impl Recorded {
+    fn is_answered(&self) -> bool {
+        matches!(self, Self::Answered(_))
+    }
 }
 
 /// The ledger's entries of epochs `floor` and later — every one of them.
@@ -72,7 +81,7 @@ impl Held {
             return;
         }
         let entry = self.entries.entry((epoch_id, project_id)).or_insert((released, Recorded::Nothing));
-        if entry.1 != Recorded::Answered {
+        if !entry.1.is_answered() {
             *entry = (released.or(entry.0), recorded);
         }
         let floor = (epoch_id + 1).saturating_sub(EPOCHS_IN_MEMORY);
@@ -100,10 +109,15 @@ struct LedgerLine {
 /// The verdict of a line written before its message is sent.
 const SENDING: &str = "sending";
 
+/// The verdict of an accepted submission's answer line (as
+/// [`super::Status::Accepted`] shows).
+const ACCEPTED: &str = "accepted";
+
 impl LedgerLine {
     fn recorded(&self) -> Result<Recorded, String> {
         match &self.sent {
-            None => Ok(Recorded::Answered),
+            None if self.verdict == ACCEPTED => Ok(Recorded::Answered(None)),
+            None => Ok(Recorded::Answered(Some(self.verdict.clone()))),
             Some(hex) => Ok(Recorded::Sent(hex::decode(hex).map_err(|e| format!("its message: {e}"))?.into())),
         }
     }
@@ -193,7 +207,7 @@ impl Ledger {
     pub fn on_disk(&self, epoch_id: u64, project_id: &str) -> io::Result<Recorded> {
         let mut found = Recorded::Nothing;
         for (line, recorded) in Self::lines(&self.path)? {
-            if line.epoch_id == epoch_id && line.project_id == project_id && found != Recorded::Answered {
+            if line.epoch_id == epoch_id && line.project_id == project_id && !found.is_answered() {
                 found = recorded;
             }
         }
@@ -288,7 +302,8 @@ impl Entry {
         cid: &str,
         verdict: &str,
     ) -> io::Result<Self> {
-        Self::new(epoch_id, released_block, project_id, cid, verdict, None, Recorded::Answered)
+        let answer = (verdict != ACCEPTED).then(|| verdict.to_owned());
+        Self::new(epoch_id, released_block, project_id, cid, verdict, None, Recorded::Answered(answer))
     }
 
     fn new(
@@ -462,10 +477,10 @@ mod tests {
             assert_eq!(held.entries.len() as u64, EPOCHS_IN_MEMORY, "{:?}", held.entries);
             drop(held);
             for epoch in 1..=10 {
-                assert_eq!(ledger.lookup(epoch, "p").unwrap(), Recorded::Answered, "epoch {epoch}");
+                assert_eq!(ledger.lookup(epoch, "p").unwrap(), Recorded::Answered(None), "epoch {epoch}");
                 assert_eq!(ledger.lookup(epoch, "q").unwrap(), Recorded::Nothing, "epoch {epoch}");
             }
-            assert_eq!(ledger.lookup(2, "late").unwrap(), Recorded::Answered);
+            assert_eq!(ledger.lookup(2, "late").unwrap(), Recorded::Answered(None));
             assert_eq!(ledger.lookup(3, "late").unwrap(), Recorded::Nothing);
             assert_eq!(ledger.lookup(1, "sent").unwrap(), Recorded::Sent(b"message"[..].into()));
         }
@@ -486,15 +501,15 @@ mod tests {
         assert_eq!(reopened.on_disk(7, "p").unwrap(), Recorded::Sent(message.clone().into()));
         reopened.write(&answered(7, "p")).unwrap();
         reopened.write(&Entry::sending(7, 140, "p", "bafy", message.clone()).unwrap()).unwrap();
-        assert_eq!(reopened.lookup(7, "p").unwrap(), Recorded::Answered);
+        assert_eq!(reopened.lookup(7, "p").unwrap(), Recorded::Answered(None));
         // A torn `sending` line for another project: as if never written.
         let path = dir.path().join("state/submissions.jsonl");
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(br#"{"epoch_id":7,"project_id":"q","cid":"bafy","verdict":"sending","sent":"0a"#).unwrap();
         drop(f);
         let ledger = Ledger::open(dir.path()).unwrap();
-        assert_eq!(ledger.lookup(7, "p").unwrap(), Recorded::Answered);
-        assert_eq!(ledger.on_disk(7, "p").unwrap(), Recorded::Answered);
+        assert_eq!(ledger.lookup(7, "p").unwrap(), Recorded::Answered(None));
+        assert_eq!(ledger.on_disk(7, "p").unwrap(), Recorded::Answered(None));
         assert_eq!(ledger.lookup(7, "q").unwrap(), Recorded::Nothing);
     }
 
@@ -533,7 +548,7 @@ mod tests {
             } else {
                 answer.unwrap();
                 let held = ledgers[slot].lookup(9, project).unwrap();
-                assert_eq!(held, Recorded::Answered, "held once durable: slot {slot} {project}");
+                assert_eq!(held, Recorded::Answered(None), "held once durable: slot {slot} {project}");
             }
         }
         assert_eq!(failed, 3);
@@ -543,7 +558,7 @@ mod tests {
         for (slot, dir) in dirs.iter().enumerate().filter(|(s, _)| *s != 7) {
             let reopened = Ledger::open(dir).unwrap();
             for project in ["a", "b", "c"] {
-                assert_eq!(reopened.lookup(9, project).unwrap(), Recorded::Answered, "slot {slot} {project}");
+                assert_eq!(reopened.lookup(9, project).unwrap(), Recorded::Answered(None), "slot {slot} {project}");
             }
         }
     }

@@ -238,14 +238,26 @@ impl Submitter {
         let id = &stored.project_id;
         match self.recorded(epoch.epoch_id, id).await? {
             Recorded::Nothing => {}
-            Recorded::Answered => {
+            Recorded::Answered(answer) => {
                 // After a restart, or when the epoch is worked again (a snapshot
                 // is sent once per epoch and project id whatever asks again).
                 tracing::info!(
-                    "epoch {} {id}: the ledger holds the collector's answer to it already; not sent again",
-                    epoch.epoch_id
+                    "epoch {} {id}: the ledger holds the collector's answer to it already ({}); not sent again",
+                    epoch.epoch_id,
+                    answer.as_deref().unwrap_or("accepted")
                 );
-                return Ok((Status::AlreadyAcknowledged, None));
+                // A rejection stays one: the books count it as they would have.
+                let status = match answer {
+                    None => Status::AlreadyAcknowledged,
+                    Some(verdict) => match verdict.strip_prefix("missed: ") {
+                        Some(why) => Status::Missed(format!("{why} (before a restart)")),
+                        None => {
+                            let why = verdict.strip_prefix("rejected: ").unwrap_or(&verdict);
+                            Status::Rejected(format!("{why} (answered before a restart)"))
+                        }
+                    },
+                };
+                return Ok((status, None));
             }
             Recorded::Sent(message) => return self.send_again(epoch, stored, anchor, &message).await,
         }
@@ -416,8 +428,15 @@ impl Submitter {
             other => tracing::warn!("epoch {epoch_id} {id}: submission {other} ({cid})"),
         }
         if matches!(status, Status::Missed(_)) {
-            // A miss leaves the `sending` line alone: sent again after a
-            // restart only while its deadline holds.
+            // Its deadline passed unanswered: nothing can send it any more,
+            // so its `sending` line is closed, and a restart that works the
+            // epoch again reads a miss, not a message to send. Not waited
+            // for on the disk: were the line lost, the restart would find
+            // the deadline passed and end the same way.
+            let entry = Entry::answered(epoch_id, epoch.released_block, id, &cid, &status.to_string())?;
+            if let Err(e) = self.ledger.write(&entry) {
+                tracing::warn!("epoch {epoch_id} {id}: the miss is not in the ledger: {e}");
+            }
             return Ok((status, None));
         }
         // The collector has answered: until the ledger holds it durably, a
