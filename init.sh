@@ -7,7 +7,8 @@
 #                     `lite-node check`, then `lite-node run`. If a step fails
 #                     (other than a configuration error, exit 2), waits a random back-off (between
 #                     LITE_NODE_RESTART_BACKOFF_MIN_SECS and _MAX_SECS, 30-300 s)
-#                     before exiting, so a restart policy does not hammer the RPCs.
+#                     before exiting, so a restart policy does not hammer the RPCs;
+#                     a node killed by a signal (out of memory) ends it at once.
 #   ./init.sh devnet [ARGS]  the whole network on this machine: anvil with
 #                     Uniswap V3 and ProtocolState, the collector, 4 nodes
 #                     (ARGS go to `lite-node devnet`, e.g. --epochs 10 --json run.json)
@@ -243,9 +244,17 @@ run_child() {
 }
 
 # After a failure (not a configuration error, not an operator's stop), wait a
-# random back-off so a restart policy does not hammer the RPCs; then exit.
+# random back-off so a restart policy does not hammer the RPCs; then exit. A
+# node killed by a signal init.sh did not send (the kernel's out-of-memory
+# killer, a kill -9) crashed: nothing says a restart would hammer anything,
+# and a container that stayed up with nothing listening would look healthy
+# through its start period, so init.sh exits at once.
 finish() {
   local code=$1
+  if [ "$code" -gt 128 ] && [ "$SIGNALLED" = 0 ]; then
+    echo "init.sh: lite-node was killed by signal $((code - 128)) (out of memory? kill -9?); exiting now with code $code so a restart policy starts it again" >&2
+    exit "$code"
+  fi
   if [ "$code" -ne 0 ] && [ "$code" -ne 2 ] && [ "$SIGNALLED" = 0 ]; then
     local min max pause
     min=$(number_or "${LITE_NODE_RESTART_BACKOFF_MIN_SECS:-}" 30)
