@@ -18,6 +18,8 @@ alloy::sol! {
     function currentEpochId(address dataMarketAddress) external view returns (uint256);
     function lastReleasedEnd(address dataMarketAddress) external view returns (uint256);
     function epochsPerDay(address dataMarketAddress) external view returns (uint256);
+    // The market's current day (0 before its first DayStartedEvent).
+    function currentDayId(address dataMarketAddress) external view returns (uint256);
     function setEpochsPerDay(address dataMarketAddress, uint256 n) external;
     function releaseEpoch(address dataMarketAddress, uint256 begin, uint256 end) external returns (uint256);
     function isReleaser(address account) external view returns (bool);

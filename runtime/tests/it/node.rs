@@ -786,3 +786,54 @@ fn slot_ids_naming_another_signers_slot_are_refused_by_name_or_skipped_when_aske
     assert_eq!(journal[0]["epoch_id"].as_u64(), Some(epoch_id));
     assert_eq!(node.stop(), 0);
 }
+
+/// Review finding 8 (issue 43): a node with a fresh data dir gave its
+/// epochs day 0 until the next `DayStartedEvent` (a whole day, at worst); it
+/// now reads the market's day where it starts. An epoch scanned again (the
+/// reorg re-check) keeps the day it was released in, not the day the scan
+/// reached since.
+#[test]
+fn epochs_carry_the_markets_day_from_a_fresh_start_and_when_scanned_again() {
+    use lite_node::chain::{
+        Anchor, HttpRpc, IoRuntime,
+        epochs::{Follow, Watcher},
+    };
+    let world = World::load();
+    world.start_day();
+    world.start_day();
+    let io = IoRuntime::new().unwrap();
+    let rpc = HttpRpc::new("anchor", vec![world.url()], std::time::Duration::from_secs(10), io.clone()).unwrap();
+    let anchor = std::sync::Arc::new(Anchor::new(
+        rpc,
+        world.manifest.protocol_state.parse().unwrap(),
+        world.manifest.data_market.parse().unwrap(),
+    ));
+    let data = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let start = world.head() + 1;
+    // Re-checks the last 50 blocks on every poll: the first epoch below is
+    // scanned again after the next day started.
+    let follow = Follow { confirmations: 50, start_block: Some(start) };
+    let mut watcher = Watcher::open(anchor, data.path(), follow).unwrap();
+    let (first, _) = world.release_next_epoch();
+    let poll = runtime.block_on(watcher.poll()).unwrap();
+    let days: Vec<(u64, u64)> = poll.epochs.iter().map(|e| (e.epoch_id, e.day_id)).collect();
+    assert_eq!(days, [(first, 2)], "the day the market was in when the node started");
+    for e in &poll.epochs {
+        watcher.epoch_handled(e).unwrap();
+    }
+    world.start_day();
+    let (second, _) = world.release_next_epoch();
+    let poll = runtime.block_on(watcher.poll()).unwrap();
+    let days: Vec<(u64, u64)> = poll.epochs.iter().map(|e| (e.epoch_id, e.day_id)).collect();
+    assert_eq!(days, [(second, 3)]);
+    for e in &poll.epochs {
+        watcher.epoch_handled(e).unwrap();
+    }
+    // Rewound (as a validator whose Redis lost the epochs does): both are
+    // handed out again, each with its own day.
+    assert!(watcher.rewind(start - 1, None).unwrap());
+    let poll = runtime.block_on(watcher.poll()).unwrap();
+    let days: Vec<(u64, u64)> = poll.epochs.iter().map(|e| (e.epoch_id, e.day_id)).collect();
+    assert_eq!(days, [(first, 2), (second, 3)]);
+}

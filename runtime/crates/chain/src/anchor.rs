@@ -15,8 +15,8 @@ use lite_node_protocol::{parse_quantity, to_quantity};
 use serde_json::{Value, json};
 
 use lite_node_protocol::contracts::{
-    DayStartedEvent, EpochReleased, SlotRegistered, SnapshotBatchFinalized, allSnapshottersCall, getFullNodesCall,
-    getTotalNodeCountCall, slotSnapshotterMappingCall,
+    DayStartedEvent, EpochReleased, SlotRegistered, SnapshotBatchFinalized, allSnapshottersCall, currentDayIdCall,
+    getFullNodesCall, getTotalNodeCountCall, slotSnapshotterMappingCall,
 };
 
 use super::rpc::HttpRpc;
@@ -181,6 +181,15 @@ impl Anchor {
             totals.pop_first();
         }
         Ok(n)
+    }
+
+    /// The data market's day as of anchor block `block` (`currentDayId`;
+    /// 0 before its first `DayStartedEvent`).
+    pub async fn day_at(&self, block: u64) -> Result<u64, RpcError> {
+        let call = currentDayIdCall { dataMarketAddress: self.data_market };
+        let out = self.call_at(call.abi_encode(), "currentDayId", json!(to_quantity(block))).await?;
+        let day = currentDayIdCall::abi_decode_returns(&out).map_err(|e| bad_answer("currentDayId", e))?;
+        to_u64(day, "day id").map_err(|e| bad_answer("currentDayId", e))
     }
 
     /// The data market's full-node slots at anchor block `block`, sorted

@@ -40,9 +40,41 @@ pub struct Cursor {
     /// reaches below it, so releases from before the node started stay ignored.
     #[serde(default)]
     pub floor: u64,
+    /// The newest `DayStartedEvent`s seen, `(anchor block, day)` oldest
+    /// first: the day in force at a block, for epochs scanned again (the
+    /// reorg re-check, a rewind) — not the day the scan last reached.
+    #[serde(default)]
+    pub day_starts: Vec<(u64, u64)>,
 }
 
+/// `DayStartedEvent`s a cursor keeps.
+const DAY_STARTS_KEPT: usize = 16;
+
 impl Cursor {
+    /// The day in force at the end of anchor block `block`, from the day
+    /// starts kept (a day's ids follow each other), else the saved day.
+    pub fn day_at(&self, block: u64) -> u64 {
+        match self.day_starts.iter().rev().find(|(at, _)| *at <= block) {
+            Some((_, day)) => *day,
+            None => match self.day_starts.first() {
+                Some((_, first)) => first.saturating_sub(1),
+                None => self.day_id,
+            },
+        }
+    }
+
+    /// A `DayStartedEvent` of day `day` in anchor block `block`.
+    pub fn day_started(&mut self, block: u64, day: u64) {
+        if !self.day_starts.contains(&(block, day)) {
+            self.day_starts.push((block, day));
+            self.day_starts.sort_unstable();
+            if self.day_starts.len() > DAY_STARTS_KEPT {
+                self.day_starts.remove(0);
+            }
+        }
+        self.day_id = self.day_id.max(day);
+    }
+
     /// The cursor file for one ProtocolState and data market: a node pointed
     /// at another market starts afresh instead of misreading this one.
     pub fn path(data_dir: &Path, protocol_state: &str, data_market: &str) -> PathBuf {

@@ -199,7 +199,20 @@ impl Watcher {
             None => {
                 let start = self.settings.start_block.unwrap_or(head);
                 tracing::info!("no saved cursor: watching from anchor block {start}");
-                let c = Cursor { scanned_to: start.saturating_sub(1), floor: start, ..Cursor::default() };
+                // The day the market is in before the first block scanned:
+                // its epochs are that day's until a DayStartedEvent says
+                // otherwise.
+                let day_id = match self.anchor.day_at(start.saturating_sub(1)).await {
+                    Ok(day) => day,
+                    Err(e) => {
+                        tracing::warn!(
+                            "cannot read the data market's current day ({e}); its epochs carry day 0 until the next \
+                             DayStartedEvent"
+                        );
+                        0
+                    }
+                };
+                let c = Cursor { scanned_to: start.saturating_sub(1), floor: start, day_id, ..Cursor::default() };
                 c.save(&self.path).map_err(|e| PollError::State(format!("saving the epoch cursor: {e}")))?;
                 self.cursor.insert(c)
             }
@@ -233,13 +246,16 @@ impl Watcher {
             }
         }
 
-        let mut day_id = cursor.day_id;
+        // The day at the block before the range: an epoch scanned again
+        // keeps the day it was released in.
+        let mut day_id = cursor.day_at(from.saturating_sub(1));
         let mut epochs = Vec::new();
         let mut newest = cursor.last_epoch;
         for event in events {
             match event.kind {
                 EventKind::DayStarted { day_id: d } => {
                     day_id = day_id.max(d);
+                    cursor.day_started(event.block_number, d);
                 }
                 EventKind::EpochReleased { epoch_id, begin, end, timestamp } => {
                     if newest.is_some_and(|last| epoch_id <= last) {
@@ -259,7 +275,7 @@ impl Watcher {
                 }
             }
         }
-        cursor.day_id = day_id;
+        cursor.day_id = cursor.day_id.max(day_id);
         Ok(Poll { epochs, head, scanned_to: to })
     }
 

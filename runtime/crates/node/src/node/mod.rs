@@ -454,7 +454,10 @@ pub fn slot_dir(data_dir: &std::path::Path, slot_id: u64, several: bool) -> std:
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .and_then(|v| v["slot_id"].as_u64())
     });
-    if top == Some(slot_id) || !several { data_dir.to_path_buf() } else { own }
+    // One slot alone takes the top unless another slot's state is there: a
+    // node moved from slot 5 to slot 6 starts slot 6's books, latch, tracker
+    // and ledger afresh under `slots/6/`, and slot 5's stay where they were.
+    if top == Some(slot_id) || (!several && top.is_none()) { data_dir.to_path_buf() } else { own }
 }
 
 /// How `run` left the main loop.
@@ -495,5 +498,9 @@ mod tests {
         std::fs::write(d.join(super::TOP_SLOT_MARKER), "5").unwrap();
         assert_eq!(slot_dir(d, 5, true), d);
         assert_eq!(slot_dir(d, 7, true), d.join("slots/7"));
+        // Review finding 11 (issue 43): a one-slot node moved from slot 5 to
+        // slot 7 does not take slot 5's books and alert latch for its own.
+        assert_eq!(slot_dir(d, 7, false), d.join("slots/7"));
+        assert_eq!(slot_dir(d, 5, false), d, "and back: slot 5's state is where it was");
     }
 }
