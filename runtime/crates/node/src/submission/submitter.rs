@@ -150,6 +150,16 @@ impl Shared {
         self.epoch_fix.of(epoch_id, head + self.deadline_buffer, header)
     }
 
+    /// [`Shared::epoch_fix`] for a message about to be signed. A fix made
+    /// as the computes started, under which nothing was signed yet, is made
+    /// anew when less than half its buffer is left (a slow compute, a
+    /// compute retried): a fresh deadline, never past the furthest one the
+    /// epoch's release allows (`released_block + WINDOW_BLOCKS`).
+    fn signing_fix(&self, epoch_id: u64, released_block: u64, head: u64, header: &str) -> (Fix, Written) {
+        let latest = released_block.saturating_add(lite_node_protocol::submission::WINDOW_BLOCKS);
+        self.epoch_fix.for_signing(epoch_id, head, self.deadline_buffer, latest, header)
+    }
+
     /// [`Shared::epoch_fix`] as the epoch's computes start (`head` is read
     /// then), written while they run. One try: a failure (a full disk) is
     /// the submissions' to retry, or to report.
@@ -275,7 +285,7 @@ impl Submitter {
             }
         }
         let (head, latest) = shared.latest(anchor).await;
-        let (fix, written) = shared.epoch_fix(epoch.epoch_id, head, &latest);
+        let (fix, written) = shared.signing_fix(epoch.epoch_id, epoch.released_block, head, &latest);
         let (deadline, header) = (fix.deadline, fix.header.clone());
         if head > deadline {
             let why = format!(
@@ -513,8 +523,9 @@ struct EpochFix {
     path: Option<PathBuf>,
     /// This boot of the machine (Linux's `boot_id`), written with each fix.
     boot: Option<String>,
-    /// The last epoch's fix, and whether it is on disk.
-    fixed: Mutex<Option<(Fix, Written)>>,
+    /// The last epoch's fix, whether it is on disk, and whether a message
+    /// was signed under it (then it is the epoch's for good).
+    fixed: Mutex<Option<(Fix, Written, bool)>>,
 }
 
 /// Whether a fix is on disk; its lock is held while it is written.
@@ -558,7 +569,8 @@ impl EpochFix {
         };
         let same_boot = stored.as_ref().is_some_and(|f| boot.is_some() && f.boot_id == boot);
         let fixed = if same_boot && sync_filesystem(&path).is_ok() { None } else { stored };
-        let fixed = fixed.map(|f| (f, Arc::new(tokio::sync::Mutex::new(true))));
+        // Taken up after a reboot: what was signed under it is not known.
+        let fixed = fixed.map(|f| (f, Arc::new(tokio::sync::Mutex::new(true)), true));
         Ok(Self { path: Some(path), boot, fixed: Mutex::new(fixed) })
     }
 
@@ -566,13 +578,41 @@ impl EpochFix {
     /// written: [`EpochFix::write`]).
     fn of(&self, epoch_id: u64, deadline: u64, header: &str) -> (Fix, Written) {
         let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
-        match fixed.as_ref().filter(|(f, _)| f.epoch_id == epoch_id) {
-            Some(known) => known.clone(),
+        match fixed.as_ref().filter(|(f, _, _)| f.epoch_id == epoch_id) {
+            Some((f, w, _)) => (f.clone(), w.clone()),
             None => {
                 let fix = Fix { epoch_id, deadline, header: header.into(), boot_id: self.boot.clone() };
-                let new = (fix, Written::default());
-                *fixed = Some(new.clone());
-                new
+                let written = Written::default();
+                *fixed = Some((fix.clone(), written.clone(), false));
+                (fix, written)
+            }
+        }
+    }
+
+    /// The fix a message of `epoch_id` is signed under, at anchor head
+    /// `head` (see `Shared::signing_fix`); from now on the epoch's.
+    fn for_signing(&self, epoch_id: u64, head: u64, buffer: u64, latest: u64, header: &str) -> (Fix, Written) {
+        let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
+        match fixed.as_mut().filter(|(f, _, _)| f.epoch_id == epoch_id) {
+            Some((f, written, signed)) => {
+                let deadline = head.saturating_add(buffer).min(latest);
+                if !*signed && head.saturating_add(buffer / 2) > f.deadline && deadline > f.deadline {
+                    tracing::info!(
+                        "epoch {epoch_id}: nothing was signed before its deadline {} came near (head {head}); its \
+                         submissions take deadline {deadline}",
+                        f.deadline
+                    );
+                    *f = Fix { epoch_id, deadline, header: header.into(), boot_id: self.boot.clone() };
+                    *written = Written::default();
+                }
+                *signed = true;
+                (f.clone(), written.clone())
+            }
+            None => {
+                let fix = Fix { epoch_id, deadline: head + buffer, header: header.into(), boot_id: self.boot.clone() };
+                let written = Written::default();
+                *fixed = Some((fix.clone(), written.clone(), true));
+                (fix, written)
             }
         }
     }
@@ -645,5 +685,26 @@ mod tests {
         std::fs::write(&path, "{").unwrap();
         let err = EpochFix::open(path).unwrap_err().to_string();
         assert!(err.contains("epoch-deadline.json is not valid"), "{err}");
+    }
+
+    /// Review finding 3 (issue 43): the deadline fixed as the computes
+    /// started (head 100 + 30) came near while a slow compute ran; nothing
+    /// was signed under it, so the first message takes a fresh one — never
+    /// past the release's furthest (here 200) — and the epoch keeps it.
+    #[tokio::test]
+    async fn a_deadline_that_came_near_before_anything_was_signed_is_fixed_anew() {
+        let d = EpochFix::default();
+        let (early, written) = d.of(7, 130, "0xa");
+        d.write(&early, &written).await.unwrap();
+        assert_eq!(d.for_signing(7, 110, 30, 200, "0xb").0.deadline, 130, "half the buffer is left: kept");
+        let d = EpochFix::default();
+        d.of(7, 130, "0xa");
+        let (fresh, written) = d.for_signing(7, 120, 30, 200, "0xb");
+        assert_eq!((fresh.deadline, fresh.header.as_str()), (150, "0xb"));
+        assert!(!*written.lock().await, "the fresh fix is written before anything is sent");
+        assert_eq!(d.for_signing(7, 140, 30, 200, "0xc").0.deadline, 150, "signed under it: the epoch's");
+        let d = EpochFix::default();
+        d.of(8, 130, "0xa");
+        assert_eq!(d.for_signing(8, 190, 30, 200, "0xb").0.deadline, 200, "never past the release's furthest");
     }
 }
