@@ -105,27 +105,8 @@ fn init_sh_runs_a_node_that_processes_epochs_and_backs_off_after_its_failure() {
 
 #[test]
 fn sigterm_stops_the_node_in_order_and_init_sh_exits_0_without_a_back_off() {
-    let world = World::load();
-    let data = tempfile::tempdir().unwrap();
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
-    let mut env = operator_env(&world, 3, data.path());
-    let collector = lite_node_testkit::RunningCollector::start(bin, &env);
-    env.extend([
-        ("LOCAL_COLLECTOR_HOST".to_owned(), "127.0.0.1".to_owned()),
-        ("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()),
-        ("LITE_NODE_RESTART_BACKOFF_MIN_SECS".into(), "600".into()),
-    ]);
-    let err = data.path().join("init.err");
-    let mut child = init_sh()
-        .envs(env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
-        .spawn()
-        .unwrap();
-    let text = || std::fs::read_to_string(&err).unwrap_or_default();
-    poll_until("the node to watch", Duration::from_secs(120), || {
-        text().contains("watching ProtocolState").then_some(())
-    });
+    let watching = Watching::start();
+    let (mut child, text) = (watching.child, || std::fs::read_to_string(&watching.err).unwrap_or_default());
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     let status = poll_until("init.sh to exit", Duration::from_secs(60), || child.try_wait().unwrap());
     assert_eq!(status.code(), Some(0), "{}", text());
@@ -139,31 +120,49 @@ fn sigterm_stops_the_node_in_order_and_init_sh_exits_0_without_a_back_off() {
 /// listening while the container's start period keeps it "healthy".
 #[test]
 fn a_node_killed_by_a_signal_ends_init_sh_at_once() {
-    let world = World::load();
-    let data = tempfile::tempdir().unwrap();
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
-    let mut env = operator_env(&world, 3, data.path());
-    let collector = lite_node_testkit::RunningCollector::start(bin, &env);
-    env.extend([
-        ("LOCAL_COLLECTOR_HOST".to_owned(), "127.0.0.1".to_owned()),
-        ("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()),
-        ("LITE_NODE_RESTART_BACKOFF_MIN_SECS".into(), "600".into()),
-    ]);
-    let err = data.path().join("init.err");
-    let mut child = init_sh()
-        .envs(env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
-        .spawn()
-        .unwrap();
-    let text = || std::fs::read_to_string(&err).unwrap_or_default();
-    poll_until("the node to watch", Duration::from_secs(120), || {
-        text().contains("watching ProtocolState").then_some(())
-    });
+    let watching = Watching::start();
+    let (mut child, text) = (watching.child, || std::fs::read_to_string(&watching.err).unwrap_or_default());
     let killed = Command::new("pkill").args(["-KILL", "-P", &child.id().to_string(), "lite-node"]).status().unwrap();
     assert!(killed.success(), "the node was running under init.sh");
     let status = poll_until("init.sh to exit", Duration::from_secs(30), || child.try_wait().unwrap());
     assert_eq!(status.code(), Some(137), "{}", text());
     assert!(text().contains("killed by signal 9"), "{}", text());
     assert!(!text().contains("before exiting"), "no back-off after a crash: {}", text());
+}
+
+/// `./init.sh` running slot 3's node against a world and a collector, with
+/// a back-off of 600 s should it take one, once the node watches the chain.
+struct Watching {
+    child: std::process::Child,
+    /// init.sh's stderr (the node's log with it).
+    err: std::path::PathBuf,
+    _world: World,
+    _data: tempfile::TempDir,
+    _collector: lite_node_testkit::RunningCollector,
+}
+
+impl Watching {
+    fn start() -> Self {
+        let world = World::load();
+        let data = tempfile::tempdir().unwrap();
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+        let mut env = operator_env(&world, 3, data.path());
+        let collector = lite_node_testkit::RunningCollector::start(bin, &env);
+        env.extend([
+            ("LOCAL_COLLECTOR_HOST".to_owned(), "127.0.0.1".to_owned()),
+            ("LOCAL_COLLECTOR_PORT".into(), collector.port.to_string()),
+            ("LITE_NODE_RESTART_BACKOFF_MIN_SECS".into(), "600".into()),
+        ]);
+        let err = data.path().join("init.err");
+        let child = init_sh()
+            .envs(env)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+            .spawn()
+            .unwrap();
+        poll_until("the node to watch", Duration::from_secs(120), || {
+            std::fs::read_to_string(&err).unwrap_or_default().contains("watching ProtocolState").then_some(())
+        });
+        Self { child, err, _world: world, _data: data, _collector: collector }
+    }
 }

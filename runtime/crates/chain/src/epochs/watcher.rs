@@ -128,12 +128,7 @@ impl Watcher {
         let head = self.anchor.head().await?;
         self.ahead_of(cursor, head).await?;
         let Some(last) = cursor.recent.last() else { return Ok(()) };
-        let block = self
-            .anchor
-            .rpc()
-            .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(last.block_number), false]))
-            .await?;
-        match block["hash"].as_str() {
+        match self.block_hash(last.block_number).await?.as_deref() {
             Some(hash) if !hash.eq_ignore_ascii_case(&last.block_hash) => Err(self.foreign(format!(
                 "epoch {} was released in block {} ({}), but that block is now {hash}",
                 last.epoch_id, last.block_number, last.block_hash
@@ -157,12 +152,7 @@ impl Watcher {
         let Some(known) = cursor.recent.iter().rev().find(|r| r.block_number <= head) else {
             return Err(self.foreign(format!("it saved {saved}, the chain's head is {head}")));
         };
-        let block = self
-            .anchor
-            .rpc()
-            .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(known.block_number), false]))
-            .await?;
-        match block["hash"].as_str() {
+        match self.block_hash(known.block_number).await?.as_deref() {
             Some(hash) if hash.eq_ignore_ascii_case(&known.block_hash) => Err(lagging(format!(
                 "the anchor endpoint's head {head} is behind this node's saved position, {saved}, though it holds \
                  the same chain (epoch {}'s release block {} has the hash saved): it lags; waiting for it to catch \
@@ -177,6 +167,16 @@ impl Watcher {
                 Err(lagging(format!("the anchor endpoint (head {head}) did not return block {}", known.block_number)))
             }
         }
+    }
+
+    /// The hash of anchor block `number`, if the endpoint has the block.
+    async fn block_hash(&self, number: u64) -> Result<Option<String>, PollError> {
+        let block = self
+            .anchor
+            .rpc()
+            .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(number), false]))
+            .await?;
+        Ok(block["hash"].as_str().map(str::to_owned))
     }
 
     fn foreign(&self, what: String) -> PollError {
