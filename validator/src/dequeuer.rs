@@ -223,6 +223,8 @@ end
 for i = 0, n - 1 do
   local a = 6 + i * 12
   local kind, id, epoch, e = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4])
+  -- Every accept has its processed key, whatever becomes of it.
+  if kind == 'a' then candidates = candidates + 1 end
   if judged[id] then
     answers[#answers + 1] = 'again'
   else
@@ -232,7 +234,6 @@ for i = 0, n - 1 do
     if kind == 'r' then
       reject(rejections, id, ARGV[a + 11], ARGV[a + 12])
     else
-      candidates = candidates + 1
       if closed[e] == nil then closed[e] = redis.call('EXISTS', ek(e, 5)) == 1 end
       local votes, project, slot, cid = ek(e, 1), ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
       if closed[e] then
@@ -524,12 +525,9 @@ impl<C: ChainReads> Dequeuer<C> {
         // Redis forgot it (nothing ran then).
         let answers: Vec<String> =
             self.commit(&commits).invoke_async(&mut conn).await.map_err(|e| format!("redis: {e}"))?;
-        if answers.len() != verdicts.iter().filter(|v| judged(v)).count() {
-            return Err(format!(
-                "the commit script answered {} verdicts for a batch of {}",
-                answers.len(),
-                taken.len()
-            ));
+        let asked = verdicts.iter().filter(|v| judged(v)).count();
+        if answers.len() != asked {
+            return Err(format!("the commit script answered {} verdicts for {asked} submissions", answers.len()));
         }
         for (verdict, answer) in verdicts.iter_mut().filter(|v| judged(v)).zip(answers) {
             *verdict = match answer.as_str() {

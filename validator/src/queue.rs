@@ -87,6 +87,7 @@ pub fn mark_id(payload: &str) -> String {
 const TAKE_BATCH: &str = r"
 redis.call('SADD', KEYS[3], ARGV[4])
 local max = tonumber(ARGV[1])
+if max < 1 then return {} end
 local newest_first = redis.call('LRANGE', KEYS[1], -max, -1)
 local n = #newest_first
 if n == 0 then return {} end

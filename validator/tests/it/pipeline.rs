@@ -965,3 +965,32 @@ async fn the_same_submission_queued_ten_times_leaves_nothing_pending() {
     let records: Vec<String> = redis::AsyncCommands::keys(&mut conn, "*:processed:*").await.unwrap();
     assert!(records.is_empty(), "{records:?}");
 }
+
+/// With seed 001's records kept, each accepted submission's `processed`
+/// record is its own even when the batch also holds a submission judged
+/// before (its bytes queued again: `again`): the records of the accepts
+/// after it are not written one key early (found in review).
+#[tokio::test]
+async fn each_accepted_submission_keeps_its_own_processed_record_beside_one_judged_before() {
+    let w = world(250).await;
+    let w = World { dequeuer: w.dequeuer.keeping_seed_records(true), ..w };
+    let (cid_a, _, _) = cids();
+    w.monitor.released(5, 100, 1000, 1000).await.unwrap();
+    w.monitor.head(101).await.unwrap();
+    let mut conn = w.conn.clone();
+    let queue = w.market.keys.submission_queue();
+    w.submit(signed(1, 1, 5, &project(POOL_A), &cid_a, 120)).await;
+    let first: Vec<String> = conn.lrange(&queue, 0, -1).await.unwrap();
+    assert_eq!(w.drain().await, [Verdict::Accepted]);
+    // The first submission's bytes again, then a new one, in one batch.
+    let _: () = conn.lpush(&queue, &first[0]).await.unwrap();
+    w.submit(signed(2, 2, 5, &project(POOL_A), &cid_a, 120)).await;
+    let second: Vec<String> = conn.lrange(&queue, 0, 0).await.unwrap();
+    assert_eq!(w.drain().await, [Verdict::Again, Verdict::Accepted]);
+    for payload in [&first[0], &second[0]] {
+        let id = lite_node_validator::queue::item_id(payload);
+        let key = w.market.keys.processed(&w.market.validator_id, &id);
+        let recorded: Option<String> = conn.hget(&key, "submission_id").await.unwrap();
+        assert_eq!(recorded.as_deref(), Some(id.as_str()), "{key}");
+    }
+}
