@@ -104,7 +104,7 @@ pub struct HttpRpc {
     errors: Option<prometheus_client::metrics::counter::Counter>,
 }
 
-fn rpc_error(message: String) -> RpcError {
+pub(crate) fn rpc_error(message: String) -> RpcError {
     RpcError { code: ROption::RNone, message: message.into() }
 }
 

@@ -75,13 +75,6 @@ impl Devnet {
         for v in &mut self.validators {
             unwanted.push((v.index, v.unwanted().await));
         }
-        // What each validator's gossip intake found of no use (stale, an
-        // epoch not released, a slot nobody holds, past a slot's cap): read
-        // before its Redis stops, compared below with what went unjudged.
-        let mut unwanted = Vec::new();
-        for v in &mut self.validators {
-            unwanted.push((v.index, v.unwanted().await));
-        }
         for v in &mut self.validators {
             tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
         }

@@ -260,7 +260,6 @@ impl DevnetValidator {
         }
     }
 
-    /// Its `onchain_*` fields of epoch `epoch_id`'s state.
     /// What its gossip intake found unwanted, by why (`gossip_unwanted:*`
     /// of its counters; none on an honest devnet).
     pub async fn unwanted(&mut self) -> BTreeMap<String, u64> {
@@ -272,6 +271,7 @@ impl DevnetValidator {
             .collect()
     }
 
+    /// Its `onchain_*` fields of epoch `epoch_id`'s state.
     pub async fn onchain_state(&mut self, epoch_id: u64) -> BTreeMap<String, String> {
         let state: std::collections::HashMap<String, String> =
             self.conn.hgetall(self.keys.epoch_state(epoch_id)).await.unwrap_or_default();

@@ -345,10 +345,7 @@ pub enum PollError {
 
 /// An anchor endpoint's answer that is not this node's to fix: retried.
 fn lagging(message: String) -> PollError {
-    PollError::Anchor(RpcError {
-        code: lite_node_plugin_api::abi_stable::std_types::ROption::RNone,
-        message: message.into(),
-    })
+    PollError::Anchor(crate::rpc::rpc_error(message))
 }
 
 impl From<RpcError> for PollError {
