@@ -24,16 +24,28 @@ impl Drop for Group {
     }
 }
 
-/// The first of 41 consecutive ports on 127.0.0.1 that are free now.
+/// The first of 41 consecutive ports on 127.0.0.1 that are free now, below
+/// the kernel's ephemeral range (32768 and up on Linux): ports the other
+/// tests take with `bind(0)` and hand to their children never land here
+/// between this check and the runbook's listeners.
 fn free_ports() -> u16 {
-    let mut base = 20_000 + (std::process::id() % 2_000) as u16 * 20;
+    const FIRST: u16 = 20_000;
+    const LAST: u16 = 32_000;
+    let span = (LAST - FIRST) / 41;
+    let mut base = FIRST + (std::process::id() % u32::from(span)) as u16 * 41;
     loop {
         let free = (0..=40).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
         if free {
             return base;
         }
-        base = if base > 60_000 { 20_000 } else { base + 41 };
+        base = if base + 82 > LAST { FIRST } else { base + 41 };
     }
+}
+
+/// The last `n` lines of a log, for a failure's report.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 #[test]
@@ -79,11 +91,18 @@ fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
             break status;
         }
         if std::time::Instant::now() > deadline {
-            let logs: Vec<String> =
-                ["logs/releaser.log", "logs/collector.log", "logs/validator-1.log", "logs/node-1.log"]
-                    .iter()
-                    .map(|l| format!("--- {l}\n{}", read(l)))
-                    .collect();
+            let logs: Vec<String> = [
+                "logs/releaser.log",
+                "logs/collector.log",
+                "logs/validator-1.log",
+                "logs/validator-2.log",
+                "logs/validator-3.log",
+                "logs/node-1.log",
+                "logs/node-2.log",
+            ]
+            .iter()
+            .map(|l| format!("--- {l} (its last lines)\n{}", tail(&read(l), 12)))
+            .collect();
             panic!("the runbook did not end in 400 s:\n{}\n{}", read("runbook.out"), logs.join("\n"));
         }
         std::thread::sleep(Duration::from_millis(200));
