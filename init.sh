@@ -193,6 +193,8 @@ check_required_env() {
   for v in "${REQUIRED_VARS[@]}"; do
     # SLOT_IDS (several slots) stands in for SLOT_ID.
     [ "$v" = SLOT_ID ] && [ -n "${SLOT_IDS:-}" ] && continue
+    # An encrypted keystore (with its password file) stands in for the env key.
+    [ "$v" = SIGNER_ACCOUNT_PRIVATE_KEY ] && [ -n "${SIGNER_KEYSTORE_FILE:-}" ] && continue
     [ -n "${!v:-}" ] || missing+=("$v")
   done
   if [ ${#missing[@]} -gt 0 ]; then

@@ -26,6 +26,7 @@ fn outcome(kind: OutcomeKind, selected: Option<bool>) -> Outcome {
         submissions: vec![],
         started_at_ms: 0,
         finished_at_ms: 0,
+        left_out: vec![],
     }
 }
 
@@ -394,6 +395,51 @@ fn a_latched_alert_not_yet_delivered_survives_a_restart_and_arrives_exactly_once
     assert_eq!(alerts_of(&api, "consecutive selected epochs failed").len(), 1, "{:?}", api.messages());
 }
 
+/// The three-failure alert is kept on disk before the books that latch it
+/// are saved. Here the pending-alerts file cannot be written (its path is
+/// taken by a directory) while Telegram is down, and the node is killed:
+/// the books must not have been saved as "alerted" without the alert kept,
+/// so after the restart (the path free, Telegram up) the alert arrives, once.
+#[test]
+fn the_three_failure_alert_is_kept_before_the_books_that_latch_it() {
+    let world = World::load();
+    let api = TelegramStandin::start();
+    api.down();
+    let data = tempfile::tempdir().unwrap();
+    let env = drill_env(
+        &world,
+        2,
+        &[
+            ("TELEGRAM_BOT_TOKEN", "123456:node-token".into()),
+            ("TELEGRAM_CHAT_ID", "8".into()),
+            ("TELEGRAM_API_URL", api.url()),
+        ],
+    );
+    let dir = data.path().join("node");
+    let pending = dir.join("state/pending-alerts.json");
+    std::fs::create_dir_all(pending.join("in-the-way")).unwrap();
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    for _ in 0..3 {
+        world.release_next_epoch();
+    }
+    node.wait_for_journal(3);
+    node.wait_for_log("pending-alerts.json");
+    node.kill();
+    std::fs::remove_dir_all(&pending).unwrap();
+    api.up();
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    let alert = poll_until("the three-failure alert after the restart", Duration::from_secs(60), || {
+        alerts_of(&api, "consecutive selected epochs failed").pop()
+    });
+    assert!(alert.contains("epoch 1:") && alert.contains("epoch 3:"), "{alert}");
+    world.release_next_epoch();
+    node.wait_for_journal(4);
+    assert_eq!(node.stop(), 0);
+    assert_eq!(alerts_of(&api, "consecutive selected epochs failed").len(), 1, "{:?}", api.messages());
+}
+
 /// getTotalNodeCount never answers (the provider refuses the call): no
 /// compute can know whether the slot works the epoch, so the epoch is a
 /// failure before selection — counted, and /health says so at once — never a
@@ -520,5 +566,44 @@ fn health_reflects_an_unreachable_collector_and_a_stalled_anchor() {
     world.release_next_epoch();
     node.wait_for_journal(2);
     poll_until("healthy again", Duration::from_secs(30), || (get(status, "/health").0 == 200).then_some(()));
+    assert_eq!(node.stop(), 0);
+}
+
+/// A submission that ended unanswered (its deadline passed while the
+/// collector was down) leaves the collector's trouble on /health only while
+/// it is true: once the collector is back, /health clears without waiting
+/// for this slot's next selection.
+#[test]
+fn the_collectors_trouble_clears_when_it_is_back_without_another_submission() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut env = node_env(&world.url(), &world.manifest, 2);
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
+    env.push(("STATUS_PORT".into(), "0".into()));
+    env.push(("STATUS_HOST".into(), "127.0.0.1".into()));
+    env.push(("LITE_NODE_ANCHOR_STALL_SECS".into(), "3600".into()));
+    env.push(("LITE_NODE_DEADLINE_BUFFER_BLOCKS".into(), "2".into()));
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let mut node = lite_node_testkit::RunningNode::start(bin, &env, &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    let status = status_port(&node.log()).expect("the status port is logged");
+    world.release_next_epoch();
+    poll_until("unhealthy: the collector is unreachable", Duration::from_secs(30), || {
+        Some(get(status, "/health")).filter(|r| r.0 == 503 && r.1.contains("submitting to"))
+    });
+    // Past the deadline: the submission ends as missed.
+    world.mine(10);
+    let journal = node.wait_for_journal(1);
+    let verdict = journal[0]["submissions"][0]["verdict"].as_str().unwrap_or_default();
+    assert!(verdict.starts_with("missed: collector"), "{}", journal[0]);
+    assert_eq!(get(status, "/health").0, 503, "the collector is still down");
+    let _collector = lite_node_testkit::RunningCollector::start_with(bin, &env, port, &[]);
+    poll_until("healthy again, with no epoch since", Duration::from_secs(30), || {
+        (get(status, "/health").0 == 200).then_some(())
+    });
+    assert!(node.log().contains("answers again"), "{}", node.log());
+    assert_eq!(node.journal().len(), 1);
     assert_eq!(node.stop(), 0);
 }

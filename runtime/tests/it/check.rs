@@ -194,3 +194,76 @@ fn a_full_disk_under_the_log_loses_lines_not_the_exit_status() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// The signer from an encrypted keystore (Web3 Secret Storage, as geth and
+/// ethers write it) with its password in a file, instead of the env key:
+/// the right password checks out, a wrong one is exit 2 naming both files,
+/// and neither the password nor the key is ever printed.
+#[test]
+fn a_keystore_with_its_password_file_stands_in_for_the_env_key() {
+    let node = Node::new().env("PROJECTS_CONFIG", workspace_root().join("projects.json").display().to_string());
+    let dir = node.cwd.path();
+    let example = fs::read_to_string(workspace_root().join("env.example")).unwrap();
+    let without_key: String =
+        example.lines().filter(|l| !l.starts_with("SIGNER_ACCOUNT_PRIVATE_KEY=")).map(|l| format!("{l}\n")).collect();
+    let keystores = workspace_root().join("tests/data/keystore");
+    let password = "correct horse battery staple";
+    fs::write(dir.join("right"), format!("{password}\n")).unwrap();
+    fs::write(dir.join("wrong"), "battery horse staple correct\n").unwrap();
+    let check = |keystore: &str, password_file: &str| {
+        let env = dir.join("keystore.env");
+        let store = keystores.join(keystore);
+        fs::write(
+            &env,
+            format!(
+                "{without_key}SIGNER_KEYSTORE_FILE={}\nSIGNER_KEYSTORE_PASSWORD_FILE={}\n",
+                store.display(),
+                dir.join(password_file).display()
+            ),
+        )
+        .unwrap();
+        node.run(&["--env-file", env.to_str().unwrap(), "check", "--offline"])
+    };
+    for keystore in ["anvil-0.json", "anvil-0-ethers.json"] {
+        let run = check(keystore, "right");
+        run.assert_ok();
+        assert!(run.stdout.contains("ok   environment: slot 1 on "), "{keystore}: {}", run.stdout);
+    }
+    let run = check("anvil-0.json", "wrong");
+    assert_eq!(run.code, 2, "{run:?}");
+    let expected = format!(
+        "SIGNER_KEYSTORE_FILE {}: the password in SIGNER_KEYSTORE_PASSWORD_FILE {} does not open it",
+        keystores.join("anvil-0.json").display(),
+        dir.join("wrong").display()
+    );
+    assert!(run.stdout.contains(&expected), "{}", run.stdout);
+    // `run` refuses it the same way, before reaching anything.
+    let env = dir.join("keystore.env");
+    let started = node.run(&["--env-file", env.to_str().unwrap(), "run"]);
+    assert_eq!(started.code, 2, "{started:?}");
+    assert!(started.stderr.contains("does not open it"), "{}", started.stderr);
+    for out in [&run.stdout, &run.stderr, &started.stdout, &started.stderr] {
+        assert!(!out.contains("battery horse") && !out.contains(password), "a password was printed: {out}");
+        assert!(!out.contains("ac0974bec"), "the key was printed: {out}");
+    }
+    // Without the password file, or with the env key as well: named, exit 2.
+    fs::write(&env, format!("{without_key}SIGNER_KEYSTORE_FILE={}\n", keystores.join("anvil-0.json").display()))
+        .unwrap();
+    let run = node.run(&["--env-file", env.to_str().unwrap(), "check", "--offline"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stdout.contains("set SIGNER_KEYSTORE_PASSWORD_FILE to a file that holds it"), "{}", run.stdout);
+    let both =
+        check_with(&node, &format!("{example}SIGNER_KEYSTORE_FILE={}\n", keystores.join("anvil-0.json").display()));
+    assert!(
+        both.stdout.contains("SIGNER_ACCOUNT_PRIVATE_KEY and SIGNER_KEYSTORE_FILE are both set"),
+        "{}",
+        both.stdout
+    );
+}
+
+/// `lite-node check --offline` over an env file with `text`.
+fn check_with(node: &Node, text: &str) -> crate::support::Run {
+    let env = node.cwd.path().join("with.env");
+    fs::write(&env, text).unwrap();
+    node.run(&["--env-file", env.to_str().unwrap(), "check", "--offline"])
+}

@@ -115,6 +115,94 @@ fn the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part() {
     }
 }
 
+/// A live worker whose computes keep failing (its source RPC refuses every
+/// call) holds no epoch hostage unnoticed: its rounds say why its share
+/// failed (its /health reads that), and the coordinator, when patience runs
+/// out, books the epoch as a selected failure naming what was left out — not
+/// a success with pools missing.
+#[test]
+fn a_live_worker_whose_computes_fail_leaves_a_failed_epoch_not_a_partial_success() {
+    let world = World::load();
+    let (begin, end) = activity(&world);
+    let data = tempfile::tempdir().unwrap();
+    let package = bundled(data.path());
+    let settings = json!({"pools": world.manifest.pools, "full_node": true});
+    let io = IoRuntime::new().unwrap();
+    let source = Arc::new(HttpRpc::new("source", vec![world.url()], Duration::from_secs(10), io.clone()).unwrap());
+    // The broken worker's provider answers every pool's `slot0()` with an error.
+    let filter = lite_node_testkit::RpcFilter::start(&world.url(), &["0x3850c7bd"]);
+    let broken = Arc::new(HttpRpc::new("source", vec![filter.url()], Duration::from_secs(10), io).unwrap());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let blocks: Arc<[_]> = rt.block_on(preload::block_details(&source, begin, end)).unwrap().into();
+    let task = full_node_task(begin, end, None);
+    let redis = RedisServer::start();
+    let conn = rt.block_on(async { redis::Client::open(redis.url()).unwrap().get_connection_manager().await.unwrap() });
+    let boards = Boards::new(conn, "market:1");
+    let mode = Mode::PeerIndex;
+    let coordinator = Coordinator {
+        boards: boards.clone(),
+        mode,
+        package: "p".into(),
+        api: "0.4.0".into(),
+        lease: Duration::from_secs(5),
+        poll: Duration::from_millis(50),
+        patience: Duration::from_secs(6),
+    };
+    let member = |id: &str| Member {
+        id: id.into(),
+        package: "p".into(),
+        api: "0.4.0".into(),
+        assign: mode.name().into(),
+        lease_ms: 5_000,
+        instance: String::new(),
+    };
+    let workers: Vec<Worker> = ["w0", "w1"]
+        .iter()
+        .map(|id| Worker::new(boards.clone(), mode, member(id), vec!["baseSnapshot".into()]))
+        .collect();
+    let locals = [full_node_executor(&package, &settings, &source), full_node_executor(&package, &settings, &broken)];
+    let board = boards.of("baseSnapshot");
+    let (result, failures) = rt.block_on(async {
+        for w in &workers {
+            board.heartbeat(&w.member, Duration::from_secs(60)).await.unwrap();
+        }
+        let local = full_node_executor(&package, &settings, &source);
+        let gathered = coordinator.gather(&local, &task, blocks.clone());
+        tokio::pin!(gathered);
+        let mut failures: Vec<String> = Vec::new();
+        loop {
+            tokio::select! {
+                result = &mut gathered => break (result, failures),
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                    for (w, local) in workers.iter().zip(&locals) {
+                        let blocks = |b, e| { let source = source.clone(); async move { preload::block_details(&source, b, e).await } };
+                        let round = w.round(local, Duration::from_millis(10), blocks).await.unwrap();
+                        failures.extend(round.failure);
+                    }
+                }
+            }
+        }
+    });
+    assert!(!failures.is_empty(), "the broken worker's rounds say its share failed");
+    assert!(filter.refused() > 0);
+    assert!(failures[0].contains("a share of"), "{failures:?}");
+    assert_eq!(result.selected, Some(true));
+    let pools = world.manifest.pools.len();
+    assert!(
+        !result.left_out.is_empty() && result.left_out.len() < pools,
+        "the broken worker's share is left out, the other's is in: {} of {pools}",
+        result.left_out.len()
+    );
+    assert_eq!(result.snapshots.len() + result.left_out.len(), pools);
+    let outcome = lite_node::outcome::Outcome::computed(result);
+    match lite_node::books::verdict(&outcome) {
+        lite_node::books::Verdict::SelectedFailure(why) => {
+            assert!(why.contains("not computed by the cluster's workers in time"), "{why}")
+        }
+        other => panic!("booked as {other:?}, not a selected failure"),
+    }
+}
+
 /// A worker on another compute package than its coordinator's is refused
 /// by name when it joins: exit 2, both packages named, nothing computed.
 #[test]

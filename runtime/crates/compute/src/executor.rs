@@ -133,6 +133,9 @@ pub struct ComputeResult {
     /// When the compute was called and when it returned (Unix ms).
     pub started_at_ms: u64,
     pub finished_at_ms: u64,
+    /// A full node's data sources that no worker computed in time: its
+    /// snapshots are submitted, but the epoch is not a success.
+    pub left_out: Vec<String>,
 }
 
 impl ComputeResult {
@@ -148,6 +151,7 @@ impl ComputeResult {
             snapshots: vec![],
             started_at_ms: at,
             finished_at_ms: at,
+            left_out: Vec::new(),
         }
     }
 }
@@ -335,13 +339,36 @@ impl LocalExecutor {
         let reach = Reach { source: self.source.clone(), anchor: self.anchor.clone(), tracker, named: false };
         let host = self.host(p, task, blocks, &reach);
         let (processor, ctx) = (p.processor.clone(), task.context());
+        // A call that does not return in time is a hung compute like any
+        // other: counted until it returns (towards LITE_NODE_MAX_HUNG_COMPUTES
+        // and on /status), and its project quarantined.
+        let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
+        let (worker_state, hung) = (state.clone(), self.hung.clone());
         let asked = tokio::task::spawn_blocking(move || {
-            processor
+            let answer = processor
                 .data_sources(&ctx, Host::to_ref(&host))
                 .into_result()
-                .map(|s| s.into_option().map(|s| s.into_iter().map(RString::into_string).collect::<Vec<_>>()))
+                .map(|s| s.into_option().map(|s| s.into_iter().map(RString::into_string).collect::<Vec<_>>()));
+            if worker_state.compare_exchange(RUNNING, DONE, SeqCst, SeqCst).is_err() {
+                hung.send_modify(|n| *n = n.saturating_sub(1));
+            }
+            answer
         });
-        match tokio::time::timeout(self.timeout, asked).await {
+        let answer = tokio::time::timeout(self.timeout, asked).await;
+        let project_type = &task.project_type;
+        if answer.is_err() && state.compare_exchange(RUNNING, HUNG, SeqCst, SeqCst).is_ok() {
+            self.hung.send_modify(|n| *n += 1);
+            tracing::warn!(
+                "epoch {} {project_type}: data_sources did not return within {}s; its thread is left running (hung)",
+                task.epoch_id,
+                self.timeout.as_secs_f64()
+            );
+            if let Some(q) = self.quarantine.hung(project_type, task.epoch_id) {
+                tracing::warn!("{q}");
+                self.gate.quarantine(&q);
+            }
+        }
+        match answer {
             Ok(Ok(Ok(Some(sources)))) => {
                 match lite_node_protocol::repeated_data_source(sources.iter().map(String::as_str)) {
                     Some((first, second)) => Err(format!(
@@ -599,6 +626,7 @@ impl LocalExecutor {
             snapshots,
             started_at_ms,
             finished_at_ms: now_ms(),
+            left_out: Vec::new(),
         };
         (result, unreachable)
     }

@@ -234,6 +234,7 @@ mod tests {
             snapshots: vec![("0xAA".into(), json.into())],
             started_at_ms: 0,
             finished_at_ms: 0,
+            left_out: Vec::new(),
         }
     }
 

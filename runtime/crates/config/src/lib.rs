@@ -31,7 +31,7 @@ pub use lite_node_core::url::{parse_anchor_url, parse_rpc_url, redact_rpc_url, r
 pub use logs::LogSettings;
 pub use node::{IpfsConfig, NodeConfig, NodeSlot};
 pub use projects::{PRELOAD_TASKS, Project, Projects};
-pub use secret::SecretKey;
+pub use secret::{KEYSTORE, KEYSTORE_PASSWORD, SecretKey};
 pub use slots::{MAX_SLOTS, SlotSigner, format_slot_ids, parse_slot_ids, read_signers_file};
 pub use watch::{SafetySettings, WatchSettings};
 pub use worker::{WorkerConfig, cluster_name};

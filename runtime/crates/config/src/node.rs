@@ -145,11 +145,16 @@ impl NodeConfig {
                 "LITE_NODE_ROLE=coordinator runs one slot, the full node's: give it as SLOT_ID, not SLOT_IDS".into(),
             );
         }
-        // SLOT_IDS (several slots) stands in for SLOT_ID.
+        // SLOT_IDS (several slots) stands in for SLOT_ID, and an encrypted
+        // keystore (SIGNER_KEYSTORE_FILE) for SIGNER_ACCOUNT_PRIVATE_KEY.
         let missing: Vec<&str> = REQUIRED
             .iter()
             .copied()
-            .filter(|k| env.get(k).is_none() && !(*k == "SLOT_ID" && env.get("SLOT_IDS").is_some()))
+            .filter(|k| {
+                env.get(k).is_none()
+                    && !(*k == "SLOT_ID" && env.get("SLOT_IDS").is_some())
+                    && !(*k == "SIGNER_ACCOUNT_PRIVATE_KEY" && env.get(crate::secret::KEYSTORE).is_some())
+            })
             .collect();
         if !missing.is_empty() {
             problems.push(format!(
@@ -222,10 +227,13 @@ impl NodeConfig {
             match alloy::signers::local::PrivateKeySigner::from_slice(key.bytes()) {
                 Ok(derived) if derived.address() == signer_address => {}
                 Ok(derived) => problems.push(format!(
-                    "SIGNER_ACCOUNT_PRIVATE_KEY belongs to {}, not to SIGNER_ACCOUNT_ADDRESS {signer_address}",
+                    "{} belongs to {}, not to SIGNER_ACCOUNT_ADDRESS {signer_address}",
+                    crate::secret::key_source(env),
                     derived.address()
                 )),
-                Err(_) => problems.push("SIGNER_ACCOUNT_PRIVATE_KEY is not a valid secp256k1 private key".into()),
+                Err(_) => {
+                    problems.push(format!("{} is not a valid secp256k1 private key", crate::secret::key_source(env)))
+                }
             }
         }
         let text = |k: &str| env.get(k).unwrap_or_default().to_owned();

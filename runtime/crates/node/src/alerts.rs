@@ -399,6 +399,7 @@ impl Alerter {
             })
             .collect();
         for entry in pending.entries() {
+            pending.queued(entry.id);
             for (name, tx) in queues.iter().filter(|(n, _)| entry.remaining.contains(n)) {
                 tracing::info!("{name}: sending again the {} alert from before the restart", entry.alert.kind.label());
                 let _ = tx.try_send(Queued { id: Some(entry.id), alert: entry.alert.clone() });
@@ -442,8 +443,34 @@ impl Alerter {
     /// [`Alerter::notify`] for one event that touched several `slots` (the
     /// first is the one `books` and `kind` describe).
     pub fn notify_slots(&self, kind: AlertKind, books: &Books, slots: Vec<u64>) -> usize {
+        match self.prepare(kind, books, slots) {
+            Ok(Some(prepared)) => self.dispatch(prepared),
+            Ok(None) => 0,
+            Err(failed) => {
+                let (e, prepared) = *failed;
+                // Not kept on disk: it goes out now, but not again after a restart.
+                tracing::warn!("saving pending alerts: {e}");
+                self.dispatch(prepared)
+            }
+        }
+    }
+
+    /// An alert made ready (the cooldown applied) and, when it is latched,
+    /// kept in the pending file before anything else happens: the books
+    /// that asked for it are saved only after this returns, so a crash in
+    /// between loses neither (the restart sends it; an epoch worked again
+    /// asks for the same alert, which is not kept twice). `None`: nothing to
+    /// send (no channel, within the cooldown, or the same alert already on
+    /// its way). A pending file that cannot be written is an error, with the
+    /// alert: the caller decides whether it goes out unkept.
+    pub fn prepare(
+        &self,
+        kind: AlertKind,
+        books: &Books,
+        slots: Vec<u64>,
+    ) -> Result<Option<Prepared>, Box<(std::io::Error, Prepared)>> {
         if self.queues.is_empty() {
-            return 0;
+            return Ok(None);
         }
         if let Some(key) = kind.cooled_down() {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
@@ -453,20 +480,33 @@ impl Alerter {
                     kind.issue_type(),
                     self.cooldown.as_secs()
                 );
-                return 0;
+                return Ok(None);
             }
             last.insert(key, Instant::now());
         }
         let from = self.sender_of(&slots);
         let slots = if slots.len() > 1 { slots } else { Vec::new() };
         let alert = Alert { kind, from, books: books.clone(), at_unix: unix_now(), slots };
-        let id = alert
-            .kind
-            .latched()
-            .then(|| self.pending.add(&alert, self.queues.iter().map(|(n, _)| n.clone()).collect()));
+        if !alert.kind.latched() {
+            return Ok(Some(Prepared(Queued { id: None, alert })));
+        }
+        match self.pending.add(&alert, self.queues.iter().map(|(n, _)| n.clone()).collect()) {
+            Ok(Some(id)) => Ok(Some(Prepared(Queued { id: Some(id), alert }))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(Box::new((e, Prepared(Queued { id: None, alert })))),
+        }
+    }
+
+    /// Puts a prepared alert on every channel's queue; never waits. Returns
+    /// how many queues took it.
+    pub fn dispatch(&self, prepared: Prepared) -> usize {
+        let Prepared(queued) = prepared;
+        if let Some(id) = queued.id {
+            self.pending.queued(id);
+        }
         let mut taken = 0;
         for (name, tx) in &self.queues {
-            match tx.try_send(Queued { id, alert: alert.clone() }) {
+            match tx.try_send(Queued { id: queued.id, alert: queued.alert.clone() }) {
                 Ok(()) => taken += 1,
                 Err(e) => {
                     let kind = e.into_inner().alert.kind.issue_type();
@@ -477,6 +517,10 @@ impl Alerter {
         taken
     }
 }
+
+/// An alert ready to go out ([`Alerter::prepare`]), once what asked for it
+/// is saved ([`Alerter::dispatch`]).
+pub struct Prepared(Queued);
 
 /// An alert on a channel's queue; `id` when it is kept in [`Pending`].
 struct Queued {
@@ -507,6 +551,20 @@ struct PendingEntry {
     alert: Alert,
     /// Channels that have not taken it yet.
     remaining: Vec<String>,
+    /// Put on the channels' queues by this process (not kept: after a
+    /// restart every entry is queued again once).
+    #[serde(skip)]
+    queued: bool,
+}
+
+impl PendingEntry {
+    /// The same event: its kind (epochs and all) and its slots.
+    fn same_event(&self, alert: &Alert) -> bool {
+        let a = &self.alert;
+        a.from.slot_id == alert.from.slot_id
+            && a.slots == alert.slots
+            && serde_json::to_value(&a.kind).ok() == serde_json::to_value(&alert.kind).ok()
+    }
 }
 
 /// Latched alerts not yet delivered everywhere, kept in a file (written
@@ -530,12 +588,37 @@ impl Pending {
         self.entries.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn add(&self, alert: &Alert, channels: Vec<String>) -> u64 {
+    /// Keeps `alert` until every channel took it, saved before this
+    /// returns; `None` when the same event is kept already and queued (an
+    /// epoch worked again after a crash between this and the books' save).
+    /// A save that fails keeps nothing.
+    fn add(&self, alert: &Alert, channels: Vec<String>) -> std::io::Result<Option<u64>> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(kept) = entries.iter().find(|e| e.same_event(alert)) {
+            return Ok((!kept.queued).then_some(kept.id));
+        }
         let id = entries.iter().map(|e| e.id + 1).max().unwrap_or(1);
-        entries.push(PendingEntry { id, alert: alert.clone(), remaining: channels });
-        self.save(&entries);
-        id
+        entries.push(PendingEntry { id, alert: alert.clone(), remaining: channels, queued: false });
+        if let Err(e) = self.save_durable(&entries) {
+            entries.retain(|e| e.id != id);
+            return Err(e);
+        }
+        Ok(Some(id))
+    }
+
+    fn queued(&self, id: u64) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for e in entries.iter_mut().filter(|e| e.id == id) {
+            e.queued = true;
+        }
+    }
+
+    /// The file as `entries` stand, synced with its directory: it must be
+    /// on disk before the books that asked for an alert are.
+    fn save_durable(&self, entries: &[PendingEntry]) -> std::io::Result<()> {
+        let Some(path) = &self.path else { return Ok(()) };
+        let bytes = serde_json::to_vec_pretty(entries).expect("alerts serialize");
+        crate::atomic_file::write_durable(path, &bytes)
     }
 
     fn done(&self, id: u64, channel: &str) {

@@ -90,7 +90,10 @@ pub enum Notice {
 /// is not the slot's work and touches no streak.
 pub fn verdict(o: &Outcome) -> Verdict {
     match &o.kind {
-        OutcomeKind::Computed => Verdict::SelectedSuccess,
+        OutcomeKind::Computed => match o.left_out_failure() {
+            Some(why) => Verdict::SelectedFailure(why),
+            None => Verdict::SelectedSuccess,
+        },
         OutcomeKind::NotSelected => Verdict::NotSelected,
         OutcomeKind::Failed(_) if o.selected == Some(false) => Verdict::NotSelected,
         OutcomeKind::Failed(e) if o.selected.is_none() => Verdict::Unknown(e.clone()),
@@ -252,6 +255,7 @@ pub(crate) mod tests {
             submissions: vec![],
             started_at_ms: 0,
             finished_at_ms: 0,
+            left_out: vec![],
         }
     }
 

@@ -151,6 +151,7 @@ impl Coordinator {
                     snapshots,
                     started_at_ms,
                     finished_at_ms: now_ms(),
+                    left_out: missing.iter().map(|s| s.to_string()).collect(),
                 }
             }
             Err(e) => ComputeResult::without_compute(task, OutcomeKind::Failed(format!("the cluster's board: {e:#}"))),
@@ -368,7 +369,7 @@ struct Seen {
 }
 
 /// What one round of a worker did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Round {
     pub accepted: usize,
     pub fenced: usize,
@@ -377,6 +378,8 @@ pub struct Round {
     /// Items it took but could not offer (a share that failed): the worker
     /// backs off before it takes them again.
     pub unoffered: usize,
+    /// Why a share failed (the last one, when several did).
+    pub failure: Option<String>,
 }
 
 impl Worker {
@@ -508,6 +511,9 @@ impl Worker {
                 round.closed += done.closed;
                 let offered = done.accepted + done.fenced + done.closed;
                 round.unoffered += items.saturating_sub(offered);
+                if done.failure.is_some() {
+                    round.failure = done.failure;
+                }
                 // All of its share offered: nothing more to take until the
                 // membership changes. Otherwise (a compute that failed) it
                 // is taken again next round.
@@ -588,7 +594,12 @@ impl Worker {
                 r.snapshots.into_iter().map(|(source, json)| (source.to_ascii_lowercase(), json)).collect()
             }
             Some(r) => {
-                tracing::warn!("epoch {epoch_id}: a share of {} items failed: {:?}", items.len(), r.kind);
+                let why = match &r.kind {
+                    OutcomeKind::Failed(e) | OutcomeKind::Missed(e) => e.clone(),
+                    other => format!("{other:?}"),
+                };
+                tracing::warn!("epoch {epoch_id}: a share of {} items failed: {why}", items.len());
+                round.failure = Some(format!("epoch {epoch_id}: a share of {} items failed: {why}", items.len()));
                 return Ok(round);
             }
             None => return Ok(round),

@@ -25,6 +25,9 @@ pub struct Outcome {
     /// When the compute was called and when it returned (Unix ms).
     pub started_at_ms: u64,
     pub finished_at_ms: u64,
+    /// A full node's data sources no worker computed in time (their
+    /// snapshots were not submitted): the epoch is a failure.
+    pub left_out: Vec<String>,
 }
 
 impl Outcome {
@@ -39,7 +42,21 @@ impl Outcome {
             submissions: vec![],
             started_at_ms: result.started_at_ms,
             finished_at_ms: result.finished_at_ms,
+            left_out: result.left_out,
         }
+    }
+
+    /// Why the data sources left out make this a failure, if any were.
+    pub fn left_out_failure(&self) -> Option<String> {
+        let n = self.left_out.len();
+        (n > 0).then(|| {
+            let named: Vec<&str> = self.left_out.iter().take(5).map(String::as_str).collect();
+            format!(
+                "{n} data source(s) not computed by the cluster's workers in time, so not submitted: {}{}",
+                named.join(", "),
+                if n > 5 { ", …" } else { "" }
+            )
+        })
     }
 
     /// The submitting stage's answers: a submission that was not accepted
@@ -49,6 +66,7 @@ impl Outcome {
             .iter()
             .filter(|s| !matches!(s.status, Status::Accepted | Status::AlreadyAcknowledged))
             .map(|s| format!("submission of {}: {}", s.project_id, s.status))
+            .chain(self.left_out_failure())
             .collect();
         if !failures.is_empty() {
             self.kind = OutcomeKind::Failed(failures.join("; "));

@@ -391,6 +391,11 @@ impl Troubles {
         }
     }
 
+    /// Whether `what` is failing now.
+    pub fn has(&self, what: Trouble) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&what)
+    }
+
     /// Every current problem, joined.
     pub fn current(&self) -> Option<String> {
         let map = self.0.lock().unwrap_or_else(|p| p.into_inner());

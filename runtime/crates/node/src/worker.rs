@@ -52,6 +52,11 @@ pub struct WorkerStatus {
     pub heartbeat_failures: AtomicU64,
     /// The last problem, while it lasts.
     pub trouble: Mutex<Option<String>>,
+    /// Shares that failed, in a row (0: the last round computed what it
+    /// took), and why the last did: a worker whose computes keep failing is
+    /// unhealthy, though its heartbeats hold.
+    pub failed_rounds: AtomicU64,
+    pub compute_trouble: Mutex<Option<String>>,
 }
 
 impl WorkerStatus {
@@ -60,7 +65,13 @@ impl WorkerStatus {
         match self.trouble.lock().expect("not poisoned").clone() {
             Some(t) if failures > 0 => Err(format!("not a member: {failures} heartbeat(s) missed: {t}")),
             Some(t) => Err(t),
-            None => Ok(format!("member {} of {}", self.id, self.board)),
+            None => match self.compute_trouble.lock().expect("not poisoned").clone() {
+                Some(t) => Err(format!(
+                    "{} round(s) in a row left items uncomputed: {t}",
+                    self.failed_rounds.load(Ordering::Relaxed)
+                )),
+                None => Ok(format!("member {} of {}", self.id, self.board)),
+            },
         }
     }
 
@@ -319,6 +330,13 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
                         tracing::info!("{} item(s) accepted, {} refused by the fence", round.accepted, round.fenced);
                     }
                     if round.unoffered > 0 {
+                        status.failed_rounds.fetch_add(1, Ordering::Relaxed);
+                        *status.compute_trouble.lock().expect("not poisoned") = Some(
+                            round
+                                .failure
+                                .clone()
+                                .unwrap_or_else(|| format!("{} item(s) not computed", round.unoffered)),
+                        );
                         // A share that failed is taken again, not at once.
                         let wait = pauses.next().unwrap_or(Policy::REDIS.max);
                         tracing::warn!(
@@ -329,6 +347,10 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
                         tokio::time::sleep(wait).await;
                     } else {
                         pauses = Policy::REDIS.delays();
+                        if round.accepted > 0 {
+                            status.failed_rounds.store(0, Ordering::Relaxed);
+                            *status.compute_trouble.lock().expect("not poisoned") = None;
+                        }
                     }
                 }
                 Err(e) => {

@@ -290,7 +290,16 @@ struct Stage {
 async fn stage(s: Stage, epoch: Epoch, result: ComputeResult) -> anyhow::Result<Staged> {
     let key = (result.slot_id, result.project_type.clone());
     let mut durable = Vec::new();
-    let stored = s.store.store(epoch.epoch_id, &s.namespace, &result);
+    // Each snapshot's file is synced: on the blocking pool, never on the
+    // runtime's threads (a slow disk must not stall the anchor's polling,
+    // the status API or the other results' submissions).
+    let (store, namespace, epoch_id) = (s.store.clone(), s.namespace.clone(), epoch.epoch_id);
+    let (stored, result) = tokio::task::spawn_blocking(move || {
+        let stored = store.store(epoch_id, &namespace, &result);
+        (stored, result)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("storing the snapshots of {} (slot {}): {e}", key.1, key.0))?;
     let mut outcome = Outcome::computed(result);
     match stored {
         Ok(stored) => outcome.stored = stored,
@@ -456,7 +465,6 @@ impl EpochWork {
         let status = &self.status;
         let m = &status.metrics;
         m.epochs_seen.inc();
-        let mut notices: Vec<(u64, Notice, Books)> = Vec::new();
         let mut ran = false;
         let mut problem = None;
         // Every lane's books are applied on a copy and saved before any is
@@ -476,6 +484,18 @@ impl EpochWork {
             }
             applied.push((books, lane_notices));
         }
+        // The alerts these books ask for are kept on disk before the books
+        // are saved: a crash between the two never loses one (the restart
+        // sends it, and the epoch worked again finds it kept).
+        let notices: Vec<(u64, Notice, Books)> = self
+            .lanes
+            .iter()
+            .zip(&applied)
+            .flat_map(|(lane, (books, lane_notices))| {
+                lane_notices.iter().map(move |n| (lane.slot_id, n.clone(), books.clone()))
+            })
+            .collect();
+        let prepared = self.prepare_alerts(notices)?;
         batch.commit()?;
         for (tracker, mark) in trackers {
             tracker.saved(mark);
@@ -504,22 +524,33 @@ impl EpochWork {
                     _ => None,
                 })
             });
-            notices.extend(lane_notices.into_iter().map(|n| (lane.slot_id, n, books.clone())));
+            let _ = lane_notices;
             lane.status.set_books(books);
         }
         if ran {
             status.activity.touch();
         }
         *status.last_epoch_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem.filter(|_| !ran);
-        self.alert(notices);
+        for (notice, books, slots, prepared) in prepared {
+            self.log_notice(&notice, &books, &slots);
+            if let Some(prepared) = prepared {
+                let taken = self.alerter.dispatch(prepared);
+                self.status.metrics.alerts.inc_by(taken as u64);
+            }
+        }
         Ok(())
     }
 
-    /// Logs the books' notices and queues their alerts, one per event: the
-    /// slots whose streak reached three in this epoch share one message, as
-    /// do the slots that recovered, and the slots that missed one project.
-    fn alert(&self, notices: Vec<(u64, Notice, Books)>) {
-        let several = self.lanes.len() > 1;
+    /// The books' notices as events, each made ready to alert: the slots
+    /// whose streak reached three in this epoch share one message, as do the
+    /// slots that recovered, and the slots that missed one project. A
+    /// latched alert that cannot be kept on disk fails the epoch's record
+    /// (retried), so the books are not saved without it.
+    #[allow(clippy::type_complexity)]
+    fn prepare_alerts(
+        &self,
+        notices: Vec<(u64, Notice, Books)>,
+    ) -> anyhow::Result<Vec<(Notice, Books, Vec<u64>, Option<crate::alerts::Prepared>)>> {
         let mut events: Vec<(Notice, Books, Vec<u64>)> = Vec::new();
         for (slot, notice, books) in notices {
             let same = |n: &Notice| match (n, &notice) {
@@ -533,22 +564,34 @@ impl EpochWork {
                 None => events.push((notice, books, vec![slot])),
             }
         }
+        let mut prepared = Vec::with_capacity(events.len());
         for (notice, books, slots) in events {
-            let who =
-                if several { format!("slots {}: ", crate::config::format_slot_ids(&slots)) } else { String::new() };
-            match &notice {
-                Notice::ThreeFailures { streak } => tracing::error!(
-                    "{who}{} consecutive selected epochs failed (epochs {}); alerting",
-                    books.overall.consecutive_failures,
-                    streak.iter().map(|s| s.epoch_id.to_string()).collect::<Vec<_>>().join(", ")
-                ),
-                Notice::Recovered { epoch_id, failures } => {
-                    tracing::info!("{who}epoch {epoch_id} succeeded after {failures} failed selected epochs")
-                }
-                Notice::MissedSnapshot { .. } => {}
+            let ready = self
+                .alerter
+                .prepare(AlertKind::from(notice.clone()), &books, slots.clone())
+                .map_err(|failed| anyhow::anyhow!("keeping the alert for the operator: {}", failed.0))?;
+            prepared.push((notice, books, slots, ready));
+        }
+        Ok(prepared)
+    }
+
+    /// The log line of one of the books' events.
+    fn log_notice(&self, notice: &Notice, books: &Books, slots: &[u64]) {
+        let who = if self.lanes.len() > 1 {
+            format!("slots {}: ", crate::config::format_slot_ids(slots))
+        } else {
+            String::new()
+        };
+        match notice {
+            Notice::ThreeFailures { streak } => tracing::error!(
+                "{who}{} consecutive selected epochs failed (epochs {}); alerting",
+                books.overall.consecutive_failures,
+                streak.iter().map(|s| s.epoch_id.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+            Notice::Recovered { epoch_id, failures } => {
+                tracing::info!("{who}epoch {epoch_id} succeeded after {failures} failed selected epochs")
             }
-            let taken = self.alerter.notify_slots(AlertKind::from(notice), &books, slots);
-            self.status.metrics.alerts.inc_by(taken as u64);
+            Notice::MissedSnapshot { .. } => {}
         }
     }
 }

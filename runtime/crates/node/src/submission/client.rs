@@ -42,6 +42,19 @@ impl Collector {
         &self.endpoint
     }
 
+    /// Whether the collector takes a connection now (HTTP/2 set up on a
+    /// fresh connection, within the attempt timeout); not a submission.
+    pub async fn reachable(&self) -> Result<(), String> {
+        let endpoint = Endpoint::from_shared(self.endpoint.clone())
+            .map_err(|e| format!("collector endpoint {}: {e}", self.endpoint))?
+            .connect_timeout(ATTEMPT_TIMEOUT);
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, endpoint.connect()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no connection within {}s", ATTEMPT_TIMEOUT.as_secs())),
+        }
+    }
+
     /// A client on the shared connection (within a tokio runtime).
     fn client(&self) -> Result<SubmissionClient<Channel>, String> {
         let channel = self.channel.get_or_init(|| {

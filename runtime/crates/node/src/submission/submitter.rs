@@ -80,7 +80,13 @@ pub struct Shared {
     /// Several slots: an accepted submission is a debug line (the epoch's
     /// summary says how many); a refused or missed one still warns.
     pub quiet: bool,
+    /// A watch on the collector is running ([`Shared::watch_collector`]).
+    watching_collector: std::sync::atomic::AtomicBool,
 }
+
+/// How often a collector that left a submission unanswered is tried while
+/// no submission tries it.
+const COLLECTOR_PROBE: Duration = Duration::from_secs(5);
 
 /// One CID's upload, made by the first submission that needs it.
 type UploadOnce = Arc<OnceCell<Result<(), Upload>>>;
@@ -106,7 +112,34 @@ impl Shared {
             epoch_fix: EpochFix::default(),
             ledger_sync: Default::default(),
             quiet: false,
+            watching_collector: Default::default(),
         }
+    }
+
+    /// After a submission ended unanswered, the collector's trouble stays on
+    /// `/health` only while it is true: the collector is tried every
+    /// [`COLLECTOR_PROBE`] until it answers, and then the trouble clears,
+    /// without waiting for this node's next selection to try it.
+    fn watch_collector(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.watching_collector.swap(true, SeqCst) {
+            return;
+        }
+        let shared = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(COLLECTOR_PROBE).await;
+                if !shared.status.troubles.has(Trouble::Collector) {
+                    break;
+                }
+                if shared.collector.reachable().await.is_ok() {
+                    tracing::info!("collector {} answers again", shared.collector.endpoint());
+                    shared.status.troubles.set(Trouble::Collector, None);
+                    break;
+                }
+            }
+            shared.watching_collector.store(false, SeqCst);
+        });
     }
 
     /// The anchor's latest block number and hash, read at most once every
@@ -420,7 +453,9 @@ impl Submitter {
             },
         )
         .await;
-        if !matches!(verdict, Verdict::Unreachable(_)) {
+        if matches!(verdict, Verdict::Unreachable(_)) {
+            shared.watch_collector();
+        } else {
             troubles.set(Trouble::Collector, None);
         }
         if verdict != Verdict::Accepted {
@@ -461,7 +496,19 @@ impl Submitter {
         let (shared, ledger) = (self.shared.clone(), self.ledger.clone());
         let durable: Durable = Box::pin(async move {
             let write = || shared.ledger_sync.record(&ledger, entry.clone());
-            retry(Policy::STATE, "recording a submission's answer in the ledger", write, |_| true).await?;
+            // Retried until the disk takes it, and on /health meanwhile.
+            let mut failed = false;
+            let troubles = &shared.status.troubles;
+            let shown = |e: &std::io::Error| {
+                failed = true;
+                troubles
+                    .set(Trouble::State, Some(format!("recording a submission's answer in the ledger failed: {e}")));
+                true
+            };
+            retry(Policy::STATE, "recording a submission's answer in the ledger", write, shown).await?;
+            if failed {
+                troubles.set(Trouble::State, None);
+            }
             Ok(())
         });
         Ok((status, Some(durable)))
