@@ -11,6 +11,11 @@
 # cached on the /data volume, so a restart loads it in milliseconds.
 
 ARG RUST_IMAGE=rust:1.95.0-slim-bookworm
+# `builder` compiles lite-node here; `prebuilt` takes a binary built beside
+# (`--build-arg LITE_NODE_FROM=prebuilt`, the binary at `.prebuilt/lite-node`
+# in the build context): what the test suite's container drill does with the
+# binary it already built. The runtime image is the same either way.
+ARG LITE_NODE_FROM=builder
 
 FROM ${RUST_IMAGE} AS builder
 RUN apt-get update \
@@ -33,6 +38,15 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # The bundled compute package's crates, so building it needs no network.
 RUN CARGO_HOME=/out/cargo-home cargo fetch --locked --manifest-path computes/Cargo.toml
 
+FROM ${RUST_IMAGE} AS prebuilt
+WORKDIR /src
+COPY plugin-api plugin-api
+COPY computes computes
+COPY .prebuilt/lite-node /out/lite-node
+RUN CARGO_HOME=/out/cargo-home cargo fetch --locked --manifest-path computes/Cargo.toml
+
+FROM ${LITE_NODE_FROM} AS binary
+
 FROM ${RUST_IMAGE} AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates git libssl3 curl \
@@ -40,8 +54,8 @@ RUN apt-get update \
  && useradd --system --uid 10001 --create-home --home-dir /home/lite --shell /usr/sbin/nologin lite \
  && mkdir -p /data \
  && chown lite:lite /data
-COPY --from=builder /out/lite-node /usr/local/bin/lite-node
-COPY --from=builder --chown=lite:lite /out/cargo-home /home/lite/.cargo
+COPY --from=binary /out/lite-node /usr/local/bin/lite-node
+COPY --from=binary --chown=lite:lite /out/cargo-home /home/lite/.cargo
 WORKDIR /app
 COPY --chown=lite:lite init.sh projects.json env.example ./
 COPY --chown=lite:lite computes computes

@@ -81,6 +81,13 @@ run_tests() {
   devnet/build-world.sh --pools 1000 --out world-1000 --if-stale >"$logs/world-1000.log" 2>&1 &
   local world_pid=$!
   need_redis
+  # The container drill builds the project's image with podman FROM an
+  # offline base (no registry is reachable): podman installed and the base
+  # made in the background (~2 min once, mostly I/O), waited for before the
+  # tests.
+  say "podman and the offline base image (in the background: $logs/container-base.log)"
+  devnet/container-base.sh >"$logs/container-base.log" 2>&1 &
+  local base_pid=$!
   local ws
   say "formatting (cargo fmt --check)"
   for ws in "${WORKSPACES[@]}"; do (cd "$ws" && cargo fmt --all --check); done
@@ -132,6 +139,12 @@ run_tests() {
     exit 1
   fi
   tail -n 1 "$logs/world-1000.log"
+  if ! wait "$base_pid"; then
+    cat "$logs/container-base.log" >&2
+    echo "init.sh: podman or the offline base image failed (above); the container drill needs them" >&2
+    exit 1
+  fi
+  tail -n 1 "$logs/container-base.log"
 
   # Every benchmark once, on tiny sizes and with no timing asserted (a bench
   # binary without cargo bench's --bench flag runs its quick mode), so one

@@ -1,7 +1,7 @@
-//! The container files, checked without a Docker engine (none runs here):
-//! what the Dockerfile copies exists, images are pinned, the image runs as a
-//! non-root user with /data as a volume and a /health check, and env.example
-//! names every variable the node and init.sh read.
+//! The container files: what the Dockerfile copies exists, images are
+//! pinned, the image runs as a non-root user with /data as a volume and a
+//! /health check, env.example names every variable the node and init.sh
+//! read — and the image itself, built with podman and run as a slot's node.
 
 use std::collections::BTreeSet;
 
@@ -17,7 +17,8 @@ fn the_dockerfile_copies_what_exists_pins_its_images_and_runs_unprivileged() {
     let lines: Vec<&str> = docker.lines().map(str::trim).collect();
     for line in lines.iter().filter(|l| l.starts_with("COPY") && !l.contains("--from=")) {
         let words: Vec<&str> = line.split_whitespace().filter(|w| !w.starts_with("--")).skip(1).collect();
-        for src in &words[..words.len() - 1] {
+        // `.prebuilt/` is made by whoever builds with LITE_NODE_FROM=prebuilt.
+        for src in words[..words.len() - 1].iter().filter(|s| !s.starts_with(".prebuilt/")) {
             assert!(workspace_root().join(src).exists(), "Dockerfile copies `{src}`, which is not in the checkout");
         }
     }
@@ -25,7 +26,8 @@ fn the_dockerfile_copies_what_exists_pins_its_images_and_runs_unprivileged() {
     let tag = image.split(':').nth(1).expect("a tag");
     assert!(tag.chars().next().is_some_and(|c| c.is_ascii_digit()) && tag.matches('.').count() == 2, "pinned: {image}");
     for from in lines.iter().filter(|l| l.starts_with("FROM")) {
-        assert!(from.contains("${RUST_IMAGE}") && !from.contains("latest"), "{from}");
+        let stage = *from == "FROM ${LITE_NODE_FROM} AS binary";
+        assert!((stage || from.contains("${RUST_IMAGE}")) && !from.contains("latest"), "{from}");
     }
     let user = lines.iter().rev().find_map(|l| l.strip_prefix("USER ")).expect("a USER");
     assert_ne!(user, "root");
@@ -103,4 +105,228 @@ fn env_example_names_every_variable_the_node_and_init_sh_read() {
         let line = example.lines().find(|l| l.starts_with(&format!("{required}="))).unwrap_or_default();
         assert!(!line.is_empty(), "required {required} is set (uncommented) in env.example");
     }
+}
+
+/// `podman`, run to the end; its stdout, or a panic naming the command and
+/// what it printed.
+fn podman(args: &[&str]) -> String {
+    let out = std::process::Command::new("podman").args(args).output().unwrap_or_else(|e| {
+        panic!("podman: {e} (`./init.sh test` installs it and builds the offline base: devnet/container-base.sh)")
+    });
+    assert!(
+        out.status.success(),
+        "podman {}: {}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The drill's container, volume and image, removed however the test ends.
+struct Drill {
+    name: String,
+    image: String,
+}
+
+impl Drop for Drill {
+    fn drop(&mut self) {
+        let quiet = |args: &[&str]| {
+            let _ = std::process::Command::new("podman").args(args).output();
+        };
+        quiet(&["rm", "-f", "-t", "0", &self.name]);
+        quiet(&["volume", "rm", "-f", &self.name]);
+        quiet(&["rmi", "-f", &self.image]);
+    }
+}
+
+/// The image, built from this checkout with podman (the runtime stage as
+/// shipped, around the binary the suite built), run as an operator runs it
+/// for slot 2 of the devnet with a pinned package from a git repository it
+/// does not own: it fetches and builds the package once, turns healthy and
+/// submits; `podman stop` mid-epoch ends it within its grace, and the
+/// restart on the same volume is healthy without a rebuild, sending nothing
+/// twice; with the collector gone the image's own health check fails; a
+/// node killed inside ends its container at once; no key in `podman logs`.
+#[test]
+fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_trouble() {
+    use std::time::{Duration, Instant};
+
+    use lite_node_testkit::{RunningCollector, World, node_env, poll_until};
+
+    let root = workspace_root();
+    let ctx = tempfile::tempdir().unwrap();
+    for file in ["Dockerfile", "init.sh", "projects.json", "env.example"] {
+        std::fs::copy(root.join(file), ctx.path().join(file)).unwrap();
+    }
+    for dir in ["plugin-api", "computes"] {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "tar -C '{}' --exclude=target -cf - {dir} | tar -C '{}' -xf -",
+                root.display(),
+                ctx.path().display()
+            ))
+            .status()
+            .unwrap();
+        assert!(status.success(), "copying {dir}");
+    }
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    std::fs::create_dir_all(ctx.path().join(".prebuilt")).unwrap();
+    let prebuilt = ctx.path().join(".prebuilt/lite-node");
+    std::fs::copy(bin, &prebuilt).unwrap();
+    // Debug info is the suite's, not the image's.
+    let _ = std::process::Command::new("strip").arg(&prebuilt).status();
+
+    let name = format!("lite-node-drill-{}", std::process::id());
+    let drill = Drill { name: name.clone(), image: format!("localhost/{name}") };
+    let started = Instant::now();
+    podman(&[
+        "build",
+        "--quiet",
+        "--format",
+        "docker",
+        "--network",
+        "host",
+        "--pull=never",
+        "--build-arg",
+        "LITE_NODE_FROM=prebuilt",
+        "-t",
+        &drill.image,
+        ctx.path().to_str().unwrap(),
+    ]);
+    let size: u64 = podman(&["image", "inspect", "--format", "{{.Size}}", &drill.image]).trim().parse().unwrap();
+    println!("image built in {:.0} s: {} MB", started.elapsed().as_secs_f64(), size / 1_000_000);
+
+    // The devnet: the chain, the project's collector, a published package.
+    let world = World::load();
+    let repo = crate::support::computes_repo();
+    // Owned by root here, read by the image's user `lite`.
+    assert!(std::process::Command::new("chmod").args(["-R", "a+rX"]).arg(&repo.path).status().unwrap().success());
+    let host_env = node_env(&world.url(), &world.manifest, 2);
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (collector_port, status_port) = (free(), free());
+    let collector = RunningCollector::start_with(bin, &host_env, collector_port, &[]);
+    let key = world.manifest.signer_key(2).trim_start_matches("0x").to_owned();
+    let keep = [
+        "SOURCE_RPC_URL",
+        "POWERLOOM_RPC_URL",
+        "SIGNER_ACCOUNT_ADDRESS",
+        "SIGNER_ACCOUNT_PRIVATE_KEY",
+        "SLOT_ID",
+        "PROTOCOL_STATE_CONTRACT",
+        "DATA_MARKET_CONTRACT",
+        "NAMESPACE",
+        "POWERLOOM_CHAIN",
+        "SOURCE_CHAIN",
+        "LITE_NODE_START_BLOCK",
+    ];
+    let mut env: Vec<String> =
+        host_env.iter().filter(|(k, _)| keep.contains(&k.as_str())).map(|(k, v)| format!("{k}={v}")).collect();
+    env.extend([
+        "LITE_NODE_POLL_INTERVAL_MS=200".to_owned(),
+        "LOCAL_COLLECTOR_HOST=127.0.0.1".to_owned(),
+        format!("LOCAL_COLLECTOR_PORT={collector_port}"),
+        format!("STATUS_PORT={status_port}"),
+        format!("SNAPSHOTTER_COMPUTE_REPO=file://{}", repo.path.display()),
+        format!("SNAPSHOTTER_COMPUTE_REPO_BRANCH={}", repo.branch),
+        format!("SNAPSHOTTER_COMPUTE_REPO_COMMIT={}", repo.commit),
+        "SNAPSHOTTER_COMPUTE_REPO_PATH=computes".to_owned(),
+    ]);
+    let env_file = ctx.path().join("node.env");
+    std::fs::write(&env_file, env.join("\n") + "\n").unwrap();
+    let mount = format!("{0}:{0}:ro", repo.path.display());
+    let volume = format!("{name}:/data");
+    podman(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        "host",
+        "--env-file",
+        env_file.to_str().unwrap(),
+        "-v",
+        &volume,
+        "-v",
+        &mount,
+        &drill.image,
+    ]);
+    let health = || {
+        reqwest::blocking::Client::new()
+            .get(format!("http://127.0.0.1:{status_port}/health"))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    };
+    let accepted =
+        || collector.verdicts().iter().filter(|l| l.starts_with("accepted epoch ")).cloned().collect::<Vec<_>>();
+    let logs = || {
+        podman(&["logs", &name])
+            + &String::from_utf8_lossy(
+                &std::process::Command::new("podman").args(["logs", &name]).output().unwrap().stderr,
+            )
+    };
+
+    // 1. Fetched and built once, healthy, submitting (epochs are released
+    // until the node, once its package is built, has one accepted).
+    let first = Instant::now();
+    poll_until("the container's first accepted submission", Duration::from_secs(600), || {
+        if podman(&["inspect", "--format", "{{.State.Running}}", &name]).trim() != "true" {
+            panic!("the container stopped:\n{}", logs());
+        }
+        if logs().contains("watching ProtocolState") {
+            world.release_next_epoch();
+        }
+        (!accepted().is_empty()).then_some(())
+    });
+    println!("first accepted submission {:.0} s after `podman run`", first.elapsed().as_secs_f64());
+    poll_until("healthy", Duration::from_secs(60), || (health() == 200).then_some(()));
+
+    // 2. `podman stop` mid-epoch: within the image's grace (8 s of docker's 10).
+    world.release_next_epoch();
+    let stop = Instant::now();
+    podman(&["stop", "-t", "10", &name]);
+    let took = stop.elapsed();
+    let code = podman(&["inspect", "--format", "{{.State.ExitCode}}", &name]);
+    assert_eq!(code.trim(), "0", "a stop is a clean exit:\n{}", logs());
+    assert!(took < Duration::from_secs(10), "stopped in {took:?}, not killed by the timeout");
+
+    // 3. The same volume: healthy again without a rebuild, nothing sent twice.
+    let before = logs().matches("building compute package").count();
+    let restart = Instant::now();
+    podman(&["start", &name]);
+    poll_until("healthy after the restart", Duration::from_secs(60), || (health() == 200).then_some(()));
+    println!("healthy {:.1} s after the restart", restart.elapsed().as_secs_f64());
+    let n = accepted().len();
+    world.release_next_epoch();
+    poll_until("a submission after the restart", Duration::from_secs(60), || (accepted().len() > n).then_some(()));
+    assert_eq!(logs().matches("building compute package").count(), before, "no rebuild after the restart:\n{}", logs());
+    let all = accepted();
+    let mut keys: Vec<String> =
+        all.iter().map(|l| l.split_whitespace().take(6).collect::<Vec<_>>().join(" ")).collect();
+    keys.sort();
+    let unique = keys.len();
+    keys.dedup();
+    assert_eq!(keys.len(), unique, "something was accepted twice: {all:#?}");
+
+    // 4. Submissions fail (the collector is gone): the image's health check fails.
+    drop(collector);
+    world.release_next_epoch();
+    poll_until("the health check failing", Duration::from_secs(60), || {
+        let check = std::process::Command::new("podman").args(["healthcheck", "run", &name]).output().unwrap();
+        (!check.status.success()).then_some(())
+    });
+
+    // 5. No key in anything the container printed.
+    let printed = logs();
+    assert!(!printed.contains(&key), "the signer key is in `podman logs`");
+
+    // 6. The node killed inside: the container ends at once, for the restart policy to act.
+    let kill = r#"for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = lite-node ] && kill -KILL "${p#/proc/}"; done; true"#;
+    podman(&["exec", &name, "sh", "-c", kill]);
+    poll_until("the container ended", Duration::from_secs(10), || {
+        (podman(&["inspect", "--format", "{{.State.Running}}", &name]).trim() == "false").then_some(())
+    });
 }
