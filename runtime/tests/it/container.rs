@@ -189,6 +189,8 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
         "--network",
         "host",
         "--pull=never",
+        // No intermediate images left behind: the drill's image is removed after it.
+        "--layers=false",
         "--build-arg",
         "LITE_NODE_FROM=prebuilt",
         "-t",
