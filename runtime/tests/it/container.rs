@@ -137,6 +137,9 @@ impl Drop for Drill {
         quiet(&["rm", "-f", "-t", "0", &self.name]);
         quiet(&["volume", "rm", "-f", &self.name]);
         quiet(&["rmi", "-f", &self.image]);
+        // The build's intermediate stages (`FROM ${LITE_NODE_FROM}` needs them
+        // kept while it builds), now untagged.
+        quiet(&["image", "prune", "-f"]);
     }
 }
 
@@ -189,8 +192,6 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
         "--network",
         "host",
         "--pull=never",
-        // No intermediate images left behind: the drill's image is removed after it.
-        "--layers=false",
         "--build-arg",
         "LITE_NODE_FROM=prebuilt",
         "-t",

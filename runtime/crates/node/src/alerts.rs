@@ -398,7 +398,7 @@ impl Alerter {
                 (name, tx)
             })
             .collect();
-        for entry in pending.entries() {
+        for entry in pending.entries().into_iter().filter(|e| !e.remaining.is_empty()) {
             pending.queued(entry.id);
             for (name, tx) in queues.iter().filter(|(n, _)| entry.remaining.contains(n)) {
                 tracing::info!("{name}: sending again the {} alert from before the restart", entry.alert.kind.label());
@@ -567,6 +567,9 @@ impl PendingEntry {
     }
 }
 
+/// Delivered latched alerts kept in the pending file (see [`Pending::done`]).
+const DELIVERED_KEPT: usize = 16;
+
 /// Latched alerts not yet delivered everywhere, kept in a file (written
 /// atomically on every change).
 struct Pending {
@@ -595,7 +598,9 @@ impl Pending {
     fn add(&self, alert: &Alert, channels: Vec<String>) -> std::io::Result<Option<u64>> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(kept) = entries.iter().find(|e| e.same_event(alert)) {
-            return Ok((!kept.queued).then_some(kept.id));
+            // Queued by this process, delivered already, or resent at start:
+            // on its way. Kept by a commit that failed here: not yet.
+            return Ok((!kept.queued && !kept.remaining.is_empty()).then_some(kept.id));
         }
         let id = entries.iter().map(|e| e.id + 1).max().unwrap_or(1);
         entries.push(PendingEntry { id, alert: alert.clone(), remaining: channels, queued: false });
@@ -621,12 +626,22 @@ impl Pending {
         crate::atomic_file::write_durable(path, &bytes)
     }
 
+    /// `channel` took alert `id`. An alert every channel took stays in the
+    /// file, delivered, among the last [`DELIVERED_KEPT`]: the epoch that
+    /// asked for it, worked again after a crash before its books were
+    /// saved, finds it there and does not send it twice.
     fn done(&self, id: u64, channel: &str) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         for e in entries.iter_mut().filter(|e| e.id == id) {
             e.remaining.retain(|c| c != channel);
         }
-        entries.retain(|e| !e.remaining.is_empty());
+        let delivered = entries.iter().filter(|e| e.remaining.is_empty()).count();
+        let mut surplus = delivered.saturating_sub(DELIVERED_KEPT);
+        entries.retain(|e| {
+            let drop = surplus > 0 && e.remaining.is_empty();
+            surplus -= usize::from(drop);
+            !drop
+        });
         self.save(&entries);
     }
 
@@ -725,5 +740,38 @@ mod tests {
         let from = alerter.sender_of(&[7, 2]);
         assert_eq!((from.slot_id, from.signer.as_str()), (7, "0xseven"));
         assert_eq!(alerter.sender_of(&[2]).signer, "0xtwo");
+    }
+
+    /// A latched alert is kept once per event: asked for again before it
+    /// went out (a commit that failed) it is the same entry; asked for again
+    /// after every channel took it (the epoch worked again after a crash
+    /// before its books were saved), nothing is kept or sent again — also
+    /// after a restart reads the file.
+    #[test]
+    fn a_latched_alert_is_kept_once_per_event_and_never_sent_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pending-alerts.json");
+        let alert = |epochs: &[u64]| Alert {
+            kind: AlertKind::ThreeFailures {
+                streak: epochs
+                    .iter()
+                    .map(|&epoch_id| crate::books::StreakEntry { epoch_id, errors: vec!["boom".into()] })
+                    .collect(),
+            },
+            from: Sender { slot_id: 2, signer: "0xtwo".into() },
+            books: Books::default(),
+            at_unix: 0,
+            slots: vec![],
+        };
+        let pending = Pending::open(Some(path.clone()));
+        let channels = vec!["telegram".to_owned()];
+        let id = pending.add(&alert(&[1, 2, 3]), channels.clone()).unwrap().expect("kept");
+        assert_eq!(pending.add(&alert(&[1, 2, 3]), channels.clone()).unwrap(), Some(id), "not queued yet: the same");
+        pending.queued(id);
+        assert_eq!(pending.add(&alert(&[1, 2, 3]), channels.clone()).unwrap(), None, "on its way");
+        pending.done(id, "telegram");
+        let reopened = Pending::open(Some(path));
+        assert_eq!(reopened.add(&alert(&[1, 2, 3]), channels.clone()).unwrap(), None, "delivered before the restart");
+        assert!(reopened.add(&alert(&[4, 5, 6]), channels).unwrap().is_some(), "another streak is another event");
     }
 }
