@@ -352,21 +352,26 @@ fn alert_test_reports_each_channel_and_names_the_failure() {
     assert!(stderr.contains("no alert channel configured"), "{stderr}");
 }
 
-#[test]
-fn a_latched_alert_not_yet_delivered_survives_a_restart_and_arrives_exactly_once() {
-    let world = World::load();
-    let api = TelegramStandin::start();
-    api.down();
-    let data = tempfile::tempdir().unwrap();
-    let env = drill_env(
-        &world,
+/// Slot 2's compute-error drill, alerting through the Telegram stand-in.
+fn telegram_drill_env(world: &World, api: &TelegramStandin) -> Vec<(String, String)> {
+    drill_env(
+        world,
         2,
         &[
             ("TELEGRAM_BOT_TOKEN", "123456:node-token".into()),
             ("TELEGRAM_CHAT_ID", "8".into()),
             ("TELEGRAM_API_URL", api.url()),
         ],
-    );
+    )
+}
+
+#[test]
+fn a_latched_alert_not_yet_delivered_survives_a_restart_and_arrives_exactly_once() {
+    let world = World::load();
+    let api = TelegramStandin::start();
+    api.down();
+    let data = tempfile::tempdir().unwrap();
+    let env = telegram_drill_env(&world, &api);
     let dir = data.path().join("node");
     let mut node = start_node(&env, &dir);
     node.wait_for_log("watching ProtocolState");
@@ -409,15 +414,7 @@ fn the_three_failure_alert_is_kept_before_the_books_that_latch_it() {
     let api = TelegramStandin::start();
     api.down();
     let data = tempfile::tempdir().unwrap();
-    let env = drill_env(
-        &world,
-        2,
-        &[
-            ("TELEGRAM_BOT_TOKEN", "123456:node-token".into()),
-            ("TELEGRAM_CHAT_ID", "8".into()),
-            ("TELEGRAM_API_URL", api.url()),
-        ],
-    );
+    let env = telegram_drill_env(&world, &api);
     let dir = data.path().join("node");
     let pending = dir.join("state/pending-alerts.json");
     std::fs::create_dir_all(pending.join("in-the-way")).unwrap();

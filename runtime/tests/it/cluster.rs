@@ -15,6 +15,31 @@ use serde_json::json;
 
 use crate::bds::{activity, bundled, full_node_executor, full_node_task};
 
+/// A coordinator with `patience` and its workers `ids` on `boards`, all on
+/// package `p` of plugin API 0.4.0, computing `baseSnapshot`.
+fn cluster_of(boards: &Boards, mode: Mode, patience: Duration, ids: &[&str]) -> (Coordinator, Vec<Worker>) {
+    let coordinator = Coordinator {
+        boards: boards.clone(),
+        mode,
+        package: "p".into(),
+        api: "0.4.0".into(),
+        lease: Duration::from_secs(5),
+        poll: Duration::from_millis(50),
+        patience,
+    };
+    let member = |id: &str| Member {
+        id: id.into(),
+        package: "p".into(),
+        api: "0.4.0".into(),
+        assign: mode.name().into(),
+        lease_ms: 5_000,
+        instance: String::new(),
+    };
+    let workers =
+        ids.iter().map(|id| Worker::new(boards.clone(), mode, member(id), vec!["baseSnapshot".into()])).collect();
+    (coordinator, workers)
+}
+
 /// In each mode: every pool's snapshot comes back exactly once and
 /// byte-identical to computing them all at once, although one of the three
 /// workers stops after joining (peer index: after claiming its share) and
@@ -46,27 +71,7 @@ fn the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part() {
         let conn =
             rt.block_on(async { redis::Client::open(redis.url()).unwrap().get_connection_manager().await.unwrap() });
         let boards = Boards::new(conn, "market:1");
-        let coordinator = Coordinator {
-            boards: boards.clone(),
-            mode,
-            package: "p".into(),
-            api: "0.4.0".into(),
-            lease: Duration::from_secs(5),
-            poll: Duration::from_millis(50),
-            patience: Duration::from_secs(60),
-        };
-        let member = |id: &str| Member {
-            id: id.into(),
-            package: "p".into(),
-            api: "0.4.0".into(),
-            assign: mode.name().into(),
-            lease_ms: 5_000,
-            instance: String::new(),
-        };
-        let workers: Vec<Worker> = ["w0", "w1", "w2"]
-            .iter()
-            .map(|id| Worker::new(boards.clone(), mode, member(id), vec!["baseSnapshot".into()]))
-            .collect();
+        let (coordinator, workers) = cluster_of(&boards, mode, Duration::from_secs(60), &["w0", "w1", "w2"]);
         let locals: Vec<LocalExecutor> = (0..3).map(|_| executor()).collect();
         let board = boards.of("baseSnapshot");
         let (result, accepted) = rt.block_on(async {
@@ -138,28 +143,7 @@ fn a_live_worker_whose_computes_fail_leaves_a_failed_epoch_not_a_partial_success
     let redis = RedisServer::start();
     let conn = rt.block_on(async { redis::Client::open(redis.url()).unwrap().get_connection_manager().await.unwrap() });
     let boards = Boards::new(conn, "market:1");
-    let mode = Mode::PeerIndex;
-    let coordinator = Coordinator {
-        boards: boards.clone(),
-        mode,
-        package: "p".into(),
-        api: "0.4.0".into(),
-        lease: Duration::from_secs(5),
-        poll: Duration::from_millis(50),
-        patience: Duration::from_secs(6),
-    };
-    let member = |id: &str| Member {
-        id: id.into(),
-        package: "p".into(),
-        api: "0.4.0".into(),
-        assign: mode.name().into(),
-        lease_ms: 5_000,
-        instance: String::new(),
-    };
-    let workers: Vec<Worker> = ["w0", "w1"]
-        .iter()
-        .map(|id| Worker::new(boards.clone(), mode, member(id), vec!["baseSnapshot".into()]))
-        .collect();
+    let (coordinator, workers) = cluster_of(&boards, Mode::PeerIndex, Duration::from_secs(6), &["w0", "w1"]);
     let locals = [full_node_executor(&package, &settings, &source), full_node_executor(&package, &settings, &broken)];
     let board = boards.of("baseSnapshot");
     let (result, failures) = rt.block_on(async {
