@@ -523,6 +523,28 @@ fn state_that_cannot_be_written_is_named_and_unhealthy_until_it_clears() {
     assert_eq!(node.stop(), 0);
 }
 
+/// Slot 2's node, watching, with its status API and `extra` settings,
+/// submitting to a collector port nothing listens on yet: the node, its
+/// env, the collector's port and the status port.
+fn node_before_its_collector(
+    world: &World,
+    data: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> (lite_node_testkit::RunningNode, Vec<(String, String)>, u16, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut env = node_env(&world.url(), &world.manifest, 2);
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
+    env.push(("STATUS_PORT".into(), "0".into()));
+    env.push(("STATUS_HOST".into(), "127.0.0.1".into()));
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let mut node = lite_node_testkit::RunningNode::start(bin, &env, &data.join("node"));
+    node.wait_for_log("watching ProtocolState");
+    let status = status_port(&node.log()).expect("the status port is logged");
+    (node, env, port, status)
+}
+
 /// /health follows submissions, not only computes: while the collector cannot
 /// be reached it is unhealthy at once (and /metrics counts the retries), and
 /// an anchor whose head stops moving is unhealthy after
@@ -531,17 +553,9 @@ fn state_that_cannot_be_written_is_named_and_unhealthy_until_it_clears() {
 fn health_reflects_an_unreachable_collector_and_a_stalled_anchor() {
     let world = World::load();
     let data = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut env = node_env(&world.url(), &world.manifest, 2);
-    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
-    env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
-    env.push(("STATUS_PORT".into(), "0".into()));
-    env.push(("STATUS_HOST".into(), "127.0.0.1".into()));
-    env.push(("LITE_NODE_ANCHOR_STALL_SECS".into(), "2".into()));
+    let (mut node, env, port, status) =
+        node_before_its_collector(&world, data.path(), &[("LITE_NODE_ANCHOR_STALL_SECS", "2")]);
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
-    let mut node = lite_node_testkit::RunningNode::start(bin, &env, &data.path().join("node"));
-    node.wait_for_log("watching ProtocolState");
-    let status = status_port(&node.log()).expect("the status port is logged");
 
     // The anchor's head does not move (anvil mines only on transactions).
     let (_, body) = poll_until("unhealthy: the anchor is stalled", Duration::from_secs(30), || {
@@ -579,18 +593,12 @@ fn health_reflects_an_unreachable_collector_and_a_stalled_anchor() {
 fn the_collectors_trouble_clears_when_it_is_back_without_another_submission() {
     let world = World::load();
     let data = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut env = node_env(&world.url(), &world.manifest, 2);
-    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
-    env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
-    env.push(("STATUS_PORT".into(), "0".into()));
-    env.push(("STATUS_HOST".into(), "127.0.0.1".into()));
-    env.push(("LITE_NODE_ANCHOR_STALL_SECS".into(), "3600".into()));
-    env.push(("LITE_NODE_DEADLINE_BUFFER_BLOCKS".into(), "2".into()));
+    let (mut node, env, port, status) = node_before_its_collector(
+        &world,
+        data.path(),
+        &[("LITE_NODE_ANCHOR_STALL_SECS", "3600"), ("LITE_NODE_DEADLINE_BUFFER_BLOCKS", "2")],
+    );
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
-    let mut node = lite_node_testkit::RunningNode::start(bin, &env, &data.path().join("node"));
-    node.wait_for_log("watching ProtocolState");
-    let status = status_port(&node.log()).expect("the status port is logged");
     world.release_next_epoch();
     poll_until("unhealthy: the collector is unreachable", Duration::from_secs(30), || {
         Some(get(status, "/health")).filter(|r| r.0 == 503 && r.1.contains("submitting to"))
