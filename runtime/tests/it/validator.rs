@@ -193,27 +193,21 @@ fn a_dequeuer_killed_mid_burst_and_started_again_gives_every_submission_exactly_
     let redis = RedisServer::start();
     s.open_and_queue(&redis);
     let log = s.cache.path().join("validator.log");
-    // SIGKILL a dequeuer until the kill lands while its workers hold items
-    // (checked after the kill, when nothing can move them): between two
-    // batches, nothing would be left to recover. Each try lets it work a
-    // little further into the burst.
+    // SIGKILL the dequeuer while its workers hold items: between two
+    // batches, nothing would be left to recover.
     let held_at_kill = |s: &Setup| -> u64 {
         let mut conn = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
         held_by_workers(&mut conn, &s.market.keys).unwrap()
     };
-    let (mut at_kill, mut held) = (0, 0);
-    for attempt in 1..=5 {
-        let mut first = s.dequeuer(&redis, &log);
-        at_kill = wait_for_verdicts(&s, &redis.url(), at_kill + BURST / 20, &mut first, &log);
-        first.kill().unwrap(); // SIGKILL
-        first.wait().unwrap();
-        held = held_at_kill(&s);
-        if held > 0 {
-            break;
-        }
-        eprintln!("try {attempt}: the kill came between two batches; again");
-    }
-    assert!(held > 0, "in 5 tries no kill landed while items were held");
+    let url = redis.url();
+    let mut first = s.dequeuer(&redis, &log);
+    // Killed while held still at a point its workers hold items: the state a
+    // kill there leaves.
+    let at_kill = held_mid_burst(&s, &url, &mut first, &log, |verdicts, held| verdicts > 0 && held > 0);
+    let held = held_at_kill(&s);
+    first.kill().unwrap(); // SIGKILL, while held still
+    first.wait().unwrap();
+    assert!(held > 0);
     let after = s.verdicts(&redis.url()).unwrap();
     assert!(after < BURST, "killed mid-burst: {at_kill} verdicts at the kill, {after} after");
 
@@ -240,30 +234,40 @@ fn signal(child: &Reaped, signal: &str) {
     assert!(status.success(), "kill -{signal}");
 }
 
+/// Runs a dequeuer held still (SIGSTOP) in slices of 2 ms until `wanted`
+/// (verdicts so far, items its workers hold) is true, and leaves it held
+/// still there: a point mid-burst taken without a race (a whole burst is
+/// well under a second of its work, so waiting for a count and then
+/// stopping it could find the burst over). The 2 ms are its slice of
+/// work, not a wait for a condition.
+fn held_mid_burst(s: &Setup, url: &str, child: &mut Reaped, log: &Path, wanted: impl Fn(u64, u64) -> bool) -> u64 {
+    signal(child, "STOP");
+    poll_until("a point mid-burst", Duration::from_secs(120), || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the validator exited ({status}): {}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        signal(child, "CONT");
+        std::thread::sleep(Duration::from_millis(2));
+        signal(child, "STOP");
+        let verdicts = s.verdicts(url)?;
+        let mut conn = redis::Client::open(url).ok()?.get_connection().ok()?;
+        let held = held_by_workers(&mut conn, &s.market.keys).ok()?;
+        assert!(verdicts < BURST, "the burst ended within one slice");
+        wanted(verdicts, held).then_some(verdicts)
+    })
+}
+
 #[test]
 fn redis_restarted_under_a_running_dequeuer_loses_nothing_with_aof_on() {
     let aof = ["--appendonly", "yes", "--appendfsync", "always"];
-    // The dequeuer is held still (SIGSTOP) mid-burst while Redis restarts
-    // under it, then goes on with the connection it had. It works a burst in
-    // a fraction of a second: a try where it finished before it was held is
-    // made again.
-    let (s, redis, mut child, log, before) = (1..=5)
-        .find_map(|attempt| {
-            let s = setup();
-            let redis = RedisServer::start_with(&aof);
-            s.open_and_queue(&redis);
-            let log = s.cache.path().join("validator.log");
-            let mut child = s.dequeuer(&redis, &log);
-            wait_for_verdicts(&s, &redis.url(), BURST / 10, &mut child, &log);
-            signal(&child, "STOP");
-            let before = s.verdicts(&redis.url()).unwrap();
-            if before < BURST {
-                return Some((s, redis, child, log, before));
-            }
-            eprintln!("try {attempt}: the burst was done before the dequeuer was held; again");
-            None
-        })
-        .expect("in 5 tries the dequeuer was never held mid-burst");
+    let s = setup();
+    let redis = RedisServer::start_with(&aof);
+    s.open_and_queue(&redis);
+    let log = s.cache.path().join("validator.log");
+    let mut child = s.dequeuer(&redis, &log);
+    // Redis restarts under it mid-burst while it is held still; it goes on
+    // with the connection it had.
+    let before = held_mid_burst(&s, &redis.url(), &mut child, &log, |verdicts, _| verdicts > 0);
     let url = redis.url();
     let redis = redis.restart(&aof);
     signal(&child, "CONT");
