@@ -1,127 +1,169 @@
-//! Reading Uniswap V3 pools through the host's batched JSON-RPC. Every
-//! failure names the pool and the call; an answer that does not look right
-//! (a missing block, a truncated log, an error inside a batch) is an error,
-//! never a silently smaller snapshot.
+//! Reading Uniswap V3 pools through compute-kit: the pool's and ERC-20's
+//! functions and the pool's events are declared with `sol!`, so calldata,
+//! answers and logs are encoded and decoded (and checked) by alloy's ABI
+//! code. Calls are batched, pinned to their block; logs are read in chunks
+//! a provider accepts, with an RPC behind the epoch's last block refused
+//! (compute-kit's lag guard). Every failure names the pool and the call; an
+//! answer that does not look right (an empty or wider answer, a truncated
+//! log, a removed one) is an error, never a silently smaller snapshot.
 
 use std::collections::BTreeMap;
 
-use lite_node_plugin_api::{Chain, Host, RpcCall};
-use serde_json::{Value, json};
+use compute_kit::{
+    Address, Batch, Chain, I256, LogFilter, Pending, RawLog, SolEvent, U256, get_logs, get_raw_logs, sol,
+};
+use lite_node_plugin_api::Host;
 
 use crate::math::Wide;
 
-/// Calls per JSON-RPC batch.
-const BATCH: usize = 500;
+sol! {
+    #![sol(alloy_sol_types = compute_kit::sol_types)]
+    event Swap(address indexed sender, address indexed recipient, int256 amount0, int256 amount1,
+        uint160 sqrtPriceX96, uint128 liquidity, int24 tick);
+    event Mint(address sender, address indexed owner, int24 indexed tickLower, int24 indexed tickUpper,
+        uint128 amount, uint256 amount0, uint256 amount1);
+    event Burn(address indexed owner, int24 indexed tickLower, int24 indexed tickUpper, uint128 amount,
+        uint256 amount0, uint256 amount1);
+    event Collect(address indexed owner, address recipient, int24 indexed tickLower, int24 indexed tickUpper,
+        uint128 amount0, uint128 amount1);
+    event PoolCreated(address indexed token0, address indexed token1, uint24 indexed fee, int24 tickSpacing,
+        address pool);
 
-pub const SWAP: &str = "0xc42079f94a6350d7e6235f29174924f928cc2ac818eb64fed8004e115fbcca67";
-pub const MINT: &str = "0x7a53080ba414158be7ec69b987b5fb7d07dee101fe85488f0853ae16239d0bde";
-pub const BURN: &str = "0x0c396cd989a39f4459b5fa1aed6a9a8dcdbc45908acfd67e028cd568da98982c";
-pub const COLLECT: &str = "0x70935338e69775456a85ddef226c395fb668b63fa0115f5f20610b388e6ca9c0";
-pub const POOL_CREATED: &str = "0x783cca1c0412dd0d695e784568c96da2e9c22ff989357a2e8b1d9b2b4e6b7118";
-
-pub const SLOT0: &str = "0x3850c7bd";
-pub const TOKEN0: &str = "0x0dfe1681";
-pub const TOKEN1: &str = "0xd21220a7";
-pub const FEE: &str = "0xddca3f43";
-pub const DECIMALS: &str = "0x313ce567";
-pub const BALANCE_OF: &str = "0x70a08231";
-
-/// One `eth_call`: target, calldata, block tag, and how errors name it.
-#[derive(Clone, Debug)]
-pub struct Call {
-    pub pool: String,
-    pub to: String,
-    pub data: String,
-    pub block: u64,
-    pub what: &'static str,
+    function slot0() external view returns (uint160 sqrtPriceX96, int24 tick, uint16 observationIndex,
+        uint16 observationCardinality, uint16 observationCardinalityNext, uint8 feeProtocol, bool unlocked);
+    function token0() external view returns (address);
+    function token1() external view returns (address);
+    function fee() external view returns (uint24);
+    function decimals() external view returns (uint8);
+    function balanceOf(address owner) external view returns (uint256);
 }
 
-impl Call {
-    fn describe(&self) -> String {
-        format!("pool {}: eth_call {} at block {}", self.pool, self.what, self.block)
-    }
+/// An unsigned ABI integer as the arithmetic's integer.
+pub fn wide(v: U256) -> Wide {
+    Wide::from_limbs_slice(v.as_limbs())
 }
 
-/// Runs `calls` in batches; every answer must be 32-byte words.
-pub fn eth_calls(host: &Host<'_>, calls: &[Call]) -> Result<Vec<Vec<u8>>, String> {
-    let mut out = Vec::with_capacity(calls.len());
-    for chunk in calls.chunks(BATCH) {
-        let requests: Vec<RpcCall> = chunk
-            .iter()
-            .map(|c| {
-                let tag = format!("0x{:x}", c.block);
-                RpcCall {
-                    method: "eth_call".into(),
-                    params_json: json!([{"to": c.to, "data": c.data}, tag]).to_string().into(),
-                }
+fn signed(v: I256) -> (bool, Wide) {
+    (v.is_negative(), wide(v.unsigned_abs()))
+}
+
+/// `0x` and 40 lower-case hex digits, as snapshots write addresses.
+pub fn lower(a: Address) -> String {
+    format!("{a:#x}")
+}
+
+fn address_of(pool: &str) -> Result<Address, String> {
+    compute_kit::address(pool).map_err(|e| format!("pool {pool}: {e}"))
+}
+
+fn token_of(pool: &str, token: &str) -> Result<Address, String> {
+    compute_kit::address(token).map_err(|e| format!("pool {pool}: token {e}"))
+}
+
+/// A pool's tokens and fee, read at `at`.
+pub struct PoolInfo {
+    pub token0: String,
+    pub token1: String,
+    pub fee: u32,
+}
+
+/// `token0()`, `token1()` and `fee()` of each pool at block `at`, one batch.
+pub fn pool_infos(host: &Host<'_>, pools: &[String], at: u64) -> Result<Vec<PoolInfo>, String> {
+    let mut batch = Batch::new(Chain::Source, at);
+    let pending = pools
+        .iter()
+        .map(|p| {
+            let a = address_of(p)?;
+            Ok((batch.add(a, &token0Call {}), batch.add(a, &token1Call {}), batch.add(a, &feeCall {})))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let answers = batch.send(host)?;
+    pools
+        .iter()
+        .zip(pending)
+        .map(|(p, (t0, t1, fee))| {
+            let named = |e: String| format!("pool {p}: {e}");
+            Ok(PoolInfo {
+                token0: lower(answers.get(t0).map_err(named)?),
+                token1: lower(answers.get(t1).map_err(named)?),
+                fee: answers.get(fee).map_err(named)?.to::<u32>(),
             })
-            .collect();
-        let answers = host
-            .rpc_batch(Chain::Source, &requests)
-            .map_err(|e| format!("{}: batch of {} calls failed: {e}", chunk[0].describe(), chunk.len()))?;
-        if answers.len() != chunk.len() {
-            return Err(format!("{}: batch answered {} of {} calls", chunk[0].describe(), answers.len(), chunk.len()));
-        }
-        for (call, answer) in chunk.iter().zip(answers) {
-            let text = answer.map_err(|e| format!("{}: {e}", call.describe()))?;
-            let bytes = hex_value(&text).map_err(|e| format!("{}: {e}", call.describe()))?;
-            if bytes.is_empty() || bytes.len() % 32 != 0 {
-                return Err(format!("{}: answer is {} bytes, not 32-byte words", call.describe(), bytes.len()));
-            }
-            out.push(bytes);
-        }
-    }
-    Ok(out)
-}
-
-/// A JSON string `"0x…"` as bytes.
-fn hex_value(text: &str) -> Result<Vec<u8>, String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("answer is not JSON: {e}"))?;
-    let s = v.as_str().ok_or_else(|| format!("answer is not a hex string: {v}"))?;
-    hex_bytes(s)
-}
-
-pub fn hex_bytes(s: &str) -> Result<Vec<u8>, String> {
-    let h = s.strip_prefix("0x").ok_or_else(|| format!("`{s}` lacks 0x"))?;
-    if h.len() % 2 != 0 {
-        return Err(format!("odd-length hex `{s}`"));
-    }
-    (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).map_err(|_| format!("bad hex `{s}`")))
+        })
         .collect()
 }
 
-/// Word `i` of ABI data as an unsigned integer.
-pub fn word(data: &[u8], i: usize) -> Wide {
-    let mut limbs = [0u8; 32];
-    limbs.copy_from_slice(&data[i * 32..i * 32 + 32]);
-    Wide::from(ruint::aliases::U256::from_be_bytes(limbs))
+/// `decimals()` of each `(pool, token)` at block `at`, one batch (the pool
+/// names a failure).
+pub fn decimals_of(host: &Host<'_>, tokens: &[(String, String)], at: u64) -> Result<Vec<u8>, String> {
+    let mut batch = Batch::new(Chain::Source, at);
+    let pending = tokens
+        .iter()
+        .map(|(p, t)| Ok(batch.add(token_of(p, t)?, &decimalsCall {})))
+        .collect::<Result<Vec<Pending<decimalsCall>>, String>>()?;
+    let answers = batch.send(host)?;
+    tokens.iter().zip(pending).map(|((p, _), d)| answers.get(d).map_err(|e| format!("pool {p}: {e}"))).collect()
 }
 
-/// Word `i` as a two's-complement int256: (negative, magnitude).
-pub fn signed_word(data: &[u8], i: usize) -> (bool, Wide) {
-    let mut bytes = [0u8; 32];
-    bytes.copy_from_slice(&data[i * 32..i * 32 + 32]);
-    let v = ruint::aliases::U256::from_be_bytes(bytes);
-    if bytes[0] & 0x80 != 0 { (true, Wide::from(v.wrapping_neg())) } else { (false, Wide::from(v)) }
+/// A pool at the end of a block: its price and its two token balances.
+#[derive(Clone, Debug)]
+pub struct PoolState {
+    pub sqrt_price: Wide,
+    pub balance0: Wide,
+    pub balance1: Wide,
 }
 
-/// Word `i` as an address, `0x` + 40 lower-case hex digits.
-pub fn address_word(data: &[u8], i: usize) -> String {
-    let w = &data[i * 32..i * 32 + 32];
-    format!("0x{}", w[12..].iter().map(|b| format!("{b:02x}")).collect::<String>())
+/// What [`states`] read.
+pub struct States {
+    /// `[pool][block]`.
+    pub pools: Vec<Vec<PoolState>>,
+    /// Each USD route pool's `sqrtPriceX96`, `[route][block]`.
+    pub routes: Vec<Vec<Wide>>,
 }
 
-/// `balanceOf(owner)` calldata.
-pub fn balance_of(owner: &str) -> String {
-    format!("{BALANCE_OF}{:0>64}", owner.trim_start_matches("0x"))
+/// Each pool's state (`(pool, token0, token1)`) and each route pool's price
+/// at each of `blocks`: one batch per block.
+pub fn states(
+    host: &Host<'_>,
+    pools: &[(&str, &str, &str)],
+    routes: &[String],
+    blocks: &[u64],
+) -> Result<States, String> {
+    let mut state = vec![Vec::with_capacity(blocks.len()); pools.len()];
+    let mut route = vec![Vec::with_capacity(blocks.len()); routes.len()];
+    for &b in blocks {
+        let mut batch = Batch::new(Chain::Source, b);
+        let mut pending = Vec::with_capacity(pools.len());
+        for &(p, t0, t1) in pools {
+            let pool = address_of(p)?;
+            pending.push((
+                batch.add(pool, &slot0Call {}),
+                batch.add(token_of(p, t0)?, &balanceOfCall { owner: pool }),
+                batch.add(token_of(p, t1)?, &balanceOfCall { owner: pool }),
+            ));
+        }
+        let route_pending =
+            routes.iter().map(|r| Ok(batch.add(address_of(r)?, &slot0Call {}))).collect::<Result<Vec<_>, String>>()?;
+        let answers = batch.send(host)?;
+        for ((&(p, _, _), (s, b0, b1)), out) in pools.iter().zip(pending).zip(&mut state) {
+            let named = |e: String| format!("pool {p}: {e}");
+            out.push(PoolState {
+                sqrt_price: wide(U256::from(answers.get(s).map_err(named)?.sqrtPriceX96)),
+                balance0: wide(answers.get(b0).map_err(named)?),
+                balance1: wide(answers.get(b1).map_err(named)?),
+            });
+        }
+        for ((r, s), out) in routes.iter().zip(route_pending).zip(&mut route) {
+            let price = answers.get(s).map_err(|e| format!("pool {r} (USD route): {e}"))?;
+            out.push(wide(U256::from(price.sqrtPriceX96)));
+        }
+    }
+    Ok(States { pools: state, routes: route })
 }
 
 /// A decoded pool event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// Signed amounts: positive flows into the pool.
+    /// Signed amounts `(negative, magnitude)`: positive flows into the pool.
     Swap {
         amount0: (bool, Wide),
         amount1: (bool, Wide),
@@ -148,12 +190,25 @@ pub struct PoolEvent {
     pub event: Event,
 }
 
-fn quantity(v: &Value) -> Option<u64> {
-    v.as_str().and_then(|s| s.strip_prefix("0x")).and_then(|h| u64::from_str_radix(h, 16).ok())
+fn decoded(log: &RawLog) -> Result<Event, String> {
+    let topic = log.topic0();
+    Ok(if topic == Some(Swap::SIGNATURE_HASH) {
+        let e = log.decode::<Swap>()?.event;
+        Event::Swap { amount0: signed(e.amount0), amount1: signed(e.amount1) }
+    } else if topic == Some(Mint::SIGNATURE_HASH) {
+        let e = log.decode::<Mint>()?.event;
+        Event::Mint { amount0: wide(e.amount0), amount1: wide(e.amount1) }
+    } else if topic == Some(Burn::SIGNATURE_HASH) {
+        let e = log.decode::<Burn>()?.event;
+        Event::Burn { amount0: wide(e.amount0), amount1: wide(e.amount1) }
+    } else {
+        let e = log.decode::<Collect>()?.event;
+        Event::Collect { amount0: Wide::from(e.amount0), amount1: Wide::from(e.amount1) }
+    })
 }
 
-/// Swap, Mint, Burn and Collect logs of `pools` in `begin..=end`, one
-/// `eth_getLogs`, grouped by pool (lower-case address).
+/// Swap, Mint, Burn and Collect logs of `pools` (lower-case) in
+/// `begin..=end`, grouped by pool, each pool's in chain order.
 pub fn pool_events(
     host: &Host<'_>,
     pools: &[&str],
@@ -161,75 +216,31 @@ pub fn pool_events(
     end: u64,
 ) -> Result<BTreeMap<String, Vec<PoolEvent>>, String> {
     let who = if pools.len() == 1 { format!("pool {}", pools[0]) } else { format!("{} pools", pools.len()) };
-    let call = format!("{who}: eth_getLogs {begin}..={end}");
-    let filter = json!([{
-        "address": pools,
-        "fromBlock": format!("0x{begin:x}"),
-        "toBlock": format!("0x{end:x}"),
-        "topics": [[SWAP, MINT, BURN, COLLECT]],
-    }]);
-    let text = host.rpc(Chain::Source, "eth_getLogs", &filter.to_string()).map_err(|e| format!("{call}: {e}"))?;
-    let logs: Value = serde_json::from_str(&text).map_err(|e| format!("{call}: answer is not JSON: {e}"))?;
-    let logs = logs.as_array().ok_or_else(|| format!("{call}: answer is not a list of logs"))?;
+    let addresses = pools.iter().map(|p| address_of(p)).collect::<Result<Vec<_>, String>>()?;
+    let filter = LogFilter {
+        from: begin,
+        to: end,
+        addresses,
+        topic0: vec![Swap::SIGNATURE_HASH, Mint::SIGNATURE_HASH, Burn::SIGNATURE_HASH, Collect::SIGNATURE_HASH],
+        blocks_per_call: compute_kit::LOG_BLOCKS,
+    };
+    let logs = get_raw_logs(host, Chain::Source, &filter).map_err(|e| format!("{who}: {e}"))?;
     let mut by_pool: BTreeMap<String, Vec<PoolEvent>> = pools.iter().map(|p| (p.to_string(), Vec::new())).collect();
-    for (n, log) in logs.iter().enumerate() {
-        let bad = |why: &str| format!("{call}: log {n} {why}: {log}");
-        let address = log["address"].as_str().map(str::to_ascii_lowercase).ok_or_else(|| bad("has no address"))?;
-        let events = by_pool.get_mut(&address).ok_or_else(|| bad("is from a pool that was not asked for"))?;
-        if log["removed"].as_bool() == Some(true) {
-            return Err(bad("was removed by a reorg; retry the epoch"));
+    for log in &logs {
+        let pool = lower(log.address);
+        let event = decoded(log).map_err(|e| format!("pool {pool}: eth_getLogs {begin}..={end}: {e}"))?;
+        // The filter named these pools only, and compute-kit checked each log against it.
+        if let Some(events) = by_pool.get_mut(&pool) {
+            events.push(PoolEvent { block: log.block_number, log_index: log.log_index, event });
         }
-        let block = quantity(&log["blockNumber"]).ok_or_else(|| bad("has no block number"))?;
-        if !(begin..=end).contains(&block) {
-            return Err(bad("is outside the asked range"));
-        }
-        let log_index = quantity(&log["logIndex"]).ok_or_else(|| bad("has no log index"))?;
-        let topic0 = log["topics"][0].as_str().map(str::to_ascii_lowercase).ok_or_else(|| bad("has no topic"))?;
-        let data = hex_bytes(log["data"].as_str().ok_or_else(|| bad("has no data"))?).map_err(|e| bad(&e))?;
-        let words = match topic0.as_str() {
-            SWAP => 5,
-            MINT => 4,
-            BURN | COLLECT => 3,
-            _ => return Err(bad("has an unexpected topic")),
-        };
-        if data.len() != words * 32 {
-            return Err(bad(&format!("is truncated: {} data bytes, expected {}", data.len(), words * 32)));
-        }
-        let event = match topic0.as_str() {
-            SWAP => Event::Swap { amount0: signed_word(&data, 0), amount1: signed_word(&data, 1) },
-            MINT => Event::Mint { amount0: word(&data, 2), amount1: word(&data, 3) },
-            BURN => Event::Burn { amount0: word(&data, 1), amount1: word(&data, 2) },
-            _ => Event::Collect { amount0: word(&data, 1), amount1: word(&data, 2) },
-        };
-        events.push(PoolEvent { block, log_index, event });
-    }
-    for events in by_pool.values_mut() {
-        events.sort_by_key(|e| (e.block, e.log_index));
     }
     Ok(by_pool)
 }
 
 /// Pools created by `factory` in `from..=to` (`PoolCreated` logs), lower-case.
 pub fn created_pools(host: &Host<'_>, factory: &str, from: u64, to: u64) -> Result<Vec<String>, String> {
-    let call = format!("factory {factory}: eth_getLogs PoolCreated {from}..={to}");
-    let filter = json!([{
-        "address": factory,
-        "fromBlock": format!("0x{from:x}"),
-        "toBlock": format!("0x{to:x}"),
-        "topics": [POOL_CREATED],
-    }]);
-    let text = host.rpc(Chain::Source, "eth_getLogs", &filter.to_string()).map_err(|e| format!("{call}: {e}"))?;
-    let logs: Value = serde_json::from_str(&text).map_err(|e| format!("{call}: answer is not JSON: {e}"))?;
-    let logs = logs.as_array().ok_or_else(|| format!("{call}: answer is not a list of logs"))?;
-    logs.iter()
-        .enumerate()
-        .map(|(n, log)| {
-            let data = log["data"].as_str().ok_or_else(|| format!("{call}: log {n} has no data"))?;
-            let data = hex_bytes(data).map_err(|e| format!("{call}: log {n}: {e}"))?;
-            if data.len() != 64 {
-                return Err(format!("{call}: log {n} is truncated: {} data bytes, expected 64", data.len()));
-            }
-            Ok(address_word(&data, 1))
-        })
-        .collect()
+    let named = |e: String| format!("factory {factory}: {e}");
+    let factory_address = compute_kit::address(factory).map_err(named)?;
+    let created = get_logs::<PoolCreated>(host, Chain::Source, &[factory_address], from, to).map_err(named)?;
+    Ok(created.into_iter().map(|log| lower(log.event.pool)).collect())
 }

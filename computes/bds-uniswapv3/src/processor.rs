@@ -13,7 +13,7 @@ use lite_node_plugin_api::{
 use serde_json::{Map, Value, json};
 
 use crate::{
-    chain::{self, Call, Event, PoolEvent},
+    chain::{self, Event, PoolEvent, PoolState},
     math::{self, MAX_DECIMALS, PRICE_DIGITS, Wide},
     usd::{self, RoutePool, UsdSource},
 };
@@ -283,26 +283,13 @@ impl BaseSnapshotProcessor {
             pools.iter().filter(|p| !meta.contains_key(*p)).cloned().collect()
         };
         if !missing.is_empty() {
-            let calls: Vec<Call> = missing
-                .iter()
-                .flat_map(|p| {
-                    [(chain::TOKEN0, "token0()"), (chain::TOKEN1, "token1()"), (chain::FEE, "fee()")]
-                        .map(|(data, what)| Call { pool: p.clone(), to: p.clone(), data: data.into(), block: at, what })
-                })
-                .collect();
-            let answers = chain::eth_calls(host, &calls)?;
+            let infos = chain::pool_infos(host, &missing, at)?;
             let mut partial = Vec::new();
-            for (p, words) in missing.iter().zip(answers.chunks(3)) {
-                let fee = chain::word(&words[2], 0);
-                if fee > Wide::from(1_000_000u32) {
-                    return Err(format!("pool {p}: fee() answered {fee}, more than 100%"));
+            for (p, info) in missing.iter().zip(infos) {
+                if info.fee > 1_000_000 {
+                    return Err(format!("pool {p}: fee() answered {}, more than 100%", info.fee));
                 }
-                partial.push((
-                    p.clone(),
-                    chain::address_word(&words[0], 0),
-                    chain::address_word(&words[1], 0),
-                    fee.to::<u32>(),
-                ));
+                partial.push((p.clone(), info.token0, info.token1, info.fee));
             }
             let tokens: Vec<(String, String)> = {
                 let known = self.decimals.lock().unwrap_or_else(|p| p.into_inner());
@@ -315,24 +302,14 @@ impl BaseSnapshotProcessor {
                 t.dedup_by(|a, b| a.1 == b.1);
                 t
             };
-            let calls: Vec<Call> = tokens
-                .iter()
-                .map(|(p, t)| Call {
-                    pool: p.clone(),
-                    to: t.clone(),
-                    data: chain::DECIMALS.into(),
-                    block: at,
-                    what: "decimals() of a token",
-                })
-                .collect();
-            let answers = chain::eth_calls(host, &calls)?;
+            let answers = chain::decimals_of(host, &tokens, at)?;
             let mut decimals = self.decimals.lock().unwrap_or_else(|p| p.into_inner());
-            for ((p, t), word) in tokens.iter().zip(answers) {
-                let d = chain::word(&word, 0);
-                if d > Wide::from(MAX_DECIMALS) {
+            for ((p, t), d) in tokens.iter().zip(answers) {
+                let d = u32::from(d);
+                if d > MAX_DECIMALS {
                     return Err(format!("pool {p}: token {t} has {d} decimals; at most {MAX_DECIMALS} are supported"));
                 }
-                decimals.insert(t.clone(), d.to::<u32>());
+                decimals.insert(t.clone(), d);
             }
             let mut meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
             for (p, token0, token1, fee) in partial {
@@ -359,74 +336,28 @@ impl BaseSnapshotProcessor {
         let refs: Vec<&str> = pools.iter().map(String::as_str).collect();
         let mut events = chain::pool_events(host, &refs, epoch.begin, epoch.end)?;
         let blocks: Vec<u64> = (epoch.begin..=epoch.end).collect();
-        let mut calls = Vec::with_capacity(pools.len() * blocks.len() * 3);
-        for p in pools {
-            let m = &meta[p];
-            for &b in &blocks {
-                calls.push(Call {
-                    pool: p.clone(),
-                    to: p.clone(),
-                    data: chain::SLOT0.into(),
-                    block: b,
-                    what: "slot0()",
-                });
-                let bal = chain::balance_of(p);
-                calls.push(Call {
-                    pool: p.clone(),
-                    to: m.token0.clone(),
-                    data: bal.clone(),
-                    block: b,
-                    what: "token0.balanceOf(pool)",
-                });
-                calls.push(Call {
-                    pool: p.clone(),
-                    to: m.token1.clone(),
-                    data: bal,
-                    block: b,
-                    what: "token1.balanceOf(pool)",
-                });
-            }
-        }
-        for r in &route_pools {
-            for &b in &blocks {
-                calls.push(Call {
-                    pool: r.clone(),
-                    to: r.clone(),
-                    data: chain::SLOT0.into(),
-                    block: b,
-                    what: "slot0() (USD route)",
-                });
-            }
-        }
-        let answers = chain::eth_calls(host, &calls)?;
-        let per_pool = blocks.len() * 3;
-        let route_answers = &answers[pools.len() * per_pool..];
+        let targets: Vec<(&str, &str, &str)> =
+            pools.iter().map(|p| (p.as_str(), meta[p].token0.as_str(), meta[p].token1.as_str())).collect();
+        let chain::States { pools: states, routes: route_prices } =
+            chain::states(host, &targets, &route_pools, &blocks)?;
         let route_view = |p: &str, sqrt: BTreeMap<u64, Wide>| {
             let m = &meta[p];
             RoutePool { token0: m.token0.clone(), token1: m.token1.clone(), dec0: m.dec0, dec1: m.dec1, sqrt }
         };
         let routes: HashMap<String, RoutePool> = route_pools
             .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let sqrt = blocks
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &b)| (b, chain::word(&route_answers[i * blocks.len() + k], 0)))
-                    .collect();
-                (r.clone(), route_view(r, sqrt))
-            })
+            .zip(route_prices)
+            .map(|(r, prices)| (r.clone(), route_view(r, blocks.iter().copied().zip(prices).collect())))
             .collect();
         if let Some((r, _)) = routes.iter().find(|(_, v)| v.sqrt.values().any(|s| s.is_zero())) {
             return Err(format!("pool {r}: slot0() has no price (USD route pool not initialized)"));
         }
         let mut out = Vec::with_capacity(pools.len());
-        for (i, p) in pools.iter().enumerate() {
-            let state = &answers[i * per_pool..(i + 1) * per_pool];
+        for (p, state) in pools.iter().zip(&states) {
             let pool_events = events.remove(p).unwrap_or_default();
             let mut snapshot = base_snapshot(p, &meta[p], epoch, &blocks, state, &pool_events, timestamps)?;
             if let Some(source) = &self.settings.usd {
-                let sqrt = blocks.iter().enumerate().map(|(k, &b)| (b, chain::word(&state[3 * k], 0))).collect();
+                let sqrt = blocks.iter().zip(state).map(|(&b, s)| (b, s.sqrt_price)).collect();
                 let view = route_view(p, sqrt);
                 let usd0 = usd::token_usd(source, &routes, p, &view, &view.token0, &blocks)?;
                 let usd1 = usd::token_usd(source, &routes, p, &view, &view.token1, &blocks)?;
@@ -449,22 +380,22 @@ fn base_snapshot(
     m: &PoolMeta,
     epoch: &EpochContext,
     blocks: &[u64],
-    state: &[Vec<u8>],
+    state: &[PoolState],
     events: &[PoolEvent],
     timestamps: &BTreeMap<u64, u64>,
 ) -> Result<Value, String> {
     let (mut reserves0, mut reserves1, mut prices0, mut prices1, mut times) =
         (Map::new(), Map::new(), Map::new(), Map::new(), Map::new());
     let mut sqrt_at = BTreeMap::new();
-    for (k, &b) in blocks.iter().enumerate() {
-        let sqrt = chain::word(&state[3 * k], 0);
+    for (&b, s) in blocks.iter().zip(state) {
+        let sqrt = s.sqrt_price;
         if sqrt.is_zero() {
             return Err(format!("pool {pool}: slot0() at block {b} has no price (pool not initialized)"));
         }
         sqrt_at.insert(b, sqrt);
         let key = b.to_string();
-        reserves0.insert(key.clone(), json!(math::decimal(chain::word(&state[3 * k + 1], 0), m.dec0)));
-        reserves1.insert(key.clone(), json!(math::decimal(chain::word(&state[3 * k + 2], 0), m.dec1)));
+        reserves0.insert(key.clone(), json!(math::decimal(s.balance0, m.dec0)));
+        reserves1.insert(key.clone(), json!(math::decimal(s.balance1, m.dec1)));
         prices0.insert(key.clone(), json!(math::decimal(math::price0(sqrt, m.dec0, m.dec1), PRICE_DIGITS)));
         prices1.insert(key.clone(), json!(math::decimal(math::price1(sqrt, m.dec0, m.dec1), PRICE_DIGITS)));
         let ts = timestamps.get(&b).ok_or_else(|| format!("pool {pool}: no timestamp for block {b}"))?;
@@ -516,19 +447,19 @@ fn add_usd_fields(
     snapshot: &mut Value,
     m: &PoolMeta,
     blocks: &[u64],
-    state: &[Vec<u8>],
+    state: &[PoolState],
     events: &[PoolEvent],
     usd0: &BTreeMap<u64, Wide>,
     usd1: &BTreeMap<u64, Wide>,
 ) {
     let d = |v: Wide| math::decimal(v, PRICE_DIGITS);
     let (mut p0, mut p1, mut r0, mut r1) = (Map::new(), Map::new(), Map::new(), Map::new());
-    for (k, &b) in blocks.iter().enumerate() {
+    for (&b, s) in blocks.iter().zip(state) {
         let key = b.to_string();
         p0.insert(key.clone(), json!(d(usd0[&b])));
         p1.insert(key.clone(), json!(d(usd1[&b])));
-        r0.insert(key.clone(), json!(d(usd::value(chain::word(&state[3 * k + 1], 0), m.dec0, usd0[&b]))));
-        r1.insert(key, json!(d(usd::value(chain::word(&state[3 * k + 2], 0), m.dec1, usd1[&b]))));
+        r0.insert(key.clone(), json!(d(usd::value(s.balance0, m.dec0, usd0[&b]))));
+        r1.insert(key, json!(d(usd::value(s.balance1, m.dec1, usd1[&b]))));
     }
     let (mut t0, mut t1, mut mb0, mut mb1, mut fee) = (Wide::ZERO, Wide::ZERO, Wide::ZERO, Wide::ZERO, Wide::ZERO);
     for e in events {
@@ -574,7 +505,7 @@ fn block_details(host: &Host<'_>, epoch: &EpochContext) -> Result<Vec<BlockDetai
     let calls: Vec<RpcCall> = (epoch.begin..=epoch.end)
         .map(|b| RpcCall {
             method: "eth_getBlockByNumber".into(),
-            params_json: json!([format!("0x{b:x}"), false]).to_string().into(),
+            params_json: json!([compute_kit::to_quantity(b), false]).to_string().into(),
         })
         .collect();
     let answers = host
@@ -588,7 +519,7 @@ fn block_details(host: &Host<'_>, epoch: &EpochContext) -> Result<Vec<BlockDetai
             let hash = v["hash"]
                 .as_str()
                 .ok_or_else(|| format!("eth_getBlockByNumber {b}: the source chain has no such block"))?;
-            let ts = v["timestamp"].as_str().and_then(|t| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok());
+            let ts = v["timestamp"].as_str().and_then(|t| compute_kit::quantity(t).ok());
             Ok(BlockDetail {
                 number: b,
                 hash: hash.into(),

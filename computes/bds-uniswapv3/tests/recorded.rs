@@ -198,11 +198,13 @@ fn forward(url: &str, method: &str, params: &str) -> Result<String, RpcError> {
 
 #[test]
 #[ignore = "records the fixture from a running anvil: see the module's docs"]
+#[allow(clippy::disallowed_methods)] // a recording by hand: its two settings come from the shell
 fn record() {
     let url = std::env::var("BDS_RECORD_RPC").expect("BDS_RECORD_RPC: the anvil to record from");
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(std::env::var("BDS_RECORD_MANIFEST").expect("BDS_RECORD_MANIFEST")).unwrap())
-            .unwrap();
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(std::env::var("BDS_RECORD_MANIFEST").expect("BDS_RECORD_MANIFEST")).unwrap(),
+    )
+    .unwrap();
     let pools: Vec<String> =
         manifest["pools"].as_array().unwrap().iter().map(|p| p["address"].as_str().unwrap().to_lowercase()).collect();
     let tokens: Vec<&str> = manifest["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
@@ -223,8 +225,9 @@ fn record() {
     });
     let mut blocks = Vec::new();
     for n in BEGIN..=END {
-        let b: Value = serde_json::from_str(&forward(&url, "eth_getBlockByNumber", &format!(r#"["0x{n:x}",false]"#)).unwrap())
-            .unwrap();
+        let b: Value =
+            serde_json::from_str(&forward(&url, "eth_getBlockByNumber", &format!(r#"["0x{n:x}",false]"#)).unwrap())
+                .unwrap();
         blocks.push(json!([n, b["hash"], quantity(&b["timestamp"])]));
     }
     let head = quantity(&serde_json::from_str(&forward(&url, "eth_blockNumber", "[]").unwrap()).unwrap());
@@ -248,7 +251,13 @@ fn record() {
                 let text: String = serde_json::from_str(&answer).unwrap();
                 let to = p[0]["to"].as_str().unwrap().to_ascii_lowercase();
                 let data = p[0]["data"].as_str().unwrap().to_ascii_lowercase();
-                c.lock().unwrap().entry(to).or_default().entry(data).or_default().insert(quantity(&p[1]), compact(&text));
+                c.lock()
+                    .unwrap()
+                    .entry(to)
+                    .or_default()
+                    .entry(data)
+                    .or_default()
+                    .insert(quantity(&p[1]), compact(&text));
             }
             "eth_getLogs" => {
                 let answered: Value = serde_json::from_str(&answer).unwrap();
