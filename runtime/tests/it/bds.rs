@@ -446,3 +446,38 @@ fn bds_project(settings: &serde_json::Value) -> lite_node::config::Project {
         settings: settings.as_object().unwrap().clone(),
     }
 }
+
+/// A node maps the libraries its projects name, and one that implements the
+/// slot assignment when none of those does; the package's others stay
+/// closed (each is hundreds of kilobytes resident for as long as it runs).
+#[test]
+fn a_node_opens_only_the_libraries_its_projects_name() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut env = toolchain_env();
+    env.push(("LITE_NODE_DATA_DIR".into(), data_dir.path().display().to_string()));
+    env.extend(lite_node_testkit::compute_build_env());
+    let cfg = ComputeConfig::from_env(&EnvSnapshot::from_pairs(env)).unwrap();
+    let project = |module: &str, class: &str| {
+        json!({"config": [{"project_type": "p", "processor": {"module": module, "class_name": class},
+            "preload_tasks": ["block_details"]}]})
+        .to_string()
+    };
+    let opened = |projects: &str| {
+        let projects = lite_node::config::Projects::parse(projects, "projects.json").unwrap();
+        let loaded = compute::load_for(&cfg, &projects).unwrap();
+        let names: Vec<String> = loaded.libraries.iter().map(|l| l.name.clone()).collect();
+        (loaded, names)
+    };
+    let (loaded, names) = opened(&project("bds-uniswapv3", "BaseSnapshotProcessor"));
+    assert_eq!(names, ["bds_uniswapv3"], "it implements the assignment itself");
+    let all: Vec<&str> = loaded.package.manifest.libraries.iter().map(|l| l.name.as_str()).collect();
+    assert!(all.len() >= 3 && all.contains(&"block_details"), "{all:?}");
+    let err = loaded.library("block_details").unwrap_err().to_string();
+    assert!(err.contains("library `block_details` of the compute package") && err.contains("was not opened"), "{err}");
+
+    let (loaded, names) = opened(&project("block_details", "BlockDetailsProcessor"));
+    assert_eq!(names[0], "block_details");
+    assert_eq!(names.len(), 2, "one more, for the assignment: {names:?}");
+    assert!(loaded.libraries[1].provides_assignments());
+    assert!(loaded.libraries.iter().all(|l| l.name != "compute_template"), "{names:?}");
+}

@@ -167,6 +167,13 @@ pub fn load(cfg: &ComputeConfig) -> Result<LoadedPackage, ComputeError> {
     LoadedPackage::load(ensure(cfg, Fetch::Allowed)?)
 }
 
+/// [`load`], opening only the libraries `projects` name (and one that
+/// implements the slot assignment): what a node runs.
+pub fn load_for(cfg: &ComputeConfig, projects: &lite_node_config::Projects) -> Result<LoadedPackage, ComputeError> {
+    let modules: Vec<&str> = projects.projects.iter().map(|p| p.module.as_str()).collect();
+    LoadedPackage::load_only(ensure(cfg, Fetch::Allowed)?, &modules)
+}
+
 /// The package's processor for each project, in order; the first that
 /// cannot be made is named (a project that does not fit the package: bad
 /// input for the caller).
@@ -367,9 +374,17 @@ fn bundled_id(dir: &Path, own: &[&PathBuf]) -> Result<String, ComputeError> {
         .filter_map(|p| std::path::absolute(p).ok()?.strip_prefix(&root).ok().map(Path::to_path_buf))
         .filter(|rel| !rel.as_os_str().is_empty())
         .collect();
-    let ignored = GitIgnored::of(&root);
-    let mut files =
-        plugin_api_src::walk_kept(dir, &["target"], |rel, is_dir| !ignored.ignores(rel, is_dir)).map_err(io(what()))?;
+    let all = plugin_api_src::walk_kept(dir, &["target"], |_, _| true).map_err(io(what()))?;
+    // Git's own answer (libgit2: the rules, and the index for what is
+    // tracked although a rule matches it) only when a rule leaves anything
+    // out: libgit2's start-up initializes OpenSSL, ~4 MiB a node would
+    // keep resident for as long as it runs.
+    let mut files = if ignore_rules_leave_out(&root, &all) {
+        let ignored = GitIgnored::of(&root);
+        plugin_api_src::walk_kept(dir, &["target"], |rel, is_dir| !ignored.ignores(rel, is_dir)).map_err(io(what()))?
+    } else {
+        all
+    };
     files.retain(|rel| !skipped.iter().any(|s| rel.starts_with(s)));
     let mut contents = Vec::with_capacity(files.len());
     for rel in &files {
@@ -377,6 +392,34 @@ fn bundled_id(dir: &Path, own: &[&PathBuf]) -> Result<String, ComputeError> {
     }
     let hash = plugin_api_src::hash_files(files.iter().map(PathBuf::as_path).zip(contents.iter().map(Vec::as_slice)));
     Ok(format!("local-{}", &hash[..16]))
+}
+
+/// Whether git's ignore rules, as the `ignore` crate reads them (the
+/// `.gitignore` files from the repository's root down, `.git/info/exclude`,
+/// `core.excludesFile`), leave out any of `files` (relative to `dir`, as
+/// [`plugin_api_src::walk_kept`] lists them). A walk that fails answers yes,
+/// so git itself is asked.
+fn ignore_rules_leave_out(dir: &Path, files: &[PathBuf]) -> bool {
+    let walk = ignore::WalkBuilder::new(dir)
+        .hidden(true)
+        .parents(true)
+        .ignore(false)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(true)
+        .require_git(true)
+        .filter_entry(|e| e.depth() == 0 || e.file_name() != "target")
+        .build();
+    let mut kept = std::collections::HashSet::with_capacity(files.len());
+    for entry in walk {
+        let Ok(entry) = entry else { return true };
+        if entry.file_type().is_some_and(|t| !t.is_dir())
+            && let Ok(rel) = entry.path().strip_prefix(dir)
+        {
+            kept.insert(rel.to_path_buf());
+        }
+    }
+    files.iter().any(|f| !kept.contains(f))
 }
 
 /// The ignore rules of the git repository a directory is in (none outside
@@ -486,5 +529,21 @@ mod tests {
         assert!(ignored(&below, "data", true), "rules apply below the repository's root");
         let outside = tempfile::tempdir().unwrap();
         assert!(!ignored(&GitIgnored::of(outside.path()), "data", true), "no repository, no rules");
+
+        // What decides whether git is asked at all: the rules alone, read
+        // without libgit2, over the files the package's id would hash.
+        let leave_out = |d: &Path| {
+            let files = plugin_api_src::walk_kept(d, &["target"], |_, _| true).unwrap();
+            ignore_rules_leave_out(d, &files)
+        };
+        assert!(leave_out(dir.path()), "a.log, data/ and built/ are matched");
+        assert!(leave_out(&dir.path().join("pkg")), "the root's `data/` rule matches pkg/data");
+        fs::create_dir_all(dir.path().join("clean/target")).unwrap();
+        fs::write(dir.path().join("clean/lib.rs"), "").unwrap();
+        fs::write(dir.path().join("clean/target/out"), "").unwrap();
+        assert!(!leave_out(&dir.path().join("clean")), "nothing matched: git is not asked");
+        fs::write(outside.path().join(".gitignore"), "*\n").unwrap();
+        fs::write(outside.path().join("lib.rs"), "").unwrap();
+        assert!(!leave_out(outside.path()), "no repository, no rules");
     }
 }

@@ -53,8 +53,37 @@ pub struct LoadedPackage {
 impl LoadedPackage {
     /// Opens every library of `package`.
     pub fn load(package: Package) -> Result<Self, ComputeError> {
-        let mut libraries = Vec::new();
-        for lib in &package.manifest.libraries {
+        let all: Vec<usize> = (0..package.manifest.libraries.len()).collect();
+        let mut loaded = Self { package, libraries: Vec::new() };
+        loaded.open(&all)?;
+        Ok(loaded)
+    }
+
+    /// Opens the libraries `modules` name (projects.json's `module`s) and,
+    /// when none of them implements the market's slot assignment, the
+    /// package's others in order until one does: a node maps no library it
+    /// does not run (each is a few hundred kilobytes of code, for as long
+    /// as the node runs). A module the package lacks is not an error here:
+    /// [`Self::library`] names it, and what the package has, when asked.
+    pub fn load_only(package: Package, modules: &[&str]) -> Result<Self, ComputeError> {
+        let wanted: Vec<String> = modules.iter().map(|m| m.replace('-', "_")).collect();
+        let (named, rest): (Vec<usize>, Vec<usize>) =
+            (0..package.manifest.libraries.len()).partition(|&i| wanted.contains(&package.manifest.libraries[i].name));
+        let mut loaded = Self { package, libraries: Vec::new() };
+        loaded.open(&named)?;
+        for i in rest {
+            if loaded.libraries.iter().any(LoadedLibrary::provides_assignments) {
+                break;
+            }
+            loaded.open(&[i])?;
+        }
+        Ok(loaded)
+    }
+
+    fn open(&mut self, which: &[usize]) -> Result<(), ComputeError> {
+        let package = &self.package;
+        let libraries = &mut self.libraries;
+        for lib in which.iter().map(|&i| &package.manifest.libraries[i]) {
             let path = package.dir.join(&lib.file);
             let header = lib_header_from_path(&path).map_err(|e| load_error(&lib.name, &path, e))?;
             let library_version = header.version_strings().version.to_string();
@@ -72,13 +101,19 @@ impl LoadedPackage {
             let api_version = (module.api_version())().to_string();
             libraries.push(LoadedLibrary { name: lib.name.clone(), api_version, processors, module });
         }
-        Ok(Self { package, libraries })
+        Ok(())
     }
 
     pub fn library(&self, module: &str) -> Result<&LoadedLibrary, ComputeError> {
         let module = module.replace('-', "_");
         self.libraries.iter().find(|l| l.name == module).ok_or_else(|| {
-            let names: Vec<_> = self.libraries.iter().map(|l| l.name.as_str()).collect();
+            if self.package.manifest.libraries.iter().any(|l| l.name == module) {
+                return ComputeError::Load(format!(
+                    "library `{module}` of the compute package {} was not opened: no project of projects.json names it",
+                    self.package.manifest.commit
+                ));
+            }
+            let names: Vec<_> = self.package.manifest.libraries.iter().map(|l| l.name.as_str()).collect();
             let m = &self.package.manifest;
             ComputeError::Load(format!(
                 "library `{module}` is not in the compute package {} ({}); it has: {} — if `{module}` is in another \

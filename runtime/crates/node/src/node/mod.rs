@@ -416,7 +416,7 @@ pub(crate) async fn load_package(
     let (projects, cfg) = (projects.clone(), compute_cfg.clone());
     tokio::task::spawn_blocking(move || -> Result<_> {
         let projects = compute::load_projects(&projects, &cfg.data_dir)?;
-        let package = compute::load(&cfg)?;
+        let package = compute::load_for(&cfg, &projects)?;
         // Packages no node on this cache has used for a while go.
         let pruned = compute::mark_used(&package.package)
             .and_then(|()| compute::prune_unused(&cfg.cache_dir, &package.package.dir, PACKAGE_UNUSED_FOR));
