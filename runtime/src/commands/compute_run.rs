@@ -288,7 +288,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         let mut verdict = match &outcome.kind {
             OutcomeKind::Computed => "computed".to_owned(),
             OutcomeKind::NotSelected => "not selected: nothing to submit".to_owned(),
-            OutcomeKind::Failed(why) | OutcomeKind::Missed(why) => {
+            OutcomeKind::Failed(why) | OutcomeKind::Missed(why) | OutcomeKind::Withheld(why) => {
                 failures.push(format!("{who}: {why}"));
                 format!("failed: {why}")
             }

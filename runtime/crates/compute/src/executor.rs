@@ -117,6 +117,11 @@ pub enum OutcomeKind {
     Failed(String),
     /// Released longer ago than the submission window: not computed.
     Missed(String),
+    /// Not run: the node withheld it, its project being quarantined after
+    /// a compute of it hung (for whichever slot). Whether the slot was
+    /// selected is unknown; the node failed to do its work, so the epoch
+    /// extends the slot's failure streak.
+    Withheld(String),
 }
 
 /// What one compute gave: its task's slot and project, how it ended, what it
@@ -639,7 +644,8 @@ impl LocalExecutor {
 fn refused(why: Refused) -> OutcomeKind {
     match why {
         Refused::Full | Refused::Expired { .. } | Refused::Closed => OutcomeKind::Missed(why.to_string()),
-        Refused::Duplicate | Refused::Quarantined(_) | Refused::Paused { .. } => OutcomeKind::Failed(why.to_string()),
+        Refused::Quarantined(_) => OutcomeKind::Withheld(why.to_string()),
+        Refused::Duplicate | Refused::Paused { .. } => OutcomeKind::Failed(why.to_string()),
     }
 }
 

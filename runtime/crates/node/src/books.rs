@@ -73,6 +73,9 @@ pub enum Verdict {
     Missed,
     /// Failed before the compute reported whether the slot was selected.
     Unknown(String),
+    /// Withheld by the node (its project quarantined): selection unknown,
+    /// but the node's failure to work the slot, so it extends the streak.
+    Withheld(String),
 }
 
 /// What the books ask to be told after an epoch.
@@ -99,6 +102,7 @@ pub fn verdict(o: &Outcome) -> Verdict {
         OutcomeKind::Failed(e) if o.selected.is_none() => Verdict::Unknown(e.clone()),
         OutcomeKind::Failed(e) => Verdict::SelectedFailure(e.clone()),
         OutcomeKind::Missed(_) => Verdict::Missed,
+        OutcomeKind::Withheld(e) => Verdict::Withheld(e.clone()),
     }
 }
 
@@ -127,6 +131,10 @@ impl Counts {
             Verdict::NotSelected => self.not_selected += 1,
             Verdict::Missed => self.missed += 1,
             Verdict::Unknown(_) => self.failed_before_selection += 1,
+            Verdict::Withheld(_) => {
+                self.failed_before_selection += 1;
+                self.consecutive_failures += 1;
+            }
         }
     }
 }
@@ -198,12 +206,23 @@ impl Books {
                 _ => None,
             })
             .collect();
+        let withheld: Vec<String> = verdicts
+            .iter()
+            .filter_map(|(p, v)| match v {
+                Verdict::Withheld(e) => Some(format!("{p}: {e} (whether the slot was selected is unknown)")),
+                _ => None,
+            })
+            .collect();
         // The node's epoch: failed if any selected project failed, succeeded
-        // if every selected project succeeded, otherwise not its work.
+        // if every selected project succeeded, a failure too if the node
+        // withheld a project (unless another was a success), otherwise not
+        // its work.
         let overall = if !errors.is_empty() {
             Verdict::SelectedFailure(errors.join("; "))
         } else if verdicts.iter().any(|(_, v)| *v == Verdict::SelectedSuccess) {
             Verdict::SelectedSuccess
+        } else if !withheld.is_empty() {
+            Verdict::Withheld(withheld.join("; "))
         } else if !verdicts.is_empty() && verdicts.iter().all(|(_, v)| *v == Verdict::Missed) {
             Verdict::Missed
         } else if let Some((_, v @ Verdict::Unknown(_))) =
@@ -217,7 +236,8 @@ impl Books {
         let failures_before = self.overall.consecutive_failures;
         self.overall.count(&overall);
         match overall {
-            Verdict::SelectedFailure(_) => {
+            Verdict::SelectedFailure(_) | Verdict::Withheld(_) => {
+                let errors = if errors.is_empty() { withheld } else { errors };
                 self.streak.push(StreakEntry { epoch_id, errors });
                 if self.streak.len() > STREAK_KEPT {
                     self.streak.remove(0);
@@ -273,6 +293,45 @@ pub(crate) mod tests {
 
     fn alerts(n: &[Notice]) -> usize {
         n.iter().filter(|n| matches!(n, Notice::ThreeFailures { .. })).count()
+    }
+
+    /// Review finding 5 (issue 43): one slot's hung compute quarantines its
+    /// project for every slot of the node. The other slots' epochs of it are
+    /// withheld: not "failed before selection" (no streak, no alert), but
+    /// the node's failure to work them, in the streak and alerted at three.
+    #[test]
+    fn epochs_withheld_by_a_quarantine_extend_the_streak_and_alert() {
+        let withheld = || outcome(OutcomeKind::Withheld("project `p` is quarantined".into()), None);
+        let mut b = Books::default();
+        assert_eq!(alerts(&b.apply(1, &[withheld()])), 0);
+        assert_eq!(alerts(&b.apply(2, &[idle()])), 0);
+        assert_eq!(alerts(&b.apply(3, &[withheld()])), 0);
+        let n = b.apply(4, &[fail()]);
+        assert_eq!(alerts(&n), 1, "{n:?}");
+        let Some(Notice::ThreeFailures { streak }) = n.iter().find(|n| matches!(n, Notice::ThreeFailures { .. }))
+        else {
+            unreachable!()
+        };
+        assert_eq!(streak.iter().map(|s| s.epoch_id).collect::<Vec<_>>(), [1, 3, 4]);
+        assert!(streak[0].errors[0].contains("quarantined") && streak[0].errors[0].contains("unknown"), "{streak:?}");
+        assert!(
+            !n.iter().any(|n| matches!(n, Notice::MissedSnapshot { epoch_id: 1 | 3, .. })),
+            "the quarantine has its own alert"
+        );
+        assert_eq!(
+            b.overall,
+            Counts {
+                selected_failure: 1,
+                not_selected: 1,
+                failed_before_selection: 2,
+                consecutive_failures: 3,
+                ..Counts::default()
+            }
+        );
+        // A project the node did work, successfully, makes the epoch a success.
+        let mut b = Books::default();
+        b.apply(1, &[withheld(), ok()]);
+        assert_eq!(b.overall.consecutive_failures, 0);
     }
 
     #[test]

@@ -74,6 +74,7 @@ impl Journal {
             OutcomeKind::NotSelected => ("not_selected", None),
             OutcomeKind::Failed(e) => ("failed", Some(e.as_str())),
             OutcomeKind::Missed(e) => ("missed", Some(e.as_str())),
+            OutcomeKind::Withheld(e) => ("withheld", Some(e.as_str())),
         };
         let entry = Entry {
             epoch_id: epoch.epoch_id,

@@ -238,6 +238,10 @@ impl Metrics {
                 self.failed_before_selection.inc();
                 "failed_before_selection"
             }
+            Verdict::Withheld(_) => {
+                self.failed_before_selection.inc();
+                "withheld"
+            }
         };
         self.slot_epochs.get_or_create(&SlotVerdictLabel { slot, verdict: name }).inc();
     }

@@ -616,6 +616,7 @@ fn log_outcome(epoch: &Epoch, o: &Outcome, slot: Option<u64>) {
         OutcomeKind::NotSelected => tracing::info!("epoch {id} {project}: not selected"),
         OutcomeKind::Failed(e) => tracing::warn!("epoch {id} {project}: failed after {took} ms: {e}"),
         OutcomeKind::Missed(e) => tracing::warn!("epoch {id} {project}: missed: {e}"),
+        OutcomeKind::Withheld(e) => tracing::warn!("epoch {id} {project}: withheld: {e}"),
     }
 }
 
@@ -623,7 +624,7 @@ fn log_outcome(epoch: &Epoch, o: &Outcome, slot: Option<u64>) {
 /// computed, were not selected, failed or missed, and how many submissions
 /// the collector accepted.
 fn log_summary(epoch: &Epoch, lanes: &[Vec<Outcome>]) {
-    let mut by_project: BTreeMap<&str, [usize; 5]> = BTreeMap::new();
+    let mut by_project: BTreeMap<&str, [usize; 6]> = BTreeMap::new();
     for o in lanes.iter().flatten() {
         let n = by_project.entry(o.project_type.as_str()).or_default();
         let i = match o.kind {
@@ -631,16 +632,17 @@ fn log_summary(epoch: &Epoch, lanes: &[Vec<Outcome>]) {
             OutcomeKind::NotSelected => 1,
             OutcomeKind::Failed(_) => 2,
             OutcomeKind::Missed(_) => 3,
+            OutcomeKind::Withheld(_) => 4,
         };
         n[i] += 1;
-        n[4] += o.submissions.iter().filter(|s| s.status == crate::submission::Status::Accepted).count();
+        n[5] += o.submissions.iter().filter(|s| s.status == crate::submission::Status::Accepted).count();
     }
-    for (project, [computed, not_selected, failed, missed, accepted]) in by_project {
+    for (project, [computed, not_selected, failed, missed, withheld, accepted]) in by_project {
         tracing::info!(
             "epoch {} {project}: {} slots: {computed} computed ({accepted} submission(s) accepted), {not_selected} not \
-             selected, {failed} failed, {missed} missed",
+             selected, {failed} failed, {missed} missed, {withheld} withheld (quarantined)",
             epoch.epoch_id,
-            computed + not_selected + failed + missed
+            computed + not_selected + failed + missed + withheld
         );
     }
 }
