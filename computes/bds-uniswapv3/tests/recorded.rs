@@ -67,6 +67,18 @@ fn quantity(v: &Value) -> u64 {
     u64::from_str_radix(v.as_str().expect("a quantity").trim_start_matches("0x"), 16).expect("a quantity")
 }
 
+/// The recorded blocks, `[number, hash, timestamp]` each, as block details.
+fn details(blocks: &[Value]) -> Vec<BlockDetail> {
+    blocks
+        .iter()
+        .map(|b| BlockDetail {
+            number: b[0].as_u64().unwrap(),
+            hash: b[1].as_str().unwrap().into(),
+            timestamp: b[2].as_u64().unwrap(),
+        })
+        .collect()
+}
+
 /// The recorded chain: `calls[to][data][block]`, the logs, the head.
 struct Recorded {
     calls: BTreeMap<String, BTreeMap<String, BTreeMap<u64, String>>>,
@@ -79,16 +91,7 @@ struct Recorded {
 impl Recorded {
     fn load(fixture: &Value) -> Self {
         let calls = serde_json::from_value(fixture["calls"].clone()).expect("calls");
-        let blocks = fixture["blocks"]
-            .as_array()
-            .expect("blocks")
-            .iter()
-            .map(|b| BlockDetail {
-                number: b[0].as_u64().unwrap(),
-                hash: b[1].as_str().unwrap().into(),
-                timestamp: b[2].as_u64().unwrap(),
-            })
-            .collect();
+        let blocks = details(fixture["blocks"].as_array().expect("blocks"));
         Self {
             calls,
             logs: fixture["logs"].as_array().expect("logs").clone(),
@@ -231,17 +234,9 @@ fn record() {
         blocks.push(json!([n, b["hash"], quantity(&b["timestamp"])]));
     }
     let head = quantity(&serde_json::from_str(&forward(&url, "eth_blockNumber", "[]").unwrap()).unwrap());
-    let details: Vec<BlockDetail> = blocks
-        .iter()
-        .map(|b| BlockDetail {
-            number: b[0].as_u64().unwrap(),
-            hash: b[1].as_str().unwrap().into(),
-            timestamp: b[2].as_u64().unwrap(),
-        })
-        .collect();
     let calls = std::sync::Arc::new(Mutex::new(BTreeMap::<String, BTreeMap<String, BTreeMap<u64, String>>>::new()));
     let logs = std::sync::Arc::new(Mutex::new(Vec::<Value>::new()));
-    let mut host = TestHost::with_blocks(details);
+    let mut host = TestHost::with_blocks(details(&blocks));
     let (c, l) = (calls.clone(), logs.clone());
     host.rpc = Some(Box::new(move |_, method, params| {
         let answer = forward(&url, method, params)?;

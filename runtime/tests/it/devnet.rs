@@ -488,7 +488,9 @@ fn a_drill_on_ten_slots_of_one_node_sends_one_three_failure_message_naming_them(
 #[test]
 fn submissions_from_a_node_the_devnet_did_not_start_are_not_counted_as_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, rx) = spawn_devnet(dir.path(), &["--nodes", "2", "--epochs", "10"]);
+    let record = dir.path().join("run.json");
+    let (mut child, rx) =
+        spawn_devnet(dir.path(), &["--nodes", "2", "--epochs", "10", "--json", record.to_str().unwrap()]);
     let mut lines = Vec::new();
     let collector = poll_until("the devnet's collector", Duration::from_secs(180), || {
         while let Ok(l) = rx.try_recv() {
@@ -543,6 +545,12 @@ fn submissions_from_a_node_the_devnet_did_not_start_are_not_counted_as_its_own()
     assert_eq!(status.code(), Some(0), "{text}");
     assert!(text.contains("1 submission(s) came from nodes this devnet did not start"), "{text}");
     assert!(text.contains("20 accepted, 0 rejected, 0 missing"), "{text}");
+    // Shown, in the output and in the record, though not counted.
+    assert!(text.contains("  epoch 1 slot 42 baseSnapshot:devnet-UNISWAPV3-ETH bafkrei"), "{text}");
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let foreign = record["foreign"].as_array().unwrap();
+    assert_eq!(foreign.len(), 1, "{foreign:?}");
+    assert_eq!((foreign[0]["slotId"].as_u64(), foreign[0]["verdict"].as_str()), (Some(42), Some("rejected")));
 }
 
 /// `compute run` against the devnet's chain, with the env file the devnet

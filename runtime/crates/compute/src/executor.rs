@@ -344,35 +344,13 @@ impl LocalExecutor {
         let reach = Reach { source: self.source.clone(), anchor: self.anchor.clone(), tracker, named: false };
         let host = self.host(p, task, blocks, &reach);
         let (processor, ctx) = (p.processor.clone(), task.context());
-        // A call that does not return in time is a hung compute like any
-        // other: counted until it returns (towards LITE_NODE_MAX_HUNG_COMPUTES
-        // and on /status), and its project quarantined.
-        let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
-        let (worker_state, hung) = (state.clone(), self.hung.clone());
-        let asked = tokio::task::spawn_blocking(move || {
-            let answer = processor
+        let ask = move || {
+            processor
                 .data_sources(&ctx, Host::to_ref(&host))
                 .into_result()
-                .map(|s| s.into_option().map(|s| s.into_iter().map(RString::into_string).collect::<Vec<_>>()));
-            if worker_state.compare_exchange(RUNNING, DONE, SeqCst, SeqCst).is_err() {
-                hung.send_modify(|n| *n = n.saturating_sub(1));
-            }
-            answer
-        });
-        let answer = tokio::time::timeout(self.timeout, asked).await;
-        let project_type = &task.project_type;
-        if answer.is_err() && state.compare_exchange(RUNNING, HUNG, SeqCst, SeqCst).is_ok() {
-            self.hung.send_modify(|n| *n += 1);
-            tracing::warn!(
-                "epoch {} {project_type}: data_sources did not return within {}s; its thread is left running (hung)",
-                task.epoch_id,
-                self.timeout.as_secs_f64()
-            );
-            if let Some(q) = self.quarantine.hung(project_type, task.epoch_id) {
-                tracing::warn!("{q}");
-                self.gate.quarantine(&q);
-            }
-        }
+                .map(|s| s.into_option().map(|s| s.into_iter().map(RString::into_string).collect::<Vec<_>>()))
+        };
+        let answer = self.within_timeout(&task.project_type, task.epoch_id, "data_sources", ask).await;
         match answer {
             Ok(Ok(Ok(Some(sources)))) => {
                 match lite_node_protocol::repeated_data_source(sources.iter().map(String::as_str)) {
@@ -387,6 +365,44 @@ impl LocalExecutor {
             Ok(Err(join)) => Err(format!("data_sources worker failed: {join}")),
             Err(_) => Err(format!("data_sources did not return within {}s", self.timeout.as_secs_f64())),
         }
+    }
+
+    /// Runs `call` (`what` of a processor of `project_type`) on a blocking
+    /// thread within the compute timeout. A call that does not return in
+    /// time is a hung compute: its thread is left running, counted until it
+    /// returns (towards LITE_NODE_MAX_HUNG_COMPUTES and on /status), and its
+    /// project quarantined.
+    async fn within_timeout<T: Send + 'static>(
+        &self,
+        project_type: &str,
+        epoch_id: u64,
+        what: &str,
+        call: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<Result<T, tokio::task::JoinError>, tokio::time::error::Elapsed> {
+        // RUNNING until one side settles it: the worker (DONE) or the timeout (HUNG).
+        let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
+        let (worker_state, hung) = (state.clone(), self.hung.clone());
+        let worker = tokio::task::spawn_blocking(move || {
+            let out = call();
+            if worker_state.compare_exchange(RUNNING, DONE, SeqCst, SeqCst).is_err() {
+                hung.send_modify(|n| *n = n.saturating_sub(1));
+            }
+            out
+        });
+        let answer = tokio::time::timeout(self.timeout, worker).await;
+        if answer.is_err() && state.compare_exchange(RUNNING, HUNG, SeqCst, SeqCst).is_ok() {
+            self.hung.send_modify(|n| *n += 1);
+            tracing::warn!(
+                "epoch {epoch_id} {project_type}: {what} did not return within {}s; its thread is left running \
+                 (hung) and other computes go on",
+                self.timeout.as_secs_f64()
+            );
+            if let Some(q) = self.quarantine.hung(project_type, epoch_id) {
+                tracing::warn!("{q}");
+                self.gate.quarantine(&q);
+            }
+        }
+        answer
     }
 
     /// What one call of `p`'s processor for `task` sees of the node (block
@@ -526,12 +542,9 @@ impl LocalExecutor {
         };
         let started_at_ms = now_ms();
         let epoch_id = ctx.epoch_id;
-        // RUNNING until one side settles it: the worker (DONE) or the timeout (HUNG).
-        let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
-        let (worker_state, hung) = (state.clone(), self.hung.clone());
         let share: Option<Vec<RString>> =
             task.sources.as_ref().map(|s| s.iter().map(|s| RString::from(s.as_str())).collect());
-        let worker = tokio::task::spawn_blocking(move || {
+        let call = move || {
             if let Some(share) = &share {
                 // A share's previous snapshots in a few batches, not one
                 // anchor round trip per data source.
@@ -543,24 +556,9 @@ impl LocalExecutor {
                 None => processor.compute(&ctx, host_ref),
             }
             .into_result();
-            if worker_state.compare_exchange(RUNNING, DONE, SeqCst, SeqCst).is_err() {
-                hung.send_modify(|n| *n = n.saturating_sub(1));
-            }
             (result, host.reported())
-        });
-        let mut answer = tokio::time::timeout(self.timeout, worker).await;
-        if answer.is_err() && state.compare_exchange(RUNNING, HUNG, SeqCst, SeqCst).is_ok() {
-            self.hung.send_modify(|n| *n += 1);
-            tracing::warn!(
-                "epoch {epoch_id} {project_type}: the compute did not return within {}s; its thread is left \
-                 running (hung) and other computes go on",
-                self.timeout.as_secs_f64()
-            );
-            if let Some(q) = self.quarantine.hung(&project_type, epoch_id) {
-                tracing::warn!("{q}");
-                self.gate.quarantine(&q);
-            }
-        }
+        };
+        let mut answer = self.within_timeout(&project_type, epoch_id, "the compute", call).await;
         drop(turn);
         if answer.is_ok() {
             self.quarantine.returned(&project_type, epoch_id);

@@ -19,6 +19,8 @@ pub(super) struct Run<'a> {
     pub package: &'a LoadedPackage,
     pub released: &'a [Released],
     pub seen: &'a [Seen],
+    /// What came from nodes the devnet did not start: answered, not counted.
+    pub foreign: &'a [Seen],
     pub nodes: &'a [Node],
     pub summary: &'a Summary,
     /// What the validator made of each epoch (empty without one).
@@ -39,6 +41,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
         package,
         released,
         seen,
+        foreign,
         nodes,
         summary,
         outcomes,
@@ -153,6 +156,19 @@ pub(super) fn build(run: &Run<'_>) -> Value {
             "fenced": f.fenced,
         })),
         "epochs": epochs,
+        "foreign": foreign.iter().map(|s| {
+            let r = s.submission.request.as_ref();
+            json!({
+                "epochId": r.map(|r| r.epoch_id),
+                "slotId": r.map(|r| r.slot_id),
+                "projectId": r.map(|r| &r.project_id),
+                "snapshotCid": r.map(|r| &r.snapshot_cid),
+                "signature": s.submission.signature,
+                "verdict": if s.verdict.is_ok() { "accepted" } else { "rejected" },
+                "reason": s.verdict.as_ref().err(),
+                "arrivals": s.arrivals,
+            })
+        }).collect::<Vec<_>>(),
         "summary": {
             "epochs": summary.epochs,
             "accepted": summary.accepted,
@@ -168,4 +184,16 @@ pub(super) fn build(run: &Run<'_>) -> Value {
             "latencyMs": {"median": ms(0.5), "p90": ms(0.9), "p99": ms(0.99), "max": ms(1.0)},
         },
     })
+}
+
+/// A submission from a node the devnet did not start, in a line.
+pub(super) fn foreign_line(s: &Seen) -> String {
+    let verdict = match &s.verdict {
+        Ok(_) => "accepted".to_owned(),
+        Err(why) => format!("rejected: {why}"),
+    };
+    match s.submission.request.as_ref() {
+        Some(r) => format!("epoch {} slot {} {} {}: {verdict}", r.epoch_id, r.slot_id, r.project_id, r.snapshot_cid),
+        None => format!("a submission without a request: {verdict}"),
+    }
 }

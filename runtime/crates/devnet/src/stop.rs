@@ -89,9 +89,16 @@ impl Devnet {
             writeln!(
                 out,
                 "{} submission(s) came from nodes this devnet did not start (another slot or signer); answered, \
-                 not counted",
+                 not counted:",
                 foreign.len()
             )?;
+            const SHOWN: usize = 20;
+            for s in foreign.iter().take(SHOWN) {
+                writeln!(out, "  {}", record::foreign_line(s))?;
+            }
+            if foreign.len() > SHOWN {
+                writeln!(out, "  … and {} more (all in the --json record's `foreign`)", foreign.len() - SHOWN)?;
+            }
         }
         let full_slot = self.full_node.as_ref().map(|f| f.slot_id);
         let mut summary = summarize(&self.released, &seen, &self.nodes, self.interrupted, full_slot);
@@ -137,6 +144,7 @@ impl Devnet {
                 package: &self.package,
                 released: &self.released,
                 seen: &seen,
+                foreign: &foreign,
                 nodes: &self.nodes,
                 summary: &summary,
                 outcomes,

@@ -455,13 +455,13 @@ impl Alerter {
         }
     }
 
-    /// An alert made ready (the cooldown applied) and, when it is latched,
+    /// An alert made ready and, when it is latched,
     /// kept in the pending file before anything else happens: the books
     /// that asked for it are saved only after this returns, so a crash in
     /// between loses neither (the restart sends it; an epoch worked again
     /// asks for the same alert, which is not kept twice). `None`: nothing to
-    /// send (no channel, within the cooldown, or the same alert already on
-    /// its way). A pending file that cannot be written is an error, with the
+    /// send (no channel, or the same alert already on its way; the cooldown
+    /// is [`Alerter::dispatch`]'s). A pending file that cannot be written is an error, with the
     /// alert: the caller decides whether it goes out unkept.
     pub fn prepare(
         &self,
@@ -471,18 +471,6 @@ impl Alerter {
     ) -> Result<Option<Prepared>, Box<(std::io::Error, Prepared)>> {
         if self.queues.is_empty() {
             return Ok(None);
-        }
-        if let Some(key) = kind.cooled_down() {
-            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-            if last.get(key).is_some_and(|at| at.elapsed() < self.cooldown) {
-                tracing::debug!(
-                    "{} alert skipped: within the {}s cooldown",
-                    kind.issue_type(),
-                    self.cooldown.as_secs()
-                );
-                return Ok(None);
-            }
-            last.insert(key, Instant::now());
         }
         let from = self.sender_of(&slots);
         let slots = if slots.len() > 1 { slots } else { Vec::new() };
@@ -499,8 +487,25 @@ impl Alerter {
 
     /// Puts a prepared alert on every channel's queue; never waits. Returns
     /// how many queues took it.
+    /// Repeated failure alerts within the cooldown are skipped here, not
+    /// when prepared: an epoch whose books failed to save and is worked
+    /// again still sends its alert.
     pub fn dispatch(&self, prepared: Prepared) -> usize {
         let Prepared(queued) = prepared;
+        // Cooled-down kinds are never latched (kept pending), so skipping
+        // one leaves nothing behind.
+        if let Some(key) = queued.alert.kind.cooled_down() {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.get(key).is_some_and(|at| at.elapsed() < self.cooldown) {
+                tracing::debug!(
+                    "{} alert skipped: within the {}s cooldown",
+                    queued.alert.kind.issue_type(),
+                    self.cooldown.as_secs()
+                );
+                return 0;
+            }
+            last.insert(key, Instant::now());
+        }
         if let Some(id) = queued.id {
             self.pending.queued(id);
         }
@@ -561,9 +566,7 @@ impl PendingEntry {
     /// The same event: its kind (epochs and all) and its slots.
     fn same_event(&self, alert: &Alert) -> bool {
         let a = &self.alert;
-        a.from.slot_id == alert.from.slot_id
-            && a.slots == alert.slots
-            && serde_json::to_value(&a.kind).ok() == serde_json::to_value(&alert.kind).ok()
+        a.from.slot_id == alert.from.slot_id && a.slots == alert.slots && a.kind == alert.kind
     }
 }
 

@@ -52,11 +52,10 @@ pub struct WorkerStatus {
     pub heartbeat_failures: AtomicU64,
     /// The last problem, while it lasts.
     pub trouble: Mutex<Option<String>>,
-    /// Shares that failed, in a row (0: the last round computed what it
-    /// took), and why the last did: a worker whose computes keep failing is
-    /// unhealthy, though its heartbeats hold.
-    pub failed_rounds: AtomicU64,
-    pub compute_trouble: Mutex<Option<String>>,
+    /// While shares fail: how many in a row, and why the last did (a
+    /// worker whose computes keep failing is unhealthy, though its
+    /// heartbeats hold). `None` once a round computed what it took.
+    pub compute_trouble: Mutex<Option<(u64, String)>>,
 }
 
 impl WorkerStatus {
@@ -66,10 +65,7 @@ impl WorkerStatus {
             Some(t) if failures > 0 => Err(format!("not a member: {failures} heartbeat(s) missed: {t}")),
             Some(t) => Err(t),
             None => match self.compute_trouble.lock().expect("not poisoned").clone() {
-                Some(t) => Err(format!(
-                    "{} round(s) in a row left items uncomputed: {t}",
-                    self.failed_rounds.load(Ordering::Relaxed)
-                )),
+                Some((rounds, t)) => Err(format!("{rounds} round(s) in a row left items uncomputed: {t}")),
                 None => Ok(format!("member {} of {}", self.id, self.board)),
             },
         }
@@ -330,13 +326,15 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
                         tracing::info!("{} item(s) accepted, {} refused by the fence", round.accepted, round.fenced);
                     }
                     if round.unoffered > 0 {
-                        status.failed_rounds.fetch_add(1, Ordering::Relaxed);
-                        *status.compute_trouble.lock().expect("not poisoned") = Some(
-                            round
-                                .failure
-                                .clone()
-                                .unwrap_or_else(|| format!("{} item(s) not computed", round.unoffered)),
-                        );
+                        let why = round
+                            .failure
+                            .clone()
+                            .unwrap_or_else(|| format!("{} item(s) not computed", round.unoffered));
+                        {
+                            let mut trouble = status.compute_trouble.lock().expect("not poisoned");
+                            let rounds = trouble.as_ref().map_or(0, |(n, _)| *n) + 1;
+                            *trouble = Some((rounds, why));
+                        }
                         // A share that failed is taken again, not at once.
                         let wait = pauses.next().unwrap_or(Policy::REDIS.max);
                         tracing::warn!(
@@ -348,7 +346,6 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
                     } else {
                         pauses = Policy::REDIS.delays();
                         if round.accepted > 0 {
-                            status.failed_rounds.store(0, Ordering::Relaxed);
                             *status.compute_trouble.lock().expect("not poisoned") = None;
                         }
                     }

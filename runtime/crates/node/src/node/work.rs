@@ -500,7 +500,7 @@ impl EpochWork {
         for (tracker, mark) in trackers {
             tracker.saved(mark);
         }
-        for ((lane, outcomes), (books, lane_notices)) in self.lanes.iter().zip(&worked.outcomes).zip(applied) {
+        for ((lane, outcomes), (books, _)) in self.lanes.iter().zip(&worked.outcomes).zip(applied) {
             for o in outcomes {
                 m.count(lane.slot_id, &crate::books::verdict(o));
                 for s in o.submissions.iter().filter(|s| s.status.is_accepted()) {
@@ -524,7 +524,6 @@ impl EpochWork {
                     _ => None,
                 })
             });
-            let _ = lane_notices;
             lane.status.set_books(books);
         }
         if ran {
