@@ -128,21 +128,27 @@ pub fn states(
     routes: &[String],
     blocks: &[u64],
 ) -> Result<States, String> {
+    // Parsed once, asked at every block.
+    let targets = pools
+        .iter()
+        .map(|&(p, t0, t1)| Ok((address_of(p)?, token_of(p, t0)?, token_of(p, t1)?)))
+        .collect::<Result<Vec<_>, String>>()?;
+    let route_addresses = routes.iter().map(|r| address_of(r)).collect::<Result<Vec<_>, String>>()?;
     let mut state = vec![Vec::with_capacity(blocks.len()); pools.len()];
     let mut route = vec![Vec::with_capacity(blocks.len()); routes.len()];
     for &b in blocks {
         let mut batch = Batch::new(Chain::Source, b);
-        let mut pending = Vec::with_capacity(pools.len());
-        for &(p, t0, t1) in pools {
-            let pool = address_of(p)?;
-            pending.push((
-                batch.add(pool, &slot0Call {}),
-                batch.add(token_of(p, t0)?, &balanceOfCall { owner: pool }),
-                batch.add(token_of(p, t1)?, &balanceOfCall { owner: pool }),
-            ));
-        }
-        let route_pending =
-            routes.iter().map(|r| Ok(batch.add(address_of(r)?, &slot0Call {}))).collect::<Result<Vec<_>, String>>()?;
+        let pending: Vec<_> = targets
+            .iter()
+            .map(|&(pool, t0, t1)| {
+                (
+                    batch.add(pool, &slot0Call {}),
+                    batch.add(t0, &balanceOfCall { owner: pool }),
+                    batch.add(t1, &balanceOfCall { owner: pool }),
+                )
+            })
+            .collect();
+        let route_pending: Vec<_> = route_addresses.iter().map(|&r| batch.add(r, &slot0Call {})).collect();
         let answers = batch.send(host)?;
         for ((&(p, _, _), (s, b0, b1)), out) in pools.iter().zip(pending).zip(&mut state) {
             let named = |e: String| format!("pool {p}: {e}");

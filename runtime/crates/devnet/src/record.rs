@@ -73,7 +73,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                         "deadline": r.deadline,
                         "header": s.submission.header,
                         "snapshotPath": path.map(|p| p.display().to_string()),
-                        "verdict": if s.verdict.is_ok() { "accepted" } else { "rejected" },
+                        "verdict": verdict_word(s),
                         "reason": s.verdict.as_ref().err(),
                         "latencyMs": (super::latency_ms(e, s) * 1000.0).round() / 1000.0,
                         "arrivals": s.arrivals,
@@ -164,7 +164,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                 "projectId": r.map(|r| &r.project_id),
                 "snapshotCid": r.map(|r| &r.snapshot_cid),
                 "signature": s.submission.signature,
-                "verdict": if s.verdict.is_ok() { "accepted" } else { "rejected" },
+                "verdict": verdict_word(s),
                 "reason": s.verdict.as_ref().err(),
                 "arrivals": s.arrivals,
             })
@@ -186,10 +186,15 @@ pub(super) fn build(run: &Run<'_>) -> Value {
     })
 }
 
+/// How the collector answered `s`, in a word.
+fn verdict_word(s: &Seen) -> &'static str {
+    if s.verdict.is_ok() { "accepted" } else { "rejected" }
+}
+
 /// A submission from a node the devnet did not start, in a line.
 pub(super) fn foreign_line(s: &Seen) -> String {
     let verdict = match &s.verdict {
-        Ok(_) => "accepted".to_owned(),
+        Ok(()) => "accepted".to_owned(),
         Err(why) => format!("rejected: {why}"),
     };
     match s.submission.request.as_ref() {
