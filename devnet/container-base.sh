@@ -6,8 +6,8 @@
 #
 #   devnet/container-base.sh          # ~2 min once; nothing when the image exists
 #
-# Also makes podman usable on a Debian host: installs podman, buildah, runc
-# and debootstrap (Debian's packages) when missing, and — when the host has
+# Also makes podman usable on a Debian host: installs podman, podman-compose,
+# buildah, runc and debootstrap (Debian's packages) when missing, and — when the host has
 # no containers.conf — sets runc as the runtime (crun refuses cgroups in
 # hybrid mode here) and ulimits podman may set (its default RLIMIT_NPROC is
 # refused). Needs root.
@@ -15,14 +15,15 @@ set -euo pipefail
 
 say() { printf '==> %s\n' "$*"; }
 
-if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null \
+  || ! command -v podman-compose >/dev/null; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-    echo "container-base.sh: podman, runc and debootstrap are needed (apt-get install podman buildah runc debootstrap, as root)" >&2
+    echo "container-base.sh: podman, runc and debootstrap are needed (apt-get install podman podman-compose buildah runc debootstrap, as root)" >&2
     exit 2
   fi
-  say "installing podman, buildah, runc, debootstrap (Debian packages)"
+  say "installing podman, podman-compose, buildah, runc, debootstrap (Debian packages)"
   apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah runc debootstrap >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman podman-compose buildah runc debootstrap >/dev/null
 fi
 if [ ! -s /etc/containers/containers.conf ]; then
   mkdir -p /etc/containers

@@ -123,6 +123,16 @@ enum MarketCommand {
         #[arg(long, value_name = "PATH", default_value = "market.json")]
         manifest: PathBuf,
     },
+    /// The validators' gossip addresses the manifest publishes (an
+    /// operator's collector dials them: VALIDATOR_PEERS in `market env`).
+    Peers {
+        /// Record these, comma-separated, each ending in /p2p/<peer id>.
+        #[arg(long, value_name = "MULTIADDR,…", value_delimiter = ',')]
+        set: Option<Vec<lite_node_validator::gossip::Multiaddr>>,
+        /// The market's manifest.
+        #[arg(long, value_name = "PATH", default_value = "market.json")]
+        manifest: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -460,6 +470,10 @@ struct CollectorArgs {
     /// Where the collector keeps its gossip identity (p2p-identity.key).
     #[arg(long, value_name = "DIR", default_value = "collector-data")]
     data_dir: PathBuf,
+    /// Serve `/health` here (200 while the anchor chain answers, 503 with
+    /// the reason when it does not): what a container's health check asks.
+    #[arg(long, value_name = "ADDRESS")]
+    status_listen: Option<std::net::SocketAddr>,
 }
 
 /// The data market a collector or validator serves.
@@ -760,6 +774,7 @@ fn main() -> ExitCode {
                 p2p_listen: a.p2p_listen,
                 p2p_bootstrap: a.p2p_bootstrap,
                 data_dir: a.data_dir,
+                status_listen: a.status_listen,
             },
             &env,
         ),
@@ -851,6 +866,9 @@ fn main() -> ExitCode {
             &mut stdout(),
         ),
         Command::Market(MarketCommand::Env { slot, manifest }) => commands::market_env(&manifest, slot, &mut stdout()),
+        Command::Market(MarketCommand::Peers { set, manifest }) => {
+            commands::market_peers(&manifest, set.as_deref(), &mut stdout())
+        }
         Command::Market(MarketCommand::Slots(verb)) => {
             let (access, verb) = match verb {
                 SlotsCommand::Register { signer, slot, access } => {

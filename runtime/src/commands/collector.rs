@@ -27,6 +27,8 @@ pub struct CollectorOptions {
     pub p2p_bootstrap: Vec<lite_node_validator::gossip::Multiaddr>,
     /// Where the gossip identity is kept.
     pub data_dir: std::path::PathBuf,
+    /// Where `/health` is served (what a container's health check asks).
+    pub status_listen: Option<SocketAddr>,
 }
 
 /// Connections still open this long after a stop do not hold the exit.
@@ -68,6 +70,14 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         };
         let listener =
             tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
+        let status = match a.status_listen {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| BadInput(format!("--status-listen {addr}: cannot listen ({e})")))?,
+            ),
+            None => None,
+        };
         // Lines that cannot be written (stdout on a full disk) are lost, not the collector.
         let say = |line: String| {
             let mut out = std::io::stdout().lock();
@@ -82,6 +92,10 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             _ = &mut signals => return Ok(()),
             id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
         };
+        if let Some(status) = status {
+            say(format!("health on http://{}/health", status.local_addr()?));
+            tokio::spawn(serve_health(status, anchor.clone(), chain_id));
+        }
         let mut collector = Collector::new(anchor, chain_id);
         (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
         if let Some(listen) = a.p2p_listen.clone() {
@@ -118,6 +132,52 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// How often `/health` has the anchor chain read.
+const HEALTH_PROBE: Duration = Duration::from_secs(10);
+
+/// What `/health` answers: the anchor chain the collector judges by, as last read.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+struct Health {
+    chain_id: u64,
+    anchor_head: Option<u64>,
+    /// Why the last read of the anchor chain failed (the collector cannot
+    /// judge submissions meanwhile); `None` when it answered.
+    error: Option<String>,
+}
+
+/// Serves `/health` on `listener`: 200 while the anchor chain answers the
+/// collector (read every [`HEALTH_PROBE`]), 503 with the reason when it does not.
+async fn serve_health(listener: tokio::net::TcpListener, anchor: Arc<lite_node_chain::Anchor>, chain_id: u64) {
+    use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get};
+    type Shared = Arc<std::sync::Mutex<Health>>;
+    let state: Shared = Arc::new(std::sync::Mutex::new(Health { chain_id, ..Health::default() }));
+    let probe = state.clone();
+    tokio::spawn(async move {
+        loop {
+            let read = tokio::time::timeout(HEALTH_PROBE, anchor.head()).await;
+            {
+                let mut h = probe.lock().expect("not poisoned");
+                match read {
+                    Ok(Ok(head)) => (h.anchor_head, h.error) = (Some(head), None),
+                    Ok(Err(e)) => h.error = Some(format!("the anchor chain: {e}")),
+                    Err(_) => h.error = Some(format!("the anchor chain: no answer in {}s", HEALTH_PROBE.as_secs())),
+                }
+            }
+            tokio::time::sleep(HEALTH_PROBE).await;
+        }
+    });
+    async fn health(State(state): State<Shared>) -> impl IntoResponse {
+        let h = state.lock().expect("not poisoned").clone();
+        let code =
+            if h.error.is_some() || h.anchor_head.is_none() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+        (code, axum::Json(h))
+    }
+    let app = axum::Router::new().route("/health", get(health)).with_state(state);
+    if let Err(e) = axum::serve(listener, app).await {
+        eprintln!("the health server stopped: {e}");
+    }
 }
 
 /// Prints the gossip peer id kept in `data_dir` (made there if missing).

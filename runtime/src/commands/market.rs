@@ -121,6 +121,7 @@ pub fn market_deploy(o: &DeployOptions, out: &mut dyn Write) -> Result<()> {
             epoch_size: o.epoch_size,
             epochs_per_day: o.epochs_per_day,
             namespace: o.namespace.clone(),
+            validator_peers: Vec::new(),
         })
     })?;
     let text = serde_json::to_string_pretty(&manifest)? + "\n";
@@ -655,13 +656,43 @@ pub fn market_env(manifest: &Path, slot: u64, out: &mut dyn Write) -> Result<()>
         writeln!(out, "DATA_MARKET_CONTRACT={}", mf.data_market)?;
         writeln!(out, "NAMESPACE={}", mf.namespace)?;
         writeln!(out, "SLOT_ID={slot}")?;
-        writeln!(out, "# where the collector of docker-compose.yaml starts reading releases")?;
+        writeln!(out, "# for the collector of docker-compose.yaml: where it starts reading releases,")?;
+        writeln!(out, "# and the market's validators it publishes accepted submissions to")?;
         writeln!(out, "MARKET_DEPLOY_BLOCK={}", mf.deploy_block)?;
+        if mf.validator_peers.is_empty() {
+            writeln!(out, "# (the manifest names no validators yet: `lite-node market peers --set …`)")?;
+        }
+        writeln!(out, "VALIDATOR_PEERS={}", mf.validator_peers.join(","))?;
         writeln!(out, "SIGNER_ACCOUNT_ADDRESS={signer}")?;
         writeln!(out, "# your own key, the one of {signer}: it never leaves your machine")?;
         writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;
         Ok(())
     })
+}
+
+/// `lite-node market peers [--set A,B,…]`: the validators' gossip addresses
+/// the manifest publishes; `--set` records them (each must name its peer).
+pub fn market_peers(
+    manifest: &Path,
+    set: Option<&[lite_node_validator::gossip::Multiaddr]>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut m = Manifest::load(manifest)?;
+    if let Some(peers) = set {
+        if peers.is_empty() {
+            bail!(BadInput("--set: name at least one validator's address (/ip4/…/tcp/…/p2p/<peer id>)".into()));
+        }
+        lite_node_validator::gossip::check_peers(peers).map_err(|e| BadInput(format!("--set: {e}")))?;
+        m.validator_peers = peers.iter().map(ToString::to_string).collect();
+        let text = serde_json::to_string_pretty(&m)? + "\n";
+        lite_node_core::atomic_file::write_durable(manifest, text.as_bytes())
+            .with_context(|| format!("writing the manifest {}", manifest.display()))?;
+    }
+    writeln!(out, "{} validator peer(s) in {}", m.validator_peers.len(), manifest.display())?;
+    for peer in &m.validator_peers {
+        writeln!(out, "{peer}")?;
+    }
+    Ok(())
 }
 
 /// What `lite-node market release` is given.

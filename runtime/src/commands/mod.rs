@@ -26,7 +26,8 @@ pub use finalized::{FinalizedQuery, finalized};
 pub use lite_node_validator::service::Component;
 pub use market::{
     DeployOptions, Manifest, MarketAccess, ReleaseOptions, Role, RolesVerb, SlotsVerb, ValidatorsVerb, market_days,
-    market_deploy, market_env, market_release, market_roles, market_slots, market_status, market_validators,
+    market_deploy, market_env, market_peers, market_release, market_roles, market_slots, market_status,
+    market_validators,
 };
 pub use run::run;
 pub use validator::{ValidatorOptions, validator};

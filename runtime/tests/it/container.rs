@@ -55,6 +55,9 @@ fn compose_runs_the_node_and_its_own_collector_from_the_env_file() {
         "keys and tokens stay with the node"
     );
     assert!(compose.contains("LOCAL_COLLECTOR_HOST: collector"));
+    // The node waits for its collector's health check, which asks the collector's /health.
+    assert!(compose.contains("condition: service_healthy"), "{compose}");
+    assert!(collector.contains("--status-listen=127.0.0.1:8003") && collector.contains("127.0.0.1:8003/health"));
     assert!(compose.contains("lite-node-data:/data"));
 }
 
@@ -333,4 +336,190 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
     poll_until("the container ended", Duration::from_secs(10), || {
         (podman(&["inspect", "--format", "{{.State.Running}}", &name]).trim() == "false").then_some(())
     });
+
+    // 7. docker-compose.yaml, as an operator runs it: the market's `.env`
+    // from `lite-node market env` with the key filled in and nothing else,
+    // the project's collector beside the node, both from this image.
+    compose_runs_the_node_beside_its_collector(&world, bin, &drill.image, ctx.path(), &key);
+}
+
+/// The compose drill: the market's manifest (its RPC where the compose
+/// network reaches the devnet's chain), `market peers --set`, `market env
+/// --slot 2` with the key filled in as the whole `.env`; `podman-compose up`
+/// with the image just built; the collector's health check passes, the
+/// node's first submission is accepted by that collector (the node finds
+/// it by its service name) and published to the market's validator (a
+/// gossip peer on the host), the node's health check passes, and neither
+/// container prints the key.
+fn compose_runs_the_node_beside_its_collector(
+    world: &lite_node_testkit::World,
+    bin: &std::path::Path,
+    image: &str,
+    dir: &std::path::Path,
+    key: &str,
+) {
+    use std::time::{Duration, Instant};
+
+    use lite_node_testkit::poll_until;
+
+    // The chain listens on loopback; the containers reach the host at its
+    // own address, where a relay forwards to it.
+    let host = host_address();
+    let anvil: std::net::SocketAddr = world.url().trim_start_matches("http://").parse().unwrap();
+    let rpc = format!("http://{}", relay(host, anvil));
+    let m = &world.manifest;
+    let chain = |name: &str| serde_json::json!({ "name": name, "chainId": m.chain_id, "rpcs": [rpc] });
+    let manifest = serde_json::json!({
+        "version": 1,
+        "anchor": chain("devnet"),
+        "source": chain("ETH"),
+        "protocolState": m.protocol_state,
+        "dataMarket": m.data_market,
+        "deployer": m.accounts[0].address,
+        "deployBlock": 0,
+        "epochSize": 1,
+        "namespace": "UNISWAPV3",
+    });
+    let market = dir.join("market.json");
+    std::fs::write(&market, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+    let lite_node = |args: &[&str]| {
+        let out = std::process::Command::new(bin).args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "lite-node {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    // The market's validator, as far as the collector sees one: a gossip
+    // peer on the host, subscribed to the submissions, taking each.
+    use lite_node_validator::gossip;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let (deliver, mut delivered) = tokio::sync::mpsc::channel(64);
+    let validator = runtime
+        .block_on(async {
+            gossip::Gossip::start(
+                gossip::Settings {
+                    listen: format!("/ip4/{host}/tcp/0").parse().unwrap(),
+                    bootstrap: vec![],
+                    identity: dir.join("validator-p2p-identity.key"),
+                    topic: gossip::SUBMISSIONS_TOPIC.into(),
+                },
+                std::sync::Arc::new(|_: &[u8]| gossip::Verdict::Accept),
+                deliver,
+            )
+        })
+        .unwrap();
+    let listening = runtime.block_on(validator.listening());
+    let peer = format!("{}/p2p/{}", listening[0], validator.peer_id());
+    let said = lite_node(&["market", "peers", "--set", &peer, "--manifest", market.to_str().unwrap()]);
+    assert!(said.contains(&peer), "{said}");
+    let env = lite_node(&["market", "env", "--slot", "2", "--manifest", market.to_str().unwrap()]);
+    assert!(env.contains(&format!("VALIDATOR_PEERS={peer}\n")), "{env}");
+    let env = env.replace("SIGNER_ACCOUNT_PRIVATE_KEY=\n", &format!("SIGNER_ACCOUNT_PRIVATE_KEY={key}\n"));
+    std::fs::write(dir.join(".env"), env).unwrap();
+    std::fs::copy(workspace_root().join("docker-compose.yaml"), dir.join("docker-compose.yaml")).unwrap();
+
+    let project = format!("lite-node-compose-{}", std::process::id());
+    let compose = Compose { project: project.clone(), dir: dir.to_owned() };
+    let status_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    compose.run(&["up", "-d"], &[("LITE_NODE_IMAGE", image), ("STATUS_PORT", &status_port)]);
+    let (collector, node) = (format!("{project}_collector_1"), format!("{project}_lite-node_1"));
+    let logs = |c: &str| {
+        let out = std::process::Command::new("podman").args(["logs", c]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let healthy = |c: &str| std::process::Command::new("podman").args(["healthcheck", "run", c]).output().unwrap();
+    let up = Instant::now();
+    poll_until("the compose collector's health check passing", Duration::from_secs(60), || {
+        healthy(&collector).status.success().then_some(())
+    });
+    println!("compose: collector healthy {:.1} s after `up`", up.elapsed().as_secs_f64());
+    poll_until("the compose node's first accepted submission", Duration::from_secs(600), || {
+        for c in [&collector, &node] {
+            if podman(&["inspect", "--format", "{{.State.Running}}", c]).trim() != "true" {
+                panic!("{c} stopped:\n{}", logs(c));
+            }
+        }
+        if logs(&node).contains("watching ProtocolState") {
+            world.release_next_epoch();
+        }
+        logs(&collector).contains("accepted epoch ").then_some(())
+    });
+    println!("compose: first submission accepted {:.0} s after `up`", up.elapsed().as_secs_f64());
+    poll_until("the accepted submission published to the validator", Duration::from_secs(30), || {
+        delivered.try_recv().ok()
+    });
+    poll_until("the compose node's health check passing", Duration::from_secs(60), || {
+        healthy(&node).status.success().then_some(())
+    });
+    for c in [&collector, &node] {
+        assert!(!logs(c).contains(key), "the signer key is in `podman logs {c}`");
+    }
+    compose.run(&["down", "-v"], &[("LITE_NODE_IMAGE", image)]);
+}
+
+/// A compose project, taken down with its volumes however the test ends.
+struct Compose {
+    project: String,
+    dir: std::path::PathBuf,
+}
+
+impl Compose {
+    fn command(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Command {
+        let mut c = std::process::Command::new("podman-compose");
+        c.arg("-p").arg(&self.project).args(args).current_dir(&self.dir).envs(env.iter().copied());
+        c
+    }
+
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) {
+        let out = self
+            .command(args, env)
+            .output()
+            .unwrap_or_else(|e| panic!("podman-compose: {e} (`./init.sh test` installs it: devnet/container-base.sh)"));
+        assert!(
+            out.status.success(),
+            "podman-compose {args:?}: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        let _ = self.command(&["down", "-v", "-t", "0"], &[("LITE_NODE_IMAGE", "unused")]).output();
+    }
+}
+
+/// This host's own address on its outbound interface: where a container on
+/// a bridge network reaches the host.
+fn host_address() -> std::net::IpAddr {
+    // Connecting a UDP socket sends nothing: it only picks the route.
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe.connect("198.51.100.1:9").expect("a route off the host (for the compose network to reach it)");
+    let ip = probe.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback() && !ip.is_unspecified(), "the host's outbound address: {ip}");
+    ip
+}
+
+/// Forwards TCP connections to `host`:(any port) on to `target`, for the
+/// rest of the test process; returns where it listens.
+fn relay(host: std::net::IpAddr, target: std::net::SocketAddr) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind((host, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(target) else { continue };
+            let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            };
+            if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
+                pipe(c, server);
+                pipe(s, client);
+            }
+        }
+    });
+    addr
 }

@@ -115,6 +115,16 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     }
     let state = env.stdout.lines().find_map(|l| l.strip_prefix("PROTOCOL_STATE_CONTRACT=")).unwrap();
     assert_eq!(state.to_lowercase(), contract.to_lowercase());
+    assert!(env.stdout.lines().any(|l| l == "VALIDATOR_PEERS="), "no validators published yet:\n{}", env.stdout);
+    // The validators' gossip addresses, published in the manifest for the operators' collectors.
+    let peer = "/ip4/203.0.113.7/tcp/9100/p2p/12D3KooWNqBb2hdFBYky2bEbCfKfnHn8pjRoB9iWaSvSm6B5fGD4";
+    let nameless = node.run(&["market", "peers", "--set", "/ip4/203.0.113.7/tcp/9100"]);
+    assert!(nameless.code == 2 && error_line(&nameless).contains("names no peer"), "{nameless:?}");
+    let set = node.run(&["market", "peers", "--set", peer]);
+    set.assert_ok();
+    assert!(set.stdout.contains("1 validator peer(s)") && set.stdout.contains(peer), "{set:?}");
+    let env = node.run(&["market", "env", "--slot", "1"]);
+    assert!(env.stdout.lines().any(|l| l == format!("VALIDATOR_PEERS={peer}")), "{}", env.stdout);
     let unknown = node.run(&["market", "env", "--slot", "3"]);
     assert!(unknown.code == 2 && error_line(&unknown).contains("--slot 3: not a registered slot"), "{unknown:?}");
 

@@ -56,7 +56,7 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
     };
     let node = Node::new();
     let mut missing = Vec::new();
-    let commands: [(&[&str], String); 30] = [
+    let commands: [(&[&str], String); 31] = [
         (&["devnet"], table(&devnet, "| option | meaning (default) |")),
         (&["validator"], section(&validator, "## Running a validator")),
         (&["run"], row("run")),
@@ -73,6 +73,7 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
         (&["market", "deploy"], row("market deploy")),
         (&["market", "status"], row("market status")),
         (&["market", "env"], row("market env")),
+        (&["market", "peers"], row("market peers")),
         (&["market", "release"], row("market release")),
         (&["market", "slots", "register"], row("market slots register")),
         (&["market", "slots", "reassign"], row("market slots reassign")),

@@ -51,6 +51,11 @@ pub struct Manifest {
     pub epochs_per_day: Option<u64>,
     /// The namespace in the market's project ids.
     pub namespace: String,
+    /// The market's validators' gossip addresses (`/ip4/…/tcp/…/p2p/<peer
+    /// id>`), which an operator's collector publishes to (`VALIDATOR_PEERS`
+    /// in `market env`); set with `market peers --set`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validator_peers: Vec<String>,
 }
 
 impl Manifest {

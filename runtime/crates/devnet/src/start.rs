@@ -125,6 +125,7 @@ impl Devnet {
             epoch_size: 1,
             epochs_per_day: None,
             namespace: NAMESPACE_VARS[1].1.into(),
+            validator_peers: Vec::new(),
         };
         std::fs::write(run_dir.join("market.json"), serde_json::to_string_pretty(&market)? + "\n")?;
         let chains = Chains::connect(

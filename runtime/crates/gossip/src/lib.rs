@@ -263,6 +263,15 @@ pub fn load_or_create_identity(path: &Path) -> Result<Keypair, Error> {
 /// Checks settings before anything starts: every bootstrap address names
 /// its peer, and an identity file that exists is a key.
 pub fn check(bootstrap: &[Multiaddr], identity: &Path) -> Result<(), Error> {
+    check_peers(bootstrap)?;
+    if identity.exists() {
+        load_or_create_identity(identity)?;
+    }
+    Ok(())
+}
+
+/// Checks that every address names its peer (ends in `/p2p/<peer id>`).
+pub fn check_peers(bootstrap: &[Multiaddr]) -> Result<(), Error> {
     for addr in bootstrap {
         if peer_of(addr).is_none() {
             return Err(Error::Bootstrap {
@@ -270,9 +279,6 @@ pub fn check(bootstrap: &[Multiaddr], identity: &Path) -> Result<(), Error> {
                 why: "it names no peer: end it with /p2p/<peer id>".into(),
             });
         }
-    }
-    if identity.exists() {
-        load_or_create_identity(identity)?;
     }
     Ok(())
 }

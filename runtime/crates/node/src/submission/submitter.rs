@@ -643,9 +643,18 @@ impl EpochFix {
         match fixed.as_mut().filter(|(f, _, _)| f.epoch_id == epoch_id) {
             Some((f, written, signed)) => {
                 let deadline = head.saturating_add(buffer).min(latest);
-                if !*signed && head.saturating_add(buffer / 2) > f.deadline && deadline > f.deadline {
+                let near = head.saturating_add(buffer / 2) > f.deadline && deadline > f.deadline;
+                // Fixed as the computes started, from a head already late in
+                // the window: a deadline the collector would refuse.
+                let too_far = f.deadline > latest;
+                if !*signed && (near || too_far) {
+                    let why = if too_far {
+                        format!("is past block {latest}, its release's furthest")
+                    } else {
+                        "came near".into()
+                    };
                     tracing::info!(
-                        "epoch {epoch_id}: nothing was signed before its deadline {} came near (head {head}); its \
+                        "epoch {epoch_id}: nothing was signed before its deadline {} {why} (head {head}); its \
                          submissions take deadline {deadline}",
                         f.deadline
                     );
@@ -656,7 +665,8 @@ impl EpochFix {
                 (f.clone(), written.clone())
             }
             None => {
-                let fix = Fix { epoch_id, deadline: head + buffer, header: header.into(), boot_id: self.boot.clone() };
+                let deadline = head.saturating_add(buffer).min(latest);
+                let fix = Fix { epoch_id, deadline, header: header.into(), boot_id: self.boot.clone() };
                 let written = Written::default();
                 *fixed = Some((fix.clone(), written.clone(), true));
                 (fix, written)
@@ -753,5 +763,13 @@ mod tests {
         let d = EpochFix::default();
         d.of(8, 130, "0xa");
         assert_eq!(d.for_signing(8, 190, 30, 200, "0xb").0.deadline, 200, "never past the release's furthest");
+        // Signed first with no fix, late in the window (the devnet's compose
+        // drill: a deadline of 826 for an epoch released in 690, refused).
+        let d = EpochFix::default();
+        assert_eq!(d.for_signing(9, 796, 30, 820, "0xb").0.deadline, 820, "a first fix is capped too");
+        // Fixed as the computes started, late: capped before anything is signed.
+        let d = EpochFix::default();
+        d.of(10, 826, "0xa");
+        assert_eq!(d.for_signing(10, 797, 30, 820, "0xb").0.deadline, 820, "an early fix past it is made anew");
     }
 }
