@@ -129,6 +129,7 @@ fn podman(args: &[&str]) -> String {
 /// The drill's container, volume and image, removed however the test ends.
 struct Drill {
     name: String,
+    volume: String,
     image: String,
 }
 
@@ -138,7 +139,7 @@ impl Drop for Drill {
             let _ = std::process::Command::new("podman").args(args).output();
         };
         quiet(&["rm", "-f", "-t", "0", &self.name]);
-        quiet(&["volume", "rm", "-f", &self.name]);
+        quiet(&["volume", "rm", "-f", &self.volume]);
         quiet(&["rmi", "-f", &self.image]);
         // The build's intermediate stages (`FROM ${LITE_NODE_FROM}` needs them
         // kept while it builds), now untagged.
@@ -148,9 +149,8 @@ impl Drop for Drill {
 
 /// The image, built from this checkout with podman (the runtime stage as
 /// shipped, around the binary the suite built), run as an operator runs it
-/// for slot 2 of the devnet with a pinned package from a git repository it
-/// does not own: it fetches and builds the package once, turns healthy and
-/// submits; `podman stop` mid-epoch ends it within its grace, and the
+/// for slot 2 of the devnet with the image's own compute package: it builds
+/// the package once, turns healthy and submits; `podman stop` mid-epoch ends it within its grace, and the
 /// restart on the same volume is healthy without a rebuild, sending nothing
 /// twice; with the collector gone the image's own health check fails; a
 /// node killed inside ends its container at once; no key in `podman logs`.
@@ -185,7 +185,11 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
     let _ = std::process::Command::new("strip").arg(&prebuilt).status();
 
     let name = format!("lite-node-drill-{}", std::process::id());
-    let drill = Drill { name: name.clone(), image: format!("localhost/{name}") };
+    // The volume the compose drill's node takes over (as an operator moving
+    // from `docker run` to compose keeps theirs): its package is built once.
+    let project = format!("lite-node-compose-{}", std::process::id());
+    let volume_name = format!("{project}_lite-node-data");
+    let drill = Drill { name: name.clone(), volume: volume_name.clone(), image: format!("localhost/{name}") };
     let started = Instant::now();
     podman(&[
         "build",
@@ -206,9 +210,6 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
 
     // The devnet: the chain, the project's collector, a published package.
     let world = World::load();
-    let repo = crate::support::computes_repo();
-    // Owned by root here, read by the image's user `lite`.
-    assert!(std::process::Command::new("chmod").args(["-R", "a+rX"]).arg(&repo.path).status().unwrap().success());
     let host_env = node_env(&world.url(), &world.manifest, 2);
     let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (collector_port, status_port) = (free(), free());
@@ -234,15 +235,10 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
         "LOCAL_COLLECTOR_HOST=127.0.0.1".to_owned(),
         format!("LOCAL_COLLECTOR_PORT={collector_port}"),
         format!("STATUS_PORT={status_port}"),
-        format!("SNAPSHOTTER_COMPUTE_REPO=file://{}", repo.path.display()),
-        format!("SNAPSHOTTER_COMPUTE_REPO_BRANCH={}", repo.branch),
-        format!("SNAPSHOTTER_COMPUTE_REPO_COMMIT={}", repo.commit),
-        "SNAPSHOTTER_COMPUTE_REPO_PATH=computes".to_owned(),
     ]);
     let env_file = ctx.path().join("node.env");
     std::fs::write(&env_file, env.join("\n") + "\n").unwrap();
-    let mount = format!("{0}:{0}:ro", repo.path.display());
-    let volume = format!("{name}:/data");
+    let volume = format!("{volume_name}:/data");
     podman(&[
         "run",
         "-d",
@@ -254,8 +250,6 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
         env_file.to_str().unwrap(),
         "-v",
         &volume,
-        "-v",
-        &mount,
         &drill.image,
     ]);
     let health = || {
@@ -340,10 +334,12 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
     // 7. docker-compose.yaml, as an operator runs it: the market's `.env`
     // from `lite-node market env` with the key filled in and nothing else,
     // the project's collector beside the node, both from this image.
-    compose_runs_the_node_beside_its_collector(&world, bin, &drill.image, ctx.path(), &key);
+    podman(&["rm", &name]);
+    compose_runs_the_node_beside_its_collector(&world, bin, &drill.image, &project, ctx.path(), &key);
 }
 
-/// The compose drill: the market's manifest (its RPC where the compose
+/// The compose drill, on the node's volume of the drill before (its package
+/// built there): the market's manifest (its RPC where the compose
 /// network reaches the devnet's chain), `market peers --set`, `market env
 /// --slot 2` with the key filled in as the whole `.env`; `podman-compose up`
 /// with the image just built; the collector's health check passes, the
@@ -355,6 +351,7 @@ fn compose_runs_the_node_beside_its_collector(
     world: &lite_node_testkit::World,
     bin: &std::path::Path,
     image: &str,
+    project: &str,
     dir: &std::path::Path,
     key: &str,
 ) {
@@ -417,8 +414,7 @@ fn compose_runs_the_node_beside_its_collector(
     std::fs::write(dir.join(".env"), env).unwrap();
     std::fs::copy(workspace_root().join("docker-compose.yaml"), dir.join("docker-compose.yaml")).unwrap();
 
-    let project = format!("lite-node-compose-{}", std::process::id());
-    let compose = Compose { project: project.clone(), dir: dir.to_owned() };
+    let compose = Compose { project: project.to_owned(), dir: dir.to_owned() };
     let status_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
     compose.run(&["up", "-d"], &[("LITE_NODE_IMAGE", image), ("STATUS_PORT", &status_port)]);
     let (collector, node) = (format!("{project}_collector_1"), format!("{project}_lite-node_1"));

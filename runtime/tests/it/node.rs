@@ -396,6 +396,48 @@ fn a_stop_while_a_submission_waits_for_the_collector_ends_within_the_grace() {
     assert!(node_journal(&dir).is_empty(), "nothing recorded for the abandoned epoch");
 }
 
+/// The trial's collector outage: epochs released while the collector is
+/// down are computed and their messages signed (a `sending` line each in the
+/// ledger) while the first one's submission still retries — not one after
+/// another, each waiting out the one before. When the collector is back,
+/// all three are accepted and recorded in release order.
+#[test]
+fn epochs_released_while_the_collector_is_down_are_worked_meanwhile_and_all_sent_when_it_is_back() {
+    use std::time::Duration;
+
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut env = node_env(&world.url(), &world.manifest, 1);
+    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
+    env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let dir = data.path().join("node");
+    let mut node = RunningNode::start(bin, &env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    let released: Vec<u64> = (0..3).map(|_| world.release_next_epoch().0).collect();
+    let sending = || -> std::collections::BTreeSet<u64> {
+        let text = std::fs::read_to_string(dir.join("state/submissions.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| v["epoch_id"].as_u64())
+            .collect()
+    };
+    lite_node_testkit::poll_until(
+        "every released epoch signed while the collector is down",
+        Duration::from_secs(60),
+        || (sending().len() == released.len()).then_some(()),
+    );
+    assert!(node_journal(&dir).is_empty(), "nothing recorded while the first epoch's submission retries");
+    let collector = lite_node_testkit::RunningCollector::start_with(bin, &env, port, &[]);
+    let journal = node.wait_for_journal(released.len());
+    assert_eq!(ids(&journal), released, "recorded in release order");
+    assert!(journal.iter().all(|l| l["outcome"] == "computed"), "{journal:?}");
+    let accepted = collector.verdicts().iter().filter(|v| v.starts_with("accepted")).count();
+    assert_eq!(accepted, released.len(), "{:?}", collector.verdicts());
+    assert_eq!(node.stop(), 0);
+}
+
 #[test]
 fn a_second_node_on_the_same_data_dir_refuses_to_start_naming_the_first_and_nothing_is_sent_twice() {
     let world = World::load();

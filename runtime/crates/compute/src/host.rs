@@ -52,6 +52,10 @@ impl SelectionTracker {
         let timestamp = lite_node_core::time::now_secs();
         let report = SelectionReport { epoch_id, was_selected, slot_id, timestamp };
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        // Epochs may be worked side by side: the newest one's report stands.
+        if (*last).is_some_and(|l| l.epoch_id > epoch_id) {
+            return;
+        }
         *last = Some(report);
         self.reports.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }

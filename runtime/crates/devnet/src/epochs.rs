@@ -347,13 +347,15 @@ pub(crate) async fn release_one(
 /// the lines since their last sync — every `sending` line of `epoch_id`
 /// with no answer after it (an answer is synced, and with it what came
 /// before) — and, as the machine comes back on another boot, the boot id
-/// its epoch's fix (`state/epoch-deadline.json`) was made in. How many
-/// lines went.
+/// the epochs' fixes (`state/epoch-deadline.json`, a list: several epochs
+/// may be in flight) were made in. How many lines went.
 pub(crate) fn lose_unsynced_lines(data_dir: &Path, epoch_id: u64) -> Result<usize> {
     let fix = data_dir.join("state/epoch-deadline.json");
     if let Ok(text) = std::fs::read_to_string(&fix) {
-        let mut v: serde_json::Value = serde_json::from_str(&text).context("the epoch's fix")?;
-        v["boot_id"] = "a boot before the devnet's power loss".into();
+        let mut v: serde_json::Value = serde_json::from_str(&text).context("the epochs' fixes")?;
+        for f in v.as_array_mut().context("the epochs' fixes: not a list")? {
+            f["boot_id"] = "a boot before the devnet's power loss".into();
+        }
         std::fs::write(&fix, v.to_string())?;
     }
     let mut ledgers = vec![data_dir.join("state/submissions.jsonl")];

@@ -213,8 +213,9 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
                 slot_id: slot.slot_id,
                 shared: shared.clone(),
             }),
-            journal: Journal::open(&dir)
-                .with_context(|| format!("opening the epoch journal of slot {}", slot.slot_id))?,
+            journal: Mutex::new(
+                Journal::open(&dir).with_context(|| format!("opening the epoch journal of slot {}", slot.slot_id))?,
+            ),
             books_path,
             status: lane_status,
         });
@@ -297,7 +298,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         }
         None => None,
     };
-    let mut work = EpochWork {
+    let work = EpochWork {
         anchor,
         source,
         executor,
@@ -307,12 +308,10 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         namespace: cfg.full_namespace(),
         submission_window: cfg.watch.submission_window,
         anchor_stall_after: cfg.watch.anchor_stall_after,
-        head_since: None,
+        recording: Default::default(),
         store,
         data_dir: data_dir.clone(),
         retain_epochs: cfg.watch.retain_epochs,
-        prune_at: 0,
-        journaled: None,
         cluster,
     };
     tracing::info!(
@@ -322,7 +321,10 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
 
     status.watching.store(true, Ordering::Relaxed);
     activity.touch();
-    let timing = Timing { poll_interval: cfg.watch.poll_interval, stop_grace: cfg.watch.stop_grace };
+    // A full node's epochs are worked one at a time: its workers share each
+    // epoch's thousand pools, and its submissions are many already.
+    let epochs_in_flight = if work.cluster.is_some() { 1 } else { epoch_loop::EPOCHS_IN_FLIGHT };
+    let timing = Timing { poll_interval: cfg.watch.poll_interval, stop_grace: cfg.watch.stop_grace, epochs_in_flight };
     let on_stuck = |s: safety::Stuck| {
         let slots = status.slots();
         let taken = alerter.notify_slots(
@@ -378,7 +380,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
     });
     let max_hung = cfg.watch.max_hung_computes;
     let ended = tokio::select! {
-        exit = epoch_loop::run(&mut watcher, &mut work, timing, shutdown) => Ended::Loop(exit?),
+        exit = epoch_loop::run(&mut watcher, &work, timing, shutdown) => Ended::Loop(exit?),
         stuck = safety::watch(cfg.safety, &activity, on_stuck) => Ended::Stuck(stuck),
         failed = tasks.failed() => Ended::Task(failed),
         n = hung.wait_for(|n| *n >= max_hung) => Ended::Hung(n.map(|n| *n).unwrap_or(max_hung)),

@@ -52,23 +52,31 @@ pub struct EpochWork {
     pub submission_window: u64,
     /// A head that has not moved for this long is a stalled anchor.
     pub anchor_stall_after: std::time::Duration,
-    /// The anchor head at the last polls, and since when it has been that.
-    pub head_since: Option<(u64, tokio::time::Instant)>,
+    /// What recording epochs keeps from one to the next ([`Recording`]):
+    /// epochs are worked side by side, recorded one at a time, in order.
+    pub recording: std::sync::Mutex<Recording>,
     /// The stored snapshots' bytes (pruned with the journal and the ledger).
     pub store: Arc<SnapshotStore>,
     /// The data dir: books and trackers are saved below it in batches.
     pub data_dir: PathBuf,
     /// Epochs kept on disk (`LITE_NODE_RETAIN_EPOCHS`).
     pub retain_epochs: u64,
+    /// A full node's coordinator: each project that divides into data
+    /// sources is computed by the cluster's workers.
+    pub cluster: Option<Arc<crate::cluster::Coordinator>>,
+}
+
+/// What recording keeps between epochs.
+#[derive(Debug, Default)]
+pub struct Recording {
+    /// The anchor head at the last polls, and since when it has been that.
+    pub head_since: Option<(u64, tokio::time::Instant)>,
     /// The epoch at which the next pruning runs.
     pub prune_at: u64,
     /// Journal lines written of an epoch whose recording failed part-way,
     /// `(epoch, lines)`: its retry (after a full disk, say) appends the rest,
     /// not every line again. `None` once an epoch is recorded.
     pub journaled: Option<(u64, usize)>,
-    /// A full node's coordinator: each project that divides into data
-    /// sources is computed by the cluster's workers.
-    pub cluster: Option<Arc<crate::cluster::Coordinator>>,
 }
 
 /// One slot's own part of the work: its selection tracker, its signed
@@ -80,7 +88,8 @@ pub struct Lane {
     pub tracker: Arc<SelectionTracker>,
     /// Shared with the epoch's submitting tasks.
     pub submitter: Arc<Submitter>,
-    pub journal: Journal,
+    /// Written only while an epoch is recorded (one at a time).
+    pub journal: std::sync::Mutex<Journal>,
     pub books_path: PathBuf,
     /// Where `/status`, `/metrics` and `/health` read this slot, and the
     /// one copy of its books.
@@ -210,33 +219,35 @@ impl Work for EpochWork {
         Ok(Worked { outcomes, seen_at_ms })
     }
 
-    fn record(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
+    fn record(&self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
+        let mut recording = self.recording.lock().unwrap_or_else(|p| p.into_inner());
         let several = self.lanes.len() > 1;
-        let written = match self.journaled {
+        let written = match recording.journaled {
             Some((epoch_id, lines)) if epoch_id == epoch.epoch_id => lines,
             _ => 0,
         };
         let mut line = 0;
-        for (lane, outcomes) in self.lanes.iter_mut().zip(&worked.outcomes) {
+        for (lane, outcomes) in self.lanes.iter().zip(&worked.outcomes) {
+            let mut journal = lane.journal.lock().unwrap_or_else(|p| p.into_inner());
             for outcome in outcomes {
                 line += 1;
                 if line <= written {
                     continue;
                 }
                 log_outcome(epoch, outcome, several.then_some(lane.slot_id));
-                lane.journal
+                journal
                     .record(epoch, outcome)
-                    .map_err(|e| anyhow::anyhow!("writing {}: {e}", lane.journal.path().display()))?;
-                self.journaled = Some((epoch.epoch_id, line));
+                    .map_err(|e| anyhow::anyhow!("writing {}: {e}", journal.path().display()))?;
+                recording.journaled = Some((epoch.epoch_id, line));
             }
         }
         if several {
             log_summary(epoch, &worked.outcomes);
         }
         self.keep_books(epoch, worked)?;
-        self.journaled = None;
-        if epoch.epoch_id >= self.prune_at {
-            self.prune(epoch.epoch_id);
+        recording.journaled = None;
+        if epoch.epoch_id >= recording.prune_at {
+            self.prune(&mut recording, epoch.epoch_id);
         }
         Ok(())
     }
@@ -245,7 +256,7 @@ impl Work for EpochWork {
         self.status.troubles.set(what, problem);
     }
 
-    fn polled(&mut self, poll: &Poll) {
+    fn polled(&self, poll: &Poll) {
         let m = &self.status.metrics;
         m.anchor_head.set(poll.head as i64);
         m.anchor_lag_blocks.set(poll.head.saturating_sub(poll.scanned_to) as i64);
@@ -254,12 +265,13 @@ impl Work for EpochWork {
         }
         // A head that does not move: no epoch can be released, nothing submitted.
         let now = tokio::time::Instant::now();
-        match self.head_since {
-            Some((head, _)) if head != poll.head => self.head_since = Some((poll.head, now)),
-            None => self.head_since = Some((poll.head, now)),
+        let mut recording = self.recording.lock().unwrap_or_else(|p| p.into_inner());
+        match recording.head_since {
+            Some((head, _)) if head != poll.head => recording.head_since = Some((poll.head, now)),
+            None => recording.head_since = Some((poll.head, now)),
             _ => {}
         }
-        let stalled = self.head_since.filter(|(_, since)| since.elapsed() > self.anchor_stall_after);
+        let stalled = recording.head_since.filter(|(_, since)| since.elapsed() > self.anchor_stall_after);
         self.status.troubles.set(
             Trouble::AnchorHead,
             stalled.map(|(head, since)| {
@@ -426,16 +438,16 @@ impl EpochWork {
     /// ledger entries here, snapshot files in the background; then waits half
     /// a retention before the next round, so files stay within 1.5 times it.
     /// A failure only warns: the epoch itself is recorded.
-    fn prune(&mut self, epoch_id: u64) {
+    fn prune(&self, recording: &mut Recording, epoch_id: u64) {
         let first_kept = (epoch_id + 1).saturating_sub(self.retain_epochs);
-        self.prune_at = epoch_id + (self.retain_epochs / 2).max(1);
+        recording.prune_at = epoch_id + (self.retain_epochs / 2).max(1);
         if first_kept == 0 {
             return;
         }
-        let window_floor = self.head_since.map_or(0, |(head, _)| head).saturating_sub(self.submission_window);
+        let window_floor = recording.head_since.map_or(0, |(head, _)| head).saturating_sub(self.submission_window);
         let (mut lines, mut entries) = (0, 0);
-        for lane in &mut self.lanes {
-            match lane.journal.prune(first_kept) {
+        for lane in &self.lanes {
+            match lane.journal.lock().unwrap_or_else(|p| p.into_inner()).prune(first_kept) {
                 Ok(n) => lines += n,
                 Err(e) => tracing::warn!("{e}"),
             }
@@ -461,7 +473,7 @@ impl EpochWork {
     /// Counts one epoch in each slot's books (saved before the epoch is
     /// marked handled), updates the status and metrics, and queues the
     /// alerts the books ask for: one per event, naming every slot it touched.
-    fn keep_books(&mut self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
+    fn keep_books(&self, epoch: &Epoch, worked: &Worked) -> anyhow::Result<()> {
         let status = &self.status;
         let m = &status.metrics;
         m.epochs_seen.inc();

@@ -24,7 +24,7 @@ use lite_node_protocol::{
 };
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -561,18 +561,45 @@ async fn upload(ipfs: &Ipfs, stored: &Stored) -> Result<(), Upload> {
     }
 }
 
-/// One epoch's deadline and header, fixed by its first submission
-/// ([`Shared::epoch_fix`]).
+/// Each epoch's deadline and header, fixed by its first submission
+/// ([`Shared::epoch_fix`]): several epochs may be in flight at once (the
+/// node works the next while an earlier one's submissions still retry).
 #[derive(Debug, Default)]
 struct EpochFix {
-    /// Where the last epoch's fix is kept (none in tests of the submitter
-    /// alone).
+    /// Where the fixes of the epochs in flight are kept (none in tests of
+    /// the submitter alone).
     path: Option<PathBuf>,
     /// This boot of the machine (Linux's `boot_id`), written with each fix.
     boot: Option<String>,
-    /// The last epoch's fix, whether it is on disk, and whether a message
-    /// was signed under it (then it is the epoch's for good).
-    fixed: Mutex<Option<(Fix, Written, bool)>>,
+    /// The newest [`KEEP_FIXES`] epochs' fixes, each with whether it is on
+    /// disk and whether a message was signed under it (then it is the
+    /// epoch's for good).
+    fixed: Mutex<BTreeMap<u64, (Fix, Written, bool)>>,
+    /// Held while the file is written, so a later write (which holds every
+    /// fix made before it) is never overtaken by an earlier one.
+    file: tokio::sync::Mutex<()>,
+}
+
+/// Fixes kept, the newest epochs': more than the epochs a node has in
+/// flight at once, so a fix is dropped only once its epoch is handled.
+const KEEP_FIXES: usize = 64;
+
+/// The fixes file: a list (one epoch's fix alone, before several epochs
+/// could be in flight).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum StoredFixes {
+    Many(Vec<Fix>),
+    One(Fix),
+}
+
+impl StoredFixes {
+    fn into_vec(self) -> Vec<Fix> {
+        match self {
+            Self::Many(fixes) => fixes,
+            Self::One(fix) => vec![fix],
+        }
+    }
 }
 
 /// Whether a fix is on disk; its lock is held while it is written.
@@ -603,35 +630,49 @@ impl EpochFix {
     }
 
     fn open_on(path: PathBuf, boot: Option<String>) -> anyhow::Result<Self> {
-        let stored: Option<Fix> = match std::fs::read(&path) {
-            Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
-                anyhow::anyhow!(
-                    "{} is not valid ({e}); it is rewritten by the next epoch's first submission: remove it if no \
-                     epoch is being worked",
-                    path.display()
-                )
-            })?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        let stored: Vec<Fix> = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice::<StoredFixes>(&bytes)
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "{} is not valid ({e}); it is rewritten by the next epoch's first submission: remove it if \
+                         no epoch is being worked",
+                        path.display()
+                    )
+                })?
+                .into_vec(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => anyhow::bail!("reading {}: {e}", path.display()),
         };
-        let same_boot = stored.as_ref().is_some_and(|f| boot.is_some() && f.boot_id == boot);
-        let fixed = if same_boot && sync_filesystem(&path).is_ok() { None } else { stored };
-        // Taken up after a reboot: what was signed under it is not known.
-        let fixed = fixed.map(|f| (f, Arc::new(tokio::sync::Mutex::new(true)), true));
-        Ok(Self { path: Some(path), boot, fixed: Mutex::new(fixed) })
+        let same_boot = |f: &Fix| boot.is_some() && f.boot_id == boot;
+        let synced = stored.iter().any(same_boot) && sync_filesystem(&path).is_ok();
+        // Taken up after a reboot: what was signed under them is not known.
+        let fixed = stored
+            .into_iter()
+            .filter(|f| !(synced && same_boot(f)))
+            .map(|f| (f.epoch_id, (f, Arc::new(tokio::sync::Mutex::new(true)), true)))
+            .collect();
+        Ok(Self { path: Some(path), boot, fixed: Mutex::new(fixed), file: Default::default() })
+    }
+
+    /// Keeps `fix` (and drops the oldest past [`KEEP_FIXES`]).
+    fn insert(fixed: &mut BTreeMap<u64, (Fix, Written, bool)>, fix: Fix, signed: bool) -> (Fix, Written) {
+        let written = Written::default();
+        fixed.insert(fix.epoch_id, (fix.clone(), written.clone(), signed));
+        while fixed.len() > KEEP_FIXES {
+            fixed.pop_first();
+        }
+        (fix, written)
     }
 
     /// The fix of `epoch_id`: the one fixed already, or this one (to be
     /// written: [`EpochFix::write`]).
     fn of(&self, epoch_id: u64, deadline: u64, header: &str) -> (Fix, Written) {
         let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
-        match fixed.as_ref().filter(|(f, _, _)| f.epoch_id == epoch_id) {
+        match fixed.get(&epoch_id) {
             Some((f, w, _)) => (f.clone(), w.clone()),
             None => {
                 let fix = Fix { epoch_id, deadline, header: header.into(), boot_id: self.boot.clone() };
-                let written = Written::default();
-                *fixed = Some((fix.clone(), written.clone(), false));
-                (fix, written)
+                Self::insert(&mut fixed, fix, false)
             }
         }
     }
@@ -640,7 +681,7 @@ impl EpochFix {
     /// `head` (see `Shared::signing_fix`); from now on the epoch's.
     fn for_signing(&self, epoch_id: u64, head: u64, buffer: u64, latest: u64, header: &str) -> (Fix, Written) {
         let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
-        match fixed.as_mut().filter(|(f, _, _)| f.epoch_id == epoch_id) {
+        match fixed.get_mut(&epoch_id) {
             Some((f, written, signed)) => {
                 let deadline = head.saturating_add(buffer).min(latest);
                 let near = head.saturating_add(buffer / 2) > f.deadline && deadline > f.deadline;
@@ -667,21 +708,30 @@ impl EpochFix {
             None => {
                 let deadline = head.saturating_add(buffer).min(latest);
                 let fix = Fix { epoch_id, deadline, header: header.into(), boot_id: self.boot.clone() };
-                let written = Written::default();
-                *fixed = Some((fix.clone(), written.clone(), true));
-                (fix, written)
+                Self::insert(&mut fixed, fix, true)
             }
         }
     }
 
-    /// Writes `fix` and syncs it (file and directory), unless that is done.
+    /// Writes `fix` and syncs it (file and directory), unless that is done;
+    /// the file holds every epoch's fix kept.
     async fn write(&self, fix: &Fix, written: &Written) -> std::io::Result<()> {
         let mut done = written.lock().await;
         if *done {
             return Ok(());
         }
         if let Some(path) = self.path.clone() {
-            let text = serde_json::to_vec(fix).expect("a fix serializes");
+            let _file = self.file.lock().await;
+            let fixes: Vec<Fix> = {
+                let fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
+                let mut fixes: Vec<Fix> = fixed.values().map(|(f, _, _)| f.clone()).collect();
+                // Made anew since (or dropped): this one is what is signed under.
+                fixes.retain(|f| f.epoch_id != fix.epoch_id);
+                fixes.push(fix.clone());
+                fixes.sort_by_key(|f| f.epoch_id);
+                fixes
+            };
+            let text = serde_json::to_vec(&fixes).expect("fixes serialize");
             tokio::task::spawn_blocking(move || lite_node_core::atomic_file::write_durable(&path, &text))
                 .await
                 .map_err(std::io::Error::other)??;
@@ -737,8 +787,16 @@ mod tests {
         let crashed = EpochFix::open_on(path.clone(), Some("boot-1".into())).unwrap();
         assert_eq!(sent(&crashed, 7, 190, "0xc").await, fix(7, 190, "0xc", "boot-1"), "after a crash");
         assert_eq!(sent(&crashed, 8, 170, "0xd").await, fix(8, 170, "0xd", "boot-1"), "the next epoch");
-        let on_disk: Fix = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        assert_eq!(on_disk, fix(8, 170, "0xd", "boot-1"));
+        let on_disk: Vec<Fix> = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(on_disk, [fix(7, 190, "0xc", "boot-1"), fix(8, 170, "0xd", "boot-1")], "both epochs in flight");
+        // Rebooted with both in flight: each keeps its own.
+        let rebooted = EpochFix::open_on(path.clone(), Some("boot-3".into())).unwrap();
+        assert_eq!(sent(&rebooted, 8, 200, "0xe").await, fix(8, 170, "0xd", "boot-1"));
+        assert_eq!(sent(&rebooted, 7, 200, "0xe").await, fix(7, 190, "0xc", "boot-1"));
+        // A file of one fix (written before several epochs could be in flight) is read.
+        std::fs::write(&path, serde_json::to_vec(&fix(9, 140, "0xf", "boot-1")).unwrap()).unwrap();
+        let old = EpochFix::open_on(path.clone(), Some("boot-4".into())).unwrap();
+        assert_eq!(sent(&old, 9, 200, "0xe").await, fix(9, 140, "0xf", "boot-1"));
         std::fs::write(&path, "{").unwrap();
         let err = EpochFix::open(path).unwrap_err().to_string();
         assert!(err.contains("epoch-deadline.json is not valid"), "{err}");
