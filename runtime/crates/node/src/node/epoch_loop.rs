@@ -1,7 +1,7 @@
-//! The node's main loop as a small state machine: poll the anchor for
-//! released epochs, work each one (compute, submit), record it, advance the
-//! cursor — and the three ways out of it (a stop, an epoch abandoned at a
-//! stop, an error).
+//! The node's main loop: poll the anchor for released epochs, work them
+//! (compute, submit) side by side, record each in release order, advance
+//! the cursor — and the three ways out of it (a stop, an epoch abandoned at
+//! a stop, an error).
 //!
 //! The loop only decides *what happens next*; what polling and working mean
 //! is behind two traits, [`Epochs`] and [`Work`], so unit tests drive it
