@@ -373,14 +373,20 @@ fn with_ipfs_configured_the_exact_bytes_are_uploaded_and_a_cid_mismatch_is_not_s
     assert_eq!(node.stop(), 0);
 }
 
-#[test]
-fn a_stop_while_a_submission_waits_for_the_collector_ends_within_the_grace() {
-    let world = World::load();
-    let data = tempfile::tempdir().unwrap();
+/// Slot 1's env, its collector on a free port where nothing listens (yet).
+fn env_with_no_collector(world: &World) -> (Vec<(String, String)>, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut env = node_env(&world.url(), &world.manifest, 1);
     env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
     env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
+    (env, port)
+}
+
+#[test]
+fn a_stop_while_a_submission_waits_for_the_collector_ends_within_the_grace() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let (mut env, port) = env_with_no_collector(&world);
     env.push(("LITE_NODE_STOP_GRACE_SECS".into(), "2".into()));
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
     let dir = data.path().join("node");
@@ -407,10 +413,7 @@ fn epochs_released_while_the_collector_is_down_are_worked_meanwhile_and_all_sent
 
     let world = World::load();
     let data = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut env = node_env(&world.url(), &world.manifest, 1);
-    env.push(("LOCAL_COLLECTOR_HOST".into(), "127.0.0.1".into()));
-    env.push(("LOCAL_COLLECTOR_PORT".into(), port.to_string()));
+    let (env, port) = env_with_no_collector(&world);
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
     let dir = data.path().join("node");
     let mut node = RunningNode::start(bin, &env, &dir);
