@@ -539,7 +539,7 @@ mod tests {
             ("blockDetails:mainnet-UNISWAPV3-ETH", "namespace `mainnet-UNISWAPV3-ETH`"),
             ("baseSnapshot:spam7:devnet-UNISWAPV3-ETH", "data source `spam7` is not one pool"),
             // One pool a project: `a_b` would let a slot selected for `a`
-            // make up projects (issue 42, finding 2).
+            // make up projects of its own.
             (
                 "baseSnapshot:0x00000000000000000000000000000000000000aa_0x00000000000000000000000000000000000000bb:devnet-UNISWAPV3-ETH",
                 "is not one pool address",

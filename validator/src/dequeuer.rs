@@ -109,7 +109,7 @@ pub struct Dequeuer<C> {
     domain: Arc<alloy::sol_types::Eip712Domain>,
     signers: Arc<SignerBook<C>>,
     epochs: Arc<Mutex<BTreeMap<u64, EpochFacts>>>,
-    /// Whether seed 001's per-submission keys are kept: the
+    /// Whether the per-submission keys for outside tools are kept: the
     /// `processingSubmission` mark while held, the `processed` record after.
     records: bool,
 }
@@ -312,8 +312,8 @@ impl<C: ChainReads> Dequeuer<C> {
         Self { market, chain, conn, queue, domain, signers, epochs: Default::default(), records: false }
     }
 
-    /// Also keeps seed 001's per-submission keys: a `processingSubmission`
-    /// mark while a submission is held, and its
+    /// Also keeps two keys per submission for tools outside the validator: a
+    /// `processingSubmission` mark while a submission is held, and its
     /// `processed:{sequencerId}:{submissionId}` record for an hour once
     /// accepted. Nothing here reads them (the lists say what is held, the
     /// votes what was accepted); they are two keys written per submission,

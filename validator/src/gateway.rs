@@ -71,11 +71,13 @@ pub struct Admission {
     /// Gossip submissions one slot may have taken for one epoch; past it,
     /// unwanted (a full node of a 10,000-project market sends 10,000).
     pub per_slot_epoch: u32,
-    /// Also write the seed's `metrics:submissions:metadata:{entityId}` for
-    /// each submission queued (24 h; ~550 B each, more than everything else
-    /// kept for a day). Off by default: the monitor API reads votes and
-    /// rejections, and the seed's own reader falls back to the entity id in
-    /// the timeline when it is missing.
+    /// Also write `metrics:submissions:metadata:{entityId}` (JSON: epoch,
+    /// slot, project, CID, peer, time) for each submission queued (24 h;
+    /// ~550 B each, more than everything else kept for a day). Off by
+    /// default: nothing in the validator reads it (the monitor API reads
+    /// votes and rejections), and a reader without it can take epoch, slot,
+    /// project, time and peer from the entity id on the submissions
+    /// timeline.
     pub metadata: bool,
 }
 
@@ -136,9 +138,11 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
-/// A submission as it travels through Redis (the seed's JSON-encoded
-/// submission), with when and from where it arrived and the anchor head
-/// then (`receivedHead`, which the queueing script writes).
+/// A submission as it travels through Redis: its fields as JSON (`request`,
+/// `signature`, `header`, `dataMarket`, `nodeVersion`, `protocolState`),
+/// with when and from where it arrived (`receivedAt`, `peerId`), the signer
+/// the gateway recovered, and the anchor head then (`receivedHead`, which
+/// the queueing script writes).
 pub fn encode(
     s: &SnapshotSubmission,
     received_at: u64,

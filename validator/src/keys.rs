@@ -1,21 +1,82 @@
-//! Every Redis key the validator pipeline uses, named exactly as seed 001
-//! gives it (`../shared/seeds/001_862d6aa23184e043.txt`): the builders the
+//! Every Redis key the validator writes: [`Keys`], the builders the
 //! components call, and [`SCHEMA`], the table of patterns, types and TTLs
 //! that tests check what was written against.
 //!
-//! Keys the seed namespaces start with `{protocol}:{market}:` — the
-//! ProtocolState and data market addresses, lower-case hex with `0x`.
+//! Every key but `processingSubmission:{sha1}` starts with `{protocol}:{market}:`
+//! — the ProtocolState and data market addresses, lower-case hex with `0x` —
+//! so two data markets share one Redis without meeting; the tables below
+//! leave that prefix out. Every key expires by itself or is trimmed by its
+//! writer, whichever components run, and no component looks for keys with
+//! `SCAN`. In a pattern, a placeholder other than the last matches no `:`,
+//! so the key audit files each key under one pattern.
 //!
-//! Keys that are ours, not the seed's, are marked so in [`SCHEMA`]: the held
-//! lists, holders and marks of the three reliable queues and the workers'
-//! heartbeats (`queue`); each epoch's votes (one sorted set whose members
-//! `{projectId}\x1f{slotId}\x1f{cid}` make each project's votes one range),
-//! projects and rejections; the shared counters; `epochs:pending`,
-//! `anchor:head`, `epochs:closing`, `slots:generation`; the event monitors'
-//! cursor and problem; and the on-chain queue, lease and `intake:since`.
-//! Every key expires by itself or is trimmed by its writer, whichever
-//! components run. In a pattern, a placeholder other than the last matches
-//! no `:`, so the key audit files each key under one pattern.
+//! **Queues.** `{queue}` is `submissionQueue`, `finalizationQueue` or
+//! `aggregationQueue`, each a reliable queue (`queue`): an item taken moves
+//! onto its worker's own list until it is acknowledged, and a dead worker's
+//! list goes back on the queue.
+//!
+//! | key | type | holds | writer → readers | lifetime |
+//! |---|---|---|---|---|
+//! | `submissionQueue` | list | admitted submissions (JSON, with the anchor head at receipt) | gateway → dequeuers | drained; the gateway refuses past `max_queue` |
+//! | `finalizationQueue` | list | `{epochId}` when a window closes; `{epochId}:part:{i}:{n}:{size}` per part | monitor, finalizer → finalizer | drained |
+//! | `aggregationQueue` | list | `{"epoch_id", "parts_completed"}` once every part is written | finalizer → aggregator | drained |
+//! | `{queue}:held:{owner}` | list | what one worker process took and has not acknowledged | the worker → recovery | emptied by acknowledgement, give-back or recovery |
+//! | `{queue}:holders` | set | the worker processes that hold or held items | takers → recovery, API | an owner leaves once recovery empties its list |
+//! | `{queue}:mark:{sha1}` | string | the holder of one taken item (finalization and aggregation queues) | takers → operators | 5 min; deleted on acknowledgement |
+//! | `processingSubmission:{sha1}` (no prefix) | string | the same mark for a submission, only with `Dequeuer::keeping_seed_records` | dequeuers → outside tools | 5 min; deleted on acknowledgement |
+//! | `worker:{instanceId}` | string | a worker process's heartbeat (Unix seconds): while it lives, its lists are its own | dequeuer, finalizer, aggregator → recovery | 15 s, renewed every 5 s |
+//!
+//! **Per epoch.** The epoch's state lives 7 days from the window's opening;
+//! the per-submission detail a day from its last write.
+//!
+//! | key | type | holds | writer → readers | lifetime |
+//! |---|---|---|---|---|
+//! | `epoch:{id}:state` | hash | release and source blocks, window times, `phase`, level-1 and on-chain status, `submissions_count`, `intake_since_at_close`, `onchain_*` | monitor (creates it), finalizer, aggregator, on-chain worker, tracker → all of them, API | 7 days |
+//! | `epoch:{id}:window` | string | `open`, then `closed` | monitor → — | none while open; 1 h once closed |
+//! | `epoch:{id}:processed` | set | ids of the accepted submissions | dequeuer → monitor, finalizer, tracker (its size) | 1 h after the window closes |
+//! | `EpochProcessed({id})` | set | the same ids, kept longer | dequeuer → dequeuer (already judged?), API | a day |
+//! | `epoch:{id}:votes` | zset | each slot's vote per project, `{projectId}\x1f{slotId}\x1f{cid}`, all of score 0 so a project's votes are one lexical range; an empty CID is a void vote (the slot equivocated) | dequeuer → dequeuer, finalizer, aggregator (recount), API | a day |
+//! | `epoch:{id}:projects` | zset | the projects with a vote, score 0 (byte order) | dequeuer → finalizer (cuts the parts) | a day |
+//! | `epoch:{id}:rejections` | hash | submission id → JSON record (slot, project, CID, reason, time) | dequeuer → dequeuer (already judged?), API | a day |
+//! | `epoch:{id}:parts:total` | string | the parts the epoch was cut into; once it exists, a late accept is `window_closed` | finalizer → finalizer, dequeuer | 7 days |
+//! | `epoch:{id}:parts:completed` | string | parts written so far | finalizer → finalizer | 7 days |
+//! | `epoch:{id}:parts:ready` | string | `true` once every part is written | finalizer → — | 7 days |
+//! | `batch:part:{epochId}:{partId}` | string | one part's tally, JSON | finalizer → aggregator | 2 h |
+//! | `finalized:{epochId}` | string | the validator's level-1 batch, JSON (batch CID, root, projects), written once | aggregator → on-chain worker, tracker, API | 7 days |
+//!
+//! **Pipeline.** One key each, whose members or fields come and go.
+//!
+//! | key | type | holds | writer → readers | lifetime |
+//! |---|---|---|---|---|
+//! | `epochs:closing` | zset | epochs whose window is open, scored by the anchor block it closes at | monitor → monitor, gateway | a member leaves at the close |
+//! | `epochs:active`, `ActiveEpochs` | set | epochs opened and not yet finalized (one set under two names; `ActiveEpochs` for outside readers) | monitor adds, aggregator removes → tracker, API | a member leaves when the batch is written |
+//! | `epochs:pending` | hash | epoch → submissions queued without a verdict | gateway (+1), dequeuer (−1) → finalizer | a field goes at 0 |
+//! | `anchor:head` | string | the anchor head the monitor last saw, never lowered | monitor → gateway, dequeuer, tracker, API | 120 s, renewed each head |
+//! | `slots:generation` | string | a counter bumped on every `SlotRegistered` (cached signers are dropped) | monitor → dequeuer, gateway | one key |
+//! | `monitor:cursor` | hash | `scanned_to`, `last_epoch`: how far the windows are written, only raised | monitor → monitor | one key |
+//! | `monitor:problem` | string | what is wrong with a monitor that still runs | monitor → API (`/health`) | 1 min, renewed while it lasts |
+//! | `intake:since` | string | the anchor block since which the intake has listened without a break | gateway → monitor (copied into the state at the close) | 3 s, renewed every 100 ms; deleted at a break |
+//! | `onchain:pending` | zset | epochs whose batch waits to be put on chain, scored by epoch id | aggregator → on-chain worker (removes when done) | the newest 1,024 |
+//! | `onchain:lease` | string | the instance id of the one process acting on chain | on-chain worker → on-chain worker | 15 s, renewed |
+//! | `outgoing:broadcast:batch` | list | `{"type": "finalized_batch", "data": …}` | aggregator → the validators' network | the newest 1,000 |
+//! | `metrics:counters` | hash | `received`, `accepted`, `rejected:{reason}`, `gossip_unwanted:{why}`, `finalized`, `finalization_latency_ms_sum` | gateway, dequeuer, aggregator → tracker, API | a fixed set of fields |
+//!
+//! **Timelines and views.** A timeline is a zset scored by Unix seconds,
+//! trimmed to a day ([`TIMELINE_RETENTION`]) by its writer as it adds.
+//!
+//! | key | type | holds | writer → readers | lifetime |
+//! |---|---|---|---|---|
+//! | `metrics:epochs:timeline` | zset | `open:{id}`, `close:{id}` | monitor → tracker | a day |
+//! | `metrics:submissions:timeline` | zset | `received:{epoch}:{slot}:{project}:{ms}:{peer}` per queued submission | gateway → tracker | a day |
+//! | `metrics:validations:timeline` | zset | accepted submission ids | dequeuer → tracker | a day |
+//! | `metrics:batches:timeline` | zset | `local:{epochId}` per batch written | aggregator → tracker | a day |
+//! | `metrics:validator:{validatorId}:batches` | zset | the epochs this validator finalized | aggregator → tracker | a day |
+//! | `epochs:gaps` | zset | `{epochId}:missing_level1`, `:missing_onchain`, `:not_watched`, `:state_lost`, scored by when found | tracker, monitor → API | members dropped after 1 h; the key 24 h after its last write |
+//! | `metrics:current_epoch` | string | the newest active epoch's phase and progress (JSON) | tracker → dashboards | 30 s |
+//! | `dashboard:summary`, `stats:current` | string, hash | the dashboard summary, as JSON and field by field | tracker → dashboards | 60 s |
+//! | `metrics:participation` | string | 24-hour participation (JSON) | tracker → dashboards | 300 s |
+//! | `metrics:submissions:metadata:{entityId}` | string | one queued submission's metadata (JSON), only with `Admission::metadata` | gateway → outside tools | 24 h |
+//! | `processed:{sequencerId}:{submissionId}` | hash | one accepted submission's record (`sequencerId`: this validator's id), only with `keeping_seed_records` | dequeuer → outside tools | 1 h |
 
 use std::time::Duration;
 
@@ -80,12 +141,12 @@ pub const TIMELINE_RETENTION: Duration = DAY;
 /// project, what a lost part is counted again from), its projects, the ids
 /// in `EpochProcessed`, its rejection records.
 pub const DETAIL_TTL: Duration = DAY;
-/// `processed:{sequencerId}:{submissionId}`: the seed's record of an
-/// accepted submission, read when its epoch is finalized; what lasts of it
-/// is its vote and its id in `EpochProcessed`.
+/// `processed:{sequencerId}:{submissionId}`: the record of an accepted
+/// submission, for tools outside the validator; what lasts of it is its
+/// vote and its id in `EpochProcessed`.
 pub const PROCESSED_TTL: Duration = HOUR;
 
-/// One row of the seed's key table: a pattern with `{placeholders}`.
+/// One row of the key table: a pattern with `{placeholders}`.
 #[derive(Clone, Copy, Debug)]
 pub struct KeySpec {
     pub pattern: &'static str,
@@ -97,68 +158,69 @@ const fn spec(pattern: &'static str, kind: KeyType, ttl: Ttl) -> KeySpec {
     KeySpec { pattern, kind, ttl }
 }
 
-/// The keys of seed 001 this validator writes, with their types and TTLs.
+/// The keys this validator writes, with their types and TTLs (the module's
+/// documentation says what each holds and who reads it).
 pub const SCHEMA: &[KeySpec] = &[
     spec("{protocol}:{market}:submissionQueue", KeyType::List, Ttl::None),
-    // Ours, not the seed's: each worker process's list of what it took and
-    // has not acknowledged (the seed's dequeuer BRPOPs, and a crash loses
-    // the item), and the set of those workers, for recovery.
+    // Each worker process's list of what it took and has not acknowledged
+    // (so a crash loses no item), and the set of those workers, for
+    // recovery.
     spec("{protocol}:{market}:submissionQueue:held:{owner}", KeyType::List, Ttl::None),
     spec("{protocol}:{market}:submissionQueue:holders", KeyType::Set, Ttl::None),
     spec("processingSubmission:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
-    // Ours: a worker process's heartbeat; what a worker without one holds is
+    // A worker process's heartbeat; what a worker without one holds is
     // recovered at once, not after its marks' 5 minutes.
     spec("{protocol}:{market}:worker:{instanceId}", KeyType::String, Ttl::Fixed(crate::queue::HEARTBEAT_TTL)),
-    // The seed gives the per-epoch and per-submission keys below no TTL; ours
-    // expire by themselves (an accepted submission's record after an hour,
-    // its epoch's after 7 days, with the epoch's state), so no component has
-    // to be running for them to go.
+    // The per-epoch and per-submission keys below expire by themselves (an
+    // accepted submission's record after an hour, its epoch's detail after a
+    // day, its state after 7 days), so no component has to be running for
+    // them to go.
     spec("{protocol}:{market}:processed:{sequencerId}:{submissionId}", KeyType::Hash, Ttl::Fixed(PROCESSED_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:processed", KeyType::Set, Ttl::AfterWindowClose(WINDOW_CLOSED_TTL)),
     spec("{protocol}:{market}:EpochProcessed({epochId})", KeyType::Set, Ttl::Fixed(DETAIL_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:window", KeyType::String, Ttl::AfterWindowClose(WINDOW_CLOSED_TTL)),
     spec("{protocol}:{market}:epoch:{epochId}:state", KeyType::Hash, Ttl::Fixed(EPOCH_STATE_TTL)),
     spec("{protocol}:{market}:finalizationQueue", KeyType::List, Ttl::None),
-    // Ours: the finalizer's and the aggregator's queues are reliable too.
+    // The finalizer's and the aggregator's queues are reliable too.
     spec("{protocol}:{market}:finalizationQueue:held:{owner}", KeyType::List, Ttl::None),
     spec("{protocol}:{market}:finalizationQueue:holders", KeyType::Set, Ttl::None),
     spec("{protocol}:{market}:finalizationQueue:mark:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
     spec("{protocol}:{market}:aggregationQueue:held:{owner}", KeyType::List, Ttl::None),
     spec("{protocol}:{market}:aggregationQueue:holders", KeyType::Set, Ttl::None),
     spec("{protocol}:{market}:aggregationQueue:mark:{id}", KeyType::String, Ttl::Fixed(PROCESSING_TTL)),
-    // Ours: each slot's vote per project in an epoch, as members
+    // Each slot's vote per project in an epoch, as members
     // `{projectId}\x1f{slotId}\x1f{cid}` (an empty CID: the slot
     // equivocated, its vote is void) of one score, so a project's votes are
     // a range in byte order: the filter every dequeuer shares for duplicates
     // and equivocation, and what the finalizer's parts read.
     spec("{protocol}:{market}:epoch:{epochId}:votes", KeyType::ZSet, Ttl::Fixed(DETAIL_TTL)),
-    // Ours: the epoch's projects with a vote, in byte order (what the
-    // finalizer's parts are cut from).
+    // The epoch's projects with a vote, in byte order (what the finalizer's
+    // parts are cut from).
     spec("{protocol}:{market}:epoch:{epochId}:projects", KeyType::ZSet, Ttl::Fixed(DETAIL_TTL)),
-    // Ours: each rejected submission with its reason, and the pipeline's
-    // counters (received, accepted, rejected:{reason}) shared by every process.
+    // Each rejected submission with its reason, and the pipeline's counters
+    // (received, accepted, rejected:{reason}) shared by every process.
     spec("{protocol}:{market}:epoch:{epochId}:rejections", KeyType::Hash, Ttl::Fixed(DETAIL_TTL)),
     spec("{protocol}:{market}:metrics:counters", KeyType::Hash, Ttl::None),
-    // Ours: per epoch, submissions the gateway queued that have no verdict
-    // yet; an epoch is finalized once none is left (or its grace ran out).
+    // Per epoch, submissions the gateway queued that have no verdict yet; an
+    // epoch is finalized once none is left (or its grace ran out).
     spec("{protocol}:{market}:epochs:pending", KeyType::Hash, Ttl::None),
-    // Ours: the anchor head as the event monitor last saw it (the dequeuer
+    // The anchor head as the event monitor last saw it (the dequeuer
     // checks deadlines against it), and the epochs whose window is open, by
     // the anchor block it closes at.
     spec("{protocol}:{market}:anchor:head", KeyType::String, Ttl::Fixed(ANCHOR_HEAD_TTL)),
     spec("{protocol}:{market}:epochs:closing", KeyType::ZSet, Ttl::None),
-    // Ours: bumped by the event monitor on every `SlotRegistered`; a dequeuer
-    // that sees it change forgets the signers it cached.
+    // Bumped by the event monitor on every `SlotRegistered`; a dequeuer that
+    // sees it change forgets the signers it cached.
     spec("{protocol}:{market}:slots:generation", KeyType::String, Ttl::None),
-    // Ours: how far the event monitors have handled the anchor chain
+    // How far the event monitors have handled the anchor chain
     // (`scanned_to`, `last_epoch`), kept beside what they wrote so that a
     // Redis that lost writes has lost this too: a monitor whose own cursor
     // is ahead reads those blocks again.
     spec("{protocol}:{market}:monitor:cursor", KeyType::Hash, Ttl::None),
-    // Ours: what is wrong with an event monitor that still runs (its cursor
-    // file cannot be saved), for `/health`.
+    // What is wrong with an event monitor that still runs (its cursor file
+    // cannot be saved), for `/health`.
     spec("{protocol}:{market}:monitor:problem", KeyType::String, Ttl::Fixed(MONITOR_PROBLEM_TTL)),
-    // Ours: epochs whose level-1 batch waits to be submitted, attested or
+    // Epochs whose level-1 batch waits to be submitted, attested or
     // finalized on chain (the newest 1,024); the lease of the one process
     // that acts on chain for this validator; and the anchor block since which
     // this validator's intake has been listening (none: it is not), so it
@@ -175,9 +237,9 @@ pub const SCHEMA: &[KeySpec] = &[
     spec("{protocol}:{market}:outgoing:broadcast:batch", KeyType::List, Ttl::None),
     spec("{protocol}:{market}:epochs:active", KeyType::Set, Ttl::None),
     spec("{protocol}:{market}:epochs:gaps", KeyType::ZSet, Ttl::Fixed(DAY)),
-    // The seed names it `ActiveEpochs()` in its key table and
-    // `{protocol}:{market}:ActiveEpochs` in the event monitor's list; the
-    // namespaced name keeps two data markets on one Redis apart.
+    // The same epochs as `epochs:active`, under the name tools outside the
+    // validator read; namespaced like the rest, so two data markets on one
+    // Redis stay apart.
     spec("{protocol}:{market}:ActiveEpochs", KeyType::Set, Ttl::None),
     spec("{protocol}:{market}:dashboard:summary", KeyType::String, Ttl::Fixed(MINUTE)),
     spec("{protocol}:{market}:stats:current", KeyType::Hash, Ttl::Fixed(MINUTE)),
@@ -223,7 +285,8 @@ pub struct Keys {
 }
 
 impl Keys {
-    /// `protocol` and `market` as the seed's `{protocol}:{market}` namespace.
+    /// The keys of `protocol` and `market`, under the `{protocol}:{market}:`
+    /// prefix (lower case).
     pub fn new(protocol: &str, market: &str) -> Self {
         Self { prefix: format!("{}:{}:", protocol.to_ascii_lowercase(), market.to_ascii_lowercase()) }
     }
@@ -252,8 +315,8 @@ impl Keys {
         self.ns(&format!("epoch:{epoch_id}:processed"))
     }
 
-    /// `EpochProcessed({epochId})`, namespaced as the seed's deterministic
-    /// aggregation section gives it.
+    /// `EpochProcessed({epochId})`: the epoch's accepted submission ids, as
+    /// `epoch:{id}:processed` holds them, but kept a day.
     pub fn epoch_processed_set(&self, epoch_id: u64) -> String {
         self.ns(&format!("EpochProcessed({epoch_id})"))
     }

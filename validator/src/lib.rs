@@ -1,12 +1,12 @@
 //! The validator: the receiving end of the protocol. Submissions arrive at a
 //! gateway, are checked by dequeuer workers, finalized per epoch and
-//! aggregated into the validator's batch, all through Redis keys named as
-//! seed 001 gives them (`keys`), so each component can run in its own
-//! process. Depends on the protocol crate and the runtime's shared crates
-//! (core, config, chain, compute, gossip), never on the node or the devnet: what the
-//! dequeuer must know of the chains comes through the [`chain::ChainReads`] trait,
-//! which [`service::AnchorChain`] implements on the anchor and the data
-//! market's assignment rule.
+//! aggregated into the validator's batch, all through Redis keys (`keys`
+//! lists each, its type, writers, readers and lifetime), so each component
+//! can run in its own process. Depends on the protocol crate and the
+//! runtime's shared crates (core, config, chain, compute, gossip), never on
+//! the node or the devnet: what the dequeuer must know of the chains comes
+//! through the [`chain::ChainReads`] trait, which [`service::AnchorChain`]
+//! implements on the anchor and the data market's assignment rule.
 //!
 //! - `gateway`: the collector's gRPC service, queueing each submission;
 //! - `dequeuer`: the checks, and one verdict per submission;

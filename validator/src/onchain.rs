@@ -689,10 +689,8 @@ impl Onchain {
             .call_value("eth_getBlockByNumber", serde_json::json!(["latest", false]))
             .await
             .map_err(|e| format!("the anchor's latest block: {e}"))?;
-        let limit = block["gasLimit"]
-            .as_str()
-            .and_then(|q| u64::from_str_radix(q.trim_start_matches("0x"), 16).ok())
-            .ok_or_else(|| format!("the anchor's latest block has no gasLimit: {block}"))?;
+        let limit = lite_node_protocol::quantity::quantity(&block["gasLimit"])
+            .map_err(|e| format!("the anchor's latest block has no gasLimit ({e}): {block}"))?;
         Ok(((limit / 3) / GAS_PER_STORED_PAIR).clamp(1, MAX_PART) as usize)
     }
 

@@ -15,14 +15,14 @@
 //!
 //! Each taken item is also marked `processingSubmission:{id}` (the
 //! submission queue; `{queue}:mark:{id}` for the others) with a 5-minute TTL,
-//! as seed 001 has it: for an operator's eyes, not for liveness (the
-//! validator's dequeuer leaves submissions unmarked unless asked,
-//! [`ReliableQueue::unmarked`]). The mark's id
-//! is the SHA-1 of the item (`redis.sha1hex` in the take script); the
-//! submission's own id is [`item_id`] (the first 128 bits of its SHA-256).
+//! holding its owner: for outside tools and an operator's eyes, not for
+//! liveness (the validator's dequeuer leaves submissions unmarked unless
+//! asked, [`ReliableQueue::unmarked`]). The mark's id is the SHA-1 of the
+//! item (`redis.sha1hex` in the take script); the submission's own id is
+//! [`item_id`] (the first 128 bits of its SHA-256).
 //!
-//! (The protocol's own dequeuer pops with a plain `BRPOP`: a crash after the
-//! pop loses the submission.)
+//! (A plain `BRPOP` would lose a submission whose worker crashed after the
+//! pop: that is why an item moves onto its worker's list instead.)
 //!
 //! Delivery is at least once: an item can come back after its worker did
 //! the work but died before acknowledging it. Consumers make handling
@@ -225,7 +225,7 @@ impl ReliableQueue {
     }
 
     /// The submission queue of `keys`, each taken item marked
-    /// `processingSubmission:{sha1}` as seed 001 has it.
+    /// `processingSubmission:{sha1}` (not namespaced).
     pub fn submissions(conn: ConnectionManager, keys: &Keys) -> Self {
         Self::new(conn, keys, keys.submission_queue(), Keys::processing_submission(""))
     }

@@ -96,9 +96,9 @@ impl Draft {
 /// Ethereum (EIP-2) and the rules refuse it.
 fn malleated(signature: &str) -> String {
     use alloy::primitives::U256;
-    const ORDER: &str = "fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141";
+    const ORDER: U256 = alloy::primitives::uint!(0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141_U256);
     let mut raw = hex::decode(signature).expect("a signature this table made");
-    let n = U256::from_str_radix(ORDER, 16).expect("the order of secp256k1");
+    let n = ORDER;
     let high = n - U256::from_be_slice(&raw[32..64]);
     raw[32..64].copy_from_slice(&high.to_be_bytes::<32>());
     raw[64] = if raw[64] == 27 { 28 } else { 27 };

@@ -6,10 +6,25 @@ use anyhow::Result;
 
 use crate::{config::EnvSnapshot, exit::BadInput};
 
+/// `lite-node alert …`.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum Command {
+    /// Send a test message through every configured channel and show each answer.
+    Test,
+}
+
+impl Command {
+    pub fn run(self, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+        match self {
+            Command::Test => test(env, out),
+        }
+    }
+}
+
 /// `lite-node alert test`: one test message through every configured alert
 /// channel, on a runtime of its own; a line per channel with what it
 /// answered or why it failed.
-pub fn alert_test(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+pub fn test(env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(send_test(env, out))
 }

@@ -23,14 +23,26 @@ pub fn pool_list(listed: &[String], file: Option<&std::path::Path>) -> Result<Ve
     Ok(pools)
 }
 
-/// What `lite-node assignments` is asked.
-#[derive(Clone, Debug)]
-pub struct AssignmentQuery {
+/// `lite-node assignments`'s arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// Epoch id.
+    #[arg(long, value_name = "E")]
     pub epoch_id: u64,
+    /// Hash of the epoch's seed block (32 bytes hex, 0x optional).
+    #[arg(long, value_name = "H")]
     pub block_hash: String,
+    /// Total registered slots (getTotalNodeCount()).
+    #[arg(long, value_name = "T")]
     pub total_slots: u64,
+    /// Active pools, comma-separated.
+    #[arg(long, value_name = "P1,P2,…", value_delimiter = ',')]
     pub pools: Vec<String>,
+    /// A file with one pool address per line.
+    #[arg(long, value_name = "F")]
     pub pools_file: Option<std::path::PathBuf>,
+    /// Answer for this slot only.
+    #[arg(long, value_name = "S")]
     pub slot: Option<u64>,
 }
 
@@ -58,7 +70,7 @@ struct SlotAnswer<'a> {
 
 /// `lite-node assignments`: the data market's slot assignment for one epoch,
 /// computed by the configured compute package, as JSON on `out`.
-pub fn assignments(env: &EnvSnapshot, query: &AssignmentQuery, out: &mut dyn Write) -> Result<()> {
+pub fn run(query: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     let pools = pool_list(&query.pools, query.pools_file.as_deref())?;
     let mut problems = Vec::new();
     let hex = query.block_hash.strip_prefix("0x").or_else(|| query.block_hash.strip_prefix("0X"));

@@ -17,10 +17,19 @@ use crate::{
     node::check_slots,
 };
 
+/// `lite-node check`'s arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// Skip the network checks (configuration and compute package only).
+    #[arg(long)]
+    pub offline: bool,
+}
+
 /// `lite-node check`: validates everything that can be checked without
 /// running, one line per check; fails when any check fails (exit 2 when the
 /// configuration is what is wrong, 1 when something cannot be reached).
-pub fn check(env: &EnvSnapshot, offline: bool, out: &mut dyn Write) -> Result<()> {
+pub fn run(args: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+    let offline = args.offline;
     let mut failed = 0usize;
     let mut bad_config = false;
     let mut line = |ok: bool, what: &str, detail: &str, out: &mut dyn Write| -> std::io::Result<()> {

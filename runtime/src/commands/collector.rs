@@ -6,7 +6,9 @@ use std::{io::Write, net::SocketAddr, sync::Arc, time::Duration};
 use anyhow::Context;
 use lite_node_protocol::submission::Projects;
 
-use super::MarketOptions;
+use lite_node_validator::gossip::Multiaddr;
+
+use super::MarketArgs;
 use crate::{
     collector::{Collector, SelectionCheck},
     compute,
@@ -16,18 +18,31 @@ use crate::{
     signals::shutdown_signals,
 };
 
-/// What `lite-node collector` is given.
-#[derive(Clone, Debug)]
-pub struct CollectorOptions {
+/// `lite-node collector`'s arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on (port 0: any free port; the chosen one is printed).
+    #[arg(long, default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
-    pub market: MarketOptions,
+    #[command(flatten)]
+    pub market: MarketArgs,
+    /// Anchor block where EpochReleased lookups start.
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub from_block: u64,
-    /// Publish accepted submissions on the gossip network from here.
-    pub p2p_listen: Option<lite_node_validator::gossip::Multiaddr>,
-    pub p2p_bootstrap: Vec<lite_node_validator::gossip::Multiaddr>,
-    /// Where the gossip identity is kept.
+    /// Publish every accepted submission on the validators' gossip network:
+    /// where this collector's libp2p peer listens (e.g. /ip4/0.0.0.0/tcp/9100).
+    #[arg(long, value_name = "MULTIADDR")]
+    pub p2p_listen: Option<Multiaddr>,
+    /// Gossip peers to dial first (validators), comma-separated, each ending
+    /// in /p2p/<peer id>.
+    #[arg(long, value_name = "MULTIADDR,…", value_delimiter = ',')]
+    pub p2p_bootstrap: Vec<Multiaddr>,
+    /// Where the collector keeps its gossip identity (p2p-identity.key).
+    #[arg(long, value_name = "DIR", default_value = "collector-data")]
     pub data_dir: std::path::PathBuf,
-    /// Where `/health` is served (what a container's health check asks).
+    /// Serve `/health` here (200 while the anchor chain answers, 503 with
+    /// the reason when it does not): what a container's health check asks.
+    #[arg(long, value_name = "ADDRESS")]
     pub status_listen: Option<SocketAddr>,
 }
 
@@ -35,7 +50,7 @@ pub struct CollectorOptions {
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the collector until Ctrl-C or SIGTERM.
-pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
+pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
     let pools = a.market.pools()?;
     let package = if pools.is_empty() {
         None
@@ -92,9 +107,12 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
             _ = &mut signals => return Ok(()),
             id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
         };
+        let mut tasks = crate::supervisor::Supervisor::new();
         if let Some(status) = status {
             say(format!("health on http://{}/health", status.local_addr()?));
-            tokio::spawn(serve_health(status, anchor.clone(), chain_id));
+            let health = crate::collector::health::Health::new(chain_id);
+            tasks.spawn_critical("health probe", health.clone().probe(anchor.clone()));
+            tasks.spawn_critical("status server", lite_node_core::status::serve(status, health));
         }
         let mut collector = Collector::new(anchor, chain_id);
         (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
@@ -123,6 +141,7 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         tokio::pin!(server);
         tokio::select! {
             served = &mut server => served?,
+            failed = tasks.failed() => return Err(failed.into()),
             _ = &mut signals => {
                 let _ = stop.send(());
                 if tokio::time::timeout(CLOSE_GRACE, &mut server).await.is_err() {
@@ -132,59 +151,4 @@ pub fn collector(a: CollectorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         }
         Ok(())
     })
-}
-
-/// How often `/health` has the anchor chain read.
-const HEALTH_PROBE: Duration = Duration::from_secs(10);
-
-/// What `/health` answers: the anchor chain the collector judges by, as last read.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-struct Health {
-    chain_id: u64,
-    anchor_head: Option<u64>,
-    /// Why the last read of the anchor chain failed (the collector cannot
-    /// judge submissions meanwhile); `None` when it answered.
-    error: Option<String>,
-}
-
-/// Serves `/health` on `listener`: 200 while the anchor chain answers the
-/// collector (read every [`HEALTH_PROBE`]), 503 with the reason when it does not.
-async fn serve_health(listener: tokio::net::TcpListener, anchor: Arc<lite_node_chain::Anchor>, chain_id: u64) {
-    use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get};
-    type Shared = Arc<std::sync::Mutex<Health>>;
-    let state: Shared = Arc::new(std::sync::Mutex::new(Health { chain_id, ..Health::default() }));
-    let probe = state.clone();
-    tokio::spawn(async move {
-        loop {
-            let read = tokio::time::timeout(HEALTH_PROBE, anchor.head()).await;
-            {
-                let mut h = probe.lock().expect("not poisoned");
-                match read {
-                    Ok(Ok(head)) => (h.anchor_head, h.error) = (Some(head), None),
-                    Ok(Err(e)) => h.error = Some(format!("the anchor chain: {e}")),
-                    Err(_) => h.error = Some(format!("the anchor chain: no answer in {}s", HEALTH_PROBE.as_secs())),
-                }
-            }
-            tokio::time::sleep(HEALTH_PROBE).await;
-        }
-    });
-    async fn health(State(state): State<Shared>) -> impl IntoResponse {
-        let h = state.lock().expect("not poisoned").clone();
-        let code =
-            if h.error.is_some() || h.anchor_head.is_none() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
-        (code, axum::Json(h))
-    }
-    let app = axum::Router::new().route("/health", get(health)).with_state(state);
-    if let Err(e) = axum::serve(listener, app).await {
-        eprintln!("the health server stopped: {e}");
-    }
-}
-
-/// Prints the gossip peer id kept in `data_dir` (made there if missing).
-pub fn peer_id(data_dir: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<()> {
-    let identity = data_dir.join("p2p-identity.key");
-    let key = lite_node_validator::gossip::load_or_create_identity(&identity)
-        .map_err(|e| BadInput(format!("--data-dir {}: {e}", data_dir.display())))?;
-    writeln!(out, "{}", key.public().to_peer_id())?;
-    Ok(())
 }

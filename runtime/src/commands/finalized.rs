@@ -26,23 +26,34 @@ use serde_json::{Value, json};
 
 use crate::{config::EnvSnapshot, exit::BadInput};
 
-/// What `lite-node finalized` is asked.
-#[derive(Clone, Debug)]
-pub struct FinalizedQuery {
+/// `lite-node finalized`'s arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// Epoch id.
+    #[arg(long, value_name = "E")]
     pub epoch_id: u64,
+    /// Only this project (its id, as submitted).
+    #[arg(long, value_name = "P")]
     pub project: Option<String>,
+    /// Print the Merkle proof of the project's CID (needs --project).
+    #[arg(long)]
     pub proof: bool,
-    /// `--anchor-rpc`, `--protocol-state`, `--data-market`; each defaults to
-    /// the node's variable.
+    /// Anchor chain JSON-RPC URL (default: POWERLOOM_RPC_URL).
+    #[arg(long, value_name = "URL")]
     pub anchor_rpc: Option<String>,
+    /// ProtocolState address (default: PROTOCOL_STATE_CONTRACT).
+    #[arg(long, value_name = "ADDRESS")]
     pub protocol_state: Option<String>,
+    /// Data market address (default: DATA_MARKET_CONTRACT).
+    #[arg(long, value_name = "ADDRESS")]
     pub data_market: Option<String>,
-    /// Where to look for the epoch's events from.
+    /// The anchor block to look for the epoch's events from.
+    #[arg(long, value_name = "B", default_value_t = 0)]
     pub from_block: u64,
 }
 
 /// Prints what the chain finalized for the epoch.
-pub fn finalized(q: &FinalizedQuery, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     if q.proof && q.project.is_none() {
         bail!(BadInput("--proof needs --project (the project whose CID is proven)".into()));
     }
@@ -67,7 +78,7 @@ pub fn finalized(q: &FinalizedQuery, env: &EnvSnapshot, out: &mut dyn Write) -> 
     })
 }
 
-async fn report(anchor: &Anchor, q: &FinalizedQuery, out: &mut dyn Write) -> Result<()> {
+async fn report(anchor: &Anchor, q: &Args, out: &mut dyn Write) -> Result<()> {
     let (dm, e) = (anchor.data_market, U256::from(q.epoch_id));
     let batch = anchor
         .read(&epochBatchCall { dataMarketAddress: dm, epochId: e }, None)
@@ -157,7 +168,7 @@ async fn report(anchor: &Anchor, q: &FinalizedQuery, out: &mut dyn Write) -> Res
 /// The finalized batch's `(project id, CID)` pairs, from the transactions
 /// that stored them (their `FinalizedCidsStored` logs name them), checked:
 /// each part proves against the finalized root, and all of them make it.
-async fn leaves(anchor: &Anchor, q: &FinalizedQuery, root: B256) -> Result<Vec<(String, String)>> {
+async fn leaves(anchor: &Anchor, q: &Args, root: B256) -> Result<Vec<(String, String)>> {
     let logs = anchor.epoch_logs(FinalizedCidsStored::SIGNATURE_HASH, q.epoch_id, q.from_block).await?;
     let mut pairs: std::collections::BTreeMap<String, String> = Default::default();
     let mut seen = std::collections::BTreeSet::new();

@@ -1,50 +1,50 @@
-//! The command-line verbs, as library functions that take an environment
-//! (and a writer for their report), so tests call them as `main` does.
-//! One file per verb; the long-running ones (`run`, `collector`, `validator`, `devnet`)
-//! build their own tokio runtime here.
+//! The command-line verbs. Each verb is one module that owns its clap
+//! arguments (`Args`, or a subcommand enum for a verb with sub-verbs) and
+//! runs them with a `run` function over the crates that do the work;
+//! `main.rs` assembles the command tree from them. The long-running verbs
+//! (`run`, `collector`, `validator`, `devnet`, `market release`) build their
+//! own tokio runtime; the others a current-thread one when they need one.
 
-mod alert;
-mod assignments;
-mod check;
-mod collector;
-mod compute;
-mod compute_run;
-mod devnet;
-mod finalized;
-mod market;
-mod run;
-mod validator;
+pub mod alert;
+pub mod assignments;
+pub mod check;
+pub mod collector;
+pub mod compute;
+pub mod devnet;
+pub mod finalized;
+pub mod market;
+pub mod peer_id;
+pub mod run;
+pub mod validator;
 
-pub use alert::alert_test;
-pub use assignments::{AssignmentQuery, assignments, pool_list};
-pub use check::check;
-pub use collector::{CollectorOptions, collector, peer_id};
-pub use compute::{compute_new, compute_show, print_package};
-pub use compute_run::{ComputeRunFailed, EpochQuery, compute_run};
-pub use devnet::devnet;
-pub use finalized::{FinalizedQuery, finalized};
-pub use lite_node_validator::service::Component;
-pub use market::{
-    DeployOptions, Manifest, MarketAccess, ReleaseOptions, Role, RolesVerb, SlotsVerb, ValidatorsVerb, market_days,
-    market_deploy, market_env, market_peers, market_release, market_roles, market_slots, market_status,
-    market_validators,
-};
-pub use run::run;
-pub use validator::{ValidatorOptions, validator};
-
-/// The data market a collector or validator serves, as its flags give it.
-#[derive(Clone, Debug)]
-pub struct MarketOptions {
+/// The data market a collector or validator serves (flattened into both
+/// verbs' arguments).
+#[derive(Clone, Debug, clap::Args)]
+pub struct MarketArgs {
+    /// Anchor chain JSON-RPC URL(s), comma-separated.
+    #[arg(long, value_name = "URL")]
     pub anchor_rpc: String,
+    /// ProtocolState contract address.
+    #[arg(long, value_name = "ADDRESS")]
     pub protocol_state: String,
+    /// Data market contract address.
+    #[arg(long, value_name = "ADDRESS")]
     pub data_market: String,
-    /// Where the epochs' seed blocks are read (default: the anchor).
+    /// Source chain JSON-RPC URL(s) for the epochs' seed blocks (default: the
+    /// anchor's, over HTTP when it is a WebSocket).
+    #[arg(long, value_name = "URL")]
     pub source_rpc: Option<String>,
+    /// The data market's active pools, comma-separated: the selection check,
+    /// with the configured compute package's assignment rule (a validator's
+    /// dequeuer needs it; without it a collector does not check selection).
+    #[arg(long, value_name = "P1,P2,…", value_delimiter = ',')]
     pub pools: Vec<String>,
+    /// A file with one active pool address per line (as --pools).
+    #[arg(long, value_name = "F")]
     pub pools_file: Option<std::path::PathBuf>,
 }
 
-impl MarketOptions {
+impl MarketArgs {
     /// ProtocolState and the data market, each named by its flag when it is
     /// not an address.
     pub fn scope(&self) -> Result<lite_node_protocol::submission::Scope, crate::exit::BadInput> {
@@ -60,7 +60,7 @@ impl MarketOptions {
 
     /// The active pools of `--pools` and `--pools-file`, each an address.
     pub fn pools(&self) -> anyhow::Result<Vec<String>> {
-        let pools = pool_list(&self.pools, self.pools_file.as_deref())?;
+        let pools = assignments::pool_list(&self.pools, self.pools_file.as_deref())?;
         let bad: Vec<&String> = pools.iter().filter(|p| !lite_node_protocol::is_address(p)).collect();
         if !bad.is_empty() {
             let from = if self.pools_file.is_some() { "--pools / --pools-file" } else { "--pools" };

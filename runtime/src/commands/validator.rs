@@ -1,10 +1,10 @@
 //! `lite-node validator`: the validator pipeline (`lite-node-validator`) on
 //! real chains and a real Redis — every component in this process by
-//! default, or the ones `--components` names (the seed's one component per
-//! container). The flags become the validator's `Settings` and `Deps`; the
+//! default, or the ones `--components` names (one component per container
+//! is the same pipeline). The flags become the validator's `Settings` and `Deps`; the
 //! validator runs itself (`lite_node_validator::service::run`).
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, time::Duration};
 
 use lite_node_validator::{
     gateway::Admission,
@@ -12,34 +12,101 @@ use lite_node_validator::{
     service::{self, Component, GossipSettings, OnchainSettings, Settings, Wiring},
 };
 
-use super::MarketOptions;
+use super::MarketArgs;
 use crate::{
     config::{ComputeConfig, EnvSnapshot, MarketProjects},
     signals::shutdown_signals,
 };
 
-/// What `lite-node validator` is given.
-#[derive(Clone, Debug)]
-pub struct ValidatorOptions {
+/// `lite-node validator`'s arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// Components to run in this process, comma-separated (default: all):
+    /// gateway, monitor, dequeuer, finalizer, aggregator, tracker, api,
+    /// onchain. Running them one per process (e.g. several dequeuers) is the
+    /// same pipeline: they meet in Redis.
+    #[arg(long, value_parser = |s: &str| s.parse::<Component>(), value_delimiter = ',', value_name = "C,…")]
     pub components: Vec<Component>,
+    /// Redis the components share.
+    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// This validator's id (its batches' author, the sequencer id of its keys).
+    #[arg(long, value_name = "ID", default_value = "validator-1")]
     pub validator_id: String,
+    /// Where the gateway listens for submissions (gRPC).
+    #[arg(long, default_value = "127.0.0.1:50052")]
     pub listen: SocketAddr,
+    /// Where the monitor API listens (HTTP).
+    #[arg(long, default_value = "127.0.0.1:9091")]
     pub api_listen: SocketAddr,
-    pub market: MarketOptions,
+    #[command(flatten)]
+    pub market: MarketArgs,
+    /// Anchor block the event monitor starts at without a saved cursor
+    /// (default: the head).
+    #[arg(long, value_name = "N")]
     pub from_block: Option<u64>,
+    /// Anchor blocks each epoch's submission window stays open after its
+    /// release (130: every deadline a node may sign).
+    #[arg(long, value_name = "N", default_value_t = lite_node_protocol::submission::WINDOW_BLOCKS,
+          value_parser = at_least_one_block)]
     pub window_blocks: u64,
+    /// Dequeuer workers in this process.
+    #[arg(long, value_name = "N", default_value_t = 4)]
     pub workers: usize,
+    /// Projects per finalization part.
+    #[arg(long, value_name = "N", default_value_t = lite_node_validator::finalizer::PART_SIZE)]
     pub part_size: usize,
+    /// The event monitor's cursor (locked: one monitor per directory).
+    #[arg(long, value_name = "DIR", default_value = "validator-data")]
     pub data_dir: PathBuf,
-    pub poll_interval: Duration,
-    pub admission: Admission,
-    /// `--p2p-listen`: take submissions from the gossip network too.
+    /// How often the event monitor polls the anchor chain.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub poll_ms: u64,
+    /// Submissions waiting for the dequeuers past which the gateway answers
+    /// RESOURCE_EXHAUSTED (nodes retry).
+    #[arg(long, value_name = "N", default_value_t = Admission::default().max_queue)]
+    pub max_queue: u64,
+    /// Submissions a second the gateway takes from one peer (IP address),
+    /// sustained, and in a burst.
+    #[arg(long, value_name = "N", default_value_t = Admission::default().peer_rate)]
+    pub peer_rate: NonZeroU32,
+    #[arg(long, value_name = "N", default_value_t = Admission::default().peer_burst)]
+    pub peer_burst: NonZeroU32,
+    /// Calls one peer may have in flight at the gateway.
+    #[arg(long, value_name = "N", default_value_t = Admission::default().peer_in_flight)]
+    pub peer_in_flight: usize,
+    /// Gossip submissions taken from one slot for one epoch; past it, the
+    /// rest are unwanted (counted against the peer that relayed them).
+    #[arg(long, value_name = "N", default_value_t = Admission::default().per_slot_epoch)]
+    pub per_slot_epoch: u32,
+    /// Take submissions from the validators' gossip network too: where this
+    /// validator's libp2p peer listens (e.g. /ip4/0.0.0.0/tcp/9000; its
+    /// identity is p2p-identity.key in --data-dir).
+    #[arg(long, value_name = "MULTIADDR")]
     pub p2p_listen: Option<Multiaddr>,
-    /// `--p2p-bootstrap`: peers to dial first.
+    /// Gossip peers to dial first, comma-separated, each ending in
+    /// /p2p/<peer id> (a collector's, other validators').
+    #[arg(long, value_name = "MULTIADDR,…", value_delimiter = ',')]
     pub p2p_bootstrap: Vec<Multiaddr>,
-    /// `--fallback-blocks`: a submitter's turn on chain.
+    /// Also keep the per-submission keys some external tools read (the
+    /// monitor API does not): `metrics:submissions:metadata:{entityId}` for
+    /// 24 h (~550 B each), `processingSubmission:{id}` while held, and
+    /// `processed:{sequencerId}:{submissionId}` for an hour once accepted.
+    #[arg(long)]
+    pub submission_metadata: bool,
+    /// Anchor blocks the chosen submitter of an epoch's batch has before the
+    /// next validator in turn submits it (with VALIDATOR_SIGNER_PRIVATE_KEY).
+    #[arg(long, value_name = "BLOCKS", default_value_t = lite_node_validator::onchain::FALLBACK_BLOCKS)]
     pub fallback_blocks: u64,
+}
+
+/// `--window-blocks`: a whole number of anchor blocks, at least one.
+fn at_least_one_block(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("a window must stay open at least 1 anchor block".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a whole number of anchor blocks".into()),
+    }
 }
 
 /// The variable that holds the validator's key for its transactions.
@@ -47,7 +114,7 @@ pub const VALIDATOR_KEY_VAR: &str = "VALIDATOR_SIGNER_PRIVATE_KEY";
 
 /// Runs the chosen components until Ctrl-C or SIGTERM: the flags become
 /// the validator's settings and wiring, and the validator runs itself.
-pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
+pub fn run(o: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
     let settings = Settings {
         components: o.components,
         validator_id: o.validator_id,
@@ -55,11 +122,18 @@ pub fn validator(o: ValidatorOptions, env: &EnvSnapshot) -> anyhow::Result<()> {
         api_listen: o.api_listen,
         data_dir: o.data_dir,
         from_block: o.from_block,
-        poll_interval: o.poll_interval,
+        poll_interval: Duration::from_millis(o.poll_ms.max(10)),
         window_blocks: o.window_blocks,
         workers: o.workers,
         part_size: o.part_size,
-        admission: o.admission,
+        admission: Admission {
+            max_queue: o.max_queue,
+            peer_rate: o.peer_rate,
+            peer_burst: o.peer_burst,
+            peer_in_flight: o.peer_in_flight,
+            per_slot_epoch: o.per_slot_epoch,
+            metadata: o.submission_metadata,
+        },
         gossip: o.p2p_listen.map(|listen| GossipSettings { listen, bootstrap: o.p2p_bootstrap.clone() }),
         onchain: match env.get(VALIDATOR_KEY_VAR) {
             Some(value) => Some(OnchainSettings {

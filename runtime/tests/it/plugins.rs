@@ -91,7 +91,7 @@ fn compute_list_aligns_processor_descriptions() {
     let data = tempfile::tempdir().unwrap();
     let package = load_faulty(data.path());
     let mut out = Vec::new();
-    lite_node::commands::print_package(&package, &mut out).unwrap();
+    lite_node::commands::compute::print_package(&package, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
     let block = text.split("\nlibrary ").nth(1).expect("a library is listed");
     let starts: std::collections::BTreeSet<usize> = block

@@ -1,5 +1,8 @@
 //! docs/launch-a-market.md, run as written: its `sh` blocks in order, in
-//! one bash shell, in an empty directory — two anvils (anchor 7001, source 7002),
+//! one bash shell, in an empty directory — the prerequisites (the devnet
+//! world by `devnet/build-world.sh --if-stale`, a no-op once `./init.sh test`
+//! has built it; `lite-node` installed only if it is not on `PATH`, and the
+//! test puts the one it built there), two anvils (anchor 7001, source 7002),
 //! `market deploy`, slots and validators, three validators, the collector,
 //! four nodes from `market env`, `market release` — until a consumer's
 //! `lite-node finalized --proof` verifies a CID against the root on chain.
@@ -53,7 +56,15 @@ fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
     let root = lite_node_testkit::workspace_root();
     let doc = std::fs::read_to_string(root.join("docs/launch-a-market.md")).unwrap();
     let blocks: Vec<&str> = doc.split("```sh\n").skip(1).map(|b| b.split("```").next().unwrap()).collect();
-    assert!(blocks.len() >= 10, "the runbook's steps: {}", blocks.len());
+    assert!(blocks.len() >= 11, "the runbook's steps: {}", blocks.len());
+    // The first block is the prerequisites a newcomer on a fresh clone needs:
+    // the git-ignored world, and lite-node when it is not on PATH.
+    assert!(
+        blocks[0].contains("\"$CHECKOUT/devnet/build-world.sh\" --if-stale")
+            && blocks[0].contains("command -v lite-node"),
+        "the runbook's prerequisites:\n{}",
+        blocks[0]
+    );
     let script = blocks.concat();
     let placeholder = "CHECKOUT=<this repository's root>";
     assert!(script.contains(placeholder) && script.contains("\nBASE=18500 "), "the runbook's settings:\n{script}");

@@ -83,6 +83,41 @@ pub struct ReleaserState {
     pub raced: u64,
 }
 
+/// The releaser's `/health` (200 unless its last step failed, the state as
+/// JSON) and `/metrics`, for `lite_node_core::status::serve`.
+pub struct ReleaserStatus(pub Arc<Mutex<ReleaserState>>);
+
+impl lite_node_core::status::Status for ReleaserStatus {
+    fn health(&self) -> (bool, serde_json::Value) {
+        let s = self.0.lock().expect("not poisoned").clone();
+        (s.error.is_none(), serde_json::to_value(s).unwrap_or_default())
+    }
+
+    fn metrics(&self) -> Option<String> {
+        let s = self.0.lock().expect("not poisoned").clone();
+        let mut g = lite_node_core::status::Gauges::default();
+        g.gauge("lite_node_releaser_source_head", "The source chain's newest block.", s.source_head)
+            .gauge("lite_node_releaser_last_released_end", "The last source block released.", s.last_released_end)
+            .gauge("lite_node_releaser_epochs_released", "The market's current epoch id.", s.epochs_released)
+            .gauge(
+                "lite_node_releaser_lag_blocks",
+                "Source blocks not released yet.",
+                s.source_head.zip(s.last_released_end).map(|(h, l)| h.saturating_sub(l)),
+            )
+            .gauge("lite_node_releaser_released_here", "Epochs this process released.", Some(s.released_here))
+            .gauge("lite_node_releaser_replaced", "Stuck transactions replaced.", Some(s.replaced))
+            .gauge("lite_node_releaser_raced", "Ranges released by another transaction.", Some(s.raced))
+            .gauge("lite_node_releaser_up", "1 unless the last step failed.", Some(u64::from(s.error.is_none())))
+            .labelled(
+                "lite_node_releaser_source_rpc_behind",
+                "Blocks a source RPC is under the highest.",
+                "url",
+                s.source_rpcs.iter().filter_map(|rpc| Some((rpc.url.clone(), rpc.behind?))),
+            );
+        Some(g.text())
+    }
+}
+
 /// What one step did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {

@@ -1,10 +1,12 @@
 //! Who computes which of an epoch's items, as plain functions over what the
-//! board holds: seed 003's peer index and seed 004's least backlog.
+//! board holds: by peer index (each member takes its own stride of the
+//! items) or by least backlog (the coordinator hands each item to the least
+//! busy worker).
 
 use std::collections::BTreeMap;
 
-/// Peer index (seed 003): the members sorted by id; member `k` of `n` takes
-/// the items whose index ≡ k (mod n). `None` when `me` is not a member.
+/// Peer index: the members sorted by id; member `k` of `n` takes the items
+/// whose index ≡ k (mod n). `None` when `me` is not a member.
 pub fn peer_index_share(members: &[String], me: &str, items: usize) -> Option<Vec<usize>> {
     let mut sorted: Vec<&str> = members.iter().map(String::as_str).collect();
     sorted.sort_unstable();
@@ -14,8 +16,8 @@ pub fn peer_index_share(members: &[String], me: &str, items: usize) -> Option<Ve
     Some((k..items).step_by(n).collect())
 }
 
-/// Least backlog (seed 004): gives each of `items`, in order, to the worker
-/// with the fewest items outstanding (ties: the smallest id), counting each
+/// Least backlog: gives each of `items`, in order, to the worker with the
+/// fewest items outstanding (ties: the smallest id), counting each
 /// assignment as it goes. Nothing when there is no worker.
 pub fn least_backlog(items: &[usize], backlog: &mut BTreeMap<String, usize>) -> Vec<(usize, String)> {
     let mut out = Vec::with_capacity(items.len());

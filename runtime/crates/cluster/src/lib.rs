@@ -1,7 +1,7 @@
-//! A full node spread over machines (issue 24; seeds 003 and 004): one
-//! coordinator and K workers, each `lite-node run` with a role, sharing one
-//! Redis. [`board::Board`] is what they share and the only ways to change
-//! it; [`assign`] says who computes which item.
+//! A full node spread over machines: one coordinator and K workers, each
+//! `lite-node run` with a role, sharing one Redis. [`board::Board`] is what
+//! they share and the only ways to change it; [`assign`] says who computes
+//! which item.
 
 pub mod assign;
 pub mod board;

@@ -25,6 +25,8 @@ use sha2::Digest;
 
 use lite_node_chain::Release;
 
+pub mod health;
+
 pub use lite_node_compute::selection::{EpochAssignment, Refusal, Refused, SelectionCheck};
 
 /// Checks a submission's signature against the slot's expected signer.

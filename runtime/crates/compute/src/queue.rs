@@ -1,7 +1,6 @@
-//! The work queue under compute dispatch (issue 24; seed 002's slot queue
-//! without its defects). Pure: no runtime, no clock — the caller says what
-//! the anchor head is and when an epoch's window closed, and holds the
-//! queue behind its own lock.
+//! The work queue under compute dispatch. Pure: no runtime, no clock — the
+//! caller says what the anchor head is and when an epoch's window closed,
+//! and holds the queue behind its own lock.
 //!
 //! - **Order** (what [`Queue::pop`] hands out first) is [`rank`], one
 //!   function of an item and the host's seed, which the queue and its
@@ -16,13 +15,12 @@
 //! - **Dedupe**: one item per [`Key`] (epoch, project, data source) waiting
 //!   or being worked on; the same key again is ignored and counted.
 //! - **Bounded**: at most `capacity` items wait; one more drops the
-//!   lowest-priority waiting item — the newcomer itself when it is the
-//!   lowest — and counts it (seed 002's queue dropped an arbitrary leaf of
-//!   its heap instead).
+//!   lowest-priority waiting item (the last by [`rank`], then arrival) —
+//!   the newcomer itself when it is the lowest — and counts it.
 //! - **Workers**: at most `workers` items are out at once, each handed out
 //!   with a [`Permit`] that gives its worker back when dropped — on success,
 //!   error, panic (unwinding) or timeout (its future dropped) alike, and also
-//!   for an item the worker skips (seed 002's leaked workers that way).
+//!   for an item the worker skips, so no ending leaks a worker.
 //! - **Expiry**: [`Queue::expire`] drops every waiting item whose deadline the
 //!   head has passed; [`Queue::close_epoch`] drops an epoch's waiting items
 //!   once its window closed. Both are counted.

@@ -1,5 +1,5 @@
-//! A full node spread over machines (issue 24): which part this process
-//! plays and where the cluster meets.
+//! A full node spread over machines: which part this process plays and
+//! where the cluster meets.
 
 use std::time::Duration;
 
@@ -20,9 +20,11 @@ pub enum Role {
 /// How a full node's items find their worker (`LITE_NODE_CLUSTER_ASSIGN`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClusterAssign {
-    /// Seed 003: member k of n takes the items whose index ≡ k (mod n).
+    /// Peer index: member k of n (members sorted by id) takes the items whose
+    /// index ≡ k (mod n).
     PeerIndex,
-    /// Seed 004: the coordinator gives each item to the least busy worker.
+    /// Least backlog: the coordinator gives each item to the worker with the
+    /// fewest items outstanding.
     LeastBacklog,
 }
 

@@ -11,6 +11,7 @@ pub mod exit;
 pub mod jsonl;
 pub mod retry;
 pub mod signals;
+pub mod status;
 pub mod supervisor;
 pub mod time;
 pub mod tls;

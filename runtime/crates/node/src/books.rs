@@ -295,8 +295,8 @@ pub(crate) mod tests {
         n.iter().filter(|n| matches!(n, Notice::ThreeFailures { .. })).count()
     }
 
-    /// Review finding 5 (issue 43): one slot's hung compute quarantines its
-    /// project for every slot of the node. The other slots' epochs of it are
+    /// One slot's hung compute quarantines its project for every slot of
+    /// the node. The other slots' epochs of it are
     /// withheld: not "failed before selection" (no streak, no alert), but
     /// the node's failure to work them, in the streak and alerted at three.
     #[test]

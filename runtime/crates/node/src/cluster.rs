@@ -1,8 +1,8 @@
-//! A full node over machines (issue 24): the coordinator's side, which
-//! hands a project's data sources for an epoch to the workers through the
-//! cluster's [`Board`] and gathers their snapshots into one result, and the
-//! worker's side, which computes the items it is given (or, by peer index,
-//! takes) and offers each result under its fencing token.
+//! A full node over machines: the coordinator's side, which hands a
+//! project's data sources for an epoch to the workers through the cluster's
+//! [`Board`] and gathers their snapshots into one result, and the worker's
+//! side, which computes the items it is given (or, by peer index, takes) and
+//! offers each result under its fencing token.
 //!
 //! Each project has its own board (`{name}:{project}`); an epoch's work is
 //! the [`Work`] the coordinator opened it with. Item `i` is data source `i`
@@ -37,9 +37,11 @@ const ASSIGN_EVERY: Duration = Duration::from_millis(100);
 /// How items find their worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// Seed 003: member k of n takes the items whose index ≡ k (mod n).
+    /// Peer index: member k of n (members sorted by id) takes the items whose
+    /// index ≡ k (mod n).
     PeerIndex,
-    /// Seed 004: the coordinator gives each item to the least busy worker.
+    /// Least backlog: the coordinator gives each item to the worker with the
+    /// fewest items outstanding.
     LeastBacklog,
 }
 

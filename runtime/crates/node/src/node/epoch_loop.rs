@@ -415,11 +415,10 @@ mod tests {
         lines.iter().position(|l| l == line).unwrap_or_else(|| panic!("no `{line}` in {lines:?}"))
     }
 
-    /// The trial's collector outage: each epoch's submissions retried until
-    /// its deadline, and the epochs released meanwhile waited for it, one
-    /// after another. Now they are worked side by side (epoch 1 takes 30 s,
-    /// 2 and 3 one each, all started at once) and still recorded, and
-    /// handled, in release order.
+    /// A collector outage: each epoch's submissions are retried until its
+    /// deadline, and the epochs released meanwhile do not wait for it. They
+    /// are worked side by side (epoch 1 takes 30 s, 2 and 3 one each, all
+    /// started at once) and still recorded, and handled, in release order.
     #[tokio::test(start_paused = true)]
     async fn epochs_are_worked_side_by_side_and_recorded_in_release_order() {
         let (mut anchor, mut work, log) = fakes(vec![poll(&[1, 2, 3], 20, 20)], Duration::from_secs(1));

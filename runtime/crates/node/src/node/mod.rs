@@ -500,8 +500,8 @@ mod tests {
         std::fs::write(d.join(super::TOP_SLOT_MARKER), "5").unwrap();
         assert_eq!(slot_dir(d, 5, true), d);
         assert_eq!(slot_dir(d, 7, true), d.join("slots/7"));
-        // Review finding 11 (issue 43): a one-slot node moved from slot 5 to
-        // slot 7 does not take slot 5's books and alert latch for its own.
+        // A one-slot node moved from slot 5 to slot 7 does not take slot 5's
+        // books and alert latch for its own.
         assert_eq!(slot_dir(d, 7, false), d.join("slots/7"));
         assert_eq!(slot_dir(d, 5, false), d, "and back: slot 5's state is where it was");
     }

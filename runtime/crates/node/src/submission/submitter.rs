@@ -802,10 +802,10 @@ mod tests {
         assert!(err.contains("epoch-deadline.json is not valid"), "{err}");
     }
 
-    /// Review finding 3 (issue 43): the deadline fixed as the computes
-    /// started (head 100 + 30) came near while a slow compute ran; nothing
-    /// was signed under it, so the first message takes a fresh one — never
-    /// past the release's furthest (here 200) — and the epoch keeps it.
+    /// A deadline fixed as the computes start (head 100 + 30) comes near
+    /// while a slow compute runs; nothing is signed under it yet, so the
+    /// first message takes a fresh one — never past the release's furthest
+    /// (here 200) — and the epoch keeps it.
     #[tokio::test]
     async fn a_deadline_that_came_near_before_anything_was_signed_is_fixed_anew() {
         let d = EpochFix::default();

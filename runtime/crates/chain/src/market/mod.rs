@@ -1,7 +1,8 @@
-//! A data market's deployment, shared by `lite-node market deploy` and the
-//! devnet (which is that verb automated): the manifest a market is known
-//! by, ProtocolState deployed from its creation code with a key, the
-//! epochs-per-day schedule set, each transaction waited for.
+//! A data market as its operator acts on it, shared by the `lite-node
+//! market` verbs and the devnet (which is those verbs automated): the
+//! manifest a market is known by, ProtocolState deployed from its creation
+//! code with a key, the epochs-per-day schedule set, each transaction
+//! waited for; a market opened from its manifest ([`Market`]).
 
 use std::{path::Path, time::Duration};
 
@@ -14,6 +15,10 @@ use lite_node_protocol::contracts::setEpochsPerDayCall;
 use serde::{Deserialize, Serialize};
 
 use crate::{Receipt, TxSender};
+
+mod handle;
+
+pub use handle::{LOG_SPAN, LOG_SPANS, Market, chain_id, connect, shown};
 
 /// How long a deployment's transactions may take to be mined.
 pub const MINED_WITHIN: Duration = Duration::from_secs(180);

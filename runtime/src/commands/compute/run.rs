@@ -8,44 +8,52 @@ use std::{io::Write, sync::Arc, time::Duration};
 
 use anyhow::{Context, Result, anyhow};
 use futures_util::StreamExt;
-use lite_node_protocol::{
-    canonical_json_with_notes, cid, project_id,
-    submission::{Projects, caps, project_id_is_well_formed},
-};
-use serde_json::json;
+use lite_node_protocol::submission::Projects;
 
 use crate::{
     chain::Chains,
     compute::{
         self,
-        executor::{ComputeResult, Executor, LocalExecutor, OutcomeKind, Task},
+        executor::{ComputeResult, Executor, LocalExecutor, Task},
         host::{FinalizedReads, RpcEndpoint},
-        selection::{EpochAssignment, Refusal, SelectionCheck},
+        selection::SelectionCheck,
     },
     config::{ComputeRunConfig, EnvSnapshot, Project},
     epochs::preload,
     exit::BadInput,
 };
 
-/// Which epoch to run, as the flags give it.
-#[derive(Clone, Debug, Default)]
-pub struct EpochQuery {
-    /// The epoch's id (default 1; with only this, the release is looked up
-    /// on the anchor chain).
-    pub epoch_id: Option<u64>,
-    /// The epoch's first and last source-chain blocks.
+/// `lite-node compute run`'s arguments.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct Args {
+    /// The epoch's first source-chain block (its seed block).
+    #[arg(long, visible_alias = "epoch-block", value_name = "B")]
     pub begin: Option<u64>,
+    /// The epoch's last source-chain block (default: --begin).
+    #[arg(long, value_name = "E", requires = "begin")]
     pub end: Option<u64>,
+    /// The epoch's id (default 1). Alone, its release is looked up on the
+    /// anchor chain (POWERLOOM_RPC_URL and both contracts).
+    #[arg(long, value_name = "N")]
+    pub epoch_id: Option<u64>,
+    /// The day id the processors are given (default 1).
+    #[arg(long, value_name = "D")]
     pub day_id: Option<u64>,
-    /// Where the anchor lookup of `--epoch-id` starts (default 0).
+    /// Where the anchor lookup of --epoch-id starts (default 0; providers
+    /// that cap eth_getLogs ranges need one near the release).
+    #[arg(long, value_name = "N", conflicts_with = "begin")]
     pub from_block: Option<u64>,
-    /// The slot to run as (default `SLOT_ID`, else 1).
+    /// Run as this slot (default: SLOT_ID or the first of SLOT_IDS, else 1).
+    #[arg(long, value_name = "S")]
     pub slot: Option<u64>,
-    /// getTotalNodeCount (default: the anchor's when configured, else the slot id).
+    /// getTotalNodeCount (default: the anchor's, when configured; else the slot id).
+    #[arg(long, value_name = "T")]
     pub total_slots: Option<u64>,
-    /// Only these projects (default: all).
-    pub projects: Vec<String>,
+    /// Only this project (repeatable; default: every project).
+    #[arg(long, value_name = "PROJECT_TYPE")]
+    pub project: Vec<String>,
     /// Print one JSON document instead of text.
+    #[arg(long)]
     pub json: bool,
 }
 
@@ -55,7 +63,7 @@ pub struct EpochQuery {
 pub struct ComputeRunFailed(pub String);
 
 /// `lite-node compute run`.
-pub fn compute_run(env: &EnvSnapshot, query: &EpochQuery, out: &mut dyn Write) -> Result<()> {
+pub fn run(query: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     // The env file a devnet wrote is good while that devnet runs: its chain
     // goes with it.
     if let Some(run_dir) = env.get(lite_node_devnet::DEVNET_RUN_DIR_VAR)
@@ -70,14 +78,14 @@ pub fn compute_run(env: &EnvSnapshot, query: &EpochQuery, out: &mut dyn Write) -
     }
     let cfg = ComputeRunConfig::from_env(env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("compute-run").build()?;
-    let result = runtime.block_on(run(cfg, query, out));
+    let result = runtime.block_on(epoch(cfg, query, out));
     // A compute past its time limit keeps its thread: it must not keep the
     // process alive.
     runtime.shutdown_timeout(Duration::from_millis(200));
     result
 }
 
-async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> Result<()> {
+async fn epoch(cfg: ComputeRunConfig, query: &Args, out: &mut dyn Write) -> Result<()> {
     // What the flags alone can tell, before any build.
     if let (Some(begin), Some(end)) = (query.begin, query.end)
         && end < begin
@@ -97,7 +105,7 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         .await
         .context("loading the compute package")??
     };
-    for wanted in &query.projects {
+    for wanted in &query.project {
         if !projects.projects.iter().any(|p| &p.project_type == wanted) {
             let known: Vec<&str> = projects.projects.iter().map(|p| p.project_type.as_str()).collect();
             return Err(BadInput(format!(
@@ -110,9 +118,9 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
     // What the collector checks against: the data market's project types
     // and its active pools (the projects' `pools` settings).
     let market = Projects::new(cfg.namespace.clone(), projects.projects.iter().map(|p| p.project_type.clone()));
-    let pools = market_pools(&projects.projects);
+    let pools = super::report::market_pools(&projects.projects);
     let market_pools_empty = pools.is_empty();
-    let wanted = |p: &Project| query.projects.is_empty() || query.projects.contains(&p.project_type);
+    let wanted = |p: &Project| query.project.is_empty() || query.project.contains(&p.project_type);
     let processors = compute::processors(&package, projects.projects.into_iter().filter(wanted)).map_err(BadInput)?;
     let package = Arc::new(package);
 
@@ -276,176 +284,25 @@ async fn run(cfg: ComputeRunConfig, query: &EpochQuery, out: &mut dyn Write) -> 
         Err(why) => (None, format!("which pool the selection assigns this slot is not checked: {why}")),
     };
 
-    // What the node would submit.
-    let mut failures = Vec::new();
-    let mut failed_projects = 0;
-    let mut report = Vec::new();
-    for (p, outcome) in &outcomes {
-        let who = format!("project {} ({} in {})", p.project_type, p.class_name, p.module);
-        let failed_before = failures.len();
-        let mut snapshots = Vec::new();
-        let mut refused = 0;
-        let mut verdict = match &outcome.kind {
-            OutcomeKind::Computed => "computed".to_owned(),
-            OutcomeKind::NotSelected => "not selected: nothing to submit".to_owned(),
-            OutcomeKind::Failed(why) | OutcomeKind::Missed(why) | OutcomeKind::Withheld(why) => {
-                failures.push(format!("{who}: {why}"));
-                format!("failed: {why}")
-            }
-        };
-        for (data_source, text) in &outcome.snapshots {
-            let id = project_id(&outcome.project_type, data_source, &cfg.namespace);
-            let refusal = collector_refusal(&id, slot_id, &market, assignment.as_ref());
-            if let Some(why) = &refusal {
-                failures.push(format!("{who}: the collector would refuse `{id}`: {why}"));
-                refused += 1;
-            }
-            match canonical_json_with_notes(text) {
-                Ok((bytes, notes)) => snapshots.push(json!({
-                    "data_source": data_source,
-                    "project_id": id,
-                    "cid": cid(&bytes),
-                    "snapshot": String::from_utf8_lossy(&bytes),
-                    "refused": refusal,
-                    "warnings": notes,
-                })),
-                Err(e) => {
-                    let why = format!("the snapshot for `{data_source}` is not JSON: {e}");
-                    failures.push(format!("{who}: {why}"));
-                    verdict = format!("failed: {why}");
-                }
-            }
-        }
-        if refused > 0 {
-            verdict = format!(
-                "computed, but the collector would refuse {refused} of its {} snapshots (below)",
-                outcome.snapshots.len()
-            );
-        }
-        if failures.len() > failed_before {
-            failed_projects += 1;
-        }
-        report.push(json!({
-            "project_type": outcome.project_type,
-            "processor": {"module": p.module, "class_name": p.class_name},
-            "selected": outcome.selected,
-            "outcome": verdict,
-            "took_ms": outcome.finished_at_ms.saturating_sub(outcome.started_at_ms),
-            "snapshots": snapshots,
-        }));
-    }
-
-    if query.json {
-        let doc = json!({
-            "epoch": {"epoch_id": epoch_id, "begin": begin, "end": end, "slot_id": slot_id, "total_slots": total_slots,
-                      "anchor_block": anchor_block, "namespace": cfg.namespace},
-            "compute_package": package.package.manifest.commit,
-            "selection": selection_note,
-            "projects": report,
-        });
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-    } else {
-        writeln!(
-            out,
-            "epoch {epoch_id}: source blocks {begin}..={end} ({whence}); slot {slot_id} of {total_slots} total \
-             ({total_whence}); {anchor_whence}; compute package {} ({})",
-            package.package.manifest.commit, package.package.manifest.location
-        )?;
-        let unset = if cfg.namespace.contains("POWERLOOM_CHAIN")
-            || cfg.namespace.contains("NAMESPACE")
-            || cfg.namespace.contains("SOURCE_CHAIN")
-        {
-            " (set POWERLOOM_CHAIN, NAMESPACE and SOURCE_CHAIN for the node's project ids)"
-        } else {
-            ""
-        };
-        writeln!(out, "namespace {}{unset}", cfg.namespace)?;
-        if !selection_note.is_empty() {
-            writeln!(out, "{selection_note}")?;
-        }
-        for p in &report {
-            let selected = match p["selected"].as_bool() {
-                Some(true) => "reported selected",
-                Some(false) => "reported not selected",
-                None => "reported no selection",
-            };
-            writeln!(
-                out,
-                "\n{} ({}): {}; {selected}; {} ms",
-                p["project_type"].as_str().unwrap_or_default(),
-                p["processor"]["class_name"].as_str().unwrap_or_default(),
-                p["outcome"].as_str().unwrap_or_default(),
-                p["took_ms"]
-            )?;
-            for s in p["snapshots"].as_array().into_iter().flatten() {
-                writeln!(out, "  project id  {}", s["project_id"].as_str().unwrap_or_default())?;
-                writeln!(out, "  cid         {}", s["cid"].as_str().unwrap_or_default())?;
-                writeln!(out, "  snapshot    {}", s["snapshot"].as_str().unwrap_or_default())?;
-                if let Some(why) = s["refused"].as_str() {
-                    writeln!(out, "  refused     {why}")?;
-                }
-                for note in s["warnings"].as_array().into_iter().flatten() {
-                    writeln!(
-                        out,
-                        "  warning     {} (canonical JSON, docs/protocol.md §4)",
-                        note.as_str().unwrap_or_default()
-                    )?;
-                }
-            }
-        }
-    }
-    out.flush()?;
-    match failures.as_slice() {
-        [] => Ok(()),
-        [one] => Err(ComputeRunFailed(one.clone()).into()),
-        many => Err(ComputeRunFailed(format!(
-            "{failed_projects} of {} projects failed{}:\n  {}",
-            report.len(),
-            if failed_projects == many.len() { String::new() } else { format!(" ({} problems)", many.len()) },
-            many.join("\n  ")
-        ))
-        .into()),
-    }
-}
-
-/// The data market's active pools as its projects list them (`pools`
-/// settings), in their order (the selection draws from the list as given),
-/// each once.
-fn market_pools(projects: &[Project]) -> Vec<String> {
-    let listed = projects.iter().filter_map(|p| p.settings.get("pools")?.as_array()).flatten();
-    let mut pools: Vec<String> = Vec::new();
-    for pool in listed.filter_map(|p| p.as_str()) {
-        if !pools.iter().any(|p| p.eq_ignore_ascii_case(pool)) {
-            pools.push(pool.to_owned());
-        }
-    }
-    pools
-}
-
-/// Why the collector would refuse `slot_id`'s submission of `project_id`,
-/// in its words: the form and length of the id, the data market's project
-/// rules, and (when it could be run) the selection.
-fn collector_refusal(
-    project_id: &str,
-    slot_id: u64,
-    market: &Projects,
-    selection: Option<&(SelectionCheck, Arc<EpochAssignment>)>,
-) -> Option<String> {
-    if project_id.len() > caps::PROJECT_ID {
-        return Some(format!(
-            "projectId is {} bytes, more than the {} a submission may carry",
-            project_id.len(),
-            caps::PROJECT_ID
-        ));
-    }
-    if !project_id_is_well_formed(project_id) {
-        return Some(format!("projectId `{project_id}` is not `type:source:namespace` (or `type:namespace`)"));
-    }
-    let refusal = match selection {
-        Some((check, epoch)) => check.check(epoch, slot_id, project_id).err()?,
-        None => Refusal::UnknownProject(market.check(project_id).err()?),
-    };
-    Some(match refusal {
-        Refusal::NotSelected(why) | Refusal::WrongPool(why) | Refusal::UnknownProject(why) => why,
-    })
+    super::report::print(
+        &super::report::Ran {
+            json: query.json,
+            epoch_id,
+            begin,
+            end,
+            whence,
+            slot_id,
+            total_slots,
+            total_whence,
+            anchor_block,
+            anchor_whence,
+            namespace: &cfg.namespace,
+            package: &package.package.manifest,
+            selection_note,
+            market: &market,
+            assignment: assignment.as_ref(),
+        },
+        &outcomes,
+        out,
+    )
 }

@@ -1,5 +1,6 @@
-//! `lite-node compute fetch` and `compute list`: the pinned compute package,
-//! fetched and built (or only read from the cache), loaded, and shown.
+//! `lite-node compute fetch`, `compute list` and `compute new`: the pinned
+//! compute package fetched and built (or only read from the cache), loaded
+//! and shown; a new package written from the template.
 
 use std::io::Write;
 
@@ -12,7 +13,7 @@ use crate::{
 
 /// `lite-node compute fetch` / `compute list`: ensure (or only read) the
 /// cached package, load it, and print what it holds.
-pub fn compute_show(env: &EnvSnapshot, fetch: Fetch, out: &mut dyn Write) -> Result<LoadedPackage> {
+pub fn show(env: &EnvSnapshot, fetch: Fetch, out: &mut dyn Write) -> Result<LoadedPackage> {
     let cfg = ComputeConfig::from_env(env)?;
     let package = compute::ensure(&cfg, fetch)?;
     let loaded = LoadedPackage::load(package)?;
@@ -54,7 +55,7 @@ pub fn print_package(loaded: &LoadedPackage, out: &mut dyn Write) -> std::io::Re
 }
 
 /// `lite-node compute new DIR [--name NAME]`.
-pub fn compute_new(dir: &std::path::Path, name: Option<&str>, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+pub fn new(dir: &std::path::Path, name: Option<&str>, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     let s = compute::scaffold::new_package(dir, name, &env.cargo())?;
     let api = lite_node_plugin_api::PLUGIN_API_VERSION;
     writeln!(out, "wrote the compute package {} in {} (commit {}):", s.crate_name, s.dir.display(), s.commit)?;

@@ -1,0 +1,56 @@
+//! The collector's `/health`: 200 while the anchor chain it judges by
+//! answers (read every [`PROBE_EVERY`], whether or not submissions come),
+//! 503 with the reason when it does not.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use lite_node_chain::Anchor;
+
+/// How often the anchor chain's head is read for `/health`.
+pub const PROBE_EVERY: Duration = Duration::from_secs(10);
+
+/// What `/health` answers: the anchor chain as last read.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+struct Reading {
+    chain_id: u64,
+    anchor_head: Option<u64>,
+    /// Why the last read of the anchor chain failed (the collector cannot
+    /// judge submissions meanwhile); `None` when it answered.
+    error: Option<String>,
+}
+
+/// The collector's health, kept up to date by [`Health::probe`].
+#[derive(Debug)]
+pub struct Health(Mutex<Reading>);
+
+impl Health {
+    pub fn new(chain_id: u64) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(Reading { chain_id, ..Reading::default() })))
+    }
+
+    /// Reads the anchor head every [`PROBE_EVERY`], for good.
+    pub async fn probe(self: Arc<Self>, anchor: Arc<Anchor>) -> anyhow::Result<()> {
+        loop {
+            let read = tokio::time::timeout(PROBE_EVERY, anchor.head()).await;
+            {
+                let mut h = self.0.lock().expect("not poisoned");
+                match read {
+                    Ok(Ok(head)) => (h.anchor_head, h.error) = (Some(head), None),
+                    Ok(Err(e)) => h.error = Some(format!("the anchor chain: {e}")),
+                    Err(_) => h.error = Some(format!("the anchor chain: no answer in {}s", PROBE_EVERY.as_secs())),
+                }
+            }
+            tokio::time::sleep(PROBE_EVERY).await;
+        }
+    }
+}
+
+impl lite_node_core::status::Status for Health {
+    fn health(&self) -> (bool, serde_json::Value) {
+        let h = self.0.lock().expect("not poisoned").clone();
+        (h.error.is_none() && h.anchor_head.is_some(), serde_json::to_value(h).unwrap_or_default())
+    }
+}
