@@ -16,4 +16,4 @@ pub use lite_node_compute::{self as compute, executor, snapshots};
 pub use lite_node_config as config;
 pub use lite_node_core::{self as core, retry, signals, supervisor};
 pub use lite_node_devnet as devnet;
-pub use lite_node_node::{alerts, books, cluster, node, outcome, safety, submission};
+pub use lite_node_node::{alerts, books, full_node, node, outcome, safety, submission};

@@ -96,7 +96,8 @@ impl Draft {
 /// Ethereum (EIP-2) and the rules refuse it.
 fn malleated(signature: &str) -> String {
     use alloy::primitives::U256;
-    const ORDER: U256 = alloy::primitives::uint!(0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141_U256);
+    const ORDER: U256 =
+        alloy::primitives::uint!(0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141_U256);
     let mut raw = hex::decode(signature).expect("a signature this table made");
     let n = ORDER;
     let high = n - U256::from_be_slice(&raw[32..64]);

@@ -31,7 +31,7 @@ pub fn run(env: &EnvSnapshot) -> anyhow::Result<()> {
 fn worker(env: &EnvSnapshot) -> anyhow::Result<()> {
     let cfg = crate::config::WorkerConfig::from_env(env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("lite-node").build()?;
-    let result = runtime.block_on(async { lite_node_node::worker::run(cfg, shutdown_signals(false)).await });
+    let result = runtime.block_on(async { lite_node_node::full_node::worker::run(cfg, shutdown_signals(false)).await });
     runtime.shutdown_timeout(Duration::from_millis(500));
     result
 }

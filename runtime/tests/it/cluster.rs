@@ -6,9 +6,9 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use lite_node::{
     chain::{HttpRpc, IoRuntime},
-    cluster::{Boards, Coordinator, Member, Mode, Worker},
     epochs::preload,
     executor::{Executor, LocalExecutor, OutcomeKind, Task},
+    full_node::{Boards, Coordinator, Member, Mode, Worker},
 };
 use lite_node_testkit::{RedisServer, World};
 use serde_json::json;
@@ -92,7 +92,7 @@ fn the_cluster_gathers_every_pool_once_and_finishes_a_stopped_workers_part() {
                             // w2 takes its share, then stops without a word.
                             let live: Vec<String> = vec!["w0".into(), "w1".into(), "w2".into()];
                             let items = world.manifest.pools.len();
-                            for i in lite_node::cluster::assign::peer_index_share(&live, "w2", items).unwrap() {
+                            for i in lite_node::full_node::assign::peer_index_share(&live, "w2", items).unwrap() {
                                 board.claim(9, i, "w2", true).await.unwrap();
                             }
                             stopped_claimed = true;

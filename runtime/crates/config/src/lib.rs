@@ -7,26 +7,25 @@
 
 mod alerts;
 mod chains;
-mod cluster;
 mod compute;
 mod compute_run;
 mod drill;
 mod env;
+mod full_node;
 mod logs;
 mod node;
 mod projects;
 mod secret;
 mod slots;
 mod watch;
-mod worker;
 
 pub use alerts::{AlertConfig, BotConfig, alert_sender};
 pub use chains::{AnchorConfig, ChainConfig};
-pub use cluster::{ClusterAssign, ClusterSettings, Role};
 pub use compute::{ComputeConfig, ComputeSource, GitPin, MarketProjects, ProjectsSource};
 pub use compute_run::ComputeRunConfig;
 pub use drill::Drill;
 pub use env::{EnvSnapshot, REQUIRED};
+pub use full_node::{ClusterAssign, ClusterSettings, Role, WorkerConfig, cluster_name};
 pub use lite_node_core::url::{parse_anchor_url, parse_rpc_url, redact_rpc_url, redact_url};
 pub use logs::LogSettings;
 pub use node::{IpfsConfig, NodeConfig, NodeSlot};
@@ -34,7 +33,6 @@ pub use projects::{PRELOAD_TASKS, Project, Projects};
 pub use secret::{KEYSTORE, KEYSTORE_PASSWORD, SecretKey};
 pub use slots::{MAX_SLOTS, SlotSigner, format_slot_ids, parse_slot_ids, read_signers_file};
 pub use watch::{SafetySettings, WatchSettings};
-pub use worker::{WorkerConfig, cluster_name};
 
 use std::fmt;
 

@@ -142,7 +142,7 @@ impl Devnet {
                 })
                 .count();
             let by = match f.read_computed(e).await {
-                Ok(by) => fullnode::describe(by),
+                Ok(by) => full_node::describe(by),
                 Err(err) => format!("unread: {err:#}"),
             };
             if let Err(e) = f.read_fenced().await {

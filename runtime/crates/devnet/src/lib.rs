@@ -10,7 +10,7 @@
 pub use lite_node_collector as collector;
 mod epochs;
 mod fault;
-mod fullnode;
+mod full_node;
 mod journals;
 mod options;
 mod process;
@@ -208,7 +208,7 @@ struct Devnet {
     onchain: BTreeMap<u64, validator::OnchainOutcome>,
     nodes: Vec<Node>,
     /// `--full-node-workers`: the full node's Redis and workers.
-    full_node: Option<fullnode::FullNode>,
+    full_node: Option<full_node::FullNode>,
     exe: PathBuf,
     /// The table's width for the selected slots.
     width: usize,

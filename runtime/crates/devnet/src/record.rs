@@ -31,7 +31,7 @@ pub(super) struct Run<'a> {
     /// What the chain made of each epoch.
     pub onchain: &'a std::collections::BTreeMap<u64, super::validator::OnchainOutcome>,
     /// The full node's cluster, with `--full-node-workers`.
-    pub full_node: Option<&'a crate::fullnode::FullNode>,
+    pub full_node: Option<&'a crate::full_node::FullNode>,
 }
 
 pub(super) fn build(run: &Run<'_>) -> Value {

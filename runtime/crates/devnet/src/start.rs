@@ -656,7 +656,7 @@ pub(crate) async fn start_full_node(
     projects: &Path,
     (slot_id, signer, key): (u64, Address, String),
     nodes: &mut Vec<Node>,
-) -> Result<fullnode::FullNode> {
+) -> Result<full_node::FullNode> {
     let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(projects)?)?;
     let mut pooled = Vec::new();
     for p in doc["config"].as_array_mut().into_iter().flatten() {
@@ -672,9 +672,9 @@ pub(crate) async fn start_full_node(
     }
     let full_projects = run_dir.join("projects-full-node.json");
     std::fs::write(&full_projects, serde_json::to_vec_pretty(&doc)?)?;
-    let (redis, redis_url) = fullnode::FullNode::start_redis(run_dir, None)?;
+    let (redis, redis_url) = full_node::FullNode::start_redis(run_dir, None)?;
     let board = lite_node_config::cluster_name(&market, slot_id);
-    let mut full = fullnode::FullNode::new(slot_id, opts.assign, redis, redis_url.clone(), pooled, board);
+    let mut full = full_node::FullNode::new(slot_id, opts.assign, redis, redis_url.clone(), pooled, board);
     let mut env = base_env.to_vec();
     let vars = [
         ("SLOT_ID", slot_id.to_string()),

@@ -102,7 +102,7 @@ impl Devnet {
         }
         let full_slot = self.full_node.as_ref().map(|f| f.slot_id);
         let mut summary = summarize(&self.released, &seen, &self.nodes, self.interrupted, full_slot);
-        summary.restarts += self.full_node.as_ref().map_or(0, fullnode::FullNode::restarts);
+        summary.restarts += self.full_node.as_ref().map_or(0, full_node::FullNode::restarts);
         if let Some(f) = &self.full_node {
             writeln!(
                 out,

@@ -6,7 +6,7 @@
 
 pub mod alerts;
 pub mod books;
-pub mod cluster;
+pub mod full_node;
 pub(crate) mod ipfs;
 pub(crate) mod journal;
 pub mod node;
@@ -14,7 +14,6 @@ pub mod outcome;
 pub mod safety;
 pub(crate) mod status;
 pub mod submission;
-pub mod worker;
 
 pub use node::{check_identity, check_slots, run, slot_dir};
 

@@ -266,10 +266,10 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         Some(c) => {
             let conn = tokio::select! {
                 _ = &mut shutdown => return Ok(()),
-                conn = crate::worker::connect(&c.redis_url) => conn?,
+                conn = crate::full_node::worker::connect(&c.redis_url) => conn?,
             };
-            let boards = crate::cluster::Boards::new(conn, cfg.cluster_name());
-            let mode = crate::cluster::Mode::from(c.assign);
+            let boards = crate::full_node::Boards::new(conn, cfg.cluster_name());
+            let mode = crate::full_node::Mode::from(c.assign);
             for project in &work_projects {
                 boards
                     .of(project)
@@ -277,7 +277,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
                         &package_commit,
                         lite_node_plugin_api::PLUGIN_API_VERSION,
                         mode.name(),
-                        crate::cluster::lease_ms(c.lease),
+                        crate::full_node::lease_ms(c.lease),
                     )
                     .await
                     .context("stating the compute package on the cluster's board")?;
@@ -286,7 +286,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
                 "coordinator of full node {} ({mode:?}): each epoch's data sources go to its workers",
                 cfg.cluster_name()
             );
-            Some(Arc::new(crate::cluster::Coordinator {
+            Some(Arc::new(crate::full_node::Coordinator {
                 boards,
                 mode,
                 package: package_commit.clone(),

@@ -63,7 +63,7 @@ pub struct EpochWork {
     pub retain_epochs: u64,
     /// A full node's coordinator: each project that divides into data
     /// sources is computed by the cluster's workers.
-    pub cluster: Option<Arc<crate::cluster::Coordinator>>,
+    pub cluster: Option<Arc<crate::full_node::Coordinator>>,
 }
 
 /// What recording keeps between epochs.

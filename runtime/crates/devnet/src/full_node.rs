@@ -13,7 +13,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use lite_node_cluster::Boards;
+use lite_node_board::Boards;
 use lite_node_config::ClusterAssign;
 
 use crate::{

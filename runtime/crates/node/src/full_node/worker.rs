@@ -8,6 +8,7 @@
 //! collector: the coordinator submits.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
@@ -17,13 +18,15 @@ use std::{
 
 use anyhow::Result;
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
-use lite_node_cluster::{Joined, Member, Refused};
+use futures_util::StreamExt;
+use lite_node_board::{Joined, Member, Refused};
+use lite_node_compute::executor::{Executor, OutcomeKind};
 use lite_node_core::retry::{Policy, retry};
+use lite_node_plugin_api::BlockDetail;
 use serde_json::json;
 
 use crate::{
     chain::Chains,
-    cluster::{Boards, Mode, Worker},
     compute::{
         self,
         host::{FinalizedReads, RpcEndpoint},
@@ -33,6 +36,7 @@ use crate::{
     epochs::preload,
     executor::LocalExecutor,
     exit::BadInput,
+    full_node::{Board, Boards, Completion, Mode, Work, assign},
     supervisor::Supervisor,
 };
 
@@ -192,7 +196,7 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
         package: commit.clone(),
         api: lite_node_plugin_api::PLUGIN_API_VERSION.to_owned(),
         assign: mode.name().to_owned(),
-        lease_ms: crate::cluster::lease_ms(c.lease),
+        lease_ms: super::lease_ms(c.lease),
         instance: format!("{}:{}", hostname(), std::process::id()),
     };
     let status = Arc::new(WorkerStatus {
@@ -385,4 +389,311 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
 
 fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into())
+}
+
+/// The worker's side: one member of the cluster.
+pub struct Worker {
+    pub boards: Boards,
+    pub mode: Mode,
+    pub member: Member,
+    /// Least backlog: the coordinator's lease; assignments being computed
+    /// are renewed three times within it.
+    pub lease: Duration,
+    /// The projects it computes (each has a board).
+    pub projects: Vec<String>,
+    /// Peer index, per project: the last entry read of the epochs stream,
+    /// and the epochs read that still have unfinished items.
+    open: std::sync::Mutex<BTreeMap<String, Cursor>>,
+}
+
+/// Peer index, one project: the last entry read of the epochs stream, and
+/// each open epoch as this worker knows it.
+type Cursor = (String, BTreeMap<u64, Seen>);
+
+/// Peer index: what a worker knows of an open epoch.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    /// Its items (0 until its work is read).
+    items: usize,
+    /// The live members when this worker last took its share; while they
+    /// stay the same and that share was all offered, there is nothing new
+    /// to take (and the holders, O(items), are not read again).
+    live: Vec<String>,
+    settled: bool,
+    /// The last read found items held by a lapsed member: read again until
+    /// none are left (the living divide them by position, and each reads
+    /// them at its own moment).
+    orphans: bool,
+}
+
+/// What one round of a worker did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    pub accepted: usize,
+    pub fenced: usize,
+    /// Results for an epoch closed (or lost) meanwhile: dropped.
+    pub closed: usize,
+    /// Items it took but could not offer (a share that failed): the worker
+    /// backs off before it takes them again.
+    pub unoffered: usize,
+    /// Why a share failed (the last one, when several did).
+    pub failure: Option<String>,
+}
+
+impl Worker {
+    pub fn new(boards: Boards, mode: Mode, member: Member, projects: Vec<String>) -> Self {
+        Self { boards, mode, member, lease: Duration::from_secs(10), projects, open: Default::default() }
+    }
+
+    /// One round: the items this worker holds or takes now, computed in one
+    /// share per epoch and offered under their tokens. `blocks` gives an
+    /// epoch's block details (`begin`, `end`).
+    pub async fn round<F, Fut>(&self, local: &LocalExecutor, wait: Duration, blocks: F) -> Result<Round>
+    where
+        F: Fn(u64, u64) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<BlockDetail>, String>>,
+    {
+        let mut round = Round::default();
+        for project in &self.projects {
+            let board = self.boards.of(project);
+            // (epoch, index, token) this worker is to compute now.
+            let mut items: Vec<(u64, usize, u64, Option<String>)> = Vec::new();
+            match self.mode {
+                Mode::LeastBacklog => {
+                    for a in board.next_assignments(&self.member.id, wait).await? {
+                        items.push((a.epoch_id, a.index, a.token, Some(a.entry)));
+                    }
+                }
+                Mode::PeerIndex => {
+                    let (after, mut open) = self
+                        .open
+                        .lock()
+                        .expect("not poisoned")
+                        .get(project)
+                        .cloned()
+                        .unwrap_or_else(|| ("0".into(), BTreeMap::new()));
+                    // Waits for a new epoch only while none is open.
+                    let wait = if open.is_empty() { wait } else { Duration::ZERO };
+                    let (epochs, last) = board.epochs_after(&after, wait).await?;
+                    // An epoch announced again was opened again (Redis lost
+                    // it): whatever this worker knew of it is void.
+                    for epoch_id in epochs {
+                        open.insert(epoch_id, Seen::default());
+                    }
+                    let live: Vec<String> = board.live_members().await?.into_iter().map(|m| m.id).collect();
+                    for (&epoch_id, seen) in open.iter_mut() {
+                        // All in (a count, not the holders), or closed.
+                        match board.done(epoch_id).await? {
+                            None => {
+                                seen.items = usize::MAX;
+                                continue;
+                            }
+                            Some(done) if seen.items > 0 && done >= seen.items => {
+                                seen.items = usize::MAX;
+                                continue;
+                            }
+                            Some(_) => {}
+                        }
+                        if seen.settled && seen.live == live {
+                            continue;
+                        }
+                        let Some(work) = board.epoch_work(epoch_id).await? else {
+                            seen.items = usize::MAX;
+                            continue;
+                        };
+                        let work: Work = serde_json::from_str(&work)?;
+                        seen.items = work.sources.len();
+                        let unfinished = board.unfinished(epoch_id, work.sources.len()).await?;
+                        if unfinished.is_empty() {
+                            seen.items = usize::MAX;
+                            continue;
+                        }
+                        let mine = self.peer_index_items(&live, &unfinished);
+                        let tokens = board.claim_many(epoch_id, &mine, &self.member.id, true).await?;
+                        let before = items.len();
+                        for (index, token) in mine.into_iter().zip(tokens) {
+                            if let Some(token) = token {
+                                items.push((epoch_id, index, token, None));
+                            }
+                        }
+                        seen.orphans = unfinished.values().any(|h| h.as_ref().is_some_and(|h| !live.contains(h)));
+                        // Settled once what it took is all offered (below):
+                        // a round that fails before then takes it again.
+                        (seen.live, seen.settled) = (live.clone(), items.len() == before && !seen.orphans);
+                    }
+                    // Epochs all in, or closed, are done with.
+                    open.retain(|_, seen| seen.items != usize::MAX);
+                    if items.is_empty() && !open.is_empty() {
+                        // Open epochs, all held by live members: look again
+                        // after a while (a member may lapse).
+                        tokio::time::sleep(wait.min(Duration::from_millis(200))).await;
+                    }
+                    self.open.lock().expect("not poisoned").insert(project.clone(), (last, open));
+                }
+            }
+            let mut by_epoch: BTreeMap<u64, Vec<(usize, u64, Option<String>)>> = BTreeMap::new();
+            for (epoch_id, index, token, entry) in items {
+                by_epoch.entry(epoch_id).or_default().push((index, token, entry));
+            }
+            // Least backlog: the lease on every entry read is renewed from
+            // now until the round ends (a share longer than the lease, or one
+            // waiting behind another epoch's, is not taken back).
+            let leased: Vec<&str> = by_epoch.values().flatten().filter_map(|(_, _, e)| e.as_deref()).collect();
+            let renewing = async {
+                let every = (self.lease / 3).max(Duration::from_millis(100));
+                loop {
+                    if let Err(e) = board.renew(&self.member.id, &leased).await {
+                        tracing::warn!("renewing the lease on {} item(s): {e:#}", leased.len());
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            };
+            let computing = async {
+                let mut done = Vec::new();
+                for (epoch_id, items) in &by_epoch {
+                    done.push((*epoch_id, items.len(), self.compute(local, &board, *epoch_id, items, &blocks).await?));
+                }
+                anyhow::Ok(done)
+            };
+            let computed = if leased.is_empty() {
+                computing.await?
+            } else {
+                tokio::select! {
+                    computed = computing => computed?,
+                    never = renewing => match never {},
+                }
+            };
+            for (epoch_id, items, done) in computed {
+                round.accepted += done.accepted;
+                round.fenced += done.fenced;
+                round.closed += done.closed;
+                let offered = done.accepted + done.fenced + done.closed;
+                round.unoffered += items.saturating_sub(offered);
+                if done.failure.is_some() {
+                    round.failure = done.failure;
+                }
+                // All of its share offered: nothing more to take until the
+                // membership changes. Otherwise (a compute that failed) it
+                // is taken again next round.
+                // A result refused by the fence, or offered to an epoch no
+                // longer open, is looked at again too: the item was given to
+                // another (who has it), or Redis lost its token or the epoch
+                // (nobody has it: it is taken again once the epoch reopens).
+                if offered == items {
+                    let mut open = self.open.lock().expect("not poisoned");
+                    if let Some(seen) = open.get_mut(project).and_then(|(_, o)| o.get_mut(&epoch_id)) {
+                        seen.settled = !seen.orphans && done.fenced == 0 && done.closed == 0;
+                    }
+                }
+            }
+        }
+        Ok(round)
+    }
+
+    /// Peer index: this member's items among the unfinished — its own share
+    /// of those nobody live holds, by index, and its share of those a lapsed
+    /// member held, by their order.
+    fn peer_index_items(&self, live: &[String], unfinished: &BTreeMap<usize, Option<String>>) -> Vec<usize> {
+        let me = &self.member.id;
+        let items = unfinished.keys().max().map_or(0, |m| m + 1);
+        let mine: BTreeSet<usize> = assign::peer_index_share(live, me, items).unwrap_or_default().into_iter().collect();
+        let mut out: Vec<usize> = unfinished
+            .iter()
+            // Its own share nobody holds, and whatever it holds itself (an
+            // orphan it took, a share a failed round left held).
+            .filter(|(i, holder)| match holder {
+                Some(h) => h == me,
+                None => mine.contains(i),
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        let orphans: Vec<usize> = unfinished
+            .iter()
+            .filter(|(_, holder)| holder.as_ref().is_some_and(|h| h != me && !live.contains(h)))
+            .map(|(i, _)| *i)
+            .collect();
+        if let Some(share) = assign::peer_index_share(live, me, orphans.len()) {
+            out.extend(share.into_iter().map(|k| orphans[k]));
+        }
+        out
+    }
+
+    /// Computes one epoch's items in one share and offers each result.
+    async fn compute<F, Fut>(
+        &self,
+        local: &LocalExecutor,
+        board: &Board,
+        epoch_id: u64,
+        items: &[(usize, u64, Option<String>)],
+        blocks: &F,
+    ) -> Result<Round>
+    where
+        F: Fn(u64, u64) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<BlockDetail>, String>>,
+    {
+        let mut round = Round::default();
+        let Some(work) = board.epoch_work(epoch_id).await? else {
+            // The epoch was closed: nothing to do but let go.
+            let entries: Vec<&str> = items.iter().filter_map(|(_, _, e)| e.as_deref()).collect();
+            board.ack_many(&self.member.id, &entries).await?;
+            return Ok(round);
+        };
+        let work: Work = serde_json::from_str(&work)?;
+        let mut task = work.task.clone();
+        task.sources = Some(items.iter().filter_map(|(i, _, _)| work.sources.get(*i).cloned()).collect());
+        let details: Arc<[BlockDetail]> = if local.needs_block_details() {
+            blocks(task.begin, task.end).await.map_err(anyhow::Error::msg)?.into()
+        } else {
+            Arc::from(Vec::new())
+        };
+        let result = local.execute(vec![task], details).next().await;
+        let snapshots: BTreeMap<String, String> = match result {
+            Some(r) if r.kind == OutcomeKind::Computed => {
+                r.snapshots.into_iter().map(|(source, json)| (source.to_ascii_lowercase(), json)).collect()
+            }
+            Some(r) => {
+                let why = match &r.kind {
+                    OutcomeKind::Failed(e) | OutcomeKind::Missed(e) => e.clone(),
+                    other => format!("{other:?}"),
+                };
+                tracing::warn!("epoch {epoch_id}: a share of {} items failed: {why}", items.len());
+                round.failure = Some(format!("epoch {epoch_id}: a share of {} items failed: {why}", items.len()));
+                return Ok(round);
+            }
+            None => return Ok(round),
+        };
+        // Every result in one script, each under its own token.
+        let offered: Vec<(usize, u64, &str, Option<&str>)> = items
+            .iter()
+            .filter_map(|(index, token, entry)| {
+                let json = work.sources.get(*index).and_then(|s| snapshots.get(&s.to_ascii_lowercase()))?;
+                Some((*index, *token, json.as_str(), entry.as_deref()))
+            })
+            .collect();
+        let results: Vec<(usize, u64, &str)> = offered.iter().map(|(i, t, json, _)| (*i, *t, *json)).collect();
+        let answers = board.complete_many(epoch_id, &results).await?;
+        let mut fenced: Vec<String> = Vec::new();
+        for ((index, token, _, _), answer) in offered.iter().zip(&answers) {
+            match answer {
+                Completion::Accepted | Completion::AlreadyDone => round.accepted += 1,
+                Completion::Fenced => {
+                    round.fenced += 1;
+                    fenced.push(format!("{index} (token {token})"));
+                }
+                Completion::Closed => round.closed += 1,
+            }
+        }
+        if !fenced.is_empty() {
+            tracing::warn!(
+                "epoch {epoch_id}: {} result(s) refused by the fence (their tokens are no longer current: the items \
+                 were given again while this worker had them): items {}{}",
+                fenced.len(),
+                fenced.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
+                if fenced.len() > 10 { ", …" } else { "" }
+            );
+        }
+        let entries: Vec<&str> = offered.iter().filter_map(|(_, _, _, e)| *e).collect();
+        board.ack_many(&self.member.id, &entries).await?;
+        Ok(round)
+    }
 }

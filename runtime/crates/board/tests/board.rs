@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use lite_node_cluster::{Board, Completion, Joined, Member, Refused, assign};
+use lite_node_board::{Board, Completion, Joined, Member, Refused, assign};
 use lite_node_testkit::RedisServer;
 
 fn runtime() -> tokio::runtime::Runtime {
