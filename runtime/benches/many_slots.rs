@@ -7,7 +7,7 @@
 //! chain once); the first epoch's p99 is printed beside them.
 //! `cargo bench -p lite-node --bench many_slots` (needs the devnet world:
 //! `devnet/build-world.sh`; ./init.sh test builds it). Quick mode
-//! (`./init.sh test`): 100 slots, 3 epochs.
+//! (`./init.sh test`): 20 slots, 2 epochs.
 
 use lite_node_testkit::{devnet_record, quantile};
 

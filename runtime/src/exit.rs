@@ -8,7 +8,8 @@ use crate::{compute::ComputeError, config::ConfigErrors, safety::NodeStuck};
 
 /// Maps an error to its exit status: configuration problems are 2, a stuck
 /// node 3, anything else 1 (a git host that does not answer too: the same
-/// settings may work later, and `init.sh` backs off only on 1).
+/// settings may work later; `init.sh` backs off before a restart on any code
+/// but 2).
 pub fn exit_status(err: &anyhow::Error) -> ExitStatus {
     if err.chain().any(|c| c.is::<NodeStuck>()) {
         return ExitStatus::Stuck;

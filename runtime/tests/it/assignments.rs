@@ -105,3 +105,39 @@ fn bad_input_is_a_clear_error_with_exit_code_2() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("invalid value 'five' for '--epoch-id <E>'"), "{}", run.stderr);
 }
+
+/// docs/commands.md's observer's check, run as written: each `$ lite-node
+/// assignments` line (`…` standing for the first one's arguments) prints
+/// the line under it.
+#[test]
+fn the_observers_check_in_the_commands_doc_prints_what_it_shows() {
+    let doc = fs::read_to_string(lite_node_testkit::workspace_root().join("docs/commands.md")).unwrap();
+    let block = doc.split("```sh\n$ lite-node assignments").nth(1).expect("the observer's check in docs/commands.md");
+    let block = format!("$ lite-node assignments{}", block.split("```").next().unwrap());
+    let mut lines = block.lines().peekable();
+    let mut first: Option<Vec<String>> = None;
+    let node = Node::new();
+    let mut checked = 0;
+    while let Some(line) = lines.next() {
+        let Some(command) = line.strip_prefix("$ lite-node ") else { continue };
+        let mut command = command.to_owned();
+        while command.ends_with('\\') {
+            command.pop();
+            command.push_str(lines.next().expect("a continued line"));
+        }
+        let mut args: Vec<String> = Vec::new();
+        for word in command.split_whitespace() {
+            match (word, &first) {
+                ("…", Some(first)) => args.extend(first[1..].iter().cloned()),
+                _ => args.push(word.to_owned()),
+            }
+        }
+        first.get_or_insert_with(|| args.clone());
+        let shown = lines.next().expect("the output under the command");
+        let run = node.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        run.assert_ok();
+        assert_eq!(run.stdout.trim(), shown.trim(), "`lite-node {command}` as docs/commands.md shows it");
+        checked += 1;
+    }
+    assert_eq!(checked, 2, "the doc's two commands");
+}

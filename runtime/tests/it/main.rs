@@ -1,5 +1,6 @@
 //! Integration tests of the `lite-node` binary and library, one test binary
-//! for the crate (see STYLE.md 11). Shared fixtures come from the testkit.
+//! for the crate (one link of the binary and its dependencies, not one per
+//! file). Shared fixtures come from the testkit.
 
 mod alerts;
 mod architecture;

@@ -127,3 +127,66 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
     }
     assert!(names("--pools-file x", "--pools-file") && !names("--pools-file", "--pools"), "the word check can fail");
 }
+
+/// Every repository path the docs name in backticks exists: a file moved or
+/// renamed is caught in the docs that point to it. Brace lists
+/// (`{a,b}.rs`) name each; placeholders (`<…>`, `*`) and what a build or a
+/// run makes (the devnet's worlds and run, `node_modules`) are not checked.
+#[test]
+fn every_path_the_docs_name_exists() {
+    fn expand(path: &str) -> Vec<String> {
+        match (path.find('{'), path.find('}')) {
+            (Some(open), Some(close)) if open < close => path[open + 1..close]
+                .split(',')
+                .flat_map(|alt| expand(&format!("{}{alt}{}", &path[..open], &path[close + 1..])))
+                .collect(),
+            _ => vec![path.to_owned()],
+        }
+    }
+    const TOP: [&str; 12] = [
+        "runtime/",
+        "protocol/",
+        "validator/",
+        "computes/",
+        "contracts/",
+        "devnet/",
+        "docs/",
+        "tests/",
+        "plugin-api/",
+        "proto/",
+        ".config/",
+        ".ci/",
+    ];
+    const MADE: [&str; 3] = ["devnet/world", "devnet/node_modules", "devnet/run"];
+    let root = workspace_root();
+    let mut docs = vec!["README.md".to_owned(), "ARCHITECTURE.md".to_owned(), "contracts/README.md".to_owned()];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap().map(Result::unwrap) {
+        docs.push(format!("docs/{}", entry.file_name().to_string_lossy()));
+    }
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for doc in &docs {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        for quoted in text.split('`').skip(1).step_by(2) {
+            if quoted.contains(char::is_whitespace) || !TOP.iter().any(|t| quoted.starts_with(t)) {
+                continue;
+            }
+            if quoted.contains(['<', '>', '*', '$', '…']) {
+                continue;
+            }
+            let path = quoted.split(':').next().unwrap().trim_end_matches(['.', ',', ';']);
+            for path in expand(path) {
+                if MADE.iter().any(|m| path.starts_with(m)) {
+                    continue;
+                }
+                checked += 1;
+                if !root.join(&path).exists() {
+                    missing.push(format!("{doc}: `{path}`"));
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "paths checked: {checked}");
+    assert!(missing.is_empty(), "the docs name paths that do not exist:\n{missing:#?}");
+    assert_eq!(expand("a/{b,c}.rs"), ["a/b.rs", "a/c.rs"], "brace lists expand");
+}

@@ -1,8 +1,9 @@
 //! The node's books (docs/protocol.md §9): per project and overall, selected and
 //! succeeded, selected and failed, not selected; the streak of consecutive
 //! selected failures, and the three-failure alert latched until a selected
-//! success. Kept in `<data dir>/state/books-<market>.json`, written atomically after
-//! every epoch, so a restart neither forgets a streak nor alerts twice.
+//! success. Kept in `<data dir>/state/books-<protocol state>-<data market>.json`,
+//! written atomically after every epoch, so a restart neither forgets a
+//! streak nor alerts twice.
 
 use std::{
     collections::BTreeMap,
