@@ -2,9 +2,10 @@
 """A real JSON-RPC proxy in front of a chain's RPC that refuses chosen calls,
 as a flaky or pruned provider would: every request is forwarded to UPSTREAM,
 except an `eth_call` whose data starts with a refused 4-byte selector, which
-gets a JSON-RPC error.
+gets a JSON-RPC error, and any call of a method named `method:NAME` (a
+receipt that cannot be read, as a provider behind on its index answers).
 
-    rpc_filter.py STORE_DIR UPSTREAM_URL SELECTOR [SELECTOR ...]
+    rpc_filter.py STORE_DIR UPSTREAM_URL SELECTOR|method:NAME [...]
 
 Prints "listening on PORT". Each refused call is counted in STORE_DIR/refused.
 """
@@ -14,10 +15,14 @@ import os
 import sys
 import urllib.request
 
-STORE, UPSTREAM, SELECTORS = sys.argv[1], sys.argv[2], [s.lower() for s in sys.argv[3:]]
+STORE, UPSTREAM = sys.argv[1], sys.argv[2]
+METHODS = [s[len("method:"):] for s in sys.argv[3:] if s.startswith("method:")]
+SELECTORS = [s.lower() for s in sys.argv[3:] if not s.startswith("method:")]
 
 
 def refused(call):
+    if isinstance(call, dict) and call.get("method") in METHODS:
+        return True
     if not isinstance(call, dict) or call.get("method") != "eth_call":
         return False
     params = call.get("params") or [{}]

@@ -141,8 +141,8 @@ fn main() {
         })
         .unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while collector.mesh_peers().await < 3 {
-            assert!(Instant::now() < deadline, "the collector did not mesh with the three validators");
+        while collector.peers().await.subscribed < 3 {
+            assert!(Instant::now() < deadline, "the collector did not reach the three validators");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
 

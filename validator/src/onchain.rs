@@ -22,8 +22,8 @@
 //! - **An epoch this validator did not watch whole** — its intake was not
 //!   listening without a break from the release to the close of its window
 //!   (`intake:since`, kept by the gateway: the anchor block since which it
-//!   has listened, set when it starts or its gossip peer rejoins the mesh,
-//!   removed when the mesh is lost; the event monitor copies it into the
+//!   has listened, set when it starts or a gossip peer connects again,
+//!   removed when none is connected; the event monitor copies it into the
 //!   epoch's state as it closes the window) — is neither submitted nor
 //!   attested by it (`onchain_status` `skipped`): its batch may lack
 //!   submissions it never received.
@@ -738,7 +738,7 @@ const LAPSE_FORGIVEN: Duration = Duration::from_secs(30);
 /// when listening starts or comes back, renewed every 100 ms (it expires
 /// [`INTAKE_SINCE_TTL`] after the last renewal, so a gateway that died
 /// vouches for nothing), removed as soon as `interrupted()` names a break
-/// (no peer in the mesh, a message lost for lack of room, a submission
+/// (no gossip peer connected, a message lost for lack of room, a submission
 /// held back) and when `stop` comes.
 pub async fn keep_intake_since<L, F, H, G>(
     conn: ConnectionManager,

@@ -431,8 +431,9 @@ async fn run_locked(
                 (peer.clone(), conn.clone(), market.clone(), stopped(), anchor.clone());
             let (counted, seen) = (gateway.clone(), Arc::new(std::sync::atomic::AtomicU64::new(0)));
             tasks.spawn(async move {
-                // A break: no peer in the mesh, or since the last look a
-                // message lost for lack of room or a submission held back.
+                // A break: no gossip peer connected (collectors publish to a
+                // validator without joining its mesh), or since the last look
+                // a message lost for lack of room or a submission held back.
                 let interrupted = move || {
                     let (p, counted, seen) = (watched.clone(), counted.clone(), seen.clone());
                     async move {
@@ -443,7 +444,8 @@ async fn run_locked(
                                 "gossip submissions were dropped or held back (no room, or Redis away)".into(),
                             );
                         }
-                        (p.mesh_peers().await == 0).then(|| "no gossip peer in the mesh".to_owned())
+                        (p.peers().await.connected == 0)
+                            .then(|| "no gossip peer connected (or every one graylisted)".to_owned())
                     }
                 };
                 let head = move || {

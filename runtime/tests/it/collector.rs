@@ -569,11 +569,11 @@ fn a_message_past_the_size_cap_is_refused_before_it_is_judged() {
     assert_eq!(received.lock().unwrap().len(), 1, "only the good one was judged and recorded");
 }
 
-/// A collector that publishes to the validators over gossip, with none in
-/// its mesh, asks the node to retry (UNAVAILABLE) instead of answering
+/// A collector that publishes to the validators over gossip, with none
+/// connected, asks the node to retry (UNAVAILABLE) instead of answering
 /// `Success` for a submission no validator would hear; nothing is recorded.
 #[test]
-fn a_collector_with_no_validator_in_its_gossip_mesh_asks_the_node_to_retry() {
+fn a_collector_with_no_validator_reachable_over_gossip_asks_the_node_to_retry() {
     let s = setup();
     let dir = tempfile::tempdir().unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -77,7 +77,8 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     // A stranger's key: the contract refuses, in its words.
     std::fs::write(dir.join("stranger.key"), "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d")
         .unwrap();
-    let stranger = node.run(&["market", "slots", "register", "--signer", bob, "--key-file", "stranger.key"]);
+    let carol = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
+    let stranger = node.run(&["market", "slots", "register", "--signer", carol, "--key-file", "stranger.key"]);
     assert!(
         stranger.code == 2 && error_line(&stranger).contains("ProtocolState refuses it from 0x7099"),
         "{stranger:?}"
@@ -128,10 +129,13 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     let unknown = node.run(&["market", "env", "--slot", "3"]);
     assert!(unknown.code == 2 && error_line(&unknown).contains("--slot 3: not a registered slot"), "{unknown:?}");
 
-    // A manifest is never overwritten.
+    // A manifest is never overwritten: deploy run again says the market it
+    // names is deployed, and sends nothing.
+    let written = std::fs::read(dir.join("market.json")).unwrap();
     let again = deploy(&node, &anchor, &source, &flags);
-    assert_eq!(again.code, 2, "{again:?}");
-    assert!(error_line(&again).contains("--out market.json: a file is there"), "{again:?}");
+    again.assert_ok();
+    assert!(again.stdout.contains("is already deployed") && again.stdout.contains("nothing sent"), "{again:?}");
+    assert_eq!(std::fs::read(dir.join("market.json")).unwrap(), written, "the manifest is as it was");
 
     // The manifest of another chain: its anchor RPC now answers with another id.
     let other = Anvil::start_with(&["--chain-id", "7003"]);
@@ -189,8 +193,12 @@ const SECOND: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 fn two_chains() -> (Node, Anvil, Anvil) {
     let (anchor, source) = (Anvil::start_with(&["--chain-id", "7001"]), Anvil::start_with(&["--chain-id", "7002"]));
     let node = Node::new();
-    std::fs::write(node.cwd.path().join("deployer.key"), format!("0x{DEPLOYER_KEY}\n")).unwrap();
-    std::fs::write(node.cwd.path().join("second.key"), SECOND_KEY).unwrap();
+    // Key files only their owner reads, as an operator keeps them.
+    for (name, key) in [("deployer.key", format!("0x{DEPLOYER_KEY}\n")), ("second.key", SECOND_KEY.to_owned())] {
+        let path = node.cwd.path().join(name);
+        std::fs::write(&path, key).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
     (node, anchor, source)
 }
 
@@ -507,7 +515,8 @@ fn the_owner_grants_and_revokes_roles_and_hands_the_market_on() {
     shown.assert_ok();
     assert!(shown.stdout.contains(&format!("{SECOND}: releaser, registrar")), "{}", shown.stdout);
     assert!(shown.stdout.contains(&format!("{DEPLOYER}: owner, releaser, registrar")), "{}", shown.stdout);
-    let stranger = node.run(&["market", "roles", "grant", "releaser", DEPLOYER, "--key-file", "second.key"]);
+    let third = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+    let stranger = node.run(&["market", "roles", "grant", "releaser", third, "--key-file", "second.key"]);
     assert!(stranger.code == 2 && error_line(&stranger).contains("ProtocolState refuses it"), "{stranger:?}");
     node.run(&[&["market", "roles", "revoke", "releaser", SECOND], &owner[..]].concat()).assert_ok();
     let shown = node.run(&["market", "roles", "show", SECOND]);
@@ -641,4 +650,127 @@ fn mine_until_three_epochs(anchor: &Anvil, manifest: &Value) {
     lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
         (last_released_end(anchor, manifest) >= 3).then_some(())
     });
+}
+
+/// The deployer's transactions so far (its nonce) on `anchor`.
+fn sent_by(anchor: &Anvil, account: &str) -> u64 {
+    let count = rpc(&anchor.url(), "eth_getTransactionCount", json!([account, "latest"]));
+    lite_node_protocol::quantity::quantity(&count).unwrap()
+}
+
+/// Every market verb run again finds what the last run did and says so,
+/// sending nothing: a deploy whose manifest is written, a signer that holds
+/// a slot, a validator, a role, a day schedule, a slot's signer. A deploy
+/// killed while it waits for a receipt the RPC cannot read (its hash said
+/// first) is resumed from its record, not deployed twice.
+#[test]
+fn market_verbs_run_again_find_what_the_last_run_did_and_send_nothing() {
+    use std::io::BufRead;
+
+    let (node, anchor, source) = two_chains();
+    // The receipt cannot be read (a provider behind on its index): the
+    // deploy says its hash and waits; it is killed there.
+    let filter = lite_node_testkit::RpcFilter::start(&anchor.url(), &["method:eth_getTransactionReceipt"]);
+    let filtered = filter.url();
+    let source_url = source.url();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .args(["market", "deploy", "--anchor-rpc", &filtered, "--source-rpc", &source_url])
+        .args(["--key-file", "deployer.key", "--namespace", "T", "--epochs-per-day", "4"])
+        .current_dir(node.cwd.path())
+        .env_clear()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let sent = stderr.lines().map_while(Result::ok).find(|l| l.starts_with("deployment sent: transaction 0x"));
+    lite_node_testkit::poll_until("the receipt asked and refused", std::time::Duration::from_secs(30), || {
+        (filter.refused() > 0).then_some(())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let hash =
+        sent.expect("the deployment's hash is said before it is waited for").rsplit(' ').next().unwrap().to_owned();
+    let record = node.cwd.path().join("market.json.deploying");
+    assert!(std::fs::read_to_string(&record).unwrap().contains(&hash), "the deployment is recorded before it is sent");
+    assert!(!node.cwd.path().join("market.json").exists());
+
+    // Run again on the RPC that answers: the recorded transaction is
+    // waited for, the manifest written, the record gone; one contract.
+    let again = deploy(&node, &anchor, &source, &["--namespace", "T", "--epochs-per-day", "4"]);
+    again.assert_ok();
+    assert!(again.stderr.contains(&format!("resuming the deployment sent earlier: transaction {hash}")), "{again:?}");
+    assert!(!record.exists(), "the record is removed once the manifest names the market");
+    assert_eq!(sent_by(&anchor, DEPLOYER), 2, "one deployment and one setEpochsPerDay: {again:?}");
+
+    // Deploy again with the manifest there: nothing sent.
+    let third = deploy(&node, &anchor, &source, &["--namespace", "T", "--epochs-per-day", "4"]);
+    third.assert_ok();
+    assert!(third.stdout.contains("is already deployed") && third.stdout.contains("nothing sent"), "{third:?}");
+
+    let owner = ["--key-file", "deployer.key"];
+    let run = |args: &[&str]| node.run(&[args, &owner[..]].concat());
+    let alice = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+    let steps: [(&[&str], &str); 6] = [
+        (&["market", "slots", "register", "--signer", alice], "already holds slot 1: nothing sent"),
+        (&["market", "slots", "register", "--signer", alice, "--slot", "1"], "slot 1 is already registered to"),
+        (&["market", "slots", "reassign", "--slot", "1", "--signer", alice], "slot 1 is already registered to"),
+        (&["market", "validators", "add", alice], "is already a validator: nothing sent"),
+        (&["market", "roles", "grant", "releaser", alice], "is already a releaser: nothing sent"),
+        (&["market", "days", "--epochs-per-day", "4"], "already starts every 4 epochs: nothing sent"),
+    ];
+    // The first run of each does it; the second says so and sends nothing.
+    let [register, ..] = steps;
+    run(register.0).assert_ok();
+    run(&["market", "validators", "add", alice]).assert_ok();
+    run(&["market", "roles", "grant", "releaser", alice]).assert_ok();
+    let before = sent_by(&anchor, DEPLOYER);
+    for (args, said) in steps {
+        let again = run(args);
+        again.assert_ok();
+        assert!(again.stdout.contains(said), "{args:?}: {again:?}");
+    }
+    assert_eq!(sent_by(&anchor, DEPLOYER), before, "nothing was sent again");
+    // Another slot for the same signer is asked for by its number.
+    run(&["market", "slots", "register", "--signer", alice, "--slot", "2"]).assert_ok();
+    let list = node.run(&["market", "slots", "list"]);
+    assert!(list.stdout.contains("2 slot(s) registered"), "{list:?}");
+}
+
+/// A manifest of a chain that was reset — the same chain id, the contract
+/// deployed at the same address again — is refused, naming the reset; a
+/// key file others can read draws a warning.
+#[test]
+fn a_manifest_of_a_chain_that_was_reset_is_refused() {
+    let (node, anchor, source, manifest) = deployed(1);
+    // The same chain id, started afresh, and the same deployer's first
+    // transaction: ProtocolState lands at the same address.
+    let reset = Anvil::start_with(&["--chain-id", "7001"]);
+    // Not the same history: the deployment lands in another block.
+    rpc(&reset.url(), "anvil_mine", json!(["0x1"]));
+    let other = Node::new();
+    std::fs::write(other.cwd.path().join("deployer.key"), DEPLOYER_KEY).unwrap();
+    let second = other.run(&[
+        "market",
+        "deploy",
+        "--anchor-rpc",
+        &reset.url(),
+        "--source-rpc",
+        &source.url(),
+        "--key-file",
+        "deployer.key",
+        "--namespace",
+        "T",
+    ]);
+    second.assert_ok();
+    assert!(second.stderr.contains("can be read by other users"), "a world-readable key file is warned of: {second:?}");
+    let again: Value = serde_json::from_slice(&std::fs::read(other.cwd.path().join("market.json")).unwrap()).unwrap();
+    assert_eq!(again["protocolState"], manifest["protocolState"], "the same address on the reset chain");
+    let mut moved = manifest.clone();
+    moved["anchor"]["rpcs"] = json!([reset.url()]);
+    std::fs::write(node.cwd.path().join("reset.json"), moved.to_string()).unwrap();
+    let run = node.run(&["market", "status", "--manifest", "reset.json"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(error_line(&run).contains("the chain was reset"), "{run:?}");
+    drop(anchor);
 }

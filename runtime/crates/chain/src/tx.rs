@@ -100,6 +100,16 @@ impl TxSender {
         self.key.address()
     }
 
+    /// The chain it signs for.
+    pub fn chain_id(&self) -> u64 {
+        self.chain_id
+    }
+
+    /// The RPC it sends through.
+    pub fn rpc(&self) -> &HttpRpc {
+        &self.rpc
+    }
+
     /// Estimates, signs and sends a call of `input` to `to`; returns its hash.
     pub async fn send(&self, to: Address, input: Bytes) -> Result<B256, TxError> {
         let tx = self.prepare(to, input).await?;
@@ -124,9 +134,15 @@ impl TxSender {
     /// code (bytecode and constructor arguments) is `code`; returns the
     /// transaction's hash (the receipt names the contract's address).
     pub async fn deploy(&self, code: Bytes) -> Result<B256, TxError> {
-        let tx = self.prepare_kind(TxKind::Create, code, None).await?;
+        let tx = self.prepare_deploy(code).await?;
         self.broadcast(&tx).await?;
         Ok(tx.hash)
+    }
+
+    /// Estimates and signs the creation of a contract, without sending it:
+    /// its hash is known (and can be recorded) before it can be mined.
+    pub async fn prepare_deploy(&self, code: Bytes) -> Result<Prepared, TxError> {
+        self.prepare_kind(TxKind::Create, code, None).await
     }
 
     async fn prepare_kind(

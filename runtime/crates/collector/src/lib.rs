@@ -89,7 +89,7 @@ pub struct Collector {
     /// node is asked to retry.
     pub forward: Option<proto::submission_client::SubmissionClient<tonic::transport::Channel>>,
     /// The validators' gossip network: every accepted submission is
-    /// published there, without waiting for the mesh.
+    /// published there, flooded to every connected validator.
     pub gossip: Option<lite_node_gossip::Gossip>,
     /// The slots whose nodes the caller started, with their signers: other
     /// submissions are still checked and answered, but marked foreign.
@@ -330,13 +330,13 @@ impl Collector {
             }
         };
         // Nothing accepted is answered `Success` unless a validator can hear
-        // it: with no validator in the gossip mesh yet (starting, or all
+        // it: with no validator connected over gossip (starting, or all
         // unreachable), the node is asked to retry rather than told it landed.
         if verdict.is_ok()
             && let Some(gossip) = &self.gossip
-            && gossip.mesh_peers().await == 0
+            && gossip.peers().await.subscribed == 0
         {
-            tracing::warn!("gossip: no validator in the mesh; asking the node to retry");
+            tracing::warn!("gossip: no validator connected; asking the node to retry");
             return Err(tonic::Status::unavailable(
                 "no validator is reachable over gossip yet: the collector cannot relay this submission",
             ));
@@ -348,12 +348,17 @@ impl Collector {
             return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
         }
         // Published in its one gossip form (accepted: its signature is one).
+        // An outbox too full to take it published nothing: `Success` would
+        // lose the vote, so the node is asked to send it again.
         if verdict.is_ok()
             && let Some(gossip) = &self.gossip
             && let Ok(form) = lite_node_protocol::submission::gossip_form(&s)
             && !gossip.publish(prost::Message::encode_to_vec(&form))
         {
-            tracing::warn!("gossip: the outbox is full; a submission was not published");
+            tracing::warn!("gossip: the outbox is full; asking the node to retry");
+            return Err(tonic::Status::unavailable(
+                "the collector's gossip outbox is full: the submission was not relayed; send it again",
+            ));
         }
         let rejection = verdict.as_ref().err().map(|r| r.detail.clone());
         Ok((rejection, self.record(s, verdict).await))

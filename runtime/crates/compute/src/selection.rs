@@ -115,11 +115,13 @@ impl SelectionCheck {
         }
         let unavailable = |what: &str, e: RpcError| Refused::Unavailable(format!("{what} unavailable: {e}"));
         let total_slots = anchor.total_slots_at(release.block_number).await.map_err(|e| unavailable("anchor", e))?;
-        // A ProtocolState without the full-node registry answers with an
-        // error (a revert): it has none.
+        // A ProtocolState without the full-node registry answers with a
+        // revert: it has none. Any other error (a node without that block's
+        // state, a rate limit) says nothing of the registry: the epoch is
+        // asked again later, never kept without its full nodes.
         let full_nodes = match anchor.full_nodes_at(release.block_number).await {
             Ok(slots) => slots.into_iter().collect(),
-            Err(e) if e.code.is_some() => Default::default(),
+            Err(e) if is_revert(&e) => Default::default(),
             Err(e) => return Err(unavailable("anchor", e)),
         };
         self.assign(epoch_id, release.begin, release.end, total_slots, full_nodes).await
@@ -242,5 +244,34 @@ impl From<Refusal> for Refused {
                 Refused::Rejected(why)
             }
         }
+    }
+}
+
+/// Whether a node's error answer is the call reverting (code 3, or the
+/// message says so), not a failure to answer it.
+fn is_revert(e: &RpcError) -> bool {
+    e.code.into_option() == Some(3) || e.message.to_ascii_lowercase().contains("revert")
+}
+
+#[cfg(test)]
+mod tests {
+    use abi_stable::std_types::ROption;
+
+    use super::*;
+
+    fn error(code: Option<i64>, message: &str) -> RpcError {
+        RpcError { code: code.map_or(ROption::RNone, ROption::RSome), message: message.into() }
+    }
+
+    #[test]
+    fn only_a_revert_means_the_registry_is_missing() {
+        assert!(is_revert(&error(Some(3), "execution reverted")));
+        assert!(is_revert(&error(Some(-32000), "execution reverted: no such function")));
+        // A node without the block's state, a rate limit, a timeout: the
+        // full nodes are not known, and the epoch is asked again.
+        assert!(!is_revert(&error(Some(-32000), "header not found")));
+        assert!(!is_revert(&error(Some(429), "Too Many Requests")));
+        assert!(!is_revert(&error(Some(-32005), "limit exceeded")));
+        assert!(!is_revert(&error(None, "anchor: timed out")));
     }
 }

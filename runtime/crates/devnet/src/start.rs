@@ -102,6 +102,7 @@ impl Devnet {
             drills_creation_code(&opts.devnet_dir, node_count)?,
             None,
             None,
+            None,
             &mut |_| {},
         )
         .await?;
@@ -122,6 +123,7 @@ impl Devnet {
             data_market,
             deployer: deployed.deployer,
             deploy_block: deployed.block,
+            deploy_block_hash: deployed.block_hash,
             epoch_size: 1,
             epochs_per_day: None,
             namespace: NAMESPACE_VARS[1].1.into(),
@@ -295,7 +297,7 @@ impl Devnet {
             }
         }
         // The collector publishes what it accepts on the validators' gossip
-        // network; the nodes are started once every validator is in its mesh.
+        // network; the nodes are started once it reaches every validator.
         if !validators.is_empty() {
             let mut bootstrap = Vec::new();
             for v in &validators {
@@ -308,11 +310,11 @@ impl Devnet {
                 topic: lite_node_validator::gossip::SUBMISSIONS_TOPIC.into(),
             })?;
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while gossip.mesh_peers().await < validators.len() {
+            while gossip.peers().await.subscribed < validators.len() {
                 if tokio::time::Instant::now() > deadline {
                     bail!(
-                        "the collector's gossip peer did not mesh with the {} validator(s) within 30 s; see their \
-                         logs in {}",
+                        "the collector's gossip peer did not reach the {} validator(s) within 30 s; see their logs \
+                         in {}",
                         validators.len(),
                         run_dir.display()
                     );

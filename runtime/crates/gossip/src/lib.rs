@@ -15,7 +15,11 @@
 //! settles it, and only then is it relayed (a ticket dropped unsettled
 //! ignores it). Nothing of the node, the chain or Redis is known here: the
 //! validator's gateway brings its check, and a collector only publishes
-//! ([`Gossip::publisher`]).
+//! ([`Gossip::publisher`]): it never subscribes, so it takes no place in any
+//! validator's mesh (validators mesh with validators) and is sent nothing,
+//! and every message it publishes is flooded to each connected validator.
+//! However many collectors a market has, each reaches every validator it
+//! is connected to ([`Peers`]).
 //!
 //! A [`Gossip`] is a handle on a task that owns the libp2p swarm: publishing
 //! never waits for the mesh (a full outbox is counted and dropped), and the
@@ -217,9 +221,21 @@ impl Stats {
 enum Command {
     Publish(Vec<u8>),
     Report(gossipsub::MessageId, PeerId, gossipsub::MessageAcceptance),
-    MeshPeers(oneshot::Sender<usize>),
+    Peers(oneshot::Sender<Peers>),
     Score(PeerId, oneshot::Sender<Option<f64>>),
     Unwanted(PeerId),
+}
+
+/// Who a peer can reach now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peers {
+    /// Connected gossip peers whose messages are read (not graylisted).
+    pub connected: usize,
+    /// Of those, the peers subscribed to the topic that a publish reaches
+    /// (score at least [`PUBLISH_THRESHOLD`]): a collector's validators.
+    pub subscribed: usize,
+    /// Peers in this peer's mesh for the topic (always 0 for a publisher).
+    pub mesh: usize,
 }
 
 /// A running peer.
@@ -321,9 +337,13 @@ fn gossipsub_config() -> Result<gossipsub::Config, Error> {
             gossipsub::MessageId::from(lite_node_protocol::submission::gossip_message_id(&m.data).to_vec())
         })
         // Below `mesh_n_low` (5) peers a heartbeat grafts every subscribed
-        // peer it knows: a small network (a devnet's validators and its
-        // collector) is one full mesh, whoever dialled whom.
+        // peer it knows: a small network of validators is one full mesh,
+        // whoever dialled whom.
         .mesh_outbound_min(0)
+        // A publish goes to every connected peer subscribed to the topic, not
+        // to a sample of the mesh: a collector is in no mesh (it does not
+        // subscribe), and this is how it reaches every validator.
+        .flood_publish(true)
         .build()
         .map_err(|e| Error::Setup(format!("gossipsub configuration: {e}")))
 }
@@ -331,6 +351,9 @@ fn gossipsub_config() -> Result<gossipsub::Config, Error> {
 /// The score below which a peer's messages are ignored: with each rejected
 /// message counting −10 × (rejections)², three rejections put a peer there.
 pub const GRAYLIST: f64 = -80.0;
+
+/// The score below which a peer is no longer published to.
+pub const PUBLISH_THRESHOLD: f64 = -50.0;
 
 /// What one unwanted message ([`Verdict::Unwanted`]) costs its sender, in
 /// score: the count of a peer's unwanted messages, decaying by half every
@@ -367,6 +390,13 @@ fn scoring(topic: &gossipsub::IdentTopic) -> (gossipsub::PeerScoreParams, gossip
         ..gossipsub::TopicScoreParams::default()
     };
     params.topics.insert(topic.hash(), topic_params);
+    // Many peers behind one address are not misbehaving: the operators'
+    // collectors on one host or behind one NAT, a devnet on loopback. By
+    // default more than ten peers on one IP cost every peer on it
+    // −5 × (n − 10)², which emptied every validator's mesh (and, past 14,
+    // graylisted them all) when ten collectors joined a devnet's three
+    // validators. What a peer sends is judged by its signature instead.
+    params.ip_colocation_factor_weight = 0.0;
     // Unwanted messages count through the application score (set per peer
     // from its decaying count).
     params.app_specific_weight = 1.0;
@@ -376,7 +406,7 @@ fn scoring(topic: &gossipsub::IdentTopic) -> (gossipsub::PeerScoreParams, gossip
     params.slow_peer_weight = 0.0;
     let thresholds = gossipsub::PeerScoreThresholds {
         gossip_threshold: -10.0,
-        publish_threshold: -50.0,
+        publish_threshold: PUBLISH_THRESHOLD,
         graylist_threshold: GRAYLIST,
         ..gossipsub::PeerScoreThresholds::default()
     };
@@ -389,6 +419,15 @@ impl Gossip {
     /// topic. Accepted and held messages go to `deliver` (whose free room
     /// decides between taking and ignoring).
     pub fn start(settings: Settings, check: Check, deliver: mpsc::Sender<Delivery>) -> Result<Self, Error> {
+        Self::spawn(settings, check, deliver, true)
+    }
+
+    fn spawn(
+        settings: Settings,
+        check: Check,
+        deliver: mpsc::Sender<Delivery>,
+        subscribe: bool,
+    ) -> Result<Self, Error> {
         let mut bootstrap = Vec::new();
         for addr in &settings.bootstrap {
             let peer = peer_of(addr).ok_or_else(|| Error::Bootstrap {
@@ -414,11 +453,13 @@ impl Gossip {
             .map_err(|e| Error::Setup(e.to_string()))?
             .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
             .build();
-        swarm
-            .behaviour_mut()
-            .gossipsub
-            .subscribe(&topic)
-            .map_err(|e| Error::Setup(format!("subscribing to {topic}: {e}")))?;
+        if subscribe {
+            swarm
+                .behaviour_mut()
+                .gossipsub
+                .subscribe(&topic)
+                .map_err(|e| Error::Setup(format!("subscribing to {topic}: {e}")))?;
+        }
         swarm
             .listen_on(settings.listen.clone())
             .map_err(|e| Error::Listen { addr: settings.listen.to_string(), why: e.to_string() })?;
@@ -441,12 +482,12 @@ impl Gossip {
         Ok(Self { commands, peer_id, listening, stats })
     }
 
-    /// A peer that only publishes (a collector): it takes nothing from the
-    /// network and relays nothing it did not check itself — what others
-    /// send it is ignored, neither relayed nor held against them.
+    /// A peer that only publishes (a collector): it does not subscribe, so
+    /// it holds no place in any mesh and is sent nothing; what it publishes
+    /// is flooded to every connected validator ([`Peers::subscribed`]).
     pub fn publisher(settings: Settings) -> Result<Self, Error> {
         let (deliver, _nothing_comes_back) = mpsc::channel(1);
-        Self::start(settings, Arc::new(|_: &[u8]| Verdict::Ignore), deliver)
+        Self::spawn(settings, Arc::new(|_: &[u8]| Verdict::Ignore), deliver, false)
     }
 
     pub fn peer_id(&self) -> PeerId {
@@ -483,13 +524,18 @@ impl Gossip {
         rx.await.ok().flatten()
     }
 
+    /// Who this peer can reach now (nobody once its task is gone).
+    pub async fn peers(&self) -> Peers {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Peers(tx)).await.is_err() {
+            return Peers::default();
+        }
+        rx.await.unwrap_or_default()
+    }
+
     /// Peers in this peer's mesh for the topic.
     pub async fn mesh_peers(&self) -> usize {
-        let (tx, rx) = oneshot::channel();
-        if self.commands.send(Command::MeshPeers(tx)).await.is_err() {
-            return 0;
-        }
-        rx.await.unwrap_or(0)
+        self.peers().await.mesh
     }
 }
 
@@ -517,8 +563,8 @@ impl Task {
                 command = inbox.recv() => match command {
                     Some(Command::Publish(payload)) => self.publish(payload),
                     Some(Command::Report(message, source, acceptance)) => self.report(&message, &source, acceptance),
-                    Some(Command::MeshPeers(answer)) => {
-                        let _ = answer.send(self.swarm.behaviour().gossipsub.mesh_peers(&self.topic.hash()).count());
+                    Some(Command::Peers(answer)) => {
+                        let _ = answer.send(self.peers());
                     }
                     Some(Command::Score(peer, answer)) => {
                         let _ = answer.send(self.swarm.behaviour().gossipsub.peer_score(&peer));
@@ -532,6 +578,31 @@ impl Task {
                 _ = decay.tick() => self.decay_unwanted(),
             }
         }
+    }
+
+    /// Who is reachable: what `publish` sends to and what is read.
+    fn peers(&self) -> Peers {
+        let gossipsub = &self.swarm.behaviour().gossipsub;
+        let topic = self.topic.hash();
+        // A connection that speaks no gossipsub (its kind is not exported,
+        // only its name) carries no submission.
+        let unsupported: std::collections::HashSet<&PeerId> = gossipsub
+            .peer_protocol()
+            .filter(|(_, kind)| kind.as_static_ref() == "Not Supported")
+            .map(|(peer, _)| peer)
+            .collect();
+        let mut peers = Peers { mesh: gossipsub.mesh_peers(&topic).count(), ..Peers::default() };
+        for (peer, topics) in gossipsub.all_peers() {
+            let score = gossipsub.peer_score(peer).unwrap_or(0.0);
+            if unsupported.contains(peer) || score < GRAYLIST {
+                continue;
+            }
+            peers.connected += 1;
+            if topics.contains(&&topic) && score >= PUBLISH_THRESHOLD {
+                peers.subscribed += 1;
+            }
+        }
+        peers
     }
 
     fn publish(&mut self, payload: Vec<u8>) {

@@ -165,3 +165,57 @@ async fn a_held_message_is_relayed_only_once_its_ticket_accepts_it() {
     next_delivery(&mut b_rx, "fourth at b").await.ticket.expect("held").settle(&Verdict::Accept);
     assert_eq!(next(&mut c_rx, "fourth at c").await, b"fourth", "second and third never crossed");
 }
+
+/// A market's many operators: twenty collectors publish to one validator.
+/// None of them joins its mesh (a publisher does not subscribe), so its
+/// mesh stays empty and none is pruned; each keeps reaching the validator
+/// through gossipsub's heartbeats (the first at ~5.7 s, when a mesh over
+/// its bounds is cut and a crowded address was penalized), every message
+/// of every collector arrives, and none of them is scored down for sharing
+/// an address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_publishers_each_reach_one_validator_and_every_message_arrives() {
+    const PUBLISHERS: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (v_tx, mut v_rx) = mpsc::channel(4096);
+    let v = Gossip::start(settings(dir.path(), "v", vec![]), strict(), v_tx).unwrap();
+    let v_addr = tokio::time::timeout(Duration::from_secs(10), v.listening()).await.expect("v listens");
+    assert_eq!(v.peers().await.connected, 0, "nobody yet");
+    let publishers: Vec<Gossip> = (0..PUBLISHERS)
+        .map(|i| Gossip::publisher(settings(dir.path(), &format!("p{i}"), v_addr.clone())).unwrap())
+        .collect();
+    until("every publisher reaches the validator", async || {
+        for p in &publishers {
+            if p.peers().await.subscribed == 0 {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    // Through several heartbeats (the first comes at ~5.7 s), every
+    // publisher stays reachable and the validator keeps hearing all of them.
+    let held = tokio::time::Instant::now();
+    while held.elapsed() < Duration::from_secs(8) {
+        for (i, p) in publishers.iter().enumerate() {
+            assert_eq!(p.peers().await.subscribed, 1, "publisher {i} lost the validator after {:?}", held.elapsed());
+        }
+        let seen = v.peers().await;
+        assert_eq!((seen.connected, seen.mesh), (PUBLISHERS, 0), "the validator's peers after {:?}", held.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (i, p) in publishers.iter().enumerate() {
+        for k in 0..5 {
+            assert!(p.publish(format!("ok {i} {k}").into_bytes()), "publisher {i}'s outbox");
+        }
+    }
+    let mut got = std::collections::HashSet::new();
+    while got.len() < PUBLISHERS * 5 {
+        got.insert(next(&mut v_rx, "a publisher's message").await);
+    }
+    for (i, p) in publishers.iter().enumerate() {
+        assert_eq!(Stats::get(&p.stats().published), 5, "publisher {i}");
+        assert_eq!(Stats::get(&p.stats().unpublished), 0, "publisher {i}");
+        assert!(v.score_of(p.peer_id()).await.unwrap_or(0.0) >= 0.0, "publisher {i} is not scored down");
+    }
+}

@@ -8,7 +8,7 @@ use alloy::primitives::{Address, Bytes};
 use anyhow::{Context, Result, anyhow, bail};
 use lite_node_chain::{
     TxSender,
-    market::{ChainEntry, Manifest, chain_id, connect},
+    market::{ChainEntry, Manifest, PendingDeploy, chain_id, connect},
 };
 use serde_json::Value;
 
@@ -61,12 +61,18 @@ pub struct Args {
 
 /// Deploys ProtocolState and writes the manifest to `o.out`.
 pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
-    if o.out.exists() {
-        bail!(BadInput(format!(
-            "--out {}: a file is there (a market's manifest is never overwritten): move it, or give another path",
-            o.out.display()
-        )));
-    }
+    // A manifest already at --out: this deploy ran before (said below, once
+    // its chain is reached), or the path is another file's.
+    let existing = if o.out.exists() {
+        Some(Manifest::load(&o.out).map_err(|_| {
+            BadInput(format!(
+                "--out {}: a file is there (a market's manifest is never overwritten): move it, or give another path",
+                o.out.display()
+            ))
+        })?)
+    } else {
+        None
+    };
     if o.epoch_size == 0 {
         bail!(BadInput("--epoch-size 0: an epoch is at least one block".into()));
     }
@@ -98,20 +104,42 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
         let source = connect("source", &source_rpcs, io)?;
         let anchor_id = chain_id(&anchor, "--anchor-rpc", &anchor_rpcs).await?;
         let source_id = chain_id(&source, "--source-rpc", &source_rpcs).await?;
+        if let Some(m) = existing {
+            let code = anchor.call_value("eth_getCode", serde_json::json!([m.protocol_state, "latest"])).await?;
+            let deployed = code.as_str().is_some_and(|c| !c.trim_start_matches("0x").is_empty());
+            if m.anchor.chain_id != anchor_id || !deployed {
+                bail!(BadInput(format!(
+                    "--out {}: the manifest there names ProtocolState {} on chain {}, which this anchor RPC (chain \
+                     {anchor_id}) does not hold: move it, or give another path",
+                    o.out.display(),
+                    m.protocol_state,
+                    m.anchor.chain_id
+                )));
+            }
+            writeln!(
+                out,
+                "market {} is already deployed (ProtocolState {}, block {}): {} names it; nothing sent",
+                m.data_market,
+                m.protocol_state,
+                m.deploy_block,
+                o.out.display()
+            )?;
+            return Ok(None);
+        }
         let anchor = std::sync::Arc::new(anchor);
         let sender = TxSender::new(anchor.clone(), key.bytes(), anchor_id)
             .map_err(|e| BadInput(format!("--key-file {}: {e}", o.key_file.display())))?;
         writeln!(out, "deploying ProtocolState on chain {anchor_id} from {}", sender.address())?;
-        let mut lines = Vec::new();
-        let deployed = lite_node_chain::market::deploy(&sender, bytecode()?, data_market, o.epochs_per_day, &mut |l| {
-            lines.push(l)
-        })
-        .await;
-        for line in lines {
-            writeln!(out, "{line}")?;
-        }
-        let deployed = deployed?;
-        Ok::<_, anyhow::Error>(Manifest {
+        let deployed = lite_node_chain::market::deploy(
+            &sender,
+            bytecode()?,
+            data_market,
+            o.epochs_per_day,
+            Some(&o.out),
+            &mut super::progress(),
+        )
+        .await?;
+        Ok::<_, anyhow::Error>(Some(Manifest {
             version: 1,
             anchor: ChainEntry {
                 name: o.anchor_chain.clone().unwrap_or_else(|| format!("chain{anchor_id}")),
@@ -123,15 +151,20 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
             data_market: deployed.data_market,
             deployer: deployed.deployer,
             deploy_block: deployed.block,
+            deploy_block_hash: deployed.block_hash,
             epoch_size: o.epoch_size,
             epochs_per_day: o.epochs_per_day,
             namespace: o.namespace.clone(),
             validator_peers: Vec::new(),
-        })
+        }))
     })?;
+    let Some(manifest) = manifest else { return Ok(()) };
     let text = serde_json::to_string_pretty(&manifest)? + "\n";
     lite_node_core::atomic_file::write_durable(&o.out, text.as_bytes())
         .with_context(|| format!("writing the manifest to {}", o.out.display()))?;
+    // The manifest names the market now: the record of the deployment in
+    // flight is done with.
+    let _ = std::fs::remove_file(PendingDeploy::path(&o.out));
     writeln!(
         out,
         "market {} (namespace {}): manifest written to {}",

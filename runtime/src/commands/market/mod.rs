@@ -107,6 +107,12 @@ impl AccessArgs {
     }
 }
 
+/// Where a verb says a transaction's hash before waiting for it (and other
+/// progress): standard error, so standard output keeps the verb's answer.
+fn progress() -> impl FnMut(String) + Send {
+    |line| eprintln!("{line}")
+}
+
 /// Runs a verb's work on a current-thread runtime, with the I/O runtime the
 /// chain clients need.
 fn block_on<T>(work: impl AsyncFnOnce(&IoRuntime) -> Result<T>) -> Result<T> {
@@ -121,7 +127,20 @@ fn block_on<T>(work: impl AsyncFnOnce(&IoRuntime) -> Result<T>) -> Result<T> {
 /// file's text is never shown.
 fn read_key(path: &Path) -> Result<SecretKey> {
     let text = std::fs::read_to_string(path).map_err(|e| BadInput(format!("--key-file {}: {e}", path.display())))?;
-    Ok(SecretKey::parse_hex(&format!("--key-file {}", path.display()), &text).map_err(BadInput)?)
+    let key = SecretKey::parse_hex(&format!("--key-file {}", path.display()), &text).map_err(BadInput)?;
+    #[cfg(unix)]
+    if let Ok(meta) = std::fs::metadata(path) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            eprintln!(
+                "warning: --key-file {} can be read by other users (mode {mode:o}): `chmod 600 {}`",
+                path.display(),
+                path.display()
+            );
+        }
+    }
+    Ok(key)
 }
 
 fn parse_address(flag: &str, text: &str) -> Result<Address> {

@@ -12,6 +12,9 @@ use lite_node_core::supervisor::Supervisor;
 use lite_node_protocol::contracts::isReleaserCall;
 
 use super::{AccessArgs, block_on};
+
+/// How long the releaser waits before it says why, and how often after.
+const WAIT_SAID_AFTER: Duration = Duration::from_secs(60);
 use crate::exit::BadInput;
 
 /// `lite-node market release`'s arguments.
@@ -93,6 +96,9 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
         )?;
         let mut failures = 0u32;
         let mut stopping = false;
+        // A wait longer than a minute is said (the next epoch past the
+        // source head, a release held at the fee cap), then once a minute.
+        let mut waiting_since: Option<(std::time::Instant, std::time::Instant)> = None;
         loop {
             // A signal lets the step in flight end (its transaction mined,
             // and said) for up to half a minute.
@@ -112,6 +118,9 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
             if step.is_ok() {
                 failures = 0;
             }
+            if !matches!(step, Ok(Step::Waiting)) {
+                waiting_since = None;
+            }
             let pause = match step {
                 Ok(Step::Released { epoch_id, begin, end, .. }) => {
                     writeln!(out, "epoch {epoch_id} released: source blocks {begin}-{end}")?;
@@ -125,7 +134,17 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
                     // That transaction may still be pending: give it a poll.
                     Some(poll)
                 }
-                Ok(Step::Waiting) => Some(poll),
+                Ok(Step::Waiting) => {
+                    let now = std::time::Instant::now();
+                    let (since, said) = waiting_since.get_or_insert((now, now));
+                    if now.duration_since(*since) >= WAIT_SAID_AFTER && now.duration_since(*said) >= WAIT_SAID_AFTER {
+                        *said = now;
+                        let why = releaser.state.lock().expect("not poisoned").waiting.clone();
+                        let why = why.unwrap_or_else(|| "the next epoch is not due".to_owned());
+                        writeln!(out, "waiting {} s: {why}", now.duration_since(*since).as_secs())?;
+                    }
+                    Some(poll)
+                }
                 Err(e) => {
                     failures += 1;
                     eprintln!("release: {e}");

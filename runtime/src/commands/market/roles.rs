@@ -12,7 +12,7 @@ use lite_node_protocol::contracts::{
     transferOwnershipCall,
 };
 
-use super::{AccessArgs, ManifestArg, block_on, parse_address};
+use super::{AccessArgs, ManifestArg, block_on, parse_address, progress};
 use crate::exit::BadInput;
 
 /// A role the owner grants: who may release epochs, or register slots.
@@ -98,14 +98,36 @@ pub fn run(verb: Command, out: &mut dyn Write) -> Result<()> {
                     Role::Releaser => "setReleaser",
                     Role::Registrar => "setRegistrar",
                 };
+                let accounts = parse_all(&addresses, role.name())?;
                 let sender = access.sender(&m, what)?;
-                for account in parse_all(&addresses, role.name())? {
+                for account in accounts {
+                    let holds = match role {
+                        Role::Releaser => m.view(isReleaserCall { account }).await?,
+                        Role::Registrar => m.view(isRegistrarCall { account }).await?,
+                    };
+                    if holds == *allowed {
+                        let state = if *allowed { "already" } else { "not" };
+                        writeln!(out, "{account} is {state} a {}: nothing sent", role.name())?;
+                        continue;
+                    }
                     let block = match role {
                         Role::Releaser => {
-                            m.send(&sender, setReleaserCall { account, allowed: *allowed }, "setReleaser").await?
+                            m.send(
+                                &sender,
+                                setReleaserCall { account, allowed: *allowed },
+                                "setReleaser",
+                                &mut progress(),
+                            )
+                            .await?
                         }
                         Role::Registrar => {
-                            m.send(&sender, setRegistrarCall { account, allowed: *allowed }, "setRegistrar").await?
+                            m.send(
+                                &sender,
+                                setRegistrarCall { account, allowed: *allowed },
+                                "setRegistrar",
+                                &mut progress(),
+                            )
+                            .await?
                         }
                     };
                     let done = if *allowed { "is now" } else { "is no longer" };
@@ -139,8 +161,17 @@ pub fn run(verb: Command, out: &mut dyn Write) -> Result<()> {
                 if new_owner == Address::ZERO {
                     bail!(BadInput("--to 0x0…0: a market without an owner could never grant a role again".into()));
                 }
+                if m.view(ownerCall {}).await? == new_owner {
+                    writeln!(
+                        out,
+                        "ProtocolState {} is already owned by {new_owner}: nothing sent",
+                        m.manifest.protocol_state
+                    )?;
+                    return Ok(());
+                }
                 let call = transferOwnershipCall { newOwner: new_owner };
-                let block = m.send(&access.sender(&m, "transferOwnership")?, call, "transferOwnership").await?;
+                let sender = access.sender(&m, "transferOwnership")?;
+                let block = m.send(&sender, call, "transferOwnership", &mut progress()).await?;
                 writeln!(
                     out,
                     "ProtocolState {} is now owned by {new_owner} (block {block})",

@@ -11,7 +11,7 @@ use lite_node_protocol::contracts::{
     getFullNodesCall, getTotalNodeCountCall, reassignSlotCall, registerSlotCall, removeSlotCall, setFullNodeCall,
 };
 
-use super::{AccessArgs, ManifestArg, block_on, parse_address};
+use super::{AccessArgs, ManifestArg, block_on, parse_address, progress};
 use crate::exit::BadInput;
 
 /// `lite-node market slots`'s sub-verbs.
@@ -82,25 +82,54 @@ pub fn run(verb: Command, out: &mut dyn Write) -> Result<()> {
             Command::Register { slot, signer, access } => {
                 let signer = parse_address("--signer", &signer)?;
                 let next = count + 1;
-                let slot = slot.unwrap_or(next);
-                if slot <= count {
-                    let holder = m.signer_of(slot).await?;
-                    bail!(BadInput(format!(
-                        "--slot {slot}: taken by {holder} (give it to another signer with `market slots reassign`)"
-                    )));
+                match slot {
+                    // Run again after it worked (or after a failure once
+                    // the transaction was sent): the signer's slot is found,
+                    // not a second one given.
+                    None => {
+                        let held: Vec<String> = (1..)
+                            .zip(m.signers().await?)
+                            .filter(|(_, s)| *s == signer)
+                            .map(|(slot, _)| slot.to_string())
+                            .collect();
+                        if !held.is_empty() {
+                            writeln!(
+                                out,
+                                "{signer} already holds slot {}: nothing sent (to register another slot to it, give \
+                                 --slot {next})",
+                                held.join(", ")
+                            )?;
+                            return Ok(());
+                        }
+                    }
+                    Some(slot) if slot >= 1 && slot <= count => {
+                        let holder = m.signer_of(slot).await?;
+                        if holder == signer {
+                            writeln!(out, "slot {slot} is already registered to {signer}: nothing sent")?;
+                            return Ok(());
+                        }
+                        bail!(BadInput(format!(
+                            "--slot {slot}: taken by {holder} (give it to another signer with `market slots reassign`)"
+                        )));
+                    }
+                    Some(slot) if slot != next => {
+                        bail!(BadInput(format!("--slot {slot}: slots register in order; the next is {next}")));
+                    }
+                    Some(_) => {}
                 }
-                if slot != next {
-                    bail!(BadInput(format!("--slot {slot}: slots register in order; the next is {next}")));
-                }
-                let call = registerSlotCall { slotId: U256::from(slot), snapshotter: signer };
-                let block = m.send(&access.sender(&m, "registerSlot")?, call, "registerSlot").await?;
-                writeln!(out, "slot {slot} registered to {signer} (block {block})")?;
+                let call = registerSlotCall { slotId: U256::from(next), snapshotter: signer };
+                let block = m.send(&access.sender(&m, "registerSlot")?, call, "registerSlot", &mut progress()).await?;
+                writeln!(out, "slot {next} registered to {signer} (block {block})")?;
             }
             Command::Reassign { slot, signer, access } => {
                 registered(slot)?;
                 let signer = parse_address("--signer", &signer)?;
+                if m.signer_of(slot).await? == signer {
+                    writeln!(out, "slot {slot} is already registered to {signer}: nothing sent")?;
+                    return Ok(());
+                }
                 let call = reassignSlotCall { slotId: U256::from(slot), snapshotter: signer };
-                let block = m.send(&access.sender(&m, "reassignSlot")?, call, "reassignSlot").await?;
+                let block = m.send(&access.sender(&m, "reassignSlot")?, call, "reassignSlot", &mut progress()).await?;
                 writeln!(out, "slot {slot} reassigned to {signer} (block {block})")?;
             }
             Command::Remove { slot, access } => {
@@ -109,15 +138,21 @@ pub fn run(verb: Command, out: &mut dyn Write) -> Result<()> {
                     bail!(BadInput(format!("--slot {slot}: only the last slot ({count}) can be removed")));
                 }
                 let call = removeSlotCall { slotId: U256::from(slot) };
-                let block = m.send(&access.sender(&m, "removeSlot")?, call, "removeSlot").await?;
+                let block = m.send(&access.sender(&m, "removeSlot")?, call, "removeSlot", &mut progress()).await?;
                 writeln!(out, "slot {slot} removed (block {block})")?;
             }
             Command::FullNode { slot, off, access } => {
                 let on = !off;
                 registered(slot)?;
+                let full = m.view(getFullNodesCall { dataMarketAddress: m.manifest.data_market }).await?;
+                if full.contains(&U256::from(slot)) == on {
+                    let state = if on { "already a full node" } else { "not a full node" };
+                    writeln!(out, "slot {slot} is {state} of market {}: nothing sent", m.manifest.data_market)?;
+                    return Ok(());
+                }
                 let call =
                     setFullNodeCall { dataMarketAddress: m.manifest.data_market, slotId: U256::from(slot), full: on };
-                let block = m.send(&access.sender(&m, "setFullNode")?, call, "setFullNode").await?;
+                let block = m.send(&access.sender(&m, "setFullNode")?, call, "setFullNode", &mut progress()).await?;
                 let state = if on { "a full node" } else { "no longer a full node" };
                 writeln!(out, "slot {slot} is {state} of market {} (block {block})", m.manifest.data_market)?;
             }

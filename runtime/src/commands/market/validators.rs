@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use lite_node_chain::market::Market;
 use lite_node_protocol::contracts::{getValidatorsCall, updateAddressesCall};
 
-use super::{AccessArgs, ManifestArg, block_on, parse_address};
+use super::{AccessArgs, ManifestArg, block_on, parse_address, progress};
 use crate::exit::BadInput;
 
 /// `lite-node market validators`'s sub-verbs.
@@ -52,9 +52,24 @@ pub fn run(verb: Command, out: &mut dyn Write) -> Result<()> {
         let on = matches!(verb, Command::Add { .. });
         match verb {
             Command::Add { addresses, access } | Command::Remove { addresses, access } => {
-                let call = change(&addresses, on)?;
+                let mut call = change(&addresses, on)?;
+                // What is already so is said, not sent again.
+                let current = m.view(getValidatorsCall { dataMarketAddress: dm }).await?;
+                let (to_change, already): (Vec<_>, Vec<_>) = call.addrs.iter().partition(|a| current.contains(a) != on);
+                if !already.is_empty() {
+                    let state = if on { "already a validator" } else { "not a validator" };
+                    for a in &already {
+                        writeln!(out, "{a} is {state}: nothing sent for it")?;
+                    }
+                }
+                if to_change.is_empty() {
+                    return Ok(());
+                }
+                call.allowed = vec![on; to_change.len()];
+                call.addrs = to_change;
                 let shown: Vec<String> = call.addrs.iter().map(ToString::to_string).collect();
-                let block = m.send(&access.sender(&m, "updateAddresses")?, call, "updateAddresses").await?;
+                let block =
+                    m.send(&access.sender(&m, "updateAddresses")?, call, "updateAddresses", &mut progress()).await?;
                 let done = if on { "added" } else { "removed" };
                 writeln!(out, "{} {done} (block {block})", shown.join(", "))?;
             }

@@ -15,13 +15,13 @@ use alloy::{
 use anyhow::{Result, anyhow, bail};
 use lite_node_core::exit::BadInput;
 use lite_node_protocol::{
-    contracts::{SnapshotBatchFinalized, slotSnapshotterMappingCall},
+    contracts::{SnapshotBatchFinalized, getTotalNodeCountCall, slotSnapshotterMappingCall},
     quantity::{quantity, to_quantity},
 };
 use serde_json::json;
 
 use super::{ChainEntry, Manifest, mined};
-use crate::{HttpRpc, IoRuntime, TxError, TxSender};
+use crate::{HttpRpc, IoRuntime, TxSender};
 
 /// How long a market verb waits for one RPC answer.
 const RPC_TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,6 +31,9 @@ pub const LOG_SPAN: u64 = 5_000;
 
 /// Spans read back at most for the last finalized epoch (200,000 blocks).
 pub const LOG_SPANS: u64 = 40;
+
+/// Slots whose signers one JSON-RPC batch reads.
+const SIGNERS_PER_BATCH: usize = 100;
 
 /// The manifest, its anchor chain checked, ProtocolState found: what every
 /// verb after `deploy` starts from.
@@ -55,6 +58,18 @@ impl Market {
                 manifest.protocol_state,
                 manifest.anchor.chain_id
             )));
+        }
+        if let Some(recorded) = manifest.deploy_block_hash {
+            let now = super::block_hash(&anchor, manifest.deploy_block).await?;
+            if now != recorded {
+                bail!(BadInput(format!(
+                    "{}: anchor block {} is {now} on chain {}, but the market was deployed in {recorded}: the chain \
+                     was reset, and this manifest names a market that no longer exists",
+                    path.display(),
+                    manifest.deploy_block,
+                    manifest.anchor.chain_id
+                )));
+            }
         }
         Ok(Self { manifest, path: path.to_owned(), anchor: Arc::new(anchor) })
     }
@@ -105,18 +120,51 @@ impl Market {
             .map_err(|e| BadInput(format!("{key_name}: {e}")))?)
     }
 
-    /// Sends `call` to ProtocolState from `sender` and waits for it to be
-    /// mined; its anchor block. A call the contract refuses is bad input,
-    /// in its words.
-    pub async fn send<C: SolCall>(&self, sender: &TxSender, call: C, what: &str) -> Result<u64> {
-        let hash = match sender.send(self.manifest.protocol_state, call.abi_encode().into()).await {
-            Ok(hash) => hash,
-            Err(TxError::Reverted(why)) => {
-                bail!(BadInput(format!("{what}: ProtocolState refuses it from {}: {why}", sender.address())))
-            }
-            Err(e) => bail!("{what}: {e}"),
-        };
+    /// Sends `call` to ProtocolState from `sender`, says its hash through
+    /// `say` and waits for it to be mined; its anchor block. A call the
+    /// contract refuses, or a sender without funds for gas, is bad input in
+    /// the chain's words.
+    pub async fn send<C: SolCall>(
+        &self,
+        sender: &TxSender,
+        call: C,
+        what: &str,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<u64> {
+        let hash = sender
+            .send(self.manifest.protocol_state, call.abi_encode().into())
+            .await
+            .map_err(|e| super::refused(sender, what, e))?;
+        say(format!("{what}: transaction {hash} sent from {}", sender.address()));
         Ok(mined(sender, hash, what).await?.block_number)
+    }
+
+    /// The registered slots' signers, slot 1 first, read in batches.
+    pub async fn signers(&self) -> Result<Vec<Address>> {
+        let count = u64::try_from(self.view(getTotalNodeCountCall {}).await?).unwrap_or(u64::MAX);
+        let mut signers = Vec::new();
+        let ids: Vec<u64> = (1..=count).collect();
+        for chunk in ids.chunks(SIGNERS_PER_BATCH) {
+            let calls: Vec<(&str, serde_json::Value)> = chunk
+                .iter()
+                .map(|slot| {
+                    let data = alloy::primitives::Bytes::from(
+                        slotSnapshotterMappingCall { slotId: U256::from(*slot) }.abi_encode(),
+                    );
+                    ("eth_call", json!([{"to": self.manifest.protocol_state, "data": data}, "latest"]))
+                })
+                .collect();
+            for (slot, answer) in chunk.iter().zip(self.anchor.batch_values(&calls).await?) {
+                let answer = answer.map_err(|e| anyhow!("slot {slot}'s signer: {}", e.message))?;
+                let bytes: alloy::primitives::Bytes = serde_json::from_value(answer.clone())
+                    .map_err(|_| anyhow!("slot {slot}'s signer: answered {answer}"))?;
+                signers.push(
+                    slotSnapshotterMappingCall::abi_decode_returns(&bytes)
+                        .map_err(|e| anyhow!("slot {slot}'s signer: {e}"))?,
+                );
+            }
+        }
+        Ok(signers)
     }
 
     /// The signer a slot is registered to.

@@ -11,7 +11,7 @@ use alloy::{
     sol_types::SolCall,
 };
 use lite_node_core::exit::BadInput;
-use lite_node_protocol::contracts::setEpochsPerDayCall;
+use lite_node_protocol::contracts::{epochsPerDayCall, setEpochsPerDayCall};
 use serde::{Deserialize, Serialize};
 
 use crate::{Receipt, TxSender};
@@ -50,6 +50,10 @@ pub struct Manifest {
     pub deployer: Address,
     /// The anchor block of the deployment: events are read from here.
     pub deploy_block: u64,
+    /// That block's hash: a chain reset (same id, the contract at the same
+    /// address again) is told from the market it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy_block_hash: Option<B256>,
     /// Source-chain blocks per epoch.
     pub epoch_size: u64,
     /// Epochs per day (the contract starts days on this schedule), if set.
@@ -96,61 +100,211 @@ pub struct Deployed {
     pub data_market: Address,
     pub deployer: Address,
     pub block: u64,
+    pub block_hash: Option<B256>,
     pub transaction: B256,
+}
+
+/// A deployment sent and not yet recorded in its manifest: kept beside the
+/// manifest's path (`<path>.deploying`) from before the transaction is sent
+/// until the manifest is written, so a deploy run again after a failure
+/// (a receipt that could not be read, a kill) waits for that transaction
+/// instead of deploying a second contract.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingDeploy {
+    pub chain_id: u64,
+    pub deployer: Address,
+    pub transaction: B256,
+}
+
+impl PendingDeploy {
+    /// Where the deployment for the manifest at `manifest` is recorded.
+    pub fn path(manifest: &Path) -> std::path::PathBuf {
+        let mut name = manifest.as_os_str().to_owned();
+        name.push(".deploying");
+        name.into()
+    }
+
+    /// The deployment recorded for `manifest`, if any; one that is not
+    /// readable is bad input naming the file.
+    pub fn load(manifest: &Path) -> anyhow::Result<Option<Self>> {
+        let path = Self::path(manifest);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(serde_json::from_str(&text).map_err(|e| {
+                BadInput(format!("{}: not a deployment record ({e}): move it away to deploy anew", path.display()))
+            })?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(BadInput(format!("{}: {e}", path.display())).into()),
+        }
+    }
 }
 
 /// Deploys ProtocolState from `creation_code` (its constructor's arguments
 /// appended) with `sender`'s key, and sets the market's epochs per day;
 /// `data_market` defaults to the contract's address. Each step is said
-/// through `say`.
+/// through `say`, every transaction's hash before it is waited for.
+///
+/// With `record` (the manifest's path), the deployment is recorded
+/// ([`PendingDeploy`]) before it is sent, and one recorded by an earlier run
+/// on this chain from this key is waited for instead of sent again; the
+/// caller removes the record once the manifest is written.
 pub async fn deploy(
     sender: &TxSender,
     creation_code: Bytes,
     data_market: Option<Address>,
     epochs_per_day: Option<u64>,
+    record: Option<&Path>,
     say: &mut (dyn FnMut(String) + Send),
 ) -> anyhow::Result<Deployed> {
-    let hash = sender.deploy(creation_code).await.map_err(|e| anyhow::anyhow!("deploying ProtocolState: {e}"))?;
+    let pending = match record {
+        Some(manifest) => PendingDeploy::load(manifest)?,
+        None => None,
+    };
+    let earlier = match pending {
+        Some(p) if p.chain_id != sender.chain_id() || p.deployer != sender.address() => {
+            anyhow::bail!(BadInput(format!(
+                "{}: a deployment from {} on chain {} is recorded there; this one is from {} on chain {}: \
+                 move the record away (or give another --out) to deploy anew",
+                PendingDeploy::path(record.unwrap_or(Path::new(""))).display(),
+                p.deployer,
+                p.chain_id,
+                sender.address(),
+                sender.chain_id()
+            )));
+        }
+        Some(p) => match sender.receipt(p.transaction).await {
+            Ok(Some(_)) => Some(p.transaction),
+            _ if sender.known(p.transaction).await.unwrap_or(true) => Some(p.transaction),
+            // Never mined and unknown to the chain: dropped; a new one
+            // takes its nonce, so at most one of them is ever mined.
+            _ => {
+                say(format!("the deployment recorded earlier ({}) was dropped: deploying again", p.transaction));
+                None
+            }
+        },
+        None => None,
+    };
+    let hash = match earlier {
+        Some(hash) => {
+            say(format!("resuming the deployment sent earlier: transaction {hash}"));
+            hash
+        }
+        None => {
+            let tx = sender
+                .prepare_deploy(creation_code)
+                .await
+                .map_err(|e| refused(sender, "deploying ProtocolState", e))?;
+            if let Some(manifest) = record {
+                let pending =
+                    PendingDeploy { chain_id: sender.chain_id(), deployer: sender.address(), transaction: tx.hash };
+                let path = PendingDeploy::path(manifest);
+                lite_node_core::atomic_file::write_durable(
+                    &path,
+                    (serde_json::to_string_pretty(&pending)? + "\n").as_bytes(),
+                )
+                .map_err(|e| anyhow::anyhow!("recording the deployment in {}: {e}", path.display()))?;
+            }
+            sender.broadcast(&tx).await.map_err(|e| refused(sender, "deploying ProtocolState", e))?;
+            say(format!("deployment sent: transaction {}", tx.hash));
+            tx.hash
+        }
+    };
     let receipt = mined(sender, hash, "the deployment").await?;
     let protocol_state =
         receipt.contract_address.ok_or_else(|| anyhow::anyhow!("the deployment's receipt names no contract"))?;
     say(format!("ProtocolState at {protocol_state} (block {}, transaction {hash})", receipt.block_number));
     let data_market = data_market.unwrap_or(protocol_state);
     if let Some(n) = epochs_per_day {
-        let call = setEpochsPerDayCall { dataMarketAddress: data_market, n: U256::from(n) };
-        let hash = sender
-            .send(protocol_state, call.abi_encode().into())
+        let set = sender
+            .rpc()
+            .view(protocol_state, &epochsPerDayCall { dataMarketAddress: data_market })
             .await
-            .map_err(|e| anyhow::anyhow!("setting epochs per day: {e}"))?;
-        mined(sender, hash, "setEpochsPerDay").await?;
+            .map_err(|e| anyhow::anyhow!("reading the epochs per day: {e}"))?;
+        if set != U256::from(n) {
+            let call = setEpochsPerDayCall { dataMarketAddress: data_market, n: U256::from(n) };
+            let hash = sender
+                .send(protocol_state, call.abi_encode().into())
+                .await
+                .map_err(|e| anyhow::anyhow!("setting epochs per day: {e}"))?;
+            say(format!("setEpochsPerDay sent: transaction {hash}"));
+            mined(sender, hash, "setEpochsPerDay").await?;
+        }
         say(format!("days of {n} epochs"));
     }
+    let block_hash = block_hash(sender.rpc(), receipt.block_number).await.ok();
     Ok(Deployed {
         protocol_state,
         data_market,
         deployer: sender.address(),
         block: receipt.block_number,
+        block_hash,
         transaction: hash,
     })
 }
 
+/// The hash of the anchor block `number`.
+pub async fn block_hash(rpc: &crate::HttpRpc, number: u64) -> anyhow::Result<B256> {
+    let block = rpc
+        .call_value(
+            "eth_getBlockByNumber",
+            serde_json::json!([lite_node_protocol::quantity::to_quantity(number), false]),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("anchor block {number}: {}", e.message))?;
+    serde_json::from_value(block["hash"].clone())
+        .map_err(|_| anyhow::anyhow!("anchor block {number}: answered {block}"))
+}
+
+/// A transaction the chain would not take, said in its words: a revert or
+/// a sender without funds for gas is bad input (exit 2), anything else an
+/// error of the RPC.
+pub fn refused(sender: &TxSender, what: &str, e: crate::TxError) -> anyhow::Error {
+    match e {
+        crate::TxError::Reverted(why) => {
+            BadInput(format!("{what}: ProtocolState refuses it from {}: {why}", sender.address())).into()
+        }
+        crate::TxError::Rpc(e) if e.message.to_ascii_lowercase().contains("insufficient funds") => BadInput(format!(
+            "{what}: {} has no funds for gas on chain {} ({}): fund it and run this again",
+            sender.address(),
+            sender.chain_id(),
+            e.message
+        ))
+        .into(),
+        e => anyhow::anyhow!("{what}: {e}"),
+    }
+}
+
 /// The receipt of `hash` once mined (a line on stderr every 15 s while it
-/// waits); an error if it reverted or is not mined within [`MINED_WITHIN`].
+/// waits); an error naming the transaction if it reverted or is not mined
+/// within [`MINED_WITHIN`]. A receipt that cannot be read is asked again
+/// until then: the transaction was sent, and sending it again is not the
+/// answer.
 pub async fn mined(sender: &TxSender, hash: B256, what: &str) -> anyhow::Result<Receipt> {
     let started = tokio::time::Instant::now();
     let mut said = started;
+    let mut last_error = None;
     loop {
-        if let Some(receipt) = sender.receipt(hash).await.map_err(|e| anyhow::anyhow!("{what}: {}", e.message))? {
-            if !receipt.success {
-                anyhow::bail!("{what}: transaction {hash} reverted when mined");
-            }
-            return Ok(receipt);
+        match sender.receipt(hash).await {
+            Ok(Some(receipt)) if !receipt.success => anyhow::bail!("{what}: transaction {hash} reverted when mined"),
+            Ok(Some(receipt)) => return Ok(receipt),
+            Ok(None) => {}
+            Err(e) => last_error = Some(e.message.to_string()),
         }
         if started.elapsed() > MINED_WITHIN {
-            anyhow::bail!("{what}: transaction {hash} not mined after {} s", MINED_WITHIN.as_secs());
+            let why = match last_error {
+                Some(e) => format!("its receipt could not be read ({e})"),
+                None => "not mined".to_owned(),
+            };
+            anyhow::bail!(
+                "{what}: transaction {hash} was sent, but {why} after {} s: look it up before sending it again",
+                MINED_WITHIN.as_secs()
+            );
         }
         if said.elapsed() > Duration::from_secs(15) {
-            eprintln!("waiting for {what} (transaction {hash}) to be mined");
+            match &last_error {
+                Some(e) => eprintln!("waiting for {what} (transaction {hash}); its receipt: {e}"),
+                None => eprintln!("waiting for {what} (transaction {hash}) to be mined"),
+            }
             said = tokio::time::Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
