@@ -51,8 +51,10 @@ fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-#[test]
-fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
+/// The runbook, run: its `sh` blocks in order (with `steps` put in after
+/// the blocks they name, a drill's own), in one bash shell in `node`'s
+/// directory; panics naming where it stood if it does not end in time.
+fn run(node: &Node, steps: &[(usize, &str)]) -> String {
     let root = lite_node_testkit::workspace_root();
     let doc = std::fs::read_to_string(root.join("docs/launch-a-market.md")).unwrap();
     let blocks: Vec<&str> = doc.split("```sh\n").skip(1).map(|b| b.split("```").next().unwrap()).collect();
@@ -65,7 +67,13 @@ fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
         "the runbook's prerequisites:\n{}",
         blocks[0]
     );
-    let script = blocks.concat();
+    let mut script = String::new();
+    for (i, block) in blocks.iter().enumerate() {
+        script.push_str(block);
+        for (_, step) in steps.iter().filter(|(after, _)| *after == i) {
+            script.push_str(step);
+        }
+    }
     let placeholder = "CHECKOUT=<this repository's root>";
     assert!(script.contains(placeholder) && script.contains("\nBASE=18500 "), "the runbook's settings:\n{script}");
     let base = free_ports();
@@ -73,7 +81,6 @@ fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
         .replace(placeholder, &format!("CHECKOUT='{}'", root.display()))
         .replace("\nBASE=18500 ", &format!("\nBASE={base} "));
 
-    let node = Node::new();
     let dir = node.cwd.path();
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node")).parent().unwrap().to_owned();
     let path = format!("{}:{}", bin.display(), lite_node_testkit::host_var("PATH"));
@@ -124,6 +131,14 @@ fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
         out.contains("verified against the root on chain: here, and by ProtocolState.verifyFinalizedCid (true)"),
         "{out}"
     );
+    out
+}
+
+#[test]
+fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
+    let node = Node::new();
+    run(&node, &[]);
+    let read = |rel: &str| std::fs::read_to_string(node.cwd.path().join(rel)).unwrap_or_default();
     // Every submission was signed for the anchor chain's domain, by the
     // slot's signer, selected by the market's rule: none was rejected.
     let collector = read("logs/collector.log");
@@ -134,4 +149,98 @@ fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
         (manifest["anchor"]["chainId"].as_u64(), manifest["source"]["chainId"].as_u64()),
         (Some(7001), Some(7002))
     );
+}
+
+/// Extra collectors on the validators' topic the runbook's market gets.
+const EXTRA_COLLECTORS: usize = 40;
+
+/// The runbook's market with forty more operators' collectors on the
+/// validators' topic (real `lite-node collector` processes, started after
+/// the validators and before the market's own collector, as operators
+/// running `docker-compose.yaml` would): no validator's intake breaks, the
+/// market's collector never asks a node to retry, and five epochs in a row
+/// are finalized each with every submission the nodes had accepted.
+#[test]
+fn the_runbooks_market_with_forty_more_collectors_finalizes_every_submission() {
+    let node = Node::new();
+    let dir = node.cwd.path();
+    let extra = format!(
+        "for i in $(seq 1 {EXTRA_COLLECTORS}); do
+  lite-node collector --listen 127.0.0.1:0 --anchor-rpc $ANCHOR_RPC --protocol-state $PROTOCOL_STATE \\
+    --data-market $DATA_MARKET --p2p-listen /ip4/127.0.0.1/tcp/0 --p2p-bootstrap $PEERS \\
+    --data-dir extra-$i > logs/extra-$i.log 2>&1 &
+done
+"
+    );
+    // After the first finalized epoch, four more.
+    let more = "FIRST=$(lite-node market status | sed -n 's/^last finalized: epoch \\([0-9]*\\).*/\\1/p')
+echo \"first finalized: $FIRST\"
+until [ \"$(lite-node market status | sed -n 's/^last finalized: epoch \\([0-9]*\\).*/\\1/p')\" -ge $((FIRST + 4)) ]; do
+  sleep 1
+done
+";
+    // What the chain finalized for each of them, read before the runbook's
+    // last step stops the chains.
+    let read_back = "for e in $(seq $FIRST $((FIRST + 4))); do
+  until lite-node finalized --epoch-id $e --anchor-rpc $ANCHOR_RPC --protocol-state $PROTOCOL_STATE \\
+    --data-market $DATA_MARKET > finalized-$e.txt; do sleep 1; done
+done
+";
+    // Blocks: 0 prerequisites, 1 chains, 2 deploy, 3 projects, 4 slots,
+    // 5 validators, 6 collector, 7 nodes, 8 release, 9 the consumer.
+    let out = run(&node, &[(5, &extra), (8, more), (9, read_back)]);
+    let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap_or_default();
+    for i in 1..=EXTRA_COLLECTORS {
+        let log = read(&format!("logs/extra-{i}.log"));
+        assert!(log.contains("gossip: publishing accepted submissions from"), "extra collector {i}:\n{log}");
+    }
+    for v in 1..=3 {
+        let log = read(&format!("logs/validator-{v}.log"));
+        assert!(!log.contains("are not attested"), "validator {v}'s intake broke:\n{log}");
+    }
+    let collector = read("logs/collector.log");
+    assert!(!collector.contains("asking the node to retry"), "the market's collector refused:\n{collector}");
+    // Every epoch from the first finalized to four after it holds exactly
+    // what the nodes' submissions the collector accepted were.
+    let first: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("first finalized: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no first finalized epoch in:\n{out}"));
+    let mut accepted: std::collections::BTreeMap<u64, std::collections::BTreeSet<(String, String)>> =
+        Default::default();
+    for slot in 1..=4 {
+        for line in read(&format!("node-{slot}/state/epochs.jsonl")).lines() {
+            let entry: serde_json::Value = serde_json::from_str(line).unwrap();
+            let epoch = entry["epoch_id"].as_u64().unwrap();
+            for stored in entry["stored"].as_array().into_iter().flatten() {
+                let id = stored["project_id"].as_str().unwrap();
+                let took = entry["submissions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|s| s["project_id"] == id && s["verdict"] == "accepted");
+                if took {
+                    accepted
+                        .entry(epoch)
+                        .or_default()
+                        .insert((id.to_owned(), stored["cid"].as_str().unwrap().to_owned()));
+                }
+            }
+        }
+    }
+    for epoch in first..=first + 4 {
+        let want = accepted.get(&epoch).cloned().unwrap_or_default();
+        assert!(!want.is_empty(), "epoch {epoch}: no accepted submission in the nodes' journals");
+        let finalized = read(&format!("finalized-{epoch}.txt"));
+        let got: std::collections::BTreeSet<(String, String)> = finalized
+            .lines()
+            .filter_map(|l| {
+                let mut words = l.split_whitespace();
+                let (id, cid) = (words.next()?, words.next()?);
+                id.starts_with("baseSnapshot:").then(|| (id.to_owned(), cid.to_owned()))
+            })
+            .collect();
+        assert_eq!(got, want, "epoch {epoch}: finalized on chain vs accepted from the nodes:\n{finalized}");
+    }
 }
