@@ -8,7 +8,7 @@
 //! | `/epochs/gaps` | epochs closed without a level-1 batch, not finalized on chain, or not watched whole |
 //! | `/dashboard` | the state tracker's summary, computed now |
 //! | `/participation` | 24-hour participation, computed now |
-//! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why; `degraded` for an hour after an epoch's state was lost or an epoch was not watched whole, or while the event monitor reports a problem |
+//! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why; `degraded` for an hour after an epoch's state was lost or an epoch was not watched whole, while the event monitor reports a problem, or while this validator's key is not a validator of the market (removed) |
 //! | `/metrics` | Prometheus text: received, accepted, rejected by reason, queue depths, finalization latency |
 //!
 //! It reads on a connection of its own (a large answer never holds up the
@@ -268,6 +268,8 @@ async fn health(State(api): State<Api>) -> Response {
     }
     let monitor: Option<String> = conn.get(api.market.keys.monitor_problem()).await.unwrap_or_default();
     degraded.extend(monitor);
+    let onchain: Option<String> = conn.get(api.market.keys.onchain_problem()).await.unwrap_or_default();
+    degraded.extend(onchain);
     let status = if problems.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({
         "status": if !problems.is_empty() { "unhealthy" } else if !degraded.is_empty() { "degraded" } else { "ok" },

@@ -56,6 +56,7 @@
 //! | `monitor:cursor` | hash | `scanned_to`, `last_epoch`: how far the windows are written, only raised | monitor → monitor | one key |
 //! | `monitor:problem` | string | what is wrong with a monitor that still runs | monitor → API (`/health`) | 1 min, renewed while it lasts |
 //! | `intake:since` | string | the anchor block since which the intake has listened without a break | gateway → monitor (copied into the state at the close) | 3 s, renewed every 100 ms; deleted at a break |
+//! | `onchain:problem` | string | why this validator's attestations do not count (its key is not a validator of the market) | on-chain worker → API (`/health`) | 1 min, renewed while it lasts |
 //! | `onchain:pending` | zset | epochs whose batch waits to be put on chain, scored by epoch id | aggregator → on-chain worker (removes when done) | the newest 1,024 |
 //! | `onchain:lease` | string | the instance id of the one process acting on chain | on-chain worker → on-chain worker | 15 s, renewed |
 //! | `outgoing:broadcast:batch` | list | `{"type": "finalized_batch", "data": …}` | aggregator → the validators' network | the newest 1,000 |
@@ -220,6 +221,9 @@ pub const SCHEMA: &[KeySpec] = &[
     // What is wrong with an event monitor that still runs (its cursor file
     // cannot be saved), for `/health`.
     spec("{protocol}:{market}:monitor:problem", KeyType::String, Ttl::Fixed(MONITOR_PROBLEM_TTL)),
+    // Why the on-chain worker's attestations do not count (its key was
+    // removed from the market's validators), for `/health`.
+    spec("{protocol}:{market}:onchain:problem", KeyType::String, Ttl::Fixed(MONITOR_PROBLEM_TTL)),
     // Epochs whose level-1 batch waits to be submitted, attested or
     // finalized on chain (the newest 1,024); the lease of the one process
     // that acts on chain for this validator; and the anchor block since which
@@ -372,6 +376,10 @@ impl Keys {
 
     pub fn monitor_problem(&self) -> String {
         self.ns("monitor:problem")
+    }
+
+    pub fn onchain_problem(&self) -> String {
+        self.ns("onchain:problem")
     }
 
     pub fn epochs_closing(&self) -> String {

@@ -242,6 +242,8 @@ impl Onchain {
             // The same trouble every tick (Redis refusing writes on a full
             // disk, say) is said once, then every 30 s, not 20 times a second.
             let mut said: Option<(String, tokio::time::Instant)> = None;
+            // When the market's validators were last read (at once first).
+            let mut registry = tokio::time::Instant::now() - REGISTRY_EVERY;
             let mut warn = |what: String| {
                 let again =
                     said.as_ref().is_none_or(|(last, at)| *last != what || at.elapsed() > Duration::from_secs(30));
@@ -276,6 +278,12 @@ impl Onchain {
                         continue;
                     }
                 }
+                if registry.elapsed() >= REGISTRY_EVERY {
+                    registry = tokio::time::Instant::now();
+                    if let Err(e) = self.check_registered().await {
+                        warn(e);
+                    }
+                }
                 if let Err(e) = self.round().await {
                     warn(e);
                 }
@@ -285,6 +293,36 @@ impl Onchain {
             _ = work => {}
             _ = stop => {}
         }
+    }
+
+    /// Whether this validator's key is still one of the market's validators:
+    /// one that was removed says so (`onchain:problem`, on `/health`, and in
+    /// the log when it changes) instead of reporting healthy while nothing
+    /// it attests counts.
+    async fn check_registered(&self) -> Result<(), String> {
+        let registered = self.registered().await?;
+        let mut conn = self.conn.clone();
+        let key = self.market.keys.onchain_problem();
+        if registered {
+            let was: Option<String> = conn.get_del(&key).await.map_err(|e| format!("Redis: {e}"))?;
+            if was.is_some() {
+                tracing::info!("on chain: {} is a validator of the data market again", self.address());
+            }
+            return Ok(());
+        }
+        let problem = format!(
+            "this validator's key {} is not a validator of data market {} (removed from getValidators): nothing it \
+             attests counts; have the market's owner add it again, or stop this validator",
+            self.address(),
+            self.anchor.data_market
+        );
+        let was: Option<String> = conn.get(&key).await.map_err(|e| format!("Redis: {e}"))?;
+        if was.is_none() {
+            tracing::warn!("on chain: {problem}");
+        }
+        let ttl = crate::keys::MONITOR_PROBLEM_TTL.as_secs();
+        let set: redis::RedisResult<()> = conn.set_ex(&key, &problem, ttl).await;
+        set.map_err(|e| format!("Redis: {e}"))
     }
 
     /// Takes the lease, or extends it when this process holds it (one
@@ -721,6 +759,10 @@ impl Onchain {
         }
     }
 }
+
+/// How often the on-chain worker reads whether its key is still one of
+/// the market's validators.
+const REGISTRY_EVERY: Duration = Duration::from_secs(10);
 
 /// How long `intake:since` outlives its last renewal (every 100 ms): a
 /// gateway that died, or hangs, stops vouching for its intake within it.

@@ -40,8 +40,9 @@ pub struct Args {
     /// Where the collector keeps its gossip identity (p2p-identity.key).
     #[arg(long, value_name = "DIR", default_value = "collector-data")]
     pub data_dir: std::path::PathBuf,
-    /// Serve `/health` here (200 while the anchor chain answers, 503 with
-    /// the reason when it does not): what a container's health check asks.
+    /// Serve `/health` here (200 while the anchor chain answers and, with
+    /// --p2p-listen, a validator is connected; 503 with the reason when
+    /// not): what a container's health check asks.
     #[arg(long, value_name = "ADDRESS")]
     pub status_listen: Option<SocketAddr>,
 }
@@ -107,14 +108,7 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
             _ = &mut signals => return Ok(()),
             id = retry(Policy::CHAIN, "reading the anchor chain id", || anchor.chain_id(), |_| true) => id?,
         };
-        let mut tasks = crate::supervisor::Supervisor::new();
-        if let Some(status) = status {
-            say(format!("health on http://{}/health", status.local_addr()?));
-            let health = crate::collector::health::Health::new(chain_id);
-            tasks.spawn_critical("health probe", health.clone().probe(anchor.clone()));
-            tasks.spawn_critical("status server", lite_node_core::status::serve(status, health));
-        }
-        let mut collector = Collector::new(anchor, chain_id);
+        let mut collector = Collector::new(anchor.clone(), chain_id);
         (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
         if let Some(listen) = a.p2p_listen.clone() {
             use lite_node_validator::gossip;
@@ -129,6 +123,13 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
                 say(format!("gossip: publishing accepted submissions from {addr}"));
             }
             collector.gossip = Some(peer);
+        }
+        let mut tasks = crate::supervisor::Supervisor::new();
+        if let Some(status) = status {
+            say(format!("health on http://{}/health", status.local_addr()?));
+            let health = crate::collector::health::Health::new(chain_id);
+            tasks.spawn_critical("health probe", health.clone().probe(anchor.clone(), collector.gossip.clone()));
+            tasks.spawn_critical("status server", lite_node_core::status::serve(status, health));
         }
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = crate::collector::serve(

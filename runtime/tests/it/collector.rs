@@ -646,3 +646,71 @@ fn a_peer_past_its_rate_is_told_to_slow_down_before_anything_is_judged() {
         received.first().map(|r| &r.verdict)
     );
 }
+
+/// `lite-node collector --status-listen` publishing on gossip: `/health` is
+/// 200 while a validator is connected to take what it accepts, and 503
+/// naming the validators once none is (every accepted submission would be
+/// answered "retry"), then 200 again when one is back.
+#[test]
+fn the_collectors_health_says_when_no_validator_is_reachable_over_gossip() {
+    use lite_node_validator::gossip;
+
+    let world = World::load();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let validator_settings = || gossip::Settings {
+        listen: "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+        bootstrap: Vec::new(),
+        identity: dir.path().join("validator").join("p2p-identity.key"),
+        topic: gossip::SUBMISSIONS_TOPIC.into(),
+    };
+    let start_validator = || {
+        let _guard = runtime.enter();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let peer =
+            gossip::Gossip::start(validator_settings(), Arc::new(|_: &[u8]| gossip::Verdict::Accept), tx).unwrap();
+        (peer, rx)
+    };
+    let (validator, rx) = start_validator();
+    let address = runtime.block_on(validator.listening())[0].to_string();
+    let status = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let env = lite_node_testkit::node_env(&world.url(), &world.manifest, 1);
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let identity = dir.path().join("collector");
+    let _collector = lite_node_testkit::RunningCollector::start_with(
+        std::path::Path::new(env!("CARGO_BIN_EXE_lite-node")),
+        &env,
+        free,
+        &[
+            "--status-listen",
+            &status.to_string(),
+            "--p2p-listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--p2p-bootstrap",
+            &address,
+            "--data-dir",
+            identity.to_str().unwrap(),
+        ],
+    );
+    let health = || {
+        let answer = reqwest::blocking::get(format!("http://{status}/health")).ok()?;
+        Some((answer.status().as_u16(), answer.text().unwrap_or_default()))
+    };
+    let wait_for = |code: u16, what: &str| {
+        lite_node_testkit::poll_until(what, Duration::from_secs(30), || health().filter(|(c, _)| *c == code))
+    };
+    let (_, body) = wait_for(200, "healthy with the validator connected");
+    assert!(body.contains("\"validators_reached\":1"), "{body}");
+    drop((validator, rx));
+    let (_, body) = wait_for(503, "unhealthy with no validator");
+    assert!(body.contains("no validator reachable over gossip"), "{body}");
+    // The same validator (its identity, its address) back: healthy again.
+    let (_validator, _rx) = {
+        let _guard = runtime.enter();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut settings = validator_settings();
+        settings.listen = address.split("/p2p/").next().unwrap().parse().unwrap();
+        (gossip::Gossip::start(settings, Arc::new(|_: &[u8]| gossip::Verdict::Accept), tx).unwrap(), rx)
+    };
+    wait_for(200, "healthy again with the validator back");
+}

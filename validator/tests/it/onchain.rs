@@ -512,3 +512,57 @@ async fn a_break_in_the_intake_moves_intake_since_to_the_head_after_it_and_a_sto
     keeper.await.unwrap();
     assert_eq!(since().await, None, "a stopped intake vouches for nothing");
 }
+
+/// A validator removed from the market while it runs says so: its on-chain
+/// worker writes why nothing it attests counts, `/health` turns `degraded`
+/// naming it, and once the owner adds it back the trouble clears.
+#[test]
+fn a_removed_validator_says_so_on_health_until_it_is_added_back() {
+    let mut net = net();
+    let v = net.validators.remove(0);
+    let (address, market, conn) = (v.address, v.market.clone(), v.conn.clone());
+    let problem = |conn: &redis::aio::ConnectionManager| -> Option<String> {
+        net.rt.block_on(conn.clone().get(market.keys.onchain_problem())).unwrap()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    net.rt.spawn(v.onchain.run(Duration::from_millis(50), async {
+        let _ = stopped.await;
+    }));
+    let listener = net.rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let health_url = format!("http://{}/health", listener.local_addr().unwrap());
+    let client = redis::Client::open(format!("{}/1", net._redis.url())).unwrap();
+    net.rt.spawn(lite_node_validator::api::serve(market.clone(), client, listener, std::future::pending()));
+    let health = || -> String {
+        let url = health_url.clone();
+        net.rt.block_on(async move { reqwest::get(&url).await.unwrap().text().await.unwrap() })
+    };
+    let set = |allowed: bool| {
+        let call = updateAddressesCall {
+            dataMarketAddress: net.anchor.data_market,
+            role: 0,
+            addrs: vec![address],
+            allowed: vec![allowed],
+        };
+        net.world.transact(call.abi_encode());
+    };
+    // Registered: nothing to say, for a while of rounds.
+    lite_node_testkit::poll_until("the worker's first rounds", Duration::from_secs(10), || {
+        let h = health();
+        h.contains("\"degraded\":[]").then_some(())
+    });
+    assert_eq!(problem(&conn), None);
+    set(false);
+    let said = lite_node_testkit::poll_until("the removal said", Duration::from_secs(30), || problem(&conn));
+    assert!(said.contains(&format!("{address}")) && said.contains("not a validator"), "{said}");
+    // With the event monitor's head there (no monitor runs here), degraded
+    // is the whole story.
+    let head = net.world.head();
+    let _: () = net.rt.block_on(conn.clone().set_ex(market.keys.anchor_head(), head, 60)).unwrap();
+    let h = health();
+    assert!(h.contains("\"status\":\"degraded\"") && h.contains("not a validator of data market"), "{h}");
+    set(true);
+    lite_node_testkit::poll_until("the trouble cleared", Duration::from_secs(30), || {
+        problem(&conn).is_none().then_some(())
+    });
+    let _ = stop.send(());
+}
