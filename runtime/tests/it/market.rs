@@ -774,3 +774,54 @@ fn a_manifest_of_a_chain_that_was_reset_is_refused() {
     assert!(error_line(&run).contains("the chain was reset"), "{run:?}");
     drop(anchor);
 }
+
+/// `market status` shows how many projects each of the last epochs
+/// finalized, and warns when the newest ones in a row are empty (a market
+/// whose submissions reach no validator finalizes nothing, quietly).
+#[test]
+fn market_status_shows_the_projects_of_the_last_epochs_and_warns_on_a_run_of_empty_ones() {
+    use alloy::sol_types::SolCall;
+    use lite_node_protocol::contracts::submitSubmissionBatchCall;
+
+    let world = lite_node_testkit::world::World::load();
+    let m = &world.manifest;
+    // The deployer is the one validator: its batch finalizes at once.
+    world.register_validators(1);
+    let chain = |name: &str| json!({ "name": name, "chainId": m.chain_id, "rpcs": [world.url()] });
+    let manifest = json!({
+        "version": 1, "anchor": chain("devnet"), "source": chain("ETH"),
+        "protocolState": m.protocol_state, "dataMarket": m.data_market, "deployer": m.accounts[0].address,
+        "deployBlock": 0, "epochSize": 1, "namespace": "UNISWAPV3",
+    });
+    let node = Node::new();
+    std::fs::write(node.cwd.path().join("market.json"), manifest.to_string()).unwrap();
+    let projects = [("baseSnapshot:0xaa:devnet-UNISWAPV3-ETH".to_owned(), "bafkreia".to_owned())];
+    world.release_epoch_with_id(21);
+    world.submit_batch(21, "bafkreibatch21", &projects);
+    world.store_finalized(21, &projects);
+    for epoch in 22..=25 {
+        world.release_epoch_with_id(epoch);
+        let call = submitSubmissionBatchCall {
+            dataMarketAddress: m.data_market.parse().unwrap(),
+            batchCid: format!("bafkreiempty{epoch}"),
+            epochId: alloy::primitives::U256::from(epoch),
+            finalizedCidsRootHash: alloy::primitives::KECCAK256_EMPTY,
+        };
+        assert_eq!(world.transact(call.abi_encode())["status"], "0x1");
+    }
+    let status = node.run(&["market", "status"]);
+    status.assert_ok();
+    assert!(
+        status.stdout.contains("projects finalized, newest first: 25: empty, 24: empty, 23: empty, 22: empty, 21: 1"),
+        "{}",
+        status.stdout
+    );
+    assert!(status.stdout.contains("warning: the last 4 finalized epochs are empty"), "{}", status.stdout);
+    // One with projects again: no warning.
+    world.release_epoch_with_id(26);
+    world.submit_batch(26, "bafkreibatch26", &projects);
+    let status = node.run(&["market", "status"]);
+    status.assert_ok();
+    assert!(status.stdout.contains("newest first: 26: storing, 25: empty"), "{}", status.stdout);
+    assert!(!status.stdout.contains("warning:"), "{}", status.stdout);
+}

@@ -8,14 +8,23 @@ use anyhow::Result;
 use lite_node_chain::market::{LOG_SPAN, LOG_SPANS, Market};
 use lite_node_protocol::{
     contracts::{
-        currentEpochIdCall, epochsPerDayCall, getTotalNodeCountCall, getTotalValidatorsCountCall, lastReleasedEndCall,
-        ownerCall, storedCidsCall,
+        currentEpochIdCall, epochBatchCall, epochsPerDayCall, getTotalNodeCountCall, getTotalValidatorsCountCall,
+        lastReleasedEndCall, ownerCall, storedCidsCall,
     },
     quantity::quantity,
 };
 use serde_json::json;
 
 use super::block_on;
+
+/// The finalized epochs `status` shows the projects of.
+const RECENT: usize = 10;
+
+/// Empty finalized epochs in a row that `status` warns of.
+const EMPTY_RUN: usize = 3;
+
+/// The root of an empty batch (ProtocolState's `merkleRoot` of nothing).
+const EMPTY_ROOT: alloy::primitives::B256 = alloy::primitives::KECCAK256_EMPTY;
 
 /// Prints what the chain says of the market the manifest names.
 pub fn run(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
@@ -46,13 +55,48 @@ pub fn run(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
             let lag = U256::from(head).saturating_sub(last_end);
             writeln!(out, "releaser: released up to source block {last_end}, head {head} ({lag} blocks behind)")?;
         }
-        match market.last_finalized().await? {
-            Some((epoch_id, block)) => {
+        let recent = market.recent_finalized(RECENT).await?;
+        match recent.first() {
+            Some(&(epoch_id, block)) => {
                 let stored =
                     market.view(storedCidsCall { dataMarketAddress: dm, epochId: U256::from(epoch_id) }).await?;
                 writeln!(out, "last finalized: epoch {epoch_id} (anchor block {block}; {stored} project CIDs stored)")?
             }
             None => writeln!(out, "last finalized: none in the last {} anchor blocks", LOG_SPAN * LOG_SPANS)?,
+        }
+        // How many projects each of the last epochs finalized: a run of
+        // empty ones is a market whose submissions reach no validator.
+        let mut counts = Vec::new();
+        for &(epoch_id, _) in &recent {
+            let e = U256::from(epoch_id);
+            let batch = market.view(epochBatchCall { dataMarketAddress: dm, epochId: e }).await?;
+            // None: finalized empty; Some(0): its CIDs are being stored.
+            let projects = if batch.root == EMPTY_ROOT {
+                None
+            } else {
+                let stored: U256 = market.view(storedCidsCall { dataMarketAddress: dm, epochId: e }).await?;
+                Some(u64::try_from(stored).unwrap_or(u64::MAX))
+            };
+            counts.push((epoch_id, projects));
+        }
+        if !counts.is_empty() {
+            let shown: Vec<String> = counts
+                .iter()
+                .map(|(e, n)| match n {
+                    None => format!("{e}: empty"),
+                    Some(0) => format!("{e}: storing"),
+                    Some(n) => format!("{e}: {n}"),
+                })
+                .collect();
+            writeln!(out, "projects finalized, newest first: {}", shown.join(", "))?;
+        }
+        let empty_run = counts.iter().take_while(|(_, n)| n.is_none()).count();
+        if empty_run >= EMPTY_RUN {
+            writeln!(
+                out,
+                "warning: the last {empty_run} finalized epochs are empty: no submission reached the validators \
+                 (check the collectors' and the validators' /health, and that nodes are selected and submitting)"
+            )?;
         }
         writeln!(out, "slots registered: {slots}")?;
         writeln!(out, "validators: {validators}")?;

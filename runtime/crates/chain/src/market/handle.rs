@@ -172,15 +172,21 @@ impl Market {
         self.view(slotSnapshotterMappingCall { slotId: U256::from(slot) }).await
     }
 
-    /// The newest epoch finalized on chain and its anchor block: the
-    /// market's `SnapshotBatchFinalized` logs, read back from the head
-    /// [`LOG_SPAN`] blocks at a time, down to the deploy block or at most
-    /// [`LOG_SPANS`] spans.
+    /// The newest epoch finalized on chain and its anchor block.
     pub async fn last_finalized(&self) -> Result<Option<(u64, u64)>> {
+        Ok(self.recent_finalized(1).await?.into_iter().next())
+    }
+
+    /// Up to `n` of the newest epochs finalized on chain, newest first, each
+    /// with its anchor block: the market's `SnapshotBatchFinalized` logs,
+    /// read back from the head [`LOG_SPAN`] blocks at a time, down to the
+    /// deploy block or at most [`LOG_SPANS`] spans.
+    pub async fn recent_finalized(&self, n: usize) -> Result<Vec<(u64, u64)>> {
         let m = &self.manifest;
         let head = quantity(&self.anchor.call_value("eth_blockNumber", json!([])).await?)?;
         let topic = format!("{:#x}", SnapshotBatchFinalized::SIGNATURE_HASH);
         let market_topic = format!("{:#x}", m.data_market.into_word());
+        let mut found: Vec<(u64, u64)> = Vec::new();
         let mut to = head;
         for _ in 0..LOG_SPANS {
             let from = to.saturating_sub(LOG_SPAN - 1).max(m.deploy_block);
@@ -189,19 +195,19 @@ impl Market {
                 "address": m.protocol_state, "topics": [topic, market_topic],
             });
             let logs = self.anchor.call_value("eth_getLogs", json!([filter])).await?;
-            let newest = logs.as_array().into_iter().flatten().filter_map(|l| {
+            found.extend(logs.as_array().into_iter().flatten().filter_map(|l| {
                 let epoch = U256::from_be_bytes(l["topics"][2].as_str()?.parse::<alloy::primitives::B256>().ok()?.0);
                 Some((u64::try_from(epoch).ok()?, quantity(&l["blockNumber"]).ok()?))
-            });
-            if let Some(found) = newest.max() {
-                return Ok(Some(found));
-            }
-            if from <= m.deploy_block {
+            }));
+            if found.len() >= n || from <= m.deploy_block {
                 break;
             }
             to = from - 1;
         }
-        Ok(None)
+        found.sort_unstable_by(|a, b| b.cmp(a));
+        found.dedup_by_key(|(epoch, _)| *epoch);
+        found.truncate(n);
+        Ok(found)
     }
 }
 
