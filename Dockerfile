@@ -11,11 +11,16 @@
 # cached on the /data volume, so a restart loads it in milliseconds.
 
 ARG RUST_IMAGE=rust:1.95.0-slim-bookworm
-# `builder` compiles lite-node here; `prebuilt` takes a binary built beside
-# (`--build-arg LITE_NODE_FROM=prebuilt`, the binary at `.prebuilt/lite-node`
-# in the build context): what the test suite's container drill does with the
-# binary it already built. The runtime image is the same either way.
-ARG LITE_NODE_FROM=builder
+
+# Two ways to the same image, each a stage name buildah and BuildKit both
+# resolve (a FROM naming a stage through an ARG is not one buildah does):
+#   runtime           (the last stage: what `docker build .` and
+#                     `podman build .` give) compiles lite-node in `builder`;
+#   runtime-prebuilt  (`--target runtime-prebuilt`) takes a binary built
+#                     beside, at `.prebuilt/lite-node` in the build context:
+#                     what the test suite's container drill builds, around the
+#                     binary it already built.
+# Both are `base` with the binary and the compute package's crates added.
 
 FROM ${RUST_IMAGE} AS builder
 RUN apt-get update \
@@ -45,17 +50,13 @@ COPY computes computes
 COPY .prebuilt/lite-node /out/lite-node
 RUN CARGO_HOME=/out/cargo-home cargo fetch --locked --manifest-path computes/Cargo.toml
 
-FROM ${LITE_NODE_FROM} AS binary
-
-FROM ${RUST_IMAGE} AS runtime
+FROM ${RUST_IMAGE} AS base
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates git libssl3 curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --create-home --home-dir /home/lite --shell /usr/sbin/nologin lite \
  && mkdir -p /data \
  && chown lite:lite /data
-COPY --from=binary /out/lite-node /usr/local/bin/lite-node
-COPY --from=binary --chown=lite:lite /out/cargo-home /home/lite/.cargo
 WORKDIR /app
 COPY --chown=lite:lite init.sh projects.json env.example ./
 COPY --chown=lite:lite computes computes
@@ -77,3 +78,11 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=15m --retries=3 \
   CMD curl -fsS "http://127.0.0.1:${STATUS_PORT}/health" >/dev/null || exit 1
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/app/init.sh"]
+
+FROM base AS runtime-prebuilt
+COPY --from=prebuilt /out/lite-node /usr/local/bin/lite-node
+COPY --from=prebuilt --chown=lite:lite /out/cargo-home /home/lite/.cargo
+
+FROM base AS runtime
+COPY --from=builder /out/lite-node /usr/local/bin/lite-node
+COPY --from=builder --chown=lite:lite /out/cargo-home /home/lite/.cargo

@@ -17,7 +17,7 @@ fn the_dockerfile_copies_what_exists_pins_its_images_and_runs_unprivileged() {
     let lines: Vec<&str> = docker.lines().map(str::trim).collect();
     for line in lines.iter().filter(|l| l.starts_with("COPY") && !l.contains("--from=")) {
         let words: Vec<&str> = line.split_whitespace().filter(|w| !w.starts_with("--")).skip(1).collect();
-        // `.prebuilt/` is made by whoever builds with LITE_NODE_FROM=prebuilt.
+        // `.prebuilt/` is made by whoever builds `--target runtime-prebuilt`.
         for src in words[..words.len() - 1].iter().filter(|s| !s.starts_with(".prebuilt/")) {
             assert!(workspace_root().join(src).exists(), "Dockerfile copies `{src}`, which is not in the checkout");
         }
@@ -25,10 +25,34 @@ fn the_dockerfile_copies_what_exists_pins_its_images_and_runs_unprivileged() {
     let image = lines.iter().find_map(|l| l.strip_prefix("ARG RUST_IMAGE=")).expect("the base image is an ARG");
     let tag = image.split(':').nth(1).expect("a tag");
     assert!(tag.chars().next().is_some_and(|c| c.is_ascii_digit()) && tag.matches('.').count() == 2, "pinned: {image}");
+    // Every FROM names the pinned image or a stage by its own name (buildah
+    // does not resolve a stage named through an ARG).
     for from in lines.iter().filter(|l| l.starts_with("FROM")) {
-        let stage = *from == "FROM ${LITE_NODE_FROM} AS binary";
-        assert!((stage || from.contains("${RUST_IMAGE}")) && !from.contains("latest"), "{from}");
+        assert!(
+            (from.contains("${RUST_IMAGE}") || from.starts_with("FROM base AS ")) && !from.contains("latest"),
+            "{from}"
+        );
+        assert!(!from.contains("${") || from.starts_with("FROM ${RUST_IMAGE} AS "), "{from}");
     }
+    // The image an operator builds (the last stage) and the drill's are the
+    // same `base` with the same files from their binary stage: the drill
+    // tests what operators run.
+    let stages: Vec<&str> = docker.split("\nFROM ").skip(1).collect();
+    let stage = |name: &str| {
+        stages
+            .iter()
+            .find(|s| s.lines().next().unwrap().ends_with(&format!(" AS {name}")))
+            .unwrap_or_else(|| panic!("no stage {name}"))
+    };
+    let copies = |s: &str, from: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| l.starts_with("COPY --from="))
+            .map(|l| l.replace(&format!("--from={from} "), "--from=BIN "))
+            .collect()
+    };
+    assert!(stages.last().unwrap().starts_with("base AS runtime\n"), "the last stage is the operators' image");
+    assert_eq!(copies(stage("runtime"), "builder"), copies(stage("runtime-prebuilt"), "prebuilt"));
+    assert_eq!(copies(stage("runtime"), "builder").len(), 2, "the binary and the compute package's crates");
     let user = lines.iter().rev().find_map(|l| l.strip_prefix("USER ")).expect("a USER");
     assert_ne!(user, "root");
     assert!(lines.iter().any(|l| l.starts_with("VOLUME") && l.contains("/data")));
@@ -141,8 +165,7 @@ impl Drop for Drill {
         quiet(&["rm", "-f", "-t", "0", &self.name]);
         quiet(&["volume", "rm", "-f", &self.volume]);
         quiet(&["rmi", "-f", &self.image]);
-        // The build's intermediate stages (`FROM ${LITE_NODE_FROM}` needs them
-        // kept while it builds), now untagged.
+        // The build's intermediate stages, untagged.
         quiet(&["image", "prune", "-f"]);
     }
 }
@@ -199,8 +222,8 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
         "--network",
         "host",
         "--pull=never",
-        "--build-arg",
-        "LITE_NODE_FROM=prebuilt",
+        "--target",
+        "runtime-prebuilt",
         "-t",
         &drill.image,
         ctx.path().to_str().unwrap(),
