@@ -262,7 +262,7 @@ async fn health(State(api): State<Api>) -> Response {
     if !unwatched.is_empty() {
         degraded.push(format!(
             "epoch(s) {} were not attested in the last hour: this validator's gossip intake was not listening for the \
-             whole epoch (cut off from the mesh, or restarting); see /epochs/gaps",
+             whole epoch (no gossip peer connected, out of the other validators' mesh, or restarting); see /epochs/gaps",
             unwatched.join(", ")
         ));
     }

@@ -38,6 +38,10 @@ use crate::{
     tracker::Tracker,
 };
 
+/// How long a validator that knows other validators may be out of their
+/// mesh (a few gossipsub heartbeats) before its intake counts as broken.
+const UNMESHED_GRACE: Duration = Duration::from_secs(10);
+
 /// Declares [`Component`] with its names, so the list, the names and their
 /// parsing cannot drift apart.
 macro_rules! components {
@@ -430,12 +434,17 @@ async fn run_locked(
             let (watched, conn_since, market_since, stop_since, chain) =
                 (peer.clone(), conn.clone(), market.clone(), stopped(), anchor.clone());
             let (counted, seen) = (gateway.clone(), Arc::new(std::sync::atomic::AtomicU64::new(0)));
+            let unmeshed = Arc::new(std::sync::Mutex::new(None::<tokio::time::Instant>));
             tasks.spawn(async move {
                 // A break: no gossip peer connected (collectors publish to a
-                // validator without joining its mesh), or since the last look
-                // a message lost for lack of room or a submission held back.
+                // validator without joining its mesh); other validators known
+                // but none in the mesh for longer than a few heartbeats (what
+                // they relay — a collector's that cannot dial this validator —
+                // no longer comes); or since the last look a message lost for
+                // lack of room or a submission held back.
                 let interrupted = move || {
-                    let (p, counted, seen) = (watched.clone(), counted.clone(), seen.clone());
+                    let (p, counted, seen, unmeshed) =
+                        (watched.clone(), counted.clone(), seen.clone(), unmeshed.clone());
                     async move {
                         use std::sync::atomic::Ordering::Relaxed;
                         let lost = lite_node_gossip::Stats::get(&p.stats().full) + counted.held_back();
@@ -444,8 +453,24 @@ async fn run_locked(
                                 "gossip submissions were dropped or held back (no room, or Redis away)".into(),
                             );
                         }
-                        (p.peers().await.connected == 0)
-                            .then(|| "no gossip peer connected (or every one graylisted)".to_owned())
+                        let peers = p.peers().await;
+                        if peers.connected == 0 {
+                            return Some("no gossip peer connected (or every one graylisted)".to_owned());
+                        }
+                        let mut since = unmeshed.lock().unwrap_or_else(|e| e.into_inner());
+                        if peers.subscribed == 0 || peers.mesh > 0 {
+                            *since = None;
+                            return None;
+                        }
+                        let since = *since.get_or_insert_with(tokio::time::Instant::now);
+                        (since.elapsed() > UNMESHED_GRACE).then(|| {
+                            format!(
+                                "{} other validator(s) connected, none in the gossip mesh for {} s: what they relay \
+                                 does not come",
+                                peers.subscribed,
+                                UNMESHED_GRACE.as_secs()
+                            )
+                        })
                     }
                 };
                 let head = move || {

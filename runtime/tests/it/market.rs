@@ -683,7 +683,15 @@ fn market_verbs_run_again_find_what_the_last_run_did_and_send_nothing() {
         .spawn()
         .unwrap();
     let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let sent = stderr.lines().map_while(Result::ok).find(|l| l.starts_with("deployment sent: transaction 0x"));
+    let (lines, said) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let sent = lite_node_testkit::poll_until("the deployment's hash said", std::time::Duration::from_secs(60), || {
+        said.try_iter().find(|l| l.starts_with("deployment sent: transaction 0x")).map(Some)
+    });
     lite_node_testkit::poll_until("the receipt asked and refused", std::time::Duration::from_secs(30), || {
         (filter.refused() > 0).then_some(())
     });
@@ -749,7 +757,9 @@ fn a_manifest_of_a_chain_that_was_reset_is_refused() {
     // Not the same history: the deployment lands in another block.
     rpc(&reset.url(), "anvil_mine", json!(["0x1"]));
     let other = Node::new();
-    std::fs::write(other.cwd.path().join("deployer.key"), DEPLOYER_KEY).unwrap();
+    let key = other.cwd.path().join("deployer.key");
+    std::fs::write(&key, DEPLOYER_KEY).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let second = other.run(&[
         "market",
         "deploy",

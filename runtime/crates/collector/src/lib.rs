@@ -348,17 +348,23 @@ impl Collector {
             return Err(tonic::Status::unavailable(format!("the validator's gateway is unavailable: {e}")));
         }
         // Published in its one gossip form (accepted: its signature is one).
-        // An outbox too full to take it published nothing: `Success` would
-        // lose the vote, so the node is asked to send it again.
+        // Not taken by gossipsub (a full outbox or peer queues, the last
+        // validator gone since the check above): `Success` would lose the
+        // vote, so the node is asked to send it again.
         if verdict.is_ok()
             && let Some(gossip) = &self.gossip
             && let Ok(form) = lite_node_protocol::submission::gossip_form(&s)
-            && !gossip.publish(prost::Message::encode_to_vec(&form))
         {
-            tracing::warn!("gossip: the outbox is full; asking the node to retry");
-            return Err(tonic::Status::unavailable(
-                "the collector's gossip outbox is full: the submission was not relayed; send it again",
-            ));
+            let published =
+                tokio::time::timeout(PUBLISH_WITHIN, gossip.publish_confirmed(prost::Message::encode_to_vec(&form)))
+                    .await
+                    .unwrap_or_else(|_| Err(format!("not taken within {} s", PUBLISH_WITHIN.as_secs())));
+            if let Err(why) = published {
+                tracing::warn!("gossip: a submission was not published ({why}); asking the node to retry");
+                return Err(tonic::Status::unavailable(format!(
+                    "the collector could not relay the submission over gossip ({why}): send it again"
+                )));
+            }
         }
         let rejection = verdict.as_ref().err().map(|r| r.detail.clone());
         Ok((rejection, self.record(s, verdict).await))
@@ -534,6 +540,9 @@ fn answer(rejection: Option<&str>) -> tonic::Response<SubmissionResponse> {
 /// The largest submission taken: every field at its cap (a real one is a
 /// few hundred bytes), as the validators' gateway takes it.
 pub const MAX_MESSAGE_BYTES: usize = lite_node_protocol::submission::caps::MESSAGE;
+
+/// How long an accepted submission may wait for the gossip peer to take it.
+const PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Requests judged at once per connection; more wait.
 const MAX_IN_FLIGHT: usize = 256;

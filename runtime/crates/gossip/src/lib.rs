@@ -219,7 +219,7 @@ impl Stats {
 
 #[derive(Debug)]
 enum Command {
-    Publish(Vec<u8>),
+    Publish(Vec<u8>, Option<oneshot::Sender<Result<(), String>>>),
     Report(gossipsub::MessageId, PeerId, gossipsub::MessageAcceptance),
     Peers(oneshot::Sender<Peers>),
     Score(PeerId, oneshot::Sender<Option<f64>>),
@@ -501,11 +501,24 @@ impl Gossip {
     /// Publishes `payload` without waiting for the mesh; false (and
     /// counted) when the outbox is full.
     pub fn publish(&self, payload: Vec<u8>) -> bool {
-        let sent = self.commands.try_send(Command::Publish(payload)).is_ok();
+        let sent = self.commands.try_send(Command::Publish(payload, None)).is_ok();
         if !sent {
             Stats::add(&self.stats.unpublished);
         }
         sent
+    }
+
+    /// Publishes `payload` and says whether gossipsub took it for at least
+    /// one peer (the same payload again counts as taken): `Err` when the
+    /// outbox is full, no subscribed peer is connected, or every peer's
+    /// queue is full — a caller that answers for delivery can refuse.
+    pub async fn publish_confirmed(&self, payload: Vec<u8>) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.try_send(Command::Publish(payload, Some(tx))).is_err() {
+            Stats::add(&self.stats.unpublished);
+            return Err("the gossip outbox is full".into());
+        }
+        rx.await.unwrap_or_else(|_| Err("the gossip peer stopped".into()))
     }
 
     /// The addresses this peer listens on, each ending in its `/p2p/` id
@@ -561,7 +574,12 @@ impl Task {
         loop {
             tokio::select! {
                 command = inbox.recv() => match command {
-                    Some(Command::Publish(payload)) => self.publish(payload),
+                    Some(Command::Publish(payload, answer)) => {
+                        let published = self.publish(payload);
+                        if let Some(answer) = answer {
+                            let _ = answer.send(published);
+                        }
+                    }
                     Some(Command::Report(message, source, acceptance)) => self.report(&message, &source, acceptance),
                     Some(Command::Peers(answer)) => {
                         let _ = answer.send(self.peers());
@@ -605,14 +623,18 @@ impl Task {
         peers
     }
 
-    fn publish(&mut self, payload: Vec<u8>) {
+    fn publish(&mut self, payload: Vec<u8>) -> Result<(), String> {
         match self.swarm.behaviour_mut().gossipsub.publish(self.topic.clone(), payload) {
-            Ok(_) => Stats::add(&self.stats.published),
+            Ok(_) => {
+                Stats::add(&self.stats.published);
+                Ok(())
+            }
             // The same payload again is not a new message.
-            Err(gossipsub::PublishError::Duplicate) => {}
+            Err(gossipsub::PublishError::Duplicate) => Ok(()),
             Err(e) => {
                 Stats::add(&self.stats.unpublished);
                 tracing::debug!("gossip: not published: {e}");
+                Err(format!("not published: {e}"))
             }
         }
     }

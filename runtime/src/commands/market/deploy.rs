@@ -116,6 +116,10 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
                     m.anchor.chain_id
                 )));
             }
+            lite_node_chain::market::check_not_reset(&o.out, &m, &anchor).await?;
+            // A deployment record left by a run stopped after the manifest
+            // was written is done with.
+            let _ = std::fs::remove_file(PendingDeploy::path(&o.out));
             writeln!(
                 out,
                 "market {} is already deployed (ProtocolState {}, block {}): {} names it; nothing sent",

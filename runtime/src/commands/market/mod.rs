@@ -101,7 +101,10 @@ impl AccessArgs {
     /// market's anchor chain.
     fn sender(&self, market: &Market, what: &str) -> Result<TxSender> {
         let key_file = self.key_file.as_deref().ok_or_else(|| {
-            BadInput(format!("{what} sends a transaction: give --key-file (the owner's or a registrar's key)"))
+            BadInput(format!(
+                "{what} sends a transaction: give --key-file (the owner's key; a registrar's may register, \
+                 reassign and remove slots)"
+            ))
         })?;
         market.sender(read_key(key_file)?.bytes(), &format!("--key-file {}", key_file.display()))
     }

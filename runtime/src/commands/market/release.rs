@@ -96,8 +96,9 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
         )?;
         let mut failures = 0u32;
         let mut stopping = false;
-        // A wait longer than a minute is said (the next epoch past the
-        // source head, a release held at the fee cap), then once a minute.
+        // A wait longer than a minute (the next epoch past the source head)
+        // is said, then once a minute; a release held at the fee cap is said
+        // by the releaser itself.
         let mut waiting_since: Option<(std::time::Instant, std::time::Instant)> = None;
         loop {
             // A signal lets the step in flight end (its transaction mined,

@@ -157,7 +157,7 @@ pub fn run(verb: Command, out: &mut dyn Write) -> Result<()> {
                 }
             }
             Command::TransferOwnership { to, access } => {
-                let new_owner = parse_address("new owner", &to)?;
+                let new_owner = parse_address("--to", &to)?;
                 if new_owner == Address::ZERO {
                     bail!(BadInput("--to 0x0…0: a market without an owner could never grant a role again".into()));
                 }

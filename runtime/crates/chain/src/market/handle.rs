@@ -59,18 +59,7 @@ impl Market {
                 manifest.anchor.chain_id
             )));
         }
-        if let Some(recorded) = manifest.deploy_block_hash {
-            let now = super::block_hash(&anchor, manifest.deploy_block).await?;
-            if now != recorded {
-                bail!(BadInput(format!(
-                    "{}: anchor block {} is {now} on chain {}, but the market was deployed in {recorded}: the chain \
-                     was reset, and this manifest names a market that no longer exists",
-                    path.display(),
-                    manifest.deploy_block,
-                    manifest.anchor.chain_id
-                )));
-            }
-        }
+        check_not_reset(path, &manifest, &anchor).await?;
         Ok(Self { manifest, path: path.to_owned(), anchor: Arc::new(anchor) })
     }
 
@@ -184,6 +173,9 @@ impl Market {
     pub async fn recent_finalized(&self, n: usize) -> Result<Vec<(u64, u64)>> {
         let m = &self.manifest;
         let head = quantity(&self.anchor.call_value("eth_blockNumber", json!([])).await?)?;
+        if head < m.deploy_block {
+            return Ok(Vec::new());
+        }
         let topic = format!("{:#x}", SnapshotBatchFinalized::SIGNATURE_HASH);
         let market_topic = format!("{:#x}", m.data_market.into_word());
         let mut found: Vec<(u64, u64)> = Vec::new();
@@ -208,6 +200,30 @@ impl Market {
         found.dedup_by_key(|(epoch, _)| *epoch);
         found.truncate(n);
         Ok(found)
+    }
+}
+
+/// A manifest whose anchor chain was reset (its deploy block has another
+/// hash now, or is not there at all) names a market that no longer exists:
+/// bad input, said so. A manifest written before block hashes were
+/// recorded is not checked.
+pub async fn check_not_reset(path: &Path, manifest: &Manifest, anchor: &HttpRpc) -> Result<()> {
+    let Some(recorded) = manifest.deploy_block_hash else { return Ok(()) };
+    let block = manifest.deploy_block;
+    match super::block_hash(anchor, block).await? {
+        Some(now) if now == recorded => Ok(()),
+        Some(now) => bail!(BadInput(format!(
+            "{}: anchor block {block} is {now} on chain {}, but the market was deployed in {recorded}: the chain \
+             was reset (or reorganized past the deployment), and this manifest names a market that no longer exists",
+            path.display(),
+            manifest.anchor.chain_id
+        ))),
+        None => bail!(BadInput(format!(
+            "{}: the anchor RPC ({}) has no block {block}, where the market was deployed: it is behind, or the chain \
+             was reset",
+            path.display(),
+            shown(&manifest.anchor.rpcs)
+        ))),
     }
 }
 

@@ -18,7 +18,7 @@ use crate::{Receipt, TxSender};
 
 mod handle;
 
-pub use handle::{LOG_SPAN, LOG_SPANS, Market, chain_id, connect, shown};
+pub use handle::{LOG_SPAN, LOG_SPANS, Market, chain_id, check_not_reset, connect, shown};
 
 /// How long a deployment's transactions may take to be mined.
 pub const MINED_WITHIN: Duration = Duration::from_secs(180);
@@ -115,6 +115,10 @@ pub struct PendingDeploy {
     pub chain_id: u64,
     pub deployer: Address,
     pub transaction: B256,
+    /// The keccak-256 of what was deployed (the creation code and its
+    /// arguments): a record of another contract is not resumed.
+    #[serde(default)]
+    pub code_hash: B256,
 }
 
 impl PendingDeploy {
@@ -172,7 +176,23 @@ pub async fn deploy(
                 sender.chain_id()
             )));
         }
+        Some(p) if p.code_hash != alloy::primitives::keccak256(&creation_code) => {
+            anyhow::bail!(BadInput(format!(
+                "{}: the deployment recorded there ({}) is of other creation code than this one (another \
+                 lite-node, or other arguments): move the record away to deploy anew",
+                PendingDeploy::path(record.unwrap_or(Path::new(""))).display(),
+                p.transaction
+            )));
+        }
         Some(p) => match sender.receipt(p.transaction).await {
+            // Reverted: its nonce is used, so a new deployment is the only one.
+            Ok(Some(r)) if !r.success => {
+                say(format!(
+                    "the deployment recorded earlier ({}) reverted when mined: deploying again",
+                    p.transaction
+                ));
+                None
+            }
             Ok(Some(_)) => Some(p.transaction),
             _ if sender.known(p.transaction).await.unwrap_or(true) => Some(p.transaction),
             // Never mined and unknown to the chain: dropped; a new one
@@ -190,13 +210,18 @@ pub async fn deploy(
             hash
         }
         None => {
+            let code_hash = alloy::primitives::keccak256(&creation_code);
             let tx = sender
                 .prepare_deploy(creation_code)
                 .await
                 .map_err(|e| refused(sender, "deploying ProtocolState", e))?;
             if let Some(manifest) = record {
-                let pending =
-                    PendingDeploy { chain_id: sender.chain_id(), deployer: sender.address(), transaction: tx.hash };
+                let pending = PendingDeploy {
+                    chain_id: sender.chain_id(),
+                    deployer: sender.address(),
+                    transaction: tx.hash,
+                    code_hash,
+                };
                 let path = PendingDeploy::path(manifest);
                 lite_node_core::atomic_file::write_durable(
                     &path,
@@ -209,7 +234,13 @@ pub async fn deploy(
             tx.hash
         }
     };
-    let receipt = mined(sender, hash, "the deployment").await?;
+    let receipt = mined(sender, hash, "the deployment").await.map_err(|e| match record {
+        Some(manifest) => e.context(format!(
+            "the deployment is recorded in {}: run deploy again to wait for it once more",
+            PendingDeploy::path(manifest).display()
+        )),
+        None => e,
+    })?;
     let protocol_state =
         receipt.contract_address.ok_or_else(|| anyhow::anyhow!("the deployment's receipt names no contract"))?;
     say(format!("ProtocolState at {protocol_state} (block {}, transaction {hash})", receipt.block_number));
@@ -231,7 +262,18 @@ pub async fn deploy(
         }
         say(format!("days of {n} epochs"));
     }
-    let block_hash = block_hash(sender.rpc(), receipt.block_number).await.ok();
+    let block_hash = match block_hash(sender.rpc(), receipt.block_number).await {
+        Ok(Some(hash)) => Some(hash),
+        other => {
+            let why = other.err().map_or_else(|| "not found".to_owned(), |e| e.to_string());
+            say(format!(
+                "the deployment's block {} could not be read ({why}): the manifest records no block hash, so a \
+                 reset of the chain will not be told from the market",
+                receipt.block_number
+            ));
+            None
+        }
+    };
     Ok(Deployed {
         protocol_state,
         data_market,
@@ -242,8 +284,9 @@ pub async fn deploy(
     })
 }
 
-/// The hash of the anchor block `number`.
-pub async fn block_hash(rpc: &crate::HttpRpc, number: u64) -> anyhow::Result<B256> {
+/// The hash of the anchor block `number`; `None` when the RPC does not have
+/// that block (behind, or a chain shorter than it).
+pub async fn block_hash(rpc: &crate::HttpRpc, number: u64) -> anyhow::Result<Option<B256>> {
     let block = rpc
         .call_value(
             "eth_getBlockByNumber",
@@ -251,7 +294,11 @@ pub async fn block_hash(rpc: &crate::HttpRpc, number: u64) -> anyhow::Result<B25
         )
         .await
         .map_err(|e| anyhow::anyhow!("anchor block {number}: {}", e.message))?;
+    if block.is_null() {
+        return Ok(None);
+    }
     serde_json::from_value(block["hash"].clone())
+        .map(Some)
         .map_err(|_| anyhow::anyhow!("anchor block {number}: answered {block}"))
 }
 
