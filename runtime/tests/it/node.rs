@@ -889,3 +889,38 @@ fn epochs_carry_the_markets_day_from_a_fresh_start_and_when_scanned_again() {
     let days: Vec<(u64, u64)> = poll.epochs.iter().map(|e| (e.epoch_id, e.day_id)).collect();
     assert_eq!(days, [(first, 2), (second, 3)]);
 }
+
+/// The market reassigns the node's slot while it runs: `/health` turns 503
+/// naming the slot and its new signer (its submissions would be refused as
+/// the wrong signer), and healthy again once the slot is the node's signer's
+/// again.
+#[test]
+fn a_slot_the_market_reassigns_while_the_node_runs_is_named_on_health() {
+    use std::time::Duration;
+
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let mut env = lite_node_testkit::node_env(&world.url(), &world.manifest, 2);
+    for (k, v) in [("STATUS_PORT", "0"), ("STATUS_HOST", "127.0.0.1"), ("LITE_NODE_SLOT_CHECK_SECS", "1")] {
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    let signer = env.iter().find(|(k, _)| k == "SIGNER_ACCOUNT_ADDRESS").unwrap().1.clone();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lite-node"));
+    let mut node = RunningNode::start(bin, &env, &data.path().join("node"));
+    node.wait_for_log("watching ProtocolState");
+    let port = status_port(&node);
+    let health = || {
+        let answer = reqwest::blocking::get(format!("http://127.0.0.1:{port}/health")).ok()?;
+        Some((answer.status().as_u16(), answer.text().unwrap_or_default()))
+    };
+    lite_node_testkit::poll_until("healthy", Duration::from_secs(30), || health().filter(|(c, _)| *c == 200));
+    let other = world.manifest.accounts[9].address.clone();
+    world.assign_slot(2, &other);
+    let (_, body) = lite_node_testkit::poll_until("the reassignment named", Duration::from_secs(30), || {
+        health().filter(|(c, _)| *c == 503)
+    });
+    assert!(body.to_lowercase().contains(&format!("slot 2 is registered to {}", other.to_lowercase())), "{body}");
+    assert!(node.log().contains("removed or reassigned it"), "said in the log too");
+    world.assign_slot(2, &signer);
+    lite_node_testkit::poll_until("healthy again", Duration::from_secs(30), || health().filter(|(c, _)| *c == 200));
+}

@@ -48,6 +48,9 @@ pub struct WatchSettings {
     /// On a stop, how long the epoch in flight and running computes may take
     /// (`LITE_NODE_STOP_GRACE_SECS`, default 30).
     pub stop_grace: Duration,
+    /// How often the node reads whether its slots are still registered to
+    /// its signer (`LITE_NODE_SLOT_CHECK_SECS`, default 60).
+    pub slot_check: Duration,
 }
 
 /// The most hung computes the node lets pile up: each keeps a thread of the
@@ -80,6 +83,7 @@ impl WatchSettings {
             rpc_timeout,
             deadline_buffer: number("LITE_NODE_DEADLINE_BUFFER_BLOCKS", 30, 1),
             stop_grace: Duration::from_secs(number("LITE_NODE_STOP_GRACE_SECS", 30, 1)),
+            slot_check: Duration::from_secs(number("LITE_NODE_SLOT_CHECK_SECS", 60, 1)),
         }
     }
 }

@@ -375,6 +375,9 @@ pub enum Trouble {
     Anchor,
     /// The node's state cannot be written (the epoch loop).
     State,
+    /// A slot is no longer registered to this node's signer (removed or
+    /// reassigned by the market): its submissions are refused.
+    Slots,
 }
 
 /// What is failing right now, by kind, shared by the rooms that notice it.

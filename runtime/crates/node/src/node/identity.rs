@@ -103,3 +103,20 @@ async fn check_slots_now(
     tracing::info!("identity confirmed: slot(s) {} belong to their signers", crate::config::format_slot_ids(&ids));
     Ok(Ok(kept))
 }
+
+/// Each of `slots` that is no longer registered to its signer, said as the
+/// operator reads it (read at the anchor's head, a slot at a time).
+pub async fn slots_not_ours(anchor: &Anchor, slots: &[crate::config::NodeSlot]) -> anyhow::Result<Vec<String>> {
+    let mut lost = Vec::new();
+    for slot in slots {
+        let owner = anchor.slot_owner(slot.slot_id).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        if owner == slot.signer_address {
+            continue;
+        }
+        lost.push(match owner {
+            Address::ZERO => format!("slot {} was removed from the market", slot.slot_id),
+            other => format!("slot {} is registered to {other} now, not to {}", slot.slot_id, slot.signer_address),
+        });
+    }
+    Ok(lost)
+}

@@ -158,6 +158,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         }
         checked = identity => checked??,
     };
+    let slot_anchor = anchor.clone();
     if let Some(drill) = cfg.drill {
         tracing::warn!("alert drill {drill:?} (LITE_NODE_DRILL): every selected compute's result will be replaced");
     }
@@ -318,6 +319,39 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         "watching ProtocolState {protocol_state} for data market {data_market} every {} ms",
         cfg.watch.poll_interval.as_millis()
     );
+
+    // The market may remove or reassign a slot while the node runs: its
+    // submissions are then refused (`wrong signer`), so the node says so on
+    // /health and in its log until the slot is its signer's again.
+    tasks.spawn_restarting("slot registry watch", {
+        let (anchor, status, slots, every) = (slot_anchor, status.clone(), slots.clone(), cfg.watch.slot_check);
+        move || {
+            let (anchor, status, slots) = (anchor.clone(), status.clone(), slots.clone());
+            async move {
+                let mut said: Option<String> = None;
+                loop {
+                    tokio::time::sleep(every).await;
+                    // A chain that does not answer is the anchor's trouble, said elsewhere.
+                    let Ok(lost) = identity::slots_not_ours(&anchor, &slots).await else { continue };
+                    let now = (!lost.is_empty()).then(|| {
+                        format!(
+                            "{}: its submissions are refused (wrong signer); the market removed or reassigned it \
+                             (lite-node market slots list)",
+                            lost.join("; ")
+                        )
+                    });
+                    if now != said {
+                        match &now {
+                            Some(problem) => tracing::warn!("{problem}"),
+                            None => tracing::info!("every slot of this node is its signer's again"),
+                        }
+                        status.troubles.set(crate::status::Trouble::Slots, now.clone());
+                        said = now;
+                    }
+                }
+            }
+        }
+    });
 
     status.watching.store(true, Ordering::Relaxed);
     activity.touch();
