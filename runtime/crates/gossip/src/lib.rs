@@ -419,10 +419,10 @@ impl Gossip {
     /// topic. Accepted and held messages go to `deliver` (whose free room
     /// decides between taking and ignoring).
     pub fn start(settings: Settings, check: Check, deliver: mpsc::Sender<Delivery>) -> Result<Self, Error> {
-        Self::spawn(settings, check, deliver, true)
+        Self::begin(settings, check, deliver, true)
     }
 
-    fn spawn(
+    fn begin(
         settings: Settings,
         check: Check,
         deliver: mpsc::Sender<Delivery>,
@@ -487,7 +487,7 @@ impl Gossip {
     /// is flooded to every connected validator ([`Peers::subscribed`]).
     pub fn publisher(settings: Settings) -> Result<Self, Error> {
         let (deliver, _nothing_comes_back) = mpsc::channel(1);
-        Self::spawn(settings, Arc::new(|_: &[u8]| Verdict::Ignore), deliver, false)
+        Self::begin(settings, Arc::new(|_: &[u8]| Verdict::Ignore), deliver, false)
     }
 
     pub fn peer_id(&self) -> PeerId {
