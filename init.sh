@@ -20,6 +20,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CALLER_DIR="$PWD"
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-auto}"
@@ -201,18 +202,36 @@ run_devnet() {
 REQUIRED_VARS=(SOURCE_RPC_URL SIGNER_ACCOUNT_ADDRESS SIGNER_ACCOUNT_PRIVATE_KEY SLOT_ID POWERLOOM_RPC_URL
   PROTOCOL_STATE_CONTRACT DATA_MARKET_CONTRACT NAMESPACE POWERLOOM_CHAIN SOURCE_CHAIN)
 
+# Outside a container an operator keeps their market's block in `.env` where
+# they start init.sh (as docker compose reads it; LITE_NODE_ENV_FILE names
+# another file); in a container the variables come from its environment.
+# Variables already set win over the file's, as with `lite-node --env-file`.
+env_file() {
+  local file="${LITE_NODE_ENV_FILE:-.env}"
+  case "$file" in /*) ;; *) file="$CALLER_DIR/$file" ;; esac
+  [ -f "$file" ] && echo "$file"
+}
+
+# Whether variable $1 is set, in the environment or in the env file.
+is_set() {
+  local file
+  [ -n "${!1:-}" ] && return 0
+  file=$(env_file) || return 1
+  grep -Eq "^[[:space:]]*(export[[:space:]]+)?$1=[\"']?[^[:space:]\"']" "$file"
+}
+
 check_required_env() {
   local missing=() v
   for v in "${REQUIRED_VARS[@]}"; do
     # SLOT_IDS (several slots) stands in for SLOT_ID.
-    [ "$v" = SLOT_ID ] && [ -n "${SLOT_IDS:-}" ] && continue
+    [ "$v" = SLOT_ID ] && is_set SLOT_IDS && continue
     # An encrypted keystore (with its password file) stands in for the env key.
-    [ "$v" = SIGNER_ACCOUNT_PRIVATE_KEY ] && [ -n "${SIGNER_KEYSTORE_FILE:-}" ] && continue
-    [ -n "${!v:-}" ] || missing+=("$v")
+    [ "$v" = SIGNER_ACCOUNT_PRIVATE_KEY ] && is_set SIGNER_KEYSTORE_FILE && continue
+    is_set "$v" || missing+=("$v")
   done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "init.sh: missing required environment variable(s): ${missing[*]}" >&2
-    echo "init.sh: set them (see env.example; with docker: --env-file) and start again" >&2
+    echo "init.sh: set them (see env.example; with docker: --env-file; outside a container: in .env where you start init.sh) and start again" >&2
     exit 2
   fi
 }
@@ -286,7 +305,11 @@ finish() {
 
 run_operator() {
   check_required_env
-  local bin step
+  local bin step file envfile=()
+  if file=$(env_file); then
+    envfile=(--env-file "$file")
+    say "settings from $file (variables already set win)"
+  fi
   bin=$(node_binary)
   # The configuration is checked offline: `lite-node run` itself waits for
   # RPCs and a collector that are not up yet (and /health says so).
@@ -297,7 +320,7 @@ run_operator() {
       run) say "starting lite-node run" ;;
     esac
     # shellcheck disable=SC2086 # the step is two words on purpose
-    run_child "$bin" $step
+    run_child "$bin" "${envfile[@]}" $step
     if [ "$CHILD_CODE" -ne 0 ] || [ "$SIGNALLED" = 1 ]; then
       finish "$CHILD_CODE"
     fi

@@ -166,3 +166,40 @@ impl Watching {
         Self { child, err, _world: world, _data: data, _collector: collector }
     }
 }
+
+/// Outside a container, `./init.sh` started where the operator's `.env`
+/// is (the market's block with their key) reads it as the image reads its
+/// environment: nothing is missing, `lite-node check` and `run` get the
+/// file, and the node watches the market.
+#[test]
+fn outside_a_container_init_sh_reads_the_env_file_where_it_is_started() {
+    let world = World::load();
+    let data = tempfile::tempdir().unwrap();
+    let dotenv: String = operator_env(&world, 1, data.path()).iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    std::fs::write(data.path().join(".env"), dotenv).unwrap();
+    let err = data.path().join("init.err");
+    let mut child = init_sh()
+        .current_dir(data.path())
+        .env("PATH", lite_node_testkit::host_var("PATH"))
+        .env("HOME", lite_node_testkit::host_var("HOME"))
+        .env("LITE_NODE_BIN", env!("CARGO_BIN_EXE_lite-node"))
+        .envs(lite_node_testkit::compute_build_env())
+        .stdout(Stdio::from(std::fs::File::create(data.path().join("init.log")).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+        .spawn()
+        .unwrap();
+    let text = || {
+        std::fs::read_to_string(data.path().join("init.log")).unwrap_or_default()
+            + &std::fs::read_to_string(&err).unwrap_or_default()
+    };
+    poll_until("the node to watch", Duration::from_secs(120), || {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("init.sh ended ({status}):\n{}", text());
+        }
+        text().contains("watching ProtocolState").then_some(())
+    });
+    assert!(text().contains("settings from"), "{}", text());
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let status = poll_until("init.sh to stop", Duration::from_secs(60), || child.try_wait().unwrap());
+    assert_eq!(status.code(), Some(0), "{}", text());
+}
