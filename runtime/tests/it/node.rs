@@ -699,7 +699,8 @@ fn a_data_dir_from_another_chain_is_refused_with_the_fix() {
         assert_eq!(node.wait_exit(), 2, "{}", node.log());
         let log = node.log();
         assert!(log.contains("is not from this anchor chain"), "chain grown by {grown}: {log}");
-        assert!(log.contains("LITE_NODE_DATA_DIR"), "says how to start over: {log}");
+        assert!(log.contains("move that one file away"), "says how to start over: {log}");
+        assert!(log.contains("the submission ledger and books beside it stay"), "keeping the ledger: {log}");
     }
 }
 
@@ -923,4 +924,41 @@ fn a_slot_the_market_reassigns_while_the_node_runs_is_named_on_health() {
     assert!(node.log().contains("removed or reassigned it"), "said in the log too");
     world.assign_slot(2, &signer);
     lite_node_testkit::poll_until("healthy again", Duration::from_secs(30), || health().filter(|(c, _)| *c == 200));
+}
+
+/// The anchor reorganized the block of the last release the node handled
+/// while it was stopped (that release undone, then the same epoch released
+/// again in another block): the node starts and goes on instead of exiting
+/// 2 as if its data dir were another chain's, and no epoch is worked twice.
+#[test]
+fn a_reorg_of_the_last_release_while_the_node_was_stopped_is_followed_not_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("node");
+    let world = World::load();
+    let env = node_env(&world.url(), &world.manifest, 1);
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    world.release_next_epoch();
+    world.release_next_epoch();
+    let snapshot = world.rpc("evm_snapshot", serde_json::json!([]));
+    world.release_next_epoch();
+    node.wait_for_journal(3);
+    assert_eq!(node.stop(), 0);
+
+    world.rpc("evm_revert", serde_json::json!([snapshot]));
+    world.mine(1);
+    world.release_next_epoch();
+    let mut node = start_node(&env, &dir);
+    node.wait_for_log("watching ProtocolState");
+    let log = node.log();
+    assert!(log.contains("reorg while stopped"), "{log}");
+    assert!(!log.contains("is not from this anchor chain"), "{log}");
+    world.release_next_epoch();
+    node.wait_for_journal(4);
+    assert_eq!(node.stop(), 0);
+    let epochs: Vec<u64> = node_journal(&dir)
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["epoch_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(epochs, [1, 2, 3, 4], "each epoch once");
 }

@@ -122,19 +122,52 @@ impl Watcher {
     /// Refuses a saved position that cannot belong to this anchor chain (a
     /// devnet or testnet reset, or another chain's data dir): the chain's
     /// head is behind the last release this node handled, or the block of
-    /// that release now has another hash.
+    /// that release now has another hash while nothing else this node saw
+    /// is there either. A reorg of that block while the node was down — an
+    /// earlier release it handled still in its block, or the same epoch
+    /// released again in another — is no reason to stop: the first poll
+    /// reads those blocks again, as it does for a reorg while it runs.
     pub async fn check_chain(&self) -> Result<(), PollError> {
         let Some(cursor) = &self.cursor else { return Ok(()) };
         let head = self.anchor.head().await?;
         self.ahead_of(cursor, head).await?;
         let Some(last) = cursor.recent.last() else { return Ok(()) };
-        match self.block_hash(last.block_number).await?.as_deref() {
-            Some(hash) if !hash.eq_ignore_ascii_case(&last.block_hash) => Err(self.foreign(format!(
-                "epoch {} was released in block {} ({}), but that block is now {hash}",
-                last.epoch_id, last.block_number, last.block_hash
-            ))),
-            _ => Ok(()),
+        let hash = match self.block_hash(last.block_number).await? {
+            Some(hash) if !hash.eq_ignore_ascii_case(&last.block_hash) => hash,
+            _ => return Ok(()),
+        };
+        for earlier in cursor.recent.iter().rev().skip(1) {
+            if let Some(h) = self.block_hash(earlier.block_number).await?
+                && h.eq_ignore_ascii_case(&earlier.block_hash)
+            {
+                tracing::warn!(
+                    "reorg while stopped: epoch {}'s release block {} is now {hash}; epoch {}'s release (block {}) \
+                     is as it was: the blocks after it are read again",
+                    last.epoch_id,
+                    last.block_number,
+                    earlier.epoch_id,
+                    earlier.block_number
+                );
+                return Ok(());
+            }
         }
+        let from = last.block_number.saturating_sub(REORG_SLACK + self.settings.confirmations);
+        if let Some(again) = self.anchor.epoch_release(last.epoch_id, from).await? {
+            tracing::warn!(
+                "reorg while stopped: epoch {} was released in block {} ({}), now in block {}: the blocks after \
+                 it are read again",
+                last.epoch_id,
+                last.block_number,
+                last.block_hash,
+                again.block_number
+            );
+            return Ok(());
+        }
+        Err(self.foreign(format!(
+            "epoch {} was released in block {} ({}), but that block is now {hash}, and no release this node handled \
+             is on this chain",
+            last.epoch_id, last.block_number, last.block_hash
+        )))
     }
 
     /// Whether the head is behind the saved position by more than a reorg
@@ -182,9 +215,9 @@ impl Watcher {
     fn foreign(&self, what: String) -> PollError {
         PollError::Foreign(format!(
             "the saved epoch cursor {} is not from this anchor chain: {what}. If the chain was reset (a devnet or \
-             testnet), move {} away (or give the node a fresh LITE_NODE_DATA_DIR) to start over",
-            self.path.display(),
-            self.path.parent().map_or_else(|| self.path.display().to_string(), |p| p.display().to_string())
+             testnet), move that one file away to start watching afresh: it holds only where the watch stands, and \
+             the submission ledger and books beside it stay, so nothing is signed or sent twice",
+            self.path.display()
         ))
     }
 
