@@ -16,7 +16,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use lite_node_chain::{Anchor, Chains};
 use lite_node_protocol::{
     contracts::{
-        FinalizedCidsStored, attestationsCountCall, divergentValidatorsCall, epochBatchCall,
+        FinalizedCidsStored, attestationsCountCall, currentEpochIdCall, divergentValidatorsCall, epochBatchCall,
         getTotalValidatorsCountCall, maxSnapshotsCidCall, storeFinalizedCidsCall, storedCidsCall,
         verifyFinalizedCidCall,
     },
@@ -87,6 +87,19 @@ async fn report(anchor: &Anchor, q: &Args, out: &mut dyn Write) -> Result<()> {
     let attestations = anchor.read(&attestationsCountCall { dataMarketAddress: dm, epochId: e }, None).await?;
     let validators = anchor.read(&getTotalValidatorsCountCall { dataMarketAddress: dm }, None).await?;
     if !batch.finalized {
+        // No epoch ever released for it: not a market of this ProtocolState
+        // (a typo, another market's address), not an epoch to wait for.
+        let current = anchor.read(&currentEpochIdCall { dataMarketAddress: dm }, None).await?;
+        if current.is_zero() {
+            bail!(BadInput(format!(
+                "--data-market {dm}: ProtocolState {} has released no epoch for it: not a data market of this \
+                 ProtocolState (check --data-market and --protocol-state)",
+                anchor.protocol_state
+            )));
+        }
+        if e > current {
+            bail!("epoch {} of data market {dm} is not released yet (the current epoch is {current})", q.epoch_id);
+        }
         let state = if batch.submitter == Address::ZERO { "no batch yet" } else { "a batch, not finalized" };
         bail!(
             "epoch {} of data market {dm} is not finalized on chain ({state}; {attestations} of {validators} \

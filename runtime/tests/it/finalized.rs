@@ -63,4 +63,13 @@ fn a_finalized_epoch_is_printed_with_a_proof_that_verifies_and_an_unfinalized_on
     let run = Node::new().run(&["finalized", "--epoch-id", "3"]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("give --anchor-rpc, or set POWERLOOM_RPC_URL"), "{run:?}");
+    // Not a market of this ProtocolState: named, not "not finalized".
+    let stranger = "0x000000000000000000000000000000000000dEaD";
+    let run = node.run(&["finalized", "--epoch-id", "3", "--data-market", stranger]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("has released no epoch for it: not a data market"), "{run:?}");
+    // An epoch not released yet: said so.
+    let run = node.run(&["finalized", "--epoch-id", "99"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("epoch 99 of data market") && run.stderr.contains("not released yet"), "{run:?}");
 }

@@ -175,12 +175,14 @@ pub(crate) fn rpc_timeout(env: &EnvSnapshot, problems: &mut Vec<String>) -> Dura
     Duration::from_secs(number(env, "LITE_NODE_RPC_TIMEOUT_SECS", 15, 1, problems))
 }
 
-/// `STATUS_HOST:STATUS_PORT`, when `STATUS_PORT` is set.
+/// `STATUS_HOST:STATUS_PORT`, when `STATUS_PORT` is set; the host is
+/// loopback unless told otherwise (the image sets 0.0.0.0, so a published
+/// port reaches it).
 pub(crate) fn status_addr(env: &EnvSnapshot, problems: &mut Vec<String>) -> Option<std::net::SocketAddr> {
     match env.get("STATUS_PORT").map(str::parse::<u16>) {
         None => None,
         Some(Ok(port)) => {
-            let host = env.get("STATUS_HOST").unwrap_or("0.0.0.0");
+            let host = env.get("STATUS_HOST").unwrap_or("127.0.0.1");
             match host.parse::<std::net::IpAddr>() {
                 Ok(ip) => Some(std::net::SocketAddr::new(ip, port)),
                 Err(_) => {
