@@ -26,6 +26,7 @@ use std::{
 use abi_stable::std_types::ROption;
 use lite_node_core::url::Url;
 use lite_node_plugin_api::{RpcCall, RpcError};
+use lite_node_protocol::to_quantity;
 use serde_json::{Value, json};
 
 use lite_node_core::url::{parse_anchor_url, parse_rpc_url, redact_rpc_url};
@@ -242,6 +243,18 @@ impl HttpRpc {
         let bytes: alloy::primitives::Bytes =
             serde_json::from_value(answer.clone()).map_err(|_| format!("{}: answered {answer}", C::SIGNATURE))?;
         C::abi_decode_returns(&bytes).map_err(|e| format!("{}: answered {answer}: {e}", C::SIGNATURE))
+    }
+
+    /// The hash of block `number`; `None` when the endpoint does not have
+    /// that block (behind, or a chain shorter than it).
+    pub async fn block_hash(&self, number: u64) -> Result<Option<alloy::primitives::B256>, RpcError> {
+        let block = self.call_value("eth_getBlockByNumber", json!([to_quantity(number), false])).await?;
+        if block.is_null() {
+            return Ok(None);
+        }
+        serde_json::from_value(block["hash"].clone())
+            .map(Some)
+            .map_err(|_| rpc_error(format!("{} block {number}: answered {block}", self.role)))
     }
 
     /// One call from async code; returns the `result` member.

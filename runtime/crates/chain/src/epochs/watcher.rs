@@ -25,7 +25,6 @@ use std::{
 };
 
 use lite_node_plugin_api::RpcError;
-use lite_node_protocol::to_quantity;
 
 use super::cursor::{Cursor, SeenRelease};
 use crate::{Anchor, EventKind};
@@ -202,14 +201,10 @@ impl Watcher {
         }
     }
 
-    /// The hash of anchor block `number`, if the endpoint has the block.
+    /// The hash of anchor block `number` as the cursor keeps hashes, if
+    /// the endpoint has the block.
     async fn block_hash(&self, number: u64) -> Result<Option<String>, PollError> {
-        let block = self
-            .anchor
-            .rpc()
-            .call_value("eth_getBlockByNumber", serde_json::json!([to_quantity(number), false]))
-            .await?;
-        Ok(block["hash"].as_str().map(str::to_owned))
+        Ok(self.anchor.rpc().block_hash(number).await?.map(|h| h.to_string()))
     }
 
     fn foreign(&self, what: String) -> PollError {

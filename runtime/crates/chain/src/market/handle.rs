@@ -210,7 +210,7 @@ impl Market {
 pub async fn check_not_reset(path: &Path, manifest: &Manifest, anchor: &HttpRpc) -> Result<()> {
     let Some(recorded) = manifest.deploy_block_hash else { return Ok(()) };
     let block = manifest.deploy_block;
-    match super::block_hash(anchor, block).await? {
+    match anchor.block_hash(block).await? {
         Some(now) if now == recorded => Ok(()),
         Some(now) => bail!(BadInput(format!(
             "{}: anchor block {block} is {now} on chain {}, but the market was deployed in {recorded}: the chain \

@@ -262,7 +262,7 @@ pub async fn deploy(
         }
         say(format!("days of {n} epochs"));
     }
-    let block_hash = match block_hash(sender.rpc(), receipt.block_number).await {
+    let block_hash = match sender.rpc().block_hash(receipt.block_number).await {
         Ok(Some(hash)) => Some(hash),
         other => {
             let why = other.err().map_or_else(|| "not found".to_owned(), |e| e.to_string());
@@ -282,24 +282,6 @@ pub async fn deploy(
         block_hash,
         transaction: hash,
     })
-}
-
-/// The hash of the anchor block `number`; `None` when the RPC does not have
-/// that block (behind, or a chain shorter than it).
-pub async fn block_hash(rpc: &crate::HttpRpc, number: u64) -> anyhow::Result<Option<B256>> {
-    let block = rpc
-        .call_value(
-            "eth_getBlockByNumber",
-            serde_json::json!([lite_node_protocol::quantity::to_quantity(number), false]),
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("anchor block {number}: {}", e.message))?;
-    if block.is_null() {
-        return Ok(None);
-    }
-    serde_json::from_value(block["hash"].clone())
-        .map(Some)
-        .map_err(|_| anyhow::anyhow!("anchor block {number}: answered {block}"))
 }
 
 /// A transaction the chain would not take, said in its words: a revert or
