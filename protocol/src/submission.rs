@@ -220,8 +220,10 @@ pub trait Facts: Send + Sync {
     fn epoch(&self, request: &Request) -> impl Future<Output = Result<EpochStanding, String>> + Send;
     /// The anchor chain's head.
     fn head(&self) -> impl Future<Output = Result<u64, String>> + Send;
-    /// The signer registered for `slot_id` (`Address::ZERO`: none).
-    fn signer(&self, slot_id: u64) -> impl Future<Output = Result<Address, String>> + Send;
+    /// The signer registered for `slot_id` (`Address::ZERO`: none) as of
+    /// anchor block `at` — the release block of the submission's epoch,
+    /// when it is known — or, `None`, as of now.
+    fn signer(&self, slot_id: u64, at: Option<u64>) -> impl Future<Output = Result<Address, String>> + Send;
     /// The assignment rule applied to the request's slot and project.
     fn selection(&self, request: &Request) -> impl Future<Output = Result<Selection, String>> + Send;
 }
@@ -271,7 +273,15 @@ pub async fn judge_recovered<F: Facts>(
         Ok(admitted) => admitted,
         Err(rejection) => return Ok(Judgement::Rejected(rejection)),
     };
-    let registered = facts.signer(r.slot_id).await?;
+    // The registry as it stood at the epoch's release: every validator
+    // judges alike whenever it reads, and a slot changed at block B is its
+    // new signer's for every epoch released from B on.
+    let standing = facts.epoch(r).await?;
+    let at = match standing {
+        EpochStanding::Open { release_block } => Some(release_block),
+        _ => None,
+    };
+    let registered = facts.signer(r.slot_id, at).await?;
     if registered == Address::ZERO {
         return reject(Reason::UnregisteredSlot, format!("slot {} is not registered", r.slot_id));
     }
@@ -281,7 +291,7 @@ pub async fn judge_recovered<F: Facts>(
             format!("signature recovers to {found}, slot {} belongs to {registered}", r.slot_id),
         );
     }
-    let release_block = match facts.epoch(r).await? {
+    let release_block = match standing {
         EpochStanding::Open { release_block } => release_block,
         EpochStanding::Closed => {
             return reject(Reason::WindowClosed, format!("epoch {}'s submission window is closed", r.epoch_id));
@@ -567,7 +577,7 @@ mod tests {
             Ok(self.0.head)
         }
 
-        async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+        async fn signer(&self, slot_id: u64, _: Option<u64>) -> Result<Address, String> {
             let s = &self.0;
             let of = |key: &[u8; 32]| eip712::Signer::new(key, s.chain_id, s.scope.protocol_state).unwrap().address();
             Ok(if slot_id == s.slot_id {

@@ -20,14 +20,18 @@ pub struct EpochFacts {
 
 pub use lite_node_protocol::submission::Selection;
 
-/// The slot registry's reads (the gossip intake's and the dequeuer's).
-/// `Err` means the chain could not be read, never that a slot is wrong.
+/// The slot registry's reads (the gossip intake's and the dequeuer's), as
+/// of an anchor block: an epoch is judged by the registry as it stood at
+/// its release. `Err` means the chain could not be read, never that a
+/// slot is wrong.
 pub trait SlotRegistry: Send + Sync + 'static {
-    /// The signer registered for `slot_id`; `Address::ZERO` when none is.
-    fn signer(&self, slot_id: u64) -> impl Future<Output = Result<Address, String>> + Send;
+    /// The signer registered for `slot_id` as of anchor block `block`;
+    /// `Address::ZERO` when none was.
+    fn signer(&self, slot_id: u64, block: u64) -> impl Future<Output = Result<Address, String>> + Send;
 
-    /// How many slots the registry has (slots are numbered from 1).
-    fn total_slots(&self) -> impl Future<Output = Result<u64, String>> + Send;
+    /// How many slots the registry had as of `block` (slots are numbered
+    /// from 1).
+    fn total_slots(&self, block: u64) -> impl Future<Output = Result<u64, String>> + Send;
 }
 
 /// The chain reads the dequeuer makes: the registry's, and the assignment

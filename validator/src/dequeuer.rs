@@ -25,11 +25,11 @@
 //! in that epoch — the first one too — so which of the two arrived first
 //! changes nothing in the finalized batch (docs/protocol.md §11).
 //!
-//! **Bounded chain reads.** A slot's signer is read at most once per
-//! `slots:generation` (the event monitor bumps it on every registration),
-//! however many submissions name the slot and however many workers ask at
-//! once ([`SignerBook`]); slot ids past the registry's total are
-//! unregistered without a read. A read that fails gives back only the
+//! **Bounded chain reads.** A slot's signer is judged as of its epoch's
+//! release block, and read at most once between two changes of the slot
+//! the event monitor recorded, however many epochs and submissions name it
+//! and however many workers ask at once ([`SignerBook`]); slot ids past the
+//! registry's total are unregistered without a read. A read that fails gives back only the
 //! submissions that needed it.
 
 use std::{
@@ -543,12 +543,13 @@ impl<C: ChainReads> Dequeuer<C> {
         Ok(verdicts)
     }
 
-    /// Per epoch its facts (cached once known), the anchor head, and the
-    /// signer generation (a change empties the signer cache).
+    /// Per epoch its facts (cached once known), the anchor head, and then
+    /// the monitor's record of the slot registry (read after the epochs:
+    /// each epoch seen open has the changes up to its release recorded).
     async fn read(&self, epoch_ids: &[u64]) -> Result<Snapshot, String> {
         let keys = &self.market.keys;
         let mut pipe = redis::pipe();
-        pipe.get(keys.anchor_head()).get(keys.slots_generation());
+        pipe.get(keys.anchor_head());
         for &e in epoch_ids {
             pipe.cmd("HMGET").arg(keys.epoch_state(e)).arg("release_block").arg("begin").arg("end");
         }
@@ -556,9 +557,6 @@ impl<C: ChainReads> Dequeuer<C> {
         let values: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(|e| format!("redis: {e}"))?;
         let mut values = values.into_iter();
         let head: Option<u64> = redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).ok().flatten();
-        let generation: Option<String> =
-            redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).ok().flatten();
-        self.signers.refresh(generation);
         let mut epochs = BTreeMap::new();
         for &e in epoch_ids {
             let facts: Vec<Option<u64>> =
@@ -579,6 +577,7 @@ impl<C: ChainReads> Dequeuer<C> {
             }
             epochs.insert(e, facts);
         }
+        self.signers.sync(&mut conn, keys).await.map_err(|e| format!("redis: {e}"))?;
         Ok(Snapshot { epochs, head })
     }
 
@@ -765,8 +764,13 @@ impl<C: ChainReads> Facts for ItemFacts<'_, C> {
             .ok_or_else(|| "no anchor head in Redis: is the event monitor running?".to_owned())
     }
 
-    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
-        self.dequeuer.signers.signer(slot_id).await
+    /// As of the release block, or (an epoch not open) the newest block
+    /// the monitor's record covers — the anchor head before it recorded
+    /// anything.
+    async fn signer(&self, slot_id: u64, at: Option<u64>) -> Result<Address, String> {
+        let signers = &self.dequeuer.signers;
+        let at = at.or_else(|| signers.now_block()).or(self.snapshot.head);
+        signers.signer(slot_id, at).await
     }
 
     async fn selection(&self, r: &Request) -> Result<Selection, String> {

@@ -126,8 +126,12 @@ pub struct Gateway {
     latest_epoch: Arc<std::sync::atomic::AtomicU64>,
     /// Gossip submissions taken per (epoch, slot).
     per_slot_epoch: Arc<Mutex<std::collections::BTreeMap<(u64, u64), u32>>>,
+    /// The epochs whose window is open, with their release blocks, as the
+    /// intake last read them (`epochs:closing`): what a gossip submission's
+    /// signer is judged as of, and the lower bound of the epochs taken.
+    open: Arc<Mutex<std::collections::BTreeMap<u64, u64>>>,
     /// Unwanted gossip submissions by why ([`UNWANTED_WHY`]).
-    unwanted_counts: Arc<[std::sync::atomic::AtomicU64; 4]>,
+    unwanted_counts: Arc<[std::sync::atomic::AtomicU64; UNWANTED_WHY.len()]>,
     /// Signers the gossip check recovered, by message id, until queued.
     recovered: Arc<Mutex<HashMap<[u8; 32], alloy::primitives::Address>>>,
 }
@@ -269,11 +273,14 @@ pub enum Admitted {
 }
 
 /// A gossip submission by `signer` for `slot_id`, whose registered signer
-/// is `registered`: accepted when they are one; a slot nobody holds is
-/// unwanted (it may be registered after this validator's last read, so it
-/// costs the sender only a little), another signer rejected.
+/// (as of its epoch's release, or now) is `registered`: accepted when they
+/// are one; otherwise ignored and counted, at no cost to the peer that
+/// relayed it. Whether a slot is someone's is a fact of the chain that a
+/// relayer may see later or earlier than this validator (a registration,
+/// reassignment or removal mined while nodes submit): holding it against
+/// the relayer would cut an honest collector off the validators at every
+/// routine change. What costs a flooder is its per-peer budget.
 fn signer_verdict(
-    slot_id: u64,
     signer: alloy::primitives::Address,
     registered: alloy::primitives::Address,
 ) -> (lite_node_gossip::Verdict, Option<Unwanted>) {
@@ -281,9 +288,9 @@ fn signer_verdict(
     if registered == signer {
         (Verdict::Accept, None)
     } else if registered.is_zero() {
-        (Verdict::Unwanted(format!("slot {slot_id} holds no signer")), Some(Unwanted::UnregisteredSlot))
+        (Verdict::Ignore, Some(Unwanted::UnregisteredSlot))
     } else {
-        (Verdict::Reject(format!("signed by {signer}, not by slot {slot_id}'s registered signer {registered}")), None)
+        (Verdict::Ignore, Some(Unwanted::WrongSigner))
     }
 }
 
@@ -304,7 +311,8 @@ const RECOVERED_KEPT: usize = 65_536;
 
 /// Why gossip submissions are unwanted, as `/metrics` labels them (in
 /// [`Unwanted`]'s order).
-pub const UNWANTED_WHY: [&str; 4] = ["stale", "unreleased_epoch", "over_slot_cap", "unregistered_slot"];
+pub const UNWANTED_WHY: [&str; 6] =
+    ["stale", "unreleased_epoch", "over_slot_cap", "unregistered_slot", "wrong_signer", "window_closed"];
 
 /// Why a gossip submission is unwanted; its label is `UNWANTED_WHY[why as usize]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,8 +323,14 @@ enum Unwanted {
     UnreleasedEpoch,
     /// Its slot sent [`Admission::per_slot_epoch`] for the epoch already.
     OverSlotCap,
-    /// Its slot holds no signer.
+    /// Its slot held no signer (at the epoch's release). Ignored, not
+    /// held against the relayer.
     UnregisteredSlot,
+    /// Another signer held its slot (at the epoch's release). Ignored, not
+    /// held against the relayer.
+    WrongSigner,
+    /// Its epoch was released and its window has closed.
+    WindowClosed,
 }
 
 /// A call in flight for a peer, released when dropped.
@@ -366,9 +380,9 @@ impl Gateway {
                         Some((kind, why)) => (Verdict::Unwanted(why), Some(kind)),
                         None => match &self.signers {
                             None => (Verdict::Accept, None),
-                            Some(book) => match book.cached(*slot_id) {
+                            Some(book) => match book.cached(*slot_id, self.judged_at(&s)) {
                                 None => (Verdict::Hold, None),
-                                Some(registered) => signer_verdict(*slot_id, *signer, registered),
+                                Some(registered) => signer_verdict(*signer, registered),
                             },
                         },
                     },
@@ -402,6 +416,12 @@ impl Gateway {
             let why = format!("epoch {} is far past the last released ({latest})", r.epoch_id);
             return Some((Unwanted::UnreleasedEpoch, why));
         }
+        // Released and not open: its window closed (or it was never
+        // released), whatever deadline its signer chose.
+        if latest > 0 && r.epoch_id <= latest && self.released_in(s).is_none() {
+            let why = format!("epoch {}'s window is closed", r.epoch_id);
+            return Some((Unwanted::WindowClosed, why));
+        }
         let sent = self.per_slot_epoch.lock().unwrap_or_else(|p| p.into_inner());
         if sent.get(&(r.epoch_id, r.slot_id)).is_some_and(|n| *n >= self.admission.per_slot_epoch) {
             let why = format!(
@@ -411,6 +431,24 @@ impl Gateway {
             return Some((Unwanted::OverSlotCap, why));
         }
         None
+    }
+
+    /// The release block of `s`'s epoch, while its window is open (as the
+    /// intake last read the open epochs).
+    fn released_in(&self, s: &SnapshotSubmission) -> Option<u64> {
+        let epoch = s.request.as_ref()?.epoch_id;
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).get(&epoch).copied()
+    }
+
+    /// The anchor block `s`'s signer is judged as of: its epoch's release
+    /// block while the window is open; for an epoch not seen released yet,
+    /// the newest block the monitor's record of the registry covers (the
+    /// anchor head before it recorded anything).
+    fn judged_at(&self, s: &SnapshotSubmission) -> Option<u64> {
+        let head = self.head.load(std::sync::atomic::Ordering::Relaxed);
+        self.released_in(s)
+            .or_else(|| self.signers.as_ref().and_then(|book| book.now_block()))
+            .or((head > 0).then_some(head))
     }
 
     /// Counts a verdict: an accepted submission against its slot's cap for
@@ -439,10 +477,10 @@ impl Gateway {
 
     /// Writes the unwanted counts gathered since the last flush into the
     /// counters (`gossip_unwanted:{why}`), one pipeline.
-    async fn flush_unwanted(&self, flushed: &mut [u64; 4]) {
+    async fn flush_unwanted(&self, flushed: &mut [u64; UNWANTED_WHY.len()]) {
         use std::sync::atomic::Ordering::Relaxed;
         let mut pipe = redis::pipe();
-        let now: [u64; 4] = std::array::from_fn(|i| self.unwanted_counts[i].load(Relaxed));
+        let now: [u64; UNWANTED_WHY.len()] = std::array::from_fn(|i| self.unwanted_counts[i].load(Relaxed));
         let mut any = false;
         for (i, why) in UNWANTED_WHY.iter().enumerate() {
             if now[i] > flushed[i] {
@@ -468,26 +506,28 @@ impl Gateway {
         let (verdict, unwanted) = match (admitted, &self.signers) {
             (Err(why), _) => (Verdict::Reject(why), None),
             (Ok(_), None) => (Verdict::Accept, None),
-            (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id).await {
-                // Past its slot's cap now (others settled meanwhile): unwanted.
-                Ok(registered) => match (signer_verdict(slot_id, signer, registered), &decoded) {
-                    ((Verdict::Accept, _), Ok(s)) => match self.unwanted(s) {
-                        Some((kind, why)) => (Verdict::Unwanted(why), Some(kind)),
-                        None => (Verdict::Accept, None),
+            (Ok((slot_id, signer)), Some(book)) => {
+                match book.lookup(slot_id, decoded.as_ref().ok().and_then(|s| self.judged_at(s))).await {
+                    // Past its slot's cap now (others settled meanwhile): unwanted.
+                    Ok(registered) => match (signer_verdict(signer, registered), &decoded) {
+                        ((Verdict::Accept, _), Ok(s)) => match self.unwanted(s) {
+                            Some((kind, why)) => (Verdict::Unwanted(why), Some(kind)),
+                            None => (Verdict::Accept, None),
+                        },
+                        (judged, _) => judged,
                     },
-                    (judged, _) => judged,
-                },
-                // The anchor not answering: queued here (the dequeuer checks
-                // the signer again), not lost — but not relayed unchecked,
-                // which would have the peers hold junk against this one.
-                Err(why) => {
-                    tracing::warn!(
-                        "gossip: slot {slot_id}'s signer could not be read ({why}); queued here, not relayed"
-                    );
-                    ticket.settle(&Verdict::Ignore);
-                    return Some(delivery.data);
+                    // The anchor not answering: queued here (the dequeuer checks
+                    // the signer again), not lost — but not relayed unchecked,
+                    // which would have the peers hold junk against this one.
+                    Err(why) => {
+                        tracing::warn!(
+                            "gossip: slot {slot_id}'s signer could not be read ({why}); queued here, not relayed"
+                        );
+                        ticket.settle(&Verdict::Ignore);
+                        return Some(delivery.data);
+                    }
                 }
-            },
+            }
         };
         if let Ok(s) = &decoded {
             self.count(s, &verdict, unwanted);
@@ -525,7 +565,7 @@ impl Gateway {
     /// empties the book), then each held slot's signer, concurrently.
     pub async fn take_gossip_from(&self, delivered: &mut tokio::sync::mpsc::Receiver<lite_node_gossip::Delivery>) {
         let mut batch = Vec::with_capacity(GOSSIP_BATCH);
-        let mut flushed = [0u64; 4];
+        let mut flushed = [0u64; UNWANTED_WHY.len()];
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -541,23 +581,7 @@ impl Gateway {
                 return;
             }
             self.flush_unwanted(&mut flushed).await;
-            let read: redis::RedisResult<(Option<u64>, Option<String>, Vec<u64>)> = redis::pipe()
-                .get(self.market.keys.anchor_head())
-                .get(self.market.keys.slots_generation())
-                .zrange(self.market.keys.epochs_closing(), -1, -1)
-                .query_async(&mut self.conn.clone())
-                .await;
-            if let Ok((head, generation, latest)) = read {
-                if let Some(head) = head {
-                    self.head.fetch_max(head, std::sync::atomic::Ordering::Relaxed);
-                }
-                if let Some(latest) = latest.first() {
-                    self.latest_epoch.fetch_max(*latest, std::sync::atomic::Ordering::Relaxed);
-                }
-                if let Some(book) = &self.signers {
-                    book.refresh(generation);
-                }
-            }
+            self.read_chain_view().await;
             let settled = futures_util::future::join_all(batch.drain(..).map(|d| self.settle(d))).await;
             let mut pending: Vec<Vec<u8>> = settled.into_iter().flatten().collect();
             let mut delays = lite_node_core::retry::Policy::REDIS.delays();
@@ -592,6 +616,36 @@ impl Gateway {
                 tokio::time::sleep(wait).await;
                 pending = again;
             }
+        }
+    }
+
+    /// What the gossip check judges by, read from Redis: the anchor head,
+    /// the open epochs (by release block) and then the slot registry's
+    /// record (after the epochs: each open epoch's changes are recorded).
+    async fn read_chain_view(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut conn = self.conn.clone();
+        type HeadAndOpen = (Option<u64>, Vec<(u64, u64)>);
+        let read: redis::RedisResult<HeadAndOpen> = redis::pipe()
+            .get(self.market.keys.anchor_head())
+            .zrange_withscores(self.market.keys.epochs_closing(), 0, -1)
+            .query_async(&mut conn)
+            .await;
+        let Ok((head, open)) = read else { return };
+        if let Some(head) = head {
+            self.head.fetch_max(head, Relaxed);
+        }
+        if let Some(latest) = open.iter().map(|(epoch, _)| *epoch).max() {
+            self.latest_epoch.fetch_max(latest, Relaxed);
+        }
+        // Scored by the block the window closes at (`Market::window_closes`).
+        let window = self.market.window_blocks.saturating_add(1);
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) =
+            open.into_iter().map(|(epoch, closes)| (epoch, closes.saturating_sub(window))).collect();
+        if let Some(book) = &self.signers
+            && let Err(e) = book.sync(&mut conn, &self.market.keys).await
+        {
+            tracing::debug!("gossip: the slot registry's record could not be read: {e}");
         }
     }
 
@@ -660,6 +714,7 @@ impl Gateway {
             relay: Default::default(),
             latest_epoch: Default::default(),
             per_slot_epoch: Default::default(),
+            open: Default::default(),
             unwanted_counts: Default::default(),
             recovered: Default::default(),
         }
@@ -724,8 +779,8 @@ impl Gateway {
         self.recovered_signer(&bytes, None);
         let verdict = match judged {
             Verdict::Hold => match (self.admitted(&form), &self.signers) {
-                (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id).await {
-                    Ok(registered) => signer_verdict(slot_id, signer, registered).0,
+                (Ok((slot_id, signer)), Some(book)) => match book.lookup(slot_id, self.judged_at(&form)).await {
+                    Ok(registered) => signer_verdict(signer, registered).0,
                     Err(_) => Verdict::Ignore,
                 },
                 _ => Verdict::Ignore,

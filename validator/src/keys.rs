@@ -52,7 +52,9 @@
 //! | `epochs:active`, `ActiveEpochs` | set | epochs opened and not yet finalized (one set under two names; `ActiveEpochs` for outside readers) | monitor adds, aggregator removes → tracker, API | a member leaves when the batch is written |
 //! | `epochs:pending` | hash | epoch → submissions queued without a verdict | gateway (+1), dequeuer (−1) → finalizer | a field goes at 0 |
 //! | `anchor:head` | string | the anchor head the monitor last saw, never lowered | monitor → gateway, dequeuer, tracker, API | 120 s, renewed each head |
-//! | `slots:generation` | string | a counter bumped on every `SlotRegistered` (cached signers are dropped) | monitor → dequeuer, gateway | one key |
+//! | `slots:generation` | string | a counter bumped on every `SlotRegistered` (the readers read `slots:changes` again) | monitor → dequeuer, gateway | one key |
+//! | `slots:changes` | zset | `{slot}:{block}` for each `SlotRegistered` (a registration, reassignment or removal), scored by its block | monitor → dequeuer, gateway (signers as of an epoch's release) | one key; one member a change |
+//! | `slots:recorded` | hash | `from`, `to`: the anchor blocks `slots:changes` is complete for | monitor → dequeuer, gateway | one key |
 //! | `monitor:cursor` | hash | `scanned_to`, `last_epoch`: how far the windows are written, only raised | monitor → monitor | one key |
 //! | `monitor:problem` | string | what is wrong with a monitor that still runs | monitor → API (`/health`) | 1 min, renewed while it lasts |
 //! | `intake:since` | string | the anchor block since which the intake has listened without a break | gateway → monitor (copied into the state at the close) | 3 s, renewed every 100 ms; deleted at a break |
@@ -213,6 +215,11 @@ pub const SCHEMA: &[KeySpec] = &[
     // Bumped by the event monitor on every `SlotRegistered`; a dequeuer that
     // sees it change forgets the signers it cached.
     spec("{protocol}:{market}:slots:generation", KeyType::String, Ttl::None),
+    // Every `SlotRegistered` the monitor has seen, by block, and the blocks
+    // that record is complete for: a slot's signer as of an epoch's release
+    // block is known from them without a read per epoch (`signers.rs`).
+    spec("{protocol}:{market}:slots:changes", KeyType::ZSet, Ttl::None),
+    spec("{protocol}:{market}:slots:recorded", KeyType::Hash, Ttl::None),
     // How far the event monitors have handled the anchor chain
     // (`scanned_to`, `last_epoch`), kept beside what they wrote so that a
     // Redis that lost writes has lost this too: a monitor whose own cursor
@@ -368,6 +375,16 @@ impl Keys {
 
     pub fn slots_generation(&self) -> String {
         self.ns("slots:generation")
+    }
+
+    /// `{slot}:{block}` for each `SlotRegistered`, scored by block.
+    pub fn slots_changes(&self) -> String {
+        self.ns("slots:changes")
+    }
+
+    /// `from` and `to`: the anchor blocks [`Keys::slots_changes`] is complete for.
+    pub fn slots_recorded(&self) -> String {
+        self.ns("slots:recorded")
     }
 
     pub fn monitor_cursor(&self) -> String {

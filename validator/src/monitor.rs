@@ -4,7 +4,8 @@
 //! [`Monitor::follow`] follows the anchor chain with the node's epoch
 //! watcher and calls [`Monitor::released`] for each `EpochReleased`,
 //! [`Monitor::head`] for each new anchor head, and
-//! [`Monitor::slot_registered`] for each `SlotRegistered`.
+//! [`Monitor::slots_recorded`] for the `SlotRegistered` events of the blocks
+//! it scanned — before it opens the epochs released in them.
 //!
 //! Opening writes `epoch:{id}:window` = `open`, `epoch:{id}:state` (7 days),
 //! `ActiveEpochs`, `epochs:active`, `open:{id}` on the epochs timeline.
@@ -113,6 +114,25 @@ static CURSOR_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CURSOR));
 static HEAD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HEAD));
 static OPEN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(OPEN));
 static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLOSE));
+
+/// Records slot-registry changes (see [`Monitor::slots_recorded`]). The
+/// record is complete from `from`: blocks scanned after a gap (a monitor
+/// that lost its cursor file starts at the head) begin a new record.
+const RECORD_SLOTS_LUA: &str = r#"
+-- KEYS: changes, recorded, generation; ARGV: from, to, then member, block pairs
+local to = redis.call('HGET', KEYS[2], 'to')
+if (not to) or tonumber(ARGV[1]) > tonumber(to) + 1 then
+  redis.call('HSET', KEYS[2], 'from', ARGV[1])
+end
+if (not to) or tonumber(ARGV[2]) > tonumber(to) then redis.call('HSET', KEYS[2], 'to', ARGV[2]) end
+if #ARGV > 2 then
+  for i = 3, #ARGV, 2 do redis.call('ZADD', KEYS[1], ARGV[i + 1], ARGV[i]) end
+  redis.call('INCR', KEYS[3])
+end
+return 1
+"#;
+
+static RECORD_SLOTS: LazyLock<Script> = LazyLock::new(|| Script::new(RECORD_SLOTS_LUA));
 
 /// Opens and closes submission windows.
 #[derive(Clone)]
@@ -347,9 +367,20 @@ impl Monitor {
             .await
     }
 
-    /// A slot was (re)registered: dequeuers forget the signers they cached.
-    pub async fn slot_registered(&self) -> redis::RedisResult<()> {
-        self.conn.clone().incr::<_, _, ()>(self.market.keys.slots_generation(), 1).await
+    /// Records the slot registry's changes (`SlotRegistered`: slot, block)
+    /// found in anchor blocks `from..=to`, and that the record is complete
+    /// through `to`, in one transaction; with any change, bumps the
+    /// generation (readers read the changes again). Written before the
+    /// epochs released in those blocks are opened: whoever sees an epoch
+    /// open sees every change up to its release block recorded.
+    pub async fn slots_recorded(&self, changes: &[(u64, u64)], from: u64, to: u64) -> redis::RedisResult<()> {
+        let k = &self.market.keys;
+        let mut call = RECORD_SLOTS.key(k.slots_changes());
+        call.key(k.slots_recorded()).key(k.slots_generation()).arg(from).arg(to);
+        for (slot, block) in changes {
+            call.arg(format!("{slot}:{block}")).arg(*block);
+        }
+        call.invoke_async::<()>(&mut self.conn.clone()).await
     }
 }
 
@@ -398,6 +429,21 @@ impl Monitor {
                     Err(PollError::Foreign(why)) => return Err(Err(BadInput(why))),
                     Err(e) => return Err(Ok(e.to_string())),
                 };
+                // The registry's changes first: an epoch open in Redis has
+                // every change up to its release block recorded.
+                let from = registrations_from.unwrap_or(poll.scanned_to);
+                if poll.scanned_to >= from {
+                    let slots =
+                        anchor.slot_registrations(from, poll.scanned_to).await.map_err(|e| Ok(e.to_string()))?;
+                    if !slots.is_empty() {
+                        tracing::info!(
+                            "slot registry changed (slot, block): {slots:?}; judged from those blocks on by the new \
+                             signers"
+                        );
+                    }
+                    self.slots_recorded(&slots, from, poll.scanned_to).await.map_err(|e| Ok(format!("Redis: {e}")))?;
+                    registrations_from = Some(poll.scanned_to + 1);
+                }
                 for epoch in &poll.epochs {
                     let was_lost = lost_above.is_some_and(|last| epoch.epoch_id <= last);
                     // A lost epoch older than a day is past anything it
@@ -415,16 +461,6 @@ impl Monitor {
                     if let Err(e) = watcher.epoch_handled(epoch) {
                         disk = Some(e.to_string());
                     }
-                }
-                let from = registrations_from.unwrap_or(poll.scanned_to);
-                if poll.scanned_to >= from {
-                    let slots =
-                        anchor.slot_registrations(from, poll.scanned_to).await.map_err(|e| Ok(e.to_string()))?;
-                    if !slots.is_empty() {
-                        tracing::info!("slots registered: {slots:?}; dequeuers will read their signers afresh");
-                        self.slot_registered().await.map_err(|e| Ok(format!("Redis: {e}")))?;
-                    }
-                    registrations_from = Some(poll.scanned_to + 1);
                 }
                 self.head(poll.head).await.map_err(|e| Ok(format!("Redis: {e}")))?;
                 self.check_kept().await.map_err(|e| Ok(format!("Redis: {e}")))?;

@@ -304,29 +304,24 @@ pub struct AnchorChain {
 
 /// The slot registry on the anchor (the gossip intake's signer check).
 impl SlotRegistry for Anchor {
-    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
-        self.slot_owner(slot_id).await.map_err(|e| format!("anchor unavailable: {e}"))
+    async fn signer(&self, slot_id: u64, block: u64) -> Result<Address, String> {
+        self.slot_owner_at(slot_id, block).await.map_err(|e| format!("anchor unavailable: {e}"))
     }
 
-    /// `getTotalNodeCount`, or the highest full-node slot when that is past
-    /// it (a market may mark a slot past the count a full node): a full
-    /// node's submissions are judged like any other slot's, never ignored
-    /// unread.
-    async fn total_slots(&self) -> Result<u64, String> {
-        let total = Anchor::total_slots(self).await.map_err(|e| format!("anchor unavailable: {e}"))?;
-        let head = self.head().await.map_err(|e| format!("anchor unavailable: {e}"))?;
-        let full = self.full_nodes_at(head).await.map_err(|e| format!("anchor unavailable: {e}"))?;
-        Ok(full.last().copied().unwrap_or(0).max(total))
+    /// `getTotalNodeCount` as of `block`: slots register in order and only
+    /// the last is removed, so a slot past it holds no signer.
+    async fn total_slots(&self, block: u64) -> Result<u64, String> {
+        self.total_slots_at(block).await.map_err(|e| format!("anchor unavailable: {e}"))
     }
 }
 
 impl SlotRegistry for AnchorChain {
-    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
-        SlotRegistry::signer(&*self.anchor, slot_id).await
+    async fn signer(&self, slot_id: u64, block: u64) -> Result<Address, String> {
+        SlotRegistry::signer(&*self.anchor, slot_id, block).await
     }
 
-    async fn total_slots(&self) -> Result<u64, String> {
-        SlotRegistry::total_slots(&*self.anchor).await
+    async fn total_slots(&self, block: u64) -> Result<u64, String> {
+        SlotRegistry::total_slots(&*self.anchor, block).await
     }
 }
 

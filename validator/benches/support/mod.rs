@@ -25,11 +25,11 @@ impl Registry {
 }
 
 impl SlotRegistry for Registry {
-    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+    async fn signer(&self, slot_id: u64, _: u64) -> Result<Address, String> {
         Ok(self.0.get(&slot_id).copied().unwrap_or(Address::ZERO))
     }
 
-    async fn total_slots(&self) -> Result<u64, String> {
+    async fn total_slots(&self, _: u64) -> Result<u64, String> {
         Ok(self.0.len() as u64)
     }
 }

@@ -75,11 +75,11 @@ impl OneSigner {
 }
 
 impl SlotRegistry for OneSigner {
-    async fn signer(&self, _: u64) -> Result<alloy::primitives::Address, String> {
+    async fn signer(&self, _: u64, _: u64) -> Result<alloy::primitives::Address, String> {
         Ok(self.0)
     }
 
-    async fn total_slots(&self) -> Result<u64, String> {
+    async fn total_slots(&self, _: u64) -> Result<u64, String> {
         Ok(10_000)
     }
 }
@@ -299,11 +299,12 @@ async fn mesh_with(market: &Arc<Market>, admission: Admission) -> Mesh {
 }
 
 /// The gateway's gossip peer between a collector and a junk peer, and a
-/// second validator behind it: an honest submission reaches both queues; a
-/// valid signature by a key that is not the slot's, malformed bytes, a bad
-/// signature and a made-up project are rejected at the first hop, never
-/// relayed, and the peer that sent them is graylisted; a slot nobody
-/// holds is ignored (neither relayed nor held against the sender).
+/// second validator behind it: an honest submission reaches both queues;
+/// malformed bytes, a bad signature and a made-up project are rejected at
+/// the first hop, never relayed, and the peer that sent them is
+/// graylisted; a valid signature by a key that is not the slot's, and a
+/// slot nobody holds, are ignored — neither relayed nor held against the
+/// sender (whose view of the registry may be a block behind or ahead).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted() {
     use lite_node_validator::gossip::{GRAYLIST, Stats};
@@ -320,10 +321,11 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
     // (held meanwhile), so they are judged before the peer is graylisted.
     assert!(junk.publish(gossip_bytes(&fresh_key(3))));
     assert!(junk.publish(gossip_bytes(&fresh_key(20_000))));
-    while Stats::get(&v1.stats().rejected) < 1 || Stats::get(&v1.stats().ignored) < 1 {
+    while Stats::get(&v1.stats().ignored) < 2 {
         assert!(tokio::time::Instant::now() < deadline, "v1 judged the fresh keys: {:?}", v1.stats());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert_eq!(Stats::get(&v1.stats().rejected), 0, "a registry mismatch costs the sender nothing");
     assert!(Stats::get(&v1.stats().held) >= 1, "slot 3 was read before it was judged: {:?}", v1.stats());
     let mut forged = submission(&market, 7, 3, &pool_project());
     forged.signature = format!("0x{}1b", "00".repeat(64)); // recovers to no key
@@ -378,8 +380,8 @@ async fn gossip_is_judged_before_it_is_relayed_and_junk_senders_are_graylisted()
 /// Issue 42, findings 1 and 7: a registered slot flooding gossip with
 /// submissions for an epoch far past the last released one, and for a slot
 /// nobody holds, fills nothing and breaks no intake — each is unwanted
-/// (neither relayed nor queued), counted on `/metrics` by why, and costs
-/// the peer that sent it score until it is graylisted; a slot's
+/// (neither relayed nor queued) and counted on `/metrics` by why, and the
+/// far epochs cost the peer that sent them score until it is graylisted; a slot's
 /// submissions for one epoch past its cap are cut there; an honest
 /// submission sent after all that reaches both validators.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -579,11 +581,11 @@ async fn a_submission_to_one_gateway_by_grpc_reaches_the_other_validators() {
 struct Unreadable;
 
 impl SlotRegistry for Unreadable {
-    async fn signer(&self, _: u64) -> Result<alloy::primitives::Address, String> {
+    async fn signer(&self, _: u64, _: u64) -> Result<alloy::primitives::Address, String> {
         Err("the anchor does not answer".into())
     }
 
-    async fn total_slots(&self) -> Result<u64, String> {
+    async fn total_slots(&self, _: u64) -> Result<u64, String> {
         Err("the anchor does not answer".into())
     }
 }

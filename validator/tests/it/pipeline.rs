@@ -50,13 +50,13 @@ struct TableChain {
 }
 
 impl SlotRegistry for TableChain {
-    async fn signer(&self, slot_id: u64) -> Result<Address, String> {
+    async fn signer(&self, slot_id: u64, _: u64) -> Result<Address, String> {
         tokio::time::sleep(self.delay).await;
         *self.signer_reads.lock().unwrap().entry(slot_id).or_default() += 1;
         Ok(self.signers.get(&slot_id).copied().unwrap_or(Address::ZERO))
     }
 
-    async fn total_slots(&self) -> Result<u64, String> {
+    async fn total_slots(&self, _: u64) -> Result<u64, String> {
         Ok(10)
     }
 }
@@ -659,7 +659,7 @@ async fn parts_and_ties_give_the_same_batch_whatever_the_order_and_the_part_size
 }
 
 #[tokio::test]
-async fn forged_submissions_cost_one_signer_read_per_slot_and_generation_and_the_honest_one_counts() {
+async fn forged_submissions_cost_one_signer_read_per_slot_and_registry_change_and_the_honest_one_counts() {
     // Every signer read takes 10 ms, as a rate-limited provider would.
     let w = world_of(250, 10, Duration::from_millis(10)).await;
     let (cid_a, _, _) = cids();
@@ -688,10 +688,16 @@ async fn forged_submissions_cost_one_signer_read_per_slot_and_generation_and_the
     assert_eq!(counters.get("accepted"), Some(&1), "{counters:?}");
     assert_eq!(counters.get("rejected:wrong_signer"), Some(&2_000), "{counters:?}");
     assert_eq!(counters.get("rejected:unregistered_slot"), Some(&1), "{counters:?}");
-    // A registration (a new generation): the slot is read afresh, once.
-    w.monitor.slot_registered().await.unwrap();
+    // The slot changed in the release block (the monitor recorded it): it
+    // is read afresh, once, as of that block.
+    w.monitor.slots_recorded(&[(1, 100)], 1, 101).await.unwrap();
     w.submit(signed(1, 3, 5, &project(POOL_A), &cid_a, 121)).await;
     w.submit(signed(1, 4, 5, &project(POOL_A), &cid_a, 122)).await;
+    w.drain().await;
+    assert_eq!(w.chain.signer_reads.lock().unwrap().get(&1), Some(&2));
+    // Another epoch released in the same era: no read.
+    w.monitor.released(6, 101, 2, 2).await.unwrap();
+    w.submit(signed(1, 3, 6, &project(POOL_A), &cid_a, 121)).await;
     w.drain().await;
     assert_eq!(w.chain.signer_reads.lock().unwrap().get(&1), Some(&2));
 }

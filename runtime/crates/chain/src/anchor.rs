@@ -157,9 +157,18 @@ impl Anchor {
 
     /// `slotSnapshotterMapping(slot)`: the signer registered for a slot.
     pub async fn slot_owner(&self, slot_id: u64) -> Result<Address, RpcError> {
-        let owner = self
-            .call(slotSnapshotterMappingCall { slotId: U256::from(slot_id) }.abi_encode(), "slotSnapshotterMapping")
-            .await?;
+        self.slot_owner_as_of(slot_id, json!("latest")).await
+    }
+
+    /// `slotSnapshotterMapping(slot)` as of anchor block `block`: who signed
+    /// for the slot then (an epoch released in that block is judged by it).
+    pub async fn slot_owner_at(&self, slot_id: u64, block: u64) -> Result<Address, RpcError> {
+        self.slot_owner_as_of(slot_id, json!(to_quantity(block))).await
+    }
+
+    async fn slot_owner_as_of(&self, slot_id: u64, block: serde_json::Value) -> Result<Address, RpcError> {
+        let call = slotSnapshotterMappingCall { slotId: U256::from(slot_id) }.abi_encode();
+        let owner = self.call_at(call, "slotSnapshotterMapping", block).await?;
         slotSnapshotterMappingCall::abi_decode_returns(&owner).map_err(|e| bad_answer("slotSnapshotterMapping", e))
     }
 
@@ -257,9 +266,11 @@ impl Anchor {
         Ok(events)
     }
 
-    /// Slots (re)registered on ProtocolState in `from..=to` (`SlotRegistered`),
-    /// in chain order. A log without the slot in its topics is skipped.
-    pub async fn slot_registrations(&self, from: u64, to: u64) -> Result<Vec<u64>, RpcError> {
+    /// Slots (re)registered on ProtocolState in `from..=to` (`SlotRegistered`:
+    /// a registration, a reassignment or a removal), each with the block it
+    /// was mined in, in chain order. A log without the slot in its topics or
+    /// without its block is skipped.
+    pub async fn slot_registrations(&self, from: u64, to: u64) -> Result<Vec<(u64, u64)>, RpcError> {
         let filter = json!([{
             "address": self.protocol_state,
             "fromBlock": to_quantity(from),
@@ -274,12 +285,14 @@ impl Anchor {
             if log.removed {
                 continue;
             }
+            let Some(Ok(block)) = log.block_number.as_deref().map(parse_quantity) else { continue };
             if let Ok(e) = SlotRegistered::decode_raw_log(log.topics.iter().copied(), &log.data)
                 && let Ok(slot) = to_u64(e.slotId, "slot id")
             {
-                slots.push(slot);
+                slots.push((slot, block));
             }
         }
+        slots.sort_by_key(|(_, block)| *block);
         Ok(slots)
     }
 
