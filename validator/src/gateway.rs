@@ -130,6 +130,12 @@ pub struct Gateway {
     /// intake last read them (`epochs:closing`): what a gossip submission's
     /// signer is judged as of, and the lower bound of the epochs taken.
     open: Arc<Mutex<std::collections::BTreeMap<u64, u64>>>,
+    /// The message ids of the gossip submissions accepted, by epoch, while
+    /// the epoch is open or not released yet: a replay of one — after
+    /// gossipsub's 60 s duplicate cache too — is ignored (not relayed, not
+    /// queued, not counted against its slot's cap again); once the epoch's
+    /// window has closed, a replay is unwanted by its epoch alone.
+    accepted_ids: Arc<Mutex<HashMap<u64, std::collections::HashSet<[u8; 32]>>>>,
     /// Unwanted gossip submissions by why ([`UNWANTED_WHY`]).
     unwanted_counts: Arc<[std::sync::atomic::AtomicU64; UNWANTED_WHY.len()]>,
     /// Signers the gossip check recovered, by message id, until queued.
@@ -311,8 +317,8 @@ const RECOVERED_KEPT: usize = 65_536;
 
 /// Why gossip submissions are unwanted, as `/metrics` labels them (in
 /// [`Unwanted`]'s order).
-pub const UNWANTED_WHY: [&str; 6] =
-    ["stale", "unreleased_epoch", "over_slot_cap", "unregistered_slot", "wrong_signer", "window_closed"];
+pub const UNWANTED_WHY: [&str; 7] =
+    ["stale", "unreleased_epoch", "over_slot_cap", "unregistered_slot", "wrong_signer", "window_closed", "replay"];
 
 /// Why a gossip submission is unwanted; its label is `UNWANTED_WHY[why as usize]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -331,7 +337,13 @@ enum Unwanted {
     WrongSigner,
     /// Its epoch was released and its window has closed.
     WindowClosed,
+    /// Accepted here before (a replay after gossipsub forgot it). Ignored.
+    Replay,
 }
+
+/// Message ids kept for [`Gateway::accepted_ids`] at most (~100 MB); past
+/// it a replay is queued and judged a duplicate by the dequeuer.
+const ACCEPTED_IDS_KEPT: usize = 2_000_000;
 
 /// A call in flight for a peer, released when dropped.
 struct InFlight {
@@ -374,8 +386,10 @@ impl Gateway {
             ),
             Ok(s) => {
                 let admitted = self.admitted(&s);
+                let id = lite_node_protocol::submission::gossip_message_id(payload);
                 let (verdict, unwanted) = match &admitted {
                     Err(rejection) => (Verdict::Reject(rejection.to_string()), None),
+                    Ok(_) if self.accepted_before(&s, &id) => (Verdict::Ignore, Some(Unwanted::Replay)),
                     Ok((slot_id, signer)) => match self.unwanted(&s) {
                         Some((kind, why)) => (Verdict::Unwanted(why), Some(kind)),
                         None => match &self.signers {
@@ -388,6 +402,9 @@ impl Gateway {
                     },
                 };
                 self.count(&s, &verdict, unwanted);
+                if verdict == Verdict::Accept {
+                    self.remember_accepted(&s, id);
+                }
                 // Carried to the queue: the dequeuer does not recover it again.
                 if let (Verdict::Accept | Verdict::Hold, Ok((_, signer))) = (&verdict, &admitted) {
                     self.recovered_signer(payload, Some(*signer));
@@ -431,6 +448,22 @@ impl Gateway {
             return Some((Unwanted::OverSlotCap, why));
         }
         None
+    }
+
+    /// Whether the gossip message `id` of `s` was accepted here before.
+    fn accepted_before(&self, s: &SnapshotSubmission, id: &[u8; 32]) -> bool {
+        let Some(epoch) = s.request.as_ref().map(|r| r.epoch_id) else { return false };
+        let ids = self.accepted_ids.lock().unwrap_or_else(|p| p.into_inner());
+        ids.get(&epoch).is_some_and(|set| set.contains(id))
+    }
+
+    /// Notes that the gossip message `id` of `s` was accepted.
+    fn remember_accepted(&self, s: &SnapshotSubmission, id: [u8; 32]) {
+        let Some(epoch) = s.request.as_ref().map(|r| r.epoch_id) else { return };
+        let mut ids = self.accepted_ids.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.values().map(std::collections::HashSet::len).sum::<usize>() < ACCEPTED_IDS_KEPT {
+            ids.entry(epoch).or_default().insert(id);
+        }
     }
 
     /// The release block of `s`'s epoch, while its window is open (as the
@@ -533,6 +566,9 @@ impl Gateway {
             self.count(s, &verdict, unwanted);
         }
         let accepted = verdict == Verdict::Accept;
+        if let (true, Ok(s)) = (accepted, &decoded) {
+            self.remember_accepted(s, lite_node_protocol::submission::gossip_message_id(&delivery.data));
+        }
         if !accepted {
             self.recovered_signer(&delivery.data, None);
         }
@@ -640,8 +676,15 @@ impl Gateway {
         }
         // Scored by the block the window closes at (`Market::window_closes`).
         let window = self.market.window_blocks.saturating_add(1);
-        *self.open.lock().unwrap_or_else(|p| p.into_inner()) =
+        let open: std::collections::BTreeMap<u64, u64> =
             open.into_iter().map(|(epoch, closes)| (epoch, closes.saturating_sub(window))).collect();
+        // Replays of a closed epoch are unwanted by their epoch: its ids go.
+        let latest = self.latest_epoch.load(Relaxed);
+        self.accepted_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|epoch, _| open.contains_key(epoch) || *epoch > latest);
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = open;
         if let Some(book) = &self.signers
             && let Err(e) = book.sync(&mut conn, &self.market.keys).await
         {
@@ -715,6 +758,7 @@ impl Gateway {
             latest_epoch: Default::default(),
             per_slot_epoch: Default::default(),
             open: Default::default(),
+            accepted_ids: Default::default(),
             unwanted_counts: Default::default(),
             recovered: Default::default(),
         }

@@ -103,7 +103,7 @@ fn run(node: &Node, steps: &[(usize, &str)]) -> String {
     let mut group = Group(child);
     let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap_or_default();
     // Polled until it ends, with a deadline that names where it stood.
-    let deadline = std::time::Instant::now() + Duration::from_secs(400);
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
     let status = loop {
         if let Some(status) = group.0.try_wait().unwrap() {
             break status;
@@ -121,7 +121,7 @@ fn run(node: &Node, steps: &[(usize, &str)]) -> String {
             .iter()
             .map(|l| format!("--- {l} (its last lines)\n{}", tail(&read(l), 12)))
             .collect();
-            panic!("the runbook did not end in 400 s:\n{}\n{}", read("runbook.out"), logs.join("\n"));
+            panic!("the runbook did not end in 600 s:\n{}\n{}", read("runbook.out"), logs.join("\n"));
         }
         std::thread::sleep(Duration::from_millis(200));
     };
@@ -154,14 +154,55 @@ fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
 /// Extra collectors on the validators' topic the runbook's market gets.
 const EXTRA_COLLECTORS: usize = 40;
 
+/// Slot 2's new signer in the upkeep drill (anvil's account 8) and its key.
+const NEW_SIGNER: &str = "0x23618e81E3f5cdF7f54C3d65f7FBc0aBf5B21E8f";
+const NEW_KEY: &str = "dbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97";
+
+/// The upkeep drill's steps, in the runbook's shell after the release: slot
+/// 2 to a new signer whose node takes over from the old one, slot 4 removed
+/// and registered again (its node keeps running), validator 3 removed and
+/// added back; then five more epochs finalized.
+const UPKEEP: &str = r#"released() { lite-node market status | sed -n 's/^epochs released: \([0-9]*\).*/\1/p'; }
+finalized() { lite-node market status | sed -n 's/^last finalized: epoch \([0-9]*\).*/\1/p'; }
+stop_node() { for p in $(pgrep -f -- '--env-file .env run'); do
+  [ "$(readlink /proc/$p/cwd)" = "$PWD/$1" ] && kill $p; done; true; }
+lite-node market slots reassign --slot 2 --signer {NEW_SIGNER} --key-file owner.key
+echo "slot 2 reassigned after epoch $(released)"
+stop_node node-2
+mkdir -p node-2b
+(umask 077; lite-node market env --slot 2 | sed "s/^SIGNER_ACCOUNT_PRIVATE_KEY=\$/&{NEW_KEY}/" > node-2b/.env)
+cat >> node-2b/.env <<ENV
+LOCAL_COLLECTOR_HOST=127.0.0.1
+LOCAL_COLLECTOR_PORT=$((BASE + 2))
+PROJECTS_CONFIG=$PWD/projects.json
+LITE_NODE_COMPUTE_CACHE_DIR=$PWD/compute-cache
+LITE_NODE_DATA_DIR=$PWD/node-2b
+STATUS_PORT=$((BASE + 9))
+ENV
+(cd node-2b && exec lite-node --env-file .env run > ../logs/node-2b.log 2>&1) &
+lite-node market slots remove --slot 4 --key-file owner.key
+lite-node market slots register --signer 0x14dC79964da2C08b23698B3D3cc7Ca32193d9955 --key-file owner.key
+lite-node market validators remove 0x90F79bf6EB2c4f870365E785982E1f101E93b906 --key-file owner.key
+lite-node market validators add 0x90F79bf6EB2c4f870365E785982E1f101E93b906 --key-file owner.key
+UPKEPT=$(released)
+echo "upkeep done after epoch $UPKEPT"
+until [ "$(finalized)" -ge $((UPKEPT + 5)) ]; do sleep 1; done
+LAST=$(finalized)
+echo "last checked: $LAST"
+"#;
+
 /// The runbook's market with forty more operators' collectors on the
 /// validators' topic (real `lite-node collector` processes, started after
 /// the validators and before the market's own collector, as operators
-/// running `docker-compose.yaml` would): no validator's intake breaks, the
-/// market's collector never asks a node to retry, and five epochs in a row
-/// are finalized each with every submission the nodes had accepted.
+/// running `docker-compose.yaml` would), then its routine upkeep while
+/// every node keeps submitting: slot 2 reassigned to a new signer (whose
+/// node takes over), slot 4 removed and registered again, a validator
+/// removed and added back. No validator's intake breaks, the market's
+/// collector never asks a node to retry, no epoch finalizes empty, and
+/// every epoch from the first finalized on holds every submission the nodes
+/// had accepted — the new signer's included.
 #[test]
-fn the_runbooks_market_with_forty_more_collectors_finalizes_every_submission() {
+fn the_runbooks_market_with_forty_more_collectors_and_its_upkeep_finalizes_every_submission() {
     let node = Node::new();
     let dir = node.cwd.path();
     let extra = format!(
@@ -179,16 +220,18 @@ until [ \"$(lite-node market status | sed -n 's/^last finalized: epoch \\([0-9]*
   sleep 1
 done
 ";
+    // Upkeep, each step while every node submits.
+    let upkeep = UPKEEP.replace("{NEW_SIGNER}", NEW_SIGNER).replace("{NEW_KEY}", NEW_KEY);
     // What the chain finalized for each of them, read before the runbook's
     // last step stops the chains.
-    let read_back = "for e in $(seq $FIRST $((FIRST + 4))); do
+    let read_back = "for e in $(seq $FIRST $LAST); do
   until lite-node finalized --epoch-id $e --anchor-rpc $ANCHOR_RPC --protocol-state $PROTOCOL_STATE \\
     --data-market $DATA_MARKET > finalized-$e.txt; do sleep 1; done
 done
 ";
     // Blocks: 0 prerequisites, 1 chains, 2 deploy, 3 projects, 4 slots,
     // 5 validators, 6 collector, 7 nodes, 8 release, 9 the consumer.
-    let out = run(&node, &[(5, &extra), (8, more), (9, read_back)]);
+    let out = run(&node, &[(5, &extra), (8, more), (8, &upkeep), (9, read_back)]);
     let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap_or_default();
     for i in 1..=EXTRA_COLLECTORS {
         let log = read(&format!("logs/extra-{i}.log"));
@@ -202,17 +245,20 @@ done
     for refusal in ["no validator connected", "was not published"] {
         assert!(!collector.contains(refusal), "the market's collector refused ({refusal}):\n{collector}");
     }
-    // Every epoch from the first finalized to four after it holds exactly
-    // what the nodes' submissions the collector accepted were.
-    let first: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("first finalized: "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no first finalized epoch in:\n{out}"));
+    // Every epoch from the first finalized to the last checked holds
+    // exactly what the nodes' submissions the collector accepted were.
+    let said = |prefix: &str| -> u64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no `{prefix}` in:\n{out}"))
+    };
+    let (first, last) = (said("first finalized: "), said("last checked: "));
     let mut accepted: std::collections::BTreeMap<u64, std::collections::BTreeSet<(String, String)>> =
         Default::default();
-    for slot in 1..=4 {
-        for line in read(&format!("node-{slot}/state/epochs.jsonl")).lines() {
+    let mut new_signer_took = 0;
+    for node in ["node-1", "node-2", "node-2b", "node-3", "node-4"] {
+        for line in read(&format!("{node}/state/epochs.jsonl")).lines() {
             let entry: serde_json::Value = serde_json::from_str(line).unwrap();
             let epoch = entry["epoch_id"].as_u64().unwrap();
             for stored in entry["stored"].as_array().into_iter().flatten() {
@@ -223,6 +269,7 @@ done
                     .flatten()
                     .any(|s| s["project_id"] == id && s["verdict"] == "accepted");
                 if took {
+                    new_signer_took += usize::from(node == "node-2b");
                     accepted
                         .entry(epoch)
                         .or_default()
@@ -231,7 +278,15 @@ done
             }
         }
     }
-    for epoch in first..=first + 4 {
+    assert!(new_signer_took > 0, "node-2b (slot 2's new signer) had nothing accepted:\n{}", read("logs/node-2b.log"));
+    let rejected: Vec<&str> = collector.lines().filter(|l| l.starts_with("rejected ")).collect();
+    println!(
+        "upkeep drill: epochs {first}..={last} checked; node-2b (slot 2's new signer) had {new_signer_took} \
+         accepted; the collector rejected {}{}",
+        rejected.len(),
+        rejected.iter().map(|l| format!("\n  {l}")).collect::<String>()
+    );
+    for epoch in first..=last {
         let want = accepted.get(&epoch).cloned().unwrap_or_default();
         assert!(!want.is_empty(), "epoch {epoch}: no accepted submission in the nodes' journals");
         let finalized = read(&format!("finalized-{epoch}.txt"));

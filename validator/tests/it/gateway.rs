@@ -639,3 +639,70 @@ async fn a_signer_that_cannot_be_read_is_queued_here_but_not_relayed_unchecked()
     assert_eq!(Stats::get(&v1.stats().accepted), 0, "{:?}", v1.stats());
     assert_eq!(Stats::get(&v2.stats().accepted), 0, "not relayed to v2");
 }
+
+/// Issue 53, finding 6: a replay of an accepted gossip submission once
+/// gossipsub's 60 s duplicate cache has forgotten it (the check is asked
+/// again, as it is then) is ignored — neither relayed nor queued — and is
+/// not counted against its slot's cap for the epoch, so nobody can use up
+/// an honest slot's cap with its own submissions.
+#[tokio::test]
+async fn a_replay_after_gossipsub_forgot_it_is_ignored_and_costs_its_slot_nothing() {
+    use lite_node_validator::gossip::Verdict;
+    let market = market();
+    let server = RedisServer::start();
+    let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
+    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
+    let admission = Admission { per_slot_epoch: 2, ..Admission::default() };
+    let gateway = Gateway::with_admission(conn, market.clone(), Some(projects), admission);
+    let of = |i: u64| gossip_bytes(&submission(&market, 7, 3, &format!("baseSnapshot:0x{i:040x}:{NAMESPACE}")));
+    assert_eq!(gateway.judge_gossip(&of(1)), Verdict::Accept);
+    for _ in 0..5 {
+        assert_eq!(gateway.judge_gossip(&of(1)), Verdict::Ignore, "a replay is ignored");
+    }
+    // The slot's cap (2) was used once: its second submission is taken.
+    assert_eq!(gateway.judge_gossip(&of(2)), Verdict::Accept);
+    assert!(matches!(gateway.judge_gossip(&of(3)), Verdict::Unwanted(_)), "the third is past the cap");
+}
+
+/// Issue 53, findings 3 and 9: a stranger sending well-signed messages no
+/// validator wants — signed by its own key for a registered slot, which
+/// costs it no score (a registry mismatch is never held against a relayer)
+/// — is read up to its budget of useless messages and ignored unread past
+/// it: it costs a validator a bounded number of signature recoveries and
+/// breaks nothing; an honest submission sent after it reaches both
+/// validators.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_useless_messages_are_read_up_to_its_budget_then_ignored_unread() {
+    use lite_node_validator::gossip::{Stats, USELESS_BURST, USELESS_PER_SECOND};
+    let market = market();
+    let m = mesh(&market).await;
+    let Mesh { conn1, conn2, v1, v2, collector, junk, .. } = &m;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    const SENT: u64 = 4_000;
+    let started = std::time::Instant::now();
+    for i in 0..SENT {
+        let s = submission(&market, 7, 3, &format!("baseSnapshot:0x{i:040x}:{NAMESPACE}"));
+        assert!(junk.publish(gossip_bytes(&signed_by(s, &market, [0x77u8; 32]))));
+    }
+    while Stats::get(&v1.stats().ignored) < SENT {
+        assert!(tokio::time::Instant::now() < deadline, "v1 ignored all the stranger sent: {:?}", v1.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let read = SENT - Stats::get(&v1.stats().throttled);
+    // Those held for their slot's first read are not taken from the budget.
+    let most = USELESS_BURST + USELESS_PER_SECOND * elapsed + Stats::get(&v1.stats().held) as f64;
+    assert!((read as f64) <= most, "{read} of {SENT} read in {elapsed:.1} s, more than the budget ({most:.0})");
+    assert_eq!(Stats::get(&v1.stats().rejected), 0, "none held against the stranger's score");
+    assert_eq!(Stats::get(&v2.stats().accepted) + Stats::get(&v2.stats().ignored), 0, "none relayed");
+    let honest = submission(&market, 7, 4, &pool_project());
+    assert!(collector.publish(gossip_bytes(&honest)));
+    let queue = market.keys.submission_queue();
+    for (name, conn) in [("v1", conn1), ("v2", conn2)] {
+        while conn.clone().llen::<_, u64>(&queue).await.unwrap() < 1 {
+            assert!(tokio::time::Instant::now() < deadline, "{name} queued the honest submission");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    println!("a stranger's {SENT} useless messages: {read} read by v1 in {elapsed:.1} s, the rest ignored unread");
+}

@@ -115,7 +115,15 @@ pub struct Collector {
     /// full node past it), read at most every [`SIGNERS_FRESH`]: a slot id
     /// past it is nobody's without a chain read.
     highest_slot: tokio::sync::Mutex<Option<(std::time::Instant, u64)>>,
+    /// When each slot whose registered signer disagreed with a submission
+    /// was last read again ([`RECHECK_AFTER`]).
+    rechecked: std::sync::Mutex<BTreeMap<u64, std::time::Instant>>,
 }
+
+/// How soon a slot whose cached signer disagreed with a submission is read
+/// again: a slot reassigned, removed or registered while its node submits
+/// is the new signer's here within this, not within [`SIGNERS_FRESH`].
+const RECHECK_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Submissions a second one peer may send a collector, sustained…
 pub const PEER_RATE: u32 = 2_000;
@@ -214,7 +222,28 @@ impl Collector {
             holds: Vec::new(),
             rate: Arc::new(Self::limiter(PEER_RATE, PEER_BURST)),
             highest_slot: Default::default(),
+            rechecked: Default::default(),
         }
+    }
+
+    /// Whether `slot_id`'s signer may be read again now (not within
+    /// [`RECHECK_AFTER`] of its last recheck): if so, what was cached of
+    /// it, and of the highest slot, is dropped.
+    async fn recheck(&self, slot_id: u64) -> bool {
+        {
+            let now = std::time::Instant::now();
+            let mut rechecked = self.rechecked.lock().unwrap_or_else(|p| p.into_inner());
+            if rechecked.get(&slot_id).is_some_and(|at| now.duration_since(*at) < RECHECK_AFTER) {
+                return false;
+            }
+            if rechecked.len() >= MAX_SIGNERS_KEPT {
+                rechecked.retain(|_, at| now.duration_since(*at) < RECHECK_AFTER);
+            }
+            rechecked.insert(slot_id, now);
+            self.signers.lock().unwrap_or_else(|p| p.into_inner()).1.remove(&slot_id);
+        }
+        *self.highest_slot.lock().await = None;
+        true
     }
 
     fn limiter(rate: u32, burst: u32) -> governor::DefaultKeyedRateLimiter<std::net::IpAddr> {
@@ -248,8 +277,8 @@ impl Collector {
         {
             return Ok(n);
         }
-        let total = self.anchor.total_slots().await.map_err(|e| format!("anchor unavailable: {e}"))?;
         let head = self.anchor.head().await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        let total = self.anchor.total_slots_at(head).await.map_err(|e| format!("anchor unavailable: {e}"))?;
         let full = self.anchor.full_nodes_at(head).await.map_err(|e| format!("anchor unavailable: {e}"))?;
         let n = full.last().copied().unwrap_or(0).max(total);
         *known = Some((std::time::Instant::now(), n));
@@ -281,7 +310,17 @@ impl Collector {
     async fn verdict(&self, s: &SnapshotSubmission) -> Result<Result<(), Rejection>, String> {
         let scope = Scope { data_market: self.anchor.data_market, protocol_state: self.anchor.protocol_state };
         let domain = domain(self.chain_id, self.anchor.protocol_state);
-        match judge(s, &scope, &domain, self).await? {
+        let mut judged = judge(s, &scope, &domain, self).await?;
+        // A registry that disagrees may be this collector's stale view of
+        // it (a slot changed while its node submits): read again, once.
+        if let Judgement::Rejected(r) = &judged
+            && matches!(r.reason, Reason::WrongSigner | Reason::UnregisteredSlot)
+            && let Some(request) = s.request.as_ref()
+            && self.recheck(request.slot_id).await
+        {
+            judged = judge(s, &scope, &domain, self).await?;
+        }
+        match judged {
             Judgement::Accepted => Ok(Ok(())),
             Judgement::Rejected(rejection) => Ok(Err(rejection)),
             // The anchor is asked directly: an epoch is known or it is not.

@@ -66,12 +66,42 @@ const MAX_FRAME: usize = 64 * 1024;
 const OUTBOX: usize = 4096;
 
 /// Messages queued per connection before gossipsub drops them: room for
-/// an epoch of 10,000 projects and its relays.
-const CONNECTION_QUEUE: usize = 50_000;
+/// an epoch of 10,000 projects and its relays, and ~15 MB for a peer that
+/// takes nothing, until it is disconnected ([`SLOW_HEARTBEATS`]).
+const CONNECTION_QUEUE: usize = 20_000;
 
-/// How long a message may wait in a connection's queue: long enough that
-/// nothing is dropped for waiting behind a burst.
-const QUEUED_AT_MOST: Duration = Duration::from_secs(600);
+/// How long a message to forward may wait in a connection's queue: long
+/// enough that nothing is dropped for waiting behind an epoch's burst on a
+/// busy machine, short enough that a peer reading slowly is sent what is
+/// still of use.
+const FORWARD_AT_MOST: Duration = Duration::from_secs(30);
+
+/// How long a message this peer publishes may wait (a collector's burst).
+const PUBLISH_AT_MOST: Duration = Duration::from_secs(60);
+
+/// Heartbeats in a row in which a peer could not take what was queued for
+/// it (its queue full, or messages expired in it) before it is
+/// disconnected: a peer that subscribes and stops reading holds one
+/// connection queue at most for a few seconds, not for good.
+pub const SLOW_HEARTBEATS: u32 = 3;
+
+/// Connections taken from other peers at once (hundreds of operators'
+/// collectors, each with one connection to each validator), per peer, and
+/// still being set up: past them a connection is refused.
+pub const MAX_INCOMING: u32 = 1_024;
+const MAX_PER_PEER: u32 = 2;
+const MAX_PENDING_INCOMING: u32 = 128;
+
+/// Each peer's budget of messages of no use to the receiver (rejected,
+/// ignored or unwanted): a burst of this many, then [`USELESS_PER_SECOND`].
+/// Past it the peer's messages are ignored unread — no signature recovered,
+/// nothing asked of the chain — until the budget refills. Accepted messages
+/// cost nothing, so an honest collector or validator never runs out; a
+/// stranger sending well-signed messages nobody wants (for slots it does
+/// not hold, replays, epochs long closed) costs the receiver this much CPU
+/// at most, whatever its score.
+pub const USELESS_BURST: f64 = 1_000.0;
+pub const USELESS_PER_SECOND: f64 = 100.0;
 
 /// How often unconnected bootstrap peers are dialled again.
 const REDIAL_EVERY: Duration = Duration::from_secs(5);
@@ -205,6 +235,12 @@ pub struct Stats {
     pub full: AtomicU64,
     /// Of those, the ones the check found of no use ([`Verdict::Unwanted`]).
     pub unwanted: AtomicU64,
+    /// Of the ignored, the ones not read at all: their sender had spent its
+    /// budget of useless messages ([`USELESS_BURST`]).
+    pub throttled: AtomicU64,
+    /// Peers disconnected for taking nothing of what was queued for them
+    /// ([`SLOW_HEARTBEATS`]).
+    pub slow_disconnected: AtomicU64,
 }
 
 impl Stats {
@@ -249,6 +285,7 @@ pub struct Gossip {
 
 #[derive(NetworkBehaviour)]
 struct Behaviour {
+    limits: libp2p::connection_limits::Behaviour,
     gossipsub: gossipsub::Behaviour,
 }
 
@@ -321,15 +358,16 @@ fn gossipsub_config() -> Result<gossipsub::Config, Error> {
         .validate_messages()
         .max_transmit_size(MAX_FRAME)
         // An epoch's burst (a full node's submissions for every pool, each
-        // relayed to every peer) is queued whole and never dropped for
+        // relayed to every peer) is queued whole and not dropped for
         // waiting: with the defaults (5,000 queued, 5 s to publish, 1 s to
         // forward), a collector on a busy machine dropped half of a
         // 1,000-pool epoch before it reached any validator, and each drop
         // counted against the peer as "slow" until the mesh fell apart
-        // (found on a 1,000-pool devnet). The queue's length bounds it.
+        // (found on a 1,000-pool devnet). The queue's length bounds the
+        // memory; a peer that stops reading is disconnected.
         .connection_handler_queue_len(CONNECTION_QUEUE)
-        .forward_queue_duration(QUEUED_AT_MOST)
-        .publish_queue_duration(QUEUED_AT_MOST)
+        .forward_queue_duration(FORWARD_AT_MOST)
+        .publish_queue_duration(PUBLISH_AT_MOST)
         // One signed submission is one message, however it is respelled
         // (another header, another spelling of its signature): a replay is a
         // duplicate, dropped before any check.
@@ -448,7 +486,11 @@ impl Gossip {
                     .map_err(|e| format!("gossipsub: {e}"))?;
                 let (params, thresholds) = scoring(&topic);
                 gossipsub.with_peer_score(params, thresholds).map_err(|e| format!("gossipsub scoring: {e}"))?;
-                Ok(Behaviour { gossipsub })
+                let limits = libp2p::connection_limits::ConnectionLimits::default()
+                    .with_max_established_incoming(Some(MAX_INCOMING))
+                    .with_max_pending_incoming(Some(MAX_PENDING_INCOMING))
+                    .with_max_established_per_peer(Some(MAX_PER_PEER));
+                Ok(Behaviour { limits: libp2p::connection_limits::Behaviour::new(limits), gossipsub })
             })
             .map_err(|e| Error::Setup(e.to_string()))?
             .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
@@ -477,6 +519,8 @@ impl Gossip {
             listening: listening_tx,
             commands: commands.downgrade(),
             unwanted: Default::default(),
+            useless: Default::default(),
+            slow: Default::default(),
         };
         tokio::spawn(task.run(inbox));
         Ok(Self { commands, peer_id, listening, stats })
@@ -565,6 +609,11 @@ struct Task {
     listening: watch::Sender<Vec<Multiaddr>>,
     /// Per peer, its unwanted messages (decaying): its application score.
     unwanted: std::collections::HashMap<PeerId, f64>,
+    /// Per peer, what is left of its budget of useless messages, and when
+    /// it was last refilled.
+    useless: std::collections::HashMap<PeerId, (f64, std::time::Instant)>,
+    /// Per peer, the heartbeats in a row it could not take its messages.
+    slow: std::collections::HashMap<PeerId, (u32, std::time::Instant)>,
 }
 
 impl Task {
@@ -643,6 +692,41 @@ impl Task {
         self.swarm.behaviour_mut().gossipsub.report_message_validation_result(message, source, acceptance);
     }
 
+    /// Whether `peer` has budget left for a message of no use (refilled at
+    /// [`USELESS_PER_SECOND`] up to [`USELESS_BURST`]).
+    fn has_budget(&mut self, peer: &PeerId) -> bool {
+        let Some((left, at)) = self.useless.get_mut(peer) else { return true };
+        let now = std::time::Instant::now();
+        *left = (*left + now.duration_since(*at).as_secs_f64() * USELESS_PER_SECOND).min(USELESS_BURST);
+        *at = now;
+        *left >= 1.0
+    }
+
+    /// A message of no use from `peer`: one less in its budget.
+    fn spend_budget(&mut self, peer: &PeerId) {
+        let entry = self.useless.entry(*peer).or_insert((USELESS_BURST, std::time::Instant::now()));
+        entry.0 -= 1.0;
+    }
+
+    /// `peer` could not take what was queued for it in the last heartbeat:
+    /// after [`SLOW_HEARTBEATS`] in a row, disconnected (a bootstrap peer is
+    /// dialled again).
+    fn slow_peer(&mut self, peer: PeerId) {
+        let now = std::time::Instant::now();
+        let entry = self.slow.entry(peer).or_insert((0, now));
+        // In a row: another heartbeat's report, not one from long ago.
+        let in_a_row = now.duration_since(entry.1) < Duration::from_secs(3);
+        *entry = (if in_a_row { entry.0 + 1 } else { 1 }, now);
+        if entry.0 >= SLOW_HEARTBEATS {
+            tracing::warn!(
+                "gossip: {peer} took nothing of what was queued for it for {SLOW_HEARTBEATS} heartbeats; disconnected"
+            );
+            self.slow.remove(&peer);
+            Stats::add(&self.stats.slow_disconnected);
+            let _ = self.swarm.disconnect_peer_id(peer);
+        }
+    }
+
     /// One more unwanted message from `peer`: its application score falls.
     fn unwanted_from(&mut self, peer: PeerId) {
         let count = self.unwanted.entry(peer).or_insert(0.0);
@@ -686,12 +770,18 @@ impl Task {
             })) => {
                 let verdict = if message.data.len() > MAX_PAYLOAD {
                     Verdict::Reject(format!("{} bytes, more than {MAX_PAYLOAD}", message.data.len()))
+                } else if !self.has_budget(&propagation_source) {
+                    Stats::add(&self.stats.throttled);
+                    Verdict::Ignore
                 } else if self.deliver.capacity() == 0 {
                     Stats::add(&self.stats.full);
                     Verdict::Ignore
                 } else {
                     (self.check)(&message.data)
                 };
+                if !matches!(verdict, Verdict::Accept | Verdict::Hold) {
+                    self.spend_budget(&propagation_source);
+                }
                 match verdict {
                     Verdict::Accept | Verdict::Hold => {
                         // Counted before it is handed over, so whoever takes
@@ -742,6 +832,13 @@ impl Task {
             }
             SwarmEvent::ConnectionEstablished { peer_id, endpoint, .. } => {
                 tracing::debug!("gossip: connected to {peer_id} at {}", endpoint.get_remote_address());
+            }
+            SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } => {
+                self.useless.remove(&peer_id);
+                self.slow.remove(&peer_id);
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::SlowPeer { peer_id, .. })) => {
+                self.slow_peer(peer_id);
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
                 tracing::debug!("gossip: could not reach {peer_id:?}: {error}");
