@@ -20,7 +20,7 @@ pub fn cid(bytes: &[u8]) -> String {
 /// `raw`, sha2-256 of 32 bytes, base32 lower case, nothing before or after —
 /// else why not. One spelling per content: another (a CIDv0, another
 /// multibase, a path prefix, trailing bytes) would be a different string for
-/// the same snapshot, and could win a tie between votes.
+/// the same snapshot, and would split the votes for it.
 pub fn check_canonical(text: &str) -> Result<(), String> {
     let parsed = Cid::try_from(text).map_err(|_| "not a CID".to_owned())?;
     if parsed.version() != cid::Version::V1 {

@@ -8,9 +8,15 @@
 //!   winner, and two honest validators would finalize different CIDs. (The
 //!   protocol's validator counts votes per submission, so such a slot votes
 //!   twice.)
-//! - **Ties are decided by a rule, not by chance:** among CIDs with the most
-//!   votes, the smallest in byte order wins. (The protocol's validator takes
-//!   the first maximum in Go's random map order.)
+//! - **A tie finalizes nothing.** A project whose most-voted CIDs have as
+//!   many votes each is left out of the batch (a [`Tally::split`]): no rule
+//!   over the CIDs themselves would do, since a voter that has seen the
+//!   honest CID can make up snapshots until its own CID wins any rule a
+//!   validator could compute (the smallest, the smallest hash of anything it
+//!   knows). So nobody can steer a tie; a voter can only keep a project out
+//!   by matching the honest votes, which would also let it win outright
+//!   with one more. (The protocol's validator takes the first maximum in
+//!   Go's random map order.)
 //! - **The root** is the Merkle root of the `(projectId, cid)` pairs in
 //!   project-id order (`lite_node_protocol::merkle`, OpenZeppelin's standard
 //!   tree with keccak256), as `0x` and lower-case hex, so one project's CID
@@ -52,6 +58,8 @@ pub struct Tally {
     /// Per project id, in byte order.
     pub projects: BTreeMap<String, Finalized>,
     pub equivocations: Vec<Equivocation>,
+    /// Projects left out because their most-voted CIDs tied, in byte order.
+    pub split: Vec<String>,
 }
 
 /// Counts `votes`, in any order.
@@ -63,6 +71,7 @@ pub fn tally(votes: impl IntoIterator<Item = Vote>) -> Tally {
     }
     let mut equivocations = Vec::new();
     let mut projects = BTreeMap::new();
+    let mut split = Vec::new();
     for (project, by_slot) in ballots {
         let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
         let mut voters = 0;
@@ -79,16 +88,18 @@ pub fn tally(votes: impl IntoIterator<Item = Vote>) -> Tally {
                 }),
             }
         }
-        // BTreeMap iterates CIDs in byte order; `max_by` keeps the last
-        // maximum, so compare on (votes, reversed order).
-        let Some((cid, votes)) =
-            counts.iter().max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0))).map(|(c, n)| ((*c).to_owned(), *n))
-        else {
+        let Some(votes) = counts.values().max().copied() else {
             continue; // every slot that voted on it equivocated
         };
-        projects.insert(project, Finalized { cid, votes, voters });
+        let mut most = counts.iter().filter(|(_, n)| **n == votes).map(|(cid, _)| *cid);
+        match (most.next(), most.next()) {
+            (Some(cid), None) => {
+                projects.insert(project, Finalized { cid: cid.to_owned(), votes, voters });
+            }
+            _ => split.push(project),
+        }
     }
-    Tally { projects, equivocations }
+    Tally { projects, equivocations, split }
 }
 
 /// The batch root over `(project id, cid)` pairs (see the module docs).
@@ -140,12 +151,23 @@ mod tests {
         assert_eq!(tally(reversed), t);
     }
 
+    /// A voter that saw the honest CID cannot win a tie with one it made up,
+    /// however it chose it (here the smallest CID there can be): a tie
+    /// finalizes nothing, whatever the order of arrival; one more vote
+    /// decides it.
     #[test]
-    fn a_tie_goes_to_the_smallest_cid_whatever_the_order_of_arrival() {
-        let forward = tally([vote(1, "p", "bafyZ"), vote(2, "p", "bafyA"), vote(3, "p", "bafyM")]);
-        let backward = tally([vote(3, "p", "bafyM"), vote(2, "p", "bafyA"), vote(1, "p", "bafyZ")]);
-        assert_eq!(forward.projects["p"].cid, "bafyA");
+    fn a_tie_finalizes_nothing_so_no_voter_can_grind_a_winner() {
+        let honest = "bafkreihonest";
+        let ground = "bafkreiaaaaaa"; // below the honest one in every order a rule could use
+        let forward = tally([vote(1, "p", honest), vote(2, "p", ground), vote(3, "q", "bafyQ")]);
+        let backward = tally([vote(3, "q", "bafyQ"), vote(2, "p", ground), vote(1, "p", honest)]);
+        assert!(!forward.projects.contains_key("p"), "{forward:?}");
+        assert_eq!(forward.split, ["p"]);
+        assert_eq!(forward.projects["q"].cid, "bafyQ");
         assert_eq!(forward, backward);
+        let decided = tally([vote(1, "p", honest), vote(2, "p", ground), vote(4, "p", honest)]);
+        assert_eq!(decided.projects["p"], Finalized { cid: honest.into(), votes: 2, voters: 3 });
+        assert!(decided.split.is_empty());
     }
 
     #[test]

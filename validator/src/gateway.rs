@@ -308,6 +308,12 @@ pub const GOSSIP_BATCH: usize = 256;
 /// monitor trails the chain by a poll at most.
 pub const FUTURE_EPOCHS: u64 = 4;
 
+/// The share of [`Admission::per_slot_epoch`] a slot may send for an epoch
+/// this validator has not seen released yet (a tenth: 2,000 by default,
+/// room for a full node that computed before this validator's monitor
+/// polled; ×[`FUTURE_EPOCHS`] the most one slot parks in the queue).
+pub const UNSEEN_SHARE: u32 = 10;
+
 /// (epoch, slot) pairs counted for [`Admission::per_slot_epoch`] before the
 /// oldest epoch's are forgotten.
 const PER_SLOT_EPOCH_ENTRIES: usize = 200_000;
@@ -439,12 +445,17 @@ impl Gateway {
             let why = format!("epoch {}'s window is closed", r.epoch_id);
             return Some((Unwanted::WindowClosed, why));
         }
+        // An epoch not seen released yet waits in the queue until it is (or
+        // its deadline passes): a slot may park only a share of its cap on
+        // one, so that a few slots cannot fill the queue with them.
+        let cap = if latest > 0 && r.epoch_id > latest {
+            (self.admission.per_slot_epoch / UNSEEN_SHARE).max(1)
+        } else {
+            self.admission.per_slot_epoch
+        };
         let sent = self.per_slot_epoch.lock().unwrap_or_else(|p| p.into_inner());
-        if sent.get(&(r.epoch_id, r.slot_id)).is_some_and(|n| *n >= self.admission.per_slot_epoch) {
-            let why = format!(
-                "slot {} sent more than {} submissions for epoch {}",
-                r.slot_id, self.admission.per_slot_epoch, r.epoch_id
-            );
+        if sent.get(&(r.epoch_id, r.slot_id)).is_some_and(|n| *n >= cap) {
+            let why = format!("slot {} sent more than {cap} submissions for epoch {}", r.slot_id, r.epoch_id);
             return Some((Unwanted::OverSlotCap, why));
         }
         None

@@ -121,7 +121,7 @@ pub fn cases() -> Vec<Case> {
             },
         },
         // One spelling per content: another would be a different string for
-        // the same snapshot, and could win a tie between votes.
+        // the same snapshot, and would split the votes for it.
         Case {
             name: "a CID with a path before it",
             expect: Some(Reason::BadForm),

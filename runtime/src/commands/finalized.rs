@@ -181,36 +181,71 @@ async fn report(anchor: &Anchor, q: &Args, out: &mut dyn Write) -> Result<()> {
 /// The finalized batch's `(project id, CID)` pairs, from the transactions
 /// that stored them (their `FinalizedCidsStored` logs name them), checked:
 /// each part proves against the finalized root, and all of them make it.
+/// A part is read from the call to ProtocolState that stored it: the
+/// transaction's own input when it is one, else its calls as the RPC traces
+/// them (`debug_traceTransaction`: a store through a Safe or a relayer). A
+/// call that is not ProtocolState's, or does not prove (another contract's
+/// function under the same selector), is no part and is passed over — it
+/// cannot make the epoch unreadable.
 async fn leaves(anchor: &Anchor, q: &Args, root: B256) -> Result<Vec<(String, String)>> {
     let logs = anchor.epoch_logs(FinalizedCidsStored::SIGNATURE_HASH, q.epoch_id, q.from_block).await?;
     let mut pairs: std::collections::BTreeMap<String, String> = Default::default();
     let mut seen = std::collections::BTreeSet::new();
+    let mut untraced = Vec::new();
     for log in &logs {
         let Some(hash) = log["transactionHash"].as_str() else { continue };
         if !seen.insert(hash.to_owned()) {
             continue;
         }
         let tx = anchor.rpc().call_value("eth_getTransactionByHash", json!([hash])).await?;
-        let input = tx["input"].as_str().or_else(|| tx["data"].as_str()).unwrap_or_default();
-        let Ok(bytes) = alloy::hex::decode(input) else { continue };
-        // Only a direct call carries the part in its input.
-        let Ok(call) = storeFinalizedCidsCall::abi_decode(&bytes) else { continue };
-        let leaves: Vec<B256> =
-            call.projectIds.iter().zip(&call.snapshotCids).map(|(p, c)| merkle::leaf(p, c)).collect();
-        let proof = merkle::MultiProof { proof: call.proof, flags: call.proofFlags };
-        if merkle::multiproof_root(&leaves, &proof) != Some(root) {
-            bail!("the part stored by transaction {hash} does not prove against the finalized root {root}");
+        let direct = tx["to"].as_str().and_then(|to| to.parse::<alloy::primitives::Address>().ok())
+            == Some(anchor.protocol_state);
+        let inputs = if direct {
+            vec![tx["input"].as_str().or_else(|| tx["data"].as_str()).unwrap_or_default().to_owned()]
+        } else {
+            match traced_calls(anchor, hash).await {
+                Some(inputs) => inputs,
+                None => {
+                    untraced.push(hash.to_owned());
+                    continue;
+                }
+            }
+        };
+        for input in inputs {
+            let Ok(bytes) = alloy::hex::decode(&input) else { continue };
+            let Ok(call) = storeFinalizedCidsCall::abi_decode(&bytes) else { continue };
+            if call.dataMarketAddress != anchor.data_market || call.epochId != U256::from(q.epoch_id) {
+                continue;
+            }
+            let leaves: Vec<B256> =
+                call.projectIds.iter().zip(&call.snapshotCids).map(|(p, c)| merkle::leaf(p, c)).collect();
+            let proof = merkle::MultiProof { proof: call.proof, flags: call.proofFlags };
+            if merkle::multiproof_root(&leaves, &proof) != Some(root) {
+                continue;
+            }
+            pairs.extend(call.projectIds.into_iter().zip(call.snapshotCids));
         }
-        pairs.extend(call.projectIds.into_iter().zip(call.snapshotCids));
+    }
+    if !untraced.is_empty() {
+        tracing::debug!("parts stored through other contracts, not traced by this RPC: {untraced:?}");
     }
     let pairs: Vec<(String, String)> = pairs.into_iter().collect();
     let stored = anchor
         .read(&storedCidsCall { dataMarketAddress: anchor.data_market, epochId: U256::from(q.epoch_id) }, None)
         .await?;
     if stored != U256::from(pairs.len()) {
+        let through = if untraced.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} transaction(s) stored parts through another contract and this RPC does not trace them \
+                 (debug_traceTransaction): use an anchor RPC that does",
+                untraced.len()
+            )
+        };
         bail!(
             "epoch {}: the chain has {stored} of its finalized CIDs stored, the parts from block {} on carry {} \
-             (give --from-block at or before the epoch's finalization; or its parts are still being stored)",
+             (give --from-block at or before the epoch's finalization; or its parts are still being stored){through}",
             q.epoch_id,
             q.from_block,
             pairs.len()
@@ -226,4 +261,25 @@ async fn leaves(anchor: &Anchor, q: &Args, root: B256) -> Result<Vec<(String, St
         );
     }
     Ok(pairs)
+}
+
+/// The inputs of the calls transaction `hash` made to ProtocolState that
+/// succeeded, as the RPC's call tracer reports them; `None` when the RPC
+/// does not trace.
+async fn traced_calls(anchor: &Anchor, hash: &str) -> Option<Vec<String>> {
+    let trace =
+        anchor.rpc().call_value("debug_traceTransaction", json!([hash, {"tracer": "callTracer"}])).await.ok()?;
+    let mut inputs = Vec::new();
+    let mut stack = vec![&trace];
+    while let Some(frame) = stack.pop() {
+        let to = frame["to"].as_str().and_then(|to| to.parse::<alloy::primitives::Address>().ok());
+        if to == Some(anchor.protocol_state)
+            && frame.get("error").is_none()
+            && let Some(input) = frame["input"].as_str()
+        {
+            inputs.push(input.to_owned());
+        }
+        stack.extend(frame["calls"].as_array().into_iter().flatten());
+    }
+    Some(inputs)
 }

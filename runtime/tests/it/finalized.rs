@@ -73,3 +73,75 @@ fn a_finalized_epoch_is_printed_with_a_proof_that_verifies_and_an_unfinalized_on
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("epoch 99 of data market") && run.stderr.contains("not released yet"), "{run:?}");
 }
+
+/// A forwarder (what a Safe or a relayer is, to this question): its runtime
+/// calls `target` with the calldata after its own first 4 bytes, and
+/// reverts when that call does. Its deployment code.
+fn forwarder(target: alloy::primitives::Address) -> Vec<u8> {
+    let mut runtime = vec![
+        0x60, 0x04, 0x36, 0x03, // size = calldatasize - 4
+        0x80, 0x60, 0x04, 0x60, 0x00, 0x37, // calldatacopy(0, 4, size)
+        0x60, 0x00, 0x60, 0x00, 0x82, 0x60, 0x00, 0x60, 0x00, // ret 0,0; args 0,size; value 0
+        0x73, // push20 target
+    ];
+    runtime.extend_from_slice(target.as_slice());
+    runtime.extend_from_slice(&[0x5a, 0xf1, 0x60, 0x31, 0x57, 0x60, 0x00, 0x80, 0xfd, 0x5b, 0x00]);
+    assert_eq!(runtime[0x31], 0x5b, "the jump lands on its JUMPDEST");
+    let len = u8::try_from(runtime.len()).unwrap();
+    let mut init = vec![0x60, len, 0x60, 0x0c, 0x60, 0x00, 0x39, 0x60, len, 0x60, 0x00, 0xf3];
+    init.extend(runtime);
+    init
+}
+
+/// Issue 53, finding 10: an epoch whose parts were stored only through
+/// another contract — a forwarder whose own function shares
+/// `storeFinalizedCids`'s selector — stays readable and provable: the part
+/// is read from the call to ProtocolState the RPC traces, and the
+/// transaction's own input (the same selector, not ProtocolState's call) is
+/// passed over instead of breaking the epoch for good.
+#[test]
+fn parts_stored_through_another_contract_leave_the_epoch_provable() {
+    use alloy::sol_types::SolCall;
+    use lite_node_protocol::contracts::storeFinalizedCidsCall;
+    let world = World::load();
+    world.register_validators(2);
+    let pairs: Vec<(String, String)> = (0..4)
+        .map(|i| (format!("baseSnapshot:0xpool{i}:devnet"), lite_node_protocol::cid(format!("r{i}").as_bytes())))
+        .collect();
+    world.release_epoch_with_id(4);
+    let root = world.submit_batch(4, "bafy-batch-4", &pairs);
+    world.attest_as(1, 4, "bafy-batch-4", root);
+
+    let protocol_state: alloy::primitives::Address = world.manifest.protocol_state.parse().unwrap();
+    let deploy = serde_json::json!({
+        "from": world.manifest.accounts[0].address,
+        "data": format!("0x{}", alloy::hex::encode(forwarder(protocol_state))),
+        "gas": "0x100000",
+    });
+    let hash = world.rpc("eth_sendTransaction", serde_json::json!([deploy]));
+    let forwarder_at = world.receipt(&hash)["contractAddress"].as_str().unwrap().to_owned();
+    let mut sorted = pairs.clone();
+    sorted.sort();
+    let tree = merkle::Tree::of(sorted.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
+    let proof = tree.multiproof(0..sorted.len()).unwrap();
+    let call = storeFinalizedCidsCall {
+        dataMarketAddress: world.manifest.data_market.parse().unwrap(),
+        epochId: alloy::primitives::U256::from(4),
+        projectIds: sorted.iter().map(|(p, _)| p.clone()).collect(),
+        snapshotCids: sorted.iter().map(|(_, c)| c.clone()).collect(),
+        proof: proof.proof,
+        proofFlags: proof.flags,
+    };
+    // The forwarder's own selector is storeFinalizedCids's.
+    let mut data = storeFinalizedCidsCall::SELECTOR.to_vec();
+    data.extend(call.abi_encode());
+    let receipt = world.transact_to(&forwarder_at, data);
+    assert_eq!(receipt["logs"].as_array().map(Vec::len), Some(1), "ProtocolState stored the part: {receipt}");
+
+    let (project, cid) = &pairs[2];
+    let run = node_for(&world).run(&["finalized", "--epoch-id", "4", "--project", project, "--proof"]);
+    run.assert_ok();
+    assert!(run.stdout.contains("verified against the root on chain"), "{}", run.stdout);
+    let last: Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["cid"], cid.as_str());
+}

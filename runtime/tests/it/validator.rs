@@ -303,7 +303,8 @@ fn http_get(url: &str) -> Option<(u16, serde_json::Value)> {
 }
 
 #[test]
-fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_when_the_window_closes() {
+fn the_validator_follows_the_chain_judges_a_reassigned_slot_by_the_registry_at_each_release_and_finalizes_when_the_window_closes()
+ {
     let s = setup();
     let aof = ["--appendonly", "yes", "--appendfsync", "always"];
     let redis = RedisServer::start_with(&aof);
@@ -357,8 +358,10 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
     assert_eq!(epoch["state"]["release_block"], release_block.to_string());
 
     // Slot 1 signed by a key it is not registered with: wrong signer. Then
-    // the key is registered for slot 1: the same key now passes the signer
-    // check (the dequeuer re-reads signers on SlotRegistered).
+    // the key is registered for slot 1: the epoch released before is still
+    // judged by the registry at its release (wrong signer again), the next
+    // one released by the new signer's (every validator judges alike,
+    // whenever it read the chain).
     let new_key = [9u8; 32];
     let signer = Signer::new(&new_key, s.world.manifest.chain_id, s.market.scope.protocol_state).unwrap();
     let mut client = s
@@ -380,7 +383,7 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
         let answer = s.runtime.block_on(client.submit_snapshot(submission)).unwrap().into_inner();
         assert_eq!(answer.message, proto::SUCCESS, "the gateway queues what it gets");
     };
-    let reasons = || -> Vec<String> {
+    let reasons = |epoch_id: u64| -> Vec<String> {
         let (_, subs) = http_get(&format!("{api}/epochs/{epoch_id}/submissions")).unwrap();
         let mut all: Vec<String> =
             subs["rejected"].as_array().unwrap().iter().map(|r| r["reason"].as_str().unwrap().to_owned()).collect();
@@ -388,38 +391,48 @@ fn the_validator_follows_the_chain_rereads_a_re_registered_signer_and_finalizes_
         all
     };
     submit(epoch_id, release_block + 20);
-    poll_until("a verdict", Duration::from_secs(30), || (reasons().len() == 1).then_some(()));
-    assert_eq!(reasons(), ["wrong_signer"]);
+    poll_until("a verdict", Duration::from_secs(30), || (reasons(epoch_id).len() == 1).then_some(()));
+    assert_eq!(reasons(epoch_id), ["wrong_signer"]);
     s.world.assign_slot(1, &signer.address().to_string());
     poll_until("the registration seen", Duration::from_secs(30), || {
-        log_text().contains("slots registered").then_some(())
+        log_text().contains("slot registry changed").then_some(())
     });
     submit(epoch_id, release_block + 21);
-    poll_until("a second verdict", Duration::from_secs(30), || (reasons().len() == 2).then_some(()));
-    let second = reasons().into_iter().find(|r| r != "wrong_signer");
+    poll_until("a second verdict", Duration::from_secs(30), || (reasons(epoch_id).len() == 2).then_some(()));
+    assert_eq!(reasons(epoch_id), ["wrong_signer", "wrong_signer"], "judged by the registry at its release");
+    let (after_change, after_block) = s.world.release_next_epoch();
+    poll_until("the next window open", Duration::from_secs(30), || {
+        http_get(&format!("{api}/epochs/{after_change}")).filter(|(status, _)| *status == 200)
+    });
+    submit(after_change, after_block + 4);
+    poll_until("its verdict", Duration::from_secs(30), || (reasons(after_change).len() == 1).then_some(()));
+    let second = reasons(after_change).into_iter().next();
     assert!(
         matches!(second.as_deref(), Some("accepted" | "not_selected" | "wrong_pool")),
-        "the re-registered signer passes the signer check: {:?}",
-        reasons()
+        "the new signer passes the signer check from the epoch released after the change: {second:?}"
     );
 
-    // The window closes in anchor blocks: mined past release + 5, the epoch
-    // is finalized.
+    // The windows close in anchor blocks: mined past release + 5, the
+    // epochs are finalized.
     s.world.mine(6);
     let (_, epoch) = poll_until("the epoch finalized", Duration::from_secs(30), || {
         http_get(&format!("{api}/epochs/{epoch_id}")).filter(|(_, e)| !e["finalized"].is_null())
     });
     assert_eq!(epoch["state"]["window_status"], "closed");
     assert_eq!(epoch["state"]["level1_status"], "completed");
-    let projects = epoch["finalized"]["projects"].as_array().unwrap().len();
-    assert_eq!(projects, usize::from(second.as_deref() == Some("accepted")), "{epoch}");
-    // The epoch set-up released before the validator started is finalized
-    // too (its window closed with this one's: it may be a moment behind).
-    let metrics = poll_until("both epochs finalized", Duration::from_secs(30), || {
-        let metrics = reqwest::blocking::get(format!("{api}/metrics")).ok()?.text().ok()?;
-        metrics.contains("validator_epochs_finalized_total 2").then_some(metrics)
+    assert_eq!(epoch["finalized"]["projects"].as_array().unwrap().len(), 0, "{epoch}");
+    let (_, later) = poll_until("the later epoch finalized", Duration::from_secs(30), || {
+        http_get(&format!("{api}/epochs/{after_change}")).filter(|(_, e)| !e["finalized"].is_null())
     });
-    assert!(metrics.contains("validator_submissions_rejected_total{reason=\"wrong_signer\"} 1"), "{metrics}");
+    let projects = later["finalized"]["projects"].as_array().unwrap().len();
+    assert_eq!(projects, usize::from(second.as_deref() == Some("accepted")), "{later}");
+    // The epoch set-up released before the validator started is finalized
+    // too (its window closed with these: it may be a moment behind).
+    let metrics = poll_until("the three epochs finalized", Duration::from_secs(30), || {
+        let metrics = reqwest::blocking::get(format!("{api}/metrics")).ok()?.text().ok()?;
+        metrics.contains("validator_epochs_finalized_total 3").then_some(metrics)
+    });
+    assert!(metrics.contains("validator_submissions_rejected_total{reason=\"wrong_signer\"} 2"), "{metrics}");
 
     // Redis restarts under every component: each reconnects and the next
     // epoch goes through the whole pipeline.

@@ -706,3 +706,43 @@ async fn a_strangers_useless_messages_are_read_up_to_its_budget_then_ignored_unr
     }
     println!("a stranger's {SENT} useless messages: {read} read by v1 in {elapsed:.1} s, the rest ignored unread");
 }
+
+/// Issue 53, finding 2: a slot may send only a tenth of its cap for an
+/// epoch the validator has not seen released yet (such a submission waits in
+/// the queue until it is), and nothing for a released epoch whose window has
+/// closed, whatever deadline its signer chose: one slot holder cannot park
+/// enough in the queue to break the intake.
+#[tokio::test]
+async fn a_slot_parks_little_on_an_unseen_epoch_and_nothing_on_a_closed_one() {
+    use lite_node_validator::gossip::Verdict;
+    let market = market();
+    let server = RedisServer::start();
+    let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
+    set_head(&conn, &market, 42).await;
+    // Epoch 7's window is open (it closes at block 50); epoch 6's has closed.
+    let _: () = conn.clone().zadd(market.keys.epochs_closing(), 7, 50).await.unwrap();
+    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
+    let admission = Admission { per_slot_epoch: 20, ..Admission::default() };
+    let gateway = Gateway::with_admission(conn, market.clone(), Some(projects), admission);
+    let (_tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let intake = gateway.clone();
+    tokio::spawn(async move { intake.take_gossip_from(&mut rx).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while gateway.latest_epoch() != 7 {
+        assert!(tokio::time::Instant::now() < deadline, "the intake read the open epochs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let of = |epoch: u64, i: u64| {
+        let mut s = submission(&market, epoch, 3, &format!("baseSnapshot:0x{i:040x}:{NAMESPACE}"));
+        s.request.as_mut().unwrap().deadline = 1_000_000; // as far as its signer likes
+        gossip_bytes(&signed_by(s, &market, [9u8; 32]))
+    };
+    let judged = |epoch: u64, n: u64| (0..n).map(|i| gateway.judge_gossip(&of(epoch, i))).collect::<Vec<_>>();
+    let taken = |verdicts: &[Verdict]| verdicts.iter().filter(|v| **v == Verdict::Accept).count();
+    let unseen = judged(8, 10);
+    assert_eq!(taken(&unseen), 2, "a tenth of the cap for an epoch not seen released: {unseen:?}");
+    assert!(unseen[2..].iter().all(|v| matches!(v, Verdict::Unwanted(_))), "{unseen:?}");
+    assert_eq!(taken(&judged(7, 25)), 20, "the whole cap for an open epoch");
+    let closed = judged(6, 3);
+    assert!(closed.iter().all(|v| matches!(v, Verdict::Unwanted(why) if why.contains("closed"))), "{closed:?}");
+}
