@@ -226,6 +226,13 @@ pub trait Facts: Send + Sync {
     fn signer(&self, slot_id: u64, at: Option<u64>) -> impl Future<Output = Result<Address, String>> + Send;
     /// The assignment rule applied to the request's slot and project.
     fn selection(&self, request: &Request) -> impl Future<Output = Result<Selection, String>> + Send;
+    /// Whether signers are judged as of the epoch's release, read first
+    /// (a validator: its epochs are in Redis). `false`: as of now, before
+    /// the epoch is read (a collector answering its nodes, whose epoch read
+    /// is a chain read a junk signature should not cost).
+    fn signers_at_release(&self) -> bool {
+        true
+    }
 }
 
 /// What the rules made of a submission.
@@ -276,12 +283,18 @@ pub async fn judge_recovered<F: Facts>(
     // The registry as it stood at the epoch's release: every validator
     // judges alike whenever it reads, and a slot changed at block B is its
     // new signer's for every epoch released from B on.
-    let standing = facts.epoch(r).await?;
+    let standing = if facts.signers_at_release() { Some(facts.epoch(r).await?) } else { None };
     let at = match standing {
-        EpochStanding::Open { release_block } => Some(release_block),
+        Some(EpochStanding::Open { release_block }) => Some(release_block),
         _ => None,
     };
     let registered = facts.signer(r.slot_id, at).await?;
+    // An epoch not seen released yet may be released after a change of the
+    // slot this judge has not read: it waits, and the signer is judged as
+    // of its release once it is seen.
+    if registered != found && standing == Some(EpochStanding::NotYetSeen) {
+        return Ok(Judgement::Deferred);
+    }
     if registered == Address::ZERO {
         return reject(Reason::UnregisteredSlot, format!("slot {} is not registered", r.slot_id));
     }
@@ -291,6 +304,10 @@ pub async fn judge_recovered<F: Facts>(
             format!("signature recovers to {found}, slot {} belongs to {registered}", r.slot_id),
         );
     }
+    let standing = match standing {
+        Some(standing) => standing,
+        None => facts.epoch(r).await?,
+    };
     let release_block = match standing {
         EpochStanding::Open { release_block } => release_block,
         EpochStanding::Closed => {

@@ -4,8 +4,11 @@ as a flaky or pruned provider would: every request is forwarded to UPSTREAM,
 except an `eth_call` whose data starts with a refused 4-byte selector, which
 gets a JSON-RPC error, and any call of a method named `method:NAME` (a
 receipt that cannot be read, as a provider behind on its index answers).
+With `geth:estimate`, `eth_estimateGas` is asked of the latest block,
+whatever block the caller named, as geth estimates (anvil estimates against
+its pending block, which sees the caller's own waiting transactions).
 
-    rpc_filter.py STORE_DIR UPSTREAM_URL SELECTOR|method:NAME [...]
+    rpc_filter.py STORE_DIR UPSTREAM_URL SELECTOR|method:NAME|geth:estimate [...]
 
 Prints "listening on PORT". Each refused call is counted in STORE_DIR/refused.
 """
@@ -17,7 +20,15 @@ import urllib.request
 
 STORE, UPSTREAM = sys.argv[1], sys.argv[2]
 METHODS = [s[len("method:"):] for s in sys.argv[3:] if s.startswith("method:")]
-SELECTORS = [s.lower() for s in sys.argv[3:] if not s.startswith("method:")]
+GETH_ESTIMATE = "geth:estimate" in sys.argv[3:]
+SELECTORS = [s.lower() for s in sys.argv[3:] if not s.startswith(("method:", "geth:"))]
+
+
+def rewritten(call):
+    if GETH_ESTIMATE and isinstance(call, dict) and call.get("method") == "eth_estimateGas":
+        params = call.get("params") or [{}]
+        return dict(call, params=[params[0], "latest"])
+    return call
 
 
 def refused(call):
@@ -40,8 +51,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         request = json.loads(body)
-        calls = request if isinstance(request, list) else [request]
-        if any(refused(c) for c in calls):
+        calls = [rewritten(c) for c in (request if isinstance(request, list) else [request])]
+        if GETH_ESTIMATE or any(refused(c) for c in calls):
             replies = [answer(c) if refused(c) else forward(c) for c in calls]
             out = json.dumps(replies if isinstance(request, list) else replies[0]).encode()
         else:

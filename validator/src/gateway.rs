@@ -136,6 +136,9 @@ pub struct Gateway {
     /// queued, not counted against its slot's cap again); once the epoch's
     /// window has closed, a replay is unwanted by its epoch alone.
     accepted_ids: Arc<Mutex<HashMap<u64, std::collections::HashSet<[u8; 32]>>>>,
+    /// Per epoch not seen released, the submissions parked here whose
+    /// signer is not their slot's now ([`PARKED_PER_EPOCH`]).
+    parked: Arc<Mutex<std::collections::BTreeMap<u64, u32>>>,
     /// Unwanted gossip submissions by why ([`UNWANTED_WHY`]).
     unwanted_counts: Arc<[std::sync::atomic::AtomicU64; UNWANTED_WHY.len()]>,
     /// Signers the gossip check recovered, by message id, until queued.
@@ -347,6 +350,26 @@ enum Unwanted {
     Replay,
 }
 
+impl Unwanted {
+    /// What gossip is told: a far epoch or a slot past its cap costs the
+    /// sender score (only a flooder sends those); a passed deadline or a
+    /// closed window is ignored — an honest collector relays some at every
+    /// window's end, seen a poll earlier or later than here — and is paid
+    /// for from the sender's budget of useless messages.
+    fn verdict(self, why: String) -> lite_node_gossip::Verdict {
+        match self {
+            Self::UnreleasedEpoch | Self::OverSlotCap => lite_node_gossip::Verdict::Unwanted(why),
+            _ => lite_node_gossip::Verdict::Ignore,
+        }
+    }
+}
+
+/// Submissions parked for one epoch not seen released whose signer is not
+/// their slot's now (a slot changed just before the release, read here a
+/// poll later): room for the slots an upkeep changes at once, not for a
+/// flood.
+pub const PARKED_PER_EPOCH: u32 = 1_000;
+
 /// Message ids kept for [`Gateway::accepted_ids`] at most (~100 MB); past
 /// it a replay is queued and judged a duplicate by the dequeuer.
 const ACCEPTED_IDS_KEPT: usize = 2_000_000;
@@ -397,11 +420,14 @@ impl Gateway {
                     Err(rejection) => (Verdict::Reject(rejection.to_string()), None),
                     Ok(_) if self.accepted_before(&s, &id) => (Verdict::Ignore, Some(Unwanted::Replay)),
                     Ok((slot_id, signer)) => match self.unwanted(&s) {
-                        Some((kind, why)) => (Verdict::Unwanted(why), Some(kind)),
+                        Some((kind, why)) => (kind.verdict(why), Some(kind)),
                         None => match &self.signers {
                             None => (Verdict::Accept, None),
                             Some(book) => match book.cached(*slot_id, self.judged_at(&s)) {
                                 None => (Verdict::Hold, None),
+                                // An epoch not seen released: settled with
+                                // a ticket (`settle`), which may park it here.
+                                Some(registered) if registered != *signer && self.unseen(&s) => (Verdict::Hold, None),
                                 Some(registered) => signer_verdict(*signer, registered),
                             },
                         },
@@ -475,6 +501,23 @@ impl Gateway {
         if ids.values().map(std::collections::HashSet::len).sum::<usize>() < ACCEPTED_IDS_KEPT {
             ids.entry(epoch).or_default().insert(id);
         }
+    }
+
+    /// Whether `s`'s epoch is past the last this validator saw released.
+    fn unseen(&self, s: &SnapshotSubmission) -> bool {
+        let latest = self.latest_epoch.load(std::sync::atomic::Ordering::Relaxed);
+        s.request.as_ref().is_some_and(|r| latest > 0 && r.epoch_id > latest)
+    }
+
+    /// Takes one more submission parked for `s`'s epoch (not seen released,
+    /// signed by someone the slot's signer is not now), if fewer than
+    /// [`PARKED_PER_EPOCH`] were.
+    fn park(&self, s: &SnapshotSubmission) -> bool {
+        let Some(epoch) = s.request.as_ref().map(|r| r.epoch_id) else { return false };
+        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+        let n = parked.entry(epoch).or_insert(0);
+        *n += 1;
+        *n <= PARKED_PER_EPOCH
     }
 
     /// The release block of `s`'s epoch, while its window is open (as the
@@ -555,9 +598,18 @@ impl Gateway {
                     // Past its slot's cap now (others settled meanwhile): unwanted.
                     Ok(registered) => match (signer_verdict(signer, registered), &decoded) {
                         ((Verdict::Accept, _), Ok(s)) => match self.unwanted(s) {
-                            Some((kind, why)) => (Verdict::Unwanted(why), Some(kind)),
+                            Some((kind, why)) => (kind.verdict(why), Some(kind)),
                             None => (Verdict::Accept, None),
                         },
+                        // Not the signer now, for an epoch this validator has
+                        // not seen released: the release may follow a change
+                        // it has not read yet. Queued here (the dequeuer
+                        // waits for the epoch and judges the signer as of its
+                        // release), not relayed; a few per epoch.
+                        (_, Ok(s)) if self.unseen(s) && self.park(s) => {
+                            ticket.settle(&Verdict::Ignore);
+                            return Some(delivery.data);
+                        }
                         (judged, _) => judged,
                     },
                     // The anchor not answering: queued here (the dequeuer checks
@@ -695,6 +747,7 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|epoch, _| open.contains_key(epoch) || *epoch > latest);
+        self.parked.lock().unwrap_or_else(|p| p.into_inner()).retain(|epoch, _| *epoch > latest);
         *self.open.lock().unwrap_or_else(|p| p.into_inner()) = open;
         if let Some(book) = &self.signers
             && let Err(e) = book.sync(&mut conn, &self.market.keys).await
@@ -770,6 +823,7 @@ impl Gateway {
             per_slot_epoch: Default::default(),
             open: Default::default(),
             accepted_ids: Default::default(),
+            parked: Default::default(),
             unwanted_counts: Default::default(),
             recovered: Default::default(),
         }

@@ -153,12 +153,18 @@ impl<R: SlotRegistry> SignerBook<R> {
             .query_async(conn)
             .await?;
         let (from, to) = (range.0.unwrap_or(0), range.1.unwrap_or(0));
-        let current = self.lock().record.clone();
-        if current.generation == generation && current.from == from {
-            if to > current.to {
-                self.lock().record.to = to;
+        {
+            let mut signers = self.lock();
+            if signers.record.generation == generation && signers.record.from == from {
+                if to > signers.record.to {
+                    signers.record.to = to;
+                    // Blocks read on their own, now inside the record: their
+                    // eras are keyed by change from here on.
+                    signers.by_slot.retain(|(_, era), _| !matches!(era, Era::At(b) if *b <= to));
+                    signers.totals.retain(|era, _| !matches!(era, Era::At(b) if *b <= to));
+                }
+                return Ok(());
             }
-            return Ok(());
         }
         let members: Vec<String> =
             redis::cmd("ZRANGE").arg(keys.slots_changes()).arg(0).arg(-1).query_async(conn).await?;
@@ -204,6 +210,12 @@ impl<R: SlotRegistry> SignerBook<R> {
             .ok_or("the event monitor has not recorded the slot registry yet (is it running?)")?;
         let (total, cell) = {
             let mut signers = self.lock();
+            // Bounded: blocks read on their own (outside the record) each
+            // take a cell until the record covers them.
+            if signers.by_slot.len() + signers.totals.len() > KEPT {
+                signers.by_slot.clear();
+                signers.totals.clear();
+            }
             let total_era = signers.record.era(Some(&signers.record.all), block);
             let era = signers.record.era(signers.record.by_slot.get(&slot_id), block);
             let total = signers.totals.entry(total_era).or_default().clone();

@@ -47,12 +47,19 @@ struct TableChain {
     signer_reads: std::sync::Mutex<BTreeMap<u64, u64>>,
     /// Added to every signer read.
     delay: Duration,
+    /// Slots reassigned: from this anchor block, this signer.
+    reassigned: std::sync::Mutex<BTreeMap<u64, (u64, Address)>>,
 }
 
 impl SlotRegistry for TableChain {
-    async fn signer(&self, slot_id: u64, _: u64) -> Result<Address, String> {
+    async fn signer(&self, slot_id: u64, block: u64) -> Result<Address, String> {
         tokio::time::sleep(self.delay).await;
         *self.signer_reads.lock().unwrap().entry(slot_id).or_default() += 1;
+        if let Some((from, signer)) = self.reassigned.lock().unwrap().get(&slot_id)
+            && block >= *from
+        {
+            return Ok(*signer);
+        }
         Ok(self.signers.get(&slot_id).copied().unwrap_or(Address::ZERO))
     }
 
@@ -147,6 +154,7 @@ async fn world_at(url: &str, part_size: usize, window_blocks: u64, delay: Durati
         projects: projects(),
         signer_reads: Default::default(),
         delay,
+        reassigned: Default::default(),
     };
     let chain = Arc::new(chain);
     World {
@@ -519,6 +527,30 @@ async fn a_submission_for_an_epoch_not_open_yet_waits_for_it() {
     w.submit(signed(2, 2, 8, &project(POOL_A), &cid_a, 99)).await;
     let late = w.drain().await;
     assert!(matches!(late.as_slice(), [Verdict::Rejected(Reason::UnknownEpoch, _)]), "{late:?}");
+}
+
+/// Slot 1 is reassigned in block 105 and epoch 6 released in 106; the new
+/// signer's node submits before this validator's monitor has read either.
+/// Its submission is not refused by the registry as this validator read it
+/// last: it waits for the epoch, and is then judged — accepted — by the
+/// signer at the release. The old signer's, for the same epoch, is refused.
+#[tokio::test]
+async fn a_new_signers_submission_for_an_epoch_not_seen_yet_waits_and_counts() {
+    let w = world(250).await;
+    let (cid_a, cid_b, _) = cids();
+    w.monitor.slots_recorded(&[], 1, 100).await.unwrap();
+    w.monitor.head(100).await.unwrap();
+    let new_signer = Signer::new(&key(9), CHAIN_ID, scope().protocol_state).unwrap().address();
+    w.chain.reassigned.lock().unwrap().insert(1, (105, new_signer));
+    w.submit(signed(1, 9, 6, &project(POOL_A), &cid_a, 130)).await;
+    assert_eq!(w.drain().await, [Verdict::Deferred], "waits: the registry at the release is not read yet");
+    w.monitor.slots_recorded(&[(1, 105)], 101, 106).await.unwrap();
+    w.monitor.released(6, 106, 1, 1).await.unwrap();
+    w.monitor.head(107).await.unwrap();
+    assert_eq!(w.drain().await, [Verdict::Accepted]);
+    w.submit(signed(1, 1, 6, &project(POOL_B), &cid_b, 130)).await;
+    let old = w.drain().await;
+    assert!(matches!(old.as_slice(), [Verdict::Rejected(Reason::WrongSigner, _)]), "{old:?}");
 }
 
 #[tokio::test]

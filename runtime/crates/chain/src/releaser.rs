@@ -13,6 +13,19 @@
 //! left out, and named, rather than holding the market back). A transaction not mined within
 //! `replace_after` is sent again under its nonce with higher fees, so only
 //! one of the two can be mined.
+//!
+//! **One release in flight.** The release this process sent is kept across
+//! a failed step (a receipt that could not be read, an RPC away) and waited
+//! for again, never sent anew under the next nonce. And whatever this
+//! process remembers, the chain says whether a transaction of its key is
+//! waiting (more `pending` than `latest` transactions): one sent before a
+//! restart, or by another process with the key. Then nothing new is sent —
+//! a node that estimates at `latest`, as geth does, would take a second
+//! release under the next nonce, which can only revert, or wait forever
+//! behind a first one priced out — and after `replace_after` the waiting
+//! one is replaced under its own nonce by the next release, priced from
+//! the gas price now and raised until the node takes it. No fee passes
+//! `--max-fee-gwei`, the first transaction's included.
 
 use std::{
     sync::{Arc, Mutex},
@@ -81,6 +94,13 @@ pub struct ReleaserState {
     pub replaced: u64,
     /// Ranges another releaser released first.
     pub raced: u64,
+    /// When `last_released_end` last moved (Unix seconds), and how often it
+    /// has moved (a moving average, seconds).
+    pub last_release_at: Option<u64>,
+    pub released_every_secs: Option<f64>,
+    /// Why the market is not being released (`/health` 503): epochs due and
+    /// none released for several epoch-lengths.
+    pub stalled: Option<String>,
 }
 
 /// The releaser's `/health` (200 unless its last step failed, the state as
@@ -90,7 +110,7 @@ pub struct ReleaserStatus(pub Arc<Mutex<ReleaserState>>);
 impl lite_node_core::status::Status for ReleaserStatus {
     fn health(&self) -> (bool, serde_json::Value) {
         let s = self.0.lock().expect("not poisoned").clone();
-        (s.error.is_none(), serde_json::to_value(s).unwrap_or_default())
+        (s.error.is_none() && s.stalled.is_none(), serde_json::to_value(s).unwrap_or_default())
     }
 
     fn metrics(&self) -> Option<String> {
@@ -107,7 +127,16 @@ impl lite_node_core::status::Status for ReleaserStatus {
             .gauge("lite_node_releaser_released_here", "Epochs this process released.", Some(s.released_here))
             .gauge("lite_node_releaser_replaced", "Stuck transactions replaced.", Some(s.replaced))
             .gauge("lite_node_releaser_raced", "Ranges released by another transaction.", Some(s.raced))
-            .gauge("lite_node_releaser_up", "1 unless the last step failed.", Some(u64::from(s.error.is_none())))
+            .gauge(
+                "lite_node_releaser_up",
+                "1 unless the last step failed or releases stalled.",
+                Some(u64::from(s.error.is_none() && s.stalled.is_none())),
+            )
+            .gauge(
+                "lite_node_releaser_seconds_since_release",
+                "Seconds since the last released end moved.",
+                s.last_release_at.map(|at| crate::releaser::now_secs().saturating_sub(at)),
+            )
             .labelled(
                 "lite_node_releaser_source_rpc_behind",
                 "Blocks a source RPC is under the highest.",
@@ -142,6 +171,33 @@ pub struct Releaser {
     sender: TxSender,
     settings: ReleaserSettings,
     pub state: Arc<Mutex<ReleaserState>>,
+    /// The release this process sent and has not seen mined.
+    in_flight: Mutex<Option<InFlight>>,
+    /// A transaction of this key found waiting that this process did not
+    /// send: its nonce, since when, and the last attempt to replace it.
+    foreign: Mutex<Option<(u64, tokio::time::Instant, Option<crate::tx::Prepared>)>>,
+    /// The last released end seen, and when it moved.
+    progress: Mutex<Option<(u64, tokio::time::Instant)>>,
+}
+
+/// A release sent and not seen mined.
+#[derive(Clone, Debug)]
+struct InFlight {
+    tx: crate::tx::Prepared,
+    begin: u64,
+    end: u64,
+    sent_at: tokio::time::Instant,
+}
+
+/// A gas limit for a release when the node cannot estimate one (ample:
+/// a release costs well under it).
+const RELEASE_GAS: u64 = 500_000;
+
+/// Epochs due and not released past which the releaser is stalled.
+const STALLED_EPOCHS: u64 = 3;
+
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn quantity(v: &serde_json::Value, what: &str) -> Result<u64, String> {
@@ -157,7 +213,17 @@ impl Releaser {
         sender: TxSender,
         settings: ReleaserSettings,
     ) -> Self {
-        Self { anchor, sources, sender, settings, state: Arc::default() }
+        let sender = sender.with_max_fee(settings.max_fee_per_gas);
+        Self {
+            anchor,
+            sources,
+            sender,
+            settings,
+            state: Arc::default(),
+            in_flight: Mutex::default(),
+            foreign: Mutex::default(),
+            progress: Mutex::default(),
+        }
     }
 
     /// Every source RPC's head; the one to release against (the lowest
@@ -236,7 +302,21 @@ impl Releaser {
         let (head, behind) = self.source_head().await?;
         let last = self.last_released_end().await?;
         self.note(|st| (st.source_head, st.last_released_end) = (Some(head), Some(last)));
+        self.moved(last);
         let final_to = head.saturating_sub(s.finality);
+        let due = final_to.saturating_sub(last) / s.epoch_size.max(1);
+        let stalled = self.stalled(due);
+        if let Some(why) = &stalled
+            && self.state.lock().expect("not poisoned").stalled.is_none()
+        {
+            tracing::error!("releases stalled: {why}");
+        }
+        self.note(|st| st.stalled = stalled);
+        // Our own release, sent by this process before a step failed.
+        let kept = self.in_flight.lock().expect("not poisoned").clone();
+        if let Some(flight) = kept {
+            return self.wait_for(flight).await;
+        }
         let begin = match (last, s.first_block) {
             (0, Some(first)) => first.max(1),
             (0, None) => final_to.saturating_sub(s.epoch_size - 1).max(1),
@@ -260,11 +340,13 @@ impl Releaser {
             releaseEpochCall { dataMarketAddress: s.data_market, begin: U256::from(begin), end: U256::from(end) }
                 .abi_encode()
                 .into();
-        let raced = || {
-            self.note(|st| st.raced += 1);
-            Ok(Step::Raced { begin, end })
-        };
-        let mut tx = match self.sender.prepare(s.protocol_state, input.clone()).await {
+        // A transaction of this key waiting that this process did not send.
+        let (mined, pending) = self.sender.nonces().await.map_err(|e| format!("the releaser's nonce: {e}"))?;
+        if pending > mined {
+            return self.follow_foreign(mined, begin, end, input).await;
+        }
+        *self.foreign.lock().expect("not poisoned") = None;
+        let tx = match self.sender.prepare(s.protocol_state, input).await {
             Ok(tx) => tx,
             // Refused: the range is no longer next (another releaser), or
             // this key may not release.
@@ -272,7 +354,7 @@ impl Releaser {
                 // Taken: mined since we read it, or pending (a node estimates
                 // against its pending block), as the contract's reason says.
                 if why.contains(NOT_NEXT) || self.last_released_end().await? != last {
-                    return raced();
+                    return Ok(self.raced(begin, end));
                 }
                 return Err(format!(
                     "ProtocolState refuses releaseEpoch({begin}, {end}) from {}: {why}",
@@ -281,16 +363,43 @@ impl Releaser {
             }
             Err(e) => return Err(format!("releaseEpoch({begin}, {end}): {e}")),
         };
-        self.sender.broadcast(&tx).await.map_err(|e| format!("releaseEpoch({begin}, {end}): {e}"))?;
-        let mut sent_at = tokio::time::Instant::now();
+        let flight = InFlight { tx, begin, end, sent_at: tokio::time::Instant::now() };
+        // Kept before it is sent: a failed send is sent again, not forgotten.
+        *self.in_flight.lock().expect("not poisoned") = Some(flight.clone());
+        self.sender.broadcast(&flight.tx).await.map_err(|e| format!("releaseEpoch({begin}, {end}): {e}"))?;
+        self.wait_for(flight).await
+    }
+
+    /// A range someone else's transaction (or an earlier one of ours)
+    /// released.
+    fn raced(&self, begin: u64, end: u64) -> Step {
+        self.note(|st| st.raced += 1);
+        Step::Raced { begin, end }
+    }
+
+    /// Waits for the release in flight to be mined, replacing it under its
+    /// nonce with higher fees when it is not within `replace_after` (never
+    /// past the fee cap). Kept in flight until it is mined or its range is
+    /// released by another transaction.
+    async fn wait_for(&self, mut flight: InFlight) -> Result<Step, String> {
+        let s = &self.settings;
+        let (begin, end) = (flight.begin, flight.end);
+        let input: Bytes =
+            releaseEpochCall { dataMarketAddress: s.data_market, begin: U256::from(begin), end: U256::from(end) }
+                .abi_encode()
+                .into();
+        let done = |step: Step| {
+            *self.in_flight.lock().expect("not poisoned") = None;
+            Ok(step)
+        };
         // The receipt is looked for at once, then less and less often (a
         // chain that mines on arrival answers the first look).
         let mut pause = Duration::from_millis(10);
         loop {
-            if let Some(receipt) = self.sender.receipt(tx.hash).await.map_err(|e| e.message.to_string())? {
+            if let Some(receipt) = self.sender.receipt(flight.tx.hash).await.map_err(|e| e.message.to_string())? {
                 if !receipt.success {
                     // Mined after another releaser's: the contract refused ours.
-                    return raced();
+                    return done(self.raced(begin, end));
                 }
                 let epoch_id = self.view(currentEpochIdCall { dataMarketAddress: s.data_market }).await?;
                 let epoch_id = u64::try_from(epoch_id).unwrap_or(u64::MAX);
@@ -298,44 +407,212 @@ impl Releaser {
                     st.released_here += 1;
                     (st.last_released_end, st.epochs_released) = (Some(end), Some(epoch_id));
                 });
-                return Ok(Step::Released { epoch_id, begin, end, block: receipt.block_number });
+                self.moved(end);
+                return done(Step::Released { epoch_id, begin, end, block: receipt.block_number });
             }
-            if sent_at.elapsed() >= s.replace_after {
+            if flight.sent_at.elapsed() >= s.replace_after {
                 // An earlier transaction of ours (same nonce) may have been
                 // mined, or another releaser's: the chain says which range is next.
                 if self.last_released_end().await? >= end {
-                    return raced();
+                    return done(self.raced(begin, end));
                 }
-                let new = match self.sender.prepare_replacing(s.protocol_state, input.clone(), &tx).await {
+                let new = match self.sender.prepare_replacing(s.protocol_state, input.clone(), &flight.tx).await {
                     Ok(new) => new,
-                    Err(TxError::Reverted(_)) => return raced(),
+                    Err(TxError::Reverted(_)) => return done(self.raced(begin, end)),
                     Err(e) => return Err(format!("replacing releaseEpoch({begin}, {end}): {e}")),
                 };
-                if let Some(cap) = s.max_fee_per_gas
-                    && new.max_fee > cap
-                {
+                if !new.outbids(&flight.tx) {
                     let why = format!(
-                        "releaseEpoch({begin}, {end}) ({}) is not mined, and a replacement would pay {} wei per gas, \
-                         over the cap of {cap} (--max-fee-gwei): waiting for it",
-                        tx.hash, new.max_fee
+                        "releaseEpoch({begin}, {end}) ({}) is not mined at {} wei per gas, and a replacement would \
+                         be over the cap (--max-fee-gwei): waiting for it",
+                        flight.tx.hash, flight.tx.max_fee
                     );
                     tracing::warn!("{why}");
                     self.note(|st| st.waiting = Some(why));
-                    sent_at = tokio::time::Instant::now();
+                    flight.sent_at = tokio::time::Instant::now();
                     continue;
                 }
-                tx = new;
-                self.sender.broadcast(&tx).await.map_err(|e| format!("replacing releaseEpoch({begin}, {end}): {e}"))?;
+                let old = std::mem::replace(&mut flight.tx, new);
+                flight.sent_at = tokio::time::Instant::now();
+                *self.in_flight.lock().expect("not poisoned") = Some(flight.clone());
+                if let Err(e) = self.sender.broadcast(&flight.tx).await {
+                    // Not taken: the old one is still the one waiting.
+                    flight.tx = old;
+                    *self.in_flight.lock().expect("not poisoned") = Some(flight.clone());
+                    return Err(format!("replacing releaseEpoch({begin}, {end}): {e}"));
+                }
                 self.note(|st| st.replaced += 1);
                 tracing::warn!(
                     "releaseEpoch({begin}, {end}) not mined in {} s: sent again as {} with higher fees",
                     s.replace_after.as_secs(),
-                    tx.hash
+                    flight.tx.hash
                 );
-                sent_at = tokio::time::Instant::now();
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
         }
+    }
+
+    /// A transaction of this key is waiting under nonce `mined` that this
+    /// process did not send (a previous process's, before a restart, or
+    /// another's with the key): nothing new is sent. Once it has waited
+    /// `replace_after`, the release of `begin..=end` takes its place under
+    /// that nonce, priced now and raised until the node takes it.
+    async fn follow_foreign(&self, mined: u64, begin: u64, end: u64, input: Bytes) -> Result<Step, String> {
+        let s = &self.settings;
+        let (since, last_try) = {
+            let mut foreign = self.foreign.lock().expect("not poisoned");
+            match &*foreign {
+                Some((nonce, since, last)) if *nonce == mined => (*since, last.clone()),
+                _ => {
+                    *foreign = Some((mined, tokio::time::Instant::now(), None));
+                    (tokio::time::Instant::now(), None)
+                }
+            }
+        };
+        let waited = since.elapsed();
+        if waited < s.replace_after {
+            let why = format!(
+                "a transaction of {} (nonce {mined}) is waiting, sent before this releaser started or by another \
+                 process with its key: waiting for it ({} s of {} before it is replaced)",
+                self.sender.address(),
+                waited.as_secs(),
+                s.replace_after.as_secs()
+            );
+            self.note(|st| st.waiting = Some(why));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            return Ok(Step::Waiting);
+        }
+        let tx = self
+            .sender
+            .prepare_at(s.protocol_state, input, mined, RELEASE_GAS, last_try.as_ref())
+            .await
+            .map_err(|e| format!("replacing the waiting transaction (nonce {mined}): {e}"))?;
+        if last_try.as_ref().is_some_and(|old| !tx.outbids(old)) {
+            let why = format!(
+                "a transaction of {} (nonce {mined}) is waiting, and outbidding it would be over the cap \
+                 (--max-fee-gwei): waiting for it",
+                self.sender.address()
+            );
+            self.note(|st| st.waiting = Some(why));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            return Ok(Step::Waiting);
+        }
+        *self.foreign.lock().expect("not poisoned") = Some((mined, since, Some(tx.clone())));
+        match self.sender.broadcast(&tx).await {
+            Ok(()) => {}
+            // Its fees are unknown: raised on the next try.
+            Err(e) => {
+                return Err(format!(
+                    "replacing the waiting transaction (nonce {mined}) with releaseEpoch({begin}, {end}): {e}; \
+                     raised on the next try"
+                ));
+            }
+        }
+        self.note(|st| st.replaced += 1);
+        tracing::warn!(
+            "a transaction of {} (nonce {mined}) waited {} s: replaced by releaseEpoch({begin}, {end}) as {}",
+            self.sender.address(),
+            waited.as_secs(),
+            tx.hash
+        );
+        *self.foreign.lock().expect("not poisoned") = None;
+        let flight = InFlight { tx, begin, end, sent_at: tokio::time::Instant::now() };
+        *self.in_flight.lock().expect("not poisoned") = Some(flight.clone());
+        self.wait_for(flight).await
+    }
+
+    /// Notes the released end `end` (seen moving or not).
+    fn moved(&self, end: u64) {
+        let mut progress = self.progress.lock().expect("not poisoned");
+        let now = tokio::time::Instant::now();
+        match *progress {
+            Some((last, at)) if end > last => {
+                let every = now.duration_since(at).as_secs_f64();
+                self.note(|st| {
+                    st.last_release_at = Some(now_secs());
+                    st.released_every_secs = Some(st.released_every_secs.map_or(every, |e| e * 0.8 + every * 0.2));
+                });
+                *progress = Some((end, now));
+            }
+            None => {
+                self.note(|st| st.last_release_at = Some(now_secs()));
+                *progress = Some((end, now));
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether releases stalled: [`STALLED_EPOCHS`] or more epochs due on the
+    /// source chain and none released for as many epoch-lengths (at least a
+    /// minute), or none for that long while the source head stands still (a
+    /// frozen source RPC). `None`: releasing.
+    fn stalled(&self, due: u64) -> Option<String> {
+        let (_, at) = (*self.progress.lock().expect("not poisoned"))?;
+        let every = self.state.lock().expect("not poisoned").released_every_secs;
+        let quiet = at.elapsed().as_secs_f64();
+        if quiet < (every.unwrap_or(0.0) * STALLED_EPOCHS as f64).max(60.0) {
+            return None;
+        }
+        let before = every.map(|e| format!(" (one every {e:.0} s before)")).unwrap_or_default();
+        if due >= STALLED_EPOCHS {
+            Some(format!(
+                "{due} epochs are due on the source chain and none was released for {quiet:.0} s{before}: see \
+                 `waiting` and `error`"
+            ))
+        } else {
+            // Without a history of releases a quiet source is not told apart.
+            every.map(|_| {
+                format!("no epoch released for {quiet:.0} s{before} and the source head is not moving: is the source RPC frozen?")
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn releaser() -> Releaser {
+        let io = crate::IoRuntime::new().unwrap();
+        let rpc =
+            Arc::new(HttpRpc::new("anchor", vec!["http://127.0.0.1:9".into()], Duration::from_secs(1), io).unwrap());
+        let sender = TxSender::new(rpc.clone(), &[7u8; 32], 1).unwrap();
+        let settings = ReleaserSettings {
+            protocol_state: Address::ZERO,
+            data_market: Address::ZERO,
+            epoch_size: 4,
+            finality: 2,
+            first_block: None,
+            replace_after: Duration::from_secs(60),
+            max_source_lag: 64,
+            max_fee_per_gas: None,
+        };
+        Releaser::new(rpc.clone(), vec![("source".into(), rpc)], sender, settings)
+    }
+
+    /// Releases every 2 s, then none: past three epoch-lengths and a minute
+    /// the releaser is stalled — epochs due named, or, with none due, a
+    /// source head standing still — and `/health` says so (503).
+    #[tokio::test(start_paused = true)]
+    async fn releases_that_stop_are_a_stalled_releaser_on_health() {
+        use lite_node_core::status::Status;
+        let r = releaser();
+        for end in [4, 8, 12, 16] {
+            r.moved(end);
+            tokio::time::advance(Duration::from_secs(2)).await;
+        }
+        assert_eq!(r.stalled(5), None, "two seconds since the last");
+        tokio::time::advance(Duration::from_secs(59)).await;
+        let due = r.stalled(5).expect("stalled");
+        assert!(due.contains("5 epochs are due") && due.contains("one every 2 s"), "{due}");
+        let frozen = r.stalled(0).expect("stalled");
+        assert!(frozen.contains("is the source RPC frozen"), "{frozen}");
+        r.note(|st| st.stalled = Some(due));
+        let (healthy, body) = ReleaserStatus(r.state.clone()).health();
+        assert!(!healthy && body["stalled"].as_str().is_some(), "{body}");
+        // A release again: not stalled.
+        r.moved(20);
+        assert_eq!(r.stalled(5), None);
     }
 }

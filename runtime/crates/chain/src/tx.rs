@@ -25,6 +25,8 @@ pub struct TxSender {
     rpc: Arc<HttpRpc>,
     key: PrivateKeySigner,
     chain_id: u64,
+    /// The most any transaction offers per gas (`None`: no cap).
+    max_fee: Option<u128>,
 }
 
 impl std::fmt::Debug for TxSender {
@@ -80,6 +82,20 @@ pub struct Receipt {
 /// The priority fee offered, capped by the fee cap.
 const PRIORITY_FEE: u128 = 1_000_000_000;
 
+/// The least fee a replacement must offer over `old` to be taken in its
+/// place (geth: +10 %; an eighth, and one more).
+fn outbid(old: u128) -> u128 {
+    old.saturating_add(old / 8).saturating_add(1)
+}
+
+impl Prepared {
+    /// Whether this transaction outbids `old` enough to take its place in
+    /// a node's pool (false: the fee cap held it under).
+    pub fn outbids(&self, old: &Prepared) -> bool {
+        self.max_fee >= outbid(old.max_fee) && self.priority_fee >= outbid(old.priority_fee)
+    }
+}
+
 fn bad(what: &str, detail: impl std::fmt::Display) -> RpcError {
     RpcError { code: None.into(), message: format!("{what}: unexpected answer: {detail}").into() }
 }
@@ -93,7 +109,70 @@ impl TxSender {
     pub fn new(rpc: Arc<HttpRpc>, key: &[u8; 32], chain_id: u64) -> Result<Self, String> {
         let key = PrivateKeySigner::from_slice(key)
             .map_err(|_| "not a valid secp256k1 private key (zero, or not below the curve order)".to_owned())?;
-        Ok(Self { rpc, key, chain_id })
+        Ok(Self { rpc, key, chain_id, max_fee: None })
+    }
+
+    /// The same sender, never offering more than `cap` wei per gas: a
+    /// transaction is priced at most at the cap (and waits in the pool while
+    /// the base fee is above it), a replacement that would have to outbid
+    /// past it is not made ([`Prepared::outbids`] says).
+    pub fn with_max_fee(mut self, cap: Option<u128>) -> Self {
+        self.max_fee = cap;
+        self
+    }
+
+    /// The account's transactions mined (`latest`) and known to the node
+    /// including its pool (`pending`): more pending than mined is a
+    /// transaction of this account still waiting, whoever sent it.
+    pub async fn nonces(&self) -> Result<(u64, u64), RpcError> {
+        let from = self.address();
+        let answers = self
+            .rpc
+            .batch_values(&[
+                ("eth_getTransactionCount", json!([from, "latest"])),
+                ("eth_getTransactionCount", json!([from, "pending"])),
+            ])
+            .await?;
+        let mut nonce = answers.into_iter().map(|a| {
+            let n = quantity(&a?, "eth_getTransactionCount")?;
+            u64::try_from(n).map_err(|_| bad("eth_getTransactionCount", n))
+        });
+        let mined = nonce.next().unwrap_or_else(|| Err(bad("batch", "too few answers")))?;
+        let pending = nonce.next().unwrap_or_else(|| Err(bad("batch", "too few answers")))?;
+        Ok((mined, pending.max(mined)))
+    }
+
+    /// A call of `input` to `to` under `nonce`, to take the place of a
+    /// transaction of this account waiting there whose fees are not known
+    /// (one a previous process sent): gas estimated at the latest block
+    /// (`fallback_gas` if that cannot be), fees from the gas price now —
+    /// outbidding `outbid` when given (the last such attempt the node
+    /// refused as underpriced).
+    pub async fn prepare_at(
+        &self,
+        to: Address,
+        input: Bytes,
+        nonce: u64,
+        fallback_gas: u64,
+        outbid: Option<&Prepared>,
+    ) -> Result<Prepared, TxError> {
+        let call = json!({"from": self.address(), "to": to, "data": input});
+        let answers = self
+            .rpc
+            .batch_values(&[("eth_estimateGas", json!([call, "latest"])), ("eth_gasPrice", json!([]))])
+            .await
+            .map_err(TxError::Rpc)?;
+        let mut answers = answers.into_iter();
+        let gas_limit = match answers.next() {
+            Some(Ok(v)) => quantity(&v, "eth_estimateGas")
+                .ok()
+                .and_then(|g| u64::try_from(g.saturating_mul(3) / 2).ok())
+                .unwrap_or(fallback_gas),
+            _ => fallback_gas,
+        };
+        let gas_price = answers.next().unwrap_or_else(|| Err(bad("batch", "too few answers"))).map_err(TxError::Rpc)?;
+        let gas_price = quantity(&gas_price, "eth_gasPrice").map_err(TxError::Rpc)?;
+        self.sign(TxKind::Call(to), input, nonce, gas_limit, gas_price, outbid)
     }
 
     pub fn address(&self) -> Address {
@@ -210,12 +289,16 @@ impl TxSender {
             None => nonce,
             Some(stuck) => {
                 // Nodes take a replacement only above the old fees (geth: +10 %).
-                let outbid = |old: u128| old.saturating_add(old / 8).saturating_add(1);
                 max_fee = max_fee.max(outbid(stuck.max_fee));
                 priority_fee = priority_fee.max(outbid(stuck.priority_fee)).min(max_fee);
                 stuck.nonce
             }
         };
+        // The cap holds for every transaction, the first too.
+        if let Some(cap) = self.max_fee {
+            max_fee = max_fee.min(cap).max(1);
+            priority_fee = priority_fee.min(max_fee);
+        }
         let tx = TxEip1559 {
             chain_id: self.chain_id,
             nonce,

@@ -118,6 +118,8 @@ pub struct Collector {
     /// When each slot whose registered signer disagreed with a submission
     /// was last read again ([`RECHECK_AFTER`]).
     rechecked: std::sync::Mutex<BTreeMap<u64, std::time::Instant>>,
+    /// Calls to [`Collector::admit_peer`] (when to prune the rate table).
+    admitted: std::sync::atomic::AtomicU64,
 }
 
 /// How soon a slot whose cached signer disagreed with a submission is read
@@ -152,6 +154,11 @@ impl Answered {
         while self.count > KEEP_ANSWERS || self.by_epoch.len() > KEEP_EPOCHS {
             let Some((&oldest, _)) = self.by_epoch.first_key_value() else { break };
             if oldest == epoch {
+                // `epoch` alone is past the cap (a flood naming one epoch, a
+                // made-up one most often): its other answers go, not the cap.
+                let cells = self.by_epoch.entry(epoch).or_default();
+                cells.retain(|k, _| *k == key);
+                self.count = self.by_epoch.values().map(std::collections::HashMap::len).sum();
                 break;
             }
             self.count -= self.by_epoch.remove(&oldest).map_or(0, |c| c.len());
@@ -223,6 +230,7 @@ impl Collector {
             rate: Arc::new(Self::limiter(PEER_RATE, PEER_BURST)),
             highest_slot: Default::default(),
             rechecked: Default::default(),
+            admitted: Default::default(),
         }
     }
 
@@ -230,6 +238,12 @@ impl Collector {
     /// [`RECHECK_AFTER`] of its last recheck): if so, what was cached of
     /// it, and of the highest slot, is dropped.
     async fn recheck(&self, slot_id: u64) -> bool {
+        // Only a slot the registry can hold now (one past the highest known
+        // may have just been registered): a made-up id costs no read.
+        let highest = *self.highest_slot.lock().await;
+        if highest.is_some_and(|(_, n)| slot_id > n + 1) {
+            return false;
+        }
         {
             let now = std::time::Instant::now();
             let mut rechecked = self.rechecked.lock().unwrap_or_else(|p| p.into_inner());
@@ -242,7 +256,11 @@ impl Collector {
             rechecked.insert(slot_id, now);
             self.signers.lock().unwrap_or_else(|p| p.into_inner()).1.remove(&slot_id);
         }
-        *self.highest_slot.lock().await = None;
+        // The highest slot is read again at most once per RECHECK_AFTER.
+        let mut highest = self.highest_slot.lock().await;
+        if highest.is_some_and(|(at, _)| at.elapsed() >= RECHECK_AFTER) {
+            *highest = None;
+        }
         true
     }
 
@@ -258,9 +276,15 @@ impl Collector {
         self
     }
 
-    /// Whether `peer` may send one more submission now.
+    /// Whether `peer` may send one more submission now. Every 4,096 calls
+    /// the rate table forgets peers whose budget is full again, so peers
+    /// coming from ever new addresses do not grow it for good.
     fn admit_peer(&self, peer: Option<std::net::SocketAddr>) -> Result<(), tonic::Status> {
         let Some(peer) = peer else { return Ok(()) };
+        if self.admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 4096 == 4095 {
+            self.rate.retain_recent();
+            self.rate.shrink_to_fit();
+        }
         self.rate.check_key(&peer.ip()).map_err(|_| {
             tonic::Status::resource_exhausted(format!(
                 "more submissions a second from {} than this collector takes from one peer; slow down and retry",
@@ -459,6 +483,10 @@ impl Facts for Collector {
         Ok(number)
     }
 
+    fn signers_at_release(&self) -> bool {
+        false
+    }
+
     /// As of now, whatever the epoch: the collector answers its nodes by
     /// its own view; the validators judge by the registry at the release.
     async fn signer(&self, slot_id: u64, _: Option<u64>) -> Result<Address, String> {
@@ -613,6 +641,14 @@ mod tests {
 
     #[test]
     fn answers_are_kept_once_per_message_and_only_for_the_newest_epochs() {
+        // A flood naming one epoch keeps it under the cap too.
+        let mut flooded = Answered::default();
+        for i in 0..KEEP_ANSWERS as u64 + 10 {
+            let mut key = [0u8; 32];
+            key[..8].copy_from_slice(&i.to_be_bytes());
+            flooded.cell(u64::MAX, key);
+        }
+        assert!(flooded.count <= KEEP_ANSWERS, "{}", flooded.count);
         let mut answered = Answered::default();
         let first = answered.cell(1, [7; 32]);
         assert!(Arc::ptr_eq(&first, &answered.cell(1, [7; 32])), "the same message, the same answer");

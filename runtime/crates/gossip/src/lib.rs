@@ -79,11 +79,12 @@ const FORWARD_AT_MOST: Duration = Duration::from_secs(30);
 /// How long a message this peer publishes may wait (a collector's burst).
 const PUBLISH_AT_MOST: Duration = Duration::from_secs(60);
 
-/// Heartbeats in a row in which a peer could not take what was queued for
-/// it (its queue full, or messages expired in it) before it is
-/// disconnected: a peer that subscribes and stops reading holds one
-/// connection queue at most for a few seconds, not for good.
-pub const SLOW_HEARTBEATS: u32 = 3;
+/// Heartbeats in a row (~10 s) in which messages queued for a peer failed
+/// (its queue full, or messages expired in it) before it is disconnected: a
+/// peer that subscribes and stops reading holds one connection queue for
+/// seconds, not for good; a busy peer dropping some of a burst is not cut
+/// off, and the bootstrap peers (the market's validators) never are.
+pub const SLOW_HEARTBEATS: u32 = 15;
 
 /// Connections taken from other peers at once (hundreds of operators'
 /// collectors, each with one connection to each validator), per peer, and
@@ -705,19 +706,18 @@ impl Task {
     /// A message of no use from `peer`: one less in its budget.
     fn spend_budget(&mut self, peer: &PeerId) {
         let entry = self.useless.entry(*peer).or_insert((USELESS_BURST, std::time::Instant::now()));
-        entry.0 -= 1.0;
+        entry.0 = (entry.0 - 1.0).max(0.0);
     }
 
-    /// `peer` could not take what was queued for it in the last heartbeat:
-    /// after [`SLOW_HEARTBEATS`] in a row, disconnected (a bootstrap peer is
-    /// dialled again).
+    /// Messages queued for `peer` failed in the last heartbeat: after
+    /// [`SLOW_HEARTBEATS`] in a row, disconnected (never a bootstrap peer).
     fn slow_peer(&mut self, peer: PeerId) {
         let now = std::time::Instant::now();
         let entry = self.slow.entry(peer).or_insert((0, now));
-        // In a row: another heartbeat's report, not one from long ago.
-        let in_a_row = now.duration_since(entry.1) < Duration::from_secs(3);
+        // In a row: the last heartbeat's report, not one from long ago.
+        let in_a_row = now.duration_since(entry.1) < Duration::from_secs(2);
         *entry = (if in_a_row { entry.0 + 1 } else { 1 }, now);
-        if entry.0 >= SLOW_HEARTBEATS {
+        if entry.0 >= SLOW_HEARTBEATS && !self.bootstrap.iter().any(|(known, _)| *known == peer) {
             tracing::warn!(
                 "gossip: {peer} took nothing of what was queued for it for {SLOW_HEARTBEATS} heartbeats; disconnected"
             );
@@ -777,11 +777,14 @@ impl Task {
                     Stats::add(&self.stats.full);
                     Verdict::Ignore
                 } else {
-                    (self.check)(&message.data)
+                    // Only what the check found of no use is paid for: not
+                    // what was dropped unread, nor this peer's own lack of room.
+                    let verdict = (self.check)(&message.data);
+                    if !matches!(verdict, Verdict::Accept | Verdict::Hold) {
+                        self.spend_budget(&propagation_source);
+                    }
+                    verdict
                 };
-                if !matches!(verdict, Verdict::Accept | Verdict::Hold) {
-                    self.spend_budget(&propagation_source);
-                }
                 match verdict {
                     Verdict::Accept | Verdict::Hold => {
                         // Counted before it is handed over, so whoever takes

@@ -42,8 +42,9 @@ pub struct Args {
     /// (epochs wait for the lowest of the others).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_source_lag: u64,
-    /// The most a replacement may offer per gas, in gwei (default: no cap):
-    /// at the cap the release in flight is waited for.
+    /// The most any release offers per gas, in gwei (default: no cap): a
+    /// release is priced at most at the cap, and at the cap the release in
+    /// flight is waited for.
     #[arg(long, value_name = "GWEI")]
     pub max_fee_gwei: Option<u64>,
 }
