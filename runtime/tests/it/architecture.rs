@@ -256,7 +256,11 @@ fn every_spawn_is_supervised_or_owned_by_its_caller() {
         ("runtime/crates/compute/src/executor.rs", 3, "a compute's thread, awaited; the chain probe, until it answers"),
         ("runtime/crates/collector/src/lib.rs", 1, "one answer, finished even when its caller goes"),
         ("runtime/crates/chain/src/ws.rs", 1, "the WebSocket link, ending with its handle"),
-        ("runtime/crates/chain/src/rpc.rs", 2, "calls on the I/O runtime, awaited"),
+        (
+            "runtime/crates/chain/src/rpc.rs",
+            3,
+            "calls on the I/O runtime, awaited; the freshness prober, ending with its HttpRpc",
+        ),
         ("runtime/crates/gossip/src/lib.rs", 1, "the swarm, ending with the last `Gossip` handle"),
         ("runtime/src/commands/compute/run.rs", 1, "the package's load, a blocking section awaited"),
         ("runtime/crates/devnet/src/", 0, "the devnet's children, relays and drills, all stopped with it"),

@@ -80,3 +80,36 @@ fn preloaded_block_details_match_the_chain_and_a_future_block_is_an_error() {
     let err = rt.block_on(lite_node::epochs::preload::block_details(&rpc, head, head + 1)).unwrap_err();
     assert_eq!(err, format!("the source chain has no block {} yet", head + 1));
 }
+
+/// Issue 55, item 4: a first URL that answers but is behind (a provider
+/// frozen on an old block) is left for the second, fresh one, once its head
+/// is probed — however well it answers — and the lag is shown per endpoint;
+/// when the second falls behind in turn, the first is used again.
+#[test]
+fn an_endpoint_that_answers_but_is_behind_is_left_for_a_fresh_one() {
+    let frozen = Anvil::start();
+    let fresh = Anvil::start();
+    let mine = |anvil: &Anvil, n: u64| {
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "anvil_mine", "params": [format!("0x{n:x}")]});
+        reqwest::blocking::Client::new().post(anvil.url()).json(&body).send().unwrap();
+    };
+    mine(&fresh, 50);
+    let io = IoRuntime::new().unwrap();
+    let rpc = HttpRpc::new("source", vec![frozen.url(), fresh.url()], Duration::from_secs(5), io.clone()).unwrap();
+    let endpoints = lite_node_testkit::poll_until("the heads probed", Duration::from_secs(30), || {
+        let e = rpc.endpoints();
+        e.iter().any(|e| e.left_out).then_some(e)
+    });
+    assert!(endpoints[0].left_out && endpoints[0].behind >= 50, "{endpoints:?}");
+    assert!(!endpoints[1].left_out && endpoints[1].behind == 0, "{endpoints:?}");
+    let block = RpcEndpoint::call(&rpc, "eth_blockNumber", "[]").unwrap();
+    assert_eq!(block, "\"0x32\"", "the fresh endpoint answers");
+    // The first catches up and passes the second: it is used again.
+    mine(&frozen, 100);
+    lite_node_testkit::poll_until("the first fresh again", Duration::from_secs(30), || {
+        let e = rpc.endpoints();
+        (!e[0].left_out && e[1].left_out).then_some(())
+    });
+    assert_eq!(RpcEndpoint::call(&rpc, "eth_blockNumber", "[]").unwrap(), "\"0x64\"");
+}

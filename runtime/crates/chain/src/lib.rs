@@ -19,6 +19,6 @@ pub(crate) mod ws;
 
 pub use anchor::{Anchor, AnchorEvent, EventKind, Identity, Release};
 pub use connect::Chains;
-pub use rpc::{HttpRpc, IoRuntime, RpcEndpoint};
+pub use rpc::{EndpointState, HttpRpc, IoRuntime, RpcEndpoint};
 pub use tx::{Prepared, Receipt, TxError, TxSender};
 pub use ws::HeadSignal;

@@ -10,6 +10,14 @@
 //! `ws(s)://` endpoint carries the same requests over its connection
 //! (`ws`).
 //!
+//! **Freshness.** An endpoint that answers can still be behind: a provider
+//! lagging, a node frozen on an old block. With more than one endpoint,
+//! each one's head is read every [`PROBE_EVERY`]; one more than
+//! [`MAX_BEHIND`] blocks under the highest (or failing) is tried only after
+//! every fresh one, and the first fresh endpoint in the configured order is
+//! the one used. Each endpoint's head and lag are kept for `/health` and
+//! `/metrics` ([`HttpRpc::endpoints`]).
+//!
 //! Processors run on blocking threads. A call is spawned onto the dedicated
 //! [`IoRuntime`] and the blocking thread waits on a channel for its answer, so
 //! no runtime is ever entered from inside another and the compute pool cannot
@@ -103,6 +111,42 @@ pub struct HttpRpc {
     preferred: Arc<AtomicUsize>,
     /// Counts every failed request to one endpoint (for `/metrics`).
     errors: Option<prometheus_client::metrics::counter::Counter>,
+    /// Each endpoint's head as last probed, and whether it is left for the
+    /// others (same index as `urls`).
+    freshness: Arc<Vec<Freshness>>,
+    /// Held while this `HttpRpc` lives: the prober ends once it is gone.
+    _alive: Arc<()>,
+}
+
+/// How often each endpoint's head is read when there are several.
+pub const PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// Blocks under the highest endpoint's head past which an endpoint is
+/// behind: tried only after every fresh one.
+pub const MAX_BEHIND: u64 = 8;
+
+/// One endpoint's freshness as last probed.
+#[derive(Debug, Default)]
+struct Freshness {
+    /// Its head (0: not read yet, or failing).
+    head: AtomicU64,
+    /// Blocks under the highest head.
+    behind: AtomicU64,
+    /// Left for the others: behind more than [`MAX_BEHIND`], or failing.
+    stale: std::sync::atomic::AtomicBool,
+}
+
+/// One endpoint as `/health` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointState {
+    /// The URL, an API key in it left out.
+    pub url: String,
+    pub head: Option<u64>,
+    /// Blocks under the highest endpoint's head.
+    pub behind: u64,
+    /// Tried only after every fresh endpoint.
+    pub left_out: bool,
 }
 
 pub(crate) fn rpc_error(message: String) -> RpcError {
@@ -136,7 +180,8 @@ impl HttpRpc {
                     .then(|| WsEndpoint::start(u.clone(), role == "anchor", timeout, &io.handle))
             })
             .collect();
-        Ok(Self {
+        let freshness: Arc<Vec<Freshness>> = Arc::new(urls.iter().map(|_| Freshness::default()).collect());
+        let rpc = Self {
             role,
             urls: Arc::new(urls),
             sockets: Arc::new(sockets),
@@ -146,7 +191,86 @@ impl HttpRpc {
             next_id: AtomicU64::new(1),
             preferred: Arc::new(AtomicUsize::new(0)),
             errors: None,
-        })
+            freshness,
+            _alive: Arc::new(()),
+        };
+        if rpc.urls.len() > 1 {
+            rpc.io.handle.spawn(rpc.prober());
+        }
+        Ok(rpc)
+    }
+
+    /// Reads every endpoint's head each [`PROBE_EVERY`] and marks those
+    /// behind; ends once this `HttpRpc` is dropped.
+    fn prober(&self) -> impl Future<Output = ()> + Send + 'static {
+        let alive = Arc::downgrade(&self._alive);
+        let (urls, sockets, client, timeout) =
+            (self.urls.clone(), self.sockets.clone(), self.client.clone(), self.timeout);
+        let (freshness, preferred, role) = (self.freshness.clone(), self.preferred.clone(), self.role);
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 0, "method": "eth_blockNumber", "params": []});
+            loop {
+                let heads = futures_util::future::join_all((0..urls.len()).map(|i| {
+                    let (body, client, urls, sockets) = (&body, &client, &urls, &sockets);
+                    async move {
+                        let answer = match &sockets[i] {
+                            Some(socket) => socket.send(0, body, timeout).await,
+                            None => post_once(client, &urls[i], body).await,
+                        };
+                        answer.ok().and_then(|v| lite_node_protocol::quantity::quantity(&v["result"]).ok())
+                    }
+                }))
+                .await;
+                if alive.upgrade().is_none() {
+                    return;
+                }
+                let highest = heads.iter().flatten().max().copied().unwrap_or(0);
+                for (i, head) in heads.iter().enumerate() {
+                    let f = &freshness[i];
+                    let behind = head.map_or(u64::MAX, |h| highest.saturating_sub(h));
+                    let stale = behind > MAX_BEHIND;
+                    if stale != f.stale.load(Ordering::Relaxed) {
+                        let url = redact_rpc_url(urls[i].as_str());
+                        match head {
+                            _ if !stale => tracing::info!("{role} RPC {url} is fresh again"),
+                            Some(h) => tracing::warn!(
+                                "{role} RPC {url} is at block {h}, {behind} behind the highest ({highest}): the \
+                                 others are used first"
+                            ),
+                            None => tracing::warn!("{role} RPC {url} does not answer: the others are used first"),
+                        }
+                    }
+                    f.head.store(head.unwrap_or(0), Ordering::Relaxed);
+                    f.behind.store(if head.is_some() { behind } else { 0 }, Ordering::Relaxed);
+                    f.stale.store(stale, Ordering::Relaxed);
+                }
+                // The first fresh endpoint in the configured order is used.
+                if freshness[preferred.load(Ordering::Relaxed)].stale.load(Ordering::Relaxed)
+                    && let Some(fresh) = freshness.iter().position(|f| !f.stale.load(Ordering::Relaxed))
+                {
+                    preferred.store(fresh, Ordering::Relaxed);
+                }
+                tokio::time::sleep(PROBE_EVERY).await;
+            }
+        }
+    }
+
+    /// Each endpoint's head and lag as last probed (one endpoint: never
+    /// probed, never left out).
+    pub fn endpoints(&self) -> Vec<EndpointState> {
+        self.urls
+            .iter()
+            .zip(self.freshness.iter())
+            .map(|(url, f)| {
+                let head = f.head.load(Ordering::Relaxed);
+                EndpointState {
+                    url: redact_rpc_url(url.as_str()),
+                    head: (head > 0).then_some(head),
+                    behind: f.behind.load(Ordering::Relaxed),
+                    left_out: f.stale.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
     }
 
     /// Counts failed requests in `counter`.
@@ -165,11 +289,14 @@ impl HttpRpc {
         let preferred = self.preferred.clone();
         let role = self.role;
         let errors = self.errors.clone();
+        let freshness = self.freshness.clone();
         async move {
             let start = preferred.load(Ordering::Relaxed);
             let mut failures = Vec::new();
-            for k in 0..urls.len() {
-                let i = (start + k) % urls.len();
+            // From the last that worked; endpoints behind after every fresh one.
+            let mut order: Vec<usize> = (0..urls.len()).map(|k| (start + k) % urls.len()).collect();
+            order.sort_by_key(|i| freshness[*i].stale.load(Ordering::Relaxed));
+            for i in order {
                 let answer = match &sockets[i] {
                     Some(socket) => match crate::ws::message_id(&body) {
                         Some(id) => socket.send(id, &body, timeout).await,

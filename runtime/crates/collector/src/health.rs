@@ -28,6 +28,9 @@ struct Reading {
     /// Why the last read of the anchor chain failed (the collector cannot
     /// judge submissions meanwhile); `None` when it answered.
     error: Option<String>,
+    /// Each anchor RPC endpoint's head and lag (several configured: one
+    /// behind the others is used only after them).
+    anchor_rpcs: Vec<lite_node_chain::EndpointState>,
 }
 
 /// The collector's health, kept up to date by [`Health::probe`].
@@ -51,6 +54,7 @@ impl Health {
             {
                 let mut h = self.0.lock().expect("not poisoned");
                 h.validators_reached = reached;
+                h.anchor_rpcs = anchor.rpc().endpoints();
                 match read {
                     Ok(Ok(head)) => (h.anchor_head, h.error) = (Some(head), None),
                     Ok(Err(e)) => h.error = Some(format!("the anchor chain: {e}")),

@@ -38,6 +38,12 @@ pub struct ChainLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabel {
+    pub chain: String,
+    pub url: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SlotLabel {
     pub slot: u64,
 }
@@ -92,6 +98,8 @@ pub struct Metrics {
     pub projects_quarantined: Gauge,
     /// Quarantines started (each project's each back-off).
     pub quarantines: Counter,
+    /// Each RPC endpoint's blocks under its chain's freshest, as probed.
+    pub rpc_behind: Family<EndpointLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -124,6 +132,7 @@ impl Default for Metrics {
             computes_hung: Gauge::default(),
             projects_quarantined: Gauge::default(),
             quarantines: Counter::default(),
+            rpc_behind: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -209,6 +218,12 @@ impl Default for Metrics {
             m.projects_quarantined.clone(),
         );
         registry.register("project_quarantines", "Quarantines started", m.quarantines.clone());
+        registry.register(
+            "rpc_behind_blocks",
+            "Blocks an RPC endpoint is under its chain's freshest endpoint (several configured); one more than 8 \
+             behind is used only after the fresh ones",
+            m.rpc_behind.clone(),
+        );
         Self { registry, ..m }
     }
 }
@@ -314,6 +329,8 @@ pub struct NodeStatus {
     pub troubles: Arc<Troubles>,
     /// The executor's queue, quarantine and hung computes, once it runs.
     pub computes: std::sync::OnceLock<ComputeWatch>,
+    /// The chains' RPC endpoints by role, for their freshness.
+    pub rpcs: std::sync::OnceLock<Vec<(&'static str, Arc<lite_node_chain::HttpRpc>)>>,
 }
 
 /// One slot as the status API shows it.
@@ -497,6 +514,9 @@ impl NodeStatus {
             "lastSelection": last_selection(slots),
             "books": totals(slots),
             "slots": slots.iter().map(|slot| slot.json()).collect::<Vec<_>>(),
+            "rpcs": self.rpcs.get().map(|rpcs| {
+                rpcs.iter().map(|(role, rpc)| (role.to_string(), json!(rpc.endpoints()))).collect::<serde_json::Map<_, _>>()
+            }),
             "computes": self.computes.get().map(|w| json!({
                 "queue": w.queue(),
                 "hung": w.hung(),
@@ -565,6 +585,12 @@ async fn metrics(State(s): State<Arc<NodeStatus>>) -> impl IntoResponse {
     if let Some(w) = s.computes.get() {
         s.metrics.observe_computes(w);
     }
+    for (role, rpc) in s.rpcs.get().into_iter().flatten() {
+        for e in rpc.endpoints() {
+            let label = EndpointLabel { chain: role.to_string(), url: e.url };
+            s.metrics.rpc_behind.get_or_create(&label).set(i64::try_from(e.behind).unwrap_or(i64::MAX));
+        }
+    }
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
 }
 
@@ -616,6 +642,7 @@ mod tests {
             last_epoch_problem: Mutex::default(),
             troubles: Arc::default(),
             computes: Default::default(),
+            rpcs: Default::default(),
         };
         status.activity.touch();
         let slots = worked

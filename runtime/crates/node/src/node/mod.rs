@@ -125,6 +125,7 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
         last_epoch_problem: Default::default(),
         troubles: Default::default(),
         computes: Default::default(),
+        rpcs: std::sync::OnceLock::from(vec![("source", source.clone()), ("anchor", anchor.shared_rpc())]),
     });
     let mut tasks = Supervisor::new();
     if let Some(addr) = cfg.status_addr {
