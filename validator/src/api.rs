@@ -270,6 +270,19 @@ async fn health(State(api): State<Api>) -> Response {
     degraded.extend(monitor);
     let onchain: Option<String> = conn.get(api.market.keys.onchain_problem()).await.unwrap_or_default();
     degraded.extend(onchain);
+    // The anchor RPC endpoints as the monitor's client last probed them.
+    let rpcs: Option<String> = conn.get(api.market.keys.monitor_rpcs()).await.unwrap_or_default();
+    let rpcs: serde_json::Value = rpcs.and_then(|r| serde_json::from_str(&r).ok()).unwrap_or_default();
+    let behind: Vec<String> = rpcs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["leftOut"] == true)
+        .map(|e| format!("{} ({} blocks behind)", e["url"].as_str().unwrap_or("?"), e["behind"]))
+        .collect();
+    if !behind.is_empty() {
+        degraded.push(format!("anchor RPC endpoint(s) behind the freshest, used only after it: {}", behind.join(", ")));
+    }
     let status = if problems.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({
         "status": if !problems.is_empty() { "unhealthy" } else if !degraded.is_empty() { "degraded" } else { "ok" },
@@ -277,6 +290,7 @@ async fn health(State(api): State<Api>) -> Response {
         "degraded": degraded,
         "anchor_head": head.ok().flatten(),
         "queue_depth": depth,
+        "anchor_rpcs": rpcs,
     });
     (status, Json(body)).into_response()
 }

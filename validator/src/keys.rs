@@ -56,6 +56,7 @@
 //! | `slots:changes` | zset | `{slot}:{block}` for each `SlotRegistered` (a registration, reassignment or removal), scored by its block | monitor → dequeuer, gateway (signers as of an epoch's release) | one key; one member a change |
 //! | `slots:recorded` | hash | `from`, `to`: the anchor blocks `slots:changes` is complete for | monitor → dequeuer, gateway | one key |
 //! | `monitor:cursor` | hash | `scanned_to`, `last_epoch`: how far the windows are written, only raised | monitor → monitor | one key |
+//! | `monitor:rpcs` | string | JSON: each anchor RPC endpoint's head and lag as the monitor's client last probed them | monitor → API (`/health`) | 1 min, renewed each poll |
 //! | `monitor:problem` | string | what is wrong with a monitor that still runs | monitor → API (`/health`) | 1 min, renewed while it lasts |
 //! | `intake:since` | string | the anchor block since which the intake has listened without a break | gateway → monitor (copied into the state at the close) | 3 s, renewed every 100 ms; deleted at a break |
 //! | `onchain:problem` | string | why this validator's attestations do not count (its key is not a validator of the market) | on-chain worker → API (`/health`) | 1 min, renewed while it lasts |
@@ -228,6 +229,8 @@ pub const SCHEMA: &[KeySpec] = &[
     // What is wrong with an event monitor that still runs (its cursor file
     // cannot be saved), for `/health`.
     spec("{protocol}:{market}:monitor:problem", KeyType::String, Ttl::Fixed(MONITOR_PROBLEM_TTL)),
+    // Each anchor RPC endpoint's freshness, for `/health`.
+    spec("{protocol}:{market}:monitor:rpcs", KeyType::String, Ttl::Fixed(MONITOR_PROBLEM_TTL)),
     // Why the on-chain worker's attestations do not count (its key was
     // removed from the market's validators), for `/health`.
     spec("{protocol}:{market}:onchain:problem", KeyType::String, Ttl::Fixed(MONITOR_PROBLEM_TTL)),
@@ -389,6 +392,11 @@ impl Keys {
 
     pub fn monitor_cursor(&self) -> String {
         self.ns("monitor:cursor")
+    }
+
+    /// JSON: each anchor RPC endpoint's head and lag.
+    pub fn monitor_rpcs(&self) -> String {
+        self.ns("monitor:rpcs")
     }
 
     pub fn monitor_problem(&self) -> String {

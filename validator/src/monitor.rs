@@ -350,6 +350,12 @@ impl Monitor {
         }
     }
 
+    /// Each anchor RPC endpoint's head and lag, for `/health`.
+    async fn record_rpcs(&self, anchor: &Anchor) -> redis::RedisResult<()> {
+        let endpoints = serde_json::to_string(&anchor.rpc().endpoints()).unwrap_or_default();
+        self.conn.clone().set_ex(self.market.keys.monitor_rpcs(), endpoints, MONITOR_PROBLEM_TTL.as_secs()).await
+    }
+
     /// An epoch this monitor had opened before, whose state Redis no longer
     /// has: recorded as a gap `{epochId}:state_lost` and logged.
     async fn record_lost(&self, epoch_id: u64) -> redis::RedisResult<()> {
@@ -463,6 +469,7 @@ impl Monitor {
                     }
                 }
                 self.head(poll.head).await.map_err(|e| Ok(format!("Redis: {e}")))?;
+                self.record_rpcs(&anchor).await.map_err(|e| Ok(format!("Redis: {e}")))?;
                 self.check_kept().await.map_err(|e| Ok(format!("Redis: {e}")))?;
                 let last_epoch = watcher.cursor().and_then(|c| c.last_epoch);
                 self.record_cursor(poll.scanned_to, last_epoch).await.map_err(|e| Ok(format!("Redis: {e}")))?;

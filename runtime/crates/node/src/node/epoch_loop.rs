@@ -157,9 +157,13 @@ pub async fn run<E: Epochs, W: Work>(
                     let fresh: Vec<Epoch> =
                         poll.epochs.iter().filter(|e| newest.is_none_or(|n| e.epoch_id > n)).cloned().collect();
                     newest = fresh.last().map(|e| e.epoch_id).or(newest);
+                    // A scan that got no further than the last (held back
+                    // by an epoch still in flight, its range read again) is
+                    // no reason to read it once more at once.
+                    let progressed = scanned.is_none_or(|s| poll.scanned_to > s);
                     scanned = Some(scanned.map_or(poll.scanned_to, |s| s.max(poll.scanned_to)));
-                    // Behind the head, or epochs came: poll again at once.
-                    let caught_up = fresh.is_empty() && poll.scanned_to >= poll.head;
+                    // Behind the head and moving, or epochs came: poll again at once.
+                    let caught_up = fresh.is_empty() && (poll.scanned_to >= poll.head || !progressed);
                     poll_at = Instant::now() + if caught_up { timing.poll_interval } else { Duration::ZERO };
                     queued.extend(fresh.into_iter().map(|e| (e, poll.head)));
                 }
@@ -446,6 +450,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Issue 55, item 9: a scan held back more than its range (an epoch in
+    /// flight for over 2,000 anchor blocks) reads the same range each poll,
+    /// never reaching the head: it is read once a poll interval, not back
+    /// to back.
+    #[tokio::test(start_paused = true)]
+    async fn a_scan_that_gets_no_further_is_not_read_again_at_once() {
+        let polls = (0..20).map(|_| poll(&[], 5_000, 2_000)).collect();
+        let (mut anchor, work, log) = fakes(polls, Duration::ZERO);
+        let started = tokio::time::Instant::now();
+        run(&mut anchor, &work, TIMING, after_lines(log.clone(), 20)).await.unwrap();
+        let took = started.elapsed();
+        assert!(took >= TIMING.poll_interval * 15, "20 polls of one range in {took:?}: back to back");
     }
 
     #[tokio::test(start_paused = true)]
