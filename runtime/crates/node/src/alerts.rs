@@ -515,7 +515,16 @@ impl Alerter {
                 Ok(()) => taken += 1,
                 Err(e) => {
                     let kind = e.into_inner().alert.kind.issue_type();
-                    tracing::warn!("{name}: alert queue full ({QUEUE} waiting): dropped a {kind} alert");
+                    match queued.id {
+                        // Latched: sent once the queue has room, never lost.
+                        Some(id) => {
+                            self.pending.dropped(id, name);
+                            tracing::warn!(
+                                "{name}: alert queue full ({QUEUE} waiting): the {kind} alert is sent once it has room"
+                            );
+                        }
+                        None => tracing::warn!("{name}: alert queue full ({QUEUE} waiting): dropped a {kind} alert"),
+                    }
                 }
             }
         }
@@ -546,6 +555,11 @@ async fn deliver_all(
         if let Some(id) = q.id {
             pending.done(id, &name);
         }
+        // Latched alerts a full queue turned away: their turn now.
+        for (id, alert) in pending.take_dropped(&name) {
+            deliver(&channel, &alert).await;
+            pending.done(id, &name);
+        }
     }
     Ok(())
 }
@@ -560,6 +574,11 @@ struct PendingEntry {
     /// restart every entry is queued again once).
     #[serde(skip)]
     queued: bool,
+    /// Channels whose queue was full when it was dispatched: sent by that
+    /// channel's delivery task once it has room (not kept: after a restart
+    /// every entry is queued again once).
+    #[serde(skip)]
+    dropped: Vec<String>,
 }
 
 impl PendingEntry {
@@ -606,7 +625,13 @@ impl Pending {
             return Ok((!kept.queued && !kept.remaining.is_empty()).then_some(kept.id));
         }
         let id = entries.iter().map(|e| e.id + 1).max().unwrap_or(1);
-        entries.push(PendingEntry { id, alert: alert.clone(), remaining: channels, queued: false });
+        entries.push(PendingEntry {
+            id,
+            alert: alert.clone(),
+            remaining: channels,
+            queued: false,
+            dropped: Vec::new(),
+        });
         if let Err(e) = self.save_durable(&entries) {
             entries.retain(|e| e.id != id);
             return Err(e);
@@ -619,6 +644,31 @@ impl Pending {
         for e in entries.iter_mut().filter(|e| e.id == id) {
             e.queued = true;
         }
+    }
+
+    /// `channel`'s queue was full for alert `id`: its delivery task sends it
+    /// once it has delivered what it holds ([`Pending::take_dropped`]).
+    fn dropped(&self, id: u64, channel: &str) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for e in entries.iter_mut().filter(|e| e.id == id) {
+            e.dropped.push(channel.to_owned());
+        }
+    }
+
+    /// The latched alerts `channel`'s full queue dropped, each handed out
+    /// once.
+    fn take_dropped(&self, channel: &str) -> Vec<(u64, Alert)> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut taken = Vec::new();
+        for e in entries.iter_mut() {
+            if let Some(at) = e.dropped.iter().position(|c| c == channel) {
+                e.dropped.remove(at);
+                if e.remaining.iter().any(|c| c == channel) {
+                    taken.push((e.id, e.alert.clone()));
+                }
+            }
+        }
+        taken
     }
 
     /// The file as `entries` stand, synced with its directory: it must be
@@ -775,6 +825,19 @@ mod tests {
         pending.done(id, "telegram");
         let reopened = Pending::open(Some(path));
         assert_eq!(reopened.add(&alert(&[1, 2, 3]), channels.clone()).unwrap(), None, "delivered before the restart");
-        assert!(reopened.add(&alert(&[4, 5, 6]), channels).unwrap().is_some(), "another streak is another event");
+        assert!(
+            reopened.add(&alert(&[4, 5, 6]), channels.clone()).unwrap().is_some(),
+            "another streak is another event"
+        );
+        // Issue 55, item 9: a latched alert a full queue turned away is
+        // handed to that channel's delivery task once, and only for a
+        // channel that has not taken it.
+        let other = reopened.add(&alert(&[7, 8, 9]), channels).unwrap().expect("kept");
+        reopened.dropped(other, "telegram");
+        reopened.dropped(other, "webhook");
+        let taken = reopened.take_dropped("telegram");
+        assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [other], "sent once the queue has room");
+        assert!(reopened.take_dropped("telegram").is_empty(), "handed out once");
+        assert!(reopened.take_dropped("webhook").is_empty(), "not one of its channels");
     }
 }
