@@ -306,6 +306,15 @@ fn signer_verdict(
 /// Submissions from gossip queued together at most.
 pub const GOSSIP_BATCH: usize = 256;
 
+/// How often the gossip intake reads what it judges by (the anchor head,
+/// the open epochs, the registry's record) while a burst comes.
+const VIEW_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Gossip messages handed over to the intake and not taken yet, past which
+/// gossip ignores what arrives (lost to this validator: a break in its
+/// intake). Room for a burst of a 10,000-project epoch; ~8 MB at most.
+pub const HANDOVER: usize = 16_384;
+
 /// Epochs past the last one seen released that a gossip submission may
 /// name: an honest node submits only for released epochs, and a validator's
 /// monitor trails the chain by a poll at most.
@@ -667,11 +676,13 @@ impl Gateway {
         let mut flushed = [0u64; UNWANTED_WHY.len()];
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut viewed: Option<std::time::Instant> = None;
         loop {
             batch.clear();
-            // The head, the last released epoch and the registry's
-            // generation, once a batch and once a second (what the gossip
-            // check judges by when nothing is handed over).
+            // The head, the open epochs and the registry's record, at most
+            // every VIEW_EVERY while batches come (a burst's batches are not
+            // each held up by Redis round trips, which filled the hand-over
+            // channel), and once a second when nothing is handed over.
             let got = tokio::select! {
                 n = delivered.recv_many(&mut batch, GOSSIP_BATCH) => Some(n),
                 _ = tick.tick() => None,
@@ -679,8 +690,11 @@ impl Gateway {
             if got == Some(0) {
                 return;
             }
-            self.flush_unwanted(&mut flushed).await;
-            self.read_chain_view().await;
+            if got.is_none() || viewed.is_none_or(|at| at.elapsed() >= VIEW_EVERY) {
+                self.flush_unwanted(&mut flushed).await;
+                self.read_chain_view().await;
+                viewed = Some(std::time::Instant::now());
+            }
             let settled = futures_util::future::join_all(batch.drain(..).map(|d| self.settle(d))).await;
             let mut pending: Vec<Vec<u8>> = settled.into_iter().flatten().collect();
             let mut delays = lite_node_core::retry::Policy::REDIS.delays();

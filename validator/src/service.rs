@@ -404,7 +404,8 @@ async fn run_locked(
         if let Some(g) = &settings.gossip {
             // Nothing is relayed that its slot's registered signer did not sign.
             gateway = gateway.with_signers(Arc::new(crate::signers::SignerBook::new(anchor.clone())));
-            let (deliver, mut delivered) = tokio::sync::mpsc::channel::<lite_node_gossip::Delivery>(4096);
+            let (deliver, mut delivered) =
+                tokio::sync::mpsc::channel::<lite_node_gossip::Delivery>(crate::gateway::HANDOVER);
             let judge = gateway.clone();
             let check: lite_node_gossip::Check = Arc::new(move |payload: &[u8]| judge.judge_gossip(payload));
             let peer = lite_node_gossip::Gossip::start(
