@@ -373,6 +373,10 @@ impl Unwanted {
     }
 }
 
+/// Settling a batch of held gossip messages for longer than this is logged:
+/// their epoch's window may close meanwhile.
+const SLOW_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Submissions parked for one epoch not seen released whose signer is not
 /// their slot's now (a slot changed just before the release, read here a
 /// poll later): room for the slots an upkeep changes at once, not for a
@@ -695,7 +699,15 @@ impl Gateway {
                 self.read_chain_view().await;
                 viewed = Some(std::time::Instant::now());
             }
+            let held = batch.iter().filter(|d| d.ticket.is_some()).count();
+            let started = std::time::Instant::now();
             let settled = futures_util::future::join_all(batch.drain(..).map(|d| self.settle(d))).await;
+            if started.elapsed() > SLOW_SETTLE {
+                tracing::warn!(
+                    "gossip: settling {held} held message(s) took {:.1} s (their slots' signers read from the anchor)",
+                    started.elapsed().as_secs_f64()
+                );
+            }
             let mut pending: Vec<Vec<u8>> = settled.into_iter().flatten().collect();
             let mut delays = lite_node_core::retry::Policy::REDIS.delays();
             loop {

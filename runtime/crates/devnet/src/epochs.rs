@@ -170,9 +170,21 @@ impl Devnet {
             // gossiped meanwhile: it is not waited for.
             let missed = v.restarted_in == Some(e) || v.unwatched.contains(&e);
             let patience = if missed { Duration::from_secs(2) } else { Duration::from_secs(30) };
-            if let Err(err) = v.wait_judged(e, forwarded, patience).await {
-                self.failure = Some(err.context(format!("epoch {e} at validator {}", v.index)));
-                break;
+            match v.wait_judged(e, forwarded, patience).await {
+                // Its window is closed all the same: what it judges later is
+                // late. Its log says why it was slow.
+                Ok(judged) if judged < forwarded && !missed => line.push_str(&format!(
+                    "\n       validator {}: {judged} of the {forwarded} submission(s) forwarded judged after {} s; \
+                     the last lines of its log:\n{}",
+                    v.index,
+                    patience.as_secs(),
+                    v.log_tail(20)
+                )),
+                Ok(_) => {}
+                Err(err) => {
+                    self.failure = Some(err.context(format!("epoch {e} at validator {}", v.index)));
+                    break;
+                }
             }
         }
         for (v, outcomes) in self.validators.iter_mut().zip(&mut self.outcomes) {

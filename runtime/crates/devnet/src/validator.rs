@@ -319,12 +319,9 @@ impl DevnetValidator {
         Ok(())
     }
 
-    /// Waits until the validator has a verdict for `forwarded` submissions of
-    /// `epoch_id`, mines up to the block that closes its window, and waits
-    /// for its finalized batch (up to `patience` for each step).
     /// Waits (up to `patience`) until the validator has a verdict for
-    /// `forwarded` submissions of `epoch_id`.
-    pub async fn wait_judged(&mut self, epoch_id: u64, forwarded: usize, patience: Duration) -> Result<()> {
+    /// `forwarded` submissions of `epoch_id`; how many it has.
+    pub async fn wait_judged(&mut self, epoch_id: u64, forwarded: usize, patience: Duration) -> Result<usize> {
         let k = self.keys.clone();
         let deadline = tokio::time::Instant::now() + patience;
         loop {
@@ -343,12 +340,16 @@ impl DevnetValidator {
                 }
             };
             if judged >= forwarded || tokio::time::Instant::now() > deadline {
-                break;
+                return Ok(judged);
             }
             self.alive()?;
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        Ok(())
+    }
+
+    /// The last `n` lines of its log.
+    pub fn log_tail(&self, n: usize) -> String {
+        self.process.log_tail(n)
     }
 
     /// Mines up to the block that closes `epoch_id`'s window (when no other
