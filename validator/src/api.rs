@@ -261,8 +261,9 @@ async fn health(State(api): State<Api>) -> Response {
     let unwatched: Vec<&str> = gaps.iter().filter_map(|g| g.strip_suffix(":not_watched")).collect();
     if !unwatched.is_empty() {
         degraded.push(format!(
-            "epoch(s) {} were not attested in the last hour: this validator's gossip intake was not listening for the \
-             whole epoch (no gossip peer connected, out of the other validators' mesh, or restarting); see /epochs/gaps",
+            "epoch(s) {} were not watched whole in the last hour, so not attested: this validator's gossip intake was \
+             not listening for the whole epoch (no gossip peer connected, out of the other validators' mesh, or \
+             restarting); see /epochs/gaps",
             unwatched.join(", ")
         ));
     }

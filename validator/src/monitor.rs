@@ -134,6 +134,23 @@ return 1
 
 static RECORD_SLOTS: LazyLock<Script> = LazyLock::new(|| Script::new(RECORD_SLOTS_LUA));
 
+/// Why this validator did not watch an epoch released in `release_block`
+/// whole, if it did not: its intake listened (`intake_since_at_close`, the
+/// block it had been listening since when the window closed) from before
+/// the release to the close without a break. Listening since the release
+/// block itself is not enough: the epoch's first submissions may have come
+/// before. An epoch not watched whole is not attested, and is a gap.
+pub fn not_watched_whole(release_block: u64, intake_since_at_close: Option<u64>) -> Option<String> {
+    match intake_since_at_close {
+        None => Some("this validator's intake was not listening when the epoch's window closed".to_owned()),
+        Some(since) if release_block <= since => Some(format!(
+            "this validator's intake was not listening before the epoch was released (block {release_block}; \
+             listening since block {since})"
+        )),
+        Some(_) => None,
+    }
+}
+
 /// Opens and closes submission windows.
 #[derive(Clone)]
 pub struct Monitor {

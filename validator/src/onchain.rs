@@ -473,17 +473,7 @@ impl Onchain {
             // Only an epoch watched whole is vouched for: the intake listened
             // from before its release to its close, without a break.
             let since = state.get("intake_since_at_close").and_then(|s| s.parse::<u64>().ok());
-            let why = match since {
-                None => Some("this validator's intake was not listening when the epoch's window closed".to_owned()),
-                // Listening since the release block itself is not enough:
-                // the epoch's first submissions may have come before.
-                Some(since) if release_block <= since => Some(format!(
-                    "this validator's intake was not listening before the epoch was released (block \
-                     {release_block}; listening since block {since})"
-                )),
-                Some(_) => None,
-            };
-            if let Some(why) = why {
+            if let Some(why) = crate::monitor::not_watched_whole(release_block, since) {
                 let why = format!("not attested: {why}");
                 tracing::warn!("epoch {epoch_id}: {why}");
                 self.record(epoch_id, &[("onchain_status", "skipped"), ("onchain_error", &why)]).await?;

@@ -196,8 +196,9 @@ impl Tracker {
     /// without a level-1 batch (`{epochId}:missing_level1`), or, where this
     /// validator acts on chain, not finalized there
     /// (`{epochId}:missing_onchain`), or not attested because this
-    /// validator did not watch it whole (`{epochId}:not_watched`: its gossip
-    /// intake was cut off or restarting), drops gaps
+    /// validator did not watch it whole (`{epochId}:not_watched`, wherever
+    /// it acts: its gossip intake was cut off, or the validator restarted
+    /// and opened it late), drops gaps
     /// since filled and those older than an hour, refreshes active epochs'
     /// `submissions_count`. Returns the gaps now listed.
     pub async fn gaps(&self) -> redis::RedisResult<Vec<String>> {
@@ -212,12 +213,23 @@ impl Tracker {
         let mut exists = redis::pipe();
         for (epoch_id, _) in &closes {
             exists.exists(k.finalized(*epoch_id));
-            exists.hget(k.epoch_state(*epoch_id), "onchain_status");
+            exists
+                .cmd("HMGET")
+                .arg(k.epoch_state(*epoch_id))
+                .arg("onchain_status")
+                .arg("release_block")
+                .arg("intake_since_at_close");
         }
-        let found: Vec<(bool, Option<String>)> =
-            if closes.is_empty() { Vec::new() } else { exists.query_async(&mut conn).await? };
+        type Found = (bool, (Option<String>, Option<u64>, Option<String>));
+        let found: Vec<Found> = if closes.is_empty() { Vec::new() } else { exists.query_async(&mut conn).await? };
         let mut gaps = redis::pipe();
-        for ((epoch_id, at), (finalized, onchain)) in closes.into_iter().zip(found) {
+        for ((epoch_id, at), (finalized, (onchain, release_block, since))) in closes.into_iter().zip(found) {
+            // Not watched whole (a restart, a cut-off intake), wherever it
+            // acts: a gap at once, whatever it finalized.
+            let since = since.and_then(|s| s.parse::<u64>().ok());
+            if release_block.is_some_and(|r| crate::monitor::not_watched_whole(r, since).is_some()) {
+                gaps.zadd(k.epochs_gaps(), format!("{epoch_id}:not_watched"), now).ignore();
+            }
             let due = at + GAP_AFTER.as_secs() <= now;
             let gap = format!("{epoch_id}:missing_level1");
             if finalized {
@@ -233,10 +245,8 @@ impl Tracker {
                 Some("finalized") => {
                     gaps.zrem(k.epochs_gaps(), &gap).ignore();
                 }
-                Some("skipped") => {
-                    gaps.zadd(k.epochs_gaps(), format!("{epoch_id}:not_watched"), now).ignore();
-                }
-                Some("not_run" | "pending") | None => {}
+                // Not attested: not watched whole (listed above).
+                Some("not_run" | "pending" | "skipped") | None => {}
                 Some(_) if due => {
                     gaps.zadd(k.epochs_gaps(), &gap, now).ignore();
                 }

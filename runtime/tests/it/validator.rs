@@ -466,6 +466,11 @@ fn the_validator_follows_the_chain_judges_a_reassigned_slot_by_the_registry_at_e
     let status = poll_until("the validator stopped", Duration::from_secs(20), || child.try_wait().unwrap());
     assert!(status.success(), "{status}:\n{}", log_text());
 
+    // Two epochs are released while it is stopped: it cannot have watched
+    // them, and says so once it is back.
+    let missed: Vec<u64> = (0..2).map(|_| s.world.release_next_epoch().0).collect();
+    s.world.mine(6);
+
     // Redis comes back without its last writes (the snapshot from before
     // the next epoch), and the validator is started again: its cursor on
     // disk is past that epoch, Redis's record of the monitor is not, so the
@@ -474,6 +479,18 @@ fn the_validator_follows_the_chain_judges_a_reassigned_slot_by_the_registry_at_e
     let redis = redis.restart(&["--appendonly", "no"]);
     let log2 = s.cache.path().join("validator-2.log");
     let mut child = start(&redis.url(), &log2);
+    let unwatched = || -> Option<Vec<u64>> {
+        let (_, gaps) = http_get(&format!("{api}/epochs/gaps"))?;
+        let unwatched: Vec<u64> = gaps["gaps"]
+            .as_array()?
+            .iter()
+            .filter(|g| g["gap"] == "not_watched")
+            .filter_map(|g| g["epoch_id"].as_u64())
+            .filter(|e| missed.contains(e))
+            .collect();
+        (unwatched.len() == missed.len()).then_some(unwatched)
+    };
+    poll_until("the epochs released while it was stopped listed as gaps", Duration::from_secs(60), unwatched);
     let lost = || -> Option<Vec<u64>> {
         let (_, gaps) = http_get(&format!("{api}/epochs/gaps"))?;
         let lost: Vec<u64> = gaps["gaps"]

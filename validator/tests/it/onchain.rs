@@ -310,6 +310,25 @@ fn an_epoch_released_before_the_intake_listened_is_not_attested() {
         let expected: &[&str] = if v == order[2] { &["25:not_watched"] } else { &[] };
         assert_eq!(gaps, expected, "validator {v}");
     }
+    // A validator that does not act on chain (or restarted and opened the
+    // epochs released meanwhile late) lists what it did not watch whole
+    // all the same: it finalized them, with only what reached it.
+    let (market, mut conn) = (n.validators[order[0]].market.clone(), n.validators[order[0]].conn.clone());
+    let gaps = n.rt.block_on(async {
+        let k = &market.keys;
+        let epochs: [(u64, &[(&str, &str)]); 3] = [
+            (125, &[("release_block", "100"), ("intake_since_at_close", "120"), ("onchain_status", "not_run")]),
+            (126, &[("release_block", "100"), ("onchain_status", "not_run")]),
+            (127, &[("release_block", "100"), ("intake_since_at_close", "99"), ("onchain_status", "not_run")]),
+        ];
+        for (epoch, state) in epochs {
+            let _: () = conn.hset_multiple(k.epoch_state(epoch), state).await.unwrap();
+            let _: () = conn.set(k.finalized(epoch), "{}").await.unwrap();
+            let _: () = conn.zadd(k.epochs_timeline(), format!("close:{epoch}"), now_secs()).await.unwrap();
+        }
+        Tracker::new(market.clone(), conn.clone()).gaps().await.unwrap()
+    });
+    assert_eq!(gaps, ["125:not_watched", "126:not_watched"], "the one watched whole is no gap");
 }
 
 /// A byzantine validator can neither store CIDs the finalized root does not

@@ -340,6 +340,9 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     // counts; one that arrived at 111 does not.
     assert!(w.monitor.head(110).await.unwrap().is_empty());
     w.submit(signed(6, 6, 5, &p_a, &cid_a, 120)).await;
+    // Its intake listening since before the release (what the gateway's
+    // keeper writes, with its TTL): epoch 5 is watched whole.
+    let _: () = w.conn.clone().set_ex(w.market.keys.intake_since(), 90, 3).await.unwrap();
     assert_eq!(w.monitor.head(111).await.unwrap(), [5]);
     assert_eq!(w.monitor.head(112).await.unwrap(), Vec::<u64>::new(), "closed once");
     w.submit(signed(7, 7, 5, &p_a, &cid_a, 120)).await;
