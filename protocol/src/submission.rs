@@ -23,6 +23,14 @@ pub mod cases;
 /// a validator's window stays open as long (docs/protocol.md §11).
 pub const WINDOW_BLOCKS: u64 = 130;
 
+/// The first anchor block at which the window of an epoch released in
+/// `release_block` is closed for validators keeping windows of
+/// `window_blocks`: it stays open through `release_block + window_blocks`,
+/// since a deadline of that block is still valid while the head is on it.
+pub fn window_closes(release_block: u64, window_blocks: u64) -> u64 {
+    release_block.saturating_add(window_blocks).saturating_add(1)
+}
+
 /// Declares [`Reason`] with its labels, so the list, the labels and their
 /// parsing cannot drift apart.
 macro_rules! reasons {

@@ -79,9 +79,7 @@ impl Market {
 }
 
 /// [`Market::window_closes`] for a window of `window_blocks`.
-pub fn window_closes(release_block: u64, window_blocks: u64) -> u64 {
-    release_block.saturating_add(window_blocks).saturating_add(1)
-}
+pub use lite_node_protocol::submission::window_closes;
 
 pub(crate) use lite_node_core::time::{now_ms, now_secs};
 

@@ -29,6 +29,12 @@ pub struct Args {
     /// Anchor block where EpochReleased lookups start.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub from_block: u64,
+    /// The market's validators' window (their --window-blocks): a
+    /// submission that comes after it is refused (`window_closed`) instead
+    /// of answered for a vote no validator counts.
+    #[arg(long, value_name = "N", default_value_t = lite_node_protocol::submission::WINDOW_BLOCKS,
+          value_parser = super::validator::at_least_one_block)]
+    pub window_blocks: u64,
     /// Publish every accepted submission on the validators' gossip network:
     /// where this collector's libp2p peer listens (e.g. /ip4/0.0.0.0/tcp/9100).
     #[arg(long, value_name = "MULTIADDR")]
@@ -110,6 +116,7 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
         };
         let mut collector = Collector::new(anchor.clone(), chain_id);
         (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
+        collector.window_blocks = a.window_blocks;
         if let Some(listen) = a.p2p_listen.clone() {
             use lite_node_validator::gossip;
             let peer = gossip::Gossip::publisher(gossip::Settings {

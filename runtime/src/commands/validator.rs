@@ -101,7 +101,7 @@ pub struct Args {
 }
 
 /// `--window-blocks`: a whole number of anchor blocks, at least one.
-fn at_least_one_block(text: &str) -> Result<u64, String> {
+pub(crate) fn at_least_one_block(text: &str) -> Result<u64, String> {
     match text.parse::<u64>() {
         Ok(0) => Err("a window must stay open at least 1 anchor block".into()),
         Ok(n) => Ok(n),

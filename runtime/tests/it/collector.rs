@@ -180,6 +180,56 @@ fn the_collector_accepts_a_good_submission_and_rejects_each_bad_one_with_its_rea
     }
 }
 
+/// A collector told the validators' window (`--window-blocks`) refuses a
+/// submission that comes after it, with its reason, though its deadline is
+/// still ahead: no validator would count it, so the node must not count it
+/// as accepted.
+#[test]
+fn a_submission_after_the_validators_window_is_refused_as_window_closed() {
+    let s = setup();
+    let (epoch, released) = s.world.release_next_epoch();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = submission::client::http_endpoint(listener.local_addr().unwrap());
+    let received = Received::default();
+    let mut collector = Collector::new(s.anchor.clone(), s.chain_id);
+    (collector.received, collector.window_blocks) = (Some(received.clone()), 3);
+    listener.set_nonblocking(true).unwrap();
+    {
+        let _guard = s.runtime.enter();
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        s.runtime.spawn(collector::serve(collector, listener, Box::pin(std::future::pending())));
+    }
+    // Each attempt its own bytes (its deadline): the same bytes again get
+    // the first answer.
+    let attempt = std::cell::Cell::new(0);
+    let send = |slot: u64| {
+        attempt.set(attempt.get() + 1);
+        let deadline = released + 100 + attempt.get();
+        let sub = submission_for(&s, slot, slot, deadline, epoch, "blockDetails:devnet-UNISWAPV3-ETH");
+        s.runtime.block_on(submission::submit(
+            &submission::Collector::new(&endpoint),
+            sub,
+            || Box::pin(async { true }) as submission::InTime,
+            |_| {},
+        ))
+    };
+    // Open through release + 3.
+    s.world.mine(released + 3 - s.world.head());
+    assert_eq!(send(1), Verdict::Accepted, "the last block of the window");
+    s.world.mine(1);
+    // The head is read at most every HEAD_FRESH: asked until it is seen.
+    let refused = lite_node_testkit::poll_until("the window closed at the collector", Duration::from_secs(10), || {
+        match send(2) {
+            Verdict::Rejected(why) => Some(why),
+            Verdict::Accepted => None,
+            other => panic!("{other:?}"),
+        }
+    });
+    assert!(refused.contains("window is closed"), "{refused}");
+    let recorded = received.lock().unwrap().iter().filter(|r| r.verdict.is_err()).count();
+    assert!(recorded >= 1);
+}
+
 #[test]
 fn a_collector_down_for_a_while_is_retried_until_it_is_back_and_past_the_deadline_the_miss_is_reported() {
     let s = setup();

@@ -19,7 +19,7 @@ use alloy::primitives::Address;
 use lite_node_protocol::{
     eip712::{Request, domain, recover},
     proto::{self, SnapshotSubmission, SubmissionResponse},
-    submission::{EpochStanding, Facts, Judgement, Reason, Rejection, Scope, Selection, judge},
+    submission::{EpochStanding, Facts, Judgement, Reason, Rejection, Scope, Selection, judge, window_closes},
 };
 use sha2::Digest;
 
@@ -84,6 +84,11 @@ pub struct Collector {
     pub announce: bool,
     /// Where EpochReleased lookups start on the anchor chain.
     pub from_block: u64,
+    /// The market's validators' window, in anchor blocks after a release
+    /// (their `--window-blocks`): a submission for an epoch whose window
+    /// has closed is refused (`window_closed`), not answered `Success` for
+    /// a vote no validator counts.
+    pub window_blocks: u64,
     /// A validator's gateway every submission is relayed to (checked or
     /// not: the validator checks for itself). When it cannot take one, the
     /// node is asked to retry.
@@ -219,6 +224,7 @@ impl Collector {
             selection: None,
             announce: false,
             from_block: 0,
+            window_blocks: lite_node_protocol::submission::WINDOW_BLOCKS,
             forward: None,
             gossip: None,
             own: None,
@@ -465,7 +471,12 @@ impl Collector {
 impl Facts for Collector {
     async fn epoch(&self, r: &lite_node_protocol::proto::Request) -> Result<EpochStanding, String> {
         match self.release(r.epoch_id).await {
-            Ok(release) => Ok(EpochStanding::Open { release_block: release.block_number }),
+            // Closed as the validators close it: by the anchor head.
+            Ok(release) => Ok(if self.head().await? >= window_closes(release.block_number, self.window_blocks) {
+                EpochStanding::Closed
+            } else {
+                EpochStanding::Open { release_block: release.block_number }
+            }),
             Err(Refused::Rejected(_)) => Ok(EpochStanding::Unknown),
             Err(Refused::Unavailable(why)) => Err(why),
         }

@@ -276,6 +276,10 @@ impl Devnet {
         let (stop_collector, collector_stopped) = tokio::sync::oneshot::channel::<()>();
         let mut collector = Collector::new(anchor.clone(), ANCHOR_CHAIN_ID);
         (collector.received, collector.selection) = (Some(received.clone()), Some(selection.clone()));
+        // It refuses what comes after the validators' window, as they would.
+        if let Some(v) = validators.first() {
+            collector.window_blocks = v.window_blocks;
+        }
         collector.own = Some(
             slots
                 .iter()
