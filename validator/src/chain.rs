@@ -29,8 +29,10 @@ pub trait SlotRegistry: Send + Sync + 'static {
     /// `Address::ZERO` when none was.
     fn signer(&self, slot_id: u64, block: u64) -> impl Future<Output = Result<Address, String>> + Send;
 
-    /// How many slots the registry had as of `block` (slots are numbered
-    /// from 1).
+    /// The highest slot id that could hold a signer as of `block` (slots
+    /// are numbered from 1): the registry's total, or a full node of the
+    /// market past it (a market may count only its lite nodes). A slot id
+    /// past it is nobody's, with no read.
     fn total_slots(&self, block: u64) -> impl Future<Output = Result<u64, String>> + Send;
 }
 

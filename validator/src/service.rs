@@ -308,10 +308,13 @@ impl SlotRegistry for Anchor {
         self.slot_owner_at(slot_id, block).await.map_err(|e| format!("anchor unavailable: {e}"))
     }
 
-    /// `getTotalNodeCount` as of `block`: slots register in order and only
-    /// the last is removed, so a slot past it holds no signer.
+    /// `getTotalNodeCount` as of `block` (slots register in order and only
+    /// the last is removed, so a slot past it holds no signer), or the
+    /// market's highest full node then, if past it (as the collector counts).
     async fn total_slots(&self, block: u64) -> Result<u64, String> {
-        self.total_slots_at(block).await.map_err(|e| format!("anchor unavailable: {e}"))
+        let total = self.total_slots_at(block).await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        let full = self.full_nodes_at(block).await.map_err(|e| format!("anchor unavailable: {e}"))?;
+        Ok(full.last().copied().unwrap_or(0).max(total))
     }
 }
 

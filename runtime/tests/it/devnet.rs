@@ -319,6 +319,25 @@ fn a_stalled_anvil_is_waited_out() {
     assert!(before.iter().all(|ms| *ms < 16_000.0), "epoch 2 came before the stall: {before:?}");
 }
 
+/// The devnet's full node holds a slot past `getTotalNodeCount` (the
+/// market counts its lite nodes): the validators judge its submissions by
+/// the highest slot that can hold a signer, full nodes included, as the
+/// collector does, and finalize every pool of every epoch. (They once
+/// ignored them all as `unregistered_slot`: 4 of 1,004 judged an epoch.)
+#[test]
+fn a_full_node_past_the_node_count_is_judged_and_finalized_by_the_validator() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--epochs", "2", "--nodes", "2", "--full-node-workers", "2", "--validators", "1"];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("the validator finalized 2 of 2 epochs"), "{stdout}");
+    assert_eq!(stdout.matches("full node: 5 of 5 pools accepted").count(), 2, "{stdout}");
+    // Every pool finalized each epoch: the full node's five, with its votes.
+    assert_eq!(stdout.matches("  5p ").count(), 2, "{stdout}");
+    assert!(!stdout.contains("no use"), "{stdout}");
+}
+
 #[test]
 fn a_devnet_with_a_validator_finalizes_every_epoch_and_its_batches_verify_independently() {
     let dir = tempfile::tempdir().unwrap();

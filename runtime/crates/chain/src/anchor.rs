@@ -15,8 +15,8 @@ use lite_node_protocol::{parse_quantity, to_quantity};
 use serde_json::{Value, json};
 
 use lite_node_protocol::contracts::{
-    DayStartedEvent, EpochReleased, SlotRegistered, SnapshotBatchFinalized, allSnapshottersCall, currentDayIdCall,
-    getFullNodesCall, getTotalNodeCountCall, slotSnapshotterMappingCall,
+    DayStartedEvent, EpochReleased, FullNodeUpdated, SlotRegistered, SnapshotBatchFinalized, allSnapshottersCall,
+    currentDayIdCall, getFullNodesCall, getTotalNodeCountCall, slotSnapshotterMappingCall,
 };
 
 use super::rpc::HttpRpc;
@@ -267,15 +267,17 @@ impl Anchor {
     }
 
     /// Slots (re)registered on ProtocolState in `from..=to` (`SlotRegistered`:
-    /// a registration, a reassignment or a removal), each with the block it
-    /// was mined in, in chain order. A log without the slot in its topics or
-    /// without its block is skipped.
+    /// a registration, a reassignment or a removal) or marked or unmarked a
+    /// full node of a market (`FullNodeUpdated`: it changes the highest slot
+    /// that can hold a signer), each with the block it was mined in, in
+    /// chain order. A log without the slot in its topics or without its
+    /// block is skipped.
     pub async fn slot_registrations(&self, from: u64, to: u64) -> Result<Vec<(u64, u64)>, RpcError> {
         let filter = json!([{
             "address": self.protocol_state,
             "fromBlock": to_quantity(from),
             "toBlock": to_quantity(to),
-            "topics": [SlotRegistered::SIGNATURE_HASH],
+            "topics": [[SlotRegistered::SIGNATURE_HASH, FullNodeUpdated::SIGNATURE_HASH]],
         }]);
         let raw = self.rpc.call_value("eth_getLogs", filter).await?;
         let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
@@ -286,9 +288,12 @@ impl Anchor {
                 continue;
             }
             let Some(Ok(block)) = log.block_number.as_deref().map(parse_quantity) else { continue };
-            if let Ok(e) = SlotRegistered::decode_raw_log(log.topics.iter().copied(), &log.data)
-                && let Ok(slot) = to_u64(e.slotId, "slot id")
-            {
+            let topics = log.topics.iter().copied();
+            let slot = match SlotRegistered::decode_raw_log(topics.clone(), &log.data) {
+                Ok(e) => Some(e.slotId),
+                Err(_) => FullNodeUpdated::decode_raw_log(topics, &log.data).ok().map(|e| e.slotId),
+            };
+            if let Some(Ok(slot)) = slot.map(|s| to_u64(s, "slot id")) {
                 slots.push((slot, block));
             }
         }
