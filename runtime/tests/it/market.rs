@@ -128,6 +128,25 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     assert!(env.stdout.lines().any(|l| l == format!("VALIDATOR_PEERS={peer}")), "{}", env.stdout);
     let unknown = node.run(&["market", "env", "--slot", "3"]);
     assert!(unknown.code == 2 && error_line(&unknown).contains("--slot 3: not a registered slot"), "{unknown:?}");
+    // A manifest whose first source RPC is 20 blocks behind and whose first
+    // anchor RPC does not answer: each operator is handed the fresh one first.
+    let stale = Anvil::start_with(&["--chain-id", "7002"]);
+    rpc(&source.url(), "anvil_mine", json!(["0x14"]));
+    let dead = format!(
+        "http://127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    );
+    let mut listed: Value = serde_json::from_slice(&std::fs::read(dir.join("market.json")).unwrap()).unwrap();
+    listed["source"]["rpcs"] = json!([stale.url(), source.url()]);
+    listed["anchor"]["rpcs"] = json!([&dead, anchor.url()]);
+    std::fs::write(dir.join("listed.json"), listed.to_string()).unwrap();
+    let env = node.run(&["market", "env", "--slot", "1", "--manifest", "listed.json"]);
+    env.assert_ok();
+    let line = |key: &str| env.stdout.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_default().to_owned();
+    assert_eq!(line("SOURCE_RPC_URL="), format!("{},{}", source.url(), stale.url()), "{}", env.stdout);
+    assert_eq!(line("POWERLOOM_RPC_URL="), format!("{},{dead}", anchor.url()), "{}", env.stdout);
+    assert!(env.stdout.contains(&format!("# source RPC {} is at block 0, ", stale.url())), "{}", env.stdout);
+    assert!(env.stdout.contains(&format!("# anchor RPC {dead} does not answer now")), "{}", env.stdout);
 
     // A manifest is never overwritten: deploy run again says the market it
     // names is deployed, and sends nothing.

@@ -3,8 +3,13 @@
 use std::{io::Write, path::PathBuf};
 
 use anyhow::{Result, bail};
-use lite_node_chain::market::Market;
+use lite_node_chain::{
+    IoRuntime,
+    market::{Market, connect},
+    rpc::MAX_BEHIND,
+};
 use lite_node_protocol::contracts::getTotalNodeCountCall;
+use serde_json::json;
 
 use super::block_on;
 use crate::exit::BadInput;
@@ -37,9 +42,14 @@ pub fn run(a: &Args, out: &mut dyn Write) -> Result<()> {
         let signer = m.signer_of(slot).await?;
         let mf = &m.manifest;
         writeln!(out, "# slot {slot} of market {} ({}), from {}", mf.data_market, mf.namespace, m.path.display())?;
-        writeln!(out, "SOURCE_RPC_URL={}", mf.source.rpcs.join(","))?;
+        let (source, source_notes) = by_freshness("source", &mf.source.rpcs, io).await;
+        let (anchor, anchor_notes) = by_freshness("anchor", &mf.anchor.rpcs, io).await;
+        for note in source_notes.iter().chain(&anchor_notes) {
+            writeln!(out, "# {note}")?;
+        }
+        writeln!(out, "SOURCE_RPC_URL={}", source.join(","))?;
         writeln!(out, "SOURCE_CHAIN={}", mf.source.name)?;
-        writeln!(out, "POWERLOOM_RPC_URL={}", mf.anchor.rpcs.join(","))?;
+        writeln!(out, "POWERLOOM_RPC_URL={}", anchor.join(","))?;
         writeln!(out, "POWERLOOM_CHAIN={}", mf.anchor.name)?;
         writeln!(out, "PROTOCOL_STATE_CONTRACT={}", mf.protocol_state)?;
         writeln!(out, "DATA_MARKET_CONTRACT={}", mf.data_market)?;
@@ -57,4 +67,50 @@ pub fn run(a: &Args, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;
         Ok(())
     })
+}
+
+/// `urls` as a node should try them: those that answer and are within
+/// [`MAX_BEHIND`] blocks of the highest head first (in the manifest's
+/// order), then those behind, then those that do not answer now; a note for
+/// each one moved back (its URL as messages show it). The node leaves such
+/// an endpoint for the fresh ones as well, but only after trying it.
+async fn by_freshness(role: &'static str, urls: &[String], io: &IoRuntime) -> (Vec<String>, Vec<String>) {
+    let mut heads = Vec::with_capacity(urls.len());
+    for url in urls {
+        let head = match connect(role, std::slice::from_ref(url), io) {
+            Ok(rpc) => match rpc.call_value("eth_blockNumber", json!([])).await {
+                Ok(v) => v.as_str().ok_or_else(|| format!("answered {v}")).and_then(|q| {
+                    lite_node_protocol::quantity::parse_quantity(q).map_err(|e| format!("answered {q}: {e}"))
+                }),
+                Err(e) => Err(e.message.to_string()),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        heads.push(head);
+    }
+    let highest = heads.iter().filter_map(|h| h.as_ref().ok()).copied().max();
+    let mut notes = Vec::new();
+    let mut ranked: Vec<(u8, &String)> = Vec::with_capacity(urls.len());
+    for (url, head) in urls.iter().zip(&heads) {
+        let shown = lite_node_core::url::redact_rpc_url(url);
+        let rank = match (head, highest) {
+            (Ok(h), Some(top)) if top - h <= MAX_BEHIND => 0,
+            (Ok(h), Some(top)) => {
+                let behind = top - h;
+                notes.push(format!(
+                    "{role} RPC {shown} is at block {h}, {behind} behind the highest ({top}): listed after the fresh \
+                     ones"
+                ));
+                1
+            }
+            (Ok(_), None) => 0,
+            (Err(why), _) => {
+                notes.push(format!("{role} RPC {shown} does not answer now ({why}): listed last"));
+                2
+            }
+        };
+        ranked.push((rank, url));
+    }
+    ranked.sort_by_key(|(rank, _)| *rank);
+    (ranked.into_iter().map(|(_, url)| url.clone()).collect(), notes)
 }
