@@ -227,8 +227,14 @@ impl Tracker {
             // Not watched whole (a restart, a cut-off intake), wherever it
             // acts: a gap at once, whatever it finalized.
             let since = since.and_then(|s| s.parse::<u64>().ok());
+            // Scored when first found (NX): it ages out an hour after that.
             if release_block.is_some_and(|r| crate::monitor::not_watched_whole(r, since).is_some()) {
-                gaps.zadd(k.epochs_gaps(), format!("{epoch_id}:not_watched"), now).ignore();
+                gaps.cmd("ZADD")
+                    .arg(k.epochs_gaps())
+                    .arg("NX")
+                    .arg(now)
+                    .arg(format!("{epoch_id}:not_watched"))
+                    .ignore();
             }
             let due = at + GAP_AFTER.as_secs() <= now;
             let gap = format!("{epoch_id}:missing_level1");
