@@ -169,15 +169,33 @@ pub enum Selection {
 /// as its data source (which pool a slot may name is the assignment's to
 /// say). Anything else would let a registered slot add made-up projects to
 /// an epoch's finalized batch.
+///
+/// A project type may declare whether its projects are one per pool
+/// (projects.json's `per_pool`): then a project id of that type names a
+/// pool, or (`false`) names none; undeclared, either is taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Projects {
     pub namespace: String,
     pub types: std::collections::BTreeSet<String>,
+    /// The types that declared `per_pool`, and how.
+    pub per_pool: std::collections::BTreeMap<String, bool>,
 }
 
 impl Projects {
     pub fn new(namespace: impl Into<String>, types: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        Self { namespace: namespace.into(), types: types.into_iter().map(Into::into).collect() }
+        Self {
+            namespace: namespace.into(),
+            types: types.into_iter().map(Into::into).collect(),
+            per_pool: Default::default(),
+        }
+    }
+
+    /// The market's projects from its projects.json: each type with its
+    /// `per_pool` declaration, if it made one.
+    pub fn declared(namespace: impl Into<String>, types: impl IntoIterator<Item = (String, Option<bool>)>) -> Self {
+        let types: Vec<(String, Option<bool>)> = types.into_iter().collect();
+        let per_pool = types.iter().filter_map(|(kind, per)| per.map(|p| (kind.clone(), p))).collect();
+        Self { per_pool, ..Self::new(namespace, types.into_iter().map(|(kind, _)| kind)) }
     }
 
     /// Whether `project_id` is one of this market's projects; `Err` says why not.
@@ -216,7 +234,24 @@ impl Projects {
                 clip(source)
             ));
         }
-        Ok(())
+        // A type declared one per pool names one; one declared without
+        // names none: the other form is a project nobody else submits,
+        // a pair stored on chain for nothing.
+        match (self.per_pool.get(kind), source) {
+            (Some(true), None) => Err(format!(
+                "projectId `{}`: project type `{kind}` is one per pool in this data market: its project id names a \
+                 pool (`{kind}:0x…:{}`)",
+                clip(project_id),
+                self.namespace
+            )),
+            (Some(false), Some(_)) => Err(format!(
+                "projectId `{}`: project type `{kind}` has no pool in this data market: its project id is \
+                 `{kind}:{}`",
+                clip(project_id),
+                self.namespace
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -584,6 +619,26 @@ mod tests {
             let err = market.check(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");
         }
+    }
+
+    /// A type that declares `per_pool` takes only its form: a slot cannot
+    /// add `baseSnapshot` without a pool, or `blockDetails` once per pool,
+    /// as projects of their own (issue 53, finding 8). Undeclared, both.
+    #[test]
+    fn a_type_declared_per_pool_or_not_takes_only_that_form() {
+        let ns = "devnet-UNISWAPV3-ETH";
+        let pool = "0x00000000000000000000000000000000000000aa";
+        let declared = [("baseSnapshot".to_owned(), Some(true)), ("blockDetails".to_owned(), Some(false))];
+        let market = Projects::declared(ns, declared);
+        assert_eq!(market.check(&format!("baseSnapshot:{pool}:{ns}")), Ok(()));
+        assert_eq!(market.check(&format!("blockDetails:{ns}")), Ok(()));
+        let err = market.check(&format!("baseSnapshot:{ns}")).unwrap_err();
+        assert!(err.contains("one per pool") && err.contains("names a pool"), "{err}");
+        let err = market.check(&format!("blockDetails:{pool}:{ns}")).unwrap_err();
+        assert!(err.contains("has no pool") && err.contains(&format!("`blockDetails:{ns}`")), "{err}");
+        let undeclared = Projects::declared(ns, [("baseSnapshot".to_owned(), None)]);
+        assert_eq!(undeclared.check(&format!("baseSnapshot:{ns}")), Ok(()));
+        assert_eq!(undeclared.check(&format!("baseSnapshot:{pool}:{ns}")), Ok(()));
     }
 
     /// The chain as the shared cases' setting describes it.

@@ -240,7 +240,10 @@ impl Deps {
                 let data_dir = wiring.compute.as_ref().map(|c| c.data_dir.clone()).unwrap_or_else(|| ".".into());
                 let loaded =
                     tokio::task::spawn_blocking(move || lite_node_compute::load_projects(&source, &data_dir)).await??;
-                Some(Projects::new(namespace, loaded.projects.iter().map(|p| p.project_type.clone())))
+                Some(Projects::declared(
+                    namespace,
+                    loaded.projects.iter().map(|p| (p.project_type.clone(), p.per_pool)),
+                ))
             }
             None => None,
         };

@@ -9,11 +9,14 @@
 //! {"project_type": "poolState",
 //!  "processor": {"module": "compute_template", "class_name": "TemplateProcessor"},
 //!  "preload_tasks": ["block_details"],
+//!  "per_pool": true,
 //!  "pools": ["0x…", "0x…"]}
 //! ```
 //!
-//! Keys of the project entry other than `project_type`, `processor` and
-//! `preload_tasks` arrive here as the settings object.
+//! `per_pool`: each snapshot is of one pool, so each project id names it;
+//! the market's collectors and validators refuse the other form. Keys of the
+//! project entry other than `project_type`, `processor`, `preload_tasks` and
+//! `per_pool` arrive here as the settings object.
 
 use compute_kit::{Address, Batch, Chain, get_logs, sol};
 use lite_node_plugin_api::{

@@ -65,7 +65,8 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
         let cfg = ComputeConfig::from_env(env)?;
         let market = MarketProjects::from_env(env)?;
         let projects = compute::load_projects(&market.source, &cfg.data_dir)?;
-        let projects = Projects::new(market.namespace, projects.projects.into_iter().map(|p| p.project_type));
+        let projects =
+            Projects::declared(market.namespace, projects.projects.into_iter().map(|p| (p.project_type, p.per_pool)));
         Some((Arc::new(compute::load(&cfg)?), projects))
     };
     if a.p2p_listen.is_none() && !a.p2p_bootstrap.is_empty() {

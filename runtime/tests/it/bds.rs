@@ -443,6 +443,7 @@ fn bds_project(settings: &serde_json::Value) -> lite_node::config::Project {
         module: "bds_uniswapv3".into(),
         class_name: "BaseSnapshotProcessor".into(),
         preload_tasks: vec!["block_details".into()],
+        per_pool: Some(true),
         settings: settings.as_object().unwrap().clone(),
     }
 }

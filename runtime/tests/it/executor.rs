@@ -37,6 +37,7 @@ fn project(package: &LoadedPackage, name: &str, class: &str, settings: Value) ->
             module: "faulty".into(),
             class_name: class.into(),
             preload_tasks: vec![],
+            per_pool: None,
             settings,
         },
         processor: Arc::new(processor),

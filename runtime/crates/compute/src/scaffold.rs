@@ -100,6 +100,8 @@ pub fn new_package(dir: &Path, name: Option<&str>, cargo: &Path) -> anyhow::Resu
         "project_type": project_type,
         "processor": {"module": library, "class_name": class_name},
         "preload_tasks": ["block_details"],
+        // One snapshot per pool: each project id names its pool.
+        "per_pool": true,
         // Ethereum mainnet's Uniswap V3 USDC/WETH at 0.05% and at 0.3% (the
         // devnet puts its own pools here; the README says so).
         "pools": ["0x88e6a0c2ddd26feeb64f039a2c41296fcb3f5640", "0x8ad599c3a0ff1de082011efddc58f1908eb6e6d8"],

@@ -22,6 +22,10 @@ pub struct Project {
     pub module: String,
     pub class_name: String,
     pub preload_tasks: Vec<String>,
+    /// Whether its projects are one per pool (`true`: each project id names
+    /// a pool) or one for the market (`false`: none does); `None`: not
+    /// declared, and the market takes either (docs/protocol.md §3).
+    pub per_pool: Option<bool>,
     /// The entry's other keys.
     pub settings: Map<String, Value>,
 }
@@ -138,9 +142,19 @@ fn check_entry(at: &str, entry: &Value, name: &str, problems: &mut Vec<String>) 
         }
         Some(_) => problems.push(format!("{name}: {at}.preload_tasks must be an array of strings")),
     }
+    let per_pool = match fields.get("per_pool") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => {
+            problems.push(format!(
+                "{name}: {at}.per_pool must be true (each project id names a pool) or false (none does)"
+            ));
+            None
+        }
+    };
     let settings: Map<String, Value> = fields
         .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "project_type" | "processor" | "preload_tasks"))
+        .filter(|(k, _)| !matches!(k.as_str(), "project_type" | "processor" | "preload_tasks" | "per_pool"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     (problems.len() == before).then(|| Project {
@@ -148,6 +162,7 @@ fn check_entry(at: &str, entry: &Value, name: &str, problems: &mut Vec<String>) 
         module: module.replace('-', "_"),
         class_name,
         preload_tasks,
+        per_pool,
         settings,
     })
 }
@@ -182,6 +197,26 @@ mod tests {
         assert_eq!(p.module, "bds_uniswapv3");
         assert_eq!(p.preload_tasks, ["block_details"]);
         assert_eq!(p.settings.get("full_node"), Some(&Value::Bool(true)));
+    }
+
+    /// `per_pool` is a declaration of the market's, not a setting: read as
+    /// a bool, kept out of the processor's settings, and anything else named.
+    #[test]
+    fn per_pool_is_declared_apart_from_the_settings() {
+        let p = Projects::parse(
+            r#"{"config": [{"project_type": "a", "processor": {"module": "m", "class_name": "A"}, "per_pool": true},
+                           {"project_type": "b", "processor": {"module": "m", "class_name": "B"}, "per_pool": false},
+                           {"project_type": "c", "processor": {"module": "m", "class_name": "C"}}]}"#,
+            "projects.json",
+        )
+        .unwrap();
+        let declared: Vec<Option<bool>> = p.projects.iter().map(|p| p.per_pool).collect();
+        assert_eq!(declared, [Some(true), Some(false), None]);
+        assert!(p.projects.iter().all(|p| !p.settings.contains_key("per_pool")));
+        let e = errors(
+            r#"{"config": [{"project_type": "a", "processor": {"module": "m", "class_name": "A"}, "per_pool": "yes"}]}"#,
+        );
+        assert!(e[0].contains("config[0].per_pool must be true"), "{e:?}");
     }
 
     #[test]

@@ -68,11 +68,14 @@ impl Devnet {
         let projects = run_dir.join("projects.json");
         let described = write_projects(&opts, env, &run_dir, &pools, &package, &projects)?;
         writeln!(out, "projects: {described}")?;
-        let project_types: Vec<String> =
-            lite_node_config::Projects::load(&projects)?.projects.into_iter().map(|p| p.project_type).collect();
+        let project_types: Vec<(String, Option<bool>)> = lite_node_config::Projects::load(&projects)?
+            .projects
+            .into_iter()
+            .map(|p| (p.project_type, p.per_pool))
+            .collect();
         let project_count = project_types.len();
         let market_projects =
-            lite_node_protocol::submission::Projects::new(NAMESPACE_VARS.map(|(_, v)| v).join("-"), project_types);
+            lite_node_protocol::submission::Projects::declared(NAMESPACE_VARS.map(|(_, v)| v).join("-"), project_types);
 
         // The two chains, as a market has them: the source (the saved
         // Uniswap V3 world) and the anchor (empty), each its own anvil and
@@ -514,6 +517,7 @@ pub(crate) fn write_projects(
                 "project_type": "baseSnapshot",
                 "processor": {"module": "bds_uniswapv3", "class_name": "BaseSnapshotProcessor"},
                 "preload_tasks": ["block_details"],
+                "per_pool": true,
                 "pools": [],
             }]});
             (
@@ -540,6 +544,9 @@ pub(crate) fn write_projects(
         entry.insert("project_type".into(), json!(project.project_type));
         entry.insert("processor".into(), json!({"module": project.module, "class_name": project.class_name}));
         entry.insert("preload_tasks".into(), json!(project.preload_tasks));
+        if let Some(per_pool) = project.per_pool {
+            entry.insert("per_pool".into(), json!(per_pool));
+        }
         entries.push(serde_json::Value::Object(entry));
     }
     std::fs::write(to, serde_json::to_vec_pretty(&json!({ "config": entries }))?)?;

@@ -117,7 +117,10 @@ async fn epoch(cfg: ComputeRunConfig, query: &Args, out: &mut dyn Write) -> Resu
     }
     // What the collector checks against: the data market's project types
     // and its active pools (the projects' `pools` settings).
-    let market = Projects::new(cfg.namespace.clone(), projects.projects.iter().map(|p| p.project_type.clone()));
+    let market = Projects::declared(
+        cfg.namespace.clone(),
+        projects.projects.iter().map(|p| (p.project_type.clone(), p.per_pool)),
+    );
     let pools = super::report::market_pools(&projects.projects);
     let market_pools_empty = pools.is_empty();
     let wanted = |p: &Project| query.project.is_empty() || query.project.contains(&p.project_type);
