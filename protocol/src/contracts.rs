@@ -91,6 +91,9 @@ alloy::sol! {
         external view returns (uint256);
     function attestationsCount(address dataMarketAddress, uint256 epochId) external view returns (uint256);
     function outvoted(address dataMarketAddress, uint256 epochId) external view returns (bool);
+    function currentVotes(address dataMarketAddress, uint256 epochId)
+        external view returns (uint256 forRoot, uint256 against);
+    function finalize(address dataMarketAddress, uint256 epochId) external;
     function divergentValidators(address dataMarketAddress, uint256 epochId) external view returns (address[]);
     function verifyFinalizedCid(
         address dataMarketAddress, uint256 epochId, string projectId, string cid, bytes32[] proof

@@ -50,9 +50,9 @@ use alloy::{
 };
 use lite_node_chain::{Anchor, TxError, TxSender};
 use lite_node_protocol::contracts::{
-    attestationsForRootCall, attestedRootCall, epochBatchCall, getTotalValidatorsCountCall, getValidatorsCall,
-    outvotedCall, storeFinalizedCidsCall, storedCidsCall, submitBatchAttestationCall, submitSubmissionBatchCall,
-    unstoredCidsCall,
+    attestationsForRootCall, attestedRootCall, currentVotesCall, epochBatchCall, finalizeCall,
+    getTotalValidatorsCountCall, getValidatorsCall, outvotedCall, storeFinalizedCidsCall, storedCidsCall,
+    submitBatchAttestationCall, submitSubmissionBatchCall, unstoredCidsCall,
 };
 use redis::{AsyncCommands, aio::ConnectionManager};
 use serde_json::Value;
@@ -423,11 +423,12 @@ impl Onchain {
         }
         // A transaction of ours in flight: wait for it.
         if let (Some(status), Some(hash)) = (state.get("onchain_status"), state.get("onchain_tx_hash"))
-            && (status == "batch_sent" || status == "attestation_sent")
+            && matches!(status.as_str(), "batch_sent" | "attestation_sent" | "finalize_sent")
             && let Ok(hash) = hash.parse::<B256>()
         {
             match self.sender.receipt(hash).await.map_err(|e| format!("the receipt of {hash}: {e}"))? {
                 Some(r) if r.success => {
+                    // finalize() is called after attesting: attested it stays.
                     let done = if status == "batch_sent" { "submitted" } else { "attested" };
                     tracing::info!("epoch {epoch_id}: {done} on chain in block {} ({hash})", r.block_number);
                     self.record(
@@ -564,6 +565,31 @@ impl Onchain {
                     mine.root
                 );
                 return self.submit(epoch_id, &mine, 0).await;
+            }
+        }
+        if chain.root == mine.root && attested == mine.root {
+            // The current validators behind the batch's root may be a
+            // majority with no attestation left to come (a validator removed
+            // since), and only an attestation tries to finalize: anyone may
+            // call finalize(), so this one does.
+            let votes = self
+                .anchor
+                .read(&currentVotesCall { dataMarketAddress: dm, epochId: e }, None)
+                .await
+                .map_err(|err| format!("currentVotes: {err}"))?;
+            let total = self
+                .anchor
+                .read(&getTotalValidatorsCountCall { dataMarketAddress: dm }, None)
+                .await
+                .map_err(|err| format!("getTotalValidatorsCount: {err}"))?;
+            if votes.forRoot * U256::from(2) > total {
+                tracing::info!(
+                    "epoch {epoch_id}: {} of the {total} current validators attested the batch's root, which is not \
+                     finalized; calling finalize()",
+                    votes.forRoot
+                );
+                let call = finalizeCall { dataMarketAddress: dm, epochId: e };
+                return self.send(epoch_id, call.abi_encode(), "finalize_sent").await;
             }
         }
         Ok(Step::Wait)

@@ -331,6 +331,46 @@ fn an_epoch_released_before_the_intake_listened_is_not_attested() {
     assert_eq!(gaps, ["125:not_watched", "126:not_watched"], "the one watched whole is no gap");
 }
 
+/// The batch's root becomes a majority of the current validators when two
+/// of three are removed, with no attestation left to come (only an
+/// attestation tried to finalize): the validator behind it calls
+/// `finalize()` (issue 53; before, the epoch stayed unfinalized until given
+/// up).
+#[test]
+fn a_root_made_a_majority_by_a_validators_removal_is_finalized() {
+    let n = net();
+    let epoch = 27;
+    let release = n.world.head();
+    let (batch, root) = level1(epoch, &[("p:a", "bafyA")]);
+    let order = n.by_rank(epoch);
+    n.finalized(order[0], epoch, release, release - 1, &batch);
+    n.world.mine(WINDOW + 1);
+    // Rank 0 submits its batch (its vote: 1 of 3); the others are away.
+    let v0 = &n.validators[order[0]];
+    let submitted = (0..20).any(|_| {
+        n.rt.block_on(v0.onchain.round()).unwrap();
+        let done = n.state(order[0], epoch).get("onchain_status").is_some_and(|s| s == "submitted");
+        n.world.mine(1);
+        done
+    });
+    assert!(submitted, "{:?}", n.state(order[0], epoch));
+    n.rt.block_on(v0.onchain.round()).unwrap();
+    assert!(!n.chain_batch(epoch).finalized, "1 of 3 is no majority");
+    // The owner removes the two that never attested.
+    let call = updateAddressesCall {
+        dataMarketAddress: n.anchor.data_market,
+        role: 0,
+        addrs: vec![n.validators[order[1]].address, n.validators[order[2]].address],
+        allowed: vec![false, false],
+    };
+    n.world.transact(call.abi_encode());
+    n.rounds(&[order[0]], n.world.head() + 10);
+    let on_chain = n.chain_batch(epoch);
+    assert!(on_chain.finalized, "finalized once its root had a majority of the current validators");
+    assert_eq!(on_chain.root.to_string(), root);
+    assert_eq!(n.state(order[0], epoch)["onchain_status"], "finalized");
+}
+
 /// A byzantine validator can neither store CIDs the finalized root does not
 /// commit to, nor block the honest batch by putting its CID on chain first —
 /// for another epoch, or for this one under another root: the honest ones
