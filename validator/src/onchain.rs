@@ -63,7 +63,8 @@ use crate::{Market, now_secs};
 pub const FALLBACK_BLOCKS: u64 = 5;
 
 /// Anchor blocks after its window closed that an epoch is followed on chain;
-/// past them it is `not_finalized` and left (the gap detector lists it).
+/// past them one not finalized is `not_finalized` and left (the gap detector
+/// lists it), and a finalized one only has its pairs stored.
 pub const FOLLOW_BLOCKS: u64 = 600;
 
 /// Gas one stored (project id, CID) pair costs at most, roughly (measured
@@ -413,14 +414,7 @@ impl Onchain {
         let batch: Value = serde_json::from_str(&batch).map_err(|e| format!("finalized:{epoch_id}: {e}"))?;
         let mine = Mine::from_batch(&batch).ok_or_else(|| format!("finalized:{epoch_id} has no usable root"))?;
 
-        if head > closes.saturating_add(FOLLOW_BLOCKS) {
-            tracing::warn!(
-                "epoch {epoch_id}: given up on chain {FOLLOW_BLOCKS} blocks after its window closed (status {})",
-                state.get("onchain_status").map_or("none", String::as_str)
-            );
-            self.record(epoch_id, &[("onchain_status", "not_finalized")]).await?;
-            return Ok(Step::Done("not_finalized"));
-        }
+        let following = head <= closes.saturating_add(FOLLOW_BLOCKS);
         // A transaction of ours in flight: wait for it.
         if let (Some(status), Some(hash)) = (state.get("onchain_status"), state.get("onchain_tx_hash"))
             && matches!(status.as_str(), "batch_sent" | "attestation_sent" | "finalize_sent")
@@ -447,6 +441,8 @@ impl Onchain {
                     tracing::warn!("epoch {epoch_id}: {why}");
                     self.record(epoch_id, &[("onchain_status", "waiting"), ("onchain_error", &why)]).await?;
                 }
+                // Not waited for past the blocks the epoch is followed.
+                None if !following => {}
                 None if self.sender.known(hash).await.map_err(|e| format!("transaction {hash}: {e}"))? => {
                     return Ok(Step::Wait);
                 }
@@ -469,6 +465,17 @@ impl Onchain {
             .read(&attestedRootCall { dataMarketAddress: dm, epochId: e, validator: self.address() }, None)
             .await
             .map_err(|err| format!("attestedRoot: {err}"))?;
+        // Past the blocks an epoch is followed, only a finalized one is
+        // worked on (its pairs stored, however late: a submitter that died
+        // mid-store leaves them to the others); any other is left.
+        if !following && !chain.finalized {
+            tracing::warn!(
+                "epoch {epoch_id}: given up on chain {FOLLOW_BLOCKS} blocks after its window closed (status {})",
+                state.get("onchain_status").map_or("none", String::as_str)
+            );
+            self.record(epoch_id, &[("onchain_status", "not_finalized")]).await?;
+            return Ok(Step::Done("not_finalized"));
+        }
 
         if attested.is_zero() {
             // Only an epoch watched whole is vouched for: the intake listened
@@ -482,7 +489,7 @@ impl Onchain {
             }
         }
 
-        if chain.finalized && attested.is_zero() && head <= closes.saturating_add(FOLLOW_BLOCKS) {
+        if chain.finalized && attested.is_zero() && following {
             // Finalized without us: our root still goes on record (agreeing,
             // or divergent), as every validator's does.
             tracing::info!("epoch {epoch_id}: finalized already; attesting our root {} for the record", mine.root);

@@ -507,6 +507,55 @@ fn a_large_epoch_is_stored_in_parts_after_finalization() {
     }
 }
 
+/// An epoch finalized on chain whose submitter died before storing its
+/// pairs, and whose other validators came back only after the blocks an
+/// epoch is followed: they store the pairs all the same and record it
+/// finalized (issue 53: it was given up as `not_finalized`, nothing stored).
+#[test]
+fn a_finalized_epoch_whose_pairs_were_not_stored_is_stored_after_the_follow_blocks() {
+    let mut n = net();
+    for v in &mut n.validators {
+        v.onchain = v.onchain.clone().with_part_size(40);
+    }
+    let epoch = 28;
+    let release = n.world.head();
+    let ids: Vec<String> = (0..90).map(|i| format!("baseSnapshot:0x{i:040x}:devnet")).collect();
+    let cids: Vec<String> = (0..90).map(|i| lite_node_protocol::cid(format!("{i}").as_bytes())).collect();
+    let pairs: Vec<(&str, &str)> = ids.iter().map(String::as_str).zip(cids.iter().map(String::as_str)).collect();
+    let (batch, root) = level1(epoch, &pairs);
+    for v in 0..3 {
+        n.finalized(v, epoch, release, release - 1, &batch);
+    }
+    n.world.mine(WINDOW + 1);
+    let order = n.by_rank(epoch);
+    // Rank 0 submits, rank 1 attests (a majority): finalized, and rank 0
+    // dies before it stores anything.
+    let (v0, v1) = (&n.validators[order[0]], &n.validators[order[1]]);
+    let submitted = (0..20).any(|_| {
+        n.rt.block_on(v0.onchain.round()).unwrap();
+        n.world.mine(1);
+        n.chain_batch(epoch).submitter == v0.address
+    });
+    assert!(submitted);
+    let finalized = (0..20).any(|_| {
+        n.rt.block_on(v1.onchain.round()).unwrap();
+        n.world.mine(1);
+        n.chain_batch(epoch).finalized
+    });
+    assert!(finalized);
+    assert_eq!(n.chain_batch(epoch).root.to_string(), root);
+    let dm = n.anchor.data_market;
+    let stored = lite_node_protocol::contracts::storedCidsCall { dataMarketAddress: dm, epochId: U256::from(epoch) };
+    assert_eq!(n.rt.block_on(n.anchor.read(&stored, None)).unwrap(), U256::ZERO, "nothing stored yet");
+    // The others are back after the blocks an epoch is followed.
+    n.world.mine(lite_node_validator::onchain::FOLLOW_BLOCKS + 10);
+    n.rounds(&[order[1], order[2]], n.world.head() + 60);
+    assert_eq!(n.rt.block_on(n.anchor.read(&stored, None)).unwrap(), U256::from(90));
+    for v in [order[1], order[2]] {
+        assert_eq!(n.state(v, epoch)["onchain_status"], "finalized", "validator {v}");
+    }
+}
+
 /// `intake:since` is the head at the moment the intake (re)starts
 /// listening; any break (here: signalled by the test) removes it at once,
 /// and the next look sets it again to the head then — so no epoch released
