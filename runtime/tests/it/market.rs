@@ -547,7 +547,21 @@ fn the_owner_grants_and_revokes_roles_and_hands_the_market_on() {
     let zero = "0x0000000000000000000000000000000000000000";
     let nobody = node.run(&[&["market", "roles", "transfer-ownership", "--to", zero], &owner[..]].concat());
     assert!(nobody.code == 2 && error_line(&nobody).contains("a market without an owner"), "{nobody:?}");
-    node.run(&[&["market", "roles", "transfer-ownership", "--to", SECOND], &owner[..]].concat()).assert_ok();
+    // The deployer also releases and registers: a transfer says what
+    // becomes of that, or is refused naming both choices.
+    let undecided = node.run(&[&["market", "roles", "transfer-ownership", "--to", SECOND], &owner[..]].concat());
+    assert!(
+        undecided.code == 2
+            && error_line(&undecided).contains("is also releaser and registrar")
+            && error_line(&undecided).contains("--revoke-roles")
+            && error_line(&undecided).contains("--keep-roles"),
+        "{undecided:?}"
+    );
+    let moved =
+        node.run(&[&["market", "roles", "transfer-ownership", "--to", SECOND, "--revoke-roles"], &owner[..]].concat());
+    moved.assert_ok();
+    let shown = node.run(&["market", "roles", "show", DEPLOYER]);
+    assert!(shown.stdout.contains(&format!("{DEPLOYER}: no role")), "{}", shown.stdout);
     let status = node.run(&["market", "status"]);
     assert_eq!(status.field("owner").map(|o| o.to_lowercase()), Some(SECOND.to_lowercase()), "{}", status.stdout);
     let old = node.run(&[&["market", "roles", "grant", "releaser", SECOND], &owner[..]].concat());

@@ -52,11 +52,19 @@ pub enum Command {
         #[command(flatten)]
         manifest: ManifestArg,
     },
-    /// Hand ProtocolState to a new owner (the current owner's key).
+    /// Hand ProtocolState to a new owner (the current owner's key). When the
+    /// current owner also releases or registers, say what becomes of those
+    /// roles: a transfer away from a key most often retires it.
     TransferOwnership {
         /// The new owner's address.
         #[arg(long, value_name = "ADDRESS")]
         to: String,
+        /// Revoke the current owner's releaser and registrar roles first.
+        #[arg(long, conflicts_with = "keep_roles")]
+        revoke_roles: bool,
+        /// The current owner keeps its releaser and registrar roles.
+        #[arg(long)]
+        keep_roles: bool,
         #[command(flatten)]
         access: AccessArgs,
     },
@@ -156,12 +164,13 @@ pub fn run(verb: Command, out: &mut dyn Write) -> Result<()> {
                     writeln!(out, "{account}: {roles}")?;
                 }
             }
-            Command::TransferOwnership { to, access } => {
+            Command::TransferOwnership { to, revoke_roles, keep_roles, access } => {
                 let new_owner = parse_address("--to", &to)?;
                 if new_owner == Address::ZERO {
                     bail!(BadInput("--to 0x0…0: a market without an owner could never grant a role again".into()));
                 }
-                if m.view(ownerCall {}).await? == new_owner {
+                let owner = m.view(ownerCall {}).await?;
+                if owner == new_owner {
                     writeln!(
                         out,
                         "ProtocolState {} is already owned by {new_owner}: nothing sent",
@@ -169,8 +178,43 @@ pub fn run(verb: Command, out: &mut dyn Write) -> Result<()> {
                     )?;
                     return Ok(());
                 }
-                let call = transferOwnershipCall { newOwner: new_owner };
+                // The roles the current owner holds besides: kept only when
+                // asked, since a transfer away from a key most often retires
+                // it (and a lost key would keep releasing and registering).
+                let mut held = Vec::new();
+                if m.view(isReleaserCall { account: owner }).await? {
+                    held.push(Role::Releaser);
+                }
+                if m.view(isRegistrarCall { account: owner }).await? {
+                    held.push(Role::Registrar);
+                }
+                let names: Vec<&str> = held.iter().map(|r| r.name()).collect();
+                if !held.is_empty() && !revoke_roles && !keep_roles {
+                    bail!(BadInput(format!(
+                        "the current owner {owner} is also {}: add --revoke-roles to revoke them before the transfer, \
+                         or --keep-roles to leave them",
+                        names.join(" and ")
+                    )));
+                }
                 let sender = access.sender(&m, "transferOwnership")?;
+                if revoke_roles {
+                    for role in &held {
+                        let block = match role {
+                            Role::Releaser => {
+                                let call = setReleaserCall { account: owner, allowed: false };
+                                m.send(&sender, call, "setReleaser", &mut progress()).await?
+                            }
+                            Role::Registrar => {
+                                let call = setRegistrarCall { account: owner, allowed: false };
+                                m.send(&sender, call, "setRegistrar", &mut progress()).await?
+                            }
+                        };
+                        writeln!(out, "{owner} is no longer a {} (block {block})", role.name())?;
+                    }
+                } else if !held.is_empty() {
+                    writeln!(out, "{owner} stays a {} (--keep-roles)", names.join(" and "))?;
+                }
+                let call = transferOwnershipCall { newOwner: new_owner };
                 let block = m.send(&sender, call, "transferOwnership", &mut progress()).await?;
                 writeln!(
                     out,
