@@ -1,6 +1,7 @@
 //! Real libp2p peers on loopback: what is published arrives through a
-//! relaying peer, junk is dropped at the first hop and never relayed, and a
-//! peer keeps its identity across restarts.
+//! relaying peer, junk is dropped at the first hop and never relayed, a
+//! peer that stops reading is disconnected, and a peer keeps its identity
+//! across restarts.
 
 use std::{sync::Arc, time::Duration};
 
@@ -218,4 +219,93 @@ async fn twenty_publishers_each_reach_one_validator_and_every_message_arrives() 
         assert_eq!(Stats::get(&p.stats().unpublished), 0, "publisher {i}");
         assert!(v.score_of(p.peer_id()).await.unwrap_or(0.0) >= 0.0, "publisher {i} is not scored down");
     }
+}
+
+/// A relay in front of a peer: forwards both ways until `paused`, then no
+/// longer reads what the far side sends (so it backs up there, as a peer
+/// that stops reading would make it). Returns the port it listens on.
+async fn pausing_relay(to_port: u16, paused: Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((near, _)) = listener.accept().await {
+            let Ok(far) = tokio::net::TcpStream::connect(("127.0.0.1", to_port)).await else { continue };
+            let (mut near_r, mut near_w) = near.into_split();
+            let (mut far_r, mut far_w) = far.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut near_r, &mut far_w).await;
+            });
+            let paused = paused.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                loop {
+                    while paused.load(std::sync::atomic::Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    match far_r.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if near_w.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A peer that subscribes and then takes nothing (the relay in front of it
+/// stops reading) holds a validator's connection queue for seconds, not for
+/// good: once what is queued for it fails for `SLOW_HEARTBEATS` heartbeats in
+/// a row it is disconnected, and the validator still hears its other peers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_reading_is_disconnected_and_the_others_are_still_heard() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let (v_tx, mut v_rx) = mpsc::channel(4096);
+    let v = Gossip::start(settings(dir.path(), "v", vec![]), lenient(), v_tx).unwrap();
+    let v_addr = tokio::time::timeout(Duration::from_secs(10), v.listening()).await.expect("v listens");
+    let v_port = v_addr[0]
+        .iter()
+        .find_map(|p| match p {
+            libp2p::multiaddr::Protocol::Tcp(port) => Some(port),
+            _ => None,
+        })
+        .unwrap();
+    let paused = Arc::new(AtomicBool::new(false));
+    let relay = pausing_relay(v_port, paused.clone()).await;
+    let through: libp2p::Multiaddr = format!("/ip4/127.0.0.1/tcp/{relay}/p2p/{}", v.peer_id()).parse().unwrap();
+    let (s_tx, mut s_rx) = mpsc::channel(4096);
+    let s = Gossip::start(settings(dir.path(), "s", vec![through]), lenient(), s_tx).unwrap();
+    let p = Gossip::publisher(settings(dir.path(), "p", v_addr.clone())).unwrap();
+    until("the sink in the validator's mesh and the publisher connected", async || {
+        let seen = v.peers().await;
+        (seen.mesh == 1 && seen.connected == 2 && p.peers().await.subscribed == 1).then_some(())
+    })
+    .await;
+    assert!(v.publish(b"ok while it reads".to_vec()));
+    assert_eq!(next(&mut s_rx, "what the validator publishes").await, b"ok while it reads");
+    // It stops reading; the validator goes on publishing (its epochs' relays).
+    paused.store(true, Ordering::Relaxed);
+    let padding = "x".repeat(2048);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let mut sent = 0u64;
+    while Stats::get(&v.stats().slow_disconnected) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "not disconnected after {sent} messages");
+        for _ in 0..200 {
+            if v.publish(format!("ok {sent} {padding}").into_bytes()) {
+                sent += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(Stats::get(&v.stats().slow_disconnected), 1, "only the one that stopped reading");
+    // The publisher, which reads what it is sent, is still heard.
+    assert!(p.publish(b"ok from the publisher".to_vec()));
+    assert_eq!(next(&mut v_rx, "the publisher's message").await, b"ok from the publisher");
+    drop(s);
 }
