@@ -32,7 +32,7 @@ fn error_line(run: &crate::support::Run) -> String {
 fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest() {
     let (node, anchor, source) = two_chains();
     let dir = node.cwd.path();
-    let flags = ["--namespace", "TEST_MARKET", "--epochs-per-day", "3", "--epoch-size", "2"];
+    let flags = ["--namespace", "TEST_MARKET", "--epochs-per-day", "3", "--epoch-size", "2", "--window-blocks", "20"];
     let run = deploy(&node, &anchor, &source, &flags);
     run.assert_ok();
     assert!(!run.stdout.contains(DEPLOYER_KEY) && !run.stderr.contains(DEPLOYER_KEY), "the key is never shown");
@@ -109,6 +109,7 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
         "SOURCE_CHAIN=ETH".to_owned(),
         "NAMESPACE=TEST_MARKET".to_owned(),
         "SLOT_ID=1".to_owned(),
+        "WINDOW_BLOCKS=20".to_owned(),
         format!("SIGNER_ACCOUNT_ADDRESS={alice}"),
         "SIGNER_ACCOUNT_PRIVATE_KEY=".to_owned(),
     ] {

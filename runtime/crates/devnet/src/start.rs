@@ -131,6 +131,7 @@ impl Devnet {
             epochs_per_day: None,
             namespace: NAMESPACE_VARS[1].1.into(),
             validator_peers: Vec::new(),
+            window_blocks: None,
         };
         std::fs::write(run_dir.join("market.json"), serde_json::to_string_pretty(&market)? + "\n")?;
         let chains = Chains::connect(

@@ -54,6 +54,11 @@ pub struct Args {
     /// own address).
     #[arg(long, value_name = "ADDRESS")]
     pub data_market: Option<String>,
+    /// The validators' window, in anchor blocks after a release (their
+    /// --window-blocks; default 130, every deadline a node may sign): the
+    /// manifest publishes it for the operators' collectors.
+    #[arg(long, value_name = "N", value_parser = crate::commands::validator::at_least_one_block)]
+    pub window_blocks: Option<u64>,
     /// Where to write the manifest (never over an existing file).
     #[arg(long, value_name = "PATH", default_value = "market.json")]
     pub out: PathBuf,
@@ -160,6 +165,7 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
             epochs_per_day: o.epochs_per_day,
             namespace: o.namespace.clone(),
             validator_peers: Vec::new(),
+            window_blocks: o.window_blocks,
         }))
     })?;
     let Some(manifest) = manifest else { return Ok(()) };

@@ -62,6 +62,8 @@ pub fn run(a: &Args, out: &mut dyn Write) -> Result<()> {
             writeln!(out, "# (the manifest names no validators yet: `lite-node market peers --set …`)")?;
         }
         writeln!(out, "VALIDATOR_PEERS={}", mf.validator_peers.join(","))?;
+        writeln!(out, "# the validators' window: the collector refuses what comes after it")?;
+        writeln!(out, "WINDOW_BLOCKS={}", mf.window_blocks.unwrap_or(lite_node_protocol::submission::WINDOW_BLOCKS))?;
         writeln!(out, "SIGNER_ACCOUNT_ADDRESS={signer}")?;
         writeln!(out, "# your own key, the one of {signer}: it never leaves your machine")?;
         writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;

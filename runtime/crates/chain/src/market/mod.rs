@@ -65,6 +65,12 @@ pub struct Manifest {
     /// in `market env`); set with `market peers --set`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validator_peers: Vec<String>,
+    /// The market's validators' window, in anchor blocks after a release
+    /// (their `--window-blocks`): what the operators' collectors refuse
+    /// submissions after (`WINDOW_BLOCKS` in `market env`). `None`: the
+    /// protocol's 130.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_blocks: Option<u64>,
 }
 
 impl Manifest {
