@@ -377,6 +377,12 @@ impl Unwanted {
 /// their epoch's window may close meanwhile.
 const SLOW_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long a held message waits for its slot's signer to be read before it
+/// is queued unrelayed (the dequeuer reads it again, judging the epoch by
+/// the head at its arrival): a slow anchor RPC does not hold the intake
+/// while the window closes.
+const SETTLE_READ_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Submissions parked for one epoch not seen released whose signer is not
 /// their slot's now (a slot changed just before the release, read here a
 /// poll later): room for the slots an upkeep changes at once, not for a
@@ -607,7 +613,14 @@ impl Gateway {
             (Err(why), _) => (Verdict::Reject(why), None),
             (Ok(_), None) => (Verdict::Accept, None),
             (Ok((slot_id, signer)), Some(book)) => {
-                match book.lookup(slot_id, decoded.as_ref().ok().and_then(|s| self.judged_at(s))).await {
+                let at = decoded.as_ref().ok().and_then(|s| self.judged_at(s));
+                // Bounded: one slow read holds every message of the batch
+                // (and the intake behind it) while the window runs.
+                let looked_up =
+                    tokio::time::timeout(SETTLE_READ_WITHIN, book.lookup(slot_id, at)).await.unwrap_or_else(|_| {
+                        Err(format!("the anchor did not answer within {} s", SETTLE_READ_WITHIN.as_secs()))
+                    });
+                match looked_up {
                     // Past its slot's cap now (others settled meanwhile): unwanted.
                     Ok(registered) => match (signer_verdict(signer, registered), &decoded) {
                         ((Verdict::Accept, _), Ok(s)) => match self.unwanted(s) {

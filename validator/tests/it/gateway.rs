@@ -590,12 +590,38 @@ impl SlotRegistry for Unreadable {
     }
 }
 
+/// A slot registry whose reads never answer (an anchor RPC that hangs).
+struct Hanging;
+
+impl SlotRegistry for Hanging {
+    async fn signer(&self, _: u64, _: u64) -> Result<alloy::primitives::Address, String> {
+        std::future::pending().await
+    }
+
+    async fn total_slots(&self, _: u64) -> Result<u64, String> {
+        std::future::pending().await
+    }
+}
+
 /// When the slot's signer cannot be read, a held gossip message is queued
 /// where it arrived (the dequeuer checks the signer again) but not relayed
 /// unchecked: the first validator settles it as ignored, and the second,
 /// behind it, never gets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signer_that_cannot_be_read_is_queued_here_but_not_relayed_unchecked() {
+    queued_here_not_relayed(Unreadable).await;
+}
+
+/// …and so it is when the read hangs: within a few seconds, not after the
+/// RPC's timeout, while the epoch's window may close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signer_read_that_hangs_is_given_up_in_seconds_and_the_message_queued_here() {
+    let started = tokio::time::Instant::now();
+    queued_here_not_relayed(Hanging).await;
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+}
+
+async fn queued_here_not_relayed<R: SlotRegistry>(registry: R) {
     use lite_node_validator::gossip::{Gossip, Settings, Stats, Verdict};
     let market = market();
     let dir = tempfile::tempdir().unwrap();
@@ -610,7 +636,7 @@ async fn a_signer_that_cannot_be_read_is_queued_here_but_not_relayed_unchecked()
     let conn = lite_node_validator::connect(&redis::Client::open(server.url()).unwrap()).await.unwrap();
     set_head(&conn, &market, 42).await;
     let gateway = Gateway::with_admission(conn.clone(), market.clone(), Some(projects), Admission::default())
-        .with_signers(Arc::new(SignerBook::new(Arc::new(Unreadable))));
+        .with_signers(Arc::new(SignerBook::new(Arc::new(registry))));
     let (tx, mut rx) = tokio::sync::mpsc::channel::<lite_node_validator::gossip::Delivery>(4096);
     let judge = gateway.clone();
     let v1 = Gossip::start(settings("v1", vec![]), Arc::new(move |p: &[u8]| judge.judge_gossip(p)), tx).unwrap();
