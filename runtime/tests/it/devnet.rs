@@ -746,6 +746,51 @@ fn a_full_node_by_peer_index_covers_every_pool_once_through_a_killed_and_a_stopp
     assert!(stopped.contains("refused by the fence"), "the late results are logged");
 }
 
+/// Peer index: worker 2 loses its source RPC at epoch 2's release but stays
+/// a live member (its heartbeats hold): its shares fail a few rounds in a
+/// row, it steps aside, and the others compute every pool of every epoch
+/// (issue 55, item 8: its items stayed with it, and every epoch was a
+/// selected failure).
+#[test]
+fn a_full_node_worker_whose_shares_keep_failing_steps_aside_and_the_others_cover_its_pools() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let args = [
+        "--epochs",
+        "4",
+        "--nodes",
+        "1",
+        "--full-node-workers",
+        "3",
+        "--assign",
+        "peer-index",
+        "--fault",
+        "break-worker:2@2",
+        "--json",
+        record.to_str().unwrap(),
+    ];
+    let out = devnet(dir.path(), &args).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let slot = json["fullNode"]["slotId"].as_u64().unwrap();
+    let pools = json["pools"].as_array().unwrap().len();
+    for epoch in json["epochs"].as_array().unwrap() {
+        let e = epoch["epochId"].as_u64().unwrap();
+        let mine: Vec<&Value> =
+            epoch["submissions"].as_array().unwrap().iter().filter(|s| s["slotId"] == slot).collect();
+        assert_eq!(mine.len(), pools, "epoch {e}: every pool");
+        assert!(mine.iter().all(|s| s["verdict"] == "accepted"), "epoch {e}");
+        if e >= 3 {
+            let by = epoch["computedBy"].as_object().unwrap();
+            assert!(!by.contains_key("w2"), "epoch {e}: w2 stepped aside: {by:?}");
+        }
+    }
+    let broken = std::fs::read_to_string(dir.path().join("run/worker-w2.log")).unwrap();
+    assert!(broken.contains("stepping aside"), "{broken}");
+    assert!(verify(&record).status.success());
+}
+
 /// Least backlog: the cluster's Redis restarted (append-only) as epoch 3 is
 /// released, and emptied (`FLUSHALL`) mid-gather of epoch 4 (the
 /// coordinator opens it again).

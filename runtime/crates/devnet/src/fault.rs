@@ -52,6 +52,12 @@ pub enum Fault {
     /// holds items of the epoch, and continued (SIGCONT) once the others
     /// have finished them: its late results meet the fence.
     StopWorker { worker: u64, epoch: u64 },
+    /// `break-worker:K@EPOCH`: from the epoch's release, the full node's
+    /// worker K can no longer reach the source chain (the relay in front of
+    /// its RPC closes every connection and refuses new ones) though it stays
+    /// a live member: its shares fail until it steps aside and the others
+    /// take them.
+    BreakWorker { worker: u64, epoch: u64 },
     /// `restart-cluster-redis@EPOCH`: the full node's Redis is stopped
     /// (SIGTERM: its append-only file complete) and started again right
     /// after the epoch's release, while the workers compute.
@@ -111,13 +117,13 @@ impl std::str::FromStr for Fault {
                 Fault::KillNodeMidBurst { slot, epoch, power_loss: kind == "lose-power-mid-burst" }
             });
         }
-        if kind == "kill-worker" || kind == "stop-worker" {
+        if kind == "kill-worker" || kind == "stop-worker" || kind == "break-worker" {
             let (w, epoch) = rest.split_once('@').ok_or_else(|| format!("--fault {s}: expected {kind}:K@EPOCH"))?;
             let (worker, epoch) = (number(w, "a worker number (1, 2, …)")?, number(epoch, "an epoch id")?);
-            return Ok(if kind == "kill-worker" {
-                Fault::KillWorker { worker, epoch }
-            } else {
-                Fault::StopWorker { worker, epoch }
+            return Ok(match kind {
+                "kill-worker" => Fault::KillWorker { worker, epoch },
+                "stop-worker" => Fault::StopWorker { worker, epoch },
+                _ => Fault::BreakWorker { worker, epoch },
             });
         }
         if kind == "kill-validator" {
@@ -172,7 +178,7 @@ impl Fault {
         let slot = match *self {
             Self::KillNode { slot, .. } if opts.full_node_workers > 0 && slot == opts.our_slots() + 1 => return None,
             Self::Drill(slot, _) | Self::KillNode { slot, .. } | Self::KillNodeMidBurst { slot, .. } => slot,
-            Self::KillWorker { worker, .. } | Self::StopWorker { worker, .. } => {
+            Self::KillWorker { worker, .. } | Self::StopWorker { worker, .. } | Self::BreakWorker { worker, .. } => {
                 return (worker == 0 || worker > opts.full_node_workers).then(|| {
                     format!(
                         "--fault worker {worker}: the full node has workers 1..={} (--full-node-workers)",
@@ -298,6 +304,7 @@ mod tests {
         assert!("restart-redis@x".parse::<Fault>().unwrap_err().contains("`x` is not an epoch id"));
         assert_eq!("kill-worker:2@3".parse::<Fault>(), Ok(Fault::KillWorker { worker: 2, epoch: 3 }));
         assert_eq!("stop-worker:1@2".parse::<Fault>(), Ok(Fault::StopWorker { worker: 1, epoch: 2 }));
+        assert_eq!("break-worker:2@3".parse::<Fault>(), Ok(Fault::BreakWorker { worker: 2, epoch: 3 }));
         assert_eq!("restart-cluster-redis@4".parse::<Fault>(), Ok(Fault::RestartClusterRedis { epoch: 4 }));
         assert_eq!("kill-coordinator@5".parse::<Fault>(), Ok(Fault::KillCoordinator { epoch: 5 }));
         assert_eq!("flush-cluster-redis@6".parse::<Fault>(), Ok(Fault::FlushClusterRedis { epoch: 6 }));

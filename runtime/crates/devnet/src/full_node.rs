@@ -55,6 +55,9 @@ pub(crate) struct FullNode {
     redis_port: u16,
     /// Drills under way (a stopped worker waiting to be continued).
     drills: Vec<tokio::task::JoinHandle<()>>,
+    /// `break-worker`: the switch of the relay in front of each such
+    /// worker's source RPC, by worker number.
+    pub breakers: BTreeMap<u64, std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl FullNode {
@@ -105,6 +108,7 @@ impl FullNode {
             boards: None,
             board_name,
             computed: BTreeMap::new(),
+            breakers: BTreeMap::new(),
         }
     }
 
@@ -182,6 +186,12 @@ impl FullNode {
                             Err(e) => tracing::error!("drill kill-coordinator: {e:#}"),
                         }
                     }));
+                }
+                Fault::BreakWorker { worker, epoch } if epoch == epoch_id => {
+                    if let Some(switch) = self.breakers.get(&worker) {
+                        tracing::info!("drill: worker w{worker} loses its source RPC after epoch {epoch}'s release");
+                        switch.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                 }
                 Fault::KillWorker { worker, epoch } if epoch == epoch_id => {
                     if let Some(w) = self.workers.get_mut(worker as usize - 1) {

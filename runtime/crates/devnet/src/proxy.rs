@@ -61,3 +61,48 @@ async fn relay(client: TcpStream, server: TcpStream, delay: Duration) {
     };
     tokio::join!(reading, writing, back);
 }
+
+/// `--fault break-worker`: a relay to `upstream` (`host:port`) that passes
+/// bytes both ways until its switch is set, then closes every connection it
+/// holds and every one that comes (an RPC gone for that client alone). Its
+/// `http://` URL and the switch.
+pub(crate) async fn start_breakable(
+    upstream: String,
+) -> Result<(String, std::sync::Arc<std::sync::atomic::AtomicBool>)> {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let broken = Arc::new(AtomicBool::new(false));
+    let switch = broken.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            if broken.load(Ordering::Relaxed) {
+                drop(client);
+                continue;
+            }
+            let (upstream, broken) = (upstream.clone(), broken.clone());
+            tokio::spawn(async move {
+                let Ok(server) = TcpStream::connect(&upstream).await else { return };
+                let (mut client_in, mut client_out) = client.into_split();
+                let (mut server_in, mut server_out) = server.into_split();
+                let up = tokio::io::copy(&mut client_in, &mut server_out);
+                let down = tokio::io::copy(&mut server_in, &mut client_out);
+                let cut = async {
+                    while !broken.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                // Whichever ends first ends the connection: both halves drop.
+                tokio::select! {
+                    _ = up => {}
+                    _ = down => {}
+                    () = cut => {}
+                }
+            });
+        }
+    });
+    Ok((url, switch))
+}

@@ -734,7 +734,16 @@ pub(crate) async fn start_full_node(
         worker.push(("SOURCE_RPC_URL".into(), relayed));
     }
     for k in 1..=opts.full_node_workers {
-        full.spawn_worker(exe, run_dir, k, &worker)?;
+        let mut env = worker.clone();
+        // `break-worker`: its source RPC through a relay the drill can cut.
+        if opts.faults.iter().any(|f| matches!(f, Fault::BreakWorker { worker, .. } if *worker == k)) {
+            let source = env.iter().rev().find(|(key, _)| key == "SOURCE_RPC_URL").map(|(_, v)| v.clone());
+            let upstream = source.unwrap_or_default().trim_start_matches("http://").trim_end_matches('/').to_owned();
+            let (relayed, switch) = proxy::start_breakable(upstream).await?;
+            env.push(("SOURCE_RPC_URL".into(), relayed));
+            full.breakers.insert(k, switch);
+        }
+        full.spawn_worker(exe, run_dir, k, &env)?;
     }
     full.wait_joined(Duration::from_secs(120)).await?;
     Ok(full)

@@ -60,6 +60,11 @@ pub struct WorkerStatus {
     /// worker whose computes keep failing is unhealthy, though its
     /// heartbeats hold). `None` once a round computed what it took.
     pub compute_trouble: Mutex<Option<(u64, String)>>,
+    /// Stepped aside (its heartbeats held back) after its shares kept
+    /// failing: the other members take its items ([`STEP_ASIDE_AFTER`]).
+    pub aside: std::sync::atomic::AtomicBool,
+    /// Times it stepped aside.
+    pub stepped_aside: AtomicU64,
 }
 
 impl WorkerStatus {
@@ -69,6 +74,10 @@ impl WorkerStatus {
             Some(t) if failures > 0 => Err(format!("not a member: {failures} heartbeat(s) missed: {t}")),
             Some(t) => Err(t),
             None => match self.compute_trouble.lock().expect("not poisoned").clone() {
+                Some((rounds, t)) if self.aside.load(Ordering::Relaxed) => Err(format!(
+                    "stepped aside (the other workers take its items) after {rounds} round(s) in a row left items \
+                     uncomputed: {t}"
+                )),
                 Some((rounds, t)) => Err(format!("{rounds} round(s) in a row left items uncomputed: {t}")),
                 None => Ok(format!("member {} of {}", self.id, self.board)),
             },
@@ -87,6 +96,7 @@ impl WorkerStatus {
             "accepted": self.accepted.load(Ordering::Relaxed),
             "fenced": self.fenced.load(Ordering::Relaxed),
             "heartbeatFailures": self.heartbeat_failures.load(Ordering::Relaxed),
+            "steppedAside": self.stepped_aside.load(Ordering::Relaxed),
             "healthy": self.health().is_ok(),
             "trouble": *self.trouble.lock().expect("not poisoned"),
             "version": env!("CARGO_PKG_VERSION"),
@@ -136,6 +146,15 @@ async fn metrics(State(s): State<Arc<WorkerStatus>>) -> impl IntoResponse {
 
 /// A member that has not renewed within this many heartbeats has lapsed.
 const LAPSES_AFTER: u32 = 3;
+
+/// Rounds in a row whose share could not be computed (a broken source RPC,
+/// a compute that keeps failing) after which a worker steps aside: it
+/// leaves the cluster, so the other members take its items, for
+/// [`ASIDE_FOR`] (doubling each time it must again, up to
+/// [`ASIDE_AT_MOST`]), then joins again. Alone, it stays and keeps trying.
+const STEP_ASIDE_AFTER: u64 = 6;
+const ASIDE_FOR: Duration = Duration::from_secs(30);
+const ASIDE_AT_MOST: Duration = Duration::from_secs(600);
 
 /// Connects to the cluster's Redis, waiting (with a line per try) while it
 /// does not answer.
@@ -272,6 +291,9 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
         async move {
             loop {
                 tokio::time::sleep(every).await;
+                if status.aside.load(Ordering::Relaxed) {
+                    continue;
+                }
                 for project in &projects {
                     match beat.of(project).heartbeat(&member, ttl).await {
                         Ok(joined) => {
@@ -320,6 +342,7 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
         // After a round that failed, or left items uncomputed, the next
         // waits by `Policy::REDIS`; a good round starts the waits over.
         let mut pauses = Policy::REDIS.delays();
+        let mut aside_for = ASIDE_FOR;
         loop {
             match worker.round(&local, wait, blocks).await {
                 Ok(round) => {
@@ -339,6 +362,30 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
                             let rounds = trouble.as_ref().map_or(0, |(n, _)| *n) + 1;
                             *trouble = Some((rounds, why));
                         }
+                        let failing = status.compute_trouble.lock().expect("not poisoned").clone();
+                        if let Some((rounds, why)) = failing.filter(|(n, _)| *n >= STEP_ASIDE_AFTER)
+                            && worker.others_live().await
+                        {
+                            tracing::error!(
+                                "worker {}: {rounds} rounds in a row could not compute its share ({why}); stepping \
+                                 aside for {} s so the other workers take it",
+                                member.id,
+                                aside_for.as_secs()
+                            );
+                            status.aside.store(true, Ordering::Relaxed);
+                            status.stepped_aside.fetch_add(1, Ordering::Relaxed);
+                            for project in &project_types {
+                                if let Err(e) = worker.boards.of(project).leave(&member).await {
+                                    tracing::warn!("leaving the cluster: {e:#}");
+                                }
+                            }
+                            tokio::time::sleep(aside_for).await;
+                            aside_for = (aside_for * 2).min(ASIDE_AT_MOST);
+                            // Its trouble stays until a round computes what it takes.
+                            status.aside.store(false, Ordering::Relaxed);
+                            tracing::info!("worker {}: joining the cluster again", member.id);
+                            continue;
+                        }
                         // A share that failed is taken again, not at once.
                         let wait = pauses.next().unwrap_or(Policy::REDIS.max);
                         tracing::warn!(
@@ -351,6 +398,7 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
                         pauses = Policy::REDIS.delays();
                         if round.accepted > 0 {
                             *status.compute_trouble.lock().expect("not poisoned") = None;
+                            aside_for = ASIDE_FOR;
                         }
                     }
                 }
@@ -389,6 +437,21 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
 
 fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into())
+}
+
+impl Worker {
+    /// Whether another member's heartbeat holds on every board (who would
+    /// take this one's items if it stepped aside); `false` when Redis cannot
+    /// say.
+    async fn others_live(&self) -> bool {
+        for project in &self.projects {
+            match self.boards.of(project).live_members().await {
+                Ok(live) if live.iter().any(|m| m.id != self.member.id) => {}
+                _ => return false,
+            }
+        }
+        !self.projects.is_empty()
+    }
 }
 
 /// The worker's side: one member of the cluster.
@@ -642,7 +705,18 @@ impl Worker {
         let mut task = work.task.clone();
         task.sources = Some(items.iter().filter_map(|(i, _, _)| work.sources.get(*i).cloned()).collect());
         let details: Arc<[BlockDetail]> = if local.needs_block_details() {
-            blocks(task.begin, task.end).await.map_err(anyhow::Error::msg)?.into()
+            match blocks(task.begin, task.end).await {
+                Ok(details) => details.into(),
+                // The share cannot be computed (its source RPC): a failure
+                // of this share, counted towards stepping aside, not an
+                // error of the cluster's board.
+                Err(why) => {
+                    let why = format!("epoch {epoch_id}: a share of {} items failed: {why}", items.len());
+                    tracing::warn!("{why}");
+                    round.failure = Some(why);
+                    return Ok(round);
+                }
+            }
         } else {
             Arc::from(Vec::new())
         };
