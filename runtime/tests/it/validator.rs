@@ -479,28 +479,21 @@ fn the_validator_follows_the_chain_judges_a_reassigned_slot_by_the_registry_at_e
     let redis = redis.restart(&["--appendonly", "no"]);
     let log2 = s.cache.path().join("validator-2.log");
     let mut child = start(&redis.url(), &log2);
-    let unwatched = || -> Option<Vec<u64>> {
+    // The epochs `/epochs/gaps` lists as gaps of `kind`.
+    let gaps_of = |kind: &str| -> Option<Vec<u64>> {
         let (_, gaps) = http_get(&format!("{api}/epochs/gaps"))?;
-        let unwatched: Vec<u64> = gaps["gaps"]
-            .as_array()?
-            .iter()
-            .filter(|g| g["gap"] == "not_watched")
-            .filter_map(|g| g["epoch_id"].as_u64())
-            .filter(|e| missed.contains(e))
-            .collect();
-        (unwatched.len() == missed.len()).then_some(unwatched)
+        Some(
+            gaps["gaps"]
+                .as_array()?
+                .iter()
+                .filter(|g| g["gap"] == kind)
+                .filter_map(|g| g["epoch_id"].as_u64())
+                .collect(),
+        )
     };
+    let unwatched = || gaps_of("not_watched").filter(|e| missed.iter().all(|m| e.contains(m)));
     poll_until("the epochs released while it was stopped listed as gaps", Duration::from_secs(60), unwatched);
-    let lost = || -> Option<Vec<u64>> {
-        let (_, gaps) = http_get(&format!("{api}/epochs/gaps"))?;
-        let lost: Vec<u64> = gaps["gaps"]
-            .as_array()?
-            .iter()
-            .filter(|g| g["gap"] == "state_lost")
-            .filter_map(|g| g["epoch_id"].as_u64())
-            .collect();
-        (!lost.is_empty()).then_some(lost)
-    };
+    let lost = || gaps_of("state_lost").filter(|lost| !lost.is_empty());
     assert_eq!(poll_until("the lost epoch reported", Duration::from_secs(60), lost), [next]);
     let (_, health) = http_get(&format!("{api}/health")).unwrap();
     assert_eq!(health["status"], "degraded", "{health}");

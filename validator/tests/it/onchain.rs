@@ -472,24 +472,32 @@ fn pairs_that_do_not_prove_are_refused_and_a_squatted_batch_cid_blocks_nothing()
     assert_eq!(n.rt.block_on(n.anchor.read(&stored, None)).unwrap(), U256::from(3));
 }
 
-/// An epoch of many projects is stored in parts of the size given, each
-/// proved against the root, and a restart mid-way sends only what is missing.
-#[test]
-fn a_large_epoch_is_stored_in_parts_after_finalization() {
+/// A network storing parts of 40 whose validators all hold a level-1 batch
+/// of `epoch_id` over `projects` made-up pools, its window closed: the
+/// network, the release block, and the project ids, CIDs and root.
+fn large_epoch(epoch_id: u64, projects: usize) -> (Net, u64, (Vec<String>, Vec<String>, String)) {
     let mut n = net();
     for v in &mut n.validators {
         v.onchain = v.onchain.clone().with_part_size(40);
     }
-    let epoch = 27;
     let release = n.world.head();
-    let ids: Vec<String> = (0..150).map(|i| format!("baseSnapshot:0x{i:040x}:devnet")).collect();
-    let cids: Vec<String> = (0..150).map(|i| lite_node_protocol::cid(format!("{i}").as_bytes())).collect();
+    let ids: Vec<String> = (0..projects).map(|i| format!("baseSnapshot:0x{i:040x}:devnet")).collect();
+    let cids: Vec<String> = (0..projects).map(|i| lite_node_protocol::cid(format!("{i}").as_bytes())).collect();
     let pairs: Vec<(&str, &str)> = ids.iter().map(String::as_str).zip(cids.iter().map(String::as_str)).collect();
-    let (batch, root) = level1(epoch, &pairs);
+    let (batch, root) = level1(epoch_id, &pairs);
     for v in 0..3 {
-        n.finalized(v, epoch, release, release - 1, &batch);
+        n.finalized(v, epoch_id, release, release - 1, &batch);
     }
     n.world.mine(WINDOW + 1);
+    (n, release, (ids, cids, root))
+}
+
+/// An epoch of many projects is stored in parts of the size given, each
+/// proved against the root, and a restart mid-way sends only what is missing.
+#[test]
+fn a_large_epoch_is_stored_in_parts_after_finalization() {
+    let epoch = 27;
+    let (n, release, (ids, cids, root)) = large_epoch(epoch, 150);
     n.rounds(&[0, 1, 2], release + 60);
     let on_chain = n.chain_batch(epoch);
     assert!(on_chain.finalized);
@@ -513,20 +521,8 @@ fn a_large_epoch_is_stored_in_parts_after_finalization() {
 /// finalized (issue 53: it was given up as `not_finalized`, nothing stored).
 #[test]
 fn a_finalized_epoch_whose_pairs_were_not_stored_is_stored_after_the_follow_blocks() {
-    let mut n = net();
-    for v in &mut n.validators {
-        v.onchain = v.onchain.clone().with_part_size(40);
-    }
     let epoch = 28;
-    let release = n.world.head();
-    let ids: Vec<String> = (0..90).map(|i| format!("baseSnapshot:0x{i:040x}:devnet")).collect();
-    let cids: Vec<String> = (0..90).map(|i| lite_node_protocol::cid(format!("{i}").as_bytes())).collect();
-    let pairs: Vec<(&str, &str)> = ids.iter().map(String::as_str).zip(cids.iter().map(String::as_str)).collect();
-    let (batch, root) = level1(epoch, &pairs);
-    for v in 0..3 {
-        n.finalized(v, epoch, release, release - 1, &batch);
-    }
-    n.world.mine(WINDOW + 1);
+    let (n, _, (_, _, root)) = large_epoch(epoch, 90);
     let order = n.by_rank(epoch);
     // Rank 0 submits, rank 1 attests (a majority): finalized, and rank 0
     // dies before it stores anything.
