@@ -336,10 +336,7 @@ impl Releaser {
             return Ok(Step::Waiting);
         }
         self.note(|st| st.waiting = None);
-        let input: Bytes =
-            releaseEpochCall { dataMarketAddress: s.data_market, begin: U256::from(begin), end: U256::from(end) }
-                .abi_encode()
-                .into();
+        let input = self.release_input(begin, end);
         // A transaction of this key waiting that this process did not send.
         let (mined, pending) = self.sender.nonces().await.map_err(|e| format!("the releaser's nonce: {e}"))?;
         if pending > mined {
@@ -370,6 +367,16 @@ impl Releaser {
         self.wait_for(flight).await
     }
 
+    /// The call data of `releaseEpoch(begin, end)` for this market.
+    fn release_input(&self, begin: u64, end: u64) -> Bytes {
+        let call = releaseEpochCall {
+            dataMarketAddress: self.settings.data_market,
+            begin: U256::from(begin),
+            end: U256::from(end),
+        };
+        call.abi_encode().into()
+    }
+
     /// A range someone else's transaction (or an earlier one of ours)
     /// released.
     fn raced(&self, begin: u64, end: u64) -> Step {
@@ -384,10 +391,6 @@ impl Releaser {
     async fn wait_for(&self, mut flight: InFlight) -> Result<Step, String> {
         let s = &self.settings;
         let (begin, end) = (flight.begin, flight.end);
-        let input: Bytes =
-            releaseEpochCall { dataMarketAddress: s.data_market, begin: U256::from(begin), end: U256::from(end) }
-                .abi_encode()
-                .into();
         let done = |step: Step| {
             *self.in_flight.lock().expect("not poisoned") = None;
             Ok(step)
@@ -416,7 +419,11 @@ impl Releaser {
                 if self.last_released_end().await? >= end {
                     return done(self.raced(begin, end));
                 }
-                let new = match self.sender.prepare_replacing(s.protocol_state, input.clone(), &flight.tx).await {
+                let new = match self
+                    .sender
+                    .prepare_replacing(s.protocol_state, self.release_input(begin, end), &flight.tx)
+                    .await
+                {
                     Ok(new) => new,
                     Err(TxError::Reverted(_)) => return done(self.raced(begin, end)),
                     Err(e) => return Err(format!("replacing releaseEpoch({begin}, {end}): {e}")),
