@@ -318,9 +318,10 @@ async fn reading_storm(client: &redis::Client, market: &Arc<Market>, monitor: &M
     let api_url = format!("http://{}", api.local_addr().unwrap());
     let (m, c) = (market.clone(), client.clone());
     let mut stop = done.clone();
-    tokio::spawn(lite_node_validator::api::serve(m, c, api, async move {
+    let stopped = async move {
         let _ = stop.wait_for(|d| *d).await;
-    }));
+    };
+    tokio::spawn(lite_node_validator::api::serve(m, c, api, stopped, None));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let admission = gateway::Admission {

@@ -40,10 +40,12 @@ struct Api {
     market: Arc<Market>,
     conn: ConnectionManager,
     tracker: Tracker,
+    /// The validator's gossip peer, when it has one (its traffic on /metrics).
+    gossip: Option<lite_node_gossip::Gossip>,
 }
 
 /// The API's routes.
-pub fn router(market: Arc<Market>, conn: ConnectionManager) -> Router {
+pub fn router(market: Arc<Market>, conn: ConnectionManager, gossip: Option<lite_node_gossip::Gossip>) -> Router {
     let tracker = Tracker::new(market.clone(), conn.clone());
     Router::new()
         .route("/epochs/active", get(active))
@@ -54,19 +56,20 @@ pub fn router(market: Arc<Market>, conn: ConnectionManager) -> Router {
         .route("/participation", get(participation))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .with_state(Api { market, conn, tracker })
+        .with_state(Api { market, conn, tracker, gossip })
 }
 
 /// Serves the API on `listener` until `stop`, on a Redis connection of its
-/// own from `client`.
+/// own from `client`; with `gossip`, /metrics shows its peers and traffic.
 pub async fn serve(
     market: Arc<Market>,
     client: redis::Client,
     listener: tokio::net::TcpListener,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
+    gossip: Option<lite_node_gossip::Gossip>,
 ) -> std::io::Result<()> {
     let conn = crate::connect_retrying(&client, "monitor API").await;
-    axum::serve(listener, router(market, conn)).with_graceful_shutdown(stop).await
+    axum::serve(listener, router(market, conn, gossip)).with_graceful_shutdown(stop).await
 }
 
 /// Submissions per page of `/epochs/{id}/submissions` when none is asked,
@@ -306,6 +309,61 @@ struct QueueLabel {
     queue: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabel {
+    state: String,
+}
+
+/// The gossip peer's traffic and peers, on `registry`.
+async fn gossip_metrics(registry: &mut Registry, gossip: &lite_node_gossip::Gossip) {
+    use lite_node_gossip::Stats;
+    let stats = gossip.stats();
+    let messages = Family::<OutcomeLabel, Counter>::default();
+    for (outcome, counter) in [
+        ("accepted", &stats.accepted),
+        ("rejected", &stats.rejected),
+        ("ignored", &stats.ignored),
+        ("unwanted", &stats.unwanted),
+        ("no_room", &stats.full),
+        ("throttled", &stats.throttled),
+    ] {
+        messages.get_or_create(&OutcomeLabel { outcome: outcome.into() }).inc_by(Stats::get(counter));
+    }
+    registry.register(
+        "gossip_messages",
+        "Gossip messages received, by outcome (unwanted, no_room and throttled are of the ignored; throttled: \
+         not read, its sender past its budget of useless messages)",
+        messages,
+    );
+    let slow = Counter::<u64>::default();
+    slow.inc_by(Stats::get(&stats.slow_disconnected));
+    registry.register("gossip_slow_disconnected", "Peers disconnected for taking nothing queued for them", slow);
+    let graylistings = Counter::<u64>::default();
+    graylistings.inc_by(Stats::get(&stats.graylistings));
+    registry.register(
+        "gossip_graylistings",
+        "Times a peer's score fell below the graylist threshold by what it sent (its messages ignored since)",
+        graylistings,
+    );
+    let p = gossip.peers().await;
+    let peers = Family::<PeerLabel, Gauge>::default();
+    for (state, n) in
+        [("connected", p.connected), ("subscribed", p.subscribed), ("mesh", p.mesh), ("graylisted", p.graylisted)]
+    {
+        peers.get_or_create(&PeerLabel { state: state.into() }).set(n as i64);
+    }
+    registry.register(
+        "gossip_peers",
+        "Gossip peers now: connected and read, subscribed (validators), in the mesh, graylisted (not read)",
+        peers,
+    );
+}
+
 async fn metrics(State(api): State<Api>) -> Answer {
     let k = &api.market.keys;
     let mut conn = api.conn.clone();
@@ -354,6 +412,9 @@ async fn metrics(State(api): State<Api>) -> Answer {
         "Sum over finalized epochs of the time from the window's close to the finalized batch",
         counter(count("finalization_latency_ms_sum")),
     );
+    if let Some(gossip) = &api.gossip {
+        gossip_metrics(&mut registry, gossip).await;
+    }
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry).expect("writing to a String");
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response())

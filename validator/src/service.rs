@@ -401,6 +401,8 @@ async fn run_locked(
     };
     let mut tasks = tokio::task::JoinSet::new();
     let mut announced = Vec::new();
+    // The gossip peer, for the monitor API's /metrics.
+    let mut gossip_peer = None;
     if settings.runs(Component::Gateway) {
         let listen = settings.listen;
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
@@ -427,6 +429,7 @@ async fn run_locked(
             .map_err(|e| lite_node_core::BadInput(e.to_string()))?;
             // What gRPC brings is published too: every validator judges it.
             gateway.relay_through(peer.clone());
+            gossip_peer = Some(peer.clone());
             let addrs = peer.listening().await;
             announced.push(format!(
                 "gossip: peer {} on {}",
@@ -513,7 +516,8 @@ async fn run_locked(
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
         announced.push(format!("monitor API listening on http://{}", listener.local_addr()?));
         let (m, c, stop) = (market.clone(), redis.clone(), stopped());
-        tasks.spawn(async move { crate::api::serve(m, c, listener, stop).await.context("the monitor API stopped") });
+        let api = crate::api::serve(m, c, listener, stop, gossip_peer);
+        tasks.spawn(async move { api.await.context("the monitor API stopped") });
     }
     if let Some(selection) = selection {
         announced.push(format!("dequeuer: {} workers, {} active pools", settings.workers, selection.pools().len()));

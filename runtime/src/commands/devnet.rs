@@ -90,6 +90,21 @@ pub struct Args {
     /// every request MS milliseconds (a remote RPC's round trip).
     #[arg(long, value_name = "MS")]
     pub worker_rpc_delay_ms: Option<u64>,
+    /// The market's other operators (at most 1,000; needs --full-node-workers):
+    /// each a slot of its own and a collector of its own on the validators'
+    /// gossip topic, the first 20 `lite-node collector` processes and the
+    /// rest in this process. Each one's node is a stand-in that signs the
+    /// full node's snapshot of its pool for its own slot.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub operators: u64,
+    /// Peers attacking the validators' gossip for the whole run (at most
+    /// 100; needs --validators), taking in turn: flood (a slot holder
+    /// signing epochs not yet released), forge (registered slots signed by
+    /// other keys), replay (accepted submissions again, before and after
+    /// gossipsub's duplicate cache), sink (subscribes, then stops reading).
+    /// Each validator's gossip outcome is printed at the end.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub hostile: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -130,6 +145,8 @@ impl Args {
             },
             pools: self.pools,
             worker_rpc_delay: self.worker_rpc_delay_ms.map(Duration::from_millis),
+            operators: self.operators,
+            hostile: self.hostile,
         }
     }
 }

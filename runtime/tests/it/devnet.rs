@@ -857,3 +857,101 @@ fn a_processor_that_fails_is_named_in_the_table_and_not_waited_for() {
     assert!(verified.status.success(), "{said}");
     assert!(said.contains("8 selected slot(s) sent nothing, each explained by the record"), "{said}");
 }
+
+/// What a devnet run with `--operators` or `--hostile` must show whatever
+/// else it does: every epoch finalized by every validator (each a batch of
+/// every pool) and on chain, nothing rejected or missing, and the record
+/// re-verified independently. Returns the record.
+fn every_epoch_finalized_by_every_validator(args: &[&str], epochs: u64, validators: usize) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let out = devnet(dir.path(), args).arg("--json").arg(&record).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "devnet {args:?} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let summary = &json["summary"];
+    assert_eq!((summary["rejected"].as_u64(), summary["missing"].as_u64()), (Some(0), Some(0)), "{stdout}");
+    assert_eq!(summary["onchainFinalized"].as_u64(), Some(epochs), "{stdout}");
+    let pools = json["pools"].as_array().unwrap().len();
+    for e in json["epochs"].as_array().unwrap() {
+        let of = e["validators"].as_array().unwrap();
+        assert_eq!(of.len(), validators);
+        for v in of {
+            let projects = v["batch"]["projects"].as_array().map_or(0, Vec::len);
+            assert_eq!(
+                projects, pools,
+                "epoch {} validator {}: {projects} of {pools} pools\n{stdout}",
+                e["epochId"], v["index"]
+            );
+            assert_eq!(v["onchain"]["onchain_status"], "finalized", "epoch {} validator {}", e["epochId"], v["index"]);
+        }
+    }
+    let verified = verify(&record);
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    // What each validator took of the machine is reported.
+    for u in json["validatorUsage"].as_array().unwrap() {
+        assert!(u["peakRssKiB"].as_u64().unwrap() > 0 && u["cpuSecs"].as_f64().is_some(), "{u}");
+    }
+    json
+}
+
+/// Issue 53: a market of many operators, each with its own collector on the
+/// validators' gossip topic (20 `lite-node collector` processes, the rest in
+/// the devnet's process), and 5 validators: every operator's submission is
+/// answered Success by its own collector the first time (none asked to
+/// retry, none refused) and finalized by every validator. The full size —
+/// 200 operators, a full node over 1,000 pools, 10 epochs — is the same
+/// command (docs/devnet.md).
+#[test]
+fn a_market_of_many_operators_collectors_answers_each_success_and_finalizes_every_submission() {
+    let (operators, epochs) = (24, 3);
+    let args = ["--full-node-workers", "1", "--validators", "5", "--operators", "24", "--epochs", "3"];
+    let json = every_epoch_finalized_by_every_validator(&args, epochs, 5);
+    let o = &json["operators"];
+    assert_eq!(o["collectorProcesses"], 20);
+    assert_eq!(o["sent"].as_u64(), Some(operators * epochs), "every operator selected every epoch: {o}");
+    assert_eq!(o["success"], o["sent"], "{o}");
+    assert_eq!(
+        (o["refused"].as_u64(), o["retry"].as_u64(), o["nothingToSign"].as_u64()),
+        (Some(0), Some(0), Some(0)),
+        "{o}"
+    );
+    // Each operator's votes are in every epoch's finalized batch.
+    for e in json["epochs"].as_array().unwrap() {
+        let by_operators = e["submissions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["slotId"].as_u64() > Some(5) && s["validatorVerdict"] == "accepted")
+            .count() as u64;
+        assert_eq!(by_operators, operators, "epoch {}", e["epochId"]);
+    }
+}
+
+/// Issue 53, the hostile variant: the same market with peers attacking the
+/// validators' gossip the whole run — slot holders flooding epochs not yet
+/// released, forgers naming registered slots, replayers sending accepted
+/// submissions again, sinks that subscribe and stop reading. Every epoch is
+/// still finalized by every validator with every operator's submission,
+/// each validator's memory stays bounded, and each validator shows the
+/// attackers contained on /metrics (their useless messages counted, then
+/// left unread or their peers graylisted).
+#[test]
+fn hostile_peers_on_the_gossip_stop_no_epoch_and_are_contained_by_every_validator() {
+    let args =
+        ["--full-node-workers", "1", "--validators", "3", "--operators", "8", "--hostile", "20", "--epochs", "3"];
+    let json = every_epoch_finalized_by_every_validator(&args, 3, 3);
+    let o = &json["operators"];
+    assert_eq!((o["success"].as_u64(), o["refused"].as_u64()), (Some(24), Some(0)), "{o}");
+    for u in json["validatorUsage"].as_array().unwrap() {
+        let g = &u["gossip"];
+        let n = |k: &str| g[k].as_u64().unwrap_or(0);
+        assert!(
+            n("unwanted_unreleased_epoch") > 0 && n("unwanted_wrong_signer") > 0,
+            "the floods and forgeries were read: {u}"
+        );
+        assert!(n("messages_throttled") + n("graylistings") > 0, "the attackers were not contained: {u}");
+        // Bounded: an honest validator of this market takes ~50 MiB.
+        assert!(u["peakRssKiB"].as_u64().unwrap() < 256 * 1024, "validator memory: {u}");
+    }
+}

@@ -635,7 +635,7 @@ fn a_removed_validator_says_so_on_health_until_it_is_added_back() {
     let listener = net.rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let health_url = format!("http://{}/health", listener.local_addr().unwrap());
     let client = redis::Client::open(format!("{}/1", net._redis.url())).unwrap();
-    net.rt.spawn(lite_node_validator::api::serve(market.clone(), client, listener, std::future::pending()));
+    net.rt.spawn(lite_node_validator::api::serve(market.clone(), client, listener, std::future::pending(), None));
     let health = || -> String {
         let url = health_url.clone();
         net.rt.block_on(async move { reqwest::get(&url).await.unwrap().text().await.unwrap() })

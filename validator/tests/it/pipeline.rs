@@ -397,7 +397,7 @@ async fn api_answers(w: &World, cid_a: &str) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let client = redis::Client::open(w.url.as_str()).unwrap();
-    tokio::spawn(lite_node_validator::api::serve(w.market.clone(), client, listener, std::future::pending()));
+    tokio::spawn(lite_node_validator::api::serve(w.market.clone(), client, listener, std::future::pending(), None));
     let get = |path: &str| {
         let url = format!("{base}{path}");
         async move {
@@ -941,7 +941,7 @@ async fn an_epoch_whose_state_redis_lost_is_opened_again_and_reported() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let client = redis::Client::open(w.url.as_str()).unwrap();
-    tokio::spawn(lite_node_validator::api::serve(w.market.clone(), client, listener, std::future::pending()));
+    tokio::spawn(lite_node_validator::api::serve(w.market.clone(), client, listener, std::future::pending(), None));
     let health: serde_json::Value =
         serde_json::from_str(&reqwest::get(format!("{base}/health")).await.unwrap().text().await.unwrap()).unwrap();
     assert_eq!(health["status"], "degraded", "{health}");

@@ -1,8 +1,13 @@
-//! How a process logs: `RUST_LOG` (the filter, default `info`) and
+//! How a process logs: `RUST_LOG` (the filter, default [`DEFAULT_FILTER`]) and
 //! `LOG_FORMAT` (`text`, the default, or `json`: one object per line, for
 //! operators who ship logs).
 
 use crate::{ConfigErrors, EnvSnapshot};
+
+/// `info`, but libp2p's swarm says only what went wrong: a line per gossip
+/// peer started (its id, which its owner announces anyway) is noise in a
+/// devnet of hundreds of operators' collectors.
+pub const DEFAULT_FILTER: &str = "info,libp2p_swarm=warn";
 
 /// The log settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,7 +20,7 @@ pub struct LogSettings {
 
 impl LogSettings {
     pub fn from_env(env: &EnvSnapshot) -> Result<Self, ConfigErrors> {
-        let filter = env.get("RUST_LOG").unwrap_or("info").to_owned();
+        let filter = env.get("RUST_LOG").unwrap_or(DEFAULT_FILTER).to_owned();
         let json = match env.get("LOG_FORMAT").map(str::to_ascii_lowercase).as_deref() {
             None | Some("text") => false,
             Some("json") => true,

@@ -20,11 +20,12 @@ impl Devnet {
         }
         let drills = self.opts.drilled_slots();
         let (driver, anchor, selection, ours) = (&self.driver, &self.anchor, &self.selection, self.opts.our_slots());
+        let operators = self.opts.operator_slots();
         let releaser = &self.releaser;
         let release = retry(
             Policy::CHAIN,
             "the devnet's swap and release",
-            || release_one(driver, anchor, selection, releaser, k, ours, &drills),
+            || release_one(driver, anchor, selection, releaser, k, (ours, operators.clone()), &drills),
             |_| true,
         );
         let mut epoch = match tokio::time::timeout(STALL_LIMIT, release).await {
@@ -38,11 +39,15 @@ impl Devnet {
             v.unwatched.insert(epoch.assignment.epoch_id);
         }
         let epoch_id = epoch.assignment.epoch_id;
+        self.released_tx.send_replace(epoch_id);
         self.drill(|fault, targets| fault.after_release(epoch_id, targets));
         let items = self.pools.len();
         let coordinator = self.nodes.iter_mut().find(|n| n.full_node).and_then(|n| n.process.pid());
         if let Some(f) = &mut self.full_node {
             f.after_release(&self.opts.faults, epoch_id, &self.run_dir, items, coordinator);
+            if let Some(ops) = &mut self.operators {
+                ops.send(&epoch, f.slot_id, f.projects.len(), &self.received, self.opts.epoch_timeout);
+            }
         }
         Ok(epoch)
     }
@@ -327,7 +332,7 @@ pub(crate) async fn release_one(
     selection: &SelectionCheck,
     releaser: &lite_node_chain::releaser::Releaser,
     k: u64,
-    nodes: u64,
+    (nodes, operators): (u64, std::ops::RangeInclusive<u64>),
     faults: &[(u64, lite_node_config::Drill)],
 ) -> Result<Released> {
     use lite_node_chain::releaser::Step;
@@ -347,7 +352,8 @@ pub(crate) async fn release_one(
     };
     let release = lite_node_chain::Release { begin, end, block_number: release_block };
     let assignment = selection.epoch(anchor, epoch_id, release).await.map_err(|e| anyhow!("epoch {epoch_id}: {e}"))?;
-    let ours = |s: &u64| *s <= nodes;
+    // The nodes' slots and the operators' stand-ins'.
+    let ours = |s: &u64| *s <= nodes || operators.contains(s);
     let drilled = |s: &u64| faults.iter().any(|(f, _)| f == s);
     let expected =
         assignment.selected.iter().filter(|(s, _)| ours(s) && !drilled(s)).map(|(s, p)| (*s, p.clone())).collect();

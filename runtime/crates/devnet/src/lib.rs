@@ -11,7 +11,9 @@ pub use lite_node_collector as collector;
 mod epochs;
 mod fault;
 mod full_node;
+mod hostile;
 mod journals;
+mod operators;
 mod options;
 mod process;
 mod proxy;
@@ -209,6 +211,11 @@ struct Devnet {
     nodes: Vec<Node>,
     /// `--full-node-workers`: the full node's Redis and workers.
     full_node: Option<full_node::FullNode>,
+    /// `--operators`: the market's other operators and their collectors.
+    operators: Option<operators::Operators>,
+    /// `--hostile`: the attackers, and the last epoch released as they see it.
+    hostile: Option<hostile::Hostile>,
+    released_tx: tokio::sync::watch::Sender<u64>,
     exe: PathBuf,
     /// The table's width for the selected slots.
     width: usize,

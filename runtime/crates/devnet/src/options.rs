@@ -52,6 +52,12 @@ pub struct Options {
     /// The full node's workers reach the chain through a relay that holds
     /// every request this long (a remote RPC), when set.
     pub worker_rpc_delay: Option<Duration>,
+    /// The market's other operators (`operators.rs`): each a slot of its own
+    /// and a collector of its own on the validators' gossip topic (0: none).
+    pub operators: u64,
+    /// Peers attacking the validators' gossip for the whole run
+    /// (`hostile.rs`; 0: none).
+    pub hostile: u64,
 }
 
 /// `./devnet` when it is a devnet directory (or no other is found), else the
@@ -71,6 +77,26 @@ impl Options {
     /// Every slot of the devnet's nodes.
     pub(crate) fn our_slots(&self) -> u64 {
         self.nodes.saturating_mul(self.slots_per_node.max(1))
+    }
+
+    /// The operators' slots (`--operators`), after the full node's (empty without).
+    pub(crate) fn operator_slots(&self) -> std::ops::RangeInclusive<u64> {
+        let first = self.our_slots() + 1 + u64::from(self.full_node_workers > 0);
+        first..=first + self.operators - 1
+    }
+
+    /// The slots of the flood attackers (`--hostile`: every fourth
+    /// attacker, from the first), after the operators' (empty without).
+    pub(crate) fn hostile_slots(&self) -> std::ops::RangeInclusive<u64> {
+        let first = self.our_slots() + 1 + u64::from(self.full_node_workers > 0) + self.operators;
+        first..=first + self.hostile.div_ceil(4) - 1
+    }
+
+    /// `getTotalNodeCount` unless `--total-slots` says otherwise: every
+    /// node's slot, and with operators or attackers every slot up to the
+    /// last registered (the full node's among them).
+    pub(crate) fn default_total_slots(&self) -> u64 {
+        if self.operators > 0 || self.hostile > 0 { *self.hostile_slots().end() } else { self.our_slots() }
     }
 
     /// The node (numbered from 1) that works `slot`.
@@ -138,6 +164,33 @@ pub(crate) fn check_options(opts: &Options, world: &Path, anvil: &Path) -> Resul
             opts.full_node_workers
         ));
     }
+    if opts.operators > 0 {
+        if opts.full_node_workers == 0 {
+            problems.push(
+                "--operators needs --full-node-workers: an operator's stand-in signs the full node's snapshot of its \
+                 pool"
+                    .into(),
+            );
+        }
+        if opts.operators > MAX_OPERATORS {
+            problems.push(format!("--operators {}: at most {MAX_OPERATORS} on one machine", opts.operators));
+        }
+    }
+    if (opts.operators > 0 || opts.hostile > 0)
+        && let Some(t) = opts.total_slots
+        && t < opts.default_total_slots()
+    {
+        problems.push(format!(
+            "--total-slots {t} is below the last slot of --operators and --hostile, {}: each needs a slot",
+            opts.default_total_slots()
+        ));
+    }
+    if opts.hostile > 0 && opts.validators == 0 {
+        problems.push("--hostile needs --validators: the attackers go for the validators' gossip".into());
+    }
+    if opts.hostile > MAX_HOSTILE {
+        problems.push(format!("--hostile {}: at most {MAX_HOSTILE} on one machine", opts.hostile));
+    }
     if opts.pools == Some(0) {
         problems.push("--pools must be at least 1".into());
     }
@@ -169,6 +222,12 @@ pub(crate) fn world_dir(opts: &Options) -> PathBuf {
         (None, _) => opts.devnet_dir.join("world"),
     }
 }
+
+/// Attackers one devnet runs.
+pub(crate) const MAX_HOSTILE: u64 = 100;
+
+/// Operators one devnet runs (each a collector: the first few processes).
+pub(crate) const MAX_OPERATORS: u64 = 1_000;
 
 /// The pools of the default world (`devnet/build-world.sh`).
 pub(crate) const DEFAULT_WORLD_POOLS: usize = 5;

@@ -121,6 +121,18 @@ impl Guarded {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     }
 
+    /// CPU time used so far (user and system, every thread), in seconds;
+    /// `None` once exited.
+    pub fn cpu_secs(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the command's closing parenthesis: state is field 3,
+        // utime and stime fields 14 and 15.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
+    }
+
     /// The last `n` lines of the log.
     pub fn log_tail(&self, n: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

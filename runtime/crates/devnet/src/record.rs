@@ -32,6 +32,10 @@ pub(super) struct Run<'a> {
     pub onchain: &'a std::collections::BTreeMap<u64, super::validator::OnchainOutcome>,
     /// The full node's cluster, with `--full-node-workers`.
     pub full_node: Option<&'a crate::full_node::FullNode>,
+    /// `--operators`: their slots and signers (their stand-ins keep no snapshots).
+    pub operators: Option<&'a crate::operators::Operators>,
+    /// Each validator's and its Redis's peak memory and CPU time.
+    pub validator_usage: &'a [Value],
 }
 
 pub(super) fn build(run: &Run<'_>) -> Value {
@@ -49,7 +53,10 @@ pub(super) fn build(run: &Run<'_>) -> Value {
         all_outcomes,
         onchain,
         full_node,
+        operators,
+        validator_usage,
     } = *run;
+    let operator_list = operators.map_or(&[][..], |o| &o.list[..]);
     let domain = lite_node_protocol::eip712::domain(manifest.anchor.chain_id, manifest.protocol_state);
     let epochs: Vec<Value> = released
         .iter()
@@ -62,11 +69,16 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                 .filter(|(_, r)| r.epoch_id == a.epoch_id)
                 .map(|(s, r)| {
                     let node = nodes.iter().find(|n| n.slots.contains(&r.slot_id));
-                    let path = node.map(|n| snapshot_path(&n.data_dir.join("snapshots"), r.epoch_id, &r.snapshot_cid));
+                    // An operator's stand-in signed the full node's bytes: they are the full node's.
+                    let operator = operator_list.iter().find(|o| o.slot_id == r.slot_id);
+                    let keeper = node.or_else(|| operator.and(nodes.iter().find(|n| n.full_node)));
+                    let path =
+                        keeper.map(|n| snapshot_path(&n.data_dir.join("snapshots"), r.epoch_id, &r.snapshot_cid));
+                    let signer = node.map(|n| n.signer).or(operator.map(|o| o.address));
                     json!({
                         "slotId": r.slot_id,
                         "fullNode": a.full_nodes.contains(&r.slot_id),
-                        "signer": node.map(|n| n.signer.to_string()),
+                        "signer": signer.map(|s| s.to_string()),
                         "projectId": r.project_id,
                         "snapshotCid": r.snapshot_cid,
                         "signature": s.submission.signature,
@@ -147,7 +159,14 @@ pub(super) fn build(run: &Run<'_>) -> Value {
             "dataDir": n.data_dir.display().to_string(),
             "peakRssKiB": n.peak_rss_kib,
             "fullNode": n.full_node,
-        })).collect::<Vec<_>>(),
+        })).chain(operator_list.iter().map(|o| json!({
+            "slotId": o.slot_id,
+            "slots": [o.slot_id],
+            "signer": o.address.to_string(),
+            "operator": true,
+        }))).collect::<Vec<_>>(),
+        "operators": operators.map(|o| o.summary()),
+        "validatorUsage": validator_usage,
         "fullNode": full_node.map(|f| json!({
             "slotId": f.slot_id,
             "assign": f.assign.name(),

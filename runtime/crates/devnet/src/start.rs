@@ -30,7 +30,7 @@ impl Devnet {
             }
             manifest.pools.truncate(n);
         }
-        let total_slots = opts.total_slots.unwrap_or(opts.our_slots());
+        let total_slots = opts.total_slots.unwrap_or(opts.default_total_slots());
 
         // One devnet per run directory at a time; the run directory starts empty.
         let run_dir = std::path::absolute(opts.run_dir.clone().unwrap_or_else(|| opts.devnet_dir.join("run")))?;
@@ -74,8 +74,10 @@ impl Devnet {
             .map(|p| (p.project_type, p.per_pool))
             .collect();
         let project_count = project_types.len();
-        let market_projects =
-            lite_node_protocol::submission::Projects::declared(NAMESPACE_VARS.map(|(_, v)| v).join("-"), project_types);
+        let market_projects = lite_node_protocol::submission::Projects::declared(
+            NAMESPACE_VARS.map(|(_, v)| v).join("-"),
+            project_types.clone(),
+        );
 
         // The two chains, as a market has them: the source (the saved
         // Uniswap V3 world) and the anchor (empty), each its own anvil and
@@ -92,7 +94,7 @@ impl Devnet {
         // The market, deployed by `lite-node market deploy`'s code (the
         // drill contract: the production one and the node count a devnet
         // may fix above its registered slots).
-        let registered = opts.our_slots() + u64::from(opts.full_node_workers > 0);
+        let registered = *opts.hostile_slots().end();
         let deployer_key = manifest
             .key_of(&manifest.deployer)
             .ok_or_else(|| anyhow!("the devnet world's manifest has no key for its deployer"))?
@@ -176,6 +178,20 @@ impl Devnet {
         } else {
             None
         };
+        // The operators' slots, each registered to its own derived signer.
+        if opts.operators > 0 {
+            for slot_id in opts.operator_slots() {
+                let signer: PrivateKeySigner =
+                    derived_key(slot_id).parse().map_err(|e| anyhow!("operator {slot_id}'s key: {e}"))?;
+                driver.assign_slot(slot_id, signer.address()).await?;
+            }
+            writeln!(out, "{} operators' slots registered: {:?}", opts.operators, opts.operator_slots())?;
+        }
+        for slot_id in opts.hostile_slots() {
+            let signer: PrivateKeySigner =
+                derived_key(slot_id).parse().map_err(|e| anyhow!("slot {slot_id}'s key: {e}"))?;
+            driver.assign_slot(slot_id, signer.address()).await?;
+        }
         // The releaser: its own key, granted by the owner, releasing each
         // source block as an epoch once mined.
         let releaser_key = derived_key(u64::MAX);
@@ -204,7 +220,7 @@ impl Devnet {
              {protocol_state}, {} slots registered, getTotalNodeCount = {total_slots}",
             manifest.chain_id,
             manifest.pools.len(),
-            opts.our_slots()
+            registered
         )?;
 
         let exe = std::env::current_exe().context("locating the lite-node binary")?;
@@ -349,6 +365,61 @@ impl Devnet {
             if validators.is_empty() { "" } else { "; publishes what it accepts to the validators over gossip" }
         )?;
 
+        // The market's other operators, each with its own collector.
+        let operators = if opts.operators > 0 {
+            let window_blocks =
+                validators.first().map_or(lite_node_protocol::submission::WINDOW_BLOCKS, |v| v.window_blocks);
+            let ops = operators::Operators::start(
+                opts.operator_slots(),
+                &operators::Setting {
+                    exe: &exe,
+                    run_dir: &run_dir,
+                    env: &validator_env,
+                    anchor: &anchor,
+                    anchor_url: &url,
+                    selection: &selection,
+                    protocol_state,
+                    data_market,
+                    validators: &validators,
+                    window_blocks,
+                },
+            )
+            .await?;
+            writeln!(out, "{}", ops.describe_start())?;
+            Some(ops)
+        } else {
+            None
+        };
+
+        // The attackers, for the whole run.
+        let (released_tx, released_rx) = tokio::sync::watch::channel(0u64);
+        let hostile = if opts.hostile > 0 {
+            let namespace = NAMESPACE_VARS.map(|(_, v)| v).join("-");
+            let project_type = project_types.first().map_or("baseSnapshot".to_owned(), |(t, _)| t.clone());
+            let project_of: Arc<dyn Fn(&str) -> String + Send + Sync> =
+                Arc::new(move |pool: &str| format!("{project_type}:{}:{namespace}", pool.to_lowercase()));
+            let h = hostile::Hostile::start(
+                opts.hostile,
+                &opts.hostile_slots().collect::<Vec<_>>(),
+                hostile::Target {
+                    run_dir: &run_dir,
+                    validators: &validators,
+                    protocol_state,
+                    data_market,
+                    registered,
+                    project_of,
+                    pools: pools.clone(),
+                    released: released_rx,
+                    received: received.clone(),
+                },
+            )
+            .await?;
+            writeln!(out, "{}", h.describe_start())?;
+            Some(h)
+        } else {
+            None
+        };
+
         let rerun = write_compute_run_env(&run_dir, &market, &projects, &child_env)?;
         writeln!(
             out,
@@ -466,6 +537,9 @@ impl Devnet {
             onchain: BTreeMap::new(),
             nodes,
             full_node,
+            operators,
+            hostile,
+            released_tx,
             exe,
             width,
             project_count,

@@ -62,6 +62,19 @@ impl Devnet {
             tokio::task::block_in_place(|| f.stop(NODE_STOP_GRACE + STOP_MARGIN));
             f.read_gathered(&self.run_dir);
         }
+        // Each validator's gossip figures, read while every peer is still up.
+        let mut gossip = Vec::new();
+        for v in &mut self.validators {
+            gossip.push(v.gossip_metrics().await);
+        }
+        if let Some(ops) = &mut self.operators {
+            ops.stop().await;
+            writeln!(out, "{}", ops.describe())?;
+        }
+        if let Some(h) = &mut self.hostile {
+            writeln!(out, "{}", h.describe().await)?;
+            h.stop().await;
+        }
         let _ = self.stop_collector.send(());
         // A client someone else left connected must not keep the devnet from ending.
         if tokio::time::timeout(Duration::from_secs(2), &mut self.serving).await.is_err() {
@@ -74,6 +87,14 @@ impl Devnet {
         let mut unwanted = Vec::new();
         for v in &mut self.validators {
             unwanted.push((v.index, v.unwanted().await));
+        }
+        // What each validator (and its Redis) took of the machine over the run.
+        let mut usage: Vec<serde_json::Value> = Vec::new();
+        for (v, gossip) in self.validators.iter_mut().zip(gossip) {
+            let mut u = v.usage();
+            u["gossip"] = gossip;
+            writeln!(out, "validator {}: {}", v.index, validator::usage_line(&u))?;
+            usage.push(u);
         }
         for v in &mut self.validators {
             tokio::task::block_in_place(|| stop_all(&mut [&mut v.process, &mut v.redis], Duration::from_secs(10)));
@@ -152,6 +173,8 @@ impl Devnet {
                 all_outcomes: &self.outcomes,
                 onchain: &self.onchain,
                 full_node: self.full_node.as_ref(),
+                operators: self.operators.as_ref(),
+                validator_usage: &usage,
             });
             let text = serde_json::to_vec_pretty(&record)?;
             lite_node_core::atomic_file::write(path, &text)?;

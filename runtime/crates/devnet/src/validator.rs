@@ -347,6 +347,42 @@ impl DevnetValidator {
         }
     }
 
+    /// Its process's and its Redis's peak resident memory and CPU time so far.
+    pub fn usage(&self) -> Value {
+        json!({
+            "index": self.index,
+            "peakRssKiB": self.process.peak_rss_kib(),
+            "cpuSecs": self.process.cpu_secs(),
+            "redisPeakRssKiB": self.redis.peak_rss_kib(),
+            "redisCpuSecs": self.redis.cpu_secs(),
+        })
+    }
+
+    /// Its gossip peer's `validator_gossip_*` figures from `/metrics`
+    /// (`{"messages_throttled": n, "peers_graylisted": n, …}`).
+    pub async fn gossip_metrics(&mut self) -> Value {
+        let text = match reqwest::get(format!("{}/metrics", self.api)).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let mut out = serde_json::Map::new();
+        for line in text.lines().filter(|l| l.starts_with("validator_gossip_")) {
+            let Some((name, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(value) = value.parse::<f64>() else { continue };
+            // validator_gossip_messages_total{outcome="rejected"} → messages_rejected
+            let name = name.trim_start_matches("validator_gossip_").replace("_total", "");
+            let key = match name.split_once('{') {
+                Some((base, label)) => {
+                    let label = label.split('"').nth(1).unwrap_or_default();
+                    format!("{base}_{label}")
+                }
+                None => name,
+            };
+            out.insert(key, json!(value as u64));
+        }
+        Value::Object(out)
+    }
+
     /// The last `n` lines of its log.
     pub fn log_tail(&self, n: usize) -> String {
         self.process.log_tail(n)
@@ -554,4 +590,32 @@ pub async fn settle_onchain(
         cids,
     };
     Ok((outcome, states))
+}
+
+/// A validator's [`DevnetValidator::usage`] in words.
+pub fn usage_line(u: &Value) -> String {
+    let mib = |k: &str| u[k].as_u64().map_or("?".to_owned(), |v| format!("{:.1} MiB", v as f64 / 1024.0));
+    let secs = |k: &str| u[k].as_f64().map_or("?".to_owned(), |v| format!("{v:.1} s"));
+    let gossip = u["gossip"].as_object().map_or(String::new(), |g| {
+        let n = |k: &str| g.get(k).and_then(Value::as_u64).unwrap_or(0);
+        format!(
+            "; gossip: {} accepted, {} rejected, {} unwanted, {} throttled unread; {} peer(s) connected, {} \
+             graylisted now, {} graylisting(s), {} disconnected for not reading",
+            n("messages_accepted"),
+            n("messages_rejected"),
+            n("messages_unwanted"),
+            n("messages_throttled"),
+            n("peers_connected"),
+            n("peers_graylisted"),
+            n("graylistings"),
+            n("slow_disconnected"),
+        )
+    });
+    format!(
+        "peak RSS {}, CPU {} (its Redis: peak RSS {}, CPU {}){gossip}",
+        mib("peakRssKiB"),
+        secs("cpuSecs"),
+        mib("redisPeakRssKiB"),
+        secs("redisCpuSecs")
+    )
 }

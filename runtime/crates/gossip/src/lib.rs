@@ -242,6 +242,8 @@ pub struct Stats {
     /// Peers disconnected for taking nothing of what was queued for them
     /// ([`SLOW_HEARTBEATS`]).
     pub slow_disconnected: AtomicU64,
+    /// Times a peer's score fell below [`GRAYLIST`] (by what it sent).
+    pub graylistings: AtomicU64,
 }
 
 impl Stats {
@@ -273,6 +275,9 @@ pub struct Peers {
     pub subscribed: usize,
     /// Peers in this peer's mesh for the topic (always 0 for a publisher).
     pub mesh: usize,
+    /// Connected peers whose score fell below [`GRAYLIST`]: nothing they
+    /// send is read, and nothing is sent to them.
+    pub graylisted: usize,
 }
 
 /// A running peer.
@@ -662,7 +667,11 @@ impl Task {
         let mut peers = Peers { mesh: gossipsub.mesh_peers(&topic).count(), ..Peers::default() };
         for (peer, topics) in gossipsub.all_peers() {
             let score = gossipsub.peer_score(peer).unwrap_or(0.0);
-            if unsupported.contains(peer) || score < GRAYLIST {
+            if unsupported.contains(peer) {
+                continue;
+            }
+            if score < GRAYLIST {
+                peers.graylisted += 1;
                 continue;
             }
             peers.connected += 1;
@@ -690,7 +699,19 @@ impl Task {
     }
 
     fn report(&mut self, message: &gossipsub::MessageId, source: &PeerId, acceptance: gossipsub::MessageAcceptance) {
+        let before = self.swarm.behaviour().gossipsub.peer_score(source);
         self.swarm.behaviour_mut().gossipsub.report_message_validation_result(message, source, acceptance);
+        self.count_graylisting(source, before);
+    }
+
+    /// Counts `peer` graylisted when its score, `before` something it sent
+    /// was scored, was not below [`GRAYLIST`] and now is.
+    fn count_graylisting(&self, peer: &PeerId, before: Option<f64>) {
+        let after = self.swarm.behaviour().gossipsub.peer_score(peer);
+        if before.unwrap_or(0.0) >= GRAYLIST && after.is_some_and(|s| s < GRAYLIST) {
+            Stats::add(&self.stats.graylistings);
+            tracing::info!("gossip: {peer} graylisted (score {:.0}): what it sends is ignored", after.unwrap_or(0.0));
+        }
     }
 
     /// Whether `peer` has budget left for a message of no use (refilled at
@@ -732,7 +753,9 @@ impl Task {
         let count = self.unwanted.entry(peer).or_insert(0.0);
         *count += 1.0;
         let score = *count * UNWANTED_WEIGHT;
+        let before = self.swarm.behaviour().gossipsub.peer_score(&peer);
         self.swarm.behaviour_mut().gossipsub.set_application_score(&peer, score);
+        self.count_graylisting(&peer, before);
     }
 
     /// Halves every peer's unwanted count (forgetting those near zero).
@@ -760,7 +783,8 @@ impl Task {
     fn on_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
-                tracing::info!("gossip: listening on {address}/p2p/{}", self.swarm.local_peer_id());
+                // Its owner announces where it listens (`listening`).
+                tracing::debug!("gossip: listening on {address}/p2p/{}", self.swarm.local_peer_id());
                 self.listening.send_modify(|a| a.push(address));
             }
             SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Message {
