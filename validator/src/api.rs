@@ -9,7 +9,7 @@
 //! | `/dashboard` | the state tracker's summary, computed now |
 //! | `/participation` | 24-hour participation, computed now |
 //! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why; `degraded` for an hour after an epoch's state was lost or an epoch was not watched whole, while the event monitor reports a problem, or while this validator's key is not a validator of the market (removed) |
-//! | `/metrics` | Prometheus text: received, accepted, rejected by reason, queue depths, finalization latency |
+//! | `/metrics` | Prometheus text: received, accepted, rejected by reason, queue depths, finalization latency; the gossip peer's messages by outcome, peers, graylistings |
 //!
 //! It reads on a connection of its own (a large answer never holds up the
 //! gateway's or the workers' commands), pages through one epoch's keys
@@ -345,6 +345,13 @@ async fn gossip_metrics(registry: &mut Registry, gossip: &lite_node_gossip::Goss
     registry.register("gossip_slow_disconnected", "Peers disconnected for taking nothing queued for them", slow);
     let graylistings = Counter::<u64>::default();
     graylistings.inc_by(Stats::get(&stats.graylistings));
+    let banned = Counter::<u64>::default();
+    banned.inc_by(Stats::get(&stats.banned));
+    registry.register(
+        "gossip_banned",
+        "Peers disconnected and refused for a while for being graylisted again and again",
+        banned,
+    );
     registry.register(
         "gossip_graylistings",
         "Times a peer's score fell below the graylist threshold by what it sent (its messages ignored since)",

@@ -267,7 +267,13 @@ pub(crate) fn with_finalized(mut line: String, outcome: &validator::EpochOutcome
         }
         None => line.push_str("  not finalized in time"),
     }
-    for ((slot, project, _), verdict) in outcome.verdicts.iter().filter(|(_, v)| *v != "accepted") {
+    // The first few (the rest in the record): an attacker's can be thousands.
+    const SHOWN: usize = 5;
+    let rejected: Vec<_> = outcome.verdicts.iter().filter(|(_, v)| *v != "accepted").collect();
+    if rejected.len() > SHOWN {
+        line.push_str(&format!("\n       validator rejected {} submissions; the first {SHOWN}:", rejected.len()));
+    }
+    for ((slot, project, _), verdict) in rejected.into_iter().take(SHOWN) {
         line.push_str(&format!("\n       validator rejected slot {slot} {project}: {verdict}"));
     }
     line

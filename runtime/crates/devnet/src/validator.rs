@@ -600,7 +600,7 @@ pub fn usage_line(u: &Value) -> String {
         let n = |k: &str| g.get(k).and_then(Value::as_u64).unwrap_or(0);
         format!(
             "; gossip: {} accepted, {} rejected, {} unwanted, {} throttled unread; {} peer(s) connected, {} \
-             graylisted now, {} graylisting(s), {} disconnected for not reading",
+             graylisted now, {} graylisting(s), {} banned, {} disconnected for not reading",
             n("messages_accepted"),
             n("messages_rejected"),
             n("messages_unwanted"),
@@ -608,6 +608,7 @@ pub fn usage_line(u: &Value) -> String {
             n("peers_connected"),
             n("peers_graylisted"),
             n("graylistings"),
+            n("banned"),
             n("slow_disconnected"),
         )
     });

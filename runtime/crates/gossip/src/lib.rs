@@ -102,7 +102,15 @@ const MAX_PENDING_INCOMING: u32 = 128;
 /// not hold, replays, epochs long closed) costs the receiver this much CPU
 /// at most, whatever its score.
 pub const USELESS_BURST: f64 = 1_000.0;
-pub const USELESS_PER_SECOND: f64 = 100.0;
+pub const USELESS_PER_SECOND: f64 = 20.0;
+
+/// A peer graylisted this many times within [`BAN_WINDOW`] (by what it sent:
+/// an honest peer never is, since what only a lagging view would refuse
+/// costs it no score) is disconnected and its connections refused for
+/// [`BAN_FOR`]; never a bootstrap peer.
+pub const BAN_AFTER: usize = 3;
+pub const BAN_WINDOW: Duration = Duration::from_secs(600);
+pub const BAN_FOR: Duration = Duration::from_secs(600);
 
 /// How often unconnected bootstrap peers are dialled again.
 const REDIAL_EVERY: Duration = Duration::from_secs(5);
@@ -244,6 +252,8 @@ pub struct Stats {
     pub slow_disconnected: AtomicU64,
     /// Times a peer's score fell below [`GRAYLIST`] (by what it sent).
     pub graylistings: AtomicU64,
+    /// Peers banned for being graylisted [`BAN_AFTER`] times.
+    pub banned: AtomicU64,
 }
 
 impl Stats {
@@ -292,6 +302,8 @@ pub struct Gossip {
 #[derive(NetworkBehaviour)]
 struct Behaviour {
     limits: libp2p::connection_limits::Behaviour,
+    /// Peers banned for being graylisted again and again ([`BAN_AFTER`]).
+    banned: libp2p::allow_block_list::Behaviour<libp2p::allow_block_list::BlockedPeers>,
     gossipsub: gossipsub::Behaviour,
 }
 
@@ -496,7 +508,11 @@ impl Gossip {
                     .with_max_established_incoming(Some(MAX_INCOMING))
                     .with_max_pending_incoming(Some(MAX_PENDING_INCOMING))
                     .with_max_established_per_peer(Some(MAX_PER_PEER));
-                Ok(Behaviour { limits: libp2p::connection_limits::Behaviour::new(limits), gossipsub })
+                Ok(Behaviour {
+                    limits: libp2p::connection_limits::Behaviour::new(limits),
+                    banned: Default::default(),
+                    gossipsub,
+                })
             })
             .map_err(|e| Error::Setup(e.to_string()))?
             .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
@@ -527,6 +543,8 @@ impl Gossip {
             unwanted: Default::default(),
             useless: Default::default(),
             slow: Default::default(),
+            graylisted: Default::default(),
+            banned: Default::default(),
         };
         tokio::spawn(task.run(inbox));
         Ok(Self { commands, peer_id, listening, stats })
@@ -620,6 +638,10 @@ struct Task {
     useless: std::collections::HashMap<PeerId, (f64, std::time::Instant)>,
     /// Per peer, the heartbeats in a row it could not take its messages.
     slow: std::collections::HashMap<PeerId, (u32, std::time::Instant)>,
+    /// Per peer, when it was graylisted within the last [`BAN_WINDOW`].
+    graylisted: std::collections::HashMap<PeerId, Vec<std::time::Instant>>,
+    /// Banned peers, until when.
+    banned: std::collections::HashMap<PeerId, std::time::Instant>,
 }
 
 impl Task {
@@ -648,7 +670,10 @@ impl Task {
                 },
                 event = self.swarm.select_next_some() => self.on_event(event),
                 _ = redial.tick() => self.dial_bootstrap(),
-                _ = decay.tick() => self.decay_unwanted(),
+                _ = decay.tick() => {
+                    self.decay_unwanted();
+                    self.lift_bans();
+                }
             }
         }
     }
@@ -705,13 +730,45 @@ impl Task {
     }
 
     /// Counts `peer` graylisted when its score, `before` something it sent
-    /// was scored, was not below [`GRAYLIST`] and now is.
-    fn count_graylisting(&self, peer: &PeerId, before: Option<f64>) {
+    /// was scored, was not below [`GRAYLIST`] and now is; the
+    /// [`BAN_AFTER`]th time within [`BAN_WINDOW`], bans it for [`BAN_FOR`]
+    /// (never a bootstrap peer).
+    fn count_graylisting(&mut self, peer: &PeerId, before: Option<f64>) {
         let after = self.swarm.behaviour().gossipsub.peer_score(peer);
-        if before.unwrap_or(0.0) >= GRAYLIST && after.is_some_and(|s| s < GRAYLIST) {
-            Stats::add(&self.stats.graylistings);
-            tracing::info!("gossip: {peer} graylisted (score {:.0}): what it sends is ignored", after.unwrap_or(0.0));
+        if before.unwrap_or(0.0) < GRAYLIST || after.is_none_or(|s| s >= GRAYLIST) {
+            return;
         }
+        Stats::add(&self.stats.graylistings);
+        let now = std::time::Instant::now();
+        let times = self.graylisted.entry(*peer).or_default();
+        times.retain(|t| now.duration_since(*t) < BAN_WINDOW);
+        times.push(now);
+        let again = times.len();
+        if again < BAN_AFTER || self.bootstrap.iter().any(|(known, _)| known == peer) {
+            tracing::info!("gossip: {peer} graylisted (score {:.0}): what it sends is ignored", after.unwrap_or(0.0));
+            return;
+        }
+        self.graylisted.remove(peer);
+        self.banned.insert(*peer, now + BAN_FOR);
+        self.swarm.behaviour_mut().banned.block_peer(*peer);
+        Stats::add(&self.stats.banned);
+        tracing::warn!(
+            "gossip: {peer} graylisted {again} times within {} s; disconnected and refused for {} s",
+            BAN_WINDOW.as_secs(),
+            BAN_FOR.as_secs()
+        );
+    }
+
+    /// Lifts the bans that are over, and forgets graylistings older than
+    /// [`BAN_WINDOW`].
+    fn lift_bans(&mut self) {
+        let now = std::time::Instant::now();
+        let over: Vec<PeerId> = self.banned.iter().filter(|(_, until)| **until <= now).map(|(p, _)| *p).collect();
+        for peer in over {
+            self.banned.remove(&peer);
+            self.swarm.behaviour_mut().banned.unblock_peer(peer);
+        }
+        self.graylisted.retain(|_, times| times.last().is_some_and(|t| now.duration_since(*t) < BAN_WINDOW));
     }
 
     /// Whether `peer` has budget left for a message of no use (refilled at
