@@ -168,30 +168,32 @@ impl Hostile {
                 Attack::Replay => {
                     let received = t.received.clone();
                     hostile.tasks.spawn(async move {
-                        // Each accepted message: how often replayed, and when first.
-                        let mut replayed: std::collections::HashMap<Vec<u8>, (u8, tokio::time::Instant)> =
-                            Default::default();
+                        // What was accepted, read once each (the record only
+                        // grows), replayed soon and again past the cache.
+                        let (mut read, mut again) = (0, std::collections::VecDeque::new());
                         loop {
-                            let accepted: Vec<SnapshotSubmission> = received
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .iter()
-                                .filter(|s| s.verdict.is_ok())
-                                .map(|s| s.submission.clone())
-                                .collect();
-                            let mut this_round = 0;
-                            for s in accepted {
-                                let Ok(form) = lite_node_protocol::submission::gossip_form(&s) else { continue };
-                                let bytes = prost::Message::encode_to_vec(&form);
-                                let now = tokio::time::Instant::now();
-                                let entry = replayed.entry(bytes.clone()).or_insert((0, now));
-                                let due = entry.0 == 0 || (entry.0 == 1 && now - entry.1 >= REPLAY_AGAIN_AFTER);
-                                if due && this_round < PER_ROUND * 5 {
-                                    entry.0 += 1;
-                                    this_round += 1;
-                                    if p.publish(bytes) {
-                                        sent.fetch_add(1, Ordering::Relaxed);
-                                    }
+                            let new: Vec<SnapshotSubmission> = {
+                                let seen = received.lock().unwrap_or_else(|p| p.into_inner());
+                                let new = seen[read.min(seen.len())..]
+                                    .iter()
+                                    .filter(|s| s.verdict.is_ok())
+                                    .map(|s| s.submission.clone())
+                                    .collect();
+                                read = seen.len();
+                                new
+                            };
+                            let now = tokio::time::Instant::now();
+                            for s in new {
+                                let bytes = encoded(&s);
+                                if p.publish(bytes.clone()) {
+                                    sent.fetch_add(1, Ordering::Relaxed);
+                                }
+                                again.push_back((now + REPLAY_AGAIN_AFTER, bytes));
+                            }
+                            while again.front().is_some_and(|(at, _)| *at <= now) {
+                                let Some((_, bytes)) = again.pop_front() else { break };
+                                if p.publish(bytes) {
+                                    sent.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
                             tokio::time::sleep(ROUND_EVERY).await;

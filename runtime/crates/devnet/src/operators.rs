@@ -205,11 +205,14 @@ impl Operators {
         self.sending.spawn(async move {
             let deadline = tokio::time::Instant::now() + patience;
             let mut sends = tokio::task::JoinSet::new();
+            // The full node's accepted snapshots by pool, read once each (the record only grows).
+            let (mut read, mut by_pool) = (0, BTreeMap::<String, Vec<SnapshotSubmission>>::new());
             loop {
-                let mut by_pool: BTreeMap<String, Vec<SnapshotSubmission>> = BTreeMap::new();
                 {
                     let seen = received.lock().unwrap_or_else(|p| p.into_inner());
-                    for s in seen.iter().filter(|s| s.verdict.is_ok()) {
+                    let new = &seen[read.min(seen.len())..];
+                    read = seen.len();
+                    for s in new.iter().filter(|s| s.verdict.is_ok()) {
                         let Some(r) = s.submission.request.as_ref() else { continue };
                         if r.epoch_id != epoch_id || r.slot_id != full_slot {
                             continue;
