@@ -935,7 +935,7 @@ fn a_market_of_many_operators_collectors_answers_each_success_and_finalizes_ever
 /// still finalized by every validator with every operator's submission,
 /// each validator's memory stays bounded, and each validator shows the
 /// attackers contained on /metrics (their useless messages counted, then
-/// left unread or their peers graylisted).
+/// left unread or their peers graylisted, the floods banned).
 #[test]
 fn hostile_peers_on_the_gossip_stop_no_epoch_and_are_contained_by_every_validator() {
     let args =
@@ -951,6 +951,8 @@ fn hostile_peers_on_the_gossip_stop_no_epoch_and_are_contained_by_every_validato
             "the floods and forgeries were read: {u}"
         );
         assert!(n("messages_throttled") + n("graylistings") > 0, "the attackers were not contained: {u}");
+        // The flood attackers, graylisted again and again, are banned.
+        assert!(n("banned") >= 1, "no attacker banned: {u}");
         // Bounded: an honest validator of this market takes ~50 MiB.
         assert!(u["peakRssKiB"].as_u64().unwrap() < 256 * 1024, "validator memory: {u}");
     }
