@@ -177,14 +177,17 @@ impl Devnet {
             let patience = if missed { Duration::from_secs(2) } else { Duration::from_secs(30) };
             match v.wait_judged(e, forwarded, patience).await {
                 // Its window is closed all the same: what it judges later is
-                // late. Its log says why it was slow.
-                Ok(judged) if judged < forwarded && !missed => line.push_str(&format!(
-                    "\n       validator {}: {judged} of the {forwarded} submission(s) forwarded judged after {} s; \
-                     the last lines of its log:\n{}",
-                    v.index,
-                    patience.as_secs(),
-                    v.log_tail(20)
-                )),
+                // late. Its gossip figures and log say why it was slow.
+                Ok(judged) if judged < forwarded && !missed => {
+                    let gossip = v.gossip_metrics().await;
+                    line.push_str(&format!(
+                        "\n       validator {}: {judged} of the {forwarded} submission(s) forwarded judged after {} s; \
+                         its gossip: {gossip}; the last lines of its log:\n{}",
+                        v.index,
+                        patience.as_secs(),
+                        v.log_tail(20)
+                    ))
+                }
                 Ok(_) => {}
                 Err(err) => {
                     self.failure = Some(err.context(format!("epoch {e} at validator {}", v.index)));

@@ -67,7 +67,7 @@ const OUTBOX: usize = 4096;
 
 /// Messages queued per connection before gossipsub drops them: room for
 /// an epoch of 10,000 projects and its relays, and ~15 MB for a peer that
-/// takes nothing, until it is disconnected ([`SLOW_HEARTBEATS`]).
+/// takes nothing, until it is disconnected ([`SLOW_HEARTBEATS`], [`SLOW_RUNS`]).
 const CONNECTION_QUEUE: usize = 20_000;
 
 /// How long a message to forward may wait in a connection's queue: long
@@ -85,6 +85,14 @@ const PUBLISH_AT_MOST: Duration = Duration::from_secs(60);
 /// seconds, not for good; a busy peer dropping some of a burst is not cut
 /// off, and the bootstrap peers (the market's validators) never are.
 pub const SLOW_HEARTBEATS: u32 = 15;
+
+/// Separate runs of failing heartbeats within [`SLOW_WINDOW`] after which a
+/// peer is disconnected too: a message queued behind a connection that
+/// takes nothing never expires, so such a peer's queue fails only while
+/// messages come — in a market, at each epoch's burst, never
+/// [`SLOW_HEARTBEATS`] in a row — and it would hold a full queue for good.
+pub const SLOW_RUNS: usize = 4;
+pub const SLOW_WINDOW: Duration = Duration::from_secs(60);
 
 /// Connections taken from other peers at once (hundreds of operators'
 /// collectors, each with one connection to each validator), per peer, and
@@ -636,8 +644,9 @@ struct Task {
     /// Per peer, what is left of its budget of useless messages, and when
     /// it was last refilled.
     useless: std::collections::HashMap<PeerId, (f64, std::time::Instant)>,
-    /// Per peer, the heartbeats in a row it could not take its messages.
-    slow: std::collections::HashMap<PeerId, (u32, std::time::Instant)>,
+    /// Per peer, the heartbeats in a row it could not take its messages,
+    /// the last of them, and when each run of them within [`SLOW_WINDOW`] began.
+    slow: std::collections::HashMap<PeerId, (u32, std::time::Instant, Vec<std::time::Instant>)>,
     /// Per peer, when it was graylisted within the last [`BAN_WINDOW`].
     graylisted: std::collections::HashMap<PeerId, Vec<std::time::Instant>>,
     /// Banned peers, until when.
@@ -791,18 +800,29 @@ impl Task {
     /// [`SLOW_HEARTBEATS`] in a row, disconnected (never a bootstrap peer).
     fn slow_peer(&mut self, peer: PeerId) {
         let now = std::time::Instant::now();
-        let entry = self.slow.entry(peer).or_insert((0, now));
+        let entry = self.slow.entry(peer).or_insert((0, now, Vec::new()));
         // In a row: the last heartbeat's report, not one from long ago.
-        let in_a_row = now.duration_since(entry.1) < Duration::from_secs(2);
-        *entry = (if in_a_row { entry.0 + 1 } else { 1 }, now);
-        if entry.0 >= SLOW_HEARTBEATS && !self.bootstrap.iter().any(|(known, _)| *known == peer) {
-            tracing::warn!(
-                "gossip: {peer} took nothing of what was queued for it for {SLOW_HEARTBEATS} heartbeats; disconnected"
-            );
-            self.slow.remove(&peer);
-            Stats::add(&self.stats.slow_disconnected);
-            let _ = self.swarm.disconnect_peer_id(peer);
+        let in_a_row = entry.0 > 0 && now.duration_since(entry.1) < Duration::from_secs(2);
+        if !in_a_row {
+            entry.2.retain(|began| now.duration_since(*began) < SLOW_WINDOW);
+            entry.2.push(now);
         }
+        entry.0 = if in_a_row { entry.0 + 1 } else { 1 };
+        entry.1 = now;
+        let why = if entry.0 >= SLOW_HEARTBEATS {
+            format!("for {SLOW_HEARTBEATS} heartbeats")
+        } else if entry.2.len() >= SLOW_RUNS {
+            format!("at {SLOW_RUNS} bursts within {} s", SLOW_WINDOW.as_secs())
+        } else {
+            return;
+        };
+        if self.bootstrap.iter().any(|(known, _)| *known == peer) {
+            return;
+        }
+        tracing::warn!("gossip: {peer} took nothing of what was queued for it {why}; disconnected");
+        self.slow.remove(&peer);
+        Stats::add(&self.stats.slow_disconnected);
+        let _ = self.swarm.disconnect_peer_id(peer);
     }
 
     /// One more unwanted message from `peer`: its application score falls.
