@@ -2,8 +2,8 @@
 //! for the whole run, each in one of four ways (taken in turn):
 //!
 //! - **flood** — a slot holder (a slot registered to the attacker's key)
-//!   signs submissions for epochs not released yet, far ahead, as fast as
-//!   its peer takes them: what a validator parks for later is bounded;
+//!   signs submissions for epochs not released yet, far ahead (an opening
+//!   burst, then 200 a second): what a validator parks for later is bounded;
 //! - **forge** — an anonymous peer sends submissions naming registered
 //!   slots, signed by keys that do not hold them;
 //! - **replay** — a peer sends the market's accepted submissions again,
