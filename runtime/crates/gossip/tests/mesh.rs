@@ -258,16 +258,21 @@ async fn pausing_relay(to_port: u16, paused: Arc<std::sync::atomic::AtomicBool>)
     port
 }
 
-/// A peer that subscribes and then takes nothing (the relay in front of it
-/// stops reading) holds a validator's connection queue for seconds, not for
-/// good: once what is queued for it fails for `SLOW_HEARTBEATS` heartbeats in
-/// a row it is disconnected, and the validator still hears its other peers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_that_stops_reading_is_disconnected_and_the_others_are_still_heard() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let dir = tempfile::tempdir().unwrap();
-    let (v_tx, mut v_rx) = mpsc::channel(4096);
-    let v = Gossip::start(settings(dir.path(), "v", vec![]), lenient(), v_tx).unwrap();
+/// A validator `v`, and a sink `s` subscribed to it through a relay that
+/// stops passing `v`'s bytes once `paused` is set; with what each delivers,
+/// and where `v` listens.
+async fn sink_behind_a_relay(
+    dir: &std::path::Path,
+) -> (
+    Gossip,
+    mpsc::Receiver<Delivery>,
+    Vec<libp2p::Multiaddr>,
+    Gossip,
+    mpsc::Receiver<Delivery>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let (v_tx, v_rx) = mpsc::channel(4096);
+    let v = Gossip::start(settings(dir, "v", vec![]), lenient(), v_tx).unwrap();
     let v_addr = tokio::time::timeout(Duration::from_secs(10), v.listening()).await.expect("v listens");
     let v_port = v_addr[0]
         .iter()
@@ -276,11 +281,23 @@ async fn a_peer_that_stops_reading_is_disconnected_and_the_others_are_still_hear
             _ => None,
         })
         .unwrap();
-    let paused = Arc::new(AtomicBool::new(false));
+    let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let relay = pausing_relay(v_port, paused.clone()).await;
     let through: libp2p::Multiaddr = format!("/ip4/127.0.0.1/tcp/{relay}/p2p/{}", v.peer_id()).parse().unwrap();
-    let (s_tx, mut s_rx) = mpsc::channel(4096);
-    let s = Gossip::start(settings(dir.path(), "s", vec![through]), lenient(), s_tx).unwrap();
+    let (s_tx, s_rx) = mpsc::channel(4096);
+    let s = Gossip::start(settings(dir, "s", vec![through]), lenient(), s_tx).unwrap();
+    (v, v_rx, v_addr, s, s_rx, paused)
+}
+
+/// A peer that subscribes and then takes nothing (the relay in front of it
+/// stops reading) holds a validator's connection queue for seconds, not for
+/// good: once what is queued for it fails for `SLOW_HEARTBEATS` heartbeats in
+/// a row it is disconnected, and the validator still hears its other peers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_reading_is_disconnected_and_the_others_are_still_heard() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let (v, mut v_rx, v_addr, s, mut s_rx, paused) = sink_behind_a_relay(dir.path()).await;
     let p = Gossip::publisher(settings(dir.path(), "p", v_addr.clone())).unwrap();
     until("the sink in the validator's mesh and the publisher connected", async || {
         let seen = v.peers().await;
@@ -318,23 +335,9 @@ async fn a_peer_that_stops_reading_is_disconnected_and_the_others_are_still_hear
 /// (the devnet's hostile drill: 0 such peers disconnected over 20 epochs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_stops_reading_is_disconnected_when_messages_come_in_bursts() {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::Ordering;
     let dir = tempfile::tempdir().unwrap();
-    let (v_tx, _v_rx) = mpsc::channel(4096);
-    let v = Gossip::start(settings(dir.path(), "v", vec![]), lenient(), v_tx).unwrap();
-    let v_addr = tokio::time::timeout(Duration::from_secs(10), v.listening()).await.expect("v listens");
-    let v_port = v_addr[0]
-        .iter()
-        .find_map(|p| match p {
-            libp2p::multiaddr::Protocol::Tcp(port) => Some(port),
-            _ => None,
-        })
-        .unwrap();
-    let paused = Arc::new(AtomicBool::new(false));
-    let relay = pausing_relay(v_port, paused.clone()).await;
-    let through: libp2p::Multiaddr = format!("/ip4/127.0.0.1/tcp/{relay}/p2p/{}", v.peer_id()).parse().unwrap();
-    let (s_tx, _s_rx) = mpsc::channel(4096);
-    let s = Gossip::start(settings(dir.path(), "s", vec![through]), lenient(), s_tx).unwrap();
+    let (v, _v_rx, _, s, _s_rx, paused) = sink_behind_a_relay(dir.path()).await;
     until("the sink in the validator's mesh", async || (v.peers().await.mesh == 1).then_some(())).await;
     paused.store(true, Ordering::Relaxed);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
