@@ -946,10 +946,10 @@ fn hostile_peers_on_the_gossip_stop_no_epoch_and_are_contained_by_every_validato
     for u in json["validatorUsage"].as_array().unwrap() {
         let g = &u["gossip"];
         let n = |k: &str| g[k].as_u64().unwrap_or(0);
-        assert!(
-            n("unwanted_unreleased_epoch") > 0 && n("unwanted_wrong_signer") > 0,
-            "the floods and forgeries were read: {u}"
-        );
+        // The floods are read as unreleased epochs; the forgeries as a wrong
+        // signer, or a closed window when their epoch's closed first.
+        assert!(n("unwanted_unreleased_epoch") > 0, "the floods were read: {u}");
+        assert!(n("unwanted_wrong_signer") + n("unwanted_window_closed") > 0, "the forgeries were read: {u}");
         assert!(n("messages_throttled") + n("graylistings") > 0, "the attackers were not contained: {u}");
         // The flood attackers, graylisted again and again, are banned.
         assert!(n("banned") >= 1, "no attacker banned: {u}");

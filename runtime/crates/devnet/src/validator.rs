@@ -22,11 +22,15 @@ use super::{process::Guarded, world::Driver};
 /// release, over `pools` active pools: the devnet closes it itself once an
 /// epoch's submissions are in, but the anchor (anvil, mining a block per
 /// transaction) also moves with the previous epoch's on-chain work — its
-/// root, attestations and a part per ~100 stored pairs — so a world of many
-/// pools (a full node submitting one each) keeps it open longer: 2 blocks
-/// for the default world, 22 for 1,000 pools.
+/// root, each validator's attestation, a finalize, a part per ~100 stored
+/// pairs — so the window outlasts that work with room to spare, and a world
+/// of many pools (a full node submitting one each) keeps it open longer: 20
+/// blocks for the default world, 40 for 1,000 pools. (2 for the default
+/// world let three validators' work on one epoch close the next epoch's
+/// window before a restarted validator had heard all of it.) The devnet
+/// mines up to the close itself, so a longer window costs no time.
 pub fn window_blocks(pools: usize) -> u64 {
-    2 + pools as u64 / 50
+    20 + pools as u64 / 50
 }
 
 /// Anchor blocks a submitter's turn lasts on the devnet.
