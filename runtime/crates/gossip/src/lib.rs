@@ -733,9 +733,14 @@ impl Task {
     }
 
     fn report(&mut self, message: &gossipsub::MessageId, source: &PeerId, acceptance: gossipsub::MessageAcceptance) {
-        let before = self.swarm.behaviour().gossipsub.peer_score(source);
+        // Only a rejection lowers a score: the others cost no score lookup
+        // (one for every accepted message on the hot path).
+        let rejected = matches!(acceptance, gossipsub::MessageAcceptance::Reject);
+        let before = if rejected { self.swarm.behaviour().gossipsub.peer_score(source) } else { None };
         self.swarm.behaviour_mut().gossipsub.report_message_validation_result(message, source, acceptance);
-        self.count_graylisting(source, before);
+        if rejected {
+            self.count_graylisting(source, before);
+        }
     }
 
     /// Counts `peer` graylisted when its score, `before` something it sent
