@@ -82,6 +82,16 @@ contract ProtocolState {
     mapping(address => uint256) public lastReleasedEnd;
     /// Epochs per day (0: no schedule; days are started by hand).
     mapping(address => uint256) public epochsPerDay;
+    /// Where the schedule's count starts: epoch `dayBase.epoch` begins day
+    /// `dayBase.day`, and each `epochsPerDay` epochs after it the next one.
+    /// A new schedule moves it to where the current day ends, so changing
+    /// the length neither skips nor stalls a day.
+    /// (One storage slot: a release reads both at once.)
+    struct DayBase {
+        uint128 epoch;
+        uint128 day;
+    }
+    mapping(address => DayBase) public dayBase;
 
     // Slots. Registered slots are always 1..slotCount.
     uint256 private slotCount;
@@ -289,8 +299,9 @@ contract ProtocolState {
         lastReleasedEnd[dataMarketAddress] = end;
         epochId = ++currentEpochId[dataMarketAddress];
         uint256 n = epochsPerDay[dataMarketAddress];
-        if (n > 0) {
-            uint256 day = (epochId - 1) / n + 1;
+        DayBase memory base = n > 0 ? dayBase[dataMarketAddress] : DayBase(0, 0);
+        if (n > 0 && epochId >= base.epoch) {
+            uint256 day = base.day + (epochId - base.epoch) / n;
             if (day > currentDayId[dataMarketAddress]) {
                 currentDayId[dataMarketAddress] = day;
                 emit DayStartedEvent(dataMarketAddress, day, block.timestamp);
@@ -299,10 +310,28 @@ contract ProtocolState {
         emit EpochReleased(dataMarketAddress, epochId, begin, end, block.timestamp);
     }
 
-    /// Sets the market's day length in epochs: epoch e belongs to day
-    /// (e - 1) / n + 1, and the release that enters a new day starts it.
+    /// Sets the market's day length in epochs, from the next day on: the
+    /// current day keeps the length it started with (a market without a
+    /// schedule: the next release starts the next day), then each day is
+    /// `n` epochs; the release that enters a new day starts it. Days are
+    /// never skipped or held back by a change of length.
     function setEpochsPerDay(address dataMarketAddress, uint256 n) external onlyOwner {
         require(n >= 1, "epochs per day must be at least 1");
+        uint256 old = epochsPerDay[dataMarketAddress];
+        if (n == old) return;
+        uint256 day = currentDayId[dataMarketAddress];
+        DayBase memory base = dayBase[dataMarketAddress];
+        if (old == 0) {
+            // No schedule yet: the next release starts the next day.
+            dayBase[dataMarketAddress] =
+                DayBase(uint128(currentEpochId[dataMarketAddress] + 1), uint128(day + 1));
+        } else if (day >= base.day) {
+            // The current day began at `start` under the old length; the
+            // next one begins where it ends.
+            uint256 start = base.epoch + (day - base.day) * old;
+            dayBase[dataMarketAddress] = DayBase(uint128(start + old), uint128(day + 1));
+        }
+        // Otherwise a change not yet begun is replaced: same start, new length.
         epochsPerDay[dataMarketAddress] = n;
         emit EpochsPerDayUpdated(dataMarketAddress, n);
     }

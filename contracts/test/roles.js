@@ -153,6 +153,20 @@ async function main() {
     }
     ok(dayAt.join(' ') === '1:1 4:2 7:3', `epochsPerDay 3: days start at epochs ${dayAt.join(' ')} (want 1:1 4:2 7:3)`);
     ok((await ps.currentDayId(M3)) === 3n, 'currentDayId 3 after 7 epochs');
+    // A change of length applies from the next day: the current day keeps
+    // its length, no day is skipped (3 → 1 mid-day) or held back (1 → 5),
+    // and a change made again before it begins replaces it (5: 2, then 4).
+    const changeAt = { 7: [1], 11: [5], 12: [2, 4] };
+    const later = [];
+    for (let e = 8; e <= 21; e++) {
+      for (const n of changeAt[e - 1] || []) await mined(await ps.setEpochsPerDay(M3, n));
+      r = await mined(await ps.releaseEpoch(M3, 1000 + e, 1000 + e));
+      const day = r.logs.map((l) => ps.interface.parseLog(l)).find((x) => x.name === 'DayStartedEvent');
+      if (day) later.push(`${e}:${day.args.dayId}`);
+    }
+    ok(later.join(' ') === '10:4 11:5 12:6 17:7 21:8', `epochsPerDay changed 3→1→5→2→4: days start at epochs ${later.join(' ')} (want 10:4 11:5 12:6 17:7 21:8)`);
+    r = await mined(await ps.setEpochsPerDay(M3, 4));
+    ok(r.logs.length === 0, 'setting the length it already has changes nothing (no event)');
 
     // --- slots
     await reverts(ps.registerSlot(0, snap.address), 'register slot 0', 'slot ids start at 1');
