@@ -22,6 +22,9 @@ contract ProtocolState {
     event SlotRegistered(uint256 indexed slotId, address indexed snapshotter);
     event SlotReassigned(uint256 indexed slotId, address indexed previousSnapshotter, address indexed snapshotter);
     event SlotRemoved(uint256 indexed slotId, address indexed snapshotter);
+    /// A snapshotter enabled or disabled for all its slots (also when a
+    /// registration or reassignment enables it).
+    event SnapshotterEnabled(address indexed snapshotter, bool enabled);
     event FullNodeUpdated(address indexed dataMarketAddress, uint256 indexed slotId, bool full);
     event ValidatorsUpdated(address indexed dataMarketAddress, address validatorAddress, bool allowed);
     event SnapshotBatchSubmitted(
@@ -197,7 +200,7 @@ contract ProtocolState {
         require(slotId == slotCount + 1, "slots register in order: slot id must be count + 1");
         slotCount = slotId;
         slotSnapshotterMapping[slotId] = snapshotter;
-        allSnapshotters[snapshotter] = true;
+        enable(snapshotter, true);
         emit SlotRegistered(slotId, snapshotter);
     }
 
@@ -208,7 +211,7 @@ contract ProtocolState {
         require(previous != address(0), "slot not registered");
         require(snapshotter != address(0), "zero address");
         slotSnapshotterMapping[slotId] = snapshotter;
-        allSnapshotters[snapshotter] = true;
+        enable(snapshotter, true);
         emit SlotReassigned(slotId, previous, snapshotter);
         emit SlotRegistered(slotId, snapshotter);
     }
@@ -230,9 +233,17 @@ contract ProtocolState {
         emit SlotRegistered(slotId, address(0));
     }
 
-    /// Enables or disables a snapshotter address for all its slots.
+    /// Enables or disables a snapshotter address for all its slots: the
+    /// validators refuse a disabled snapshotter's submissions for every
+    /// epoch released while it is disabled.
     function setSnapshotterEnabled(address snapshotter, bool enabled) external onlyRegistrarOrOwner {
+        enable(snapshotter, enabled);
+    }
+
+    function enable(address snapshotter, bool enabled) private {
+        if (allSnapshotters[snapshotter] == enabled) return;
         allSnapshotters[snapshotter] = enabled;
+        emit SnapshotterEnabled(snapshotter, enabled);
     }
 
     /// Marks (`true`) or unmarks a registered slot as a full node of a data

@@ -179,6 +179,15 @@ async function main() {
     r = await mined(await ps.registerSlot(3, v1.address));
     gas.registerSlotSameSigner = r.gasUsed;
     ok((await ps.getTotalNodeCount()) === 3n, 'getTotalNodeCount 3 after 3 registrations');
+    // Every change of a snapshotter's enabled flag is an event (the
+    // validators judge by it as of each release), and only a change is.
+    const enabledEvents = (rc) => rc.logs.map((l) => ps.interface.parseLog(l)).filter((x) => x.name === 'SnapshotterEnabled').map((x) => `${x.args.snapshotter}:${x.args.enabled}`);
+    r = await mined(await ps.setSnapshotterEnabled(v1.address, false));
+    ok(enabledEvents(r).join() === `${v1.address}:false` && (await ps.allSnapshotters(v1.address)) === false, `disabling emits SnapshotterEnabled(false): ${enabledEvents(r)}`);
+    r = await mined(await ps.setSnapshotterEnabled(v1.address, false));
+    ok(enabledEvents(r).length === 0, 'disabling again emits nothing');
+    r = await mined(await ps.reassignSlot(3, v1.address));
+    ok(enabledEvents(r).join() === `${v1.address}:true` && (await ps.allSnapshotters(v1.address)) === true, `a reassignment to a disabled snapshotter enables it, with the event: ${enabledEvents(r)}`);
     await reverts(ps.registerSlot(2, snap.address), 'register a taken slot', 'slot taken');
     // full nodes in two markets, then remove the slot
     await reverts(ps.setFullNode(M, 9, true), 'setFullNode on an unregistered slot', 'slot not registered');

@@ -32,6 +32,9 @@ alloy::sol! {
     function removeSlot(uint256 slotId) external;
     function slotSnapshotterMapping(uint256 slotId) external view returns (address);
     function allSnapshotters(address snapshotter) external view returns (bool);
+    // Every change of `allSnapshotters` (a registration or reassignment
+    // enabling its snapshotter included).
+    event SnapshotterEnabled(address indexed snapshotter, bool enabled);
 
     // Full nodes (docs/protocol.md §13): slots whose submissions are accepted
     // for every active pool.

@@ -74,6 +74,8 @@ reasons! {
     UnregisteredSlot = "unregistered_slot",
     /// The signature recovers to someone else than the slot's signer.
     WrongSigner = "wrong_signer",
+    /// The slot's signer is a snapshotter the registry disabled.
+    SnapshotterDisabled = "snapshotter_disabled",
     /// The epoch was never released here (or so long ago its state is gone).
     UnknownEpoch = "unknown_epoch",
     /// The epoch's window closed (it went to the finalizer).
@@ -267,6 +269,13 @@ pub trait Facts: Send + Sync {
     /// anchor block `at` — the release block of the submission's epoch,
     /// when it is known — or, `None`, as of now.
     fn signer(&self, slot_id: u64, at: Option<u64>) -> impl Future<Output = Result<Address, String>> + Send;
+    /// Whether `signer` was an enabled snapshotter (`allSnapshotters`) as
+    /// of anchor block `at`, as [`Facts::signer`]. Enabled unless a reader
+    /// knows otherwise (a collector answering its nodes does not ask).
+    fn enabled(&self, signer: Address, at: Option<u64>) -> impl Future<Output = Result<bool, String>> + Send {
+        let _ = (signer, at);
+        std::future::ready(Ok(true))
+    }
     /// The assignment rule applied to the request's slot and project.
     fn selection(&self, request: &Request) -> impl Future<Output = Result<Selection, String>> + Send;
     /// Whether signers are judged as of the epoch's release, read first
@@ -345,6 +354,13 @@ pub async fn judge_recovered<F: Facts>(
         return reject(
             Reason::WrongSigner,
             format!("signature recovers to {found}, slot {} belongs to {registered}", r.slot_id),
+        );
+    }
+    if !facts.enabled(found, at).await? {
+        let when = at.map_or_else(|| "now".to_owned(), |b| format!("as of block {b}, the epoch's release"));
+        return reject(
+            Reason::SnapshotterDisabled,
+            format!("slot {}'s snapshotter {found} is disabled on the registry ({when})", r.slot_id),
         );
     }
     let standing = match standing {
@@ -718,8 +734,16 @@ mod tests {
         let all = cases::cases();
         let reasons: std::collections::BTreeSet<Reason> = all.iter().filter_map(|c| c.expect).collect();
         for reason in Reason::ALL {
-            let shared =
-                !matches!(reason, Reason::Malformed | Reason::WindowClosed | Reason::Duplicate | Reason::Equivocation);
+            // A disabled snapshotter is the validator's own: a collector
+            // answering its nodes does not read the flag.
+            let shared = !matches!(
+                reason,
+                Reason::Malformed
+                    | Reason::WindowClosed
+                    | Reason::Duplicate
+                    | Reason::Equivocation
+                    | Reason::SnapshotterDisabled
+            );
             assert_eq!(reasons.contains(reason), shared, "{reason}: the table covers every reason judge gives");
         }
         for case in all {
@@ -731,6 +755,40 @@ mod tests {
                 Judgement::Deferred => panic!("{}: deferred", case.name),
             };
             assert_eq!(got, case.expect, "{}", case.name);
+        }
+    }
+
+    /// The good submission, its snapshotter disabled as of the release:
+    /// refused for it, after the signer check.
+    #[test]
+    fn a_disabled_snapshotters_submission_is_refused_as_of_the_release() {
+        struct Disabled(SettingFacts);
+        impl Facts for Disabled {
+            async fn epoch(&self, r: &Request) -> Result<EpochStanding, String> {
+                self.0.epoch(r).await
+            }
+            async fn head(&self) -> Result<u64, String> {
+                self.0.head().await
+            }
+            async fn signer(&self, slot_id: u64, at: Option<u64>) -> Result<Address, String> {
+                self.0.signer(slot_id, at).await
+            }
+            async fn selection(&self, r: &Request) -> Result<Selection, String> {
+                self.0.selection(r).await
+            }
+            async fn enabled(&self, _: Address, at: Option<u64>) -> Result<bool, String> {
+                assert_eq!(at, Some(self.0.0.release_block), "as of the release");
+                Ok(false)
+            }
+        }
+        let setting = setting();
+        let domain = eip712::domain(setting.chain_id, setting.scope.protocol_state);
+        let good = &cases::cases()[0];
+        assert_eq!(good.expect, None);
+        let facts = Disabled(SettingFacts(setting.clone()));
+        match block_on(judge(&good.submission(&setting), &setting.scope, &domain, &facts)).unwrap() {
+            Judgement::Rejected(r) => assert_eq!(r.reason, Reason::SnapshotterDisabled, "{r}"),
+            other => panic!("{other:?}"),
         }
     }
 

@@ -488,6 +488,11 @@ impl World {
         self.transact_to(&self.npm(), collectCall { params }.abi_encode())
     }
 
+    /// Enables or disables `snapshotter` for all its slots; the receipt.
+    pub fn set_snapshotter_enabled(&self, snapshotter: &str, enabled: bool) -> Value {
+        self.transact(setSnapshotterEnabledCall { snapshotter: snapshotter.parse().unwrap(), enabled }.abi_encode())
+    }
+
     pub fn set_total_node_count(&self, n: u64) {
         self.transact(setTotalNodeCountCall { n: U256::from(n) }.abi_encode());
     }

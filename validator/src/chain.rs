@@ -34,6 +34,14 @@ pub trait SlotRegistry: Send + Sync + 'static {
     /// market past it (a market may count only its lite nodes). A slot id
     /// past it is nobody's, with no read.
     fn total_slots(&self, block: u64) -> impl Future<Output = Result<u64, String>> + Send;
+
+    /// Whether `signer` was an enabled snapshotter (`allSnapshotters`) as
+    /// of anchor block `block`. A registry that cannot disable anyone (a
+    /// test's table) need not say.
+    fn enabled(&self, signer: Address, block: u64) -> impl Future<Output = Result<bool, String>> + Send {
+        let _ = (signer, block);
+        std::future::ready(Ok(true))
+    }
 }
 
 /// The chain reads the dequeuer makes: the registry's, and the assignment

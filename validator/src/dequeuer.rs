@@ -773,6 +773,13 @@ impl<C: ChainReads> Facts for ItemFacts<'_, C> {
         signers.signer(slot_id, at).await
     }
 
+    /// As [`ItemFacts::signer`]: as of the release block.
+    async fn enabled(&self, signer: Address, at: Option<u64>) -> Result<bool, String> {
+        let signers = &self.dequeuer.signers;
+        let at = at.or_else(|| signers.now_block()).or(self.snapshot.head);
+        signers.enabled(signer, at).await
+    }
+
     async fn selection(&self, r: &Request) -> Result<Selection, String> {
         let epoch =
             self.snapshot.epochs.get(&r.epoch_id).copied().flatten().ok_or("the selection of an epoch not open")?;

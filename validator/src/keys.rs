@@ -53,7 +53,7 @@
 //! | `epochs:pending` | hash | epoch → submissions queued without a verdict | gateway (+1), dequeuer (−1) → finalizer | a field goes at 0 |
 //! | `anchor:head` | string | the anchor head the monitor last saw, never lowered | monitor → gateway, dequeuer, tracker, API | 120 s, renewed each head |
 //! | `slots:generation` | string | a counter bumped on every `SlotRegistered` (the readers read `slots:changes` again) | monitor → dequeuer, gateway | one key |
-//! | `slots:changes` | zset | `{slot}:{block}` for each `SlotRegistered` (a registration, reassignment or removal), scored by its block | monitor → dequeuer, gateway (signers as of an epoch's release) | one key; one member a change |
+//! | `slots:changes` | zset | `{slot}:{block}` for each `SlotRegistered` (a registration, reassignment or removal) or `FullNodeUpdated`, `{0x snapshotter}:{block}` for each `SnapshotterEnabled` (enabled or disabled), scored by its block | monitor → dequeuer, gateway (signers, and whether they are enabled, as of an epoch's release) | one key; one member a change |
 //! | `slots:recorded` | hash | `from`, `to`: the anchor blocks `slots:changes` is complete for | monitor → dequeuer, gateway | one key |
 //! | `monitor:cursor` | hash | `scanned_to`, `last_epoch`: how far the windows are written, only raised | monitor → monitor | one key |
 //! | `monitor:rpcs` | string | JSON: each anchor RPC endpoint's head and lag as the monitor's client last probed them | monitor → API (`/health`) | 1 min, renewed each poll |

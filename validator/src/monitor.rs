@@ -390,13 +390,20 @@ impl Monitor {
             .await
     }
 
-    /// Records the slot registry's changes (`SlotRegistered`: slot, block)
-    /// found in anchor blocks `from..=to`, and that the record is complete
-    /// through `to`, in one transaction; with any change, bumps the
-    /// generation (readers read the changes again). Written before the
-    /// epochs released in those blocks are opened: whoever sees an epoch
-    /// open sees every change up to its release block recorded.
-    pub async fn slots_recorded(&self, changes: &[(u64, u64)], from: u64, to: u64) -> redis::RedisResult<()> {
+    /// Records the slot registry's changes (what changed — a slot, or a
+    /// snapshotter enabled or disabled, [`lite_node_chain::RegistryChange`]
+    /// — and the block) found in anchor blocks `from..=to`, and that the
+    /// record is complete through `to`, in one transaction; with any
+    /// change, bumps the generation (readers read the changes again).
+    /// Written before the epochs released in those blocks are opened:
+    /// whoever sees an epoch open sees every change up to its release block
+    /// recorded.
+    pub async fn slots_recorded(
+        &self,
+        changes: &[(impl std::fmt::Display, u64)],
+        from: u64,
+        to: u64,
+    ) -> redis::RedisResult<()> {
         let k = &self.market.keys;
         let mut call = RECORD_SLOTS.key(k.slots_changes());
         call.key(k.slots_recorded()).key(k.slots_generation()).arg(from).arg(to);
@@ -460,8 +467,8 @@ impl Monitor {
                         anchor.slot_registrations(from, poll.scanned_to).await.map_err(|e| Ok(e.to_string()))?;
                     if !slots.is_empty() {
                         tracing::info!(
-                            "slot registry changed (slot, block): {slots:?}; judged from those blocks on by the new \
-                             signers"
+                            "slot registry changed (slot or snapshotter, block): {slots:?}; judged from those \
+                             blocks on by the new signers"
                         );
                     }
                     self.slots_recorded(&slots, from, poll.scanned_to).await.map_err(|e| Ok(format!("Redis: {e}")))?;

@@ -319,6 +319,10 @@ impl SlotRegistry for Anchor {
         let full = self.full_nodes_at(block).await.map_err(|e| format!("anchor unavailable: {e}"))?;
         Ok(full.last().copied().unwrap_or(0).max(total))
     }
+
+    async fn enabled(&self, signer: Address, block: u64) -> Result<bool, String> {
+        self.snapshotter_enabled_at(signer, block).await.map_err(|e| format!("anchor unavailable: {e}"))
+    }
 }
 
 impl SlotRegistry for AnchorChain {
@@ -328,6 +332,10 @@ impl SlotRegistry for AnchorChain {
 
     async fn total_slots(&self, block: u64) -> Result<u64, String> {
         SlotRegistry::total_slots(&*self.anchor, block).await
+    }
+
+    async fn enabled(&self, signer: Address, block: u64) -> Result<bool, String> {
+        SlotRegistry::enabled(&*self.anchor, signer, block).await
     }
 }
 

@@ -57,6 +57,8 @@ pub struct Record {
     pub by_slot: HashMap<u64, Vec<u64>>,
     /// Every change's block, ascending (the total's eras).
     pub all: Vec<u64>,
+    /// Each snapshotter's enabled-or-disabled changes' blocks, ascending.
+    pub by_signer: HashMap<Address, Vec<u64>>,
 }
 
 impl Record {
@@ -76,6 +78,18 @@ impl Record {
         record
     }
 
+    /// The same record with snapshotters enabled or disabled at blocks.
+    pub fn with_snapshotters(mut self, changes: impl IntoIterator<Item = (Address, u64)>) -> Self {
+        for (signer, block) in changes {
+            self.by_signer.entry(signer).or_default().push(block);
+        }
+        for blocks in self.by_signer.values_mut() {
+            blocks.sort_unstable();
+            blocks.dedup();
+        }
+        self
+    }
+
     /// The era of `block` among `changes`.
     fn era(&self, changes: Option<&Vec<u64>>, block: u64) -> Era {
         if self.to == 0 || block < self.from || block > self.to {
@@ -92,6 +106,23 @@ struct Signers {
     record: Record,
     by_slot: HashMap<(u64, Era), Arc<tokio::sync::OnceCell<Address>>>,
     totals: HashMap<Era, Arc<tokio::sync::OnceCell<u64>>>,
+    enabled: HashMap<(Address, Era), Arc<tokio::sync::OnceCell<bool>>>,
+}
+
+impl Signers {
+    fn kept(&self) -> usize {
+        self.by_slot.len() + self.totals.len() + self.enabled.len()
+    }
+}
+
+/// Whether `new` only adds to `old` past block `old_to`: every key's
+/// changes start with the old ones and add only later blocks.
+fn only_added<K: Eq + std::hash::Hash>(old: &HashMap<K, Vec<u64>>, new: &HashMap<K, Vec<u64>>, old_to: u64) -> bool {
+    old.keys().all(|k| new.contains_key(k))
+        && new.iter().all(|(k, blocks)| {
+            let had = old.get(k).map_or(&[][..], Vec::as_slice);
+            blocks.starts_with(had) && blocks[had.len()..].iter().all(|b| *b > old_to)
+        })
 }
 
 /// Each slot's registered signer as of a block, read through `R` once per era.
@@ -120,19 +151,13 @@ impl<R: SlotRegistry> SignerBook<R> {
     /// themselves were rewritten (Redis lost them), which starts again.
     pub fn update(&self, record: Record) {
         let mut signers = self.lock();
-        let grew = record.by_slot.iter().all(|(slot, blocks)| {
-            let had = signers.record.by_slot.get(slot).map_or(&[][..], Vec::as_slice);
-            blocks.starts_with(had) && had.len() <= blocks.len()
-        }) && signers.record.by_slot.keys().all(|slot| record.by_slot.contains_key(slot))
-            && record.from == signers.record.from;
         // A change recorded where the old record claimed none (in a range
         // it said was complete) voids what was read for that range.
-        let same_past = grew
-            && record.by_slot.iter().all(|(slot, blocks)| {
-                let had = signers.record.by_slot.get(slot).map_or(0, Vec::len);
-                blocks[had..].iter().all(|b| *b > signers.record.to)
-            });
-        if !same_past || signers.by_slot.len() + signers.totals.len() > KEPT {
+        let old = &signers.record;
+        let same_past = record.from == old.from
+            && only_added(&old.by_slot, &record.by_slot, old.to)
+            && only_added(&old.by_signer, &record.by_signer, old.to);
+        if !same_past || signers.kept() > KEPT {
             *signers = Signers::default();
         }
         signers.record = record;
@@ -162,17 +187,28 @@ impl<R: SlotRegistry> SignerBook<R> {
                     // eras are keyed by change from here on.
                     signers.by_slot.retain(|(_, era), _| !matches!(era, Era::At(b) if *b <= to));
                     signers.totals.retain(|era, _| !matches!(era, Era::At(b) if *b <= to));
+                    signers.enabled.retain(|(_, era), _| !matches!(era, Era::At(b) if *b <= to));
                 }
                 return Ok(());
             }
         }
         let members: Vec<String> =
             redis::cmd("ZRANGE").arg(keys.slots_changes()).arg(0).arg(-1).query_async(conn).await?;
-        let changes = members.iter().filter_map(|m| {
-            let (slot, block) = m.split_once(':')?;
-            Some((slot.parse().ok()?, block.parse().ok()?))
-        });
-        self.update(Record::new(generation, from, to, changes));
+        // `{slot}:{block}`, or `{0x snapshotter}:{block}` (enabled or
+        // disabled).
+        let (mut slots, mut snapshotters) = (Vec::new(), Vec::new());
+        for m in &members {
+            let Some((what, block)) = m.split_once(':') else { continue };
+            let Ok(block) = block.parse::<u64>() else { continue };
+            if what.starts_with("0x") {
+                if let Ok(signer) = what.parse::<Address>() {
+                    snapshotters.push((signer, block));
+                }
+            } else if let Ok(slot) = what.parse::<u64>() {
+                slots.push((slot, block));
+            }
+        }
+        self.update(Record::new(generation, from, to, slots).with_snapshotters(snapshotters));
         Ok(())
     }
 
@@ -212,9 +248,10 @@ impl<R: SlotRegistry> SignerBook<R> {
             let mut signers = self.lock();
             // Bounded: blocks read on their own (outside the record) each
             // take a cell until the record covers them.
-            if signers.by_slot.len() + signers.totals.len() > KEPT {
+            if signers.kept() > KEPT {
                 signers.by_slot.clear();
                 signers.totals.clear();
+                signers.enabled.clear();
             }
             let total_era = signers.record.era(Some(&signers.record.all), block);
             let era = signers.record.era(signers.record.by_slot.get(&slot_id), block);
@@ -234,6 +271,25 @@ impl<R: SlotRegistry> SignerBook<R> {
             }
         };
         cell.get_or_try_init(|| self.registry.signer(slot_id, block)).await.copied()
+    }
+
+    /// Whether `signer` was an enabled snapshotter as of block `at` (`None`:
+    /// the newest block the record is complete for), read from the chain
+    /// at most once per era of its enabled-or-disabled changes. `Err`: the
+    /// chain could not be read, or the monitor has recorded nothing yet.
+    pub async fn enabled(&self, signer: Address, at: Option<u64>) -> Result<bool, String> {
+        let block = at
+            .or_else(|| self.now_block())
+            .ok_or("the event monitor has not recorded the slot registry yet (is it running?)")?;
+        let cell = {
+            let mut signers = self.lock();
+            if signers.kept() > KEPT {
+                signers.enabled.clear();
+            }
+            let era = signers.record.era(signers.record.by_signer.get(&signer), block);
+            signers.enabled.entry((signer, era)).or_default().clone()
+        };
+        cell.get_or_try_init(|| self.registry.enabled(signer, block)).await.copied()
     }
 }
 
@@ -311,6 +367,12 @@ mod tests {
         async fn total_slots(&self, block: u64) -> Result<u64, String> {
             Ok(if block >= 150 { 2 } else { 1 })
         }
+
+        /// B is disabled from block 200 to block 250.
+        async fn enabled(&self, signer: Address, block: u64) -> Result<bool, String> {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(!(signer == B && (200..250).contains(&block)))
+        }
     }
 
     fn book() -> (Arc<History>, SignerBook<History>) {
@@ -337,6 +399,32 @@ mod tests {
             assert_eq!(early.signer(slot, Some(release)).await.unwrap(), expected, "early, slot {slot} at {release}");
             assert_eq!(late.signer(slot, Some(release)).await.unwrap(), expected, "late, slot {slot} at {release}");
         }
+    }
+
+    /// A snapshotter disabled, then enabled again: judged as of each
+    /// release alike by a book that read the record before the disabling
+    /// and one that read it after, one read per era of that snapshotter's
+    /// changes, none for a snapshotter whose flag never changed.
+    #[tokio::test]
+    async fn a_disabled_snapshotter_is_judged_as_of_each_release_one_read_an_era() {
+        let (history, late) = book();
+        let (_, early) = book();
+        early.update(Record::new(Some("1".into()), 10, 150, [(1, 100)]));
+        late.update(Record::new(Some("3".into()), 10, 400, [(1, 100)]).with_snapshotters([(B, 200), (B, 250)]));
+        for release in (120..400).step_by(10) {
+            let expected = !(200..250).contains(&release);
+            assert_eq!(late.enabled(B, Some(release)).await.unwrap(), expected, "late, at {release}");
+        }
+        assert_eq!(reads(&history), 3, "one read for each of B's three eras");
+        for release in (20..400).step_by(10) {
+            assert!(late.enabled(A, Some(release)).await.unwrap());
+        }
+        assert_eq!(reads(&history), 4, "A never changed: one read");
+        assert!(early.enabled(B, Some(140)).await.unwrap());
+        // The early book, read again after the disabling was recorded.
+        early.update(Record::new(Some("3".into()), 10, 400, [(1, 100)]).with_snapshotters([(B, 200), (B, 250)]));
+        assert!(!early.enabled(B, Some(220)).await.unwrap(), "disabled as of 220");
+        assert!(early.enabled(B, Some(140)).await.unwrap(), "enabled as of 140, still");
     }
 
     #[tokio::test]

@@ -412,6 +412,50 @@ fn the_validator_follows_the_chain_judges_a_reassigned_slot_by_the_registry_at_e
         "the new signer passes the signer check from the epoch released after the change: {second:?}"
     );
 
+    // The registry disables the new signer: an epoch released before is
+    // still judged as of its release (its signer check passes, though its
+    // submission comes after the disabling), the next one refuses it
+    // (`snapshotter_disabled`); enabled again, the epoch released after
+    // that passes the check again.
+    let passes = |verdict: Option<&str>| matches!(verdict, Some("accepted" | "not_selected" | "wrong_pool"));
+    let changes_seen = |n: usize| log_text().matches("slot registry changed").count() >= n;
+    let seen = log_text().matches("slot registry changed").count();
+    let (before, before_block) = s.world.release_next_epoch();
+    poll_until("the window before the disabling open", Duration::from_secs(30), || {
+        http_get(&format!("{api}/epochs/{before}")).filter(|(status, _)| *status == 200)
+    });
+    let signer_address = signer.address().to_string();
+    s.world.set_snapshotter_enabled(&signer_address, false);
+    poll_until("the disabling recorded", Duration::from_secs(30), || changes_seen(seen + 1).then_some(()));
+    submit(before, before_block + 4);
+    poll_until("the verdict after the disabling", Duration::from_secs(30), || {
+        (reasons(before).len() == 1).then_some(())
+    });
+    let verdict = reasons(before).into_iter().next();
+    assert!(passes(verdict.as_deref()), "an epoch released before the disabling is judged as of it: {verdict:?}");
+    let (disabled, disabled_block) = s.world.release_next_epoch();
+    poll_until("the window after the disabling open", Duration::from_secs(30), || {
+        http_get(&format!("{api}/epochs/{disabled}")).filter(|(status, _)| *status == 200)
+    });
+    submit(disabled, disabled_block + 4);
+    poll_until("the disabled signer's verdict", Duration::from_secs(30), || {
+        (reasons(disabled).len() == 1).then_some(())
+    });
+    assert_eq!(reasons(disabled), ["snapshotter_disabled"], "refused for an epoch released while disabled");
+    s.world.set_snapshotter_enabled(&signer_address, true);
+    poll_until("the enabling recorded", Duration::from_secs(30), || changes_seen(seen + 2).then_some(()));
+    let (enabled, enabled_block) = s.world.release_next_epoch();
+    poll_until("the window after the enabling open", Duration::from_secs(30), || {
+        http_get(&format!("{api}/epochs/{enabled}")).filter(|(status, _)| *status == 200)
+    });
+    submit(enabled, enabled_block + 4);
+    poll_until("the enabled signer's verdict", Duration::from_secs(30), || (reasons(enabled).len() == 1).then_some(()));
+    let verdict = reasons(enabled).into_iter().next();
+    assert!(
+        passes(verdict.as_deref()),
+        "enabled again, the signer passes the check from the next release: {verdict:?}"
+    );
+
     // The windows close in anchor blocks: mined past release + 5, the
     // epochs are finalized.
     s.world.mine(6);
@@ -428,9 +472,9 @@ fn the_validator_follows_the_chain_judges_a_reassigned_slot_by_the_registry_at_e
     assert_eq!(projects, usize::from(second.as_deref() == Some("accepted")), "{later}");
     // The epoch set-up released before the validator started is finalized
     // too (its window closed with these: it may be a moment behind).
-    let metrics = poll_until("the three epochs finalized", Duration::from_secs(30), || {
+    let metrics = poll_until("the six epochs finalized", Duration::from_secs(30), || {
         let metrics = reqwest::blocking::get(format!("{api}/metrics")).ok()?.text().ok()?;
-        metrics.contains("validator_epochs_finalized_total 3").then_some(metrics)
+        metrics.contains("validator_epochs_finalized_total 6").then_some(metrics)
     });
     assert!(metrics.contains("validator_submissions_rejected_total{reason=\"wrong_signer\"} 2"), "{metrics}");
 

@@ -49,6 +49,8 @@ struct TableChain {
     delay: Duration,
     /// Slots reassigned: from this anchor block, this signer.
     reassigned: std::sync::Mutex<BTreeMap<u64, (u64, Address)>>,
+    /// A snapshotter the registry disabled (slot 10's).
+    disabled: Address,
 }
 
 impl SlotRegistry for TableChain {
@@ -65,6 +67,10 @@ impl SlotRegistry for TableChain {
 
     async fn total_slots(&self, _: u64) -> Result<u64, String> {
         Ok(10)
+    }
+
+    async fn enabled(&self, signer: Address, _: u64) -> Result<bool, String> {
+        Ok(signer != self.disabled)
     }
 }
 
@@ -144,7 +150,8 @@ async fn world_at(url: &str, part_size: usize, window_blocks: u64, delay: Durati
     let mut market = Market::new(scope(), CHAIN_ID, "validator-1");
     market.window_blocks = window_blocks;
     let market = Arc::new(market);
-    let signers = (1..=8).map(|s| (s, Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap().address()));
+    let address = |s: u64| Signer::new(&key(s), CHAIN_ID, scope().protocol_state).unwrap().address();
+    let signers = (1..=8).chain([10]).map(|s| (s, address(s)));
     let chain = TableChain {
         signers: signers.collect(),
         selected: [(1, POOL_A), (2, POOL_A), (3, POOL_A), (4, POOL_B), (5, POOL_A), (6, POOL_A), (7, POOL_A)]
@@ -155,6 +162,7 @@ async fn world_at(url: &str, part_size: usize, window_blocks: u64, delay: Durati
         signer_reads: Default::default(),
         delay,
         reassigned: Default::default(),
+        disabled: address(10),
     };
     let chain = Arc::new(chain);
     World {
@@ -286,6 +294,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     w.submit(signed(1, 1, 5, &p_a, &cid_a, 121)).await; // duplicate (the same CID, signed anew)
     w.submit(signed(2, 2, 5, &p_a, &cid_c, 121)).await; // equivocation
     w.submit(signed(9, 9, 5, &p_a, &cid_a, 120)).await; // unregistered_slot
+    w.submit(signed(10, 10, 5, &p_a, &cid_a, 120)).await; // snapshotter_disabled
     w.submit(signed(6, 6, 99, &p_a, &cid_a, 100)).await; // unknown_epoch (and its deadline passed: not waited for)
     w.submit(signed(6, 6, 5, &format!("spam:{NAMESPACE}"), &cid_a, 120)).await; // unknown_project
     lite_node_validator::ReliableQueue::submissions(w.conn.clone(), &w.market.keys)
@@ -320,6 +329,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
         Some(Duplicate),
         Some(Equivocation),
         Some(UnregisteredSlot),
+        Some(SnapshotterDisabled),
         Some(UnknownEpoch),
         Some(UnknownProject),
         Some(Malformed),
@@ -329,7 +339,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     assert_eq!(records.len(), 5, "a processed record per accepted submission: {records:?}");
     let counters = w.counters().await;
     assert_eq!(counters.get("accepted"), Some(&5));
-    assert_eq!(counters.get("received"), Some(&15), "the gateway counted what it queued");
+    assert_eq!(counters.get("received"), Some(&16), "the gateway counted what it queued");
     for reason in Reason::ALL.iter().filter(|r| **r != Reason::WindowClosed) {
         assert_eq!(counters.get(&format!("rejected:{}", reason.as_str())), Some(&1), "{reason:?}: {counters:?}");
     }
@@ -384,7 +394,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     tracker.current_epoch().await.unwrap();
     let dashboard = tracker.dashboard().await.unwrap();
     assert_eq!(dashboard["submissions_accepted"], 6);
-    assert_eq!(dashboard["submissions_rejected"], 14, "one of each reason");
+    assert_eq!(dashboard["submissions_rejected"], 15, "one of each reason");
     assert_eq!(dashboard["batches_1m"], 1);
     assert_eq!(tracker.participation().await.unwrap()["epochs_participated_24h"], 1);
     assert!(tracker.gaps().await.unwrap().is_empty(), "epoch 5 was finalized");
@@ -541,7 +551,7 @@ async fn a_submission_for_an_epoch_not_open_yet_waits_for_it() {
 async fn a_new_signers_submission_for_an_epoch_not_seen_yet_waits_and_counts() {
     let w = world(250).await;
     let (cid_a, cid_b, _) = cids();
-    w.monitor.slots_recorded(&[], 1, 100).await.unwrap();
+    w.monitor.slots_recorded(&[] as &[(u64, u64)], 1, 100).await.unwrap();
     w.monitor.head(100).await.unwrap();
     let new_signer = Signer::new(&key(9), CHAIN_ID, scope().protocol_state).unwrap().address();
     w.chain.reassigned.lock().unwrap().insert(1, (105, new_signer));

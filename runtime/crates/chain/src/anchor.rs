@@ -15,8 +15,8 @@ use lite_node_protocol::{parse_quantity, to_quantity};
 use serde_json::{Value, json};
 
 use lite_node_protocol::contracts::{
-    DayStartedEvent, EpochReleased, FullNodeUpdated, SlotRegistered, SnapshotBatchFinalized, allSnapshottersCall,
-    currentDayIdCall, getFullNodesCall, getTotalNodeCountCall, slotSnapshotterMappingCall,
+    DayStartedEvent, EpochReleased, FullNodeUpdated, SlotRegistered, SnapshotBatchFinalized, SnapshotterEnabled,
+    allSnapshottersCall, currentDayIdCall, getFullNodesCall, getTotalNodeCountCall, slotSnapshotterMappingCall,
 };
 
 use super::rpc::HttpRpc;
@@ -160,6 +160,12 @@ impl Anchor {
         self.slot_owner_as_of(slot_id, json!("latest")).await
     }
 
+    /// `allSnapshotters(signer)` as of anchor block `block`: whether the
+    /// signer was an enabled snapshotter then.
+    pub async fn snapshotter_enabled_at(&self, signer: Address, block: u64) -> Result<bool, RpcError> {
+        self.read(&allSnapshottersCall { snapshotter: signer }, Some(block)).await
+    }
+
     /// `slotSnapshotterMapping(slot)` as of anchor block `block`: who signed
     /// for the slot then (an epoch released in that block is judged by it).
     pub async fn slot_owner_at(&self, slot_id: u64, block: u64) -> Result<Address, RpcError> {
@@ -266,18 +272,23 @@ impl Anchor {
         Ok(events)
     }
 
-    /// Slots (re)registered on ProtocolState in `from..=to` (`SlotRegistered`:
-    /// a registration, a reassignment or a removal) or marked or unmarked a
-    /// full node of a market (`FullNodeUpdated`: it changes the highest slot
-    /// that can hold a signer), each with the block it was mined in, in
-    /// chain order. A log without the slot in its topics or without its
-    /// block is skipped.
-    pub async fn slot_registrations(&self, from: u64, to: u64) -> Result<Vec<(u64, u64)>, RpcError> {
+    /// The slot registry's changes on ProtocolState in `from..=to`: slots
+    /// (re)registered (`SlotRegistered`: a registration, a reassignment or a
+    /// removal) or marked or unmarked a full node of a market
+    /// (`FullNodeUpdated`: it changes the highest slot that can hold a
+    /// signer), and snapshotters enabled or disabled (`SnapshotterEnabled`),
+    /// each with the block it was mined in, in chain order. A log without
+    /// its subject in its topics or without its block is skipped.
+    pub async fn slot_registrations(&self, from: u64, to: u64) -> Result<Vec<(RegistryChange, u64)>, RpcError> {
         let filter = json!([{
             "address": self.protocol_state,
             "fromBlock": to_quantity(from),
             "toBlock": to_quantity(to),
-            "topics": [[SlotRegistered::SIGNATURE_HASH, FullNodeUpdated::SIGNATURE_HASH]],
+            "topics": [[
+                SlotRegistered::SIGNATURE_HASH,
+                FullNodeUpdated::SIGNATURE_HASH,
+                SnapshotterEnabled::SIGNATURE_HASH,
+            ]],
         }]);
         let raw = self.rpc.call_value("eth_getLogs", filter).await?;
         let Value::Array(entries) = raw else { return Err(bad_answer("eth_getLogs", "not an array")) };
@@ -289,12 +300,16 @@ impl Anchor {
             }
             let Some(Ok(block)) = log.block_number.as_deref().map(parse_quantity) else { continue };
             let topics = log.topics.iter().copied();
+            if let Ok(e) = SnapshotterEnabled::decode_raw_log(topics.clone(), &log.data) {
+                slots.push((RegistryChange::Snapshotter(e.snapshotter), block));
+                continue;
+            }
             let slot = match SlotRegistered::decode_raw_log(topics.clone(), &log.data) {
                 Ok(e) => Some(e.slotId),
                 Err(_) => FullNodeUpdated::decode_raw_log(topics, &log.data).ok().map(|e| e.slotId),
             };
             if let Some(Ok(slot)) = slot.map(|s| to_u64(s, "slot id")) {
-                slots.push((slot, block));
+                slots.push((RegistryChange::Slot(slot), block));
             }
         }
         slots.sort_by_key(|(_, block)| *block);
@@ -398,5 +413,26 @@ impl Anchor {
             _ => return Ok(None),
         };
         Ok(Some(AnchorEvent { block_number, block_hash, log_index, kind }))
+    }
+}
+
+/// One change of the slot registry ([`Anchor::slot_registrations`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegistryChange {
+    /// A slot registered, reassigned or removed, or marked or unmarked a
+    /// full node.
+    Slot(u64),
+    /// A snapshotter enabled or disabled, for all its slots.
+    Snapshotter(Address),
+}
+
+/// A slot as its number, a snapshotter as its lower-case `0x` address: the
+/// two cannot be mistaken for each other.
+impl std::fmt::Display for RegistryChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Slot(slot) => write!(f, "{slot}"),
+            Self::Snapshotter(address) => write!(f, "{address:#x}"),
+        }
     }
 }

@@ -17,7 +17,7 @@ pub mod rpc;
 pub mod tx;
 pub(crate) mod ws;
 
-pub use anchor::{Anchor, AnchorEvent, EventKind, Identity, Release};
+pub use anchor::{Anchor, AnchorEvent, EventKind, Identity, RegistryChange, Release};
 pub use connect::Chains;
 pub use rpc::{EndpointState, HttpRpc, IoRuntime, RpcEndpoint};
 pub use tx::{Prepared, Receipt, TxError, TxSender};
