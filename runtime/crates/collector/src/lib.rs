@@ -115,7 +115,7 @@ pub struct Collector {
     /// Submissions a second per peer (IP address), sustained and in a burst
     /// ([`Collector::with_peer_rate`]); past it, `RESOURCE_EXHAUSTED` (the
     /// node backs off and retries).
-    rate: Arc<governor::DefaultKeyedRateLimiter<std::net::IpAddr>>,
+    rate: Arc<PeerRates>,
     /// The highest slot id that can hold a signer (the node count, or a
     /// full node past it), read at most every [`SIGNERS_FRESH`]: a slot id
     /// past it is nobody's without a chain read.
@@ -123,8 +123,33 @@ pub struct Collector {
     /// When each slot whose registered signer disagreed with a submission
     /// was last read again ([`RECHECK_AFTER`]).
     rechecked: std::sync::Mutex<BTreeMap<u64, std::time::Instant>>,
-    /// Calls to [`Collector::admit_peer`] (when to prune the rate table).
-    admitted: std::sync::atomic::AtomicU64,
+}
+
+/// Submissions a second per peer (IP address): a keyed limiter that every
+/// 4,096 calls forgets the peers whose budget is full again, so peers
+/// coming from ever new addresses do not grow it for good.
+struct PeerRates {
+    limiter: governor::DefaultKeyedRateLimiter<std::net::IpAddr>,
+    /// Calls to [`PeerRates::admit`] (when to prune).
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl PeerRates {
+    fn new(rate: u32, burst: u32) -> Self {
+        let rate = std::num::NonZeroU32::new(rate.max(1)).expect("at least 1");
+        let burst = std::num::NonZeroU32::new(burst.max(1)).expect("at least 1");
+        let limiter = governor::RateLimiter::keyed(governor::Quota::per_second(rate).allow_burst(burst));
+        Self { limiter, calls: Default::default() }
+    }
+
+    /// Whether `peer` may send one more submission now.
+    fn admit(&self, peer: std::net::IpAddr) -> bool {
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 4096 == 4095 {
+            self.limiter.retain_recent();
+            self.limiter.shrink_to_fit();
+        }
+        self.limiter.check_key(&peer).is_ok()
+    }
 }
 
 /// How soon a slot whose cached signer disagreed with a submission is read
@@ -233,10 +258,9 @@ impl Collector {
             signers: std::sync::Mutex::new((std::time::Instant::now(), BTreeMap::new())),
             answered: Default::default(),
             holds: Vec::new(),
-            rate: Arc::new(Self::limiter(PEER_RATE, PEER_BURST)),
+            rate: Arc::new(PeerRates::new(PEER_RATE, PEER_BURST)),
             highest_slot: Default::default(),
             rechecked: Default::default(),
-            admitted: Default::default(),
         }
     }
 
@@ -270,33 +294,22 @@ impl Collector {
         true
     }
 
-    fn limiter(rate: u32, burst: u32) -> governor::DefaultKeyedRateLimiter<std::net::IpAddr> {
-        let rate = std::num::NonZeroU32::new(rate.max(1)).expect("at least 1");
-        let burst = std::num::NonZeroU32::new(burst.max(1)).expect("at least 1");
-        governor::RateLimiter::keyed(governor::Quota::per_second(rate).allow_burst(burst))
-    }
-
     /// The same collector with another per-peer rate and burst.
     pub fn with_peer_rate(mut self, rate: u32, burst: u32) -> Self {
-        self.rate = Arc::new(Self::limiter(rate, burst));
+        self.rate = Arc::new(PeerRates::new(rate, burst));
         self
     }
 
-    /// Whether `peer` may send one more submission now. Every 4,096 calls
-    /// the rate table forgets peers whose budget is full again, so peers
-    /// coming from ever new addresses do not grow it for good.
+    /// Whether `peer` may send one more submission now ([`PeerRates`]).
     fn admit_peer(&self, peer: Option<std::net::SocketAddr>) -> Result<(), tonic::Status> {
         let Some(peer) = peer else { return Ok(()) };
-        if self.admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 4096 == 4095 {
-            self.rate.retain_recent();
-            self.rate.shrink_to_fit();
+        if self.rate.admit(peer.ip()) {
+            return Ok(());
         }
-        self.rate.check_key(&peer.ip()).map_err(|_| {
-            tonic::Status::resource_exhausted(format!(
-                "more submissions a second from {} than this collector takes from one peer; slow down and retry",
-                peer.ip()
-            ))
-        })
+        Err(tonic::Status::resource_exhausted(format!(
+            "more submissions a second from {} than this collector takes from one peer; slow down and retry",
+            peer.ip()
+        )))
     }
 
     /// [`Collector::highest_slot`], read again when stale.
@@ -649,6 +662,26 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Peers from ever new addresses (a botnet, or one peer rotating its
+    /// IPv6 addresses) do not grow the rate table for good; a peer past its
+    /// burst is still refused.
+    #[test]
+    fn the_rate_table_forgets_peers_whose_budget_is_full_again() {
+        // A budget that refills in a microsecond: every peer but the last
+        // few is full again by the time the table is pruned.
+        let rates = PeerRates::new(1_000_000, 1);
+        for i in 0..100_000u32 {
+            let ip = std::net::IpAddr::V6(std::net::Ipv6Addr::from(u128::from(i) + 1));
+            assert!(rates.admit(ip), "peer {i}'s first submission");
+        }
+        let kept = rates.limiter.len();
+        assert!(kept < 4_096, "{kept} peers kept of 100,000 seen");
+        let slow = PeerRates::new(1, 2);
+        let ip: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        assert!(slow.admit(ip) && slow.admit(ip), "the burst");
+        assert!(!slow.admit(ip), "past the burst");
+    }
 
     #[test]
     fn answers_are_kept_once_per_message_and_only_for_the_newest_epochs() {

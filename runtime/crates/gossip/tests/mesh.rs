@@ -221,6 +221,30 @@ async fn twenty_publishers_each_reach_one_validator_and_every_message_arrives() 
     }
 }
 
+/// What a collector answers for delivery rests on `publish_confirmed`: a
+/// message no validator can take (none connected yet, or the last one
+/// gone) is refused, not reported published; one a validator takes is
+/// confirmed and arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_nobody_can_take_is_refused_and_one_a_validator_takes_is_confirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v_tx, mut v_rx) = mpsc::channel(64);
+    let v = Gossip::start(settings(dir.path(), "v", vec![]), strict(), v_tx).unwrap();
+    let v_addr = tokio::time::timeout(Duration::from_secs(10), v.listening()).await.expect("v listens");
+    let alone = Gossip::publisher(settings(dir.path(), "alone", vec![])).unwrap();
+    let refused = alone.publish_confirmed(b"ok nobody".to_vec()).await;
+    assert!(refused.is_err(), "published with no peer: {refused:?}");
+    assert_eq!(Stats::get(&alone.stats().published), 0);
+    let p = Gossip::publisher(settings(dir.path(), "p", v_addr)).unwrap();
+    until("the publisher reaches the validator", async || (p.peers().await.subscribed == 1).then_some(())).await;
+    p.publish_confirmed(b"ok taken".to_vec()).await.expect("a validator takes it");
+    assert_eq!(next(&mut v_rx, "the confirmed message").await, b"ok taken");
+    drop(v);
+    until("the validator gone", async || (p.peers().await.subscribed == 0).then_some(())).await;
+    let gone = p.publish_confirmed(b"ok too late".to_vec()).await;
+    assert!(gone.is_err(), "published after the last validator left: {gone:?}");
+}
+
 /// A relay in front of a peer: forwards both ways until `paused`, then no
 /// longer reads what the far side sends (so it backs up there, as a peer
 /// that stops reading would make it). Returns the port it listens on.
