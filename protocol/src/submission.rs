@@ -97,6 +97,16 @@ reasons! {
     /// The slot submitted another CID for the project in this epoch: its
     /// vote on the project is void, whichever came first.
     Equivocation = "equivocation",
+    /// The market requires each submission to carry its snapshot, and this
+    /// one does not.
+    MissingBytes = "missing_bytes",
+    /// The snapshot carried does not hash to the submission's CID.
+    BytesDoNotMatchCid = "bytes_do_not_match_cid",
+    /// The snapshot carried is not JSON in the protocol's canonical form
+    /// (§4), whose CID every honest node computes alike.
+    NotCanonicalJson = "not_canonical_json",
+    /// The snapshot carried is larger than the market takes.
+    TooLarge = "too_large",
 }
 
 impl std::fmt::Display for Reason {
@@ -285,6 +295,11 @@ pub trait Facts: Send + Sync {
     fn signers_at_release(&self) -> bool {
         true
     }
+    /// What the market asks of the snapshot a submission carries
+    /// ([`check_snapshot`]): by default, checked when carried, not required.
+    fn snapshot_rule(&self) -> SnapshotRule {
+        SnapshotRule::default()
+    }
 }
 
 /// What the rules made of a submission.
@@ -332,6 +347,9 @@ pub async fn judge_recovered<F: Facts>(
         Ok(admitted) => admitted,
         Err(rejection) => return Ok(Judgement::Rejected(rejection)),
     };
+    if let Err(rejection) = check_snapshot(s, facts.snapshot_rule()) {
+        return Ok(Judgement::Rejected(rejection));
+    }
     // The registry as it stood at the epoch's release: every validator
     // judges alike whenever it reads, and a slot changed at block B is its
     // new signer's for every epoch released from B on.
@@ -506,10 +524,63 @@ pub mod caps {
     pub const NODE_VERSION: usize = 64;
     /// `dataMarket`, `protocolState`: an address with `0x`.
     pub const ADDRESS: usize = 42;
-    /// A whole encoded submission: every field at its cap, with room for
-    /// the protobuf framing. A gRPC message larger than this is refused
-    /// before it is decoded.
-    pub const MESSAGE: usize = 2048;
+    /// The snapshot a submission carries, by default
+    /// ([`super::SnapshotRule`]): many times a pool's BDS snapshot, and a
+    /// whole submission still within one gossip frame (64 KiB).
+    pub const SNAPSHOT: usize = 48 * 1024;
+    /// A whole encoded submission: every field at its cap, the snapshot
+    /// included, with room for the protobuf framing. A gRPC message larger
+    /// than this is refused before it is decoded.
+    pub const MESSAGE: usize = 2048 + SNAPSHOT;
+}
+
+/// What a market asks of the snapshot a submission carries (its bytes,
+/// whose CID the request signs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotRule {
+    /// Every submission must carry its snapshot (`missing_bytes` if not);
+    /// otherwise one that does not is judged by its CID alone.
+    pub required: bool,
+    /// The largest snapshot taken (`too_large` past it).
+    pub max_bytes: usize,
+}
+
+impl Default for SnapshotRule {
+    /// Not required (nodes that do not send it stay valid), at most
+    /// [`caps::SNAPSHOT`].
+    fn default() -> Self {
+        Self { required: false, max_bytes: caps::SNAPSHOT }
+    }
+}
+
+/// The snapshot `s` carries, checked by `rule` before anything of it is
+/// stored or relayed: present if required, within the size, hashing to the
+/// request's CID, and canonical JSON (§4). Cheapest first: the size, one
+/// SHA-256, then the parse.
+pub fn check_snapshot(s: &SnapshotSubmission, rule: SnapshotRule) -> Result<(), Rejection> {
+    let Some(bytes) = &s.snapshot else {
+        return if rule.required {
+            Err(Rejection::new(Reason::MissingBytes, "this market requires each submission to carry its snapshot"))
+        } else {
+            Ok(())
+        };
+    };
+    if bytes.len() > rule.max_bytes {
+        let why = format!("the snapshot is {} bytes, more than the {} this market takes", bytes.len(), rule.max_bytes);
+        return Err(Rejection::new(Reason::TooLarge, why));
+    }
+    let cid = s.request.as_ref().map_or("", |r| r.snapshot_cid.as_str());
+    let hashed = crate::cid::cid(bytes);
+    if hashed != cid {
+        let why = format!("the snapshot's CID is {hashed}, the request signs `{}`", clip(cid));
+        return Err(Rejection::new(Reason::BytesDoNotMatchCid, why));
+    }
+    let canonical = std::str::from_utf8(bytes)
+        .map_err(|_| "it is not UTF-8".to_owned())
+        .and_then(crate::canonical_json::canonical_json)
+        .and_then(|c| if c == *bytes { Ok(()) } else { Err("it is JSON, not in its canonical form".to_owned()) });
+    canonical
+        .map_err(|why| Rejection::new(Reason::NotCanonicalJson, format!("the snapshot is not canonical JSON: {why}")))
 }
 
 /// Every field within its cap ([`caps`]); `Err` names the first that is not.
@@ -572,6 +643,7 @@ mod tests {
             data_market: DM.into(),
             node_version: None,
             protocol_state: PS.into(),
+            snapshot: None,
         }
     }
 
@@ -735,7 +807,8 @@ mod tests {
         let reasons: std::collections::BTreeSet<Reason> = all.iter().filter_map(|c| c.expect).collect();
         for reason in Reason::ALL {
             // A disabled snapshotter is the validator's own: a collector
-            // answering its nodes does not read the flag.
+            // answering its nodes does not read the flag. Missing bytes
+            // need a market that requires them (the table's does not).
             let shared = !matches!(
                 reason,
                 Reason::Malformed
@@ -743,6 +816,7 @@ mod tests {
                     | Reason::Duplicate
                     | Reason::Equivocation
                     | Reason::SnapshotterDisabled
+                    | Reason::MissingBytes
             );
             assert_eq!(reasons.contains(reason), shared, "{reason}: the table covers every reason judge gives");
         }
@@ -790,6 +864,35 @@ mod tests {
             Judgement::Rejected(r) => assert_eq!(r.reason, Reason::SnapshotterDisabled, "{r}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Each way a carried snapshot can be wrong has its reason; a right one,
+    /// or none where the market does not require it, passes.
+    #[test]
+    fn a_carried_snapshot_is_checked_for_presence_size_cid_and_canonical_form() {
+        let with = |bytes: Option<&[u8]>, cid_of: &[u8]| {
+            let mut s = good();
+            s.request.as_mut().unwrap().snapshot_cid = crate::cid::cid(cid_of);
+            s.snapshot = bytes.map(<[u8]>::to_vec);
+            s
+        };
+        let reason = |s: &SnapshotSubmission, rule| check_snapshot(s, rule).err().map(|r| r.reason);
+        let lenient = SnapshotRule::default();
+        let strict = SnapshotRule { required: true, max_bytes: 64 };
+        let canonical: &[u8] = br#"{"a":1,"b":[true,null]}"#;
+        assert_eq!(reason(&with(Some(canonical), canonical), strict), None);
+        assert_eq!(reason(&with(None, canonical), lenient), None, "not required: judged by its CID");
+        assert_eq!(reason(&with(None, canonical), strict), Some(Reason::MissingBytes));
+        assert_eq!(reason(&with(Some(canonical), b"other"), strict), Some(Reason::BytesDoNotMatchCid));
+        let spaced: &[u8] = br#"{ "a": 1, "b": [true, null] }"#;
+        assert_eq!(reason(&with(Some(spaced), spaced), strict), Some(Reason::NotCanonicalJson));
+        let not_json: &[u8] = b"not json";
+        assert_eq!(reason(&with(Some(not_json), not_json), strict), Some(Reason::NotCanonicalJson));
+        let not_utf8: &[u8] = &[0xff, 0xfe];
+        assert_eq!(reason(&with(Some(not_utf8), not_utf8), strict), Some(Reason::NotCanonicalJson));
+        let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(100));
+        assert_eq!(reason(&with(Some(big.as_bytes()), big.as_bytes()), strict), Some(Reason::TooLarge));
+        assert_eq!(reason(&with(Some(big.as_bytes()), big.as_bytes()), lenient), None);
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub struct Admission {
     /// project, time and peer from the entity id on the submissions
     /// timeline.
     pub metadata: bool,
+    /// What the market asks of the snapshot a submission carries: checked
+    /// (present if required, within the size, its CID, canonical JSON)
+    /// before anything of it is stored or relayed.
+    pub snapshot: lite_node_protocol::submission::SnapshotRule,
 }
 
 impl Default for Admission {
@@ -92,6 +96,7 @@ impl Default for Admission {
             peer_in_flight: 64,
             per_slot_epoch: 20_000,
             metadata: false,
+            snapshot: Default::default(),
         }
     }
 }
@@ -262,6 +267,7 @@ pub fn decode(payload: &str) -> Result<Received, String> {
         data_market: text(&v, "dataMarket")?,
         node_version: v.get("nodeVersion").and_then(|x| x.as_str()).map(str::to_owned),
         protocol_state: text(&v, "protocolState")?,
+        snapshot: None,
     };
     Ok(Received {
         submission,
@@ -861,6 +867,7 @@ impl Gateway {
     /// The checks made before storage (form, signature, the market's
     /// projects): the slot and who signed, or why `s` is refused.
     fn admitted(&self, s: &SnapshotSubmission) -> Result<(u64, alloy::primitives::Address), Rejection> {
+        lite_node_protocol::submission::check_snapshot(s, self.admission.snapshot)?;
         let (r, signer) = admit(s, &self.market.scope, &self.domain)?;
         if let Some(Err(why)) = self.projects.as_ref().map(|p| p.check(&r.project_id)) {
             return Err(Rejection::new(Reason::UnknownProject, why));

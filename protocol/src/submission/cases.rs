@@ -87,8 +87,15 @@ impl Draft {
             data_market: self.data_market,
             node_version: Some("cases".into()),
             protocol_state: s.scope.protocol_state.to_string(),
+            snapshot: None,
         }
     }
+}
+
+/// `s` carrying `bytes` as its snapshot (not signed: the CID commits to it).
+fn carrying(mut s: SnapshotSubmission, bytes: &[u8]) -> SnapshotSubmission {
+    s.snapshot = Some(bytes.to_vec());
+    s
 }
 
 /// The other signature of the same message and key: `s` replaced by
@@ -174,6 +181,32 @@ pub fn cases() -> Vec<Case> {
                 let mut m = good(s).signed(s);
                 m.signature = malleated(&m.signature);
                 m
+            },
+        },
+        // The snapshot's bytes, when carried: checked against the CID and
+        // the canonical form, and the market's size (the default here).
+        Case {
+            name: "a snapshot that does not hash to the signed CID",
+            expect: Some(Reason::BytesDoNotMatchCid),
+            make: |s| carrying(good(s).signed(s), b"[]"),
+        },
+        Case {
+            name: "a snapshot that is JSON, not in its canonical form",
+            expect: Some(Reason::NotCanonicalJson),
+            make: |s| {
+                let mut d = good(s);
+                d.request.snapshot_cid = crate::cid(b"{ }");
+                carrying(d.signed(s), b"{ }")
+            },
+        },
+        Case {
+            name: "a snapshot larger than the market takes",
+            expect: Some(Reason::TooLarge),
+            make: |s| {
+                let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(crate::submission::caps::SNAPSHOT));
+                let mut d = good(s);
+                d.request.snapshot_cid = crate::cid(big.as_bytes());
+                carrying(d.signed(s), big.as_bytes())
             },
         },
         Case {

@@ -94,6 +94,16 @@ pub struct Args {
     /// `processed:{sequencerId}:{submissionId}` for an hour once accepted.
     #[arg(long)]
     pub submission_metadata: bool,
+    /// Refuse a submission that does not carry its snapshot's bytes
+    /// (`missing_bytes`); without it, one that carries none is judged by
+    /// its CID alone. Carried bytes are always checked against the CID and
+    /// the canonical JSON form before anything is stored or relayed.
+    #[arg(long)]
+    pub require_snapshot: bool,
+    /// The largest snapshot a submission may carry (`too_large` past it).
+    #[arg(long, value_name = "BYTES", default_value_t = lite_node_protocol::submission::caps::SNAPSHOT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=lite_node_protocol::submission::caps::SNAPSHOT as u64))]
+    pub max_snapshot_bytes: u64,
     /// Anchor blocks the chosen submitter of an epoch's batch has before the
     /// next validator in turn submits it (with VALIDATOR_SIGNER_PRIVATE_KEY).
     #[arg(long, value_name = "BLOCKS", default_value_t = lite_node_validator::onchain::FALLBACK_BLOCKS)]
@@ -133,6 +143,10 @@ pub fn run(o: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
             peer_in_flight: o.peer_in_flight,
             per_slot_epoch: o.per_slot_epoch,
             metadata: o.submission_metadata,
+            snapshot: lite_node_protocol::submission::SnapshotRule {
+                required: o.require_snapshot,
+                max_bytes: usize::try_from(o.max_snapshot_bytes).unwrap_or(usize::MAX),
+            },
         },
         gossip: o.p2p_listen.map(|listen| GossipSettings { listen, bootstrap: o.p2p_bootstrap.clone() }),
         onchain: match env.get(VALIDATOR_KEY_VAR) {

@@ -93,6 +93,7 @@ fn submission_for(
         data_market: s.world.manifest.data_market.clone(),
         node_version: Some("test".into()),
         protocol_state: s.world.manifest.protocol_state.clone(),
+        snapshot: None,
     }
 }
 

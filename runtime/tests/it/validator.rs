@@ -101,6 +101,7 @@ impl Setup {
                     data_market: self.world.manifest.data_market.clone(),
                     node_version: None,
                     protocol_state: self.world.manifest.protocol_state.clone(),
+                    snapshot: None,
                 };
                 let admitted = gateway.accept(&s, "test").await.unwrap();
                 assert_eq!(admitted, lite_node_validator::gateway::Admitted::Queued);
@@ -379,6 +380,7 @@ fn the_validator_follows_the_chain_judges_a_reassigned_slot_by_the_registry_at_e
             data_market: s.world.manifest.data_market.clone(),
             node_version: None,
             protocol_state: s.world.manifest.protocol_state.clone(),
+            snapshot: None,
         };
         let answer = s.runtime.block_on(client.submit_snapshot(submission)).unwrap().into_inner();
         assert_eq!(answer.message, proto::SUCCESS, "the gateway queues what it gets");

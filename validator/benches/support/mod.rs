@@ -67,5 +67,6 @@ pub fn signed(signer: &Signer, request: &Request) -> proto::SnapshotSubmission {
         data_market: scope().data_market.to_string(),
         node_version: None,
         protocol_state: scope().protocol_state.to_string(),
+        snapshot: None,
     }
 }

@@ -47,6 +47,7 @@ fn submission(market: &Market, epoch_id: u64, slot_id: u64, project_id: &str) ->
         data_market: market.scope.data_market.to_string(),
         node_version: None,
         protocol_state: market.scope.protocol_state.to_string(),
+        snapshot: None,
     }
 }
 
@@ -671,6 +672,67 @@ async fn queued_here_not_relayed<R: SlotRegistry>(registry: R) {
 /// again, as it is then) is ignored — neither relayed nor queued — and is
 /// not counted against its slot's cap for the epoch, so nobody can use up
 /// an honest slot's cap with its own submissions.
+/// Issue 54, item 1: a submission carrying its snapshot's bytes. Bytes that
+/// do not hash to the signed CID, that are not canonical JSON, too large,
+/// or missing where the market requires them are refused with their reason
+/// over gRPC and rejected on gossip (never relayed), and nothing of them is
+/// stored; the right bytes are taken on both.
+#[tokio::test]
+async fn a_carried_snapshot_is_checked_before_anything_is_stored_or_relayed() {
+    use lite_node_protocol::submission::{SnapshotRule, caps};
+    use lite_node_validator::gossip::Verdict;
+    let server = RedisServer::start();
+    let market = market();
+    let conn = redis::aio::ConnectionManager::new(redis::Client::open(server.url()).unwrap()).await.unwrap();
+    set_head(&conn, &market, 42).await;
+    let admission =
+        Admission { snapshot: SnapshotRule { required: true, max_bytes: caps::SNAPSHOT }, ..Admission::default() };
+    let endpoint = serve(&conn, &market, admission).await;
+    let mut client = SubmissionClient::connect(endpoint).await.unwrap();
+    // Slot 3's submission of `cid_of`, carrying `bytes`.
+    let carrying = |epoch_id: u64, cid_of: &[u8], bytes: Option<&[u8]>| {
+        let mut s = submission(&market, epoch_id, 3, &pool_project());
+        s.request.as_mut().unwrap().snapshot_cid = lite_node_protocol::cid::cid(cid_of);
+        let mut s = signed_by(s, &market, [9u8; 32]);
+        s.snapshot = bytes.map(<[u8]>::to_vec);
+        s
+    };
+    let reason = |r: &tonic::Response<proto::SubmissionResponse>| {
+        assert_eq!(r.get_ref().message, proto::FAILURE);
+        r.metadata().get(proto::REASON_METADATA).unwrap().to_str().unwrap().to_owned()
+    };
+    let ok = client.submit_snapshot(carrying(7, b"{}", Some(b"{}"))).await.unwrap();
+    assert_eq!(ok.into_inner().message, proto::SUCCESS, "the right bytes are taken");
+    footprint(&conn).await;
+    let before = footprint(&conn).await;
+    let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(caps::SNAPSHOT));
+    // Each, with its reason and what its detail says.
+    let bad: [(proto::SnapshotSubmission, &str, &str); 4] = [
+        (carrying(8, b"{}", Some(b"[]")), "bytes_do_not_match_cid:", "the snapshot's CID is"),
+        (carrying(8, b"{ }", Some(b"{ }")), "not_canonical_json:", "not canonical JSON"),
+        (carrying(8, big.as_bytes(), Some(big.as_bytes())), "too_large:", "more than the"),
+        (carrying(8, b"{}", None), "missing_bytes:", "requires each submission to carry its snapshot"),
+    ];
+    for (s, expected, _) in &bad {
+        let answer = client.submit_snapshot(s.clone()).await.unwrap();
+        assert!(reason(&answer).starts_with(expected), "{expected} {}", reason(&answer));
+    }
+    let after = footprint(&conn).await;
+    assert_eq!(after.0, before.0, "no key was added");
+    assert!(after.1.abs_diff(before.1) < 256, "the data in Redis moved by {} bytes", after.1.abs_diff(before.1));
+    // The same on gossip: rejected before it is relayed (a relayer's own
+    // check would have refused it), the right one accepted.
+    let projects = Projects::new(NAMESPACE, ["baseSnapshot"]);
+    let gateway = Gateway::with_admission(conn.clone(), market.clone(), Some(projects), admission);
+    for (s, expected, detail) in &bad {
+        match gateway.judge_gossip(&gossip_bytes(s)) {
+            Verdict::Reject(why) => assert!(why.contains(detail), "{expected} {why}"),
+            other => panic!("{expected}: {other:?}"),
+        }
+    }
+    assert_eq!(gateway.judge_gossip(&gossip_bytes(&carrying(9, b"{}", Some(b"{}")))), Verdict::Accept);
+}
+
 #[tokio::test]
 async fn a_replay_after_gossipsub_forgot_it_is_ignored_and_costs_its_slot_nothing() {
     use lite_node_validator::gossip::Verdict;

@@ -202,6 +202,7 @@ fn signed(
         data_market: scope().data_market.to_string(),
         node_version: Some("test".into()),
         protocol_state: scope().protocol_state.to_string(),
+        snapshot: None,
     }
 }
 
@@ -285,6 +286,18 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     garbled.signature = "11".repeat(65);
     assert_eq!(w.refused(garbled).await, Reason::BadSignature);
     assert_eq!(w.refused(signed(6, 6, 5, &p_a, "not-a-cid", 120)).await, Reason::BadForm);
+    // A carried snapshot that is not the CID's, not canonical, or too large.
+    let mut other_bytes = signed(6, 6, 5, &p_a, &cid_a, 120);
+    other_bytes.snapshot = Some(b"{\"not\":\"this\"}".to_vec());
+    assert_eq!(w.refused(other_bytes).await, Reason::BytesDoNotMatchCid);
+    let spaced = lite_node_protocol::cid::cid(b"{ }");
+    let mut not_canonical = signed(6, 6, 5, &p_a, &spaced, 120);
+    not_canonical.snapshot = Some(b"{ }".to_vec());
+    assert_eq!(w.refused(not_canonical).await, Reason::NotCanonicalJson);
+    let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(lite_node_protocol::submission::caps::SNAPSHOT));
+    let mut too_large = signed(6, 6, 5, &p_a, &lite_node_protocol::cid::cid(big.as_bytes()), 120);
+    too_large.snapshot = Some(big.into_bytes());
+    assert_eq!(w.refused(too_large).await, Reason::TooLarge);
     // One of each rejection the dequeuer gives.
     w.submit(signed(6, 7, 5, &p_a, &cid_a, 120)).await; // wrong_signer
     w.submit(signed(6, 6, 5, &p_a, &cid_a, 100)).await; // deadline_passed (head 101)
@@ -340,7 +353,8 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     let counters = w.counters().await;
     assert_eq!(counters.get("accepted"), Some(&5));
     assert_eq!(counters.get("received"), Some(&16), "the gateway counted what it queued");
-    for reason in Reason::ALL.iter().filter(|r| **r != Reason::WindowClosed) {
+    // Missing bytes need a market that requires them (this one does not).
+    for reason in Reason::ALL.iter().filter(|r| !matches!(r, Reason::WindowClosed | Reason::MissingBytes)) {
         assert_eq!(counters.get(&format!("rejected:{}", reason.as_str())), Some(&1), "{reason:?}: {counters:?}");
     }
 
@@ -394,7 +408,7 @@ async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_see
     tracker.current_epoch().await.unwrap();
     let dashboard = tracker.dashboard().await.unwrap();
     assert_eq!(dashboard["submissions_accepted"], 6);
-    assert_eq!(dashboard["submissions_rejected"], 15, "one of each reason");
+    assert_eq!(dashboard["submissions_rejected"], 18, "one of each reason");
     assert_eq!(dashboard["batches_1m"], 1);
     assert_eq!(tracker.participation().await.unwrap()["epochs_participated_24h"], 1);
     assert!(tracker.gaps().await.unwrap().is_empty(), "epoch 5 was finalized");

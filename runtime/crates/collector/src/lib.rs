@@ -89,6 +89,11 @@ pub struct Collector {
     /// has closed is refused (`window_closed`), not answered `Success` for
     /// a vote no validator counts.
     pub window_blocks: u64,
+    /// What the market asks of the snapshot a submission carries (the
+    /// validators' `--require-snapshot`, `--max-snapshot-bytes`): checked
+    /// before the rules, and a submission that fails is refused with its
+    /// reason, never published.
+    pub snapshot: lite_node_protocol::submission::SnapshotRule,
     /// A validator's gateway every submission is relayed to (checked or
     /// not: the validator checks for itself). When it cannot take one, the
     /// node is asked to retry.
@@ -250,6 +255,7 @@ impl Collector {
             announce: false,
             from_block: 0,
             window_blocks: lite_node_protocol::submission::WINDOW_BLOCKS,
+            snapshot: Default::default(),
             forward: None,
             gossip: None,
             own: None,
@@ -509,6 +515,10 @@ impl Facts for Collector {
 
     fn signers_at_release(&self) -> bool {
         false
+    }
+
+    fn snapshot_rule(&self) -> lite_node_protocol::submission::SnapshotRule {
+        self.snapshot
     }
 
     /// As of now, whatever the epoch: the collector answers its nodes by

@@ -275,6 +275,7 @@ fn signed(
         data_market: data_market.to_string().to_lowercase(),
         node_version: None,
         protocol_state: protocol_state.to_string(),
+        snapshot: None,
     }
 }
 

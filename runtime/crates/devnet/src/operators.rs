@@ -335,6 +335,7 @@ impl Operator {
             data_market: data_market.to_string(),
             node_version: theirs.node_version.clone(),
             protocol_state: protocol_state.to_string(),
+            snapshot: None,
         }
     }
 }

@@ -344,6 +344,7 @@ impl Submitter {
             data_market: shared.data_market.clone(),
             node_version: Some(env!("CARGO_PKG_VERSION").into()),
             protocol_state: shared.protocol_state.clone(),
+            snapshot: None,
         };
         // The message is in the ledger before it leaves: were the node
         // killed between the send and the answer's line, its restart sends
@@ -358,6 +359,7 @@ impl Submitter {
         let write = || std::future::ready(self.ledger.write(&entry));
         retry(Policy::STATE, "recording a submission in the ledger before sending it", write, |_| true).await?;
         shared.fix_on_disk(&fix, &written).await?;
+        let submission = with_snapshot(submission, stored, epoch.epoch_id).await;
         self.send(epoch, id, anchor, submission).await
     }
 
@@ -422,6 +424,7 @@ impl Submitter {
         tracing::info!(
             "epoch {epoch_id} {id}: sent before a restart with no answer recorded; sending the same signed message again"
         );
+        let submission = with_snapshot(submission, stored, epoch_id).await;
         self.send(epoch, id, anchor, submission).await
     }
 
@@ -750,6 +753,46 @@ fn boot_id() -> Option<String> {
 fn sync_filesystem(path: &std::path::Path) -> std::io::Result<()> {
     let dir = std::fs::File::open(path.parent().unwrap_or(std::path::Path::new(".")))?;
     lite_node_core::atomic_file::sync_filesystem(&dir)
+}
+
+/// `submission` carrying its snapshot's bytes (the file the CID was computed
+/// from), so that the validators can keep and serve them; the signature
+/// does not change (the CID commits to the bytes). The ledger holds the
+/// message without them (the file is kept). Sent by its CID alone, with a
+/// warning, when the file cannot be read, no longer hashes to the signed
+/// CID, or is larger than a submission may carry.
+async fn with_snapshot(
+    mut submission: proto::SnapshotSubmission,
+    stored: &Stored,
+    epoch_id: u64,
+) -> proto::SnapshotSubmission {
+    let signed = submission.request.as_ref().map_or("", |r| r.snapshot_cid.as_str());
+    let id = &stored.project_id;
+    if signed != stored.cid {
+        tracing::warn!(
+            "epoch {epoch_id} {id}: the signed CID {signed} is not the stored snapshot's; sent without its bytes"
+        );
+        return submission;
+    }
+    match tokio::fs::read(&stored.path).await {
+        Ok(bytes) if bytes.len() > lite_node_protocol::submission::caps::SNAPSHOT => tracing::warn!(
+            "epoch {epoch_id} {id}: the snapshot is {} bytes, more than the {} a submission carries; sent without its \
+             bytes",
+            bytes.len(),
+            lite_node_protocol::submission::caps::SNAPSHOT
+        ),
+        Ok(bytes) if lite_node_protocol::cid::cid(&bytes) != stored.cid => tracing::warn!(
+            "epoch {epoch_id} {id}: {} no longer hashes to {}; sent without its bytes",
+            stored.path.display(),
+            stored.cid
+        ),
+        Ok(bytes) => submission.snapshot = Some(bytes),
+        Err(e) => tracing::warn!(
+            "epoch {epoch_id} {id}: cannot read the snapshot {} ({e}); sent without its bytes",
+            stored.path.display()
+        ),
+    }
+    submission
 }
 
 #[cfg(test)]
