@@ -283,15 +283,18 @@ pub fn decode(payload: &str) -> Result<Received, String> {
 /// the client's per-command work). Answers, in order: `queued`, `full` or
 /// `no_head`.
 const QUEUE: &str = r#"
--- KEYS: queue, timeline, counters, anchor head, pending, then each item's metadata key
--- ARGV: max queue, now (s), metadata ttl, timeline cutoff, then per item:
---       payload after the head, entity, metadata ('' for none), epoch
+-- KEYS: queue, timeline, counters, anchor head, pending, then each item's
+--       metadata key and snapshot key
+-- ARGV: max queue, now (s), metadata ttl, timeline cutoff, snapshot ttl, then
+--       per item: payload after the head, entity, metadata ('' for none),
+--       epoch, snapshot bytes ('' for none)
 local max = tonumber(ARGV[1])
 local head = redis.call('GET', KEYS[4])
 local len = redis.call('LLEN', KEYS[1])
 local out = {}
-for i = 1, (#ARGV - 4) / 4 do
-  local a = 4 + (i - 1) * 4
+for i = 1, (#ARGV - 5) / 5 do
+  local a = 5 + (i - 1) * 5
+  local k = 5 + (i - 1) * 2
   if len >= max then
     out[i] = 'full'
   elseif not head then
@@ -304,8 +307,10 @@ for i = 1, (#ARGV - 4) / 4 do
     local seq = redis.call('HINCRBY', KEYS[3], 'received', 1)
     len = redis.call('LPUSH', KEYS[1], '{"queued":' .. seq .. ',"receivedHead":' .. head .. ',' .. ARGV[a + 1])
     redis.call('ZADD', KEYS[2], ARGV[2], ARGV[a + 2])
-    if ARGV[a + 3] ~= '' then redis.call('SET', KEYS[5 + i], ARGV[a + 3], 'EX', ARGV[3]) end
+    if ARGV[a + 3] ~= '' then redis.call('SET', KEYS[k + 1], ARGV[a + 3], 'EX', ARGV[3]) end
     redis.call('HINCRBY', KEYS[5], ARGV[a + 4], 1)
+    -- Content-addressed: the first copy stays (any other is the same bytes).
+    if ARGV[a + 5] ~= '' then redis.call('SET', KEYS[k + 2], ARGV[a + 5], 'EX', ARGV[5], 'NX') end
     out[i] = 'queued'
   end
 end
@@ -1035,7 +1040,8 @@ impl Gateway {
             .arg(self.admission.max_queue)
             .arg(secs)
             .arg(SUBMISSION_METADATA_TTL.as_secs())
-            .arg(secs.saturating_sub(TIMELINE_RETENTION.as_secs()));
+            .arg(secs.saturating_sub(TIMELINE_RETENTION.as_secs()))
+            .arg(crate::keys::DETAIL_TTL.as_secs());
         // `None`: refused before storage (its signature is not one).
         let mut answers: Vec<Option<Admitted>> = Vec::new();
         for (s, signer) in items {
@@ -1069,11 +1075,14 @@ impl Gateway {
                 s.signature = signature;
                 encode_rest(&s, millis, peer, signer)
             };
+            // Checked against the CID before it got here (`check_snapshot`).
             call.key(k.submission_metadata(&entity))
+                .key(k.snapshot(&r.snapshot_cid))
                 .arg(payload)
                 .arg(&entity)
                 .arg(metadata.unwrap_or_default())
-                .arg(r.epoch_id);
+                .arg(r.epoch_id)
+                .arg(s.snapshot.as_deref().unwrap_or_default());
             answers.push(None);
         }
         let queued: Vec<String> = if answers.iter().any(Option::is_none) {

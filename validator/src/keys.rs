@@ -80,6 +80,7 @@
 //! | `dashboard:summary`, `stats:current` | string, hash | the dashboard summary, as JSON and field by field | tracker → dashboards | 60 s |
 //! | `metrics:participation` | string | 24-hour participation (JSON) | tracker → dashboards | 300 s |
 //! | `metrics:submissions:metadata:{entityId}` | string | one queued submission's metadata (JSON), only with `Admission::metadata` | gateway → outside tools | 24 h |
+//! | `snapshot:{cid}` | string | the snapshot bytes a queued submission carried, checked against the CID (content-addressed: one key however many votes carry it) | gateway → what keeps finalized data | 24 h from the first |
 //! | `processed:{sequencerId}:{submissionId}` | hash | one accepted submission's record (`sequencerId`: this validator's id), only with `keeping_seed_records` | dequeuer → outside tools | 1 h |
 
 use std::time::Duration;
@@ -267,6 +268,7 @@ pub const SCHEMA: &[KeySpec] = &[
         KeyType::String,
         Ttl::Fixed(SUBMISSION_METADATA_TTL),
     ),
+    spec("{protocol}:{market}:snapshot:{cid}", KeyType::String, Ttl::Fixed(DETAIL_TTL)),
     spec("{protocol}:{market}:metrics:validations:timeline", KeyType::ZSet, Ttl::None),
     spec("{protocol}:{market}:metrics:validator:{validatorId}:batches", KeyType::ZSet, Ttl::None),
 ];
@@ -489,6 +491,11 @@ impl Keys {
 
     pub fn submissions_timeline(&self) -> String {
         self.ns("metrics:submissions:timeline")
+    }
+
+    /// The snapshot bytes a queued submission carried, by their CID.
+    pub fn snapshot(&self, cid: &str) -> String {
+        self.ns(&format!("snapshot:{cid}"))
     }
 
     pub fn submission_metadata(&self, entity_id: &str) -> String {

@@ -703,6 +703,17 @@ async fn a_carried_snapshot_is_checked_before_anything_is_stored_or_relayed() {
     };
     let ok = client.submit_snapshot(carrying(7, b"{}", Some(b"{}"))).await.unwrap();
     assert_eq!(ok.into_inner().message, proto::SUCCESS, "the right bytes are taken");
+    // Kept by their CID until what keeps finalized data takes them: one
+    // key however many votes carry them.
+    let key = market.keys.snapshot(&lite_node_protocol::cid::cid(b"{}"));
+    let kept: Option<Vec<u8>> = conn.clone().get(&key).await.unwrap();
+    assert_eq!(kept.as_deref(), Some(&b"{}"[..]));
+    let ttl: i64 = conn.clone().ttl(&key).await.unwrap();
+    assert!(ttl > 0 && ttl <= 86_400, "{ttl}");
+    let again = client.submit_snapshot(carrying(6, b"{}", Some(b"{}"))).await.unwrap();
+    assert_eq!(again.into_inner().message, proto::SUCCESS);
+    let keys: Vec<String> = conn.clone().keys(market.keys.snapshot("*")).await.unwrap();
+    assert_eq!(keys, [key], "one key for the same bytes");
     footprint(&conn).await;
     let before = footprint(&conn).await;
     let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(caps::SNAPSHOT));
