@@ -34,6 +34,7 @@ pub mod onchain;
 pub mod queue;
 pub mod service;
 pub mod signers;
+pub mod store;
 pub mod tracker;
 
 pub use keys::Keys;

@@ -526,6 +526,16 @@ async fn run_locked(
         let (m, c, stop) = (market.clone(), redis.clone(), stopped());
         let api = crate::api::serve(m, c, listener, stop, gossip_peer);
         tasks.spawn(async move { api.await.context("the monitor API stopped") });
+        // The finalized data this process serves, taken from Redis as each
+        // epoch is finalized.
+        let path = settings.data_dir.join(crate::store::FILE);
+        let store = tokio::task::spawn_blocking(move || crate::store::Store::open(&path)).await??;
+        let store = Arc::new(store);
+        let (m, c, stop) = (market.clone(), conn.clone(), stopped());
+        tasks.spawn(async move {
+            crate::store::archive(store, m, c, stop).await;
+            Ok(())
+        });
     }
     if let Some(selection) = selection {
         announced.push(format!("dequeuer: {} workers, {} active pools", settings.workers, selection.pools().len()));

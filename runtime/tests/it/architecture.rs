@@ -242,7 +242,12 @@ fn spawns(text: &str) -> usize {
 fn every_spawn_is_supervised_or_owned_by_its_caller() {
     let owners: &[(&str, usize, &str)] = &[
         ("runtime/crates/core/src/supervisor.rs", 3, "the Supervisor: the process's long-lived tasks, watched"),
-        ("validator/src/service.rs", 13, "the validator's components: service::run's task set (its supervisor)"),
+        (
+            "validator/src/service.rs",
+            15,
+            "the validator's components: service::run's task set (its supervisor); the store opened off the async threads, awaited",
+        ),
+        ("validator/src/store.rs", 1, "an epoch's commit off the async threads, awaited"),
         ("validator/src/aggregator.rs", 3, "the component's loops, in a task set it awaits"),
         ("validator/src/dequeuer.rs", 3, "the component's loops, in a task set it awaits"),
         ("validator/src/finalizer.rs", 3, "the component's loops, in a task set it awaits"),

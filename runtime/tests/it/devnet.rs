@@ -365,6 +365,20 @@ fn a_devnet_with_a_validator_finalizes_every_epoch_and_its_batches_verify_indepe
     assert!(verified.status.success(), "{text}");
     assert!(text.contains("3 finalized batches recomputed"), "{text}");
 
+    // The validator kept every epoch it finalized, with the bytes the nodes
+    // sent of each CID in it (issue 54): every pair is one it can serve.
+    let store = lite_node_validator::store::Store::open(&dir.path().join("run/validator-1/finalized.redb")).unwrap();
+    for epoch in json["epochs"].as_array().unwrap() {
+        let id = epoch["epochId"].as_u64().unwrap();
+        let kept = store.epoch(id).unwrap().unwrap_or_else(|| panic!("epoch {id} is not in the validator's store"));
+        assert_eq!(kept.root, epoch["finalized"]["root"].as_str().unwrap(), "epoch {id}");
+        assert!(kept.without_bytes.is_empty(), "epoch {id}: no bytes for {:?}", kept.without_bytes);
+        for (project, cid) in &kept.pairs {
+            let bytes = store.block(cid).unwrap().unwrap_or_else(|| panic!("epoch {id} {project}: {cid} not kept"));
+            assert_eq!(lite_node_protocol::cid::cid(&bytes), *cid);
+        }
+    }
+
     // The checker can fail: a vote count the submissions do not support.
     let mut tampered = json.clone();
     tampered["epochs"][0]["finalized"]["projects"][0]["votes"] = Value::from(99);

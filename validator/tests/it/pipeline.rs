@@ -264,6 +264,48 @@ impl World {
     }
 }
 
+/// Issue 54, item 2: the snapshot bytes the nodes' submissions carry go
+/// through the gateway into Redis (once per CID), and once the epoch is
+/// finalized into the validator's store with its tree: every CID of the
+/// batch is one the validator can serve; a CID no node sent bytes for is
+/// said to be without them. Kept once, however often it is archived.
+#[tokio::test]
+async fn a_finalized_epochs_snapshots_are_kept_in_the_store_with_its_tree() {
+    let w = world(250).await;
+    let (p_a, p_b) = (project(POOL_A), project(POOL_B));
+    let (a, b) = (br#"{"pool":"a","trades":3}"#.to_vec(), br#"{"pool":"b","trades":0}"#.to_vec());
+    let (cid_a, cid_b) = (lite_node_protocol::cid::cid(&a), lite_node_protocol::cid::cid(&b));
+    assert!(w.monitor.released(5, 100, 1000, 1000).await.unwrap());
+    w.monitor.head(101).await.unwrap();
+    for slot in [1, 2, 3] {
+        let mut s = signed(slot, slot, 5, &p_a, &cid_a, 120);
+        s.snapshot = Some(a.clone());
+        w.submit(s).await;
+    }
+    // Slot 4's node sent its CID alone.
+    w.submit(signed(4, 4, 5, &p_b, &cid_b, 120)).await;
+    assert!(w.drain().await.iter().all(|v| *v == Verdict::Accepted));
+    let kept: Vec<String> = w.conn.clone().keys(w.market.keys.snapshot("*")).await.unwrap();
+    assert_eq!(kept, [w.market.keys.snapshot(&cid_a)], "one key for three votes carrying the same bytes");
+    let _: () = w.conn.clone().set_ex(w.market.keys.intake_since(), 90, 3).await.unwrap();
+    assert_eq!(w.monitor.head(111).await.unwrap(), [5]);
+    w.finalize().await;
+    let batch = w.finalized(5).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(lite_node_validator::store::Store::open(&dir.path().join("finalized.redb")).unwrap());
+    let mut conn = w.conn.clone();
+    assert_eq!(lite_node_validator::store::archive_new(&store, &w.market, &mut conn).await.unwrap(), 1);
+    assert_eq!(lite_node_validator::store::archive_new(&store, &w.market, &mut conn).await.unwrap(), 0, "once");
+    let epoch = store.epoch(5).unwrap().expect("epoch 5 kept");
+    assert_eq!(epoch.root, batch["root"].as_str().unwrap());
+    assert_eq!(epoch.batch_cid, batch["batch_cid"].as_str().unwrap());
+    assert_eq!(epoch.pairs, [(p_a, cid_a.clone()), (p_b, cid_b.clone())]);
+    assert_eq!(store.block(&cid_a).unwrap(), Some(a));
+    assert_eq!(epoch.without_bytes, std::slice::from_ref(&cid_b), "no node sent B's bytes");
+    assert_eq!(store.block(&cid_b).unwrap(), None);
+}
+
 #[tokio::test]
 async fn submissions_are_checked_counted_finalized_and_every_key_matches_the_seed() {
     let w = world(250).await;

@@ -1,0 +1,387 @@
+//! The finalized data a validator keeps, to serve to the market's consumers
+//! (issue 54): each epoch it finalized — its root, its batch CID and its
+//! (project, CID) pairs — and the snapshot bytes of every CID in it, so any
+//! CID it attests is one it can serve.
+//!
+//! One embedded file, `finalized.redb` in the data directory: redb, a
+//! copy-on-write B-tree in pure Rust whose every commit is atomic and
+//! durable (a crash leaves the last commit whole, never half an epoch), with
+//! no server to run and nothing to build in C. Content-addressed: a snapshot
+//! identical across epochs or projects is kept once, counted by the epochs
+//! that hold it, and dropped with the last of them.
+//!
+//! Redis stays the pipeline's working memory (`snapshot:{cid}` for a day):
+//! [`archive`] takes each epoch this validator finalized from there into the
+//! store.
+
+use std::{collections::BTreeMap, path::Path, sync::Arc, time::Duration};
+
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redis::{AsyncCommands, aio::ConnectionManager};
+use serde::{Deserialize, Serialize};
+
+use crate::Market;
+
+/// CID → snapshot bytes.
+const BLOCKS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("blocks");
+/// CID → the epochs holding it.
+const REFS: TableDefinition<'_, &str, u64> = TableDefinition::new("refs");
+/// Epoch id → its [`FinalizedEpoch`] (JSON).
+const EPOCHS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("epochs");
+
+/// The store's file in a validator's data directory.
+pub const FILE: &str = "finalized.redb";
+
+/// One finalized epoch as this validator finalized it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalizedEpoch {
+    pub epoch_id: u64,
+    /// The Merkle root of its pairs (docs/protocol.md §12).
+    pub root: String,
+    pub batch_cid: String,
+    /// (project id, CID), in byte order of the project id.
+    pub pairs: Vec<(String, String)>,
+    /// Unix seconds.
+    pub finalized_at: u64,
+    /// The CIDs of its pairs whose bytes were not at hand when it was kept
+    /// (no node sent them, in a market that does not require them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub without_bytes: Vec<String>,
+}
+
+/// What the store holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub epochs: u64,
+    pub blocks: u64,
+    /// The snapshot bytes kept, each distinct snapshot once.
+    pub bytes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the finalized-data store {path}: {why}")]
+    Open { path: String, why: String },
+    #[error("the finalized-data store: {0}")]
+    Failed(String),
+}
+
+fn failed(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed(e.to_string())
+}
+
+/// The finalized-data store (see the module docs).
+pub struct Store {
+    db: Database,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path`. Another process holding it
+    /// open is an error naming the file.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let open = |why: String| StoreError::Open { path: path.display().to_string(), why };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| open(e.to_string()))?;
+        }
+        let db = Database::create(path).map_err(|e| open(e.to_string()))?;
+        let txn = db.begin_write().map_err(|e| open(e.to_string()))?;
+        txn.open_table(BLOCKS).map_err(|e| open(e.to_string()))?;
+        txn.open_table(REFS).map_err(|e| open(e.to_string()))?;
+        txn.open_table(EPOCHS).map_err(|e| open(e.to_string()))?;
+        txn.commit().map_err(|e| open(e.to_string()))?;
+        Ok(Self { db })
+    }
+
+    /// Keeps `epoch` and the bytes of each of its CIDs that `bytes` has, in
+    /// one commit; bytes that do not hash to their CID are not kept (the
+    /// CID is listed as without bytes). An epoch kept already is left as it
+    /// is: `false`.
+    pub fn put_epoch(&self, epoch: &FinalizedEpoch, bytes: &BTreeMap<String, Vec<u8>>) -> Result<bool, StoreError> {
+        let txn = self.db.begin_write().map_err(failed)?;
+        {
+            let mut epochs = txn.open_table(EPOCHS).map_err(failed)?;
+            if epochs.get(epoch.epoch_id).map_err(failed)?.is_some() {
+                return Ok(false);
+            }
+            let mut blocks = txn.open_table(BLOCKS).map_err(failed)?;
+            let mut refs = txn.open_table(REFS).map_err(failed)?;
+            let mut kept = epoch.clone();
+            kept.without_bytes.clear();
+            let cids: std::collections::BTreeSet<&str> = epoch.pairs.iter().map(|(_, cid)| cid.as_str()).collect();
+            for cid in cids {
+                let held = refs.get(cid).map_err(failed)?.map(|n| n.value());
+                match held {
+                    Some(n) => {
+                        refs.insert(cid, n + 1).map_err(failed)?;
+                    }
+                    None => match bytes.get(cid) {
+                        Some(b) if lite_node_protocol::cid::cid(b) == cid => {
+                            blocks.insert(cid, b.as_slice()).map_err(failed)?;
+                            refs.insert(cid, 1).map_err(failed)?;
+                        }
+                        _ => kept.without_bytes.push(cid.to_owned()),
+                    },
+                }
+            }
+            let record = serde_json::to_vec(&kept).map_err(failed)?;
+            epochs.insert(epoch.epoch_id, record.as_slice()).map_err(failed)?;
+        }
+        txn.commit().map_err(failed)?;
+        Ok(true)
+    }
+
+    /// The epoch, if kept.
+    pub fn epoch(&self, epoch_id: u64) -> Result<Option<FinalizedEpoch>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let epochs = txn.open_table(EPOCHS).map_err(failed)?;
+        let Some(record) = epochs.get(epoch_id).map_err(failed)? else { return Ok(None) };
+        serde_json::from_slice(record.value()).map(Some).map_err(failed)
+    }
+
+    /// The snapshot bytes of `cid`, if kept.
+    pub fn block(&self, cid: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let blocks = txn.open_table(BLOCKS).map_err(failed)?;
+        Ok(blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec()))
+    }
+
+    /// The newest epoch kept.
+    pub fn last_epoch(&self) -> Result<Option<u64>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let epochs = txn.open_table(EPOCHS).map_err(failed)?;
+        Ok(epochs.last().map_err(failed)?.map(|(id, _)| id.value()))
+    }
+
+    /// Drops every epoch up to `epoch_id` (retention), and each snapshot no
+    /// epoch kept holds any more; what was dropped, in one commit.
+    pub fn drop_through(&self, epoch_id: u64) -> Result<Counts, StoreError> {
+        let mut dropped = Counts::default();
+        let txn = self.db.begin_write().map_err(failed)?;
+        {
+            let mut epochs = txn.open_table(EPOCHS).map_err(failed)?;
+            let mut blocks = txn.open_table(BLOCKS).map_err(failed)?;
+            let mut refs = txn.open_table(REFS).map_err(failed)?;
+            let old: Vec<FinalizedEpoch> = epochs
+                .range(..=epoch_id)
+                .map_err(failed)?
+                .map(|row| row.map_err(failed).and_then(|(_, v)| serde_json::from_slice(v.value()).map_err(failed)))
+                .collect::<Result<_, _>>()?;
+            for epoch in old {
+                let cids: std::collections::BTreeSet<&str> = epoch.pairs.iter().map(|(_, cid)| cid.as_str()).collect();
+                for cid in cids {
+                    let Some(n) = refs.get(cid).map_err(failed)?.map(|n| n.value()) else { continue };
+                    if n > 1 {
+                        refs.insert(cid, n - 1).map_err(failed)?;
+                        continue;
+                    }
+                    refs.remove(cid).map_err(failed)?;
+                    if let Some(b) = blocks.remove(cid).map_err(failed)? {
+                        dropped.blocks += 1;
+                        dropped.bytes += b.value().len() as u64;
+                    }
+                }
+                epochs.remove(epoch.epoch_id).map_err(failed)?;
+                dropped.epochs += 1;
+            }
+        }
+        txn.commit().map_err(failed)?;
+        Ok(dropped)
+    }
+
+    /// What the store holds.
+    pub fn counts(&self) -> Result<Counts, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let epochs = txn.open_table(EPOCHS).map_err(failed)?;
+        let blocks = txn.open_table(BLOCKS).map_err(failed)?;
+        let mut counts = Counts { epochs: epochs.len().map_err(failed)?, ..Counts::default() };
+        for row in blocks.iter().map_err(failed)? {
+            let (_, b) = row.map_err(failed)?;
+            counts.blocks += 1;
+            counts.bytes += b.value().len() as u64;
+        }
+        Ok(counts)
+    }
+}
+
+/// How often [`archive`] looks for newly finalized epochs.
+pub const ARCHIVE_EVERY: Duration = Duration::from_secs(1);
+
+/// Takes each epoch this validator finalized (`finalized:{epochId}`) into
+/// `store`, with the bytes Redis keeps of its CIDs (`snapshot:{cid}`), until
+/// `stop`, and once more then (an epoch finalized just before a stop is
+/// kept). Redis or the store failing is logged and tried again.
+pub async fn archive(
+    store: Arc<Store>,
+    market: Arc<Market>,
+    conn: ConnectionManager,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let mut tick = tokio::time::interval(ARCHIVE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    tokio::pin!(stop);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = &mut stop, if !stopping => stopping = true,
+        }
+        match archive_new(&store, &market, &mut conn.clone()).await {
+            Ok(_) if failing => {
+                tracing::info!("finalized-data store: archiving again");
+                failing = false;
+            }
+            Ok(_) => {}
+            Err(e) if !failing => {
+                tracing::warn!("finalized-data store: {e}; trying again every {}s", ARCHIVE_EVERY.as_secs());
+                failing = true;
+            }
+            Err(_) => {}
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
+/// One round of [`archive`]: the epochs finalized here and not kept yet;
+/// how many were kept.
+pub async fn archive_new(store: &Arc<Store>, market: &Market, conn: &mut ConnectionManager) -> Result<usize, String> {
+    let k = &market.keys;
+    let finalized: Vec<u64> =
+        conn.zrange(k.validator_batches(&market.validator_id), 0, -1).await.map_err(|e| format!("Redis: {e}"))?;
+    let mut kept = 0;
+    for epoch_id in finalized {
+        if store.epoch(epoch_id).map_err(|e| e.to_string())?.is_some() {
+            continue;
+        }
+        let Some(batch): Option<String> = conn.get(k.finalized(epoch_id)).await.map_err(|e| format!("Redis: {e}"))?
+        else {
+            continue;
+        };
+        let epoch = finalized_epoch(&batch).map_err(|e| format!("finalized:{epoch_id}: {e}"))?;
+        let cids: Vec<&String> = epoch.pairs.iter().map(|(_, cid)| cid).collect();
+        let mut bytes = BTreeMap::new();
+        for chunk in cids.chunks(500) {
+            let keys: Vec<String> = chunk.iter().map(|cid| k.snapshot(cid)).collect();
+            let got: Vec<Option<Vec<u8>>> =
+                redis::cmd("MGET").arg(&keys).query_async(conn).await.map_err(|e| format!("Redis: {e}"))?;
+            for (cid, b) in chunk.iter().zip(got) {
+                if let Some(b) = b {
+                    bytes.insert((*cid).clone(), b);
+                }
+            }
+        }
+        // A commit waits for the disk: off the async threads.
+        let (keeping, held) = (store.clone(), epoch.clone());
+        let put = tokio::task::spawn_blocking(move || keeping.put_epoch(&held, &bytes).map(|fresh| (fresh, bytes)));
+        let (fresh, bytes) = put.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        if fresh {
+            kept += 1;
+            let missing = epoch.pairs.len() - epoch.pairs.iter().filter(|(_, c)| bytes.contains_key(c)).count();
+            if missing > 0 {
+                tracing::warn!(
+                    "epoch {epoch_id}: kept; {missing} of its {} snapshots came without their bytes (no node sent \
+                     them): those cannot be served",
+                    epoch.pairs.len()
+                );
+            } else {
+                tracing::debug!("epoch {epoch_id}: kept with the bytes of its {} snapshots", epoch.pairs.len());
+            }
+        }
+    }
+    Ok(kept)
+}
+
+/// The epoch as the aggregator wrote it (`finalized:{epochId}`).
+fn finalized_epoch(batch: &str) -> Result<FinalizedEpoch, String> {
+    let v: serde_json::Value = serde_json::from_str(batch).map_err(|e| e.to_string())?;
+    let text = |f: &str| v[f].as_str().map(str::to_owned).ok_or_else(|| format!("no `{f}`"));
+    let pairs = v["projects"]
+        .as_array()
+        .ok_or("no `projects`")?
+        .iter()
+        .map(|p| Some((p["projectId"].as_str()?.to_owned(), p["snapshotCid"].as_str()?.to_owned())))
+        .collect::<Option<Vec<_>>>()
+        .ok_or("a project without `projectId` or `snapshotCid`")?;
+    Ok(FinalizedEpoch {
+        epoch_id: v["epoch_id"].as_u64().ok_or("no `epoch_id`")?,
+        root: text("root")?,
+        batch_cid: text("batch_cid")?,
+        pairs,
+        finalized_at: v["finalized_at"].as_u64().unwrap_or(0),
+        without_bytes: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epoch(epoch_id: u64, pairs: &[(&str, &[u8])]) -> (FinalizedEpoch, BTreeMap<String, Vec<u8>>) {
+        let pairs: Vec<(String, String, Vec<u8>)> =
+            pairs.iter().map(|(p, b)| ((*p).to_owned(), lite_node_protocol::cid::cid(b), b.to_vec())).collect();
+        let e = FinalizedEpoch {
+            epoch_id,
+            root: format!("0xroot{epoch_id}"),
+            batch_cid: format!("batch{epoch_id}"),
+            pairs: pairs.iter().map(|(p, c, _)| (p.clone(), c.clone())).collect(),
+            finalized_at: 1,
+            without_bytes: Vec::new(),
+        };
+        (e, pairs.into_iter().map(|(_, c, b)| (c, b)).collect())
+    }
+
+    /// Identical snapshots are kept once across projects and epochs, an
+    /// epoch kept twice is kept once, bytes that are not their CID's are
+    /// not kept, and retention drops a snapshot with the last epoch holding
+    /// it — all across a reopen of the file.
+    #[test]
+    fn snapshots_are_kept_once_by_cid_and_dropped_with_their_last_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        let store = Store::open(&path).unwrap();
+        let (one, bytes_one) = epoch(1, &[("a", b"{\"x\":1}"), ("b", b"{\"x\":1}"), ("c", b"{\"x\":2}")]);
+        assert!(store.put_epoch(&one, &bytes_one).unwrap());
+        assert!(!store.put_epoch(&one, &bytes_one).unwrap(), "kept once");
+        let (two, mut bytes_two) = epoch(2, &[("a", b"{\"x\":2}"), ("d", b"{\"x\":3}")]);
+        // d's bytes are someone else's: not kept, and said so.
+        let d = lite_node_protocol::cid::cid(b"{\"x\":3}");
+        bytes_two.insert(d.clone(), b"{\"x\":4}".to_vec());
+        assert!(store.put_epoch(&two, &bytes_two).unwrap());
+        drop(store);
+
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.counts().unwrap(), Counts { epochs: 2, blocks: 2, bytes: 14 });
+        assert_eq!(store.last_epoch().unwrap(), Some(2));
+        assert_eq!(store.epoch(2).unwrap().unwrap().without_bytes, std::slice::from_ref(&d));
+        assert_eq!(
+            store.block(&lite_node_protocol::cid::cid(b"{\"x\":2}")).unwrap().as_deref(),
+            Some(&b"{\"x\":2}"[..])
+        );
+        assert_eq!(store.block(&d).unwrap(), None);
+
+        // Epoch 1 past retention: {"x":1} goes, {"x":2} stays for epoch 2.
+        let dropped = store.drop_through(1).unwrap();
+        assert_eq!(dropped, Counts { epochs: 1, blocks: 1, bytes: 7 });
+        assert_eq!(store.epoch(1).unwrap(), None);
+        assert_eq!(store.block(&lite_node_protocol::cid::cid(b"{\"x\":1}")).unwrap(), None);
+        assert!(store.block(&lite_node_protocol::cid::cid(b"{\"x\":2}")).unwrap().is_some());
+        assert_eq!(store.counts().unwrap(), Counts { epochs: 1, blocks: 1, bytes: 7 });
+    }
+
+    #[test]
+    fn a_second_process_on_the_same_file_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        let _first = Store::open(&path).unwrap();
+        let second = Store::open(&path).unwrap_err().to_string();
+        assert!(second.contains(&path.display().to_string()), "{second}");
+    }
+}
