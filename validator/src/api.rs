@@ -11,6 +11,18 @@
 //! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why; `degraded` for an hour after an epoch's state was lost or an epoch was not watched whole, while the event monitor reports a problem, or while this validator's key is not a validator of the market (removed) |
 //! | `/metrics` | Prometheus text: received, accepted, rejected by reason, queue depths, finalization latency; the gossip peer's messages by outcome, peers, graylistings |
 //!
+//! With the finalized-data store (`store.rs`), for the market's consumers:
+//!
+//! | path | answer |
+//! |---|---|
+//! | `/data/last` | the newest epoch kept: its id, root, batch CID and number of projects |
+//! | `/data/{epoch}/{project}` | a bundle: the snapshot (its bytes, as a JSON string), its CID, its Merkle proof, the epoch's root and batch CID, and the market (chain id, ProtocolState, data market) — what `lite-node read` checks against the chain |
+//! | `/ipfs/{cid}` | the snapshot's raw bytes (`application/vnd.ipld.raw`: the IPFS trustless gateway's raw block) |
+//!
+//! Each refusal is its own status with a one-line reason: a malformed
+//! request 400, an epoch not finalized here or a project not in it 404, a
+//! snapshot whose bytes no node sent 404.
+//!
 //! It reads on a connection of its own (a large answer never holds up the
 //! gateway's or the workers' commands), pages through one epoch's keys
 //! (`ZSCAN`, `HSCAN`) rather than the keyspace, counts only when asked, and
@@ -42,12 +54,22 @@ struct Api {
     tracker: Tracker,
     /// The validator's gossip peer, when it has one (its traffic on /metrics).
     gossip: Option<lite_node_gossip::Gossip>,
+    /// The finalized data this process keeps (the consumers' routes).
+    store: Option<Arc<crate::store::Store>>,
 }
 
 /// The API's routes.
-pub fn router(market: Arc<Market>, conn: ConnectionManager, gossip: Option<lite_node_gossip::Gossip>) -> Router {
+pub fn router(
+    market: Arc<Market>,
+    conn: ConnectionManager,
+    gossip: Option<lite_node_gossip::Gossip>,
+    store: Option<Arc<crate::store::Store>>,
+) -> Router {
     let tracker = Tracker::new(market.clone(), conn.clone());
     Router::new()
+        .route("/data/last", get(data_last))
+        .route("/data/{epoch}/{project}", get(data_bundle))
+        .route("/ipfs/{cid}", get(ipfs_block))
         .route("/epochs/active", get(active))
         .route("/epochs/gaps", get(gaps))
         .route("/epochs/{id}", get(epoch))
@@ -56,7 +78,7 @@ pub fn router(market: Arc<Market>, conn: ConnectionManager, gossip: Option<lite_
         .route("/participation", get(participation))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .with_state(Api { market, conn, tracker, gossip })
+        .with_state(Api { market, conn, tracker, gossip, store })
 }
 
 /// Serves the API on `listener` until `stop`, on a Redis connection of its
@@ -68,8 +90,108 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     gossip: Option<lite_node_gossip::Gossip>,
 ) -> std::io::Result<()> {
+    serve_with_store(market, client, listener, stop, gossip, None).await
+}
+
+/// [`serve`], with the consumers' routes over `store`.
+pub async fn serve_with_store(
+    market: Arc<Market>,
+    client: redis::Client,
+    listener: tokio::net::TcpListener,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    gossip: Option<lite_node_gossip::Gossip>,
+    store: Option<Arc<crate::store::Store>>,
+) -> std::io::Result<()> {
     let conn = crate::connect_retrying(&client, "monitor API").await;
-    axum::serve(listener, router(market, conn, gossip)).with_graceful_shutdown(stop).await
+    axum::serve(listener, router(market, conn, gossip, store)).with_graceful_shutdown(stop).await
+}
+
+fn refused(status: StatusCode, why: String) -> (StatusCode, String) {
+    (status, format!("{why}\n"))
+}
+
+fn the_store(api: &Api) -> Result<&Arc<crate::store::Store>, (StatusCode, String)> {
+    api.store.as_ref().ok_or_else(|| refused(StatusCode::NOT_FOUND, "this process keeps no finalized data".into()))
+}
+
+fn store_failed(e: crate::store::StoreError) -> (StatusCode, String) {
+    refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+}
+
+async fn data_last(State(api): State<Api>) -> Answer {
+    let store = the_store(&api)?;
+    let Some(id) = store.last_epoch().map_err(store_failed)? else {
+        return Err(refused(StatusCode::NOT_FOUND, "no epoch is finalized here yet".into()));
+    };
+    let epoch = store
+        .epoch(id)
+        .map_err(store_failed)?
+        .ok_or_else(|| refused(StatusCode::NOT_FOUND, format!("epoch {id} is gone")))?;
+    Ok(Json(json!({
+        "epochId": id,
+        "root": epoch.root,
+        "batchCid": epoch.batch_cid,
+        "projects": epoch.pairs.len(),
+    }))
+    .into_response())
+}
+
+/// One project's snapshot at one epoch, with what proves it to the chain.
+async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(String, String)>) -> Answer {
+    let store = the_store(&api)?;
+    let epoch_id: u64 = epoch
+        .parse()
+        .map_err(|_| refused(StatusCode::BAD_REQUEST, format!("epoch `{epoch}` is not an epoch number")))?;
+    let Some(kept) = store.epoch(epoch_id).map_err(store_failed)? else {
+        let last = store.last_epoch().map_err(store_failed)?;
+        let why = match last {
+            Some(last) if epoch_id > last => format!("epoch {epoch_id} is not finalized here yet (the last is {last})"),
+            Some(_) => {
+                format!("epoch {epoch_id} is not kept here (not finalized by this validator, or past retention)")
+            }
+            None => "no epoch is finalized here yet".to_owned(),
+        };
+        return Err(refused(StatusCode::NOT_FOUND, why));
+    };
+    let tree = lite_node_protocol::merkle::Tree::of(kept.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str())))
+        .map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("epoch {epoch_id}'s tree: {e}")))?;
+    // Pairs are kept in project-id order: the tree's leaf order.
+    let Ok(index) = kept.pairs.binary_search_by(|(p, _)| p.as_str().cmp(project.as_str())) else {
+        return Err(refused(StatusCode::NOT_FOUND, format!("project `{project}` is not in epoch {epoch_id}")));
+    };
+    let cid = &kept.pairs[index].1;
+    let bytes = store.block(cid).map_err(store_failed)?.ok_or_else(|| {
+        refused(StatusCode::NOT_FOUND, format!("epoch {epoch_id} {project}: no node sent the bytes of {cid}"))
+    })?;
+    let snapshot = String::from_utf8(bytes)
+        .map_err(|_| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("the bytes kept of {cid} are not UTF-8")))?;
+    let proof: Vec<String> = tree.proof(index).unwrap_or_default().iter().map(|h| h.to_string()).collect();
+    let scope = &api.market.scope;
+    Ok(Json(json!({
+        "epochId": epoch_id,
+        "projectId": project,
+        "cid": cid,
+        "snapshot": snapshot,
+        "proof": proof,
+        "root": kept.root,
+        "batchCid": kept.batch_cid,
+        "chainId": api.market.chain_id,
+        "protocolState": scope.protocol_state.to_string(),
+        "dataMarket": scope.data_market.to_string(),
+    }))
+    .into_response())
+}
+
+/// A snapshot's raw bytes by its CID, as an IPFS trustless gateway answers
+/// for a raw block: the client hashes them against the CID.
+async fn ipfs_block(State(api): State<Api>, Path(cid): Path<String>) -> Answer {
+    let store = the_store(&api)?;
+    if let Err(why) = lite_node_protocol::cid::check_canonical(&cid) {
+        return Err(refused(StatusCode::BAD_REQUEST, format!("`{cid}` is {why}")));
+    }
+    let bytes = store.block(&cid).map_err(store_failed)?;
+    let bytes = bytes.ok_or_else(|| refused(StatusCode::NOT_FOUND, format!("{cid} is not kept here")))?;
+    Ok(([(header::CONTENT_TYPE, "application/vnd.ipld.raw")], bytes).into_response())
 }
 
 /// Submissions per page of `/epochs/{id}/submissions` when none is asked,

@@ -523,14 +523,14 @@ async fn run_locked(
         let listen = settings.api_listen;
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
         announced.push(format!("monitor API listening on http://{}", listener.local_addr()?));
-        let (m, c, stop) = (market.clone(), redis.clone(), stopped());
-        let api = crate::api::serve(m, c, listener, stop, gossip_peer);
-        tasks.spawn(async move { api.await.context("the monitor API stopped") });
         // The finalized data this process serves, taken from Redis as each
         // epoch is finalized.
         let path = settings.data_dir.join(crate::store::FILE);
         let store = tokio::task::spawn_blocking(move || crate::store::Store::open(&path)).await??;
         let store = Arc::new(store);
+        let (m, c, stop) = (market.clone(), redis.clone(), stopped());
+        let api = crate::api::serve_with_store(m, c, listener, stop, gossip_peer, Some(store.clone()));
+        tasks.spawn(async move { api.await.context("the monitor API stopped") });
         let (m, c, stop) = (market.clone(), conn.clone(), stopped());
         tasks.spawn(async move {
             crate::store::archive(store, m, c, stop).await;

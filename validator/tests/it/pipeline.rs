@@ -300,10 +300,63 @@ async fn a_finalized_epochs_snapshots_are_kept_in_the_store_with_its_tree() {
     let epoch = store.epoch(5).unwrap().expect("epoch 5 kept");
     assert_eq!(epoch.root, batch["root"].as_str().unwrap());
     assert_eq!(epoch.batch_cid, batch["batch_cid"].as_str().unwrap());
-    assert_eq!(epoch.pairs, [(p_a, cid_a.clone()), (p_b, cid_b.clone())]);
+    assert_eq!(epoch.pairs, [(p_a.clone(), cid_a.clone()), (p_b.clone(), cid_b.clone())]);
     assert_eq!(store.block(&cid_a).unwrap(), Some(a));
     assert_eq!(epoch.without_bytes, std::slice::from_ref(&cid_b), "no node sent B's bytes");
     assert_eq!(store.block(&cid_b).unwrap(), None);
+
+    // What a consumer reads of it: a bundle that proves itself to the root,
+    // the raw block by its CID, and a clear refusal for each kind of miss.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let client = redis::Client::open(w.url.as_str()).unwrap();
+    let served = lite_node_validator::api::serve_with_store(
+        w.market.clone(),
+        client,
+        listener,
+        std::future::pending(),
+        None,
+        Some(store.clone()),
+    );
+    tokio::spawn(served);
+    let get = |path: String| {
+        let url = format!("{base}{path}");
+        async move {
+            let r = reqwest::get(&url).await.unwrap();
+            let status = r.status().as_u16();
+            let kind = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+            (status, kind, r.bytes().await.unwrap().to_vec())
+        }
+    };
+    let (status, _, body) = get(format!("/data/5/{p_a}")).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let bundle: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let snapshot = bundle["snapshot"].as_str().unwrap().as_bytes();
+    assert_eq!(lite_node_protocol::cid::cid(snapshot), cid_a, "the bytes are the CID's");
+    let proof: Vec<alloy::primitives::B256> =
+        bundle["proof"].as_array().unwrap().iter().map(|h| h.as_str().unwrap().parse().unwrap()).collect();
+    let root: alloy::primitives::B256 = bundle["root"].as_str().unwrap().parse().unwrap();
+    assert!(lite_node_protocol::merkle::verify(root, &p_a, &cid_a, &proof), "{bundle}");
+    assert_eq!(bundle["root"], batch["root"]);
+    let (status, kind, body) = get(format!("/ipfs/{cid_a}")).await;
+    assert_eq!((status, kind.as_str()), (200, "application/vnd.ipld.raw"));
+    assert_eq!(lite_node_protocol::cid::cid(&body), cid_a);
+    let (status, _, body) = get("/data/last".into()).await;
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["epochId"], 5);
+    for (path, want, says) in [
+        (format!("/data/5/{p_b}"), 404, "no node sent the bytes"),
+        ("/data/9/anything".to_owned(), 404, "not finalized here yet (the last is 5)"),
+        ("/data/5/baseSnapshot:0xnope:ns".to_owned(), 404, "is not in epoch 5"),
+        ("/data/five/x".to_owned(), 400, "not an epoch number"),
+        ("/ipfs/not-a-cid".to_owned(), 400, "not-a-cid"),
+        (format!("/ipfs/{}", lite_node_protocol::cid::cid(b"never")), 404, "is not kept here"),
+    ] {
+        let (status, _, body) = get(path.clone()).await;
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, want, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
 }
 
 #[tokio::test]
