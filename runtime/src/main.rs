@@ -43,6 +43,12 @@ enum Command {
     /// each project's CID); with --project P --proof, the Merkle proof of P's
     /// CID, checked against the root on chain before it is printed.
     Finalized(commands::finalized::Args),
+    /// One project's snapshot at one epoch, read from the market's servers
+    /// (--api) and trusted for nothing: printed only once its bytes hash to
+    /// its CID, are canonical JSON, and its Merkle proof reaches the root
+    /// ProtocolState finalized for the epoch; exit 1 naming the first check
+    /// that fails.
+    Read(commands::read::Args),
     /// The collector nodes submit to: checks each submission's signer and
     /// deadline against ProtocolState and, given the active pools, that the
     /// slot was selected for that epoch and pool; answers Success or Failure,
@@ -124,6 +130,7 @@ fn main() -> ExitCode {
         Command::Compute(c) => c.run(&env, &mut stdout()),
         Command::Assignments(a) => commands::assignments::run(&a, &env, &mut stdout()),
         Command::Finalized(a) => commands::finalized::run(&a, &env, &mut stdout()),
+        Command::Read(a) => commands::read::run(&a, &env, &mut stdout()),
         Command::Collector(a) => commands::collector::run(a, &env),
         Command::PeerId(a) => commands::peer_id::run(&a, &mut stdout()),
         Command::Validator(a) => commands::validator::run(a, &env),

@@ -14,6 +14,7 @@ pub mod devnet;
 pub mod finalized;
 pub mod market;
 pub mod peer_id;
+pub mod read;
 pub mod run;
 pub mod validator;
 

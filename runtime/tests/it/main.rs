@@ -20,6 +20,7 @@ mod init_sh;
 mod market;
 mod node;
 mod plugins;
+mod read;
 mod readme;
 mod rpc;
 mod runbook;

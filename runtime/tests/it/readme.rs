@@ -56,7 +56,7 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
     };
     let node = Node::new();
     let mut missing = Vec::new();
-    let commands: [(&[&str], String); 31] = [
+    let commands: [(&[&str], String); 32] = [
         (&["devnet"], table(&devnet, "| option | meaning (default) |")),
         (&["validator"], section(&validator, "## Running a validator")),
         (&["run"], row("run")),
@@ -64,6 +64,7 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
         (&["collector"], row("collector")),
         (&["peer-id"], row("peer-id")),
         (&["finalized"], row("finalized")),
+        (&["read"], row("read")),
         (&["assignments"], row("assignments")),
         (&["alert", "test"], row("alert test")),
         (&["compute", "fetch"], row("compute fetch")),

@@ -1,0 +1,186 @@
+//! `lite-node read --api URL[,URL…] --epoch N --project P`: one project's
+//! snapshot at one epoch, read from any server of the market (a validator's
+//! API, or anyone's copy) and trusted for nothing it says. Printed only once
+//! every check holds, in order:
+//!
+//! 1. the answer is about what was asked (this market, epoch and project);
+//! 2. the bytes hash to the CID (sha256, CIDv1 raw: the bytes *are* the
+//!    block);
+//! 3. the bytes are the protocol's canonical JSON;
+//! 4. the Merkle proof takes (project, CID) to the root;
+//! 5. that root is the one ProtocolState finalized for the epoch (one chain
+//!    read, `epochBatch`).
+//!
+//! A failed check exits 1 naming it; a server that cannot answer (down, an
+//! error, not holding the epoch) is passed over for the next `--api`.
+
+use std::{io::Write, time::Duration};
+
+use alloy::primitives::{Address, B256, U256};
+use anyhow::{Context, Result, bail};
+use lite_node_chain::Chains;
+use lite_node_protocol::{contracts::epochBatchCall, merkle};
+use serde_json::Value;
+
+use crate::{config::EnvSnapshot, exit::BadInput};
+
+/// `lite-node read`'s arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// The servers to read from (a validator's API), comma-separated: tried
+    /// in turn until one answers.
+    #[arg(long, value_name = "URL,…", value_delimiter = ',', required = true)]
+    pub api: Vec<String>,
+    /// Epoch id.
+    #[arg(long, value_name = "N")]
+    pub epoch: u64,
+    /// Project id.
+    #[arg(long, value_name = "P")]
+    pub project: String,
+    /// Anchor chain JSON-RPC URL, where the root is checked (default:
+    /// POWERLOOM_RPC_URL).
+    #[arg(long, value_name = "URL")]
+    pub anchor_rpc: Option<String>,
+    /// ProtocolState address (default: PROTOCOL_STATE_CONTRACT).
+    #[arg(long, value_name = "ADDRESS")]
+    pub protocol_state: Option<String>,
+    /// Data market address (default: DATA_MARKET_CONTRACT).
+    #[arg(long, value_name = "ADDRESS")]
+    pub data_market: Option<String>,
+}
+
+/// How long one server has to answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// Prints the snapshot (its bytes, as served and checked) on `out`, and what
+/// was checked on stderr.
+pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+    let pick = |flag: &Option<String>, name: &str, var: &str| -> Result<String> {
+        flag.clone().or_else(|| env.get(var).map(str::to_owned)).ok_or_else(|| {
+            BadInput(format!("give --{name}, or set {var} (e.g. lite-node --env-file .env read …)")).into()
+        })
+    };
+    let anchor_rpc = pick(&q.anchor_rpc, "anchor-rpc", "POWERLOOM_RPC_URL")?;
+    let address = |name: &str, text: String| -> Result<Address> {
+        text.trim().parse().map_err(|_| BadInput(format!("--{name} {text}: not an address")).into())
+    };
+    let protocol_state =
+        address("protocol-state", pick(&q.protocol_state, "protocol-state", "PROTOCOL_STATE_CONTRACT")?)?;
+    let data_market = address("data-market", pick(&q.data_market, "data-market", "DATA_MARKET_CONTRACT")?)?;
+    for url in &q.api {
+        if reqwest::Url::parse(url).is_err() {
+            bail!(BadInput(format!("--api {url}: not a URL (e.g. http://127.0.0.1:9091)")));
+        }
+    }
+    let cfg = lite_node_config::ChainConfig::from_flags(&anchor_rpc, None, protocol_state, data_market, env)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (bundle, server) = runtime.block_on(fetch(q))?;
+    let snapshot = check(&bundle, q, protocol_state, data_market).with_context(|| format!("the answer of {server}"))?;
+    let root: B256 = bundle["root"].as_str().unwrap_or_default().parse().unwrap_or_default();
+    // 5. The root ProtocolState finalized.
+    let on_chain = runtime.block_on(async {
+        let chains = Chains::connect(&cfg).map_err(BadInput)?;
+        let anchor = chains.anchor()?.clone();
+        let call = epochBatchCall { dataMarketAddress: data_market, epochId: U256::from(q.epoch) };
+        anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")
+    })?;
+    if !on_chain.finalized {
+        bail!(
+            "check `root finalized on chain` failed: epoch {} of data market {data_market} is not finalized on \
+             ProtocolState {protocol_state} (so {server}'s root {root} proves nothing yet)",
+            q.epoch
+        );
+    }
+    if on_chain.root != root {
+        bail!(
+            "check `root finalized on chain` failed: {server} proves against root {root}, ProtocolState finalized \
+             epoch {} with {}",
+            q.epoch,
+            on_chain.root
+        );
+    }
+    out.write_all(snapshot.as_bytes())?;
+    writeln!(out)?;
+    eprintln!(
+        "verified: {} bytes → {} (sha256, canonical JSON) → proof of {} hashes → root {root}, finalized for epoch {} \
+         on ProtocolState {protocol_state} (read from {server})",
+        snapshot.len(),
+        bundle["cid"].as_str().unwrap_or_default(),
+        bundle["proof"].as_array().map_or(0, Vec::len),
+        q.epoch
+    );
+    Ok(())
+}
+
+/// The first bundle a server gives, and which server gave it; every
+/// server's failure when none does.
+async fn fetch(q: &Args) -> Result<(Value, String)> {
+    let client = reqwest::Client::builder().timeout(ANSWER_WITHIN).build()?;
+    let mut failures = Vec::new();
+    for server in &q.api {
+        let base = server.trim_end_matches('/');
+        let url = format!("{base}/data/{}/{}", q.epoch, q.project);
+        let answer = async {
+            let r = client.get(&url).send().await.map_err(|e| e.to_string())?;
+            let status = r.status();
+            let body = r.bytes().await.map_err(|e| e.to_string())?;
+            if !status.is_success() {
+                return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
+            }
+            serde_json::from_slice::<Value>(&body).map_err(|e| format!("not a bundle (JSON: {e})"))
+        };
+        match answer.await {
+            Ok(bundle) => return Ok((bundle, base.to_owned())),
+            Err(why) => failures.push(format!("{base}: {why}")),
+        }
+    }
+    bail!("no server gave epoch {} of {}:\n  {}", q.epoch, q.project, failures.join("\n  "))
+}
+
+/// Checks 1–4 (module docs): the snapshot's text when they hold.
+fn check(bundle: &Value, q: &Args, protocol_state: Address, data_market: Address) -> Result<String> {
+    let text = |field: &str| bundle[field].as_str().unwrap_or_default();
+    // 1. About what was asked.
+    let same_address = |field: &str, want: Address| text(field).parse::<Address>().is_ok_and(|a| a == want);
+    if bundle["epochId"].as_u64() != Some(q.epoch)
+        || text("projectId") != q.project
+        || !same_address("protocolState", protocol_state)
+        || !same_address("dataMarket", data_market)
+    {
+        bail!(
+            "check `what was asked` failed: the bundle is epoch {} of `{}` in market {} on ProtocolState {}",
+            bundle["epochId"],
+            text("projectId"),
+            text("dataMarket"),
+            text("protocolState")
+        );
+    }
+    // 2. The bytes are the CID's.
+    let snapshot = bundle["snapshot"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("check `bytes hash to the CID` failed: the bundle carries no snapshot"))?;
+    let cid = text("cid");
+    let hashed = lite_node_protocol::cid::cid(snapshot.as_bytes());
+    if hashed != cid {
+        bail!("check `bytes hash to the CID` failed: the snapshot hashes to {hashed}, the bundle says {cid}");
+    }
+    // 3. Canonical JSON.
+    match lite_node_protocol::canonical_json(snapshot) {
+        Ok(canonical) if canonical == snapshot.as_bytes() => {}
+        Ok(_) => bail!("check `canonical JSON` failed: the snapshot is JSON, not in its canonical form"),
+        Err(e) => bail!("check `canonical JSON` failed: the snapshot is not JSON ({e})"),
+    }
+    // 4. The proof takes (project, CID) to the root.
+    let root: B256 = text("root")
+        .parse()
+        .map_err(|_| anyhow::anyhow!("check `Merkle proof` failed: root `{}` is not a 32-byte hash", text("root")))?;
+    let proof: Vec<B256> = bundle["proof"]
+        .as_array()
+        .map(|p| p.iter().map(|h| h.as_str().and_then(|h| h.parse().ok())).collect::<Option<Vec<B256>>>())
+        .unwrap_or_default()
+        .ok_or_else(|| anyhow::anyhow!("check `Merkle proof` failed: the proof is not a list of 32-byte hashes"))?;
+    if !merkle::verify(root, &q.project, cid, &proof) {
+        bail!("check `Merkle proof` failed: the proof does not take ({}, {cid}) to root {root}", q.project);
+    }
+    Ok(snapshot.to_owned())
+}

@@ -1,0 +1,143 @@
+//! `lite-node read` against a real anvil with the devnet's ProtocolState and
+//! a validator's API over its finalized-data store (real Redis): the
+//! snapshot is printed only once its bytes, CID, proof and root hold to the
+//! root on chain; a hostile server's tampered byte, CID, proof or root, and
+//! an epoch not finalized on chain, each exit 1 naming the check.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use lite_node_testkit::{RedisServer, world::World};
+use lite_node_validator::{
+    Market,
+    store::{FinalizedEpoch, Store},
+};
+use serde_json::Value;
+
+use crate::support::Node;
+
+/// Serves `bundle` for any epoch and project (a hostile server's answer);
+/// its base URL.
+fn serving(runtime: &tokio::runtime::Runtime, bundle: Value) -> String {
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new()
+        .route("/data/{epoch}/{project}", axum::routing::get(move || async move { axum::Json(bundle.clone()) }));
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+#[test]
+fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names_its_check() {
+    let world = World::load();
+    world.register_validators(2);
+    let snapshot = |i: u64| format!(r#"{{"pool":{i},"trades":[{i},{}]}}"#, i * 2);
+    let pairs: Vec<(String, String)> = (0..4)
+        .map(|i| (format!("baseSnapshot:0xpool{i}:devnet"), lite_node_protocol::cid(snapshot(i).as_bytes())))
+        .collect();
+    let bytes: BTreeMap<String, Vec<u8>> =
+        (0..4).map(|i| (lite_node_protocol::cid(snapshot(i).as_bytes()), snapshot(i).into_bytes())).collect();
+    world.release_epoch_with_id(6);
+    let root5 = world.submit_batch(5, "bafy-batch-5", &pairs);
+    world.attest_as(1, 5, "bafy-batch-5", root5);
+    // Epoch 6: a batch on chain, one attestation of two — not finalized.
+    let root6 = world.submit_batch(6, "bafy-batch-6", &pairs[..2]);
+
+    // The validator's store and its API.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("finalized.redb")).unwrap());
+    for (epoch_id, root, pairs) in [(5, root5, &pairs[..]), (6, root6, &pairs[..2])] {
+        let epoch = FinalizedEpoch {
+            epoch_id,
+            root: alloy::primitives::B256::from(root).to_string(),
+            batch_cid: format!("bafy-batch-{epoch_id}"),
+            pairs: pairs.to_vec(),
+            finalized_at: 1,
+            without_bytes: Vec::new(),
+        };
+        assert!(store.put_epoch(&epoch, &bytes).unwrap());
+    }
+    let redis = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let scope = lite_node_protocol::submission::Scope {
+        data_market: world.manifest.data_market.parse().unwrap(),
+        protocol_state: world.manifest.protocol_state.parse().unwrap(),
+    };
+    let market = Arc::new(Market::new(scope, world.manifest.chain_id, "validator-1"));
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let honest = format!("http://{}", listener.local_addr().unwrap());
+    let client = redis::Client::open(redis.url()).unwrap();
+    runtime.spawn(lite_node_validator::api::serve_with_store(
+        market,
+        client,
+        listener,
+        std::future::pending(),
+        None,
+        Some(store),
+    ));
+
+    let node = Node::new()
+        .env("POWERLOOM_RPC_URL", world.url())
+        .env("PROTOCOL_STATE_CONTRACT", world.manifest.protocol_state.clone())
+        .env("DATA_MARKET_CONTRACT", world.manifest.data_market.clone());
+    let (project, _) = &pairs[2];
+    let read = |api: &str, epoch: &str| node.run(&["read", "--api", api, "--epoch", epoch, "--project", project]);
+
+    // Every check holds: the snapshot, byte for byte; a dead server first
+    // is passed over.
+    let run = read(&format!("http://127.0.0.1:1,{honest}"), "5");
+    run.assert_ok();
+    assert_eq!(run.stdout, format!("{}\n", snapshot(2)));
+    assert!(run.stderr.contains("verified:") && run.stderr.contains("finalized for epoch 5"), "{}", run.stderr);
+
+    // A hostile server: each tampering is named by the check it fails.
+    let bundle: Value = runtime
+        .block_on(async { reqwest::get(format!("{honest}/data/5/{project}")).await.unwrap().text().await.unwrap() })
+        .parse()
+        .unwrap();
+    let tampered = |f: &dyn Fn(&mut Value)| {
+        let mut b = bundle.clone();
+        f(&mut b);
+        b
+    };
+    let other_root = alloy::primitives::B256::repeat_byte(7).to_string();
+    for (bundle, check) in [
+        (tampered(&|b| b["snapshot"] = Value::from(snapshot(2).replace("trades", "tradez"))), "bytes hash to the CID"),
+        (tampered(&|b| b["cid"] = Value::from(lite_node_protocol::cid(b"{}"))), "bytes hash to the CID"),
+        (tampered(&|b| b["proof"][0] = Value::from(other_root.clone())), "Merkle proof"),
+        (tampered(&|b| b["root"] = Value::from(other_root.clone())), "Merkle proof"),
+        (tampered(&|b| b["epochId"] = Value::from(4)), "what was asked"),
+    ] {
+        let run = read(&serving(&runtime, bundle), "5");
+        assert_eq!(run.code, 1, "{check}: {run:?}");
+        assert!(run.stderr.contains(&format!("check `{check}` failed")), "{check}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{check}: nothing printed: {}", run.stdout);
+    }
+    // A whole consistent forgery (its own bytes, CID, proof and root): only
+    // the chain can refuse it.
+    let forged_pairs = [(project.clone(), lite_node_protocol::cid(b"{\"forged\":true}"))];
+    let forged_tree =
+        lite_node_protocol::merkle::Tree::of(forged_pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
+    let forged = tampered(&|b| {
+        b["snapshot"] = Value::from("{\"forged\":true}");
+        b["cid"] = Value::from(forged_pairs[0].1.clone());
+        b["proof"] = Value::Array(Vec::new());
+        b["root"] = Value::from(forged_tree.root().to_string());
+    });
+    let run = read(&serving(&runtime, forged), "5");
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("check `root finalized on chain` failed"), "{}", run.stderr);
+
+    // Not finalized on chain yet: nothing to trust.
+    let (project, _) = &pairs[1];
+    let run = node.run(&["read", "--api", &honest, "--epoch", "6", "--project", project]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("is not finalized on"), "{}", run.stderr);
+    // Nobody has it: every server's answer named.
+    let run = node.run(&["read", "--api", &honest, "--epoch", "9", "--project", project]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("not finalized here yet"), "{}", run.stderr);
+    // Bad input: exit 2 naming it.
+    let run = node.run(&["read", "--api", "not a url", "--epoch", "5", "--project", project]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("--api not a url: not a URL"), "{}", run.stderr);
+}
