@@ -38,15 +38,8 @@ pub struct Args {
     /// Print the Merkle proof of the project's CID (needs --project).
     #[arg(long)]
     pub proof: bool,
-    /// Anchor chain JSON-RPC URL (default: POWERLOOM_RPC_URL).
-    #[arg(long, value_name = "URL")]
-    pub anchor_rpc: Option<String>,
-    /// ProtocolState address (default: PROTOCOL_STATE_CONTRACT).
-    #[arg(long, value_name = "ADDRESS")]
-    pub protocol_state: Option<String>,
-    /// Data market address (default: DATA_MARKET_CONTRACT).
-    #[arg(long, value_name = "ADDRESS")]
-    pub data_market: Option<String>,
+    #[command(flatten)]
+    pub market: super::ReaderArgs,
     /// The anchor block to look for the epoch's events from.
     #[arg(long, value_name = "B", default_value_t = 0)]
     pub from_block: u64,
@@ -57,19 +50,7 @@ pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     if q.proof && q.project.is_none() {
         bail!(BadInput("--proof needs --project (the project whose CID is proven)".into()));
     }
-    let pick = |flag: &Option<String>, name: &str, var: &str| -> Result<String> {
-        flag.clone().or_else(|| env.get(var).map(str::to_owned)).ok_or_else(|| {
-            BadInput(format!("give --{name}, or set {var} (e.g. lite-node --env-file .env finalized …)")).into()
-        })
-    };
-    let anchor_rpc = pick(&q.anchor_rpc, "anchor-rpc", "POWERLOOM_RPC_URL")?;
-    let address = |name: &str, text: String| -> Result<Address> {
-        text.trim().parse().map_err(|_| BadInput(format!("--{name} {text}: not an address")).into())
-    };
-    let protocol_state =
-        address("protocol-state", pick(&q.protocol_state, "protocol-state", "PROTOCOL_STATE_CONTRACT")?)?;
-    let data_market = address("data-market", pick(&q.data_market, "data-market", "DATA_MARKET_CONTRACT")?)?;
-    let cfg = lite_node_config::ChainConfig::from_flags(&anchor_rpc, None, protocol_state, data_market, env)?;
+    let (cfg, _, _) = q.market.resolve(env, "finalized")?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let chains = Chains::connect(&cfg).map_err(BadInput)?;

@@ -18,6 +18,47 @@ pub mod read;
 pub mod run;
 pub mod validator;
 
+/// The market a reader asks about, by flags or from the environment an
+/// operator's `.env` sets (flattened into `finalized` and `read`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct ReaderArgs {
+    /// Anchor chain JSON-RPC URL (default: POWERLOOM_RPC_URL).
+    #[arg(long, value_name = "URL")]
+    pub anchor_rpc: Option<String>,
+    /// ProtocolState address (default: PROTOCOL_STATE_CONTRACT).
+    #[arg(long, value_name = "ADDRESS")]
+    pub protocol_state: Option<String>,
+    /// Data market address (default: DATA_MARKET_CONTRACT).
+    #[arg(long, value_name = "ADDRESS")]
+    pub data_market: Option<String>,
+}
+
+impl ReaderArgs {
+    /// The anchor's configuration, ProtocolState and the data market; one
+    /// missing or not an address is exit 2 naming its flag and variable.
+    pub fn resolve(
+        &self,
+        env: &crate::config::EnvSnapshot,
+        verb: &str,
+    ) -> anyhow::Result<(lite_node_config::ChainConfig, alloy::primitives::Address, alloy::primitives::Address)> {
+        use crate::exit::BadInput;
+        let pick = |flag: &Option<String>, name: &str, var: &str| -> anyhow::Result<String> {
+            flag.clone().or_else(|| env.get(var).map(str::to_owned)).ok_or_else(|| {
+                BadInput(format!("give --{name}, or set {var} (e.g. lite-node --env-file .env {verb} …)")).into()
+            })
+        };
+        let anchor_rpc = pick(&self.anchor_rpc, "anchor-rpc", "POWERLOOM_RPC_URL")?;
+        let address = |name: &str, text: String| -> anyhow::Result<alloy::primitives::Address> {
+            text.trim().parse().map_err(|_| BadInput(format!("--{name} {text}: not an address")).into())
+        };
+        let protocol_state =
+            address("protocol-state", pick(&self.protocol_state, "protocol-state", "PROTOCOL_STATE_CONTRACT")?)?;
+        let data_market = address("data-market", pick(&self.data_market, "data-market", "DATA_MARKET_CONTRACT")?)?;
+        let cfg = lite_node_config::ChainConfig::from_flags(&anchor_rpc, None, protocol_state, data_market, env)?;
+        Ok((cfg, protocol_state, data_market))
+    }
+}
+
 /// The data market a collector or validator serves (flattened into both
 /// verbs' arguments).
 #[derive(Clone, Debug, clap::Args)]

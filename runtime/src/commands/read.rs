@@ -37,16 +37,9 @@ pub struct Args {
     /// Project id.
     #[arg(long, value_name = "P")]
     pub project: String,
-    /// Anchor chain JSON-RPC URL, where the root is checked (default:
-    /// POWERLOOM_RPC_URL).
-    #[arg(long, value_name = "URL")]
-    pub anchor_rpc: Option<String>,
-    /// ProtocolState address (default: PROTOCOL_STATE_CONTRACT).
-    #[arg(long, value_name = "ADDRESS")]
-    pub protocol_state: Option<String>,
-    /// Data market address (default: DATA_MARKET_CONTRACT).
-    #[arg(long, value_name = "ADDRESS")]
-    pub data_market: Option<String>,
+    /// The market, and the anchor where the root is checked.
+    #[command(flatten)]
+    pub market: super::ReaderArgs,
 }
 
 /// How long one server has to answer.
@@ -55,24 +48,12 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 /// Prints the snapshot (its bytes, as served and checked) on `out`, and what
 /// was checked on stderr.
 pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
-    let pick = |flag: &Option<String>, name: &str, var: &str| -> Result<String> {
-        flag.clone().or_else(|| env.get(var).map(str::to_owned)).ok_or_else(|| {
-            BadInput(format!("give --{name}, or set {var} (e.g. lite-node --env-file .env read …)")).into()
-        })
-    };
-    let anchor_rpc = pick(&q.anchor_rpc, "anchor-rpc", "POWERLOOM_RPC_URL")?;
-    let address = |name: &str, text: String| -> Result<Address> {
-        text.trim().parse().map_err(|_| BadInput(format!("--{name} {text}: not an address")).into())
-    };
-    let protocol_state =
-        address("protocol-state", pick(&q.protocol_state, "protocol-state", "PROTOCOL_STATE_CONTRACT")?)?;
-    let data_market = address("data-market", pick(&q.data_market, "data-market", "DATA_MARKET_CONTRACT")?)?;
     for url in &q.api {
         if reqwest::Url::parse(url).is_err() {
             bail!(BadInput(format!("--api {url}: not a URL (e.g. http://127.0.0.1:9091)")));
         }
     }
-    let cfg = lite_node_config::ChainConfig::from_flags(&anchor_rpc, None, protocol_state, data_market, env)?;
+    let (cfg, protocol_state, data_market) = q.market.resolve(env, "read")?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (bundle, server) = runtime.block_on(fetch(q))?;
     let snapshot = check(&bundle, q, protocol_state, data_market).with_context(|| format!("the answer of {server}"))?;
