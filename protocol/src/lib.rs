@@ -6,6 +6,7 @@
 //! Nothing here knows about the node: no configuration, files, retries or
 //! tasks. Each module cites the section of `docs/protocol.md` it implements.
 
+pub mod bundle;
 pub mod canonical_json;
 pub mod cid;
 pub mod contracts;

@@ -16,10 +16,10 @@
 
 use std::{io::Write, time::Duration};
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::U256;
 use anyhow::{Context, Result, bail};
 use lite_node_chain::Chains;
-use lite_node_protocol::{contracts::epochBatchCall, merkle};
+use lite_node_protocol::{bundle, contracts::epochBatchCall};
 use serde_json::Value;
 
 use crate::{config::EnvSnapshot, exit::BadInput};
@@ -56,8 +56,9 @@ pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     let (cfg, protocol_state, data_market) = q.market.resolve(env, "read")?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (bundle, server) = runtime.block_on(fetch(q))?;
-    let snapshot = check(&bundle, q, protocol_state, data_market).with_context(|| format!("the answer of {server}"))?;
-    let root: B256 = bundle["root"].as_str().unwrap_or_default().parse().unwrap_or_default();
+    let asked = bundle::Asked { epoch_id: q.epoch, project_id: &q.project, protocol_state, data_market };
+    let checked = bundle::check(&bundle, &asked).with_context(|| format!("the answer of {server}"))?;
+    let root = checked.root;
     // 5. The root ProtocolState finalized.
     let on_chain = runtime.block_on(async {
         let chains = Chains::connect(&cfg).map_err(BadInput)?;
@@ -80,14 +81,14 @@ pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
             on_chain.root
         );
     }
-    out.write_all(snapshot.as_bytes())?;
+    out.write_all(checked.snapshot.as_bytes())?;
     writeln!(out)?;
     eprintln!(
         "verified: {} bytes → {} (sha256, canonical JSON) → proof of {} hashes → root {root}, finalized for epoch {} \
          on ProtocolState {protocol_state} (read from {server})",
-        snapshot.len(),
-        bundle["cid"].as_str().unwrap_or_default(),
-        bundle["proof"].as_array().map_or(0, Vec::len),
+        checked.snapshot.len(),
+        checked.cid,
+        checked.proof_len,
         q.epoch
     );
     Ok(())
@@ -116,52 +117,4 @@ async fn fetch(q: &Args) -> Result<(Value, String)> {
         }
     }
     bail!("no server gave epoch {} of {}:\n  {}", q.epoch, q.project, failures.join("\n  "))
-}
-
-/// Checks 1–4 (module docs): the snapshot's text when they hold.
-fn check(bundle: &Value, q: &Args, protocol_state: Address, data_market: Address) -> Result<String> {
-    let text = |field: &str| bundle[field].as_str().unwrap_or_default();
-    // 1. About what was asked.
-    let same_address = |field: &str, want: Address| text(field).parse::<Address>().is_ok_and(|a| a == want);
-    if bundle["epochId"].as_u64() != Some(q.epoch)
-        || text("projectId") != q.project
-        || !same_address("protocolState", protocol_state)
-        || !same_address("dataMarket", data_market)
-    {
-        bail!(
-            "check `what was asked` failed: the bundle is epoch {} of `{}` in market {} on ProtocolState {}",
-            bundle["epochId"],
-            text("projectId"),
-            text("dataMarket"),
-            text("protocolState")
-        );
-    }
-    // 2. The bytes are the CID's.
-    let snapshot = bundle["snapshot"]
-        .as_str()
-        .ok_or_else(|| anyhow::anyhow!("check `bytes hash to the CID` failed: the bundle carries no snapshot"))?;
-    let cid = text("cid");
-    let hashed = lite_node_protocol::cid::cid(snapshot.as_bytes());
-    if hashed != cid {
-        bail!("check `bytes hash to the CID` failed: the snapshot hashes to {hashed}, the bundle says {cid}");
-    }
-    // 3. Canonical JSON.
-    match lite_node_protocol::canonical_json(snapshot) {
-        Ok(canonical) if canonical == snapshot.as_bytes() => {}
-        Ok(_) => bail!("check `canonical JSON` failed: the snapshot is JSON, not in its canonical form"),
-        Err(e) => bail!("check `canonical JSON` failed: the snapshot is not JSON ({e})"),
-    }
-    // 4. The proof takes (project, CID) to the root.
-    let root: B256 = text("root")
-        .parse()
-        .map_err(|_| anyhow::anyhow!("check `Merkle proof` failed: root `{}` is not a 32-byte hash", text("root")))?;
-    let proof: Vec<B256> = bundle["proof"]
-        .as_array()
-        .map(|p| p.iter().map(|h| h.as_str().and_then(|h| h.parse().ok())).collect::<Option<Vec<B256>>>())
-        .unwrap_or_default()
-        .ok_or_else(|| anyhow::anyhow!("check `Merkle proof` failed: the proof is not a list of 32-byte hashes"))?;
-    if !merkle::verify(root, &q.project, cid, &proof) {
-        bail!("check `Merkle proof` failed: the proof does not take ({}, {cid}) to root {root}", q.project);
-    }
-    Ok(snapshot.to_owned())
 }
