@@ -365,6 +365,22 @@ fn a_devnet_with_a_validator_finalizes_every_epoch_and_its_batches_verify_indepe
     assert!(verified.status.success(), "{text}");
     assert!(text.contains("3 finalized batches recomputed"), "{text}");
 
+    // A consumer read every finalized snapshot back from the validator's
+    // API and verified each down to the root on chain (issue 54).
+    let projects: u64 = json["epochs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["onchain"]["cids"].as_array().map_or(0, |c| c.len() as u64))
+        .sum();
+    assert!(projects >= 3, "{projects}");
+    assert_eq!(json["summary"]["readBack"]["verified"], projects, "{}", json["summary"]);
+    assert_eq!(json["summary"]["readBack"]["failed"], Value::Array(Vec::new()));
+    assert!(
+        stdout.contains(&format!("a consumer read back {projects} finalized snapshot(s), each verified")),
+        "{stdout}"
+    );
+
     // The validator kept every epoch it finalized, with the bytes the nodes
     // sent of each CID in it (issue 54): every pair is one it can serve.
     let store = lite_node_validator::store::Store::open(&dir.path().join("run/validator-1/finalized.redb")).unwrap();

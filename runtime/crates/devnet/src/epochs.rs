@@ -223,8 +223,18 @@ impl Devnet {
             )
             .await
             {
-                Ok((onchain, states)) => {
+                Ok((mut onchain, states)) => {
                     line = with_onchain(line, &onchain, self.validators.len());
+                    if onchain.finalized {
+                        let apis: Vec<String> = self.validators.iter().map(|v| v.api.clone()).collect();
+                        let scope = lite_node_protocol::submission::Scope {
+                            data_market: self.anchor.data_market,
+                            protocol_state: self.anchor.protocol_state,
+                        };
+                        let projects = onchain.cids.keys().cloned().collect();
+                        let read = validator::read_back(&apis, scope, e, &onchain.root, projects).await;
+                        onchain.read_back = Some(read);
+                    }
                     for (outcomes, state) in self.outcomes.iter_mut().zip(states) {
                         if let Some(o) = outcomes.get_mut(&e) {
                             o.onchain = state;

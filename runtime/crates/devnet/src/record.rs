@@ -131,6 +131,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
                     "submitter": o.submitter.to_string(),
                     "finalized": o.finalized,
                     "finalizedBlock": o.finalized_block,
+                    "readBack": o.read_back.as_ref().map(|r| json!({"verified": r.verified, "failed": r.failed})),
                     "windowClosesBlock": o.closes,
                     "attestations": o.attestations,
                     "divergent": o.divergent.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -200,6 +201,7 @@ pub(super) fn build(run: &Run<'_>) -> Value {
             "interrupted": summary.interrupted,
             "finalized": summary.finalized,
             "onchainFinalized": summary.onchain_finalized,
+            "readBack": summary.read_back.as_ref().map(|r| json!({"verified": r.verified, "failed": r.failed})),
             "latencyMs": {"median": ms(0.5), "p90": ms(0.9), "p99": ms(0.99), "max": ms(1.0)},
         },
     })

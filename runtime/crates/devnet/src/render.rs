@@ -41,6 +41,9 @@ pub struct Summary {
     pub onchain_finalized: Option<usize>,
     /// Validators the devnet restarted after they died.
     pub validator_restarts: u32,
+    /// With validators: every finalized snapshot read back as a consumer
+    /// would, and what failed its checks.
+    pub read_back: Option<validator::ReadBack>,
 }
 
 impl Summary {
@@ -52,6 +55,7 @@ impl Summary {
             && self.validator_unjudged == 0
             && self.finalized.is_none_or(|f| f == self.epochs)
             && self.onchain_finalized.is_none_or(|f| f == self.epochs)
+            && self.read_back.as_ref().is_none_or(|r| r.failed.is_empty())
             && (self.epochs > 0 || self.interrupted)
     }
 }
@@ -237,6 +241,7 @@ pub(crate) fn summarize(
         validator_unwanted: 0,
         onchain_finalized: None,
         validator_restarts: 0,
+        read_back: None,
     }
 }
 
@@ -334,6 +339,15 @@ pub(crate) fn summary_text(s: &Summary, took: Duration) -> String {
         extra.push_str(&format!("; the chain finalized {f} of {} epochs", s.epochs));
         if s.validator_restarts > 0 {
             extra.push_str(&format!(", {} validator restart(s)", s.validator_restarts));
+        }
+    }
+    if let Some(r) = &s.read_back {
+        extra.push_str(&format!(
+            "; a consumer read back {} finalized snapshot(s), each verified (bytes → CID → proof → the root on chain)",
+            r.verified
+        ));
+        if let Some(first) = r.failed.first() {
+            extra.push_str(&format!(", {} failed (the first: {first})", r.failed.len()));
         }
     }
     format!(
@@ -443,6 +457,7 @@ mod tests {
             validator_unwanted: 0,
             onchain_finalized: None,
             validator_restarts: 0,
+            read_back: None,
         }
     }
 

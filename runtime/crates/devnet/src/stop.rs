@@ -139,6 +139,12 @@ impl Devnet {
         if !self.validators.is_empty() {
             summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
             summary.onchain_finalized = Some(self.onchain.values().filter(|o| o.finalized).count());
+            let mut read = validator::ReadBack::default();
+            for r in self.onchain.values().filter_map(|o| o.read_back.as_ref()) {
+                read.verified += r.verified;
+                read.failed.extend(r.failed.iter().cloned());
+            }
+            summary.read_back = Some(read);
             summary.validator_restarts = self.validators.iter().map(|v| v.restarts).sum();
             let verdicts: Vec<Option<&str>> = seen
                 .iter()

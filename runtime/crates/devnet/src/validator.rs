@@ -494,9 +494,91 @@ impl DevnetValidator {
     }
 }
 
+/// A consumer's read-back of one finalized epoch (issue 54): each project's
+/// bundle from the validators' APIs, checked as `lite-node read` checks it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadBack {
+    /// Snapshots whose every check held, down to the root on chain.
+    pub verified: u64,
+    /// Each one that did not: the project and the check it failed.
+    pub failed: Vec<String>,
+}
+
+/// How long a finalized snapshot may take to be readable (the validators
+/// archive what they finalized within a second).
+const READABLE_WITHIN: Duration = Duration::from_secs(15);
+
+/// Reads back each of `projects` of finalized `epoch_id` from `apis` (the
+/// first that has it), as a consumer would: every bundle checked (what was
+/// asked, bytes → CID, canonical JSON, proof) and its root against `root`,
+/// the one the chain finalized.
+pub async fn read_back(
+    apis: &[String],
+    scope: lite_node_protocol::submission::Scope,
+    epoch_id: u64,
+    root: &str,
+    projects: Vec<String>,
+) -> ReadBack {
+    use futures_util::StreamExt;
+    let client = reqwest::Client::new();
+    let on_chain: Option<alloy::primitives::B256> = root.parse().ok();
+    let one = |project: String| {
+        let client = client.clone();
+        async move {
+            let asked = lite_node_protocol::bundle::Asked {
+                epoch_id,
+                project_id: &project,
+                protocol_state: scope.protocol_state,
+                data_market: scope.data_market,
+            };
+            let deadline = tokio::time::Instant::now() + READABLE_WITHIN;
+            let mut last = String::new();
+            loop {
+                for api in apis {
+                    let url = format!("{api}/data/{epoch_id}/{project}");
+                    let answer = match client.get(&url).send().await {
+                        Ok(r) if r.status().is_success() => r.json::<Value>().await.map_err(|e| e.to_string()),
+                        Ok(r) => Err(format!("{}: {}", r.status(), r.text().await.unwrap_or_default().trim())),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match answer {
+                        Ok(bundle) => {
+                            return match lite_node_protocol::bundle::check(&bundle, &asked) {
+                                Ok(checked) if Some(checked.root) == on_chain => Ok(()),
+                                Ok(checked) => Err(format!(
+                                    "{project}: check `root finalized on chain` failed: {} is not the chain's {root}",
+                                    checked.root
+                                )),
+                                Err(failed) => Err(format!("{project}: {failed}")),
+                            };
+                        }
+                        Err(why) => last = format!("{api}: {why}"),
+                    }
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(format!("{project}: no API gave it in {}s ({last})", READABLE_WITHIN.as_secs()));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let results: Vec<Result<(), String>> =
+        futures_util::stream::iter(projects).map(one).buffer_unordered(16).collect().await;
+    let mut read = ReadBack::default();
+    for result in results {
+        match result {
+            Ok(()) => read.verified += 1,
+            Err(why) => read.failed.push(why),
+        }
+    }
+    read
+}
+
 /// What the chain made of one epoch, read back from it.
 #[derive(Clone, Debug, Default)]
 pub struct OnchainOutcome {
+    /// A consumer's read-back of its snapshots, once finalized on chain.
+    pub read_back: Option<ReadBack>,
     /// The first anchor block at which the epoch's window was closed.
     pub closes: u64,
     pub batch_cid: String,
@@ -580,6 +662,7 @@ pub async fn settle_onchain(
         cids.insert(project, (read._0, read._1));
     }
     let outcome = OnchainOutcome {
+        read_back: None,
         closes: lite_node_validator::window_closes(
             release_block,
             validators.first().map_or(window_blocks(0), |v| v.window_blocks),
