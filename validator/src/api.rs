@@ -56,7 +56,20 @@ struct Api {
     gossip: Option<lite_node_gossip::Gossip>,
     /// The finalized data this process keeps (the consumers' routes).
     store: Option<Arc<crate::store::Store>>,
+    /// The newest epochs read, with their trees: an epoch's bundles are read
+    /// together (a consumer following the market), and each would otherwise
+    /// read the epoch and build its tree again.
+    trees: Arc<std::sync::Mutex<BTreeMap<u64, Arc<EpochTree>>>>,
 }
+
+/// A kept epoch and its Merkle tree.
+struct EpochTree {
+    epoch: crate::store::FinalizedEpoch,
+    tree: lite_node_protocol::merkle::Tree,
+}
+
+/// Epochs whose trees are kept at once.
+const TREES_KEPT: usize = 8;
 
 /// The API's routes.
 pub fn router(
@@ -78,7 +91,7 @@ pub fn router(
         .route("/participation", get(participation))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .with_state(Api { market, conn, tracker, gossip, store })
+        .with_state(Api { market, conn, tracker, gossip, store, trees: Default::default() })
 }
 
 /// Serves the API on `listener` until `stop`, on a Redis connection of its
@@ -142,7 +155,26 @@ async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(Strin
     let epoch_id: u64 = epoch
         .parse()
         .map_err(|_| refused(StatusCode::BAD_REQUEST, format!("epoch `{epoch}` is not an epoch number")))?;
-    let Some(kept) = store.epoch(epoch_id).map_err(store_failed)? else {
+    let cached = api.trees.lock().unwrap_or_else(|p| p.into_inner()).get(&epoch_id).cloned();
+    let cached = match cached {
+        Some(cached) => Some(cached),
+        None => match store.epoch(epoch_id).map_err(store_failed)? {
+            None => None,
+            Some(epoch) => {
+                let pairs = epoch.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()));
+                let tree = lite_node_protocol::merkle::Tree::of(pairs)
+                    .map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("epoch {epoch_id}'s tree: {e}")))?;
+                let built = Arc::new(EpochTree { epoch, tree });
+                let mut trees = api.trees.lock().unwrap_or_else(|p| p.into_inner());
+                trees.insert(epoch_id, built.clone());
+                while trees.len() > TREES_KEPT {
+                    trees.pop_first();
+                }
+                Some(built)
+            }
+        },
+    };
+    let Some(cached) = cached else {
         let last = store.last_epoch().map_err(store_failed)?;
         let why = match last {
             Some(last) if epoch_id > last => format!("epoch {epoch_id} is not finalized here yet (the last is {last})"),
@@ -153,8 +185,7 @@ async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(Strin
         };
         return Err(refused(StatusCode::NOT_FOUND, why));
     };
-    let tree = lite_node_protocol::merkle::Tree::of(kept.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str())))
-        .map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("epoch {epoch_id}'s tree: {e}")))?;
+    let (kept, tree) = (&cached.epoch, &cached.tree);
     // Pairs are kept in project-id order: the tree's leaf order.
     let Ok(index) = kept.pairs.binary_search_by(|(p, _)| p.as_str().cmp(project.as_str())) else {
         return Err(refused(StatusCode::NOT_FOUND, format!("project `{project}` is not in epoch {epoch_id}")));
