@@ -11,8 +11,9 @@
 //! 5. that root is the one ProtocolState finalized for the epoch (one chain
 //!    read, `epochBatch`).
 //!
-//! A failed check exits 1 naming it; a server that cannot answer (down, an
-//! error, not holding the epoch) is passed over for the next `--api`.
+//! A server that cannot answer (down, an error, not holding the epoch) or
+//! whose answer fails a check is passed over for the next `--api`; when none
+//! gives a bundle that holds, it exits 1 naming each server's failed check.
 
 use std::{io::Write, time::Duration};
 
@@ -28,7 +29,7 @@ use crate::{config::EnvSnapshot, exit::BadInput};
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
     /// The servers to read from (a validator's API), comma-separated: tried
-    /// in turn until one answers.
+    /// in turn until one's answer holds every check.
     #[arg(long, value_name = "URL,…", value_delimiter = ',', required = true)]
     pub api: Vec<String>,
     /// Epoch id.
@@ -55,31 +56,66 @@ pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     }
     let (cfg, protocol_state, data_market) = q.market.resolve(env, "read")?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (bundle, server) = runtime.block_on(fetch(q))?;
     let asked = bundle::Asked { epoch_id: q.epoch, project_id: &q.project, protocol_state, data_market };
-    let checked = bundle::check(&bundle, &asked).with_context(|| format!("the answer of {server}"))?;
-    let root = checked.root;
-    // 5. The root ProtocolState finalized.
-    let on_chain = runtime.block_on(async {
-        let chains = Chains::connect(&cfg).map_err(BadInput)?;
-        let anchor = chains.anchor()?.clone();
-        let call = epochBatchCall { dataMarketAddress: data_market, epochId: U256::from(q.epoch) };
-        anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")
-    })?;
-    if !on_chain.finalized {
-        bail!(
-            "check `root finalized on chain` failed: epoch {} of data market {data_market} is not finalized on \
-             ProtocolState {protocol_state} (so {server}'s root {root} proves nothing yet)",
-            q.epoch
-        );
+    let client = reqwest::Client::builder().timeout(ANSWER_WITHIN).build()?;
+    // 5. The root ProtocolState finalized: read once, when the first bundle
+    // that holds checks 1–4 asks for it.
+    let mut on_chain: Option<alloy::primitives::B256> = None;
+    let mut failures = Vec::new();
+    let mut verified = None;
+    for server in &q.api {
+        let server = server.trim_end_matches('/');
+        let bundle = match runtime.block_on(fetch(&client, server, q)) {
+            Ok(bundle) => bundle,
+            Err(why) => {
+                failures.push(format!("{server}: {why}"));
+                continue;
+            }
+        };
+        let checked = match bundle::check(&bundle, &asked) {
+            Ok(checked) => checked,
+            Err(failed) => {
+                failures.push(format!("{server}: {failed}"));
+                continue;
+            }
+        };
+        let root = match on_chain {
+            Some(root) => root,
+            None => {
+                let batch = runtime.block_on(async {
+                    let chains = Chains::connect(&cfg).map_err(BadInput)?;
+                    let anchor = chains.anchor()?.clone();
+                    let call = epochBatchCall { dataMarketAddress: data_market, epochId: U256::from(q.epoch) };
+                    anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")
+                })?;
+                if !batch.finalized {
+                    bail!(
+                        "check `root finalized on chain` failed: epoch {} of data market {data_market} is not \
+                         finalized on ProtocolState {protocol_state} (so {server}'s root {} proves nothing yet)",
+                        q.epoch,
+                        checked.root
+                    );
+                }
+                *on_chain.insert(batch.root)
+            }
+        };
+        if checked.root != root {
+            failures.push(format!(
+                "{server}: check `root finalized on chain` failed: it proves against root {}, ProtocolState \
+                 finalized epoch {} with {root}",
+                checked.root, q.epoch
+            ));
+            continue;
+        }
+        verified = Some((checked, server.to_owned()));
+        break;
     }
-    if on_chain.root != root {
-        bail!(
-            "check `root finalized on chain` failed: {server} proves against root {root}, ProtocolState finalized \
-             epoch {} with {}",
-            q.epoch,
-            on_chain.root
-        );
+    let Some((checked, server)) = verified else {
+        bail!("no server gave a verified epoch {} of {}:\n  {}", q.epoch, q.project, failures.join("\n  "));
+    };
+    let root = checked.root;
+    for failure in &failures {
+        eprintln!("passed over {failure}");
     }
     out.write_all(checked.snapshot.as_bytes())?;
     writeln!(out)?;
@@ -94,27 +130,14 @@ pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// The first bundle a server gives, and which server gave it; every
-/// server's failure when none does.
-async fn fetch(q: &Args) -> Result<(Value, String)> {
-    let client = reqwest::Client::builder().timeout(ANSWER_WITHIN).build()?;
-    let mut failures = Vec::new();
-    for server in &q.api {
-        let base = server.trim_end_matches('/');
-        let url = format!("{base}/data/{}/{}", q.epoch, q.project);
-        let answer = async {
-            let r = client.get(&url).send().await.map_err(|e| e.to_string())?;
-            let status = r.status();
-            let body = r.bytes().await.map_err(|e| e.to_string())?;
-            if !status.is_success() {
-                return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
-            }
-            serde_json::from_slice::<Value>(&body).map_err(|e| format!("not a bundle (JSON: {e})"))
-        };
-        match answer.await {
-            Ok(bundle) => return Ok((bundle, base.to_owned())),
-            Err(why) => failures.push(format!("{base}: {why}")),
-        }
+/// `server`'s bundle for what `q` asks, unchecked.
+async fn fetch(client: &reqwest::Client, server: &str, q: &Args) -> Result<Value, String> {
+    let url = format!("{server}/data/{}/{}", q.epoch, q.project);
+    let r = client.get(&url).send().await.map_err(|e| e.to_string())?;
+    let status = r.status();
+    let body = r.bytes().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
     }
-    bail!("no server gave epoch {} of {}:\n  {}", q.epoch, q.project, failures.join("\n  "))
+    serde_json::from_slice::<Value>(&body).map_err(|e| format!("not a bundle (JSON: {e})"))
 }

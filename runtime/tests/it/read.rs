@@ -123,9 +123,20 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
         b["proof"] = Value::Array(Vec::new());
         b["root"] = Value::from(forged_tree.root().to_string());
     });
-    let run = read(&serving(&runtime, forged), "5");
+    let run = read(&serving(&runtime, forged.clone()), "5");
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("check `root finalized on chain` failed"), "{}", run.stderr);
+
+    // A hostile server first and an honest one after: the forgery is passed
+    // over, named, and the honest answer printed.
+    let run = read(&format!("{},{honest}", serving(&runtime, forged)), "5");
+    run.assert_ok();
+    assert_eq!(run.stdout, format!("{}\n", snapshot(2)));
+    assert!(
+        run.stderr.contains("passed over") && run.stderr.contains("check `root finalized on chain` failed"),
+        "{}",
+        run.stderr
+    );
 
     // Not finalized on chain yet: nothing to trust.
     let (project, _) = &pairs[1];

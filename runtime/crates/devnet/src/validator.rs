@@ -533,30 +533,46 @@ pub async fn read_back(
             };
             let deadline = tokio::time::Instant::now() + READABLE_WITHIN;
             let mut last = String::new();
+            let mut refused = std::collections::BTreeMap::new();
             loop {
                 for api in apis {
+                    if refused.contains_key(api) {
+                        continue;
+                    }
                     let url = format!("{api}/data/{epoch_id}/{project}");
                     let answer = match client.get(&url).send().await {
                         Ok(r) if r.status().is_success() => r.json::<Value>().await.map_err(|e| e.to_string()),
                         Ok(r) => Err(format!("{}: {}", r.status(), r.text().await.unwrap_or_default().trim())),
                         Err(e) => Err(e.to_string()),
                     };
-                    match answer {
-                        Ok(bundle) => {
-                            return match lite_node_protocol::bundle::check(&bundle, &asked) {
-                                Ok(checked) if Some(checked.root) == on_chain => Ok(()),
-                                Ok(checked) => Err(format!(
-                                    "{project}: check `root finalized on chain` failed: {} is not the chain's {root}",
+                    // A validator whose own batch is not the one the chain
+                    // finalized (it judged without a late submission) proves
+                    // against its own root: a consumer passes it over, as
+                    // one failing any check, for the next.
+                    match answer.map(|bundle| lite_node_protocol::bundle::check(&bundle, &asked)) {
+                        Ok(Ok(checked)) if Some(checked.root) == on_chain => return Ok(()),
+                        Ok(Ok(checked)) => {
+                            refused.insert(
+                                api.clone(),
+                                format!(
+                                    "check `root finalized on chain` failed: {} is not the chain's {root}",
                                     checked.root
-                                )),
-                                Err(failed) => Err(format!("{project}: {failed}")),
-                            };
+                                ),
+                            );
+                        }
+                        Ok(Err(failed)) => {
+                            refused.insert(api.clone(), failed.to_string());
                         }
                         Err(why) => last = format!("{api}: {why}"),
                     }
                 }
-                if tokio::time::Instant::now() > deadline {
-                    return Err(format!("{project}: no API gave it in {}s ({last})", READABLE_WITHIN.as_secs()));
+                if refused.len() == apis.len() || tokio::time::Instant::now() > deadline {
+                    let refused: Vec<String> = refused.iter().map(|(api, why)| format!("{api}: {why}")).collect();
+                    return Err(format!(
+                        "{project}: no API gave a bundle that holds in {}s ({}{last})",
+                        READABLE_WITHIN.as_secs(),
+                        if refused.is_empty() { String::new() } else { format!("{}; ", refused.join("; ")) }
+                    ));
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
