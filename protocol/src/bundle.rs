@@ -53,6 +53,139 @@ fn failed(check: &'static str, why: String) -> Failed {
     Failed { check, why }
 }
 
+/// Checks a whole epoch's bundle (`/data/{epoch}`, NDJSON), a line at a
+/// time, in bounded memory (32 bytes a project): the header line names the
+/// market, the epoch, the root, how many projects follow and the multiproof
+/// of them; each following line is one project's `{projectId, cid,
+/// snapshot}`, in project-id order (the tree's). Checks 1–3 hold for each
+/// line as it comes; check 4 (the multiproof takes every leaf to the root)
+/// at [`EpochCheck::finish`].
+#[derive(Debug)]
+pub struct EpochCheck {
+    epoch_id: u64,
+    root: B256,
+    expected: usize,
+    multiproof: crate::merkle::MultiProof,
+    leaves: Vec<B256>,
+    last_project: Option<String>,
+}
+
+/// One project of a whole-epoch bundle whose checks 1–3 hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckedLine {
+    pub project_id: String,
+    pub cid: String,
+    pub snapshot: String,
+}
+
+impl EpochCheck {
+    /// Starts with the `header` line, checked against what was asked
+    /// (`asked.project_id` is not read).
+    pub fn start(header: &Value, asked: &Asked<'_>) -> Result<Self, Failed> {
+        let text = |field: &str| header[field].as_str().unwrap_or_default();
+        let same_address = |field: &str, want: Address| text(field).parse::<Address>().is_ok_and(|a| a == want);
+        if header["epochId"].as_u64() != Some(asked.epoch_id)
+            || !same_address("protocolState", asked.protocol_state)
+            || !same_address("dataMarket", asked.data_market)
+        {
+            let why = format!(
+                "the bundle is epoch {} in market {} on ProtocolState {}",
+                header["epochId"],
+                text("dataMarket"),
+                text("protocolState")
+            );
+            return Err(failed("what was asked", why));
+        }
+        let root: B256 = text("root")
+            .parse()
+            .map_err(|_| failed("Merkle proof", format!("root `{}` is not a 32-byte hash", text("root"))))?;
+        let expected = header["projects"]
+            .as_u64()
+            .ok_or_else(|| failed("what was asked", "the header does not say how many projects follow".into()))?
+            as usize;
+        let hashes = |field: &str| -> Option<Vec<B256>> {
+            header["multiproof"][field].as_array()?.iter().map(|h| h.as_str()?.parse().ok()).collect()
+        };
+        let flags: Option<Vec<bool>> =
+            header["multiproof"]["flags"].as_array().and_then(|f| f.iter().map(Value::as_bool).collect());
+        let multiproof = match (hashes("proof"), flags) {
+            (Some(proof), Some(flags)) => crate::merkle::MultiProof { proof, flags },
+            _ => {
+                return Err(failed(
+                    "Merkle proof",
+                    "the header's multiproof is not {proof: [hash], flags: [bool]}".into(),
+                ));
+            }
+        };
+        Ok(Self {
+            epoch_id: asked.epoch_id,
+            root,
+            expected,
+            multiproof,
+            leaves: Vec::with_capacity(expected.min(1 << 20)),
+            last_project: None,
+        })
+    }
+
+    /// Checks one project's line (checks 1–3, and that it comes in tree
+    /// order).
+    pub fn line(&mut self, line: &Value) -> Result<CheckedLine, Failed> {
+        let text = |field: &str| line[field].as_str();
+        let (Some(project), Some(cid)) = (text("projectId"), text("cid")) else {
+            return Err(failed("what was asked", "a line without projectId and cid".into()));
+        };
+        if self.leaves.len() == self.expected {
+            return Err(failed("what was asked", format!("more than the {} projects the header names", self.expected)));
+        }
+        if self.last_project.as_deref().is_some_and(|last| last >= project) {
+            return Err(failed("what was asked", format!("project `{project}` is out of the tree's order")));
+        }
+        let snapshot = text("snapshot").ok_or_else(|| {
+            failed(
+                "bytes hash to the CID",
+                format!("epoch {} {project}: the bundle carries no snapshot", self.epoch_id),
+            )
+        })?;
+        let hashed = crate::cid::cid(snapshot.as_bytes());
+        if hashed != cid {
+            return Err(failed(
+                "bytes hash to the CID",
+                format!("epoch {} {project}: the snapshot hashes to {hashed}, the bundle says {cid}", self.epoch_id),
+            ));
+        }
+        match crate::canonical_json(snapshot) {
+            Ok(canonical) if canonical == snapshot.as_bytes() => {}
+            Ok(_) => return Err(failed("canonical JSON", format!("{project}: the snapshot is not in canonical form"))),
+            Err(e) => return Err(failed("canonical JSON", format!("{project}: the snapshot is not JSON ({e})"))),
+        }
+        self.leaves.push(crate::merkle::leaf(project, cid));
+        self.last_project = Some(project.to_owned());
+        Ok(CheckedLine { project_id: project.to_owned(), cid: cid.to_owned(), snapshot: snapshot.to_owned() })
+    }
+
+    /// Check 4 once every line is in: the multiproof takes the leaves to the
+    /// header's root, which is returned (the chain must hold it).
+    pub fn finish(self) -> Result<B256, Failed> {
+        if self.leaves.len() != self.expected {
+            let why = format!("{} of the {} projects the header names came", self.leaves.len(), self.expected);
+            return Err(failed("what was asked", why));
+        }
+        let reached = if self.leaves.is_empty() && self.multiproof.proof.is_empty() {
+            Some(alloy::primitives::keccak256([]))
+        } else {
+            crate::merkle::multiproof_root(&self.leaves, &self.multiproof)
+        };
+        match reached {
+            Some(root) if root == self.root => Ok(root),
+            Some(root) => Err(failed(
+                "Merkle proof",
+                format!("the multiproof reaches {root}, not the header's root {}", self.root),
+            )),
+            None => Err(failed("Merkle proof", "the multiproof does not fit the projects given".into())),
+        }
+    }
+}
+
 /// Checks 1–4 (module docs) of `bundle` against what was `asked`.
 pub fn check(bundle: &Value, asked: &Asked<'_>) -> Result<Checked, Failed> {
     let text = |field: &str| bundle[field].as_str().unwrap_or_default();

@@ -17,6 +17,7 @@
 //! |---|---|
 //! | `/data/last` | the newest epoch kept: its id, root, batch CID and number of projects |
 //! | `/data/{epoch}/{project}` | a bundle: the snapshot (its bytes, as a JSON string), its CID, its Merkle proof, the epoch's root and batch CID, and the market (chain id, ProtocolState, data market) — what `lite-node read` checks against the chain |
+//! | `/data/{epoch}?after=&limit=` | every project of the epoch (or a page of them, in project-id order) as one bundle, streamed as NDJSON: a header (the market, the epoch, its root and batch CID, how many projects follow, their multiproof), then `{projectId, cid, snapshot}` a line |
 //! | `/ipfs/{cid}` | the snapshot's raw bytes (`application/vnd.ipld.raw`: the IPFS trustless gateway's raw block) |
 //!
 //! Each refusal is its own status with a one-line reason: a malformed
@@ -37,6 +38,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
+use futures_util::StreamExt;
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
@@ -81,6 +83,7 @@ pub fn router(
     let tracker = Tracker::new(market.clone(), conn.clone());
     Router::new()
         .route("/data/last", get(data_last))
+        .route("/data/{epoch}", get(data_epoch))
         .route("/data/{epoch}/{project}", get(data_bundle))
         .route("/ipfs/{cid}", get(ipfs_block))
         .route("/epochs/active", get(active))
@@ -149,32 +152,18 @@ async fn data_last(State(api): State<Api>) -> Answer {
     .into_response())
 }
 
-/// One project's snapshot at one epoch, with what proves it to the chain.
-async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(String, String)>) -> Answer {
-    let store = the_store(&api)?;
-    let epoch_id: u64 = epoch
-        .parse()
-        .map_err(|_| refused(StatusCode::BAD_REQUEST, format!("epoch `{epoch}` is not an epoch number")))?;
-    let cached = api.trees.lock().unwrap_or_else(|p| p.into_inner()).get(&epoch_id).cloned();
-    let cached = match cached {
-        Some(cached) => Some(cached),
-        None => match store.epoch(epoch_id).map_err(store_failed)? {
-            None => None,
-            Some(epoch) => {
-                let pairs = epoch.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()));
-                let tree = lite_node_protocol::merkle::Tree::of(pairs)
-                    .map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("epoch {epoch_id}'s tree: {e}")))?;
-                let built = Arc::new(EpochTree { epoch, tree });
-                let mut trees = api.trees.lock().unwrap_or_else(|p| p.into_inner());
-                trees.insert(epoch_id, built.clone());
-                while trees.len() > TREES_KEPT {
-                    trees.pop_first();
-                }
-                Some(built)
-            }
-        },
-    };
-    let Some(cached) = cached else {
+/// The epoch's id from the path, or a 400.
+fn epoch_id_of(epoch: &str) -> Result<u64, (StatusCode, String)> {
+    epoch.parse().map_err(|_| refused(StatusCode::BAD_REQUEST, format!("epoch `{epoch}` is not an epoch number")))
+}
+
+/// The kept epoch and its tree (from the cache of the newest read), or a
+/// 404 saying why it is not here.
+fn tree_of(api: &Api, store: &crate::store::Store, epoch_id: u64) -> Result<Arc<EpochTree>, (StatusCode, String)> {
+    if let Some(cached) = api.trees.lock().unwrap_or_else(|p| p.into_inner()).get(&epoch_id).cloned() {
+        return Ok(cached);
+    }
+    let Some(epoch) = store.epoch(epoch_id).map_err(store_failed)? else {
         let last = store.last_epoch().map_err(store_failed)?;
         let why = match last {
             Some(last) if epoch_id > last => format!("epoch {epoch_id} is not finalized here yet (the last is {last})"),
@@ -185,6 +174,23 @@ async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(Strin
         };
         return Err(refused(StatusCode::NOT_FOUND, why));
     };
+    let pairs = epoch.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()));
+    let tree = lite_node_protocol::merkle::Tree::of(pairs)
+        .map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("epoch {epoch_id}'s tree: {e}")))?;
+    let built = Arc::new(EpochTree { epoch, tree });
+    let mut trees = api.trees.lock().unwrap_or_else(|p| p.into_inner());
+    trees.insert(epoch_id, built.clone());
+    while trees.len() > TREES_KEPT {
+        trees.pop_first();
+    }
+    Ok(built)
+}
+
+/// One project's snapshot at one epoch, with what proves it to the chain.
+async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(String, String)>) -> Answer {
+    let store = the_store(&api)?;
+    let epoch_id = epoch_id_of(&epoch)?;
+    let cached = tree_of(&api, store, epoch_id)?;
     let (kept, tree) = (&cached.epoch, &cached.tree);
     // Pairs are kept in project-id order: the tree's leaf order.
     let Ok(index) = kept.pairs.binary_search_by(|(p, _)| p.as_str().cmp(project.as_str())) else {
@@ -211,6 +217,74 @@ async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(Strin
         "dataMarket": scope.data_market.to_string(),
     }))
     .into_response())
+}
+
+/// `/data/{epoch}`'s page: the projects after `after` (in project-id
+/// order), at most `limit` of them; the whole epoch by default.
+#[derive(serde::Deserialize)]
+struct EpochPage {
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Projects read from the store at a time while an epoch streams: the
+/// server's memory for one answer, whatever the epoch's size.
+const STREAM_CHUNK: usize = 64;
+
+/// Every project of an epoch (or a page of them) as one bundle, streamed as
+/// NDJSON: a header line (the market, the epoch, its root and batch CID, how
+/// many projects follow, and their multiproof), then one
+/// `{projectId, cid, snapshot}` line a project in project-id order. Read a
+/// chunk at a time from the store: memory stays flat at any epoch size.
+async fn data_epoch(State(api): State<Api>, Path(epoch): Path<String>, Query(page): Query<EpochPage>) -> Answer {
+    let store = the_store(&api)?.clone();
+    let epoch_id = epoch_id_of(&epoch)?;
+    if page.limit == Some(0) {
+        return Err(refused(StatusCode::BAD_REQUEST, "limit must be at least 1".into()));
+    }
+    let cached = tree_of(&api, &store, epoch_id)?;
+    let pairs = &cached.epoch.pairs;
+    let start = page.after.as_deref().map_or(0, |after| pairs.partition_point(|(p, _)| p.as_str() <= after));
+    let end = page.limit.map_or(pairs.len(), |limit| start.saturating_add(limit).min(pairs.len()));
+    let multiproof = match cached.tree.multiproof(start..end) {
+        Some(m) => m,
+        None if pairs.is_empty() => Default::default(),
+        None => {
+            let after = page.after.unwrap_or_default();
+            return Err(refused(StatusCode::NOT_FOUND, format!("epoch {epoch_id} has no project after `{after}`")));
+        }
+    };
+    let scope = &api.market.scope;
+    let header = json!({
+        "epochId": epoch_id,
+        "root": cached.epoch.root,
+        "batchCid": cached.epoch.batch_cid,
+        "chainId": api.market.chain_id,
+        "protocolState": scope.protocol_state.to_string(),
+        "dataMarket": scope.data_market.to_string(),
+        "projects": end - start,
+        "multiproof": {
+            "proof": multiproof.proof.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+            "flags": multiproof.flags,
+        },
+    });
+    let mut first = header.to_string().into_bytes();
+    first.push(b'\n');
+    let chunks = (start..end).step_by(STREAM_CHUNK).map(move |from| from..(from + STREAM_CHUNK).min(end));
+    let lines = futures_util::stream::iter(chunks).map(move |range| {
+        let pairs = &cached.epoch.pairs[range];
+        let blocks = store.blocks(pairs.iter().map(|(_, cid)| cid.as_str())).map_err(std::io::Error::other)?;
+        let mut out = Vec::with_capacity(pairs.len() * 512);
+        for ((project, cid), bytes) in pairs.iter().zip(blocks) {
+            let snapshot = bytes.and_then(|b| String::from_utf8(b).ok());
+            serde_json::to_writer(&mut out, &json!({"projectId": project, "cid": cid, "snapshot": snapshot}))
+                .map_err(std::io::Error::other)?;
+            out.push(b'\n');
+        }
+        Ok::<_, std::io::Error>(out)
+    });
+    let body = futures_util::stream::once(async move { Ok(first) }).chain(lines);
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], axum::body::Body::from_stream(body)).into_response())
 }
 
 /// A snapshot's raw bytes by its CID, as an IPFS trustless gateway answers

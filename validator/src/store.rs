@@ -158,6 +158,13 @@ impl Store {
         Ok(blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec()))
     }
 
+    /// The snapshot bytes of each of `cids` (in one read), each if kept.
+    pub fn blocks<'a>(&self, cids: impl IntoIterator<Item = &'a str>) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let blocks = txn.open_table(BLOCKS).map_err(failed)?;
+        cids.into_iter().map(|cid| Ok(blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec()))).collect()
+    }
+
     /// The newest epoch kept.
     pub fn last_epoch(&self) -> Result<Option<u64>, StoreError> {
         let txn = self.db.begin_read().map_err(failed)?;

@@ -1,27 +1,42 @@
-//! `lite-node read --api URL[,URL…] --epoch N --project P`: one project's
-//! snapshot at one epoch, read from any server of the market (a validator's
-//! API, or anyone's copy) and trusted for nothing it says. Printed only once
+//! `lite-node read --api URL[,URL…]`: a market's data, read from any server
+//! of the market (a validator's API, or anyone's copy) and trusted for
+//! nothing it says.
+//!
+//! - `--epoch N --project P`: one snapshot (its bytes, as a line);
+//! - `--epoch N`: every project of the epoch, one bundle with a multiproof;
+//! - `--from A --to B [--project P]`: each epoch of a range in turn;
+//! - `--follow [--project P]`: each epoch as the market finalizes it, from
+//!   `--from` (default: the newest), until stopped.
+//!
+//! Many snapshots print as NDJSON, `{"epochId", "projectId", "cid",
+//! "snapshot"}` a line, the snapshot as the JSON it is. Printed only once
 //! every check holds, in order:
 //!
 //! 1. the answer is about what was asked (this market, epoch and project);
 //! 2. the bytes hash to the CID (sha256, CIDv1 raw: the bytes *are* the
 //!    block);
 //! 3. the bytes are the protocol's canonical JSON;
-//! 4. the Merkle proof takes (project, CID) to the root;
+//! 4. the Merkle proof (a multiproof for a whole epoch) takes (project, CID)
+//!    to the root;
 //! 5. that root is the one ProtocolState finalized for the epoch (one chain
-//!    read, `epochBatch`).
+//!    read an epoch, `epochBatch`).
 //!
 //! A server that cannot answer (down, an error, not holding the epoch) or
 //! whose answer fails a check is passed over for the next `--api`; when none
-//! gives a bundle that holds, it exits 1 naming each server's failed check.
+//! gives an answer that holds, it exits 1 naming each server's failed check.
 
-use std::{io::Write, time::Duration};
+use std::{collections::BTreeMap, io::Write, time::Duration};
 
-use alloy::primitives::U256;
+use alloy::primitives::{Address, B256, U256};
 use anyhow::{Context, Result, bail};
-use lite_node_chain::Chains;
-use lite_node_protocol::{bundle, contracts::epochBatchCall};
-use serde_json::Value;
+use lite_node_chain::{
+    Chains,
+    consumer::{self, Refusal},
+};
+use lite_node_protocol::{
+    bundle::{self, CheckedLine},
+    contracts::epochBatchCall,
+};
 
 use crate::{config::EnvSnapshot, exit::BadInput};
 
@@ -32,112 +47,313 @@ pub struct Args {
     /// in turn until one's answer holds every check.
     #[arg(long, value_name = "URL,…", value_delimiter = ',', required = true)]
     pub api: Vec<String>,
-    /// Epoch id.
-    #[arg(long, value_name = "N")]
-    pub epoch: u64,
-    /// Project id.
+    /// Epoch id (with --project, one snapshot; alone, every project of it).
+    #[arg(long, value_name = "N", conflicts_with_all = ["from", "to", "follow"], required_unless_present_any = ["from", "follow"])]
+    pub epoch: Option<u64>,
+    /// Project id (default: every project of each epoch read).
     #[arg(long, value_name = "P")]
-    pub project: String,
+    pub project: Option<String>,
+    /// First epoch of a range (with --to), or where --follow starts.
+    #[arg(long, value_name = "N")]
+    pub from: Option<u64>,
+    /// Last epoch of a range (with --from).
+    #[arg(long, value_name = "N", requires = "from", conflicts_with = "follow")]
+    pub to: Option<u64>,
+    /// Keep reading each epoch as it is finalized, until stopped.
+    #[arg(long)]
+    pub follow: bool,
     /// The market, and the anchor where the root is checked.
     #[command(flatten)]
     pub market: super::ReaderArgs,
 }
 
-/// How long one server has to answer.
+/// How long one server has to connect, and between two reads of its answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
-/// Prints the snapshot (its bytes, as served and checked) on `out`, and what
-/// was checked on stderr.
+/// How often `--follow` asks for the newest epoch.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
+/// Prints what was asked on `out` once checked, and what was checked on
+/// stderr.
 pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     for url in &q.api {
         if reqwest::Url::parse(url).is_err() {
             bail!(BadInput(format!("--api {url}: not a URL (e.g. http://127.0.0.1:9091)")));
         }
     }
+    if q.from.is_some() && q.to.is_none() && !q.follow {
+        bail!(BadInput("--from needs --to (a range) or --follow".into()));
+    }
+    if let (Some(from), Some(to)) = (q.from, q.to)
+        && from > to
+    {
+        bail!(BadInput(format!("--from {from} is after --to {to}")));
+    }
     let (cfg, protocol_state, data_market) = q.market.resolve(env, "read")?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let asked = bundle::Asked { epoch_id: q.epoch, project_id: &q.project, protocol_state, data_market };
-    let client = reqwest::Client::builder().timeout(ANSWER_WITHIN).build()?;
-    // 5. The root ProtocolState finalized: read once, when the first bundle
-    // that holds checks 1–4 asks for it.
-    let mut on_chain: Option<alloy::primitives::B256> = None;
-    let mut failures = Vec::new();
-    let mut verified = None;
-    for server in &q.api {
-        let server = server.trim_end_matches('/');
-        let bundle = match runtime.block_on(fetch(&client, server, q)) {
-            Ok(bundle) => bundle,
-            Err(why) => {
-                failures.push(format!("{server}: {why}"));
-                continue;
-            }
-        };
-        let checked = match bundle::check(&bundle, &asked) {
-            Ok(checked) => checked,
-            Err(failed) => {
-                failures.push(format!("{server}: {failed}"));
-                continue;
-            }
-        };
-        let root = match on_chain {
-            Some(root) => root,
-            None => {
-                let batch = runtime.block_on(async {
-                    let chains = Chains::connect(&cfg).map_err(BadInput)?;
-                    let anchor = chains.anchor()?.clone();
-                    let call = epochBatchCall { dataMarketAddress: data_market, epochId: U256::from(q.epoch) };
-                    anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")
-                })?;
-                if !batch.finalized {
-                    bail!(
-                        "check `root finalized on chain` failed: epoch {} of data market {data_market} is not \
-                         finalized on ProtocolState {protocol_state} (so {server}'s root {} proves nothing yet)",
-                        q.epoch,
-                        checked.root
-                    );
-                }
-                *on_chain.insert(batch.root)
-            }
-        };
-        if checked.root != root {
-            failures.push(format!(
-                "{server}: check `root finalized on chain` failed: it proves against root {}, ProtocolState \
-                 finalized epoch {} with {root}",
-                checked.root, q.epoch
-            ));
-            continue;
-        }
-        verified = Some((checked, server.to_owned()));
-        break;
-    }
-    let Some((checked, server)) = verified else {
-        bail!("no server gave a verified epoch {} of {}:\n  {}", q.epoch, q.project, failures.join("\n  "));
+    let client = reqwest::Client::builder().connect_timeout(ANSWER_WITHIN).read_timeout(ANSWER_WITHIN).build()?;
+    let mut reader = Reader {
+        servers: q.api.iter().map(|s| s.trim_end_matches('/').to_owned()).collect(),
+        client,
+        cfg,
+        chains: None,
+        protocol_state,
+        data_market,
+        roots: BTreeMap::new(),
     };
-    let root = checked.root;
-    for failure in &failures {
-        eprintln!("passed over {failure}");
-    }
-    out.write_all(checked.snapshot.as_bytes())?;
-    writeln!(out)?;
-    eprintln!(
-        "verified: {} bytes → {} (sha256, canonical JSON) → proof of {} hashes → root {root}, finalized for epoch {} \
-         on ProtocolState {protocol_state} (read from {server})",
-        checked.snapshot.len(),
-        checked.cid,
-        checked.proof_len,
-        q.epoch
-    );
-    Ok(())
+    runtime.block_on(async {
+        match (q.epoch, q.project.as_deref()) {
+            (Some(epoch), Some(project)) => {
+                let (checked, server, root) = reader.one(epoch, project).await?;
+                out.write_all(checked.snapshot.as_bytes())?;
+                writeln!(out)?;
+                eprintln!(
+                    "verified: {} bytes → {} (sha256, canonical JSON) → proof of {} hashes → root {root}, finalized \
+                     for epoch {epoch} on ProtocolState {protocol_state} (read from {server})",
+                    checked.snapshot.len(),
+                    checked.cid,
+                    checked.proof_len,
+                );
+                Ok(())
+            }
+            (Some(epoch), None) => reader.print_epoch(epoch, None, out).await,
+            (None, project) => {
+                let from = match q.from {
+                    Some(from) => from,
+                    None => reader.newest().await?,
+                };
+                let mut epoch = from;
+                loop {
+                    if q.to.is_some_and(|to| epoch > to) {
+                        return Ok(());
+                    }
+                    if !q.follow {
+                        reader.print_epoch(epoch, project, out).await?;
+                        epoch += 1;
+                        continue;
+                    }
+                    let last = reader.wait_for(epoch).await;
+                    match reader.print_epoch(epoch, project, out).await {
+                        Ok(()) => epoch += 1,
+                        Err(e) if e.downcast_ref::<NotFinalized>().is_some() => {
+                            // A server has it, the chain not (yet): skipped
+                            // only once the chain finalized a later epoch.
+                            if reader.finalized_on_chain(last).await? {
+                                eprintln!(
+                                    "epoch {epoch}: the chain did not finalize it (a gap in the market); skipped"
+                                );
+                                epoch += 1;
+                            } else {
+                                tokio::time::sleep(FOLLOW_EVERY).await;
+                            }
+                        }
+                        Err(e) => {
+                            eprintln!("epoch {epoch}: {e:#}; trying again");
+                            tokio::time::sleep(FOLLOW_EVERY).await;
+                        }
+                    }
+                }
+            }
+        }
+    })
 }
 
-/// `server`'s bundle for what `q` asks, unchecked.
-async fn fetch(client: &reqwest::Client, server: &str, q: &Args) -> Result<Value, String> {
-    let url = format!("{server}/data/{}/{}", q.epoch, q.project);
-    let r = client.get(&url).send().await.map_err(|e| e.to_string())?;
-    let status = r.status();
-    let body = r.bytes().await.map_err(|e| e.to_string())?;
-    if !status.is_success() {
-        return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
+/// The servers, tried in turn, and the chain's roots read so far.
+struct Reader {
+    servers: Vec<String>,
+    client: reqwest::Client,
+    cfg: lite_node_config::ChainConfig,
+    chains: Option<Chains>,
+    protocol_state: Address,
+    data_market: Address,
+    /// Epoch → the root ProtocolState finalized (one read an epoch).
+    roots: BTreeMap<u64, B256>,
+}
+
+impl Reader {
+    fn asked<'a>(&self, epoch_id: u64, project_id: &'a str) -> bundle::Asked<'a> {
+        bundle::Asked { epoch_id, project_id, protocol_state: self.protocol_state, data_market: self.data_market }
     }
-    serde_json::from_slice::<Value>(&body).map_err(|e| format!("not a bundle (JSON: {e})"))
+
+    /// Check 5's root: the one ProtocolState finalized for `epoch`; an
+    /// epoch not finalized on chain is an error (nothing proves anything
+    /// yet).
+    async fn chain_root(&mut self, epoch: u64, server: &str, root: B256) -> Result<B256> {
+        if let Some(root) = self.roots.get(&epoch) {
+            return Ok(*root);
+        }
+        if self.chains.is_none() {
+            self.chains = Some(Chains::connect(&self.cfg).map_err(BadInput)?);
+        }
+        let anchor = self.chains.as_ref().expect("connected above").anchor()?.clone();
+        let call = epochBatchCall { dataMarketAddress: self.data_market, epochId: U256::from(epoch) };
+        let batch = anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")?;
+        if !batch.finalized {
+            bail!(NotFinalized(format!(
+                "check `root finalized on chain` failed: epoch {epoch} of data market {} is not finalized on \
+                 ProtocolState {} (so {server}'s root {root} proves nothing yet)",
+                self.data_market, self.protocol_state
+            )));
+        }
+        if self.roots.len() >= 1024 {
+            self.roots.pop_first();
+        }
+        self.roots.insert(epoch, batch.root);
+        Ok(batch.root)
+    }
+
+    /// One project at one epoch: the first server's bundle that holds every
+    /// check, with the server and the root.
+    async fn one(&mut self, epoch: u64, project: &str) -> Result<(bundle::Checked, String, B256)> {
+        let mut failures = Vec::new();
+        for server in self.servers.clone() {
+            let bundle = match consumer::fetch_bundle(&self.client, &server, epoch, project).await {
+                Ok(bundle) => bundle,
+                Err(why) => {
+                    failures.push(format!("{server}: {why}"));
+                    continue;
+                }
+            };
+            let checked = match bundle::check(&bundle, &self.asked(epoch, project)) {
+                Ok(checked) => checked,
+                Err(failed) => {
+                    failures.push(format!("{server}: {failed}"));
+                    continue;
+                }
+            };
+            let root = self.chain_root(epoch, &server, checked.root).await?;
+            if checked.root != root {
+                failures.push(root_refused(&server, checked.root, epoch, root));
+                continue;
+            }
+            passed_over(&failures);
+            return Ok((checked, server, root));
+        }
+        bail!("no server gave a verified epoch {epoch} of {project}:\n  {}", failures.join("\n  "))
+    }
+
+    /// Every project of `epoch` (or only `project`), printed as NDJSON once
+    /// every check holds.
+    async fn print_epoch(&mut self, epoch: u64, project: Option<&str>, out: &mut dyn Write) -> Result<()> {
+        let lines = match project {
+            Some(project) => {
+                let (checked, _, _) = self.one(epoch, project).await?;
+                vec![CheckedLine { project_id: project.to_owned(), cid: checked.cid, snapshot: checked.snapshot }]
+            }
+            None => {
+                let (lines, server, root) = self.whole(epoch).await?;
+                eprintln!(
+                    "verified: epoch {epoch}, {} project(s): bytes → CID (sha256, canonical JSON) → multiproof → root \
+                     {root}, finalized on ProtocolState {} (read from {server})",
+                    lines.len(),
+                    self.protocol_state
+                );
+                lines
+            }
+        };
+        for line in lines {
+            let text = |s: &str| serde_json::to_string(s).expect("a string serializes");
+            writeln!(
+                out,
+                r#"{{"epochId":{epoch},"projectId":{},"cid":{},"snapshot":{}}}"#,
+                text(&line.project_id),
+                text(&line.cid),
+                line.snapshot
+            )?;
+        }
+        out.flush()?;
+        Ok(())
+    }
+
+    /// Every project of `epoch`: the first server's whole-epoch bundle that
+    /// holds every check.
+    async fn whole(&mut self, epoch: u64) -> Result<(Vec<CheckedLine>, String, B256)> {
+        let mut failures = Vec::new();
+        for server in self.servers.clone() {
+            let mut lines = Vec::new();
+            let asked = self.asked(epoch, "");
+            let root = match consumer::read_epoch(&self.client, &server, &asked, |l| lines.push(l)).await {
+                Ok(root) => root,
+                Err(refusal @ (Refusal::Unanswered(_) | Refusal::Failed(_))) => {
+                    failures.push(format!("{server}: {refusal}"));
+                    continue;
+                }
+            };
+            let on_chain = self.chain_root(epoch, &server, root).await?;
+            if root != on_chain {
+                failures.push(root_refused(&server, root, epoch, on_chain));
+                continue;
+            }
+            passed_over(&failures);
+            return Ok((lines, server, root));
+        }
+        bail!("no server gave a verified epoch {epoch}:\n  {}", failures.join("\n  "))
+    }
+
+    /// The newest epoch any server has finalized.
+    async fn newest(&self) -> Result<u64> {
+        let mut failures = Vec::new();
+        let mut newest = None;
+        for server in &self.servers {
+            match self.last_of(server).await {
+                Ok(last) => newest = newest.max(Some(last)),
+                Err(why) => failures.push(format!("{server}: {why}")),
+            }
+        }
+        newest.with_context(|| format!("no server has finalized an epoch:\n  {}", failures.join("\n  ")))
+    }
+
+    async fn last_of(&self, server: &str) -> Result<u64, String> {
+        let r = self.client.get(format!("{server}/data/last")).send().await.map_err(|e| e.to_string())?;
+        let status = r.status();
+        let body = r.bytes().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
+        }
+        let last: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+        last["epochId"].as_u64().ok_or_else(|| "/data/last names no epochId".to_owned())
+    }
+
+    /// Waits until some server has finalized `epoch` (`--follow`); the
+    /// newest epoch that server has.
+    async fn wait_for(&self, epoch: u64) -> u64 {
+        loop {
+            for server in &self.servers {
+                if let Ok(last) = self.last_of(server).await
+                    && last >= epoch
+                {
+                    return last;
+                }
+            }
+            tokio::time::sleep(FOLLOW_EVERY).await;
+        }
+    }
+
+    /// Whether ProtocolState finalized `epoch` (read now, not cached).
+    async fn finalized_on_chain(&mut self, epoch: u64) -> Result<bool> {
+        if self.chains.is_none() {
+            self.chains = Some(Chains::connect(&self.cfg).map_err(BadInput)?);
+        }
+        let anchor = self.chains.as_ref().expect("connected above").anchor()?.clone();
+        let call = epochBatchCall { dataMarketAddress: self.data_market, epochId: U256::from(epoch) };
+        Ok(anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")?.finalized)
+    }
+}
+
+/// An epoch the chain has not finalized: nothing proves anything of it yet.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct NotFinalized(String);
+
+fn root_refused(server: &str, root: B256, epoch: u64, on_chain: B256) -> String {
+    format!(
+        "{server}: check `root finalized on chain` failed: it proves against root {root}, ProtocolState finalized \
+         epoch {epoch} with {on_chain}"
+    )
+}
+
+fn passed_over(failures: &[String]) {
+    for failure in failures {
+        eprintln!("passed over {failure}");
+    }
 }

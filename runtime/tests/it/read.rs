@@ -26,6 +26,16 @@ fn serving(runtime: &tokio::runtime::Runtime, bundle: Value) -> String {
     base
 }
 
+/// Serves `ndjson` as every epoch's whole-epoch bundle (a hostile
+/// server's); its base URL.
+fn serving_epoch(runtime: &tokio::runtime::Runtime, ndjson: String) -> String {
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().route("/data/{epoch}", axum::routing::get(move || async move { ndjson.clone() }));
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
 #[test]
 fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names_its_check() {
     let world = World::load();
@@ -134,6 +144,53 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
     assert_eq!(run.stdout, format!("{}\n", snapshot(2)));
     assert!(
         run.stderr.contains("passed over") && run.stderr.contains("check `root finalized on chain` failed"),
+        "{}",
+        run.stderr
+    );
+
+    // A whole epoch: one bundle, every line checked, the multiproof to the
+    // root on chain; printed as NDJSON, each snapshot as the JSON it is.
+    let run = node.run(&["read", "--api", &honest, "--epoch", "5"]);
+    run.assert_ok();
+    let lines: Vec<Value> = run.stdout.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(lines.len(), 4, "{}", run.stdout);
+    for (line, (project, cid)) in lines.iter().zip(&pairs) {
+        assert_eq!((line["projectId"].as_str(), line["cid"].as_str()), (Some(project.as_str()), Some(cid.as_str())));
+        assert_eq!(line["epochId"], 5);
+        assert_eq!(line["snapshot"].to_string(), String::from_utf8(bytes[cid].clone()).unwrap());
+    }
+    assert!(run.stderr.contains("verified: epoch 5, 4 project(s)"), "{}", run.stderr);
+    // A hostile whole-epoch server: a byte, the multiproof, a line dropped.
+    let whole =
+        runtime.block_on(async { reqwest::get(format!("{honest}/data/5")).await.unwrap().text().await.unwrap() });
+    let mut whole_lines: Vec<Value> = whole.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(whole_lines.len(), 5, "a header and four projects: {whole}");
+    let joined = |lines: &[Value]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let mut byte = whole_lines.clone();
+    byte[2]["snapshot"] = Value::from(snapshot(1).replace('1', "9"));
+    let mut proof = whole_lines.clone();
+    proof[0]["multiproof"]["flags"][0] = Value::from(false);
+    whole_lines.remove(3);
+    for (ndjson, check) in [
+        (joined(&byte), "bytes hash to the CID"),
+        (joined(&proof), "Merkle proof"),
+        (joined(&whole_lines), "what was asked"),
+    ] {
+        let run = node.run(&["read", "--api", &serving_epoch(&runtime, ndjson), "--epoch", "5"]);
+        assert_eq!(run.code, 1, "{check}: {run:?}");
+        assert!(run.stderr.contains(&format!("check `{check}` failed")), "{check}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{check}: nothing printed: {}", run.stdout);
+    }
+    // A range of one project: each epoch in turn, stopping at the first that
+    // does not hold (epoch 6 is not finalized on chain).
+    let project = &pairs[1].0;
+    let run = node.run(&["read", "--api", &honest, "--from", "5", "--to", "6", "--project", project]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let printed: Vec<Value> = run.stdout.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(printed.len(), 1, "{}", run.stdout);
+    assert_eq!((printed[0]["epochId"].as_u64(), printed[0]["projectId"].as_str()), (Some(5), Some(project.as_str())));
+    assert!(
+        run.stderr.contains("epoch 6 of data market") && run.stderr.contains("is not finalized on"),
         "{}",
         run.stderr
     );

@@ -10,6 +10,7 @@
 
 pub mod anchor;
 mod connect;
+pub mod consumer;
 pub mod epochs;
 pub mod market;
 pub mod releaser;

@@ -343,11 +343,12 @@ pub(crate) fn summary_text(s: &Summary, took: Duration) -> String {
     }
     if let Some(r) = &s.read_back {
         extra.push_str(&format!(
-            "; a consumer read back {} finalized snapshot(s), each verified (bytes → CID → proof → the root on chain)",
+            "; a consumer read back {} finalized snapshot(s), each verified (bytes → CID → multiproof → the root on \
+             chain; each epoch as one bundle)",
             r.verified
         ));
         if let Some(first) = r.failed.first() {
-            extra.push_str(&format!(", {} failed (the first: {first})", r.failed.len()));
+            extra.push_str(&format!(", {} epoch(s) failed (the first: {first})", r.failed.len()));
         }
     }
     format!(

@@ -500,7 +500,7 @@ impl DevnetValidator {
 pub struct ReadBack {
     /// Snapshots whose every check held, down to the root on chain.
     pub verified: u64,
-    /// Each one that did not: the project and the check it failed.
+    /// Each epoch no API gave a bundle of that held: the checks failed.
     pub failed: Vec<String>,
 }
 
@@ -508,10 +508,11 @@ pub struct ReadBack {
 /// archive what they finalized within a second).
 const READABLE_WITHIN: Duration = Duration::from_secs(15);
 
-/// Reads back each of `projects` of finalized `epoch_id` from `apis` (the
-/// first that has it), as a consumer would: every bundle checked (what was
-/// asked, bytes → CID, canonical JSON, proof) and its root against `root`,
-/// the one the chain finalized.
+/// Reads back every project of finalized `epoch_id` from `apis` as one
+/// whole-epoch bundle (the first API whose bundle holds), as a consumer
+/// would: every line checked (bytes → CID, canonical JSON), the multiproof
+/// to the root, that root against `root` (the one the chain finalized), and
+/// the projects against `projects` (the chain's).
 pub async fn read_back(
     apis: &[String],
     scope: lite_node_protocol::submission::Scope,
@@ -519,75 +520,55 @@ pub async fn read_back(
     root: &str,
     projects: Vec<String>,
 ) -> ReadBack {
-    use futures_util::StreamExt;
     let client = reqwest::Client::new();
     let on_chain: Option<alloy::primitives::B256> = root.parse().ok();
-    let one = |project: String| {
-        let client = client.clone();
-        async move {
-            let asked = lite_node_protocol::bundle::Asked {
-                epoch_id,
-                project_id: &project,
-                protocol_state: scope.protocol_state,
-                data_market: scope.data_market,
-            };
-            let deadline = tokio::time::Instant::now() + READABLE_WITHIN;
-            let mut last = String::new();
-            let mut refused = std::collections::BTreeMap::new();
-            loop {
-                for api in apis {
-                    if refused.contains_key(api) {
-                        continue;
-                    }
-                    let url = format!("{api}/data/{epoch_id}/{project}");
-                    let answer = match client.get(&url).send().await {
-                        Ok(r) if r.status().is_success() => r.json::<Value>().await.map_err(|e| e.to_string()),
-                        Ok(r) => Err(format!("{}: {}", r.status(), r.text().await.unwrap_or_default().trim())),
-                        Err(e) => Err(e.to_string()),
-                    };
-                    // A validator whose own batch is not the one the chain
-                    // finalized (it judged without a late submission) proves
-                    // against its own root: a consumer passes it over, as
-                    // one failing any check, for the next.
-                    match answer.map(|bundle| lite_node_protocol::bundle::check(&bundle, &asked)) {
-                        Ok(Ok(checked)) if Some(checked.root) == on_chain => return Ok(()),
-                        Ok(Ok(checked)) => {
-                            refused.insert(
-                                api.clone(),
-                                format!(
-                                    "check `root finalized on chain` failed: {} is not the chain's {root}",
-                                    checked.root
-                                ),
-                            );
-                        }
-                        Ok(Err(failed)) => {
-                            refused.insert(api.clone(), failed.to_string());
-                        }
-                        Err(why) => last = format!("{api}: {why}"),
-                    }
+    let asked = lite_node_protocol::bundle::Asked {
+        epoch_id,
+        project_id: "",
+        protocol_state: scope.protocol_state,
+        data_market: scope.data_market,
+    };
+    let deadline = tokio::time::Instant::now() + READABLE_WITHIN;
+    let mut last = String::new();
+    // A validator whose own batch is not the one the chain finalized (it
+    // judged without a late submission) proves against its own root: a
+    // consumer passes it over, as one failing any check, for the next.
+    let mut refused = std::collections::BTreeMap::new();
+    loop {
+        for api in apis {
+            if refused.contains_key(api) {
+                continue;
+            }
+            let mut read = Vec::new();
+            match lite_node_chain::consumer::read_epoch(&client, api, &asked, |l| read.push(l.project_id)).await {
+                Ok(got) if Some(got) == on_chain && read == projects => {
+                    return ReadBack { verified: read.len() as u64, failed: Vec::new() };
                 }
-                if refused.len() == apis.len() || tokio::time::Instant::now() > deadline {
-                    let refused: Vec<String> = refused.iter().map(|(api, why)| format!("{api}: {why}")).collect();
-                    return Err(format!(
-                        "{project}: no API gave a bundle that holds in {}s ({}{last})",
-                        READABLE_WITHIN.as_secs(),
-                        if refused.is_empty() { String::new() } else { format!("{}; ", refused.join("; ")) }
-                    ));
+                Ok(got) if Some(got) == on_chain => {
+                    let why = format!("{} project(s) read, the chain finalized {}", read.len(), projects.len());
+                    refused.insert(api.clone(), why);
                 }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(got) => {
+                    let why = format!("check `root finalized on chain` failed: {got} is not the chain's {root}");
+                    refused.insert(api.clone(), why);
+                }
+                Err(lite_node_chain::consumer::Refusal::Failed(failed)) => {
+                    refused.insert(api.clone(), failed.to_string());
+                }
+                Err(lite_node_chain::consumer::Refusal::Unanswered(why)) => last = format!("{api}: {why}"),
             }
         }
-    };
-    let results: Vec<Result<(), String>> =
-        futures_util::stream::iter(projects).map(one).buffer_unordered(16).collect().await;
-    let mut read = ReadBack::default();
-    for result in results {
-        match result {
-            Ok(()) => read.verified += 1,
-            Err(why) => read.failed.push(why),
+        if refused.len() == apis.len() || tokio::time::Instant::now() > deadline {
+            let refused: Vec<String> = refused.iter().map(|(api, why)| format!("{api}: {why}")).collect();
+            let why = format!(
+                "epoch {epoch_id}: no API gave a whole-epoch bundle that holds in {}s ({}{last})",
+                READABLE_WITHIN.as_secs(),
+                if refused.is_empty() { String::new() } else { format!("{}; ", refused.join("; ")) }
+            );
+            return ReadBack { verified: 0, failed: vec![why] };
         }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    read
 }
 
 /// What the chain made of one epoch, read back from it.

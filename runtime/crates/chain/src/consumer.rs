@@ -1,0 +1,96 @@
+//! A consumer's reads from a market's servers (issue 54), shared by
+//! `lite-node read` and the devnet's read-back: a bundle fetched as served,
+//! and a whole epoch's NDJSON bundle streamed and checked a line at a time
+//! ([`lite_node_protocol::bundle::EpochCheck`]). Nothing here trusts the
+//! server: the caller confirms the root against the chain (`epochBatch`).
+
+use alloy::primitives::B256;
+use lite_node_protocol::bundle::{Asked, CheckedLine, EpochCheck};
+use serde_json::Value;
+
+/// Why a server's answer was not taken: it could not give one (down, an
+/// error status, not a bundle), or its answer failed a check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Unanswered(String),
+    Failed(lite_node_protocol::bundle::Failed),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unanswered(why) => f.write_str(why),
+            Self::Failed(failed) => failed.fmt(f),
+        }
+    }
+}
+
+/// The longest line a whole-epoch bundle may have (a hostile server's
+/// endless line stops here): many times the largest snapshot a market takes
+/// by default, escaped.
+pub const MAX_LINE: usize = 16 << 20;
+
+/// `server`'s bundle of `project` at `epoch_id`, unchecked.
+pub async fn fetch_bundle(
+    client: &reqwest::Client,
+    server: &str,
+    epoch_id: u64,
+    project: &str,
+) -> Result<Value, String> {
+    let url = format!("{}/data/{epoch_id}/{project}", server.trim_end_matches('/'));
+    let r = client.get(&url).send().await.map_err(|e| e.to_string())?;
+    let status = r.status();
+    let body = r.bytes().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
+    }
+    serde_json::from_slice::<Value>(&body).map_err(|e| format!("not a bundle (JSON: {e})"))
+}
+
+/// Reads `server`'s whole-epoch bundle of `asked.epoch_id`, checking each
+/// line as it arrives and handing it to `each`; the root its multiproof
+/// reaches once every line held (checks 1–4). Memory: one line and 32 bytes
+/// a project.
+pub async fn read_epoch(
+    client: &reqwest::Client,
+    server: &str,
+    asked: &Asked<'_>,
+    mut each: impl FnMut(CheckedLine),
+) -> Result<B256, Refusal> {
+    let url = format!("{}/data/{}", server.trim_end_matches('/'), asked.epoch_id);
+    let unanswered = |e: reqwest::Error| Refusal::Unanswered(e.to_string());
+    let mut r = client.get(&url).send().await.map_err(unanswered)?;
+    let status = r.status();
+    if !status.is_success() {
+        let body = r.bytes().await.unwrap_or_default();
+        return Err(Refusal::Unanswered(format!("{status}: {}", String::from_utf8_lossy(&body).trim())));
+    }
+    let mut check: Option<EpochCheck> = None;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut take = |line: &[u8], check: &mut Option<EpochCheck>| -> Result<(), Refusal> {
+        let value: Value = serde_json::from_slice(line)
+            .map_err(|e| Refusal::Unanswered(format!("not a whole-epoch bundle (a line is not JSON: {e})")))?;
+        match check {
+            None => *check = Some(EpochCheck::start(&value, asked).map_err(Refusal::Failed)?),
+            Some(c) => each(c.line(&value).map_err(Refusal::Failed)?),
+        }
+        Ok(())
+    };
+    while let Some(chunk) = r.chunk().await.map_err(unanswered)? {
+        pending.extend_from_slice(&chunk);
+        let mut from = 0;
+        while let Some(at) = pending[from..].iter().position(|b| *b == b'\n') {
+            take(&pending[from..from + at], &mut check)?;
+            from += at + 1;
+        }
+        pending.drain(..from);
+        if pending.len() > MAX_LINE {
+            return Err(Refusal::Unanswered(format!("a line longer than {MAX_LINE} bytes")));
+        }
+    }
+    if !pending.iter().all(u8::is_ascii_whitespace) {
+        take(&pending, &mut check)?;
+    }
+    let check = check.ok_or_else(|| Refusal::Unanswered("an empty answer".into()))?;
+    check.finish().map_err(Refusal::Failed)
+}
