@@ -18,11 +18,14 @@
 //! | `/data/last` | the newest epoch kept: its id, root, batch CID and number of projects |
 //! | `/data/{epoch}/{project}` | a bundle: the snapshot (its bytes, as a JSON string), its CID, its Merkle proof, the epoch's root and batch CID, and the market (chain id, ProtocolState, data market) — what `lite-node read` checks against the chain |
 //! | `/data/{epoch}?after=&limit=` | every project of the epoch (or a page of them, in project-id order) as one bundle, streamed as NDJSON: a header (the market, the epoch, its root and batch CID, how many projects follow, their multiproof), then `{projectId, cid, snapshot}` a line |
+//! | `/data/events` | the finalized epochs as Server-Sent Events, each once, in epoch order (`id` the epoch id): resumed after `Last-Event-ID` (or `?after=N`; by default from the newest), here or at another validator, with none skipped or sent twice |
 //! | `/ipfs/{cid}` | the snapshot's raw bytes (`application/vnd.ipld.raw`: the IPFS trustless gateway's raw block) |
 //!
 //! Each refusal is its own status with a one-line reason: a malformed
 //! request 400, an epoch not finalized here or a project not in it 404, a
-//! snapshot whose bytes no node sent 404.
+//! snapshot whose bytes no node sent 404, an epoch past retention 410, one
+//! whose root on chain is not this validator's 409 (ask another server), a
+//! client past its rate (`--data-rate`) 429.
 //!
 //! It reads on a connection of its own (a large answer never holds up the
 //! gateway's or the workers' commands), pages through one epoch's keys
@@ -58,6 +61,12 @@ struct Api {
     gossip: Option<lite_node_gossip::Gossip>,
     /// The finalized data this process keeps (the consumers' routes).
     store: Option<Arc<crate::store::Store>>,
+    /// Days it keeps an epoch (what a refusal past retention says).
+    retention_days: Option<u32>,
+    /// Data requests a second per client (IP address).
+    rates: Option<Arc<ClientRates>>,
+    /// Event streams open now (`/data/events`), at most [`MAX_STREAMS`].
+    streams: Arc<tokio::sync::Semaphore>,
     /// The newest epochs read, with their trees: an epoch's bundles are read
     /// together (a consumer following the market), and each would otherwise
     /// read the epoch and build its tree again.
@@ -73,19 +82,85 @@ struct EpochTree {
 /// Epochs whose trees are kept at once.
 const TREES_KEPT: usize = 8;
 
+/// The finalized data a process serves, and how.
+#[derive(Clone, Debug)]
+pub struct Data {
+    pub store: Arc<crate::store::Store>,
+    /// Requests a second one client (IP address) may make of the data
+    /// routes, twice that in a burst (`None`: no limit).
+    pub rate_per_client: Option<std::num::NonZeroU32>,
+    /// Days an epoch is kept (said when one past it is asked for).
+    pub retention_days: Option<u32>,
+}
+
+/// A keyed limiter of data requests by client IP that every 4,096 calls
+/// forgets the clients whose budget is full again (clients from ever new
+/// addresses do not grow it for good).
+struct ClientRates {
+    limiter: governor::DefaultKeyedRateLimiter<std::net::IpAddr>,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl ClientRates {
+    fn admit(&self, client: std::net::IpAddr) -> bool {
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 4096 == 4095 {
+            self.limiter.retain_recent();
+            self.limiter.shrink_to_fit();
+        }
+        self.limiter.check_key(&client).is_ok()
+    }
+}
+
+/// Event streams one server keeps open at once.
+pub const MAX_STREAMS: usize = 1_024;
+
+/// The data routes' rate limit: a client past its rate gets 429 with a
+/// `Retry-After`. Served without the peer's address (a router used
+/// in-process), nothing is limited.
+async fn limit_data(State(api): State<Api>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let client = request.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip());
+    if let (Some(rates), Some(client)) = (&api.rates, client)
+        && !rates.admit(client)
+    {
+        let why = format!("{client}: more data requests a second than this server takes from one client; retry\n");
+        return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], why).into_response();
+    }
+    next.run(request).await
+}
+
 /// The API's routes.
 pub fn router(
     market: Arc<Market>,
     conn: ConnectionManager,
     gossip: Option<lite_node_gossip::Gossip>,
-    store: Option<Arc<crate::store::Store>>,
+    data: Option<Data>,
 ) -> Router {
     let tracker = Tracker::new(market.clone(), conn.clone());
-    Router::new()
+    let rates = data.as_ref().and_then(|d| d.rate_per_client).map(|rate| {
+        let burst = rate.saturating_mul(std::num::NonZeroU32::new(2).expect("two"));
+        let quota = governor::Quota::per_second(rate).allow_burst(burst);
+        Arc::new(ClientRates { limiter: governor::RateLimiter::keyed(quota), calls: Default::default() })
+    });
+    let api = Api {
+        market,
+        conn,
+        tracker,
+        gossip,
+        store: data.as_ref().map(|d| d.store.clone()),
+        retention_days: data.as_ref().and_then(|d| d.retention_days),
+        rates,
+        streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+        trees: Default::default(),
+    };
+    let data_routes = Router::new()
         .route("/data/last", get(data_last))
+        .route("/data/events", get(data_events))
         .route("/data/{epoch}", get(data_epoch))
         .route("/data/{epoch}/{project}", get(data_bundle))
         .route("/ipfs/{cid}", get(ipfs_block))
+        .route_layer(axum::middleware::from_fn_with_state(api.clone(), limit_data));
+    Router::new()
+        .merge(data_routes)
         .route("/epochs/active", get(active))
         .route("/epochs/gaps", get(gaps))
         .route("/epochs/{id}", get(epoch))
@@ -94,7 +169,7 @@ pub fn router(
         .route("/participation", get(participation))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .with_state(Api { market, conn, tracker, gossip, store, trees: Default::default() })
+        .with_state(api)
 }
 
 /// Serves the API on `listener` until `stop`, on a Redis connection of its
@@ -109,17 +184,18 @@ pub async fn serve(
     serve_with_store(market, client, listener, stop, gossip, None).await
 }
 
-/// [`serve`], with the consumers' routes over `store`.
+/// [`serve`], with the consumers' routes over `data`.
 pub async fn serve_with_store(
     market: Arc<Market>,
     client: redis::Client,
     listener: tokio::net::TcpListener,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     gossip: Option<lite_node_gossip::Gossip>,
-    store: Option<Arc<crate::store::Store>>,
+    data: Option<Data>,
 ) -> std::io::Result<()> {
     let conn = crate::connect_retrying(&client, "monitor API").await;
-    axum::serve(listener, router(market, conn, gossip, store)).with_graceful_shutdown(stop).await
+    let app = router(market, conn, gossip, data).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app).with_graceful_shutdown(stop).await
 }
 
 fn refused(status: StatusCode, why: String) -> (StatusCode, String) {
@@ -164,13 +240,19 @@ fn tree_of(api: &Api, store: &crate::store::Store, epoch_id: u64) -> Result<Arc<
         return Ok(cached);
     }
     let Some(epoch) = store.epoch(epoch_id).map_err(store_failed)? else {
-        let last = store.last_epoch().map_err(store_failed)?;
-        let why = match last {
-            Some(last) if epoch_id > last => format!("epoch {epoch_id} is not finalized here yet (the last is {last})"),
-            Some(_) => {
-                format!("epoch {epoch_id} is not kept here (not finalized by this validator, or past retention)")
+        let (first, last) = (store.first_epoch().map_err(store_failed)?, store.last_epoch().map_err(store_failed)?);
+        let why = match (first, last) {
+            (_, Some(last)) if epoch_id > last => {
+                format!("epoch {epoch_id} is not finalized here yet (the last is {last})")
             }
-            None => "no epoch is finalized here yet".to_owned(),
+            (Some(first), _) if epoch_id < first => {
+                let kept = api.retention_days.map_or(String::new(), |d| format!(", {d} days"));
+                let why =
+                    format!("epoch {epoch_id} is past this server's retention (it keeps from epoch {first}{kept})");
+                return Err(refused(StatusCode::GONE, why));
+            }
+            (Some(_), Some(_)) => format!("epoch {epoch_id} is not kept here (this validator did not finalize it)"),
+            _ => "no epoch is finalized here yet".to_owned(),
         };
         return Err(refused(StatusCode::NOT_FOUND, why));
     };
@@ -184,6 +266,30 @@ fn tree_of(api: &Api, store: &crate::store::Store, epoch_id: u64) -> Result<Arc<
         trees.pop_first();
     }
     Ok(built)
+}
+
+/// Where the chain finalized kept `epoch` (`{block, tx}`), `null` while not
+/// known; a 409 when the chain finalized another root than this
+/// validator's (its bundles would prove nothing: the consumer asks another
+/// server).
+fn finalized_field(
+    store: &crate::store::Store,
+    epoch: &crate::store::FinalizedEpoch,
+) -> Result<Value, (StatusCode, String)> {
+    let Some(on_chain) = store.on_chain(epoch.epoch_id).map_err(store_failed)? else { return Ok(Value::Null) };
+    if let Some(root) = on_chain.root.as_deref()
+        && !root.eq_ignore_ascii_case(&epoch.root)
+    {
+        let why = format!(
+            "epoch {}: the chain finalized root {root}, not this validator's {} (its batch differs): ask another server",
+            epoch.epoch_id, epoch.root
+        );
+        return Err(refused(StatusCode::CONFLICT, why));
+    }
+    if !on_chain.finalized {
+        return Ok(Value::Null);
+    }
+    Ok(json!({"block": on_chain.block, "tx": on_chain.tx}))
 }
 
 /// One project's snapshot at one epoch, with what proves it to the chain.
@@ -203,6 +309,7 @@ async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(Strin
     let snapshot = String::from_utf8(bytes)
         .map_err(|_| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("the bytes kept of {cid} are not UTF-8")))?;
     let proof: Vec<String> = tree.proof(index).unwrap_or_default().iter().map(|h| h.to_string()).collect();
+    let finalized = finalized_field(store, kept)?;
     let scope = &api.market.scope;
     Ok(Json(json!({
         "epochId": epoch_id,
@@ -215,6 +322,7 @@ async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(Strin
         "chainId": api.market.chain_id,
         "protocolState": scope.protocol_state.to_string(),
         "dataMarket": scope.data_market.to_string(),
+        "finalized": finalized,
     }))
     .into_response())
 }
@@ -254,6 +362,7 @@ async fn data_epoch(State(api): State<Api>, Path(epoch): Path<String>, Query(pag
             return Err(refused(StatusCode::NOT_FOUND, format!("epoch {epoch_id} has no project after `{after}`")));
         }
     };
+    let finalized = finalized_field(&store, &cached.epoch)?;
     let scope = &api.market.scope;
     let header = json!({
         "epochId": epoch_id,
@@ -262,6 +371,7 @@ async fn data_epoch(State(api): State<Api>, Path(epoch): Path<String>, Query(pag
         "chainId": api.market.chain_id,
         "protocolState": scope.protocol_state.to_string(),
         "dataMarket": scope.data_market.to_string(),
+        "finalized": finalized,
         "projects": end - start,
         "multiproof": {
             "proof": multiproof.proof.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
@@ -285,6 +395,85 @@ async fn data_epoch(State(api): State<Api>, Path(epoch): Path<String>, Query(pag
     });
     let body = futures_util::stream::once(async move { Ok(first) }).chain(lines);
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], axum::body::Body::from_stream(body)).into_response())
+}
+
+/// `/data/events`' start when no `Last-Event-ID` is sent: after epoch
+/// `after` (without either, from the newest epoch settled).
+#[derive(serde::Deserialize)]
+struct EventsFrom {
+    after: Option<u64>,
+}
+
+/// How often an event stream looks for newly settled epochs.
+const EVENTS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The finalized epochs as Server-Sent Events, in epoch order, each once:
+/// `id` the epoch id, `data` `{epochId, root, batchCid, projects,
+/// finalized: {block, tx}, servedHere}`. An epoch is sent once the chain's
+/// outcome for it is known here, and never past one still awaiting it, so a
+/// consumer that resumes with `Last-Event-ID` (here, or at another
+/// validator) gets every later epoch once: none twice, none skipped for
+/// arriving late. An epoch the chain finalized with another root than this
+/// validator's is sent with `servedHere: false` (read it elsewhere); one the
+/// chain did not finalize is not sent.
+async fn data_events(State(api): State<Api>, headers: axum::http::HeaderMap, Query(from): Query<EventsFrom>) -> Answer {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let store = the_store(&api)?.clone();
+    let resumed = match headers.get("last-event-id") {
+        None => None,
+        Some(id) => Some(
+            id.to_str()
+                .ok()
+                .and_then(|id| id.trim().parse::<u64>().ok())
+                .ok_or_else(|| refused(StatusCode::BAD_REQUEST, format!("Last-Event-ID {id:?} is not an epoch id")))?,
+        ),
+    };
+    let after = match resumed.or(from.after) {
+        Some(after) => Some(after),
+        None => {
+            let settled = store.settled_after(None, usize::MAX).map_err(store_failed)?;
+            settled.iter().rev().find(|(_, c)| c.finalized).map(|(e, _)| e.saturating_sub(1))
+        }
+    };
+    let permit = api.streams.clone().try_acquire_owned().map_err(|_| {
+        refused(StatusCode::SERVICE_UNAVAILABLE, format!("{MAX_STREAMS} event streams are open here; retry"))
+    })?;
+    let start = (store, after, std::collections::VecDeque::<Event>::new(), permit);
+    let events = futures_util::stream::unfold(start, |(store, mut after, mut pending, permit)| async move {
+        loop {
+            if let Some(event) = pending.pop_front() {
+                return Some((Ok::<_, std::convert::Infallible>(event), (store, after, pending, permit)));
+            }
+            let settled = match store.settled_after(after, 64) {
+                Ok(settled) => settled,
+                Err(e) => {
+                    tracing::warn!("event stream: {e}; closing it (the consumer resumes by its last id)");
+                    return None;
+                }
+            };
+            for (epoch_id, on_chain) in settled {
+                after = Some(epoch_id);
+                if !on_chain.finalized {
+                    continue;
+                }
+                let Ok(Some(epoch)) = store.epoch(epoch_id) else { continue };
+                let here = on_chain.root.as_deref().is_none_or(|r| r.eq_ignore_ascii_case(&epoch.root));
+                let data = json!({
+                    "epochId": epoch_id,
+                    "root": on_chain.root.as_deref().unwrap_or(&epoch.root),
+                    "batchCid": epoch.batch_cid,
+                    "projects": epoch.pairs.len(),
+                    "finalized": {"block": on_chain.block, "tx": on_chain.tx},
+                    "servedHere": here,
+                });
+                pending.push_back(Event::default().id(epoch_id.to_string()).event("epoch").data(data.to_string()));
+            }
+            if pending.is_empty() {
+                tokio::time::sleep(EVENTS_EVERY).await;
+            }
+        }
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
 }
 
 /// A snapshot's raw bytes by its CID, as an IPFS trustless gateway answers

@@ -32,8 +32,9 @@
 //! `waiting`, `batch_sent`, `attestation_sent`, `submitted`, `attested`,
 //! `finalized`, `skipped`, `not_finalized`), `onchain_tx_hash` and
 //! `onchain_block_number` and `onchain_gas_used` (this validator's last
-//! transaction, the block it was mined in, its gas), `onchain_finalized_block`,
-//! `onchain_error`.
+//! transaction, the block it was mined in, its gas), `onchain_finalized_block`
+//! and `onchain_finalized_tx` and `onchain_finalized_root` (where the chain
+//! finalized it, and with which root), `onchain_error`.
 //!
 //! Transactions are signed in this process and sent raw
 //! (`lite_node_chain::TxSender`); the key is never logged.
@@ -506,7 +507,8 @@ impl Onchain {
                     return self.store(epoch_id, &mine, &state, &chain.submitter, head, release_block).await;
                 }
             }
-            let block = self.anchor.finalized_in(epoch_id, release_block).await.ok().flatten();
+            let by = self.anchor.finalized_by(epoch_id, release_block).await.ok().flatten();
+            let (block, tx) = (by.map(|(block, _)| block), by.and_then(|(_, tx)| tx));
             let agreed = if chain.root == mine.root { "our root" } else { "another root than ours" };
             tracing::info!(
                 "epoch {epoch_id}: finalized on chain{} with {agreed} (batch {})",
@@ -514,11 +516,15 @@ impl Onchain {
                 chain.batchCid
             );
             let block = block.map_or(String::new(), |b| b.to_string());
+            let tx = tx.map_or(String::new(), |t| t.to_string());
+            let root = chain.root.to_string();
             self.record(
                 epoch_id,
                 &[
                     ("onchain_status", "finalized"),
                     ("onchain_finalized_block", &block),
+                    ("onchain_finalized_tx", &tx),
+                    ("onchain_finalized_root", &root),
                     ("onchain_error", ""),
                     ("onchain_parts", ""),
                 ],

@@ -126,7 +126,30 @@ pub struct Settings {
     /// The validator's account on the anchor chain (`None`: nothing is
     /// submitted or attested).
     pub onchain: Option<OnchainSettings>,
+    /// How the finalized data is kept and served to consumers.
+    pub data: DataSettings,
 }
+
+/// How the finalized data is kept and served (issue 54).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSettings {
+    /// Days an epoch is kept once finalized (`None`: for good).
+    pub retention_days: Option<u32>,
+    /// Requests a second one client (IP address) may make of the data
+    /// routes, sustained (twice that in a burst); `None`: no limit.
+    pub rate_per_client: Option<std::num::NonZeroU32>,
+}
+
+impl Default for DataSettings {
+    fn default() -> Self {
+        Self { retention_days: Some(RETENTION_DAYS), rate_per_client: std::num::NonZeroU32::new(DATA_RATE) }
+    }
+}
+
+/// Days a validator keeps a finalized epoch by default.
+pub const RETENTION_DAYS: u32 = 30;
+/// Data requests a second per client by default.
+pub const DATA_RATE: u32 = 1_000;
 
 /// How the validator acts on chain.
 #[derive(Clone, Debug)]
@@ -529,11 +552,16 @@ async fn run_locked(
         let store = tokio::task::spawn_blocking(move || crate::store::Store::open(&path)).await??;
         let store = Arc::new(store);
         let (m, c, stop) = (market.clone(), redis.clone(), stopped());
-        let api = crate::api::serve_with_store(m, c, listener, stop, gossip_peer, Some(store.clone()));
+        let data = crate::api::Data {
+            store: store.clone(),
+            rate_per_client: settings.data.rate_per_client,
+            retention_days: settings.data.retention_days,
+        };
+        let api = crate::api::serve_with_store(m, c, listener, stop, gossip_peer, Some(data));
         tasks.spawn(async move { api.await.context("the monitor API stopped") });
-        let (m, c, stop) = (market.clone(), conn.clone(), stopped());
+        let (m, c, stop, retention) = (market.clone(), conn.clone(), stopped(), settings.data.retention_days);
         tasks.spawn(async move {
-            crate::store::archive(store, m, c, stop).await;
+            crate::store::archive(store, m, c, retention, stop).await;
             Ok(())
         });
     }

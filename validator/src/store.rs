@@ -29,6 +29,31 @@ const REFS: TableDefinition<'_, &str, u64> = TableDefinition::new("refs");
 /// Epoch id → its [`FinalizedEpoch`] (JSON).
 const EPOCHS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("epochs");
 
+/// Epoch id → where the chain finalized it ([`OnChain`], JSON), once known.
+const CHAIN: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("chain");
+/// Epoch id → when it was kept (Unix seconds): retention's clock.
+const KEPT: TableDefinition<'_, u64, u64> = TableDefinition::new("kept");
+/// Epoch id → when it was kept (Unix seconds), while the chain's outcome for
+/// it is not known yet.
+const AWAITING: TableDefinition<'_, u64, u64> = TableDefinition::new("awaiting");
+
+/// What the chain made of a kept epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OnChain {
+    /// Whether ProtocolState finalized the epoch; `false` when it did not,
+    /// or when this validator stopped following it (it did not watch the
+    /// epoch whole, or its state is gone) and cannot say.
+    pub finalized: bool,
+    /// The anchor block and transaction that finalized it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx: Option<String>,
+    /// The root it finalized: this validator's, or another (it diverged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+}
+
 /// The store's file in a validator's data directory.
 pub const FILE: &str = "finalized.redb";
 
@@ -94,6 +119,9 @@ impl Store {
         txn.open_table(BLOCKS).map_err(|e| open(e.to_string()))?;
         txn.open_table(REFS).map_err(|e| open(e.to_string()))?;
         txn.open_table(EPOCHS).map_err(|e| open(e.to_string()))?;
+        txn.open_table(CHAIN).map_err(|e| open(e.to_string()))?;
+        txn.open_table(AWAITING).map_err(|e| open(e.to_string()))?;
+        txn.open_table(KEPT).map_err(|e| open(e.to_string()))?;
         txn.commit().map_err(|e| open(e.to_string()))?;
         Ok(Self { db })
     }
@@ -131,6 +159,9 @@ impl Store {
             }
             let record = serde_json::to_vec(&kept).map_err(failed)?;
             epochs.insert(epoch.epoch_id, record.as_slice()).map_err(failed)?;
+            let now = lite_node_core::time::now_secs();
+            txn.open_table(AWAITING).map_err(failed)?.insert(epoch.epoch_id, now).map_err(failed)?;
+            txn.open_table(KEPT).map_err(failed)?.insert(epoch.epoch_id, now).map_err(failed)?;
         }
         txn.commit().map_err(failed)?;
         Ok(true)
@@ -163,6 +194,93 @@ impl Store {
         let txn = self.db.begin_read().map_err(failed)?;
         let blocks = txn.open_table(BLOCKS).map_err(failed)?;
         cids.into_iter().map(|cid| Ok(blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec()))).collect()
+    }
+
+    /// The kept epochs whose chain outcome is not known yet, with when each
+    /// was kept.
+    pub fn awaiting(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let awaiting = txn.open_table(AWAITING).map_err(failed)?;
+        awaiting.iter().map_err(failed)?.map(|row| row.map(|(e, at)| (e.value(), at.value())).map_err(failed)).collect()
+    }
+
+    /// Records what the chain made of kept `epoch_id` (once; an epoch not
+    /// kept is left alone).
+    pub fn settle(&self, epoch_id: u64, on_chain: &OnChain) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(failed)?;
+        {
+            if txn.open_table(EPOCHS).map_err(failed)?.get(epoch_id).map_err(failed)?.is_none() {
+                return Ok(());
+            }
+            let record = serde_json::to_vec(on_chain).map_err(failed)?;
+            txn.open_table(CHAIN).map_err(failed)?.insert(epoch_id, record.as_slice()).map_err(failed)?;
+            txn.open_table(AWAITING).map_err(failed)?.remove(epoch_id).map_err(failed)?;
+        }
+        txn.commit().map_err(failed)
+    }
+
+    /// What the chain made of `epoch_id`, once known.
+    pub fn on_chain(&self, epoch_id: u64) -> Result<Option<OnChain>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let chain = txn.open_table(CHAIN).map_err(failed)?;
+        let Some(record) = chain.get(epoch_id).map_err(failed)? else { return Ok(None) };
+        serde_json::from_slice(record.value()).map(Some).map_err(failed)
+    }
+
+    /// The settled epochs after `after` (all of them with `None`), in epoch
+    /// order, at most `limit`, each with its outcome; none past an epoch
+    /// still awaiting the chain (a stream in epoch order never skips one
+    /// that settles later).
+    pub fn settled_after(&self, after: Option<u64>, limit: usize) -> Result<Vec<(u64, OnChain)>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let chain = txn.open_table(CHAIN).map_err(failed)?;
+        let awaiting = txn.open_table(AWAITING).map_err(failed)?;
+        let first_awaiting = awaiting.first().map_err(failed)?.map(|(e, _)| e.value());
+        let from = after.map_or(0, |a| a.saturating_add(1));
+        let mut out = Vec::new();
+        for row in chain.range(from..).map_err(failed)? {
+            let (e, record) = row.map_err(failed)?;
+            let e = e.value();
+            if out.len() == limit || first_awaiting.is_some_and(|w| w < e) {
+                break;
+            }
+            out.push((e, serde_json::from_slice(record.value()).map_err(failed)?));
+        }
+        Ok(out)
+    }
+
+    /// Drops the epochs kept more than `days` ago ([`Store::drop_through`]
+    /// the newest of them): the last dropped and what went; `None` when
+    /// none is that old.
+    pub fn retain(&self, days: u32) -> Result<Option<(u64, Counts)>, StoreError> {
+        self.retain_before(lite_node_core::time::now_secs().saturating_sub(u64::from(days) * 86_400))
+    }
+
+    /// [`Store::retain`] against a cutoff (Unix seconds): epochs kept before
+    /// it go.
+    pub fn retain_before(&self, cutoff: u64) -> Result<Option<(u64, Counts)>, StoreError> {
+        let through = {
+            let txn = self.db.begin_read().map_err(failed)?;
+            let kept = txn.open_table(KEPT).map_err(failed)?;
+            let mut through = None;
+            for row in kept.iter().map_err(failed)? {
+                let (e, at) = row.map_err(failed)?;
+                if at.value() >= cutoff {
+                    break;
+                }
+                through = Some(e.value());
+            }
+            through
+        };
+        let Some(through) = through else { return Ok(None) };
+        Ok(Some((through, self.drop_through(through)?)))
+    }
+
+    /// The oldest epoch kept.
+    pub fn first_epoch(&self) -> Result<Option<u64>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let epochs = txn.open_table(EPOCHS).map_err(failed)?;
+        Ok(epochs.first().map_err(failed)?.map(|(id, _)| id.value()))
     }
 
     /// The newest epoch kept.
@@ -203,6 +321,36 @@ impl Store {
                 epochs.remove(epoch.epoch_id).map_err(failed)?;
                 dropped.epochs += 1;
             }
+            let mut chain = txn.open_table(CHAIN).map_err(failed)?;
+            let mut awaiting = txn.open_table(AWAITING).map_err(failed)?;
+            let gone: Vec<u64> = chain
+                .range(..=epoch_id)
+                .map_err(failed)?
+                .map(|r| r.map(|(e, _)| e.value()))
+                .collect::<Result<_, _>>()
+                .map_err(failed)?;
+            for e in gone {
+                chain.remove(e).map_err(failed)?;
+            }
+            let gone: Vec<u64> = awaiting
+                .range(..=epoch_id)
+                .map_err(failed)?
+                .map(|r| r.map(|(e, _)| e.value()))
+                .collect::<Result<_, _>>()
+                .map_err(failed)?;
+            for e in gone {
+                awaiting.remove(e).map_err(failed)?;
+            }
+            let mut kept = txn.open_table(KEPT).map_err(failed)?;
+            let gone: Vec<u64> = kept
+                .range(..=epoch_id)
+                .map_err(failed)?
+                .map(|r| r.map(|(e, _)| e.value()))
+                .collect::<Result<_, _>>()
+                .map_err(failed)?;
+            for e in gone {
+                kept.remove(e).map_err(failed)?;
+            }
         }
         txn.commit().map_err(failed)?;
         Ok(dropped)
@@ -223,6 +371,9 @@ impl Store {
     }
 }
 
+/// How often [`archive`] drops what is past retention.
+pub const RETAIN_EVERY: Duration = Duration::from_secs(60);
+
 /// How often [`archive`] looks for newly finalized epochs.
 pub const ARCHIVE_EVERY: Duration = Duration::from_secs(1);
 
@@ -234,8 +385,11 @@ pub async fn archive(
     store: Arc<Store>,
     market: Arc<Market>,
     conn: ConnectionManager,
+    retention_days: Option<u32>,
     stop: impl std::future::Future<Output = ()>,
 ) {
+    let mut retention = tokio::time::interval(RETAIN_EVERY);
+    retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tick = tokio::time::interval(ARCHIVE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -244,6 +398,22 @@ pub async fn archive(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            _ = retention.tick(), if retention_days.is_some() => {
+                let days = retention_days.unwrap_or(u32::MAX);
+                let keeping = store.clone();
+                let dropped = tokio::task::spawn_blocking(move || keeping.retain(days)).await;
+                match dropped {
+                    Ok(Ok(Some((through, d)))) => tracing::info!(
+                        "finalized-data store: dropped {} epoch(s) through {through}, past {days} days' retention \
+                         ({} snapshot(s), {} bytes no kept epoch holds)",
+                        d.epochs, d.blocks, d.bytes
+                    ),
+                    Ok(Ok(None)) => {}
+                    Ok(Err(e)) => tracing::warn!("finalized-data store: retention: {e}"),
+                    Err(e) => tracing::warn!("finalized-data store: retention: {e}"),
+                }
+                continue;
+            }
             () = &mut stop, if !stopping => stopping = true,
         }
         match archive_new(&store, &market, &mut conn.clone()).await {
@@ -311,7 +481,46 @@ pub async fn archive_new(store: &Arc<Store>, market: &Market, conn: &mut Connect
             }
         }
     }
+    settle_awaiting(store, market, conn).await?;
     Ok(kept)
+}
+
+/// How long a kept epoch may await its outcome on chain before this
+/// validator stops asking (its epoch state gone, or never followed).
+const AWAIT_CHAIN_AT_MOST: u64 = 3_600;
+
+/// Settles each kept epoch whose outcome on chain the on-chain worker has
+/// recorded in its state (`onchain_status`, `onchain_finalized_*`).
+async fn settle_awaiting(store: &Arc<Store>, market: &Market, conn: &mut ConnectionManager) -> Result<(), String> {
+    let now = lite_node_core::time::now_secs();
+    for (epoch_id, kept_at) in store.awaiting().map_err(|e| e.to_string())? {
+        let fields: (Option<String>, Option<String>, Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(market.keys.epoch_state(epoch_id))
+            .arg(&["onchain_status", "onchain_finalized_block", "onchain_finalized_tx", "onchain_finalized_root"])
+            .query_async(conn)
+            .await
+            .map_err(|e| format!("Redis: {e}"))?;
+        let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
+        let on_chain = match fields.0.as_deref() {
+            Some("finalized") => OnChain {
+                finalized: true,
+                block: nonempty(fields.1).and_then(|b| b.parse().ok()),
+                tx: nonempty(fields.2),
+                root: nonempty(fields.3),
+            },
+            Some("not_finalized" | "skipped") => OnChain { finalized: false, block: None, tx: None, root: None },
+            _ if now.saturating_sub(kept_at) > AWAIT_CHAIN_AT_MOST => {
+                OnChain { finalized: false, block: None, tx: None, root: None }
+            }
+            _ => continue,
+        };
+        let keeping = store.clone();
+        tokio::task::spawn_blocking(move || keeping.settle(epoch_id, &on_chain))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// The epoch as the aggregator wrote it (`finalized:{epochId}`).

@@ -9,7 +9,7 @@ use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, time::Duration};
 use lite_node_validator::{
     gateway::Admission,
     gossip::Multiaddr,
-    service::{self, Component, GossipSettings, OnchainSettings, Settings, Wiring},
+    service::{self, Component, DataSettings, GossipSettings, OnchainSettings, Settings, Wiring},
 };
 
 use super::MarketArgs;
@@ -104,6 +104,14 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = lite_node_protocol::submission::caps::SNAPSHOT as u64,
           value_parser = clap::value_parser!(u64).range(1..=lite_node_protocol::submission::caps::SNAPSHOT as u64))]
     pub max_snapshot_bytes: u64,
+    /// Days each finalized epoch's data is kept (served to consumers) once
+    /// finalized; 0 keeps it for good.
+    #[arg(long, value_name = "DAYS", default_value_t = lite_node_validator::service::RETENTION_DAYS)]
+    pub retention_days: u32,
+    /// Requests a second one client (IP address) may make of the data routes
+    /// (`/data`, `/ipfs`), twice that in a burst; past it, 429. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = lite_node_validator::service::DATA_RATE)]
+    pub data_rate: u32,
     /// Anchor blocks the chosen submitter of an epoch's batch has before the
     /// next validator in turn submits it (with VALIDATOR_SIGNER_PRIVATE_KEY).
     #[arg(long, value_name = "BLOCKS", default_value_t = lite_node_validator::onchain::FALLBACK_BLOCKS)]
@@ -155,6 +163,10 @@ pub fn run(o: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
                 fallback_blocks: o.fallback_blocks,
             }),
             None => None,
+        },
+        data: DataSettings {
+            retention_days: (o.retention_days > 0).then_some(o.retention_days),
+            rate_per_client: std::num::NonZeroU32::new(o.data_rate),
         },
     };
     if settings.gossip.is_none() && !o.p2p_bootstrap.is_empty() {

@@ -247,7 +247,11 @@ fn every_spawn_is_supervised_or_owned_by_its_caller() {
             15,
             "the validator's components: service::run's task set (its supervisor); the store opened off the async threads, awaited",
         ),
-        ("validator/src/store.rs", 1, "an epoch's commit off the async threads, awaited"),
+        (
+            "validator/src/store.rs",
+            3,
+            "an epoch's commit, its outcome on chain and retention off the async threads, each awaited",
+        ),
         ("validator/src/aggregator.rs", 3, "the component's loops, in a task set it awaits"),
         ("validator/src/dequeuer.rs", 3, "the component's loops, in a task set it awaits"),
         ("validator/src/finalizer.rs", 3, "the component's loops, in a task set it awaits"),

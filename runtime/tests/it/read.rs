@@ -82,7 +82,7 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
         listener,
         std::future::pending(),
         None,
-        Some(store),
+        Some(lite_node_validator::api::Data { store, rate_per_client: None, retention_days: None }),
     ));
 
     let node = Node::new()

@@ -1,5 +1,6 @@
 //! The validator against real `redis-server` processes.
 
+mod data;
 mod gateway;
 mod onchain;
 mod pipeline;

@@ -210,6 +210,10 @@ fn the_chosen_validator_submits_the_others_attest_and_the_epoch_is_finalized_onc
         assert!(s["onchain_tx_hash"].starts_with("0x"), "{s:?}");
         assert!(s["onchain_block_number"].parse::<u64>().unwrap() > release);
         assert!(!s["onchain_finalized_block"].is_empty());
+        // Where the chain finalized it, for the consumers' bundles: the
+        // transaction of the block named, and the root the chain holds.
+        assert!(s["onchain_finalized_tx"].starts_with("0x") && s["onchain_finalized_tx"].len() == 66, "{s:?}");
+        assert_eq!(s["onchain_finalized_root"], on_chain.root.to_string(), "{s:?}");
     }
     // Asked again (a restart that finds the epoch pending): nothing is sent.
     for v in 0..3 {

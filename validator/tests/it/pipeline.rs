@@ -316,7 +316,7 @@ async fn a_finalized_epochs_snapshots_are_kept_in_the_store_with_its_tree() {
         listener,
         std::future::pending(),
         None,
-        Some(store.clone()),
+        Some(lite_node_validator::api::Data { store: store.clone(), rate_per_client: None, retention_days: None }),
     );
     tokio::spawn(served);
     let get = |path: String| {

@@ -49,6 +49,8 @@ struct RpcLog {
     block_hash: Option<B256>,
     log_index: Option<String>,
     #[serde(default)]
+    transaction_hash: Option<B256>,
+    #[serde(default)]
     removed: bool,
 }
 
@@ -348,10 +350,17 @@ impl Anchor {
     /// finalized on chain (its `SnapshotBatchFinalized`), looking from block
     /// `from`; `None` when it was not.
     pub async fn finalized_in(&self, epoch_id: u64, from: u64) -> Result<Option<u64>, RpcError> {
+        Ok(self.finalized_by(epoch_id, from).await?.map(|(block, _)| block))
+    }
+
+    /// [`Anchor::finalized_in`], with the transaction that finalized it
+    /// (its hash, when the RPC gives it).
+    pub async fn finalized_by(&self, epoch_id: u64, from: u64) -> Result<Option<(u64, Option<B256>)>, RpcError> {
         for entry in self.epoch_logs(SnapshotBatchFinalized::SIGNATURE_HASH, epoch_id, from).await? {
             let log: RpcLog = serde_json::from_value(entry.clone()).map_err(|e| bad_answer("eth_getLogs", e))?;
             if let (false, Some(block)) = (log.removed, log.block_number) {
-                return parse_quantity(&block).map(Some).map_err(|e| bad_answer("eth_getLogs", e));
+                let block = parse_quantity(&block).map_err(|e| bad_answer("eth_getLogs", e))?;
+                return Ok(Some((block, log.transaction_hash)));
             }
         }
         Ok(None)

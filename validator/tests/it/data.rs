@@ -1,0 +1,256 @@
+//! The consumers' routes over a validator's finalized-data store (issue 54),
+//! served on real sockets: the event stream a consumer follows through a
+//! server restart and a switch to another validator, retention, the
+//! per-client rate limit, and an epoch whose root on chain is not this
+//! validator's.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use lite_node_protocol::submission::Scope;
+use lite_node_testkit::RedisServer;
+use lite_node_validator::{
+    Market,
+    api::Data,
+    store::{FinalizedEpoch, OnChain, Store},
+};
+
+fn scope() -> Scope {
+    Scope {
+        data_market: "0x0000000000000000000000000000000000000d01".parse().unwrap(),
+        protocol_state: "0x0000000000000000000000000000000000000501".parse().unwrap(),
+    }
+}
+
+/// Epoch `epoch_id` of two projects, its bytes and its root.
+fn epoch(epoch_id: u64) -> (FinalizedEpoch, BTreeMap<String, Vec<u8>>) {
+    let snapshots: Vec<(String, Vec<u8>)> = (0..2)
+        .map(|i| {
+            (format!("baseSnapshot:0xpool{i}:devnet"), format!(r#"{{"epoch":{epoch_id},"pool":{i}}}"#).into_bytes())
+        })
+        .collect();
+    let pairs: Vec<(String, String)> =
+        snapshots.iter().map(|(p, b)| (p.clone(), lite_node_protocol::cid::cid(b))).collect();
+    let tree = lite_node_protocol::merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
+    let bytes = snapshots.iter().map(|(_, b)| (lite_node_protocol::cid::cid(b), b.clone())).collect();
+    let e = FinalizedEpoch {
+        epoch_id,
+        root: tree.root().to_string(),
+        batch_cid: format!("bafy-batch-{epoch_id}"),
+        pairs,
+        finalized_at: 1,
+        without_bytes: Vec::new(),
+    };
+    (e, bytes)
+}
+
+fn finalized(block: u64) -> OnChain {
+    OnChain { finalized: true, block: Some(block), tx: Some(format!("0x{block:064x}")), root: None }
+}
+
+/// Serves `data` on a fresh port until `stop` is sent; its base URL.
+async fn serve(redis: &RedisServer, data: Data) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let market = Arc::new(Market::new(scope(), 7001, "validator-1"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let client = redis::Client::open(redis.url()).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(lite_node_validator::api::serve_with_store(
+        market,
+        client,
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+        None,
+        Some(data),
+    ));
+    (base, stop)
+}
+
+fn data(store: &Arc<Store>) -> Data {
+    Data { store: store.clone(), rate_per_client: None, retention_days: Some(30) }
+}
+
+/// An open event stream: the `id`s of the events it sends, as they come.
+struct Events {
+    response: reqwest::Response,
+    pending: String,
+}
+
+impl Events {
+    async fn open(base: &str, last_id: Option<u64>, after: Option<u64>) -> Self {
+        let mut request = reqwest::Client::new().get(format!("{base}/data/events"));
+        if let Some(id) = last_id {
+            request = request.header("Last-Event-ID", id.to_string());
+        }
+        if let Some(after) = after {
+            request = request.query(&[("after", after)]);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Self { response, pending: String::new() }
+    }
+
+    /// The next event's id and data, within 10 s.
+    async fn next(&mut self) -> (u64, serde_json::Value) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Some(end) = self.pending.find("\n\n") {
+                    let event: String = self.pending.drain(..end + 2).collect();
+                    let field =
+                        |name: &str| event.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()));
+                    if let (Some(id), Some(data)) = (field("id:"), field("data:")) {
+                        return (id.parse().unwrap(), data.parse().unwrap());
+                    }
+                    continue; // a keep-alive comment
+                }
+                let chunk = self.response.chunk().await.unwrap().expect("the stream stays open");
+                self.pending.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        })
+        .await
+        .expect("an event within 10 s")
+    }
+}
+
+#[tokio::test]
+async fn a_consumer_following_the_stream_through_a_restart_and_a_switch_sees_every_epoch_once() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let a = Arc::new(Store::open(&dir.path().join("a.redb")).unwrap());
+    let b = Arc::new(Store::open(&dir.path().join("b.redb")).unwrap());
+    for e in 1..=3 {
+        let (epoch, bytes) = epoch(e);
+        for store in [&a, &b] {
+            store.put_epoch(&epoch, &bytes).unwrap();
+            store.settle(e, &finalized(100 + e)).unwrap();
+        }
+    }
+    let (base_a, stop_a) = serve(&redis, data(&a)).await;
+    let (base_b, _stop_b) = serve(&redis, data(&b)).await;
+
+    // From the start (after epoch 0): epochs 1–3, in order, with where the
+    // chain finalized each.
+    let mut seen = Vec::new();
+    let mut events = Events::open(&base_a, None, Some(0)).await;
+    for _ in 1..=3 {
+        let (id, data) = events.next().await;
+        assert_eq!(data["epochId"], id);
+        assert_eq!(data["finalized"]["block"], 100 + id);
+        assert_eq!(data["servedHere"], true);
+        assert_eq!(data["root"], epoch(id).0.root);
+        seen.push(id);
+    }
+    // Epoch 5 settles before epoch 4: nothing is sent past 4 until it has.
+    for e in [4, 5] {
+        let (epoch, bytes) = epoch(e);
+        for store in [&a, &b] {
+            store.put_epoch(&epoch, &bytes).unwrap();
+        }
+    }
+    a.settle(5, &finalized(105)).unwrap();
+    let stalled = tokio::time::timeout(Duration::from_millis(800), events.next()).await;
+    assert!(stalled.is_err(), "epoch 5 is not sent while epoch 4 awaits the chain: {stalled:?}");
+    a.settle(4, &finalized(104)).unwrap();
+    for _ in 4..=5 {
+        seen.push(events.next().await.0);
+    }
+
+    // The server restarts: the consumer resumes with the last id it saw.
+    drop(events);
+    stop_a.send(()).unwrap();
+    let (base_a, _stop_a) = serve(&redis, data(&a)).await;
+    let (e6, bytes6) = epoch(6);
+    a.put_epoch(&e6, &bytes6).unwrap();
+    a.settle(6, &finalized(106)).unwrap();
+    let mut events = Events::open(&base_a, Some(*seen.last().unwrap()), None).await;
+    seen.push(events.next().await.0);
+
+    // A switch to another validator, resumed by the same id: B has settled
+    // epochs 4–6 later (and 7, which the chain did not finalize, is never
+    // sent); the consumer sees 8 next, once.
+    drop(events);
+    b.settle(4, &finalized(104)).unwrap();
+    b.settle(5, &finalized(105)).unwrap();
+    b.put_epoch(&e6, &bytes6).unwrap();
+    b.settle(6, &finalized(106)).unwrap();
+    for e in [7, 8] {
+        let (epoch, bytes) = epoch(e);
+        b.put_epoch(&epoch, &bytes).unwrap();
+    }
+    b.settle(7, &OnChain { finalized: false, block: None, tx: None, root: None }).unwrap();
+    b.settle(8, &finalized(108)).unwrap();
+    let mut events = Events::open(&base_b, Some(*seen.last().unwrap()), None).await;
+    seen.push(events.next().await.0);
+    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 8], "every finalized epoch once, in order");
+
+    // Without an id or `after`: from the newest finalized epoch.
+    let mut events = Events::open(&base_b, None, None).await;
+    assert_eq!(events.next().await.0, 8);
+    // A malformed id: 400, saying so.
+    let r = reqwest::Client::new()
+        .get(format!("{base_b}/data/events"))
+        .header("Last-Event-ID", "seven")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("is not an epoch id"));
+}
+
+#[tokio::test]
+async fn retention_drops_what_is_past_it_and_the_api_says_so() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("finalized.redb")).unwrap());
+    for e in 1..=3 {
+        let (epoch, bytes) = epoch(e);
+        store.put_epoch(&epoch, &bytes).unwrap();
+    }
+    let before = store.counts().unwrap();
+    assert_eq!((before.epochs, before.blocks), (3, 6));
+    // Nothing is 30 days old yet.
+    assert_eq!(store.retain(30).unwrap(), None);
+    // A cutoff past every epoch but the newest (the clock a day on).
+    let (through, dropped) =
+        store.retain_before(lite_node_core::time::now_secs() + 1).unwrap().expect("every epoch is before it");
+    assert_eq!((through, dropped.epochs, dropped.blocks), (3, 3, 6));
+    let (epoch4, bytes4) = epoch(4);
+    store.put_epoch(&epoch4, &bytes4).unwrap();
+    let (base, _stop) = serve(&redis, data(&store)).await;
+    let r = reqwest::get(format!("{base}/data/2/baseSnapshot:0xpool0:devnet")).await.unwrap();
+    assert_eq!(r.status(), 410);
+    let why = r.text().await.unwrap();
+    assert!(why.contains("epoch 2 is past this server's retention (it keeps from epoch 4, 30 days)"), "{why}");
+    assert_eq!(reqwest::get(format!("{base}/data/4")).await.unwrap().status(), 200);
+    assert_eq!(reqwest::get(format!("{base}/data/9")).await.unwrap().status(), 404);
+}
+
+#[tokio::test]
+async fn a_client_past_its_rate_gets_429_and_another_root_on_chain_gets_409() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("finalized.redb")).unwrap());
+    let (e1, bytes) = epoch(1);
+    store.put_epoch(&e1, &bytes).unwrap();
+    let other = alloy::primitives::B256::repeat_byte(9).to_string();
+    store.settle(1, &OnChain { root: Some(other.clone()), ..finalized(101) }).unwrap();
+    let limited = Data { rate_per_client: std::num::NonZeroU32::new(5), ..data(&store) };
+    let (base, _stop) = serve(&redis, limited).await;
+    let url = format!("{base}/data/1/baseSnapshot:0xpool0:devnet");
+    let mut statuses = Vec::new();
+    for _ in 0..30 {
+        statuses.push(reqwest::get(&url).await.unwrap().status().as_u16());
+    }
+    // A burst of 10 (twice the rate) answered, then 429s.
+    assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 10, "{statuses:?}");
+    assert!(statuses[10..].iter().all(|s| *s == 429), "{statuses:?}");
+    // The monitor's routes are not the data routes: not limited.
+    assert_ne!(reqwest::get(format!("{base}/health")).await.unwrap().status(), 429);
+    let (base, _stop) = serve(&redis, data(&store)).await;
+    let r = reqwest::get(format!("{base}/data/1/baseSnapshot:0xpool0:devnet")).await.unwrap();
+    assert_eq!(r.status(), 409);
+    let why = r.text().await.unwrap();
+    assert!(why.contains(&format!("the chain finalized root {other}")) && why.contains("ask another server"), "{why}");
+}
