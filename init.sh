@@ -10,8 +10,10 @@
 #                     before exiting, so a restart policy does not hammer the RPCs;
 #                     a node killed by a signal (out of memory) ends it at once.
 #   ./init.sh devnet [ARGS]  the whole network on this machine: anvil with
-#                     Uniswap V3 and ProtocolState, the collector, 4 nodes
-#                     (ARGS go to `lite-node devnet`, e.g. --epochs 10 --json run.json)
+#                     Uniswap V3 and ProtocolState, the collector, 4 nodes, 3
+#                     validators finalizing on chain, and a consumer reading each
+#                     finalized epoch back verified (ARGS go to `lite-node devnet`,
+#                     e.g. --epochs 10 --json run.json; --validators 0: none)
 #   ./init.sh check   build lite-node, fetch/build the compute package, validate
 #                     offline (uses env.example for any variable not already set);
 #                     `lite-node check` also reaches the RPCs, slot and collector
@@ -187,8 +189,11 @@ run_check() {
 run_devnet() {
   need_rust
   need_devnet_world
-  # A devnet with a validator runs its own redis-server.
-  case " $* " in *" --validators"*) need_redis ;; esac
+  # The whole market by default: three validators (each with its own
+  # redis-server) finalize every epoch on chain and a consumer reads it back
+  # verified; `--validators 0` leaves them out.
+  case " $* " in *" --validators"*) ;; *) set -- --validators 3 "$@" ;; esac
+  case " $* " in *" --validators 0 "*) ;; *) need_redis ;; esac
   say "building lite-node (release)"
   cargo build --release --locked -p lite-node
   # Compute builds share the test suite's target dir: a second run is a cache hit.

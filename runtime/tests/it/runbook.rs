@@ -58,7 +58,7 @@ fn run(node: &Node, steps: &[(usize, &str)]) -> String {
     let root = lite_node_testkit::workspace_root();
     let doc = std::fs::read_to_string(root.join("docs/launch-a-market.md")).unwrap();
     let blocks: Vec<&str> = doc.split("```sh\n").skip(1).map(|b| b.split("```").next().unwrap()).collect();
-    assert!(blocks.len() >= 11, "the runbook's steps: {}", blocks.len());
+    assert!(blocks.len() >= 12, "the runbook's steps: {}", blocks.len());
     // The first block is the prerequisites a newcomer on a fresh clone needs:
     // the git-ignored world, and lite-node when it is not on PATH.
     assert!(
@@ -131,6 +131,16 @@ fn run(node: &Node, steps: &[(usize, &str)]) -> String {
         out.contains("verified against the root on chain: here, and by ProtocolState.verifyFinalizedCid (true)"),
         "{out}"
     );
+    // Step 10: the consumer read the data itself, verified to the root.
+    assert!(out.contains("verified: ") && out.contains(" bytes → bafk"), "one snapshot read and verified:\n{out}");
+    assert!(out.contains("project(s): bytes → CID (sha256, canonical JSON) → multiproof → root"), "{out}");
+    let snapshot = read("snapshot.json");
+    let parsed: serde_json::Value = serde_json::from_str(snapshot.trim()).expect("the snapshot is JSON");
+    assert!(parsed.is_object(), "{snapshot}");
+    let epoch = read("epoch.ndjson");
+    let lines: Vec<serde_json::Value> = epoch.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!lines.is_empty() && lines.iter().all(|l| l["snapshot"].is_object()), "{epoch}");
+    assert!(lines.iter().any(|l| l["snapshot"] == parsed), "the epoch holds the project's snapshot");
     out
 }
 
@@ -230,7 +240,8 @@ done
 done
 ";
     // Blocks: 0 prerequisites, 1 chains, 2 deploy, 3 projects, 4 slots,
-    // 5 validators, 6 collector, 7 nodes, 8 release, 9 the consumer.
+    // 5 validators, 6 collector, 7 nodes, 8 release, 9 the consumer's CID,
+    // 10 the consumer's data.
     let out = run(&node, &[(5, &extra), (8, more), (8, &upkeep), (9, read_back)]);
     let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap_or_default();
     for i in 1..=EXTRA_COLLECTORS {

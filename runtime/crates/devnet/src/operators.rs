@@ -107,7 +107,7 @@ impl Operators {
                 cmd.args(["collector", "--listen", "127.0.0.1:0", "--status-listen", "127.0.0.1:0"]);
                 cmd.args(["--anchor-rpc", s.anchor_url, "--protocol-state", &s.protocol_state.to_string()]);
                 cmd.args(["--data-market", &s.data_market.to_string()]);
-                cmd.args(["--window-blocks", &s.window_blocks.to_string()]);
+                cmd.args(["--window-blocks", &s.window_blocks.to_string(), "--require-snapshot"]);
                 cmd.args(["--p2p-listen", "/ip4/127.0.0.1/tcp/0", "--data-dir", &dir.display().to_string()]);
                 if !bootstrap.is_empty() {
                     cmd.args(["--p2p-bootstrap", &bootstrap.join(",")]);
@@ -121,6 +121,7 @@ impl Operators {
                 let mut collector = Collector::new(s.anchor.clone(), ANCHOR_CHAIN_ID);
                 collector.selection = Some(s.selection.clone());
                 collector.window_blocks = s.window_blocks;
+                collector.snapshot.required = true;
                 if !s.validators.is_empty() {
                     let gossip =
                         lite_node_validator::gossip::Gossip::publisher(lite_node_validator::gossip::Settings {
@@ -335,7 +336,8 @@ impl Operator {
             data_market: data_market.to_string(),
             node_version: theirs.node_version.clone(),
             protocol_state: protocol_state.to_string(),
-            snapshot: None,
+            // The bytes its own node would have computed: the same.
+            snapshot: theirs.snapshot.clone(),
         }
     }
 }

@@ -300,6 +300,10 @@ impl Devnet {
         if let Some(v) = validators.first() {
             collector.window_blocks = v.window_blocks;
         }
+        // The devnet's market requires the snapshot bytes (every node sends
+        // them): a submission without is refused here and by every
+        // validator (`missing_bytes`).
+        collector.snapshot.required = true;
         collector.own = Some(
             slots
                 .iter()

@@ -177,6 +177,8 @@ impl DevnetValidator {
             arg(flag);
             arg(&value);
         }
+        // The devnet's market requires the snapshot bytes.
+        arg("--require-snapshot");
         if !bootstrap.is_empty() {
             arg("--p2p-bootstrap");
             arg(&bootstrap.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
