@@ -73,18 +73,34 @@ impl Tree {
     /// The proof of the `i`-th leaf in project-id order: its siblings from
     /// the leaf up.
     pub fn proof(&self, i: usize) -> Option<Vec<B256>> {
-        if i >= self.leaves {
-            return None;
-        }
-        let mut at = self.nodes.len() - 1 - i;
-        let mut proof = Vec::new();
-        while at > 0 {
-            let sibling = if at % 2 == 1 { at + 1 } else { at - 1 };
-            proof.push(self.nodes[sibling]);
-            at = (at - 1) / 2;
-        }
-        Some(proof)
+        proof_of(self.leaves, i, |j| Ok::<_, std::convert::Infallible>(self.nodes[j])).unwrap_or_else(|e| match e {})
     }
+
+    /// The tree's nodes, the root first (the module docs' layout): what a
+    /// store keeps to give proofs without the pairs.
+    pub fn nodes(&self) -> &[B256] {
+        &self.nodes
+    }
+}
+
+/// [`Tree::proof`] of leaf `i` of a tree of `leaves` leaves whose node `j`
+/// is `node(j)` (kept elsewhere, read as needed: one read a level).
+pub fn proof_of<E>(
+    leaves: usize,
+    i: usize,
+    mut node: impl FnMut(usize) -> Result<B256, E>,
+) -> Result<Option<Vec<B256>>, E> {
+    if i >= leaves {
+        return Ok(None);
+    }
+    let mut at = 2 * leaves - 2 - i;
+    let mut proof = Vec::new();
+    while at > 0 {
+        let sibling = if at % 2 == 1 { at + 1 } else { at - 1 };
+        proof.push(node(sibling)?);
+        at = (at - 1) / 2;
+    }
+    Ok(Some(proof))
 }
 
 /// A proof that several leaves are in a tree at once, as OpenZeppelin's
@@ -109,30 +125,41 @@ impl Tree {
     /// The multiproof of the leaves `range` (in project-id order); `None`
     /// for an empty range or one past the end.
     pub fn multiproof(&self, range: std::ops::Range<usize>) -> Option<MultiProof> {
-        if range.is_empty() || range.end > self.leaves {
-            return None;
-        }
-        let last = self.nodes.len() - 1;
-        // Tree indices, largest first: leaf order.
-        let mut queue: std::collections::VecDeque<usize> = range.map(|i| last - i).collect();
-        let mut out = MultiProof::default();
-        while let Some(&j) = queue.front() {
-            if j == 0 {
-                break;
-            }
-            queue.pop_front();
-            let sibling = if j % 2 == 1 { j + 1 } else { j - 1 };
-            if queue.front() == Some(&sibling) {
-                out.flags.push(true);
-                queue.pop_front();
-            } else {
-                out.flags.push(false);
-                out.proof.push(self.nodes[sibling]);
-            }
-            queue.push_back((j - 1) / 2);
-        }
-        Some(out)
+        multiproof_of(self.leaves, range, |j| Ok::<_, std::convert::Infallible>(self.nodes[j]))
+            .unwrap_or_else(|e| match e {})
     }
+}
+
+/// [`Tree::multiproof`] of the leaves `range` of a tree of `leaves` leaves
+/// whose node `j` is `node(j)`: only the nodes the proof carries are read.
+pub fn multiproof_of<E>(
+    leaves: usize,
+    range: std::ops::Range<usize>,
+    mut node: impl FnMut(usize) -> Result<B256, E>,
+) -> Result<Option<MultiProof>, E> {
+    if range.is_empty() || range.end > leaves {
+        return Ok(None);
+    }
+    let last = 2 * leaves - 2;
+    // Tree indices, largest first: leaf order.
+    let mut queue: std::collections::VecDeque<usize> = range.map(|i| last - i).collect();
+    let mut out = MultiProof::default();
+    while let Some(&j) = queue.front() {
+        if j == 0 {
+            break;
+        }
+        queue.pop_front();
+        let sibling = if j % 2 == 1 { j + 1 } else { j - 1 };
+        if queue.front() == Some(&sibling) {
+            out.flags.push(true);
+            queue.pop_front();
+        } else {
+            out.flags.push(false);
+            out.proof.push(node(sibling)?);
+        }
+        queue.push_back((j - 1) / 2);
+    }
+    Ok(Some(out))
 }
 
 /// The root `leaves` (in tree order) and `proof` lead to, as the contract's

@@ -18,6 +18,7 @@
 //! | `/data/last` | the newest epoch kept: its id, root, batch CID and number of projects |
 //! | `/data/{epoch}/{project}` | a bundle: the snapshot (its bytes, as a JSON string), its CID, its Merkle proof, the epoch's root and batch CID, and the market (chain id, ProtocolState, data market) — what `lite-node read` checks against the chain |
 //! | `/data/{epoch}?after=&limit=` | every project of the epoch (or a page of them, in project-id order) as one bundle, streamed as NDJSON: a header (the market, the epoch, its root and batch CID, how many projects follow, their multiproof), then `{projectId, cid, snapshot}` a line |
+//! | `/data/range/{project}?from=&to=` | one project over an epoch range, streamed as NDJSON: a bundle a line, in epoch order (`{epochId, missing}` for an epoch not proved here) |
 //! | `/data/events` | the finalized epochs as Server-Sent Events, each once, in epoch order (`id` the epoch id): resumed after `Last-Event-ID` (or `?after=N`; by default from the newest), here or at another validator, with none skipped or sent twice |
 //! | `/ipfs/{cid}` | the snapshot's raw bytes (`application/vnd.ipld.raw`: the IPFS trustless gateway's raw block) |
 //!
@@ -67,20 +68,7 @@ struct Api {
     rates: Option<Arc<ClientRates>>,
     /// Event streams open now (`/data/events`), at most [`MAX_STREAMS`].
     streams: Arc<tokio::sync::Semaphore>,
-    /// The newest epochs read, with their trees: an epoch's bundles are read
-    /// together (a consumer following the market), and each would otherwise
-    /// read the epoch and build its tree again.
-    trees: Arc<std::sync::Mutex<BTreeMap<u64, Arc<EpochTree>>>>,
 }
-
-/// A kept epoch and its Merkle tree.
-struct EpochTree {
-    epoch: crate::store::FinalizedEpoch,
-    tree: lite_node_protocol::merkle::Tree,
-}
-
-/// Epochs whose trees are kept at once.
-const TREES_KEPT: usize = 8;
 
 /// The finalized data a process serves, and how.
 #[derive(Clone, Debug)]
@@ -150,11 +138,11 @@ pub fn router(
         retention_days: data.as_ref().and_then(|d| d.retention_days),
         rates,
         streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
-        trees: Default::default(),
     };
     let data_routes = Router::new()
         .route("/data/last", get(data_last))
         .route("/data/events", get(data_events))
+        .route("/data/range/{project}", get(data_range))
         .route("/data/{epoch}", get(data_epoch))
         .route("/data/{epoch}/{project}", get(data_bundle))
         .route("/ipfs/{cid}", get(ipfs_block))
@@ -215,15 +203,15 @@ async fn data_last(State(api): State<Api>) -> Answer {
     let Some(id) = store.last_epoch().map_err(store_failed)? else {
         return Err(refused(StatusCode::NOT_FOUND, "no epoch is finalized here yet".into()));
     };
-    let epoch = store
-        .epoch(id)
+    let meta = store
+        .meta(id)
         .map_err(store_failed)?
         .ok_or_else(|| refused(StatusCode::NOT_FOUND, format!("epoch {id} is gone")))?;
     Ok(Json(json!({
         "epochId": id,
-        "root": epoch.root,
-        "batchCid": epoch.batch_cid,
-        "projects": epoch.pairs.len(),
+        "root": meta.root,
+        "batchCid": meta.batch_cid,
+        "projects": meta.projects,
     }))
     .into_response())
 }
@@ -233,56 +221,42 @@ fn epoch_id_of(epoch: &str) -> Result<u64, (StatusCode, String)> {
     epoch.parse().map_err(|_| refused(StatusCode::BAD_REQUEST, format!("epoch `{epoch}` is not an epoch number")))
 }
 
-/// The kept epoch and its tree (from the cache of the newest read), or a
-/// 404 saying why it is not here.
-fn tree_of(api: &Api, store: &crate::store::Store, epoch_id: u64) -> Result<Arc<EpochTree>, (StatusCode, String)> {
-    if let Some(cached) = api.trees.lock().unwrap_or_else(|p| p.into_inner()).get(&epoch_id).cloned() {
-        return Ok(cached);
-    }
-    let Some(epoch) = store.epoch(epoch_id).map_err(store_failed)? else {
-        let (first, last) = (store.first_epoch().map_err(store_failed)?, store.last_epoch().map_err(store_failed)?);
-        let why = match (first, last) {
-            (_, Some(last)) if epoch_id > last => {
-                format!("epoch {epoch_id} is not finalized here yet (the last is {last})")
-            }
-            (Some(first), _) if epoch_id < first => {
-                let kept = api.retention_days.map_or(String::new(), |d| format!(", {d} days"));
-                let why =
-                    format!("epoch {epoch_id} is past this server's retention (it keeps from epoch {first}{kept})");
-                return Err(refused(StatusCode::GONE, why));
-            }
-            (Some(_), Some(_)) => format!("epoch {epoch_id} is not kept here (this validator did not finalize it)"),
-            _ => "no epoch is finalized here yet".to_owned(),
-        };
-        return Err(refused(StatusCode::NOT_FOUND, why));
+/// Why kept epoch `epoch_id` is not here: not finalized yet, past
+/// retention (410), or not finalized by this validator (404).
+fn not_here(api: &Api, store: &crate::store::Store, epoch_id: u64) -> (StatusCode, String) {
+    let first = store.first_epoch().map_err(store_failed);
+    let last = store.last_epoch().map_err(store_failed);
+    let (first, last) = match (first, last) {
+        (Ok(first), Ok(last)) => (first, last),
+        (Err(e), _) | (_, Err(e)) => return e,
     };
-    let pairs = epoch.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()));
-    let tree = lite_node_protocol::merkle::Tree::of(pairs)
-        .map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("epoch {epoch_id}'s tree: {e}")))?;
-    let built = Arc::new(EpochTree { epoch, tree });
-    let mut trees = api.trees.lock().unwrap_or_else(|p| p.into_inner());
-    trees.insert(epoch_id, built.clone());
-    while trees.len() > TREES_KEPT {
-        trees.pop_first();
-    }
-    Ok(built)
+    let why = match (first, last) {
+        (_, Some(last)) if epoch_id > last => {
+            format!("epoch {epoch_id} is not finalized here yet (the last is {last})")
+        }
+        (Some(first), _) if epoch_id < first => {
+            let kept = api.retention_days.map_or(String::new(), |d| format!(", {d} days"));
+            let why = format!("epoch {epoch_id} is past this server's retention (it keeps from epoch {first}{kept})");
+            return refused(StatusCode::GONE, why);
+        }
+        (Some(_), Some(_)) => format!("epoch {epoch_id} is not kept here (this validator did not finalize it)"),
+        _ => "no epoch is finalized here yet".to_owned(),
+    };
+    refused(StatusCode::NOT_FOUND, why)
 }
 
-/// Where the chain finalized kept `epoch` (`{block, tx}`), `null` while not
-/// known; a 409 when the chain finalized another root than this
+/// Where the chain finalized kept epoch `meta` (`{block, tx}`), `null` while
+/// not known; a 409 when the chain finalized another root than this
 /// validator's (its bundles would prove nothing: the consumer asks another
 /// server).
-fn finalized_field(
-    store: &crate::store::Store,
-    epoch: &crate::store::FinalizedEpoch,
-) -> Result<Value, (StatusCode, String)> {
-    let Some(on_chain) = store.on_chain(epoch.epoch_id).map_err(store_failed)? else { return Ok(Value::Null) };
+fn finalized_field(store: &crate::store::Store, meta: &crate::store::EpochMeta) -> Result<Value, (StatusCode, String)> {
+    let Some(on_chain) = store.on_chain(meta.epoch_id).map_err(store_failed)? else { return Ok(Value::Null) };
     if let Some(root) = on_chain.root.as_deref()
-        && !root.eq_ignore_ascii_case(&epoch.root)
+        && !root.eq_ignore_ascii_case(&meta.root)
     {
         let why = format!(
             "epoch {}: the chain finalized root {root}, not this validator's {} (its batch differs): ask another server",
-            epoch.epoch_id, epoch.root
+            meta.epoch_id, meta.root
         );
         return Err(refused(StatusCode::CONFLICT, why));
     }
@@ -292,39 +266,102 @@ fn finalized_field(
     Ok(json!({"block": on_chain.block, "tx": on_chain.tx}))
 }
 
-/// One project's snapshot at one epoch, with what proves it to the chain.
-async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(String, String)>) -> Answer {
-    let store = the_store(&api)?;
-    let epoch_id = epoch_id_of(&epoch)?;
-    let cached = tree_of(&api, store, epoch_id)?;
-    let (kept, tree) = (&cached.epoch, &cached.tree);
-    // Pairs are kept in project-id order: the tree's leaf order.
-    let Ok(index) = kept.pairs.binary_search_by(|(p, _)| p.as_str().cmp(project.as_str())) else {
-        return Err(refused(StatusCode::NOT_FOUND, format!("project `{project}` is not in epoch {epoch_id}")));
-    };
-    let cid = &kept.pairs[index].1;
-    let bytes = store.block(cid).map_err(store_failed)?.ok_or_else(|| {
+/// A project's bundle (`/data/{epoch}/{project}`, and each line of a range).
+fn bundle_json(
+    api: &Api,
+    project: &str,
+    proved: &crate::store::Proved,
+    finalized: Value,
+) -> Result<Value, (StatusCode, String)> {
+    let (epoch_id, cid) = (proved.meta.epoch_id, &proved.cid);
+    let bytes = proved.bytes.as_ref().ok_or_else(|| {
         refused(StatusCode::NOT_FOUND, format!("epoch {epoch_id} {project}: no node sent the bytes of {cid}"))
     })?;
-    let snapshot = String::from_utf8(bytes)
+    let snapshot = std::str::from_utf8(bytes)
         .map_err(|_| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("the bytes kept of {cid} are not UTF-8")))?;
-    let proof: Vec<String> = tree.proof(index).unwrap_or_default().iter().map(|h| h.to_string()).collect();
-    let finalized = finalized_field(store, kept)?;
+    let proof: Vec<String> = proved.proof.iter().map(|h| h.to_string()).collect();
     let scope = &api.market.scope;
-    Ok(Json(json!({
+    Ok(json!({
         "epochId": epoch_id,
         "projectId": project,
         "cid": cid,
         "snapshot": snapshot,
         "proof": proof,
-        "root": kept.root,
-        "batchCid": kept.batch_cid,
+        "root": proved.meta.root,
+        "batchCid": proved.meta.batch_cid,
         "chainId": api.market.chain_id,
         "protocolState": scope.protocol_state.to_string(),
         "dataMarket": scope.data_market.to_string(),
         "finalized": finalized,
     }))
-    .into_response())
+}
+
+/// One project's snapshot at one epoch, with what proves it to the chain.
+async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(String, String)>) -> Answer {
+    let store = the_store(&api)?;
+    let epoch_id = epoch_id_of(&epoch)?;
+    let proved = match store.proved(epoch_id, &project).map_err(store_failed)? {
+        None => return Err(not_here(&api, store, epoch_id)),
+        Some(Err(_)) => {
+            return Err(refused(StatusCode::NOT_FOUND, format!("project `{project}` is not in epoch {epoch_id}")));
+        }
+        Some(Ok(proved)) => proved,
+    };
+    let finalized = finalized_field(store, &proved.meta)?;
+    Ok(Json(bundle_json(&api, &project, &proved, finalized)?).into_response())
+}
+
+/// `/data/range/{project}`'s epochs, both included.
+#[derive(serde::Deserialize)]
+struct EpochRange {
+    from: u64,
+    to: u64,
+}
+
+/// Epochs read from the store at a time while a range streams.
+const RANGE_CHUNK: u64 = 256;
+
+/// One project over an epoch range, streamed as NDJSON: one bundle a line
+/// (as `/data/{epoch}/{project}` answers it) for each kept epoch of
+/// `from..=to` that has the project, in epoch order; an epoch this server
+/// cannot prove (not kept, the project not in it, its bytes not sent, its
+/// root not the chain's) is a line `{"epochId", "missing": why}` for the
+/// consumer to read elsewhere. No cap: read a chunk of epochs at a time.
+async fn data_range(State(api): State<Api>, Path(project): Path<String>, Query(range): Query<EpochRange>) -> Answer {
+    let store = the_store(&api)?.clone();
+    if range.from > range.to {
+        return Err(refused(StatusCode::BAD_REQUEST, format!("from {} is after to {}", range.from, range.to)));
+    }
+    let api2 = api.clone();
+    let chunks = (range.from..=range.to).step_by(RANGE_CHUNK as usize);
+    let lines = futures_util::stream::iter(chunks).map(move |from| {
+        let to = range.to.min(from.saturating_add(RANGE_CHUNK - 1));
+        let proved = store.proved_range(&project, from, to, RANGE_CHUNK).map_err(std::io::Error::other)?;
+        let mut out = Vec::with_capacity(proved.len() * 1024);
+        let mut next = from;
+        for p in &proved {
+            for missing in next..p.meta.epoch_id {
+                let line =
+                    json!({"epochId": missing, "missing": format!("epoch {missing}: not kept here with `{project}`")});
+                serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+                out.push(b'\n');
+            }
+            next = p.meta.epoch_id + 1;
+            let line = finalized_field(&store, &p.meta)
+                .and_then(|finalized| bundle_json(&api2, &project, p, finalized))
+                .unwrap_or_else(|(_, why)| json!({"epochId": p.meta.epoch_id, "missing": why.trim()}));
+            serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+            out.push(b'\n');
+        }
+        for missing in next..=to {
+            let line =
+                json!({"epochId": missing, "missing": format!("epoch {missing}: not kept here with `{project}`")});
+            serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+            out.push(b'\n');
+        }
+        Ok::<_, std::io::Error>(out)
+    });
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], axum::body::Body::from_stream(lines)).into_response())
 }
 
 /// `/data/{epoch}`'s page: the projects after `after` (in project-id
@@ -337,7 +374,7 @@ struct EpochPage {
 
 /// Projects read from the store at a time while an epoch streams: the
 /// server's memory for one answer, whatever the epoch's size.
-const STREAM_CHUNK: usize = 64;
+const STREAM_CHUNK: usize = 256;
 
 /// Every project of an epoch (or a page of them) as one bundle, streamed as
 /// NDJSON: a header line (the market, the epoch, its root and batch CID, how
@@ -350,24 +387,25 @@ async fn data_epoch(State(api): State<Api>, Path(epoch): Path<String>, Query(pag
     if page.limit == Some(0) {
         return Err(refused(StatusCode::BAD_REQUEST, "limit must be at least 1".into()));
     }
-    let cached = tree_of(&api, &store, epoch_id)?;
-    let pairs = &cached.epoch.pairs;
-    let start = page.after.as_deref().map_or(0, |after| pairs.partition_point(|(p, _)| p.as_str() <= after));
-    let end = page.limit.map_or(pairs.len(), |limit| start.saturating_add(limit).min(pairs.len()));
-    let multiproof = match cached.tree.multiproof(start..end) {
-        Some(m) => m,
-        None if pairs.is_empty() => Default::default(),
-        None => {
-            let after = page.after.unwrap_or_default();
+    let Some(meta) = store.meta(epoch_id).map_err(store_failed)? else { return Err(not_here(&api, &store, epoch_id)) };
+    let leaves = usize::try_from(meta.projects).unwrap_or(usize::MAX);
+    // Where the page starts in the tree: the first project after `after`.
+    let (start, _) = store.page(epoch_id, page.after.as_deref(), 1).map_err(store_failed)?;
+    let start = match page.after.as_deref() {
+        Some(after) if store.page(epoch_id, Some(after), 1).map_err(store_failed)?.1.is_empty() => {
             return Err(refused(StatusCode::NOT_FOUND, format!("epoch {epoch_id} has no project after `{after}`")));
         }
+        _ => start,
     };
-    let finalized = finalized_field(&store, &cached.epoch)?;
+    let end = page.limit.map_or(leaves, |limit| start.saturating_add(limit).min(leaves));
+    // None: no project at all (an empty multiproof; the root is keccak("")).
+    let multiproof = store.multiproof(epoch_id, leaves, start..end).map_err(store_failed)?.unwrap_or_default();
+    let finalized = finalized_field(&store, &meta)?;
     let scope = &api.market.scope;
     let header = json!({
         "epochId": epoch_id,
-        "root": cached.epoch.root,
-        "batchCid": cached.epoch.batch_cid,
+        "root": meta.root,
+        "batchCid": meta.batch_cid,
         "chainId": api.market.chain_id,
         "protocolState": scope.protocol_state.to_string(),
         "dataMarket": scope.data_market.to_string(),
@@ -380,25 +418,39 @@ async fn data_epoch(State(api): State<Api>, Path(epoch): Path<String>, Query(pag
     });
     let mut first = header.to_string().into_bytes();
     first.push(b'\n');
-    let chunks = (start..end).step_by(STREAM_CHUNK).map(move |from| from..(from + STREAM_CHUNK).min(end));
-    let lines = futures_util::stream::iter(chunks).map(move |range| {
-        let pairs = &cached.epoch.pairs[range];
-        let blocks = store.blocks(pairs.iter().map(|(_, cid)| cid.as_str())).map_err(std::io::Error::other)?;
-        let mut out = Vec::with_capacity(pairs.len() * 512);
-        for ((project, cid), bytes) in pairs.iter().zip(blocks) {
-            let snapshot = bytes.and_then(|b| String::from_utf8(b).ok());
-            serde_json::to_writer(&mut out, &json!({"projectId": project, "cid": cid, "snapshot": snapshot}))
-                .map_err(std::io::Error::other)?;
+    // Each chunk resumes after the last project of the one before.
+    let state = (store, page.after, end - start);
+    let lines = futures_util::stream::unfold(state, move |(store, after, left)| async move {
+        if left == 0 {
+            return None;
+        }
+        let read = store.page(epoch_id, after.as_deref(), STREAM_CHUNK.min(left));
+        let (_, rows) = match read {
+            Ok(read) => read,
+            Err(e) => return Some((Err(std::io::Error::other(e)), (store, after, 0))),
+        };
+        if rows.is_empty() {
+            return Some((Err(std::io::Error::other("the epoch changed while it was read")), (store, after, 0)));
+        }
+        let mut out = Vec::with_capacity(rows.len() * 512);
+        for (project, cid, bytes) in &rows {
+            let snapshot = bytes.as_deref().and_then(|b| std::str::from_utf8(b).ok());
+            let line = json!({"projectId": project, "cid": cid, "snapshot": snapshot});
+            if let Err(e) = serde_json::to_writer(&mut out, &line) {
+                return Some((Err(std::io::Error::other(e)), (store, after, 0)));
+            }
             out.push(b'\n');
         }
-        Ok::<_, std::io::Error>(out)
+        let left = left - rows.len();
+        let after = rows.last().map(|(p, _, _)| p.clone());
+        Some((Ok(out), (store, after, left)))
     });
     let body = futures_util::stream::once(async move { Ok(first) }).chain(lines);
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], axum::body::Body::from_stream(body)).into_response())
 }
 
 /// `/data/events`' start when no `Last-Event-ID` is sent: after epoch
-/// `after` (without either, from the newest epoch settled).
+/// `after` (without either, from the newest epoch finalized).
 #[derive(serde::Deserialize)]
 struct EventsFrom {
     after: Option<u64>,
@@ -430,10 +482,7 @@ async fn data_events(State(api): State<Api>, headers: axum::http::HeaderMap, Que
     };
     let after = match resumed.or(from.after) {
         Some(after) => Some(after),
-        None => {
-            let settled = store.settled_after(None, usize::MAX).map_err(store_failed)?;
-            settled.iter().rev().find(|(_, c)| c.finalized).map(|(e, _)| e.saturating_sub(1))
-        }
+        None => store.last_finalized().map_err(store_failed)?.map(|e| e.saturating_sub(1)),
     };
     let permit = api.streams.clone().try_acquire_owned().map_err(|_| {
         refused(StatusCode::SERVICE_UNAVAILABLE, format!("{MAX_STREAMS} event streams are open here; retry"))
@@ -456,13 +505,13 @@ async fn data_events(State(api): State<Api>, headers: axum::http::HeaderMap, Que
                 if !on_chain.finalized {
                     continue;
                 }
-                let Ok(Some(epoch)) = store.epoch(epoch_id) else { continue };
-                let here = on_chain.root.as_deref().is_none_or(|r| r.eq_ignore_ascii_case(&epoch.root));
+                let Ok(Some(meta)) = store.meta(epoch_id) else { continue };
+                let here = on_chain.root.as_deref().is_none_or(|r| r.eq_ignore_ascii_case(&meta.root));
                 let data = json!({
                     "epochId": epoch_id,
-                    "root": on_chain.root.as_deref().unwrap_or(&epoch.root),
-                    "batchCid": epoch.batch_cid,
-                    "projects": epoch.pairs.len(),
+                    "root": on_chain.root.as_deref().unwrap_or(&meta.root),
+                    "batchCid": meta.batch_cid,
+                    "projects": meta.projects,
                     "finalized": {"block": on_chain.block, "tx": on_chain.tx},
                     "servedHere": here,
                 });

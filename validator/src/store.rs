@@ -10,12 +10,21 @@
 //! identical across epochs or projects is kept once, counted by the epochs
 //! that hold it, and dropped with the last of them.
 //!
+//! Laid out for reads by key, so no read costs more with the market's size:
+//! an epoch's meta (root, batch CID, number of projects) apart from its
+//! pairs, which are keyed by (epoch, project) in the tree's order, and its
+//! Merkle tree's nodes keyed by (epoch, node) — one project's proof is one
+//! read a level of the tree, a page of an epoch one range read, a project
+//! over many epochs one read of each. Where the chain finalized each epoch
+//! (`CHAIN`) and when it was kept (retention's clock) sit beside it.
+//!
 //! Redis stays the pipeline's working memory (`snapshot:{cid}` for a day):
 //! [`archive`] takes each epoch this validator finalized from there into the
 //! store.
 
 use std::{collections::BTreeMap, path::Path, sync::Arc, time::Duration};
 
+use alloy::primitives::B256;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use redis::{AsyncCommands, aio::ConnectionManager};
 use serde::{Deserialize, Serialize};
@@ -26,9 +35,14 @@ use crate::Market;
 const BLOCKS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("blocks");
 /// CID → the epochs holding it.
 const REFS: TableDefinition<'_, &str, u64> = TableDefinition::new("refs");
-/// Epoch id → its [`FinalizedEpoch`] (JSON).
+/// Epoch id → its [`EpochMeta`] (JSON): small, whatever the epoch's size.
 const EPOCHS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("epochs");
-
+/// (epoch id, project id) → (the project's leaf index, its CID): in key
+/// order, an epoch's pairs are in project-id order, the tree's.
+const PAIRS: TableDefinition<'_, (u64, &str), (u32, &str)> = TableDefinition::new("pairs");
+/// (epoch id, node index) → the epoch's Merkle tree node (32 bytes; the
+/// layout of `lite_node_protocol::merkle`): a proof is one read a level.
+const NODES: TableDefinition<'_, (u64, u32), &[u8]> = TableDefinition::new("nodes");
 /// Epoch id → where the chain finalized it ([`OnChain`], JSON), once known.
 const CHAIN: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("chain");
 /// Epoch id → when it was kept (Unix seconds): retention's clock.
@@ -36,6 +50,11 @@ const KEPT: TableDefinition<'_, u64, u64> = TableDefinition::new("kept");
 /// Epoch id → when it was kept (Unix seconds), while the chain's outcome for
 /// it is not known yet.
 const AWAITING: TableDefinition<'_, u64, u64> = TableDefinition::new("awaiting");
+/// `"format"` → the layout's version ([`FORMAT`]).
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+
+/// The layout's version: a file of another is refused, naming it.
+const FORMAT: u64 = 2;
 
 /// What the chain made of a kept epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +93,30 @@ pub struct FinalizedEpoch {
     pub without_bytes: Vec<String>,
 }
 
+/// A kept epoch without its pairs (they are read by project, or a page at
+/// a time).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochMeta {
+    pub epoch_id: u64,
+    pub root: String,
+    pub batch_cid: String,
+    /// How many projects it has (its tree's leaves).
+    pub projects: u64,
+    pub finalized_at: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub without_bytes: Vec<String>,
+}
+
+/// One project at one epoch, with what proves it to the epoch's root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proved {
+    pub meta: EpochMeta,
+    pub cid: String,
+    /// The snapshot's bytes (`None`: no node sent them).
+    pub bytes: Option<Vec<u8>>,
+    pub proof: Vec<B256>,
+}
+
 /// What the store holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -106,9 +149,24 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// A node of an epoch's tree, read in `txn`'s view.
+fn node_in(nodes: &impl ReadableTable<(u64, u32), &'static [u8]>, epoch_id: u64, j: usize) -> Result<B256, StoreError> {
+    let j = u32::try_from(j).map_err(failed)?;
+    let node = nodes
+        .get((epoch_id, j))
+        .map_err(failed)?
+        .ok_or_else(|| failed(format!("epoch {epoch_id}: node {j} is missing")))?;
+    B256::try_from(node.value()).map_err(|_| failed(format!("epoch {epoch_id}: node {j} is not 32 bytes")))
+}
+
+fn meta_in(epochs: &impl ReadableTable<u64, &'static [u8]>, epoch_id: u64) -> Result<Option<EpochMeta>, StoreError> {
+    let Some(record) = epochs.get(epoch_id).map_err(failed)? else { return Ok(None) };
+    serde_json::from_slice(record.value()).map(Some).map_err(failed)
+}
+
 impl Store {
     /// Opens (or creates) the store at `path`. Another process holding it
-    /// open is an error naming the file.
+    /// open, or a file of another layout, is an error naming the file.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let open = |why: String| StoreError::Open { path: path.display().to_string(), why };
         if let Some(dir) = path.parent() {
@@ -116,9 +174,28 @@ impl Store {
         }
         let db = Database::create(path).map_err(|e| open(e.to_string()))?;
         let txn = db.begin_write().map_err(|e| open(e.to_string()))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|e| open(e.to_string()))?;
+            let epochs = txn.open_table(EPOCHS).map_err(|e| open(e.to_string()))?;
+            let format = meta.get("format").map_err(|e| open(e.to_string()))?.map(|v| v.value());
+            match format {
+                Some(FORMAT) => {}
+                None if epochs.is_empty().map_err(|e| open(e.to_string()))? => {
+                    meta.insert("format", FORMAT).map_err(|e| open(e.to_string()))?;
+                }
+                other => {
+                    return Err(open(format!(
+                        "its layout is version {}, this lite-node's is {FORMAT}: move it aside (the validator \
+                         starts a new one; the epochs it held are not served)",
+                        other.unwrap_or(1)
+                    )));
+                }
+            }
+        }
         txn.open_table(BLOCKS).map_err(|e| open(e.to_string()))?;
         txn.open_table(REFS).map_err(|e| open(e.to_string()))?;
-        txn.open_table(EPOCHS).map_err(|e| open(e.to_string()))?;
+        txn.open_table(PAIRS).map_err(|e| open(e.to_string()))?;
+        txn.open_table(NODES).map_err(|e| open(e.to_string()))?;
         txn.open_table(CHAIN).map_err(|e| open(e.to_string()))?;
         txn.open_table(AWAITING).map_err(|e| open(e.to_string()))?;
         txn.open_table(KEPT).map_err(|e| open(e.to_string()))?;
@@ -126,11 +203,15 @@ impl Store {
         Ok(Self { db })
     }
 
-    /// Keeps `epoch` and the bytes of each of its CIDs that `bytes` has, in
-    /// one commit; bytes that do not hash to their CID are not kept (the
-    /// CID is listed as without bytes). An epoch kept already is left as it
-    /// is: `false`.
+    /// Keeps `epoch` — its pairs, its tree and the bytes of each of its CIDs
+    /// that `bytes` has — in one commit; bytes that do not hash to their CID
+    /// are not kept (the CID is listed as without bytes). An epoch kept
+    /// already is left as it is: `false`.
     pub fn put_epoch(&self, epoch: &FinalizedEpoch, bytes: &BTreeMap<String, Vec<u8>>) -> Result<bool, StoreError> {
+        let tree = lite_node_protocol::merkle::Tree::of(epoch.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str())))
+            .map_err(|e| failed(format!("epoch {}: {e}", epoch.epoch_id)))?;
+        let mut sorted: Vec<&(String, String)> = epoch.pairs.iter().collect();
+        sorted.sort();
         let txn = self.db.begin_write().map_err(failed)?;
         {
             let mut epochs = txn.open_table(EPOCHS).map_err(failed)?;
@@ -139,8 +220,7 @@ impl Store {
             }
             let mut blocks = txn.open_table(BLOCKS).map_err(failed)?;
             let mut refs = txn.open_table(REFS).map_err(failed)?;
-            let mut kept = epoch.clone();
-            kept.without_bytes.clear();
+            let mut without_bytes = Vec::new();
             let cids: std::collections::BTreeSet<&str> = epoch.pairs.iter().map(|(_, cid)| cid.as_str()).collect();
             for cid in cids {
                 let held = refs.get(cid).map_err(failed)?.map(|n| n.value());
@@ -153,11 +233,28 @@ impl Store {
                             blocks.insert(cid, b.as_slice()).map_err(failed)?;
                             refs.insert(cid, 1).map_err(failed)?;
                         }
-                        _ => kept.without_bytes.push(cid.to_owned()),
+                        _ => without_bytes.push(cid.to_owned()),
                     },
                 }
             }
-            let record = serde_json::to_vec(&kept).map_err(failed)?;
+            let mut pairs = txn.open_table(PAIRS).map_err(failed)?;
+            for (i, (project, cid)) in sorted.iter().enumerate() {
+                let i = u32::try_from(i).map_err(failed)?;
+                pairs.insert((epoch.epoch_id, project.as_str()), (i, cid.as_str())).map_err(failed)?;
+            }
+            let mut nodes = txn.open_table(NODES).map_err(failed)?;
+            for (j, node) in tree.nodes().iter().enumerate() {
+                nodes.insert((epoch.epoch_id, u32::try_from(j).map_err(failed)?), node.as_slice()).map_err(failed)?;
+            }
+            let meta = EpochMeta {
+                epoch_id: epoch.epoch_id,
+                root: epoch.root.clone(),
+                batch_cid: epoch.batch_cid.clone(),
+                projects: sorted.len() as u64,
+                finalized_at: epoch.finalized_at,
+                without_bytes,
+            };
+            let record = serde_json::to_vec(&meta).map_err(failed)?;
             epochs.insert(epoch.epoch_id, record.as_slice()).map_err(failed)?;
             let now = lite_node_core::time::now_secs();
             txn.open_table(AWAITING).map_err(failed)?.insert(epoch.epoch_id, now).map_err(failed)?;
@@ -167,12 +264,31 @@ impl Store {
         Ok(true)
     }
 
-    /// The epoch, if kept.
+    /// The epoch, if kept, with every pair (an epoch of many projects is
+    /// better read a page at a time: [`Store::page`]).
     pub fn epoch(&self, epoch_id: u64) -> Result<Option<FinalizedEpoch>, StoreError> {
         let txn = self.db.begin_read().map_err(failed)?;
-        let epochs = txn.open_table(EPOCHS).map_err(failed)?;
-        let Some(record) = epochs.get(epoch_id).map_err(failed)? else { return Ok(None) };
-        serde_json::from_slice(record.value()).map(Some).map_err(failed)
+        let Some(meta) = meta_in(&txn.open_table(EPOCHS).map_err(failed)?, epoch_id)? else { return Ok(None) };
+        let pairs = txn.open_table(PAIRS).map_err(failed)?;
+        let pairs = pairs
+            .range((epoch_id, "")..(epoch_id + 1, ""))
+            .map_err(failed)?
+            .map(|row| row.map(|(k, v)| (k.value().1.to_owned(), v.value().1.to_owned())).map_err(failed))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(FinalizedEpoch {
+            epoch_id,
+            root: meta.root,
+            batch_cid: meta.batch_cid,
+            pairs,
+            finalized_at: meta.finalized_at,
+            without_bytes: meta.without_bytes,
+        }))
+    }
+
+    /// The epoch's meta, if kept.
+    pub fn meta(&self, epoch_id: u64) -> Result<Option<EpochMeta>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        meta_in(&txn.open_table(EPOCHS).map_err(failed)?, epoch_id)
     }
 
     /// Whether the epoch is kept (a lookup, nothing read of it).
@@ -182,18 +298,101 @@ impl Store {
         Ok(epochs.get(epoch_id).map_err(failed)?.is_some())
     }
 
+    /// `project` at kept `epoch_id` with its proof and bytes, in one read:
+    /// `Ok(None)` for an epoch not kept, `Err` naming a project not in it.
+    pub fn proved(&self, epoch_id: u64, project: &str) -> Result<Option<Result<Proved, EpochMeta>>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let Some(meta) = meta_in(&txn.open_table(EPOCHS).map_err(failed)?, epoch_id)? else { return Ok(None) };
+        let pairs = txn.open_table(PAIRS).map_err(failed)?;
+        let Some(pair) = pairs.get((epoch_id, project)).map_err(failed)? else { return Ok(Some(Err(meta))) };
+        let (index, cid) = pair.value();
+        let cid = cid.to_owned();
+        let nodes = txn.open_table(NODES).map_err(failed)?;
+        let leaves = usize::try_from(meta.projects).map_err(failed)?;
+        let proof = lite_node_protocol::merkle::proof_of(leaves, index as usize, |j| node_in(&nodes, epoch_id, j))?
+            .unwrap_or_default();
+        let bytes =
+            txn.open_table(BLOCKS).map_err(failed)?.get(cid.as_str()).map_err(failed)?.map(|b| b.value().to_vec());
+        Ok(Some(Ok(Proved { meta, cid, bytes, proof })))
+    }
+
+    /// `project` at each kept epoch of `from..=to`, a chunk at a time: at most
+    /// `limit` epochs read (kept or not) from `from`; each kept epoch that
+    /// has the project, proved. The next epoch to read is `from + limit`.
+    pub fn proved_range(&self, project: &str, from: u64, to: u64, limit: u64) -> Result<Vec<Proved>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let (epochs, pairs) = (txn.open_table(EPOCHS).map_err(failed)?, txn.open_table(PAIRS).map_err(failed)?);
+        let (nodes, blocks) = (txn.open_table(NODES).map_err(failed)?, txn.open_table(BLOCKS).map_err(failed)?);
+        let mut out = Vec::new();
+        let last = to.min(from.saturating_add(limit.saturating_sub(1)));
+        for row in epochs.range(from..=last).map_err(failed)? {
+            let (id, record) = row.map_err(failed)?;
+            let epoch_id = id.value();
+            let meta: EpochMeta = serde_json::from_slice(record.value()).map_err(failed)?;
+            let Some(pair) = pairs.get((epoch_id, project)).map_err(failed)? else { continue };
+            let (index, cid) = pair.value();
+            let leaves = usize::try_from(meta.projects).map_err(failed)?;
+            let proof = lite_node_protocol::merkle::proof_of(leaves, index as usize, |j| node_in(&nodes, epoch_id, j))?
+                .unwrap_or_default();
+            let bytes = blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec());
+            out.push(Proved { meta, cid: cid.to_owned(), bytes, proof });
+        }
+        Ok(out)
+    }
+
+    /// The pairs of kept `epoch_id` after project `after` (from the first
+    /// with `None`), at most `limit`, each with its bytes; and the leaf
+    /// index of the first.
+    #[allow(clippy::type_complexity)]
+    pub fn page(
+        &self,
+        epoch_id: u64,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(usize, Vec<(String, String, Option<Vec<u8>>)>), StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let (pairs, blocks) = (txn.open_table(PAIRS).map_err(failed)?, txn.open_table(BLOCKS).map_err(failed)?);
+        let rows = match after {
+            Some(after) => pairs.range((epoch_id, after)..(epoch_id + 1, "")).map_err(failed)?,
+            None => pairs.range((epoch_id, "")..(epoch_id + 1, "")).map_err(failed)?,
+        };
+        let mut first = None;
+        let mut out = Vec::with_capacity(limit.min(4096));
+        for row in rows {
+            let (k, v) = row.map_err(failed)?;
+            let project = k.value().1;
+            if after == Some(project) {
+                continue;
+            }
+            if out.len() == limit {
+                break;
+            }
+            let (index, cid) = v.value();
+            first.get_or_insert(index as usize);
+            let bytes = blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec());
+            out.push((project.to_owned(), cid.to_owned(), bytes));
+        }
+        Ok((first.unwrap_or(0), out))
+    }
+
+    /// The multiproof of leaves `range` of kept `epoch_id` (`None`: an empty
+    /// range, or past the end).
+    pub fn multiproof(
+        &self,
+        epoch_id: u64,
+        leaves: usize,
+        range: std::ops::Range<usize>,
+    ) -> Result<Option<lite_node_protocol::merkle::MultiProof>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let nodes = txn.open_table(NODES).map_err(failed)?;
+        lite_node_protocol::merkle::multiproof_of(leaves, range, |j| node_in(&nodes, epoch_id, j))
+    }
+
     /// The snapshot bytes of `cid`, if kept.
     pub fn block(&self, cid: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let txn = self.db.begin_read().map_err(failed)?;
         let blocks = txn.open_table(BLOCKS).map_err(failed)?;
         Ok(blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec()))
-    }
-
-    /// The snapshot bytes of each of `cids` (in one read), each if kept.
-    pub fn blocks<'a>(&self, cids: impl IntoIterator<Item = &'a str>) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
-        let txn = self.db.begin_read().map_err(failed)?;
-        let blocks = txn.open_table(BLOCKS).map_err(failed)?;
-        cids.into_iter().map(|cid| Ok(blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec()))).collect()
     }
 
     /// The kept epochs whose chain outcome is not known yet, with when each
@@ -249,6 +448,21 @@ impl Store {
         Ok(out)
     }
 
+    /// The newest settled epoch the chain finalized (where a stream with no
+    /// position starts), looking back from the newest.
+    pub fn last_finalized(&self) -> Result<Option<u64>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let chain = txn.open_table(CHAIN).map_err(failed)?;
+        for row in chain.iter().map_err(failed)?.rev() {
+            let (e, record) = row.map_err(failed)?;
+            let on_chain: OnChain = serde_json::from_slice(record.value()).map_err(failed)?;
+            if on_chain.finalized {
+                return Ok(Some(e.value()));
+            }
+        }
+        Ok(None)
+    }
+
     /// Drops the epochs kept more than `days` ago ([`Store::drop_through`]
     /// the newest of them): the last dropped and what went; `None` when
     /// none is that old.
@@ -290,66 +504,51 @@ impl Store {
         Ok(epochs.last().map_err(failed)?.map(|(id, _)| id.value()))
     }
 
-    /// Drops every epoch up to `epoch_id` (retention), and each snapshot no
-    /// epoch kept holds any more; what was dropped, in one commit.
+    /// Drops every epoch up to `epoch_id` (retention) — its pairs, tree and
+    /// outcome — and each snapshot no epoch kept holds any more; what was
+    /// dropped, in one commit.
     pub fn drop_through(&self, epoch_id: u64) -> Result<Counts, StoreError> {
         let mut dropped = Counts::default();
         let txn = self.db.begin_write().map_err(failed)?;
         {
             let mut epochs = txn.open_table(EPOCHS).map_err(failed)?;
+            let mut pairs = txn.open_table(PAIRS).map_err(failed)?;
             let mut blocks = txn.open_table(BLOCKS).map_err(failed)?;
             let mut refs = txn.open_table(REFS).map_err(failed)?;
-            let old: Vec<FinalizedEpoch> = epochs
+            let old: Vec<u64> = epochs
                 .range(..=epoch_id)
                 .map_err(failed)?
-                .map(|row| row.map_err(failed).and_then(|(_, v)| serde_json::from_slice(v.value()).map_err(failed)))
+                .map(|row| row.map(|(e, _)| e.value()).map_err(failed))
                 .collect::<Result<_, _>>()?;
-            for epoch in old {
-                let cids: std::collections::BTreeSet<&str> = epoch.pairs.iter().map(|(_, cid)| cid.as_str()).collect();
-                for cid in cids {
-                    let Some(n) = refs.get(cid).map_err(failed)?.map(|n| n.value()) else { continue };
+            for e in old {
+                let cids: std::collections::BTreeSet<String> = pairs
+                    .range((e, "")..(e + 1, ""))
+                    .map_err(failed)?
+                    .map(|row| row.map(|(_, v)| v.value().1.to_owned()).map_err(failed))
+                    .collect::<Result<_, _>>()?;
+                for cid in &cids {
+                    let Some(n) = refs.get(cid.as_str()).map_err(failed)?.map(|n| n.value()) else { continue };
                     if n > 1 {
-                        refs.insert(cid, n - 1).map_err(failed)?;
+                        refs.insert(cid.as_str(), n - 1).map_err(failed)?;
                         continue;
                     }
-                    refs.remove(cid).map_err(failed)?;
-                    if let Some(b) = blocks.remove(cid).map_err(failed)? {
+                    refs.remove(cid.as_str()).map_err(failed)?;
+                    if let Some(b) = blocks.remove(cid.as_str()).map_err(failed)? {
                         dropped.blocks += 1;
                         dropped.bytes += b.value().len() as u64;
                     }
                 }
-                epochs.remove(epoch.epoch_id).map_err(failed)?;
+                pairs.retain_in((e, "")..(e + 1, ""), |_, _| false).map_err(failed)?;
+                epochs.remove(e).map_err(failed)?;
                 dropped.epochs += 1;
             }
-            let mut chain = txn.open_table(CHAIN).map_err(failed)?;
-            let mut awaiting = txn.open_table(AWAITING).map_err(failed)?;
-            let gone: Vec<u64> = chain
-                .range(..=epoch_id)
+            txn.open_table(NODES)
                 .map_err(failed)?
-                .map(|r| r.map(|(e, _)| e.value()))
-                .collect::<Result<_, _>>()
+                .retain_in(..(epoch_id.saturating_add(1), 0), |_, _| false)
                 .map_err(failed)?;
-            for e in gone {
-                chain.remove(e).map_err(failed)?;
-            }
-            let gone: Vec<u64> = awaiting
-                .range(..=epoch_id)
-                .map_err(failed)?
-                .map(|r| r.map(|(e, _)| e.value()))
-                .collect::<Result<_, _>>()
-                .map_err(failed)?;
-            for e in gone {
-                awaiting.remove(e).map_err(failed)?;
-            }
-            let mut kept = txn.open_table(KEPT).map_err(failed)?;
-            let gone: Vec<u64> = kept
-                .range(..=epoch_id)
-                .map_err(failed)?
-                .map(|r| r.map(|(e, _)| e.value()))
-                .collect::<Result<_, _>>()
-                .map_err(failed)?;
-            for e in gone {
-                kept.remove(e).map_err(failed)?;
+            txn.open_table(CHAIN).map_err(failed)?.retain_in(..=epoch_id, |_, _| false).map_err(failed)?;
+            for table in [AWAITING, KEPT] {
+                txn.open_table(table).map_err(failed)?.retain_in(..=epoch_id, |_, _| false).map_err(failed)?;
             }
         }
         txn.commit().map_err(failed)?;

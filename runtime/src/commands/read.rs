@@ -122,6 +122,9 @@ pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
                     Some(from) => from,
                     None => reader.newest().await?,
                 };
+                if let (Some(project), Some(to), false) = (project, q.to, q.follow) {
+                    return reader.print_range(project, from, to, out).await;
+                }
                 let mut epoch = from;
                 loop {
                     if q.to.is_some_and(|to| epoch > to) {
@@ -252,16 +255,47 @@ impl Reader {
             }
         };
         for line in lines {
-            let text = |s: &str| serde_json::to_string(s).expect("a string serializes");
-            writeln!(
-                out,
-                r#"{{"epochId":{epoch},"projectId":{},"cid":{},"snapshot":{}}}"#,
-                text(&line.project_id),
-                text(&line.cid),
-                line.snapshot
-            )?;
+            print_line(out, epoch, &line.project_id, &line.cid, &line.snapshot)?;
         }
         out.flush()?;
+        Ok(())
+    }
+
+    /// `project` over epochs `from..=to`, streamed from the first server
+    /// (`/data/range`) and each line checked as it comes, then printed; an
+    /// epoch that server does not prove (missing, a failed check, another
+    /// root than the chain's) is read from any server on its own
+    /// ([`Reader::one`]). Stops at the first epoch no server proves.
+    async fn print_range(&mut self, project: &str, from: u64, to: u64, out: &mut dyn Write) -> Result<()> {
+        let mut next = from;
+        for server in self.servers.clone() {
+            if next > to {
+                break;
+            }
+            let mut lines = Vec::new();
+            let streamed = consumer::read_range(&self.client, &server, project, (next, to), |line| lines.push(line));
+            // Lines are kept as they come and checked after: a range's answer
+            // is bounded by the range asked.
+            if let Err(why) = streamed.await {
+                eprintln!("passed over {server} from epoch {next}: {why}");
+            }
+            for line in lines {
+                let Some(epoch) = line["epochId"].as_u64().filter(|e| *e == next) else { break };
+                let checked = match bundle::check(&line, &self.asked(epoch, project)) {
+                    Ok(checked) if self.chain_root(epoch, &server, checked.root).await? == checked.root => checked,
+                    _ => self.one(epoch, project).await?.0,
+                };
+                print_line(out, epoch, project, &checked.cid, &checked.snapshot)?;
+                next = epoch + 1;
+            }
+        }
+        while next <= to {
+            let (checked, _, _) = self.one(next, project).await?;
+            print_line(out, next, project, &checked.cid, &checked.snapshot)?;
+            next += 1;
+        }
+        out.flush()?;
+        eprintln!("verified: {project}, epochs {from} to {to}: each bundle's bytes → CID → proof → the root on chain");
         Ok(())
     }
 
@@ -338,6 +372,12 @@ impl Reader {
         let call = epochBatchCall { dataMarketAddress: self.data_market, epochId: U256::from(epoch) };
         Ok(anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")?.finalized)
     }
+}
+
+/// One verified snapshot as an NDJSON line, the snapshot as the JSON it is.
+fn print_line(out: &mut dyn Write, epoch: u64, project: &str, cid: &str, snapshot: &str) -> std::io::Result<()> {
+    let text = |s: &str| serde_json::to_string(s).expect("a string serializes");
+    writeln!(out, r#"{{"epochId":{epoch},"projectId":{},"cid":{},"snapshot":{snapshot}}}"#, text(project), text(cid))
 }
 
 /// An epoch the chain has not finalized: nothing proves anything of it yet.

@@ -254,3 +254,100 @@ async fn a_client_past_its_rate_gets_429_and_another_root_on_chain_gets_409() {
     let why = r.text().await.unwrap();
     assert!(why.contains(&format!("the chain finalized root {other}")) && why.contains("ask another server"), "{why}");
 }
+
+#[tokio::test]
+async fn an_epoch_streams_whole_or_a_page_at_a_time_and_a_range_proves_each_epoch() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("finalized.redb")).unwrap());
+    // Epoch 10: 600 projects (more than a chunk of the stream), one of them
+    // without bytes.
+    let snapshot = |e: u64, i: usize| format!(r#"{{"epoch":{e},"pool":{i}}}"#).into_bytes();
+    let project = |i: usize| format!("baseSnapshot:0xpool{i:04}:devnet");
+    let pairs: Vec<(String, String)> =
+        (0..600).map(|i| (project(i), lite_node_protocol::cid::cid(&snapshot(10, i)))).collect();
+    let tree = lite_node_protocol::merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
+    let bytes: BTreeMap<String, Vec<u8>> =
+        (1..600).map(|i| (lite_node_protocol::cid::cid(&snapshot(10, i)), snapshot(10, i))).collect();
+    let big = FinalizedEpoch {
+        epoch_id: 10,
+        root: tree.root().to_string(),
+        batch_cid: "bafy-batch-10".into(),
+        pairs: pairs.clone(),
+        finalized_at: 1,
+        without_bytes: Vec::new(),
+    };
+    assert!(store.put_epoch(&big, &bytes).unwrap());
+    assert_eq!(store.meta(10).unwrap().unwrap().without_bytes, [pairs[0].1.clone()]);
+    let (base, _stop) = serve(&redis, data(&store)).await;
+    let asked = |epoch_id| lite_node_protocol::bundle::Asked {
+        epoch_id,
+        project_id: "",
+        protocol_state: scope().protocol_state,
+        data_market: scope().data_market,
+    };
+    // A page of 250 after project 99: its multiproof takes its lines to the
+    // root.
+    let page = reqwest::get(format!("{base}/data/10?after={}&limit=250", project(99))).await.unwrap();
+    assert_eq!(page.headers()["content-type"], "application/x-ndjson");
+    let page = page.text().await.unwrap();
+    let lines: Vec<serde_json::Value> = page.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(lines.len(), 251, "a header and 250 projects");
+    let mut check = lite_node_protocol::bundle::EpochCheck::start(&lines[0], &asked(10)).unwrap();
+    for (i, line) in lines[1..].iter().enumerate() {
+        assert_eq!(line["projectId"], project(100 + i));
+        check.line(line).unwrap();
+    }
+    assert_eq!(check.finish().unwrap(), tree.root());
+    // The whole epoch: project 0's snapshot is missing, and the check says
+    // so.
+    let whole = reqwest::get(format!("{base}/data/10")).await.unwrap().text().await.unwrap();
+    let lines: Vec<serde_json::Value> = whole.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!((lines.len(), lines[0]["projects"].as_u64()), (601, Some(600)));
+    let mut check = lite_node_protocol::bundle::EpochCheck::start(&lines[0], &asked(10)).unwrap();
+    let failed = check.line(&lines[1]).unwrap_err();
+    assert_eq!(failed.check, "bytes hash to the CID", "{failed}");
+    // Past the last project, and a zero limit: said.
+    let r = reqwest::get(format!("{base}/data/10?after={}", project(599))).await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("has no project after"));
+    assert_eq!(reqwest::get(format!("{base}/data/10?limit=0")).await.unwrap().status(), 400);
+
+    // A range of project 5 over epochs 8–12: epoch 10 has it and its
+    // bundle's proof checks; 12 is kept without it, the others not at all:
+    // each named missing.
+    let (e12, bytes12) = epoch(12);
+    store.put_epoch(&e12, &bytes12).unwrap();
+    let r = reqwest::get(format!("{base}/data/range/{}?from=8&to=12", project(5))).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.text().await.unwrap();
+    let lines: Vec<serde_json::Value> = body.lines().map(|l| l.parse().unwrap()).collect();
+    let epochs: Vec<u64> = lines.iter().map(|l| l["epochId"].as_u64().unwrap()).collect();
+    assert_eq!(epochs, [8, 9, 10, 11, 12], "{body}");
+    for l in &lines {
+        if l["epochId"] == 10 {
+            let asked = lite_node_protocol::bundle::Asked { project_id: &project(5), ..asked(10) };
+            let checked = lite_node_protocol::bundle::check(l, &asked).unwrap();
+            assert_eq!(checked.root, tree.root());
+        } else {
+            assert!(l["missing"].as_str().unwrap().contains("not kept here"), "{l}");
+        }
+    }
+    assert_eq!(reqwest::get(format!("{base}/data/range/x?from=3&to=2")).await.unwrap().status(), 400);
+}
+
+#[test]
+fn a_store_of_another_layout_is_refused_naming_the_file_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("finalized.redb");
+    {
+        // The first layout: epochs kept, no version.
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let table: redb::TableDefinition<'_, u64, &[u8]> = redb::TableDefinition::new("epochs");
+        txn.open_table(table).unwrap().insert(1, b"{}".as_slice()).unwrap();
+        txn.commit().unwrap();
+    }
+    let err = Store::open(&path).unwrap_err().to_string();
+    assert!(err.contains("finalized.redb") && err.contains("version 1") && err.contains("move it aside"), "{err}");
+}

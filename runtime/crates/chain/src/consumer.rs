@@ -47,6 +47,40 @@ pub async fn fetch_bundle(
     serde_json::from_slice::<Value>(&body).map_err(|e| format!("not a bundle (JSON: {e})"))
 }
 
+/// Reads `server`'s range of `project` over epochs `from..=to`
+/// (`/data/range/{project}`, NDJSON), handing each line to `each` as it
+/// arrives (a bundle, or `{epochId, missing}`), unchecked. Memory: one line.
+pub async fn read_range(
+    client: &reqwest::Client,
+    server: &str,
+    project: &str,
+    (from, to): (u64, u64),
+    mut each: impl FnMut(Value),
+) -> Result<(), String> {
+    let url = format!("{}/data/range/{project}?from={from}&to={to}", server.trim_end_matches('/'));
+    let mut r = client.get(&url).send().await.map_err(|e| e.to_string())?;
+    let status = r.status();
+    if !status.is_success() {
+        let body = r.bytes().await.unwrap_or_default();
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
+    }
+    let mut pending: Vec<u8> = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(|e| e.to_string())? {
+        pending.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(at) = pending[start..].iter().position(|b| *b == b'\n') {
+            let line = &pending[start..start + at];
+            each(serde_json::from_slice(line).map_err(|e| format!("a line is not JSON: {e}"))?);
+            start += at + 1;
+        }
+        pending.drain(..start);
+        if pending.len() > MAX_LINE {
+            return Err(format!("a line longer than {MAX_LINE} bytes"));
+        }
+    }
+    Ok(())
+}
+
 /// Reads `server`'s whole-epoch bundle of `asked.epoch_id`, checking each
 /// line as it arrives and handing it to `each`; the root its multiproof
 /// reaches once every line held (checks 1–4). Memory: one line and 32 bytes
