@@ -126,6 +126,15 @@ pub struct Counts {
     pub bytes: u64,
 }
 
+/// [`Store::space`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Space {
+    pub allocated: u64,
+    pub stored: u64,
+    pub metadata: u64,
+    pub fragmented: u64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("the finalized-data store {path}: {why}")]
@@ -162,6 +171,65 @@ fn node_in(nodes: &impl ReadableTable<(u64, u32), &'static [u8]>, epoch_id: u64,
 fn meta_in(epochs: &impl ReadableTable<u64, &'static [u8]>, epoch_id: u64) -> Result<Option<EpochMeta>, StoreError> {
     let Some(record) = epochs.get(epoch_id).map_err(failed)? else { return Ok(None) };
     serde_json::from_slice(record.value()).map(Some).map_err(failed)
+}
+
+/// Keeps `epoch` in `txn` ([`Store::put_epoch`]); `false` when it is kept
+/// already.
+fn put_in(
+    txn: &redb::WriteTransaction,
+    epoch: &FinalizedEpoch,
+    bytes: &BTreeMap<String, Vec<u8>>,
+) -> Result<bool, StoreError> {
+    let tree = lite_node_protocol::merkle::Tree::of(epoch.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str())))
+        .map_err(|e| failed(format!("epoch {}: {e}", epoch.epoch_id)))?;
+    let mut sorted: Vec<&(String, String)> = epoch.pairs.iter().collect();
+    sorted.sort();
+    let mut epochs = txn.open_table(EPOCHS).map_err(failed)?;
+    if epochs.get(epoch.epoch_id).map_err(failed)?.is_some() {
+        return Ok(false);
+    }
+    let mut blocks = txn.open_table(BLOCKS).map_err(failed)?;
+    let mut refs = txn.open_table(REFS).map_err(failed)?;
+    let mut without_bytes = Vec::new();
+    let cids: std::collections::BTreeSet<&str> = epoch.pairs.iter().map(|(_, cid)| cid.as_str()).collect();
+    for cid in cids {
+        let held = refs.get(cid).map_err(failed)?.map(|n| n.value());
+        match held {
+            Some(n) => {
+                refs.insert(cid, n + 1).map_err(failed)?;
+            }
+            None => match bytes.get(cid) {
+                Some(b) if lite_node_protocol::cid::cid(b) == cid => {
+                    blocks.insert(cid, b.as_slice()).map_err(failed)?;
+                    refs.insert(cid, 1).map_err(failed)?;
+                }
+                _ => without_bytes.push(cid.to_owned()),
+            },
+        }
+    }
+    let mut pairs = txn.open_table(PAIRS).map_err(failed)?;
+    for (i, (project, cid)) in sorted.iter().enumerate() {
+        let i = u32::try_from(i).map_err(failed)?;
+        pairs.insert((epoch.epoch_id, project.as_str()), (i, cid.as_str())).map_err(failed)?;
+    }
+    let mut nodes = txn.open_table(NODES).map_err(failed)?;
+    for (j, node) in tree.nodes().iter().enumerate() {
+        nodes.insert((epoch.epoch_id, u32::try_from(j).map_err(failed)?), node.as_slice()).map_err(failed)?;
+    }
+    let meta = EpochMeta {
+        epoch_id: epoch.epoch_id,
+        root: epoch.root.clone(),
+        batch_cid: epoch.batch_cid.clone(),
+        projects: sorted.len() as u64,
+        finalized_at: epoch.finalized_at,
+        without_bytes,
+    };
+    let record = serde_json::to_vec(&meta).map_err(failed)?;
+    epochs.insert(epoch.epoch_id, record.as_slice()).map_err(failed)?;
+    let now = lite_node_core::time::now_secs();
+    txn.open_table(AWAITING).map_err(failed)?.insert(epoch.epoch_id, now).map_err(failed)?;
+    txn.open_table(KEPT).map_err(failed)?.insert(epoch.epoch_id, now).map_err(failed)?;
+    Ok(true)
 }
 
 impl Store {
@@ -208,60 +276,22 @@ impl Store {
     /// are not kept (the CID is listed as without bytes). An epoch kept
     /// already is left as it is: `false`.
     pub fn put_epoch(&self, epoch: &FinalizedEpoch, bytes: &BTreeMap<String, Vec<u8>>) -> Result<bool, StoreError> {
-        let tree = lite_node_protocol::merkle::Tree::of(epoch.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str())))
-            .map_err(|e| failed(format!("epoch {}: {e}", epoch.epoch_id)))?;
-        let mut sorted: Vec<&(String, String)> = epoch.pairs.iter().collect();
-        sorted.sort();
+        self.put_epochs(std::iter::once((epoch, bytes))).map(|kept| kept == 1)
+    }
+
+    /// [`Store::put_epoch`] of many epochs in one commit (a restore, a
+    /// backfill): how many were new.
+    pub fn put_epochs<'a>(
+        &self,
+        epochs: impl IntoIterator<Item = (&'a FinalizedEpoch, &'a BTreeMap<String, Vec<u8>>)>,
+    ) -> Result<usize, StoreError> {
         let txn = self.db.begin_write().map_err(failed)?;
-        {
-            let mut epochs = txn.open_table(EPOCHS).map_err(failed)?;
-            if epochs.get(epoch.epoch_id).map_err(failed)?.is_some() {
-                return Ok(false);
-            }
-            let mut blocks = txn.open_table(BLOCKS).map_err(failed)?;
-            let mut refs = txn.open_table(REFS).map_err(failed)?;
-            let mut without_bytes = Vec::new();
-            let cids: std::collections::BTreeSet<&str> = epoch.pairs.iter().map(|(_, cid)| cid.as_str()).collect();
-            for cid in cids {
-                let held = refs.get(cid).map_err(failed)?.map(|n| n.value());
-                match held {
-                    Some(n) => {
-                        refs.insert(cid, n + 1).map_err(failed)?;
-                    }
-                    None => match bytes.get(cid) {
-                        Some(b) if lite_node_protocol::cid::cid(b) == cid => {
-                            blocks.insert(cid, b.as_slice()).map_err(failed)?;
-                            refs.insert(cid, 1).map_err(failed)?;
-                        }
-                        _ => without_bytes.push(cid.to_owned()),
-                    },
-                }
-            }
-            let mut pairs = txn.open_table(PAIRS).map_err(failed)?;
-            for (i, (project, cid)) in sorted.iter().enumerate() {
-                let i = u32::try_from(i).map_err(failed)?;
-                pairs.insert((epoch.epoch_id, project.as_str()), (i, cid.as_str())).map_err(failed)?;
-            }
-            let mut nodes = txn.open_table(NODES).map_err(failed)?;
-            for (j, node) in tree.nodes().iter().enumerate() {
-                nodes.insert((epoch.epoch_id, u32::try_from(j).map_err(failed)?), node.as_slice()).map_err(failed)?;
-            }
-            let meta = EpochMeta {
-                epoch_id: epoch.epoch_id,
-                root: epoch.root.clone(),
-                batch_cid: epoch.batch_cid.clone(),
-                projects: sorted.len() as u64,
-                finalized_at: epoch.finalized_at,
-                without_bytes,
-            };
-            let record = serde_json::to_vec(&meta).map_err(failed)?;
-            epochs.insert(epoch.epoch_id, record.as_slice()).map_err(failed)?;
-            let now = lite_node_core::time::now_secs();
-            txn.open_table(AWAITING).map_err(failed)?.insert(epoch.epoch_id, now).map_err(failed)?;
-            txn.open_table(KEPT).map_err(failed)?.insert(epoch.epoch_id, now).map_err(failed)?;
+        let mut kept = 0;
+        for (epoch, bytes) in epochs {
+            kept += usize::from(put_in(&txn, epoch, bytes)?);
         }
         txn.commit().map_err(failed)?;
-        Ok(true)
+        Ok(kept)
     }
 
     /// The epoch, if kept, with every pair (an epoch of many projects is
@@ -553,6 +583,21 @@ impl Store {
         }
         txn.commit().map_err(failed)?;
         Ok(dropped)
+    }
+
+    /// How the file's space is used (redb's own count): the bytes stored
+    /// (keys and values), the B-trees' own, and pages allocated but free.
+    pub fn space(&self) -> Result<Space, StoreError> {
+        let txn = self.db.begin_write().map_err(failed)?;
+        let stats = txn.stats().map_err(failed)?;
+        let space = Space {
+            allocated: stats.allocated_pages() * stats.page_size() as u64,
+            stored: stats.stored_bytes(),
+            metadata: stats.metadata_bytes(),
+            fragmented: stats.fragmented_bytes(),
+        };
+        txn.abort().map_err(failed)?;
+        Ok(space)
     }
 
     /// What the store holds.

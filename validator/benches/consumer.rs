@@ -1,0 +1,318 @@
+//! The consumers' side of a validator (issue 54), over a real store and
+//! the API on loopback (printed, not asserted):
+//!
+//! - verified bundle reads (`/data/{epoch}/{project}`), 64 concurrent
+//!   clients, each bundle checked as `lite-node read` checks it (bytes → CID,
+//!   canonical JSON, proof → root): reads/s, p50 and p99;
+//! - one project over a 10,000-epoch range (`/data/range`), each line
+//!   checked: snapshots/s, and how much this process grew while it streamed
+//!   (the server's memory, flat or not);
+//! - a 10,000-project epoch as one bundle (`/data/{epoch}`), each line and
+//!   the multiproof checked: time and snapshots/s;
+//! - the client's checks alone, on one thread: µs of CPU per snapshot;
+//! - the store's size against the distinct snapshot bytes plus the trees.
+//!
+//!     cargo bench -p lite-node-validator --bench consumer
+//!
+//! Without cargo bench's `--bench` flag (`cargo test --bench '*'`, as CI runs
+//! it), the same phases run once on tiny sizes; the numbers mean nothing
+//! then.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use lite_node_protocol::{
+    bundle::{self, Asked, EpochCheck},
+    submission::Scope,
+};
+use lite_node_testkit::RedisServer;
+use lite_node_validator::{
+    Market,
+    api::Data,
+    store::{FinalizedEpoch, Store},
+};
+use serde_json::Value;
+
+fn scope() -> Scope {
+    Scope {
+        data_market: "0x0000000000000000000000000000000000000d01".parse().unwrap(),
+        protocol_state: "0x0000000000000000000000000000000000000501".parse().unwrap(),
+    }
+}
+
+/// A snapshot of about 1 KB, canonical JSON, distinct per (epoch, project):
+/// the shape of a pool's base snapshot (its trades and reserves).
+fn snapshot(epoch: u64, project: usize) -> Vec<u8> {
+    let trades: Vec<Value> = (0..6)
+        .map(|t| {
+            serde_json::json!({
+                "amount0": format!("{}", epoch * 1_000 + t),
+                "amount1": format!("-{}", project * 7 + t as usize),
+                "logIndex": t,
+                "sqrtPriceX96": "1461446703485210103287273052203988822378723970341",
+                "txHash": format!("0x{:064x}", epoch * 100_000 + project as u64 * 10 + t),
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "epochId": epoch,
+        "pool": format!("0x{project:040x}"),
+        "reserves": {"token0": format!("{}", 1_000_000 + epoch), "token1": format!("{}", 2_000_000 + project)},
+        "trades": trades,
+    });
+    lite_node_protocol::canonical_json(&v.to_string()).unwrap()
+}
+
+fn project(i: usize) -> String {
+    format!("baseSnapshot:0x{i:040x}:bench-UNISWAPV3")
+}
+
+/// An epoch of `projects` projects, with its bytes.
+fn epoch(epoch_id: u64, projects: usize) -> (FinalizedEpoch, BTreeMap<String, Vec<u8>>) {
+    let mut bytes = BTreeMap::new();
+    let pairs: Vec<(String, String)> = (0..projects)
+        .map(|i| {
+            let b = snapshot(epoch_id, i);
+            let cid = lite_node_protocol::cid(&b);
+            bytes.insert(cid.clone(), b);
+            (project(i), cid)
+        })
+        .collect();
+    let tree = lite_node_protocol::merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
+    let e = FinalizedEpoch {
+        epoch_id,
+        root: tree.root().to_string(),
+        batch_cid: format!("bafy-batch-{epoch_id}"),
+        pairs,
+        finalized_at: 1,
+        without_bytes: Vec::new(),
+    };
+    (e, bytes)
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+fn main() {
+    let quick = lite_node_testkit::bench_is_quick();
+    let (big, range_epochs, per_epoch, reads) = if quick { (200, 50, 4, 640) } else { (10_000, 10_000, 8, 64_000) };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("finalized.redb");
+    let store = Arc::new(Store::open(&path).unwrap());
+
+    // The store: one epoch of `big` projects, then `range_epochs` epochs of
+    // `per_epoch` projects, a commit per 500 epochs.
+    let started = Instant::now();
+    let (mut distinct, mut trees) = (0u64, 0u64);
+    let (e1, b1) = epoch(1, big);
+    distinct += b1.values().map(|b| b.len() as u64).sum::<u64>();
+    trees += (2 * big as u64 - 1) * 32;
+    store.put_epoch(&e1, &b1).unwrap();
+    let ids: Vec<u64> = (2..2 + range_epochs).collect();
+    for chunk in ids.chunks(500) {
+        let made: Vec<_> = chunk.iter().map(|e| epoch(*e, per_epoch)).collect();
+        for (_, b) in &made {
+            distinct += b.values().map(|b| b.len() as u64).sum::<u64>();
+            trees += (2 * per_epoch as u64 - 1) * 32;
+        }
+        store.put_epochs(made.iter().map(|(e, b)| (e, b))).unwrap();
+    }
+    let file = std::fs::metadata(&path).unwrap().len();
+    let space = store.space().unwrap();
+    println!(
+        "store space: {:.1} MiB allocated, {:.1} MiB stored (keys and values), {:.1} MiB the B-trees' own, {:.1} MiB \
+         free in allocated pages",
+        space.allocated as f64 / 1048576.0,
+        space.stored as f64 / 1048576.0,
+        space.metadata as f64 / 1048576.0,
+        space.fragmented as f64 / 1048576.0
+    );
+    println!(
+        "store: {} epochs ({} projects, then {range_epochs} of {per_epoch}) kept in {:.1} s; file {:.1} MiB for \
+         {:.1} MiB of distinct snapshots + {:.1} MiB of trees: {:.2}× (goal ≤ 1.2× the snapshots, plus the trees)",
+        1 + range_epochs,
+        big,
+        started.elapsed().as_secs_f64(),
+        file as f64 / 1048576.0,
+        distinct as f64 / 1048576.0,
+        trees as f64 / 1048576.0,
+        file as f64 / (distinct + trees) as f64,
+    );
+
+    let redis = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let market = Arc::new(Market::new(scope(), 7001, "validator-1"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let client = redis::Client::open(redis.url()).unwrap();
+        let data = Data { store: store.clone(), rate_per_client: None, retention_days: None };
+        tokio::spawn(lite_node_validator::api::serve_with_store(
+            market,
+            client,
+            listener,
+            std::future::pending(),
+            None,
+            Some(data),
+        ));
+        let asked = |epoch_id, project_id| Asked {
+            epoch_id,
+            project_id,
+            protocol_state: scope().protocol_state,
+            data_market: scope().data_market,
+        };
+
+        // 1. Verified bundle reads, 64 clients.
+        let clients = 64;
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in 0..clients {
+            let base = base.clone();
+            tasks.spawn(async move {
+                let http = reqwest::Client::new();
+                let mut latencies = Vec::new();
+                let mut at = c * 7_919;
+                for _ in 0..reads / clients {
+                    at = (at * 1_103 + 12_345) % big;
+                    let p = project(at);
+                    let sent = Instant::now();
+                    let body = http.get(format!("{base}/data/1/{p}")).send().await.unwrap().bytes().await.unwrap();
+                    let bundle: Value = serde_json::from_slice(&body).unwrap();
+                    let asked = Asked {
+                        epoch_id: 1,
+                        project_id: &p,
+                        protocol_state: scope().protocol_state,
+                        data_market: scope().data_market,
+                    };
+                    bundle::check(&bundle, &asked).unwrap();
+                    latencies.push(sent.elapsed());
+                }
+                latencies
+            });
+        }
+        let mut latencies = Vec::new();
+        while let Some(l) = tasks.join_next().await {
+            latencies.extend(l.unwrap());
+        }
+        let took = started.elapsed();
+        latencies.sort();
+        println!(
+            "bundle reads: {} verified by {clients} clients in {:.2} s: {:.0} reads/s (goal ≥ 10,000), p50 {:.2} ms, \
+             p99 {:.2} ms (goal ≤ 5)",
+            latencies.len(),
+            took.as_secs_f64(),
+            latencies.len() as f64 / took.as_secs_f64(),
+            percentile(&latencies, 0.5).as_secs_f64() * 1e3,
+            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+        );
+
+        // 2. One project over the whole range, streamed.
+        let p = project(3);
+        let before = rss_kib();
+        let peak = Arc::new(std::sync::atomic::AtomicU64::new(before));
+        let sampling = {
+            let peak = peak.clone();
+            tokio::spawn(async move {
+                loop {
+                    peak.fetch_max(rss_kib(), std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        };
+        let started = Instant::now();
+        let url = format!("{base}/data/range/{p}?from=2&to={}", 1 + range_epochs);
+        let mut r = reqwest::get(url).await.unwrap();
+        let (mut pending, mut checked) = (Vec::new(), 0u64);
+        while let Some(chunk) = r.chunk().await.unwrap() {
+            pending.extend_from_slice(&chunk);
+            let mut from = 0;
+            while let Some(at) = pending[from..].iter().position(|b| *b == b'\n') {
+                let line: Value = serde_json::from_slice(&pending[from..from + at]).unwrap();
+                let e = line["epochId"].as_u64().unwrap();
+                bundle::check(&line, &asked(e, &p)).unwrap();
+                checked += 1;
+                from += at + 1;
+            }
+            pending.drain(..from);
+        }
+        let took = started.elapsed();
+        sampling.abort();
+        assert_eq!(checked, range_epochs);
+        println!(
+            "range: {checked} epochs of one project streamed and checked in {:.2} s: {:.0} snapshots/s (goal ≥ \
+             50,000); this process grew {:.1} MiB while it streamed",
+            took.as_secs_f64(),
+            checked as f64 / took.as_secs_f64(),
+            peak.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(before) as f64 / 1024.0,
+        );
+
+        // 3. The big epoch as one bundle.
+        let started = Instant::now();
+        let mut r = reqwest::get(format!("{base}/data/1")).await.unwrap();
+        let (mut pending, mut check, mut lines) = (Vec::new(), None::<EpochCheck>, 0u64);
+        while let Some(chunk) = r.chunk().await.unwrap() {
+            pending.extend_from_slice(&chunk);
+            let mut from = 0;
+            while let Some(at) = pending[from..].iter().position(|b| *b == b'\n') {
+                let line: Value = serde_json::from_slice(&pending[from..from + at]).unwrap();
+                match check.as_mut() {
+                    None => check = Some(EpochCheck::start(&line, &asked(1, "")).unwrap()),
+                    Some(c) => {
+                        c.line(&line).unwrap();
+                        lines += 1;
+                    }
+                }
+                from += at + 1;
+            }
+            pending.drain(..from);
+        }
+        let root = check.unwrap().finish().unwrap();
+        let took = started.elapsed();
+        assert_eq!(root.to_string(), e1.root);
+        println!(
+            "whole epoch: {lines} projects as one bundle, every line and the multiproof checked, in {:.2} s \
+             ({:.0} snapshots/s)",
+            took.as_secs_f64(),
+            lines as f64 / took.as_secs_f64()
+        );
+
+        // 4. The client's checks alone, on one thread.
+        let http = reqwest::Client::new();
+        let mut bundles = Vec::new();
+        for i in 0..big.min(5_000) {
+            let p = project(i);
+            let body = http.get(format!("{base}/data/1/{p}")).send().await.unwrap().bytes().await.unwrap();
+            bundles.push((p, body));
+        }
+        let started = cpu_now();
+        for (p, body) in &bundles {
+            let bundle: Value = serde_json::from_slice(body).unwrap();
+            bundle::check(&bundle, &asked(1, p)).unwrap();
+        }
+        let cpu = cpu_now() - started;
+        println!(
+            "client checks: {:.1} µs of CPU a snapshot (parse, sha256 → CID, canonical JSON, proof; goal ≤ 100)",
+            cpu.as_secs_f64() * 1e6 / bundles.len() as f64
+        );
+    });
+}
+
+/// This thread's CPU time (`/proc/thread-self/schedstat`: nanoseconds on a
+/// CPU).
+fn cpu_now() -> Duration {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    Duration::from_nanos(stat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0))
+}
