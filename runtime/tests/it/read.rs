@@ -139,7 +139,7 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
 
     // A hostile server first and an honest one after: the forgery is passed
     // over, named, and the honest answer printed.
-    let run = read(&format!("{},{honest}", serving(&runtime, forged)), "5");
+    let run = read(&format!("{},{honest}", serving(&runtime, forged.clone())), "5");
     run.assert_ok();
     assert_eq!(run.stdout, format!("{}\n", snapshot(2)));
     assert!(
@@ -195,6 +195,43 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
         run.stderr
     );
 
+    // The JavaScript verifier (clients/js) reads alike: the snapshot when
+    // every check holds, exit 1 naming the check otherwise.
+    let js = |api: &str| {
+        let out = std::process::Command::new("node")
+            .arg(lite_node_testkit::workspace_root().join("clients/js/verify-bundle.js"))
+            .args(["--api", api, "--epoch", "5", "--project", &pairs[2].0, "--rpc", &world.url()])
+            .args(["--protocol-state", &world.manifest.protocol_state, "--data-market", &world.manifest.data_market])
+            .output()
+            .expect("node runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = js(&format!("http://127.0.0.1:1,{honest}"));
+    assert_eq!((code, stdout.as_str()), (Some(0), format!("{}\n", snapshot(2)).as_str()), "{stderr}");
+    assert!(stderr.contains("verified:") && stderr.contains("passed over http://127.0.0.1:1"), "{stderr}");
+    for (bundle, check) in [
+        (tampered(&|b| b["snapshot"] = Value::from(snapshot(2).replace("trades", "tradez"))), "bytes hash to the CID"),
+        (tampered(&|b| b["proof"][0] = Value::from(other_root.clone())), "Merkle proof"),
+        (tampered(&|b| b["epochId"] = Value::from(4)), "what was asked"),
+        (forged.clone(), "root finalized on chain"),
+    ] {
+        let (code, stdout, stderr) = js(&serving(&runtime, bundle));
+        assert_eq!(code, Some(1), "{check}: {stderr}");
+        assert!(stderr.contains(&format!("check `{check}` failed")) && stdout.is_empty(), "{check}: {stderr}");
+    }
+    let spaced = tampered(&|b| {
+        let text = snapshot(2).replace(',', ", ");
+        b["cid"] = Value::from(lite_node_protocol::cid(text.as_bytes()));
+        b["snapshot"] = Value::from(text);
+    });
+    let (code, _, stderr) = js(&serving(&runtime, spaced));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("check `canonical JSON` failed"), "{stderr}");
+
     // Not finalized on chain yet: nothing to trust.
     let (project, _) = &pairs[1];
     let run = node.run(&["read", "--api", &honest, "--epoch", "6", "--project", project]);
@@ -208,4 +245,55 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
     let run = node.run(&["read", "--api", "not a url", "--epoch", "5", "--project", project]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("--api not a url: not a URL"), "{}", run.stderr);
+}
+
+/// The JavaScript verifier's canonical JSON and CID agree with the node's
+/// on the shared conformance cases and on inputs that are not canonical
+/// (spaces, key order, escapes, large integers, floats, integer keys).
+#[test]
+fn the_javascript_verifier_computes_the_nodes_canonical_json_and_cid() {
+    let root = lite_node_testkit::workspace_root();
+    let cases: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(root.join("tests/data/conformance/canonical_json_cid_cases.json")).unwrap(),
+    )
+    .unwrap();
+    let mut inputs: Vec<String> = cases.iter().map(|c| c["canonical_json"].as_str().unwrap().to_owned()).collect();
+    inputs.extend(
+        [
+            r#"{ "b": 1, "a": [1, 2, {"d": null, "c": true}] }"#,
+            r#"{"big": 123456789012345678901234567890, "neg": -0, "f": 1.5, "e": 1e16, "s": 0.0001, "t": 0.00001}"#,
+            r#"{"10": "x", "9": "y", "-1": "z"}"#,
+            r#"{"text": "caf\u00e9 \"q\" \n\t \u0001 😀 ü", "k": "a\/b"}"#,
+            r#"{"dup": 1, "dup": 2}"#,
+            r#"{"f": 123.456, "g": 1e-7, "h": 2.5e+20, "i": 100.0}"#,
+        ]
+        .map(str::to_owned),
+    );
+    let expected: Vec<Value> = inputs
+        .iter()
+        .map(|i| {
+            let c = String::from_utf8(lite_node_protocol::canonical_json(i).unwrap()).unwrap();
+            let cid = lite_node_protocol::cid(c.as_bytes());
+            serde_json::json!([c, cid])
+        })
+        .collect();
+    let script = format!(
+        "const v = require({:?}); const inputs = JSON.parse(process.argv[1]); \
+         console.log(JSON.stringify(inputs.map((i) => {{ const c = v.canonical(i); return [c, v.cidOf(Buffer.from(c))]; }})));",
+        root.join("clients/js/verify-bundle.js").display().to_string()
+    );
+    let out = std::process::Command::new("node")
+        .args(["-e", &script, &serde_json::to_string(&inputs).unwrap()])
+        .output()
+        .expect("node runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    for ((input, want), got) in inputs.iter().zip(&expected).zip(&got) {
+        assert_eq!(got, want, "input {input}");
+    }
+    for case in &cases {
+        let c = case["canonical_json"].as_str().unwrap();
+        let i = inputs.iter().position(|x| x == c).unwrap();
+        assert_eq!(got[i][1], case["cid"], "{}", case["name"]);
+    }
 }
