@@ -619,7 +619,11 @@ impl Store {
 pub const RETAIN_EVERY: Duration = Duration::from_secs(60);
 
 /// How often [`archive`] looks for newly finalized epochs.
-pub const ARCHIVE_EVERY: Duration = Duration::from_secs(1);
+pub const ARCHIVE_EVERY: Duration = Duration::from_millis(100);
+/// How many of the newest finalized epochs [`archive`] looks at each tick…
+const ARCHIVE_NEWEST: isize = 16;
+/// …and every how many ticks it looks at the whole day's.
+const FULL_SCAN_EVERY: u64 = 50;
 
 /// Takes each epoch this validator finalized (`finalized:{epochId}`) into
 /// `store`, with the bytes Redis keeps of its CIDs (`snapshot:{cid}`), until
@@ -635,6 +639,7 @@ pub async fn archive(
     let mut retention = tokio::time::interval(RETAIN_EVERY);
     retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tick = tokio::time::interval(ARCHIVE_EVERY);
+    let mut ticks = 0u64;
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     tokio::pin!(stop);
@@ -660,14 +665,18 @@ pub async fn archive(
             }
             () = &mut stop, if !stopping => stopping = true,
         }
-        match archive_new(&store, &market, &mut conn.clone()).await {
+        // The newest few each tick (an epoch readable within a tick of its
+        // finalization); the whole day's now and then (one finalized late).
+        ticks += 1;
+        let among = if stopping || ticks % FULL_SCAN_EVERY == 1 { 0 } else { ARCHIVE_NEWEST };
+        match archive_among(&store, &market, &mut conn.clone(), among).await {
             Ok(_) if failing => {
                 tracing::info!("finalized-data store: archiving again");
                 failing = false;
             }
             Ok(_) => {}
             Err(e) if !failing => {
-                tracing::warn!("finalized-data store: {e}; trying again every {}s", ARCHIVE_EVERY.as_secs());
+                tracing::warn!("finalized-data store: {e}; trying again every {} ms", ARCHIVE_EVERY.as_millis());
                 failing = true;
             }
             Err(_) => {}
@@ -681,9 +690,21 @@ pub async fn archive(
 /// One round of [`archive`]: the epochs finalized here and not kept yet;
 /// how many were kept.
 pub async fn archive_new(store: &Arc<Store>, market: &Market, conn: &mut ConnectionManager) -> Result<usize, String> {
+    archive_among(store, market, conn, 0).await
+}
+
+/// [`archive_new`] among the `newest` epochs this validator finalized
+/// (`0`: all of the day's).
+async fn archive_among(
+    store: &Arc<Store>,
+    market: &Market,
+    conn: &mut ConnectionManager,
+    newest: isize,
+) -> Result<usize, String> {
     let k = &market.keys;
+    // Scored by when each was finalized: the newest last.
     let finalized: Vec<u64> =
-        conn.zrange(k.validator_batches(&market.validator_id), 0, -1).await.map_err(|e| format!("Redis: {e}"))?;
+        conn.zrange(k.validator_batches(&market.validator_id), -newest, -1).await.map_err(|e| format!("Redis: {e}"))?;
     let mut kept = 0;
     for epoch_id in finalized {
         // Every round asks about a day of epochs: a lookup each, no parse.

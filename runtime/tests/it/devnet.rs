@@ -436,6 +436,13 @@ fn three_validators_finalize_every_epoch_on_chain_and_one_killed_or_cut_off_does
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("the chain finalized 6 of 6 epochs, 1 validator restart(s)"), "{stdout}");
     let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    // The SIGKILLed validator's store outlived the kill: at the end it
+    // serves, whole and verified to the root on chain, epoch 1 (finalized
+    // before the kill) and every epoch after its restart.
+    let serves = &json["validatorUsage"][1]["serves"];
+    let verified: Vec<u64> = serves["verified"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
+    assert!(verified.contains(&1) && verified.contains(&6), "validator 2 serves {serves}");
+    assert!(stdout.contains("validator 2: serves "), "{stdout}");
     for epoch in json["epochs"].as_array().unwrap() {
         let e = epoch["epochId"].as_u64().unwrap();
         let chain = &epoch["onchain"];

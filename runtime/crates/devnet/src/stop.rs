@@ -90,10 +90,32 @@ impl Devnet {
         }
         // What each validator (and its Redis) took of the machine over the run.
         let mut usage: Vec<serde_json::Value> = Vec::new();
+        // What each validator's API serves now, of every epoch the chain
+        // finalized (a restarted one's store survived its SIGKILL).
+        let finalized: Vec<(u64, String)> =
+            self.onchain.iter().filter(|(_, o)| o.finalized).map(|(e, o)| (*e, o.root.clone())).collect();
+        let scope = lite_node_protocol::submission::Scope {
+            data_market: self.anchor.data_market,
+            protocol_state: self.anchor.protocol_state,
+        };
         for (v, gossip) in self.validators.iter_mut().zip(gossip) {
             let mut u = v.usage();
             u["gossip"] = gossip;
             writeln!(out, "validator {}: {}", v.index, validator::usage_line(&u))?;
+            let served = validator::serves(&v.api, scope, &finalized).await;
+            let refused: Vec<String> = served.refused.iter().map(|(e, why)| format!("epoch {e}: {why}")).collect();
+            writeln!(
+                out,
+                "validator {}: serves {} of the {} epochs the chain finalized, each whole and verified{}",
+                v.index,
+                served.verified.len(),
+                finalized.len(),
+                if refused.is_empty() { String::new() } else { format!(" (not: {})", refused.join("; ")) }
+            )?;
+            u["serves"] = serde_json::json!({
+                "verified": served.verified,
+                "refused": served.refused.iter().map(|(e, why)| serde_json::json!({"epochId": e, "why": why})).collect::<Vec<_>>(),
+            });
             usage.push(u);
         }
         for v in &mut self.validators {

@@ -573,6 +573,51 @@ pub async fn read_back(
     }
 }
 
+/// What one validator's API serves at the end of a run, of the epochs the
+/// chain finalized: each read whole and checked to the chain's root.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Serves {
+    /// The epochs whose whole bundle held, down to the root on chain.
+    pub verified: Vec<u64>,
+    /// The others, and why (another root than the chain's: 409; never
+    /// finalized by it: 404; a failed check).
+    pub refused: Vec<(u64, String)>,
+}
+
+/// [`Serves`] of the validator at `api`, over `finalized` (epoch, the
+/// chain's root).
+pub async fn serves(api: &str, scope: lite_node_protocol::submission::Scope, finalized: &[(u64, String)]) -> Serves {
+    let client = reqwest::Client::new();
+    let mut out = Serves::default();
+    for (epoch_id, root) in finalized {
+        let asked = lite_node_protocol::bundle::Asked {
+            epoch_id: *epoch_id,
+            project_id: "",
+            protocol_state: scope.protocol_state,
+            data_market: scope.data_market,
+        };
+        // An epoch finalized just now may take a tick of the archiver.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let read = loop {
+            let read = lite_node_chain::consumer::read_epoch(&client, api, &asked, |_| {}).await;
+            match &read {
+                Err(lite_node_chain::consumer::Refusal::Unanswered(why))
+                    if why.contains("not finalized here yet") && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                _ => break read,
+            }
+        };
+        match read {
+            Ok(got) if root.parse() == Ok(got) => out.verified.push(*epoch_id),
+            Ok(got) => out.refused.push((*epoch_id, format!("its root {got} is not the chain's {root}"))),
+            Err(why) => out.refused.push((*epoch_id, why.to_string())),
+        }
+    }
+    out
+}
+
 /// What the chain made of one epoch, read back from it.
 #[derive(Clone, Debug, Default)]
 pub struct OnchainOutcome {
