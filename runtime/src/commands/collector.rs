@@ -38,7 +38,8 @@ pub struct Args {
     /// The market's validators' --require-snapshot: refuse a submission
     /// that does not carry its snapshot's bytes (`missing_bytes`). Carried
     /// bytes are always checked (CID, canonical JSON, size).
-    #[arg(long)]
+    #[arg(long, value_name = "true|false", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
     pub require_snapshot: bool,
     /// The market's validators' --max-snapshot-bytes (`too_large` past it).
     #[arg(long, value_name = "BYTES", default_value_t = lite_node_protocol::submission::caps::SNAPSHOT as u64,

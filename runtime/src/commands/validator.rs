@@ -98,7 +98,8 @@ pub struct Args {
     /// (`missing_bytes`); without it, one that carries none is judged by
     /// its CID alone. Carried bytes are always checked against the CID and
     /// the canonical JSON form before anything is stored or relayed.
-    #[arg(long)]
+    #[arg(long, value_name = "true|false", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
     pub require_snapshot: bool,
     /// The largest snapshot a submission may carry (`too_large` past it).
     #[arg(long, value_name = "BYTES", default_value_t = lite_node_protocol::submission::caps::SNAPSHOT as u64,

@@ -32,7 +32,19 @@ fn error_line(run: &crate::support::Run) -> String {
 fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest() {
     let (node, anchor, source) = two_chains();
     let dir = node.cwd.path();
-    let flags = ["--namespace", "TEST_MARKET", "--epochs-per-day", "3", "--epoch-size", "2", "--window-blocks", "20"];
+    let flags = [
+        "--namespace",
+        "TEST_MARKET",
+        "--epochs-per-day",
+        "3",
+        "--epoch-size",
+        "2",
+        "--window-blocks",
+        "20",
+        "--require-snapshot",
+        "--max-snapshot-bytes",
+        "30000",
+    ];
     let run = deploy(&node, &anchor, &source, &flags);
     run.assert_ok();
     assert!(!run.stdout.contains(DEPLOYER_KEY) && !run.stderr.contains(DEPLOYER_KEY), "the key is never shown");
@@ -42,6 +54,7 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
     assert_eq!(manifest["deployer"].as_str().unwrap().to_lowercase(), DEPLOYER.to_lowercase());
     assert_eq!((manifest["epochSize"].as_u64(), manifest["epochsPerDay"].as_u64()), (Some(2), Some(3)));
     assert_eq!(manifest["namespace"], "TEST_MARKET");
+    assert_eq!(manifest["snapshots"], json!({"required": true, "maxBytes": 30000}), "{manifest}");
     let contract = manifest["protocolState"].as_str().unwrap();
     assert_eq!(manifest["dataMarket"], contract, "the market's identity defaults to the contract's address");
     let code = rpc(&anchor.url(), "eth_getCode", json!([contract, "latest"]));
@@ -110,6 +123,8 @@ fn a_market_is_deployed_on_its_anchor_chain_and_read_back_through_its_manifest()
         "NAMESPACE=TEST_MARKET".to_owned(),
         "SLOT_ID=1".to_owned(),
         "WINDOW_BLOCKS=20".to_owned(),
+        "REQUIRE_SNAPSHOT=true".to_owned(),
+        "MAX_SNAPSHOT_BYTES=30000".to_owned(),
         format!("SIGNER_ACCOUNT_ADDRESS={alice}"),
         "SIGNER_ACCOUNT_PRIVATE_KEY=".to_owned(),
     ] {

@@ -134,6 +134,8 @@ impl Devnet {
             namespace: NAMESPACE_VARS[1].1.into(),
             validator_peers: Vec::new(),
             window_blocks: None,
+            // The devnet's market requires the snapshot bytes.
+            snapshots: Some(lite_node_chain::market::SnapshotTerms { required: true, ..Default::default() }),
         };
         std::fs::write(run_dir.join("market.json"), serde_json::to_string_pretty(&market)? + "\n")?;
         let chains = Chains::connect(

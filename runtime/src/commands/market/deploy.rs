@@ -59,6 +59,15 @@ pub struct Args {
     /// manifest publishes it for the operators' collectors.
     #[arg(long, value_name = "N", value_parser = crate::commands::validator::at_least_one_block)]
     pub window_blocks: Option<u64>,
+    /// Require every submission to carry its snapshot's bytes, so every CID
+    /// the validators finalize is one they can serve (the manifest says so;
+    /// `market env` tells the operators' collectors).
+    #[arg(long)]
+    pub require_snapshot: bool,
+    /// The largest snapshot a submission may carry.
+    #[arg(long, value_name = "BYTES", default_value_t = lite_node_protocol::submission::caps::SNAPSHOT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=lite_node_protocol::submission::caps::SNAPSHOT as u64))]
+    pub max_snapshot_bytes: u64,
     /// Where to write the manifest (never over an existing file).
     #[arg(long, value_name = "PATH", default_value = "market.json")]
     pub out: PathBuf,
@@ -166,6 +175,10 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
             namespace: o.namespace.clone(),
             validator_peers: Vec::new(),
             window_blocks: o.window_blocks,
+            snapshots: Some(lite_node_chain::market::SnapshotTerms {
+                required: o.require_snapshot,
+                max_bytes: o.max_snapshot_bytes,
+            }),
         }))
     })?;
     let Some(manifest) = manifest else { return Ok(()) };

@@ -64,6 +64,10 @@ pub fn run(a: &Args, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "VALIDATOR_PEERS={}", mf.validator_peers.join(","))?;
         writeln!(out, "# the validators' window: the collector refuses what comes after it")?;
         writeln!(out, "WINDOW_BLOCKS={}", mf.window_blocks.unwrap_or(lite_node_protocol::submission::WINDOW_BLOCKS))?;
+        let terms = mf.snapshots.unwrap_or_default();
+        writeln!(out, "# what the market takes of a submission's snapshot bytes")?;
+        writeln!(out, "REQUIRE_SNAPSHOT={}", terms.required)?;
+        writeln!(out, "MAX_SNAPSHOT_BYTES={}", terms.max_bytes)?;
         writeln!(out, "SIGNER_ACCOUNT_ADDRESS={signer}")?;
         writeln!(out, "# your own key, the one of {signer}: it never leaves your machine")?;
         writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;

@@ -71,6 +71,28 @@ pub struct Manifest {
     /// protocol's 130.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_blocks: Option<u64>,
+    /// What the market takes of a submission's snapshot bytes (the
+    /// validators' and collectors' `--require-snapshot` and
+    /// `--max-snapshot-bytes`; `REQUIRE_SNAPSHOT`, `MAX_SNAPSHOT_BYTES` in
+    /// `market env`). `None`: not required, the protocol's largest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<SnapshotTerms>,
+}
+
+/// [`Manifest::snapshots`].
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotTerms {
+    /// A submission without its snapshot's bytes is refused (`missing_bytes`).
+    pub required: bool,
+    /// The largest snapshot a submission may carry (`too_large` past it).
+    pub max_bytes: u64,
+}
+
+impl Default for SnapshotTerms {
+    fn default() -> Self {
+        Self { required: false, max_bytes: lite_node_protocol::submission::caps::SNAPSHOT as u64 }
+    }
 }
 
 impl Manifest {
