@@ -8,6 +8,7 @@
 
 pub mod bundle;
 pub mod canonical_json;
+pub mod car;
 pub mod cid;
 pub mod contracts;
 pub mod eip712;

@@ -575,12 +575,45 @@ pub fn check_snapshot(s: &SnapshotSubmission, rule: SnapshotRule) -> Result<(), 
         let why = format!("the snapshot's CID is {hashed}, the request signs `{}`", clip(cid));
         return Err(Rejection::new(Reason::BytesDoNotMatchCid, why));
     }
+    // Bytes that hash to a CID already found canonical are those bytes: the
+    // parse is done once per snapshot, not once per vote that carries it.
+    if CANONICAL.known(&hashed) {
+        return Ok(());
+    }
     let canonical = std::str::from_utf8(bytes)
         .map_err(|_| "it is not UTF-8".to_owned())
         .and_then(crate::canonical_json::canonical_json)
         .and_then(|c| if c == *bytes { Ok(()) } else { Err("it is JSON, not in its canonical form".to_owned()) });
     canonical
+        .map(|()| CANONICAL.insert(hashed))
         .map_err(|why| Rejection::new(Reason::NotCanonicalJson, format!("the snapshot is not canonical JSON: {why}")))
+}
+
+/// CIDs whose bytes were found canonical JSON, the newest
+/// [`CanonicalCids::GENERATION`] to twice that (two generations: the older
+/// dropped whole when the newer fills).
+static CANONICAL: std::sync::LazyLock<CanonicalCids> = std::sync::LazyLock::new(CanonicalCids::default);
+
+#[derive(Default)]
+struct CanonicalCids {
+    sets: std::sync::Mutex<(std::collections::HashSet<String>, std::collections::HashSet<String>)>,
+}
+
+impl CanonicalCids {
+    const GENERATION: usize = 32_768;
+
+    fn known(&self, cid: &str) -> bool {
+        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        sets.0.contains(cid) || sets.1.contains(cid)
+    }
+
+    fn insert(&self, cid: String) {
+        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        if sets.0.len() >= Self::GENERATION {
+            sets.1 = std::mem::take(&mut sets.0);
+        }
+        sets.0.insert(cid);
+    }
 }
 
 /// Every field within its cap ([`caps`]); `Err` names the first that is not.

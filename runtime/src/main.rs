@@ -49,6 +49,13 @@ enum Command {
     /// ProtocolState finalized for the epoch; exit 1 naming the first check
     /// that fails.
     Read(commands::read::Args),
+    /// A market's archives (CAR files a validator writes with --archive-dir).
+    #[command(subcommand)]
+    Archive(commands::archive::Command),
+    /// A read-only server of a market's finalized data (the consumers'
+    /// routes of a validator's API) over a store or archives: no Redis, no
+    /// pipeline, nothing of the market running.
+    Serve(commands::archive::ServeArgs),
     /// The collector nodes submit to: checks each submission's signer and
     /// deadline against ProtocolState and, given the active pools, that the
     /// slot was selected for that epoch and pool; answers Success or Failure,
@@ -131,6 +138,8 @@ fn main() -> ExitCode {
         Command::Assignments(a) => commands::assignments::run(&a, &env, &mut stdout()),
         Command::Finalized(a) => commands::finalized::run(&a, &env, &mut stdout()),
         Command::Read(a) => commands::read::run(&a, &env, &mut stdout()),
+        Command::Archive(c) => c.run(&env, &mut stdout()),
+        Command::Serve(a) => commands::archive::serve(&a, &env, &mut stdout()),
         Command::Collector(a) => commands::collector::run(a, &env),
         Command::PeerId(a) => commands::peer_id::run(&a, &mut stdout()),
         Command::Validator(a) => commands::validator::run(a, &env),

@@ -60,7 +60,14 @@ struct Api {
     tracker: Tracker,
     /// The validator's gossip peer, when it has one (its traffic on /metrics).
     gossip: Option<lite_node_gossip::Gossip>,
-    /// The finalized data this process keeps (the consumers' routes).
+}
+
+/// The consumers' routes' state: no Redis (a read-only server runs them
+/// over a store alone).
+#[derive(Clone)]
+struct DataApi {
+    market: Arc<Market>,
+    /// The finalized data this process keeps.
     store: Option<Arc<crate::store::Store>>,
     /// Days it keeps an epoch (what a refusal past retention says).
     retention_days: Option<u32>,
@@ -105,7 +112,11 @@ pub const MAX_STREAMS: usize = 1_024;
 /// The data routes' rate limit: a client past its rate gets 429 with a
 /// `Retry-After`. Served without the peer's address (a router used
 /// in-process), nothing is limited.
-async fn limit_data(State(api): State<Api>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+async fn limit_data(
+    State(api): State<DataApi>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     let client = request.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip());
     if let (Some(rates), Some(client)) = (&api.rates, client)
         && !rates.admit(client)
@@ -116,6 +127,32 @@ async fn limit_data(State(api): State<Api>, request: axum::extract::Request, nex
     next.run(request).await
 }
 
+/// The consumers' routes over `data` (`/data/…`, `/ipfs/…`), with the
+/// per-client rate limit; no Redis.
+pub fn data_router(market: Arc<Market>, data: Option<Data>) -> Router {
+    let rates = data.as_ref().and_then(|d| d.rate_per_client).map(|rate| {
+        let burst = rate.saturating_mul(std::num::NonZeroU32::new(2).expect("two"));
+        let quota = governor::Quota::per_second(rate).allow_burst(burst);
+        Arc::new(ClientRates { limiter: governor::RateLimiter::keyed(quota), calls: Default::default() })
+    });
+    let api = DataApi {
+        market,
+        store: data.as_ref().map(|d| d.store.clone()),
+        retention_days: data.as_ref().and_then(|d| d.retention_days),
+        rates,
+        streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+    };
+    Router::new()
+        .route("/data/last", get(data_last))
+        .route("/data/events", get(data_events))
+        .route("/data/range/{project}", get(data_range))
+        .route("/data/{epoch}", get(data_epoch))
+        .route("/data/{epoch}/{project}", get(data_bundle))
+        .route("/ipfs/{cid}", get(ipfs_block))
+        .route_layer(axum::middleware::from_fn_with_state(api.clone(), limit_data))
+        .with_state(api)
+}
+
 /// The API's routes.
 pub fn router(
     market: Arc<Market>,
@@ -124,31 +161,8 @@ pub fn router(
     data: Option<Data>,
 ) -> Router {
     let tracker = Tracker::new(market.clone(), conn.clone());
-    let rates = data.as_ref().and_then(|d| d.rate_per_client).map(|rate| {
-        let burst = rate.saturating_mul(std::num::NonZeroU32::new(2).expect("two"));
-        let quota = governor::Quota::per_second(rate).allow_burst(burst);
-        Arc::new(ClientRates { limiter: governor::RateLimiter::keyed(quota), calls: Default::default() })
-    });
-    let api = Api {
-        market,
-        conn,
-        tracker,
-        gossip,
-        store: data.as_ref().map(|d| d.store.clone()),
-        retention_days: data.as_ref().and_then(|d| d.retention_days),
-        rates,
-        streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
-    };
-    let data_routes = Router::new()
-        .route("/data/last", get(data_last))
-        .route("/data/events", get(data_events))
-        .route("/data/range/{project}", get(data_range))
-        .route("/data/{epoch}", get(data_epoch))
-        .route("/data/{epoch}/{project}", get(data_bundle))
-        .route("/ipfs/{cid}", get(ipfs_block))
-        .route_layer(axum::middleware::from_fn_with_state(api.clone(), limit_data));
+    let api = Api { market: market.clone(), conn, tracker, gossip };
     Router::new()
-        .merge(data_routes)
         .route("/epochs/active", get(active))
         .route("/epochs/gaps", get(gaps))
         .route("/epochs/{id}", get(epoch))
@@ -158,6 +172,19 @@ pub fn router(
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .with_state(api)
+        .merge(data_router(market, data))
+}
+
+/// Serves the consumers' routes alone over `data` on `listener` until
+/// `stop`: a read-only server (`lite-node serve`), no Redis, no pipeline.
+pub async fn serve_data(
+    market: Arc<Market>,
+    listener: tokio::net::TcpListener,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    data: Data,
+) -> std::io::Result<()> {
+    let app = data_router(market, Some(data)).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app).with_graceful_shutdown(stop).await
 }
 
 /// Serves the API on `listener` until `stop`, on a Redis connection of its
@@ -190,7 +217,7 @@ fn refused(status: StatusCode, why: String) -> (StatusCode, String) {
     (status, format!("{why}\n"))
 }
 
-fn the_store(api: &Api) -> Result<&Arc<crate::store::Store>, (StatusCode, String)> {
+fn the_store(api: &DataApi) -> Result<&Arc<crate::store::Store>, (StatusCode, String)> {
     api.store.as_ref().ok_or_else(|| refused(StatusCode::NOT_FOUND, "this process keeps no finalized data".into()))
 }
 
@@ -198,7 +225,7 @@ fn store_failed(e: crate::store::StoreError) -> (StatusCode, String) {
     refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
 }
 
-async fn data_last(State(api): State<Api>) -> Answer {
+async fn data_last(State(api): State<DataApi>) -> Answer {
     let store = the_store(&api)?;
     let Some(id) = store.last_epoch().map_err(store_failed)? else {
         return Err(refused(StatusCode::NOT_FOUND, "no epoch is finalized here yet".into()));
@@ -223,7 +250,7 @@ fn epoch_id_of(epoch: &str) -> Result<u64, (StatusCode, String)> {
 
 /// Why kept epoch `epoch_id` is not here: not finalized yet, past
 /// retention (410), or not finalized by this validator (404).
-fn not_here(api: &Api, store: &crate::store::Store, epoch_id: u64) -> (StatusCode, String) {
+fn not_here(api: &DataApi, store: &crate::store::Store, epoch_id: u64) -> (StatusCode, String) {
     let first = store.first_epoch().map_err(store_failed);
     let last = store.last_epoch().map_err(store_failed);
     let (first, last) = match (first, last) {
@@ -268,7 +295,7 @@ fn finalized_field(store: &crate::store::Store, meta: &crate::store::EpochMeta) 
 
 /// A project's bundle (`/data/{epoch}/{project}`, and each line of a range).
 fn bundle_json(
-    api: &Api,
+    api: &DataApi,
     project: &str,
     proved: &crate::store::Proved,
     finalized: Value,
@@ -297,7 +324,7 @@ fn bundle_json(
 }
 
 /// One project's snapshot at one epoch, with what proves it to the chain.
-async fn data_bundle(State(api): State<Api>, Path((epoch, project)): Path<(String, String)>) -> Answer {
+async fn data_bundle(State(api): State<DataApi>, Path((epoch, project)): Path<(String, String)>) -> Answer {
     let store = the_store(&api)?;
     let epoch_id = epoch_id_of(&epoch)?;
     let proved = match store.proved(epoch_id, &project).map_err(store_failed)? {
@@ -327,7 +354,11 @@ const RANGE_CHUNK: u64 = 256;
 /// cannot prove (not kept, the project not in it, its bytes not sent, its
 /// root not the chain's) is a line `{"epochId", "missing": why}` for the
 /// consumer to read elsewhere. No cap: read a chunk of epochs at a time.
-async fn data_range(State(api): State<Api>, Path(project): Path<String>, Query(range): Query<EpochRange>) -> Answer {
+async fn data_range(
+    State(api): State<DataApi>,
+    Path(project): Path<String>,
+    Query(range): Query<EpochRange>,
+) -> Answer {
     let store = the_store(&api)?.clone();
     if range.from > range.to {
         return Err(refused(StatusCode::BAD_REQUEST, format!("from {} is after to {}", range.from, range.to)));
@@ -381,7 +412,7 @@ const STREAM_CHUNK: usize = 256;
 /// many projects follow, and their multiproof), then one
 /// `{projectId, cid, snapshot}` line a project in project-id order. Read a
 /// chunk at a time from the store: memory stays flat at any epoch size.
-async fn data_epoch(State(api): State<Api>, Path(epoch): Path<String>, Query(page): Query<EpochPage>) -> Answer {
+async fn data_epoch(State(api): State<DataApi>, Path(epoch): Path<String>, Query(page): Query<EpochPage>) -> Answer {
     let store = the_store(&api)?.clone();
     let epoch_id = epoch_id_of(&epoch)?;
     if page.limit == Some(0) {
@@ -468,7 +499,11 @@ const EVENTS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 /// arriving late. An epoch the chain finalized with another root than this
 /// validator's is sent with `servedHere: false` (read it elsewhere); one the
 /// chain did not finalize is not sent.
-async fn data_events(State(api): State<Api>, headers: axum::http::HeaderMap, Query(from): Query<EventsFrom>) -> Answer {
+async fn data_events(
+    State(api): State<DataApi>,
+    headers: axum::http::HeaderMap,
+    Query(from): Query<EventsFrom>,
+) -> Answer {
     use axum::response::sse::{Event, KeepAlive, Sse};
     let store = the_store(&api)?.clone();
     let resumed = match headers.get("last-event-id") {
@@ -527,7 +562,7 @@ async fn data_events(State(api): State<Api>, headers: axum::http::HeaderMap, Que
 
 /// A snapshot's raw bytes by its CID, as an IPFS trustless gateway answers
 /// for a raw block: the client hashes them against the CID.
-async fn ipfs_block(State(api): State<Api>, Path(cid): Path<String>) -> Answer {
+async fn ipfs_block(State(api): State<DataApi>, Path(cid): Path<String>) -> Answer {
     let store = the_store(&api)?;
     if let Err(why) = lite_node_protocol::cid::check_canonical(&cid) {
         return Err(refused(StatusCode::BAD_REQUEST, format!("`{cid}` is {why}")));

@@ -23,6 +23,7 @@
 pub use lite_node_gossip as gossip;
 pub mod aggregator;
 pub mod api;
+pub mod archive;
 pub mod chain;
 pub mod consensus;
 pub mod dequeuer;

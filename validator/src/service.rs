@@ -131,8 +131,12 @@ pub struct Settings {
 }
 
 /// How the finalized data is kept and served (issue 54).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DataSettings {
+    /// Where each range of [`DataSettings::archive_epochs`] kept epochs is
+    /// written as a CAR once complete (`None`: no archives).
+    pub archive_dir: Option<PathBuf>,
+    pub archive_epochs: u64,
     /// Days an epoch is kept once finalized (`None`: for good).
     pub retention_days: Option<u32>,
     /// Requests a second one client (IP address) may make of the data
@@ -142,10 +146,17 @@ pub struct DataSettings {
 
 impl Default for DataSettings {
     fn default() -> Self {
-        Self { retention_days: Some(RETENTION_DAYS), rate_per_client: std::num::NonZeroU32::new(DATA_RATE) }
+        Self {
+            archive_dir: None,
+            archive_epochs: ARCHIVE_EPOCHS,
+            retention_days: Some(RETENTION_DAYS),
+            rate_per_client: std::num::NonZeroU32::new(DATA_RATE),
+        }
     }
 }
 
+/// Epochs an archive file holds by default (a day of two-minute epochs).
+pub const ARCHIVE_EPOCHS: u64 = 720;
 /// Days a validator keeps a finalized epoch by default.
 pub const RETENTION_DAYS: u32 = 30;
 /// Data requests a second per client by default.
@@ -559,9 +570,9 @@ async fn run_locked(
         };
         let api = crate::api::serve_with_store(m, c, listener, stop, gossip_peer, Some(data));
         tasks.spawn(async move { api.await.context("the monitor API stopped") });
-        let (m, c, stop, retention) = (market.clone(), conn.clone(), stopped(), settings.data.retention_days);
+        let (m, c, stop, data) = (market.clone(), conn.clone(), stopped(), settings.data.clone());
         tasks.spawn(async move {
-            crate::store::archive(store, m, c, retention, stop).await;
+            crate::store::archive(store, m, c, data, stop).await;
             Ok(())
         });
     }

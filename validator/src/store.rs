@@ -520,6 +520,13 @@ impl Store {
         Ok(Some((through, self.drop_through(through)?)))
     }
 
+    /// The kept epochs of `range`, in order.
+    pub fn epoch_ids(&self, range: std::ops::RangeInclusive<u64>) -> Result<Vec<u64>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let epochs = txn.open_table(EPOCHS).map_err(failed)?;
+        epochs.range(range).map_err(failed)?.map(|row| row.map(|(e, _)| e.value()).map_err(failed)).collect()
+    }
+
     /// The oldest epoch kept.
     pub fn first_epoch(&self) -> Result<Option<u64>, StoreError> {
         let txn = self.db.begin_read().map_err(failed)?;
@@ -633,9 +640,15 @@ pub async fn archive(
     store: Arc<Store>,
     market: Arc<Market>,
     conn: ConnectionManager,
-    retention_days: Option<u32>,
+    data: crate::service::DataSettings,
     stop: impl std::future::Future<Output = ()>,
 ) {
+    let retention_days = data.retention_days;
+    let of = crate::archive::MarketOf {
+        chain_id: market.chain_id,
+        protocol_state: market.scope.protocol_state.to_string(),
+        data_market: market.scope.data_market.to_string(),
+    };
     let mut retention = tokio::time::interval(RETAIN_EVERY);
     retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tick = tokio::time::interval(ARCHIVE_EVERY);
@@ -647,8 +660,25 @@ pub async fn archive(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = retention.tick(), if retention_days.is_some() => {
-                let days = retention_days.unwrap_or(u32::MAX);
+            _ = retention.tick(), if retention_days.is_some() || data.archive_dir.is_some() => {
+                // Archives first: a range is written before retention drops it.
+                if let Some(dir) = data.archive_dir.clone() {
+                    let (keeping, of, every) = (store.clone(), of.clone(), data.archive_epochs);
+                    let written = tokio::task::spawn_blocking(move || crate::archive::write_due(&keeping, &of, every, &dir)).await;
+                    match written {
+                        Ok(Ok(written)) => {
+                            for w in written {
+                                tracing::info!(
+                                    "archive {}: {} epoch(s), {} snapshot(s), {} bytes",
+                                    w.path.display(), w.epochs, w.blocks, w.bytes
+                                );
+                            }
+                        }
+                        Ok(Err(e)) => tracing::warn!("archives: {e}"),
+                        Err(e) => tracing::warn!("archives: {e}"),
+                    }
+                }
+                let Some(days) = retention_days else { continue };
                 let keeping = store.clone();
                 let dropped = tokio::task::spawn_blocking(move || keeping.retain(days)).await;
                 match dropped {

@@ -6,6 +6,7 @@
 //! own tokio runtime; the others a current-thread one when they need one.
 
 pub mod alert;
+pub mod archive;
 pub mod assignments;
 pub mod check;
 pub mod collector;

@@ -113,6 +113,17 @@ pub struct Args {
     /// (`/data`, `/ipfs`), twice that in a burst; past it, 429. 0: no limit.
     #[arg(long, value_name = "N", default_value_t = lite_node_validator::service::DATA_RATE)]
     pub data_rate: u32,
+    /// Write each range of --archive-epochs finalized epochs to this
+    /// directory as a CAR file (every snapshot, each epoch's tree and where
+    /// the chain finalized it) once the range is complete: archives that
+    /// outlive this validator (`lite-node archive restore`, `lite-node serve
+    /// --archive`).
+    #[arg(long, value_name = "DIR")]
+    pub archive_dir: Option<PathBuf>,
+    /// Epochs an archive file holds (set it to the market's epochs per day).
+    #[arg(long, value_name = "N", default_value_t = lite_node_validator::service::ARCHIVE_EPOCHS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub archive_epochs: u64,
     /// Anchor blocks the chosen submitter of an epoch's batch has before the
     /// next validator in turn submits it (with VALIDATOR_SIGNER_PRIVATE_KEY).
     #[arg(long, value_name = "BLOCKS", default_value_t = lite_node_validator::onchain::FALLBACK_BLOCKS)]
@@ -166,6 +177,8 @@ pub fn run(o: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
             None => None,
         },
         data: DataSettings {
+            archive_dir: o.archive_dir,
+            archive_epochs: o.archive_epochs,
             retention_days: (o.retention_days > 0).then_some(o.retention_days),
             rate_per_client: std::num::NonZeroU32::new(o.data_rate),
         },

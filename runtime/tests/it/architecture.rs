@@ -249,8 +249,8 @@ fn every_spawn_is_supervised_or_owned_by_its_caller() {
         ),
         (
             "validator/src/store.rs",
-            3,
-            "an epoch's commit, its outcome on chain and retention off the async threads, each awaited",
+            4,
+            "an epoch's commit, its outcome on chain, archives and retention off the async threads, each awaited",
         ),
         ("validator/src/aggregator.rs", 3, "the component's loops, in a task set it awaits"),
         ("validator/src/dequeuer.rs", 3, "the component's loops, in a task set it awaits"),

@@ -297,3 +297,154 @@ fn the_javascript_verifier_computes_the_nodes_canonical_json_and_cid() {
         assert_eq!(got[i][1], case["cid"], "{}", case["name"]);
     }
 }
+
+/// Archives outlive the market's servers: a validator's store written as a
+/// CAR by its archive job, every market service stopped (only the archive
+/// and the anchor RPC are left), a new read-only server restored from it,
+/// and a consumer verifies what it serves down to the root on chain. A
+/// changed byte, a truncated file or another market's archive is refused,
+/// naming the file and what is wrong.
+#[test]
+fn an_archive_restores_a_new_server_whose_bundles_verify_with_every_market_service_stopped() {
+    let world = World::load();
+    world.register_validators(2);
+    let snapshot = |e: u64, i: u64| format!(r#"{{"epoch":{e},"pool":{i}}}"#);
+    let pairs_of = |e: u64| -> Vec<(String, String)> {
+        (0..3)
+            .map(|i| (format!("baseSnapshot:0xpool{i}:devnet"), lite_node_protocol::cid(snapshot(e, i).as_bytes())))
+            .collect()
+    };
+    world.release_epoch_with_id(6);
+    let root5 = world.submit_batch(5, "bafy-batch-5", &pairs_of(5));
+    world.attest_as(1, 5, "bafy-batch-5", root5);
+    let dir = tempfile::tempdir().unwrap();
+    let of = lite_node_validator::archive::MarketOf {
+        chain_id: world.manifest.chain_id,
+        protocol_state: world.manifest.protocol_state.clone(),
+        data_market: world.manifest.data_market.clone(),
+    };
+    let archives = dir.path().join("archives");
+    {
+        // The validator's store, and its archive job's round: epochs 1–5 are
+        // a complete range of 5 once epoch 6 is kept.
+        let store = Store::open(&dir.path().join("finalized.redb")).unwrap();
+        for e in [5, 6] {
+            let bytes: BTreeMap<String, Vec<u8>> = (0..3)
+                .map(|i| (lite_node_protocol::cid(snapshot(e, i).as_bytes()), snapshot(e, i).into_bytes()))
+                .collect();
+            let pairs = pairs_of(e);
+            let tree =
+                lite_node_protocol::merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
+            let epoch = FinalizedEpoch {
+                epoch_id: e,
+                root: tree.root().to_string(),
+                batch_cid: format!("bafy-batch-{e}"),
+                pairs,
+                finalized_at: 1,
+                without_bytes: Vec::new(),
+            };
+            store.put_epoch(&epoch, &bytes).unwrap();
+        }
+        let on_chain = lite_node_validator::store::OnChain {
+            finalized: true,
+            block: Some(42),
+            tx: Some(format!("0x{:064x}", 7)),
+            root: Some(alloy::primitives::B256::from(root5).to_string()),
+        };
+        store.settle(5, &on_chain).unwrap();
+        let written = lite_node_validator::archive::write_due(&store, &of, 5, &archives).unwrap();
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert_eq!(written[0].path, archives.join("epochs-1-5.car"));
+        assert_eq!((written[0].epochs, written[0].blocks), (1, 3));
+        assert!(lite_node_validator::archive::write_due(&store, &of, 5, &archives).unwrap().is_empty(), "once");
+        // The validator and its store are gone from here on.
+    }
+
+    let node = Node::new()
+        .env("POWERLOOM_RPC_URL", world.url())
+        .env("PROTOCOL_STATE_CONTRACT", world.manifest.protocol_state.clone())
+        .env("DATA_MARKET_CONTRACT", world.manifest.data_market.clone());
+    let chain_id = world.manifest.chain_id.to_string();
+    let fresh = dir.path().join("server.redb");
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .args(["serve", "--store", fresh.to_str().unwrap(), "--archive", archives.to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0", "--chain-id", &chain_id])
+        .args(["--protocol-state", &world.manifest.protocol_state, "--data-market", &world.manifest.data_market])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = server.stdout.take().unwrap();
+    let (lines, read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    let base = loop {
+        let line = read.recv_timeout(std::time::Duration::from_secs(30)).expect("serve says where it listens");
+        if let Some(url) = line.split(" on ").last().filter(|u| u.starts_with("http://")) {
+            said.push(line.clone());
+            break url.to_owned();
+        }
+        said.push(line);
+    };
+    assert!(said.iter().any(|l| l.contains("epochs-1-5.car: 1 epoch(s) restored")), "{said:?}");
+    assert!(said.last().unwrap().contains("(epochs 5 to 5)"), "{said:?}");
+    let project = &pairs_of(5)[1].0;
+    let run = node.run(&["read", "--api", &base, "--epoch", "5", "--project", project]);
+    run.assert_ok();
+    assert_eq!(run.stdout, format!("{}\n", snapshot(5, 1)));
+    let run = node.run(&["read", "--api", &base, "--epoch", "5"]);
+    run.assert_ok();
+    assert_eq!(run.stdout.lines().count(), 3, "{}", run.stdout);
+    let bundle: Value = runtime_get(&format!("{base}/data/5/{project}"));
+    assert_eq!(bundle["finalized"], serde_json::json!({"block": 42, "tx": format!("0x{:064x}", 7)}));
+    let _ = server.kill();
+    let _ = server.wait();
+
+    // `archive restore`: once, then kept already; broken or foreign
+    // archives are refused naming the file.
+    let other = dir.path().join("other.redb");
+    let restore = |car: &std::path::Path, market: &str| {
+        node.run(&[
+            "archive",
+            "restore",
+            "--store",
+            other.to_str().unwrap(),
+            car.to_str().unwrap(),
+            "--chain-id",
+            &chain_id,
+            "--data-market",
+            market,
+        ])
+    };
+    let car = archives.join("epochs-1-5.car");
+    let run = restore(&car, &world.manifest.data_market);
+    run.assert_ok();
+    assert!(run.stdout.contains("1 epoch(s) restored (0 kept already), 3 snapshot(s)"), "{}", run.stdout);
+    let run = restore(&car, &world.manifest.data_market);
+    assert!(run.stdout.contains("0 epoch(s) restored (1 kept already)"), "{}", run.stdout);
+    let original = std::fs::read(&car).unwrap();
+    let bad = dir.path().join("bad.car");
+    let mut changed = original.clone();
+    let at = changed.windows(6).position(|w| w == b"\"pool\"").unwrap();
+    changed[at + 1] = b'P';
+    std::fs::write(&bad, &changed).unwrap();
+    let run = restore(&bad, &world.manifest.data_market);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("bad.car") && run.stderr.contains("do not hash to its CID"), "{}", run.stderr);
+    std::fs::write(&bad, &original[..original.len() - 40]).unwrap();
+    let run = restore(&bad, &world.manifest.data_market);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("bad.car"), "{}", run.stderr);
+    let run = restore(&car, "0x00000000000000000000000000000000000000aa");
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("an archive of market") && run.stderr.contains("not this one's"), "{}", run.stderr);
+}
+
+fn runtime_get(url: &str) -> Value {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async { reqwest::get(url).await.unwrap().json().await.unwrap() })
+}

@@ -56,7 +56,7 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
     };
     let node = Node::new();
     let mut missing = Vec::new();
-    let commands: [(&[&str], String); 32] = [
+    let commands: [(&[&str], String); 34] = [
         (&["devnet"], table(&devnet, "| option | meaning (default) |")),
         (&["validator"], section(&validator, "## Running a validator")),
         (&["run"], row("run")),
@@ -65,6 +65,8 @@ fn every_flag_of_every_command_is_in_the_docs_where_that_command_is_documented()
         (&["peer-id"], row("peer-id")),
         (&["finalized"], row("finalized")),
         (&["read"], row("read")),
+        (&["serve"], row("serve")),
+        (&["archive", "restore"], row("archive restore")),
         (&["assignments"], row("assignments")),
         (&["alert", "test"], row("alert test")),
         (&["compute", "fetch"], row("compute fetch")),
