@@ -62,6 +62,12 @@ pub struct Args {
     /// Keep reading each epoch as it is finalized, until stopped.
     #[arg(long)]
     pub follow: bool,
+    /// Compute the snapshot again here, with the market's pinned compute
+    /// package from the source chain (the node's settings: the package,
+    /// projects.json, SOURCE_RPC_URL), and check the bytes are the ones
+    /// served (with --epoch and --project).
+    #[arg(long, requires_all = ["epoch", "project"])]
+    pub replay: bool,
     /// The market, and the anchor where the root is checked.
     #[command(flatten)]
     pub market: super::ReaderArgs,
@@ -105,6 +111,22 @@ pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
         match (q.epoch, q.project.as_deref()) {
             (Some(epoch), Some(project)) => {
                 let (checked, server, root) = reader.one(epoch, project).await?;
+                if q.replay {
+                    // 6. The bytes are what the market's package computes.
+                    let cfg = crate::config::ComputeRunConfig::from_env(env)?;
+                    let again = super::compute::run::replay(cfg, epoch, project).await?;
+                    if again != checked.snapshot.as_bytes() {
+                        bail!(
+                            "check `replay` failed: the market's compute package computes {} ({} bytes) for {project} \
+                             at epoch {epoch}, not the {} ({} bytes) finalized",
+                            lite_node_protocol::cid(&again),
+                            again.len(),
+                            checked.cid,
+                            checked.snapshot.len()
+                        );
+                    }
+                    eprintln!("replayed: the market's compute package computes the same {} bytes", again.len());
+                }
                 out.write_all(checked.snapshot.as_bytes())?;
                 writeln!(out)?;
                 eprintln!(

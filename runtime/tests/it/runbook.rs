@@ -58,7 +58,7 @@ fn run(node: &Node, steps: &[(usize, &str)]) -> String {
     let root = lite_node_testkit::workspace_root();
     let doc = std::fs::read_to_string(root.join("docs/launch-a-market.md")).unwrap();
     let blocks: Vec<&str> = doc.split("```sh\n").skip(1).map(|b| b.split("```").next().unwrap()).collect();
-    assert!(blocks.len() >= 12, "the runbook's steps: {}", blocks.len());
+    assert!(blocks.len() >= 13, "the runbook's steps: {}", blocks.len());
     // The first block is the prerequisites a newcomer on a fresh clone needs:
     // the git-ignored world, and lite-node when it is not on PATH.
     assert!(
@@ -131,7 +131,9 @@ fn run(node: &Node, steps: &[(usize, &str)]) -> String {
         out.contains("verified against the root on chain: here, and by ProtocolState.verifyFinalizedCid (true)"),
         "{out}"
     );
-    // Step 10: the consumer read the data itself, verified to the root.
+    // Step 10: the consumer read the data itself, verified to the root,
+    // and computed it again with the market's package: the same bytes.
+    assert!(out.contains("replayed: the market's compute package computes the same"), "{out}");
     assert!(out.contains("verified: ") && out.contains(" bytes → bafk"), "one snapshot read and verified:\n{out}");
     assert!(out.contains("project(s): bytes → CID (sha256, canonical JSON) → multiproof → root"), "{out}");
     let snapshot = read("snapshot.json");

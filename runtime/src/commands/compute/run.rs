@@ -309,3 +309,114 @@ async fn epoch(cfg: ComputeRunConfig, query: &Args, out: &mut dyn Write) -> Resu
         out,
     )
 }
+
+/// `lite-node read --replay`: the snapshot of `project_id` at `epoch_id`
+/// computed again here — the market's pinned package (`cfg`'s), the epoch's
+/// source blocks as released on the anchor, previous snapshots as finalized
+/// at its release block, only the project's own data source — as canonical
+/// bytes.
+pub async fn replay(cfg: ComputeRunConfig, epoch_id: u64, project_id: &str) -> Result<Vec<u8>> {
+    let (project_type, rest) = project_id
+        .split_once(':')
+        .ok_or_else(|| BadInput(format!("`{project_id}` is not a project id (type:source:namespace)")))?;
+    let source = rest.rsplit_once(':').map_or("", |(source, _)| source).to_owned();
+    let (projects, package) = {
+        let cfg = cfg.clone();
+        tokio::task::spawn_blocking(move || -> Result<_> {
+            let projects = compute::load_projects(&cfg.projects, &cfg.compute.data_dir)?;
+            let package = compute::load(&cfg.compute)?;
+            Ok((projects, package))
+        })
+        .await
+        .context("loading the compute package")??
+    };
+    let market = Projects::declared(
+        cfg.namespace.clone(),
+        projects.projects.iter().map(|p| (p.project_type.clone(), p.per_pool)),
+    );
+    let pools = super::report::market_pools(&projects.projects);
+    let processors =
+        compute::processors(&package, projects.projects.into_iter().filter(|p| p.project_type == project_type))
+            .map_err(BadInput)?;
+    let package = Arc::new(package);
+    if processors.is_empty() {
+        return Err(BadInput(format!(
+            "projects.json has no project of type `{project_type}` to replay `{project_id}`"
+        ))
+        .into());
+    }
+    let chains = Chains::connect(&cfg.chains()).map_err(|e| anyhow!(e))?;
+    let (source_rpc, anchor) = (chains.source.clone(), chains.anchor.clone());
+    let anchor = anchor.ok_or_else(|| BadInput("--replay reads the epoch's release: set POWERLOOM_RPC_URL".into()))?;
+    let release = anchor
+        .epoch_release(epoch_id, 0)
+        .await
+        .map_err(|e| anyhow!("looking up epoch {epoch_id}'s release on the anchor chain: {e}"))?
+        .ok_or_else(|| BadInput(format!("epoch {epoch_id} was not released on the anchor chain")))?;
+    let total_slots = anchor.total_slots_at(release.block_number).await.unwrap_or(1).max(1);
+    // As the slot the market's selection assigned the project's pool that
+    // epoch computed it (a project of no pool: as any slot).
+    let slot_id = if !source.is_empty() && source.split('_').all(lite_node_protocol::is_address) {
+        let check = SelectionCheck::new(source_rpc.clone(), pools, package.clone(), market)
+            .map_err(|why| anyhow!("the market's selection cannot run here: {why}"))?;
+        let full_nodes = anchor.full_nodes_at(release.block_number).await.unwrap_or_default();
+        let assigned = check
+            .assign(epoch_id, release.begin, release.end, total_slots, full_nodes.into_iter().collect())
+            .await
+            .map_err(|e| anyhow!("the market's selection for epoch {epoch_id}: {e}"))?;
+        let wanted = source.to_ascii_lowercase();
+        assigned
+            .selected
+            .iter()
+            .find(|(_, pool)| pool.to_string().to_ascii_lowercase() == wanted)
+            .map(|(slot, _)| *slot)
+            .ok_or_else(|| anyhow!("no slot was selected for pool {source} at epoch {epoch_id}: nothing to replay"))?
+    } else {
+        1
+    };
+    let mut executor = LocalExecutor::new(
+        processors,
+        cfg.watch.max_concurrent_computes,
+        cfg.watch.compute_timeout,
+        Some(source_rpc.clone() as Arc<dyn RpcEndpoint>),
+        Some(anchor.shared_rpc() as Arc<dyn RpcEndpoint>),
+    );
+    if let Some((_, protocol_state, data_market)) = &cfg.anchor {
+        executor = executor.with_finalized(FinalizedReads {
+            protocol_state: *protocol_state,
+            data_market: *data_market,
+            namespace: cfg.namespace.clone(),
+        });
+    }
+    let blocks = if executor.needs_block_details() {
+        preload::block_details(&source_rpc, release.begin, release.end)
+            .await
+            .map_err(|e| anyhow!("preloading block details: {e}"))?
+    } else {
+        Vec::new()
+    };
+    let task = Task {
+        epoch_id,
+        begin: release.begin,
+        end: release.end,
+        day_id: 1,
+        slot_id,
+        total_slots,
+        anchor_block: release.block_number,
+        namespace: cfg.namespace.clone(),
+        project_type: project_type.to_owned(),
+        deadline: u64::MAX,
+        sources: None,
+    };
+    let results: Vec<ComputeResult> = executor.execute(vec![task], blocks.into()).collect().await;
+    for result in &results {
+        for (data_source, text) in &result.snapshots {
+            if lite_node_protocol::project_id(project_type, data_source, &cfg.namespace) == project_id {
+                return lite_node_protocol::canonical_json(text)
+                    .map_err(|e| anyhow!("the replayed snapshot of `{project_id}` is not JSON: {e}"));
+            }
+        }
+    }
+    let why = results.iter().map(|r| format!("{:?}", r.kind)).collect::<Vec<_>>().join(", ");
+    Err(anyhow!("the package computed no snapshot of `{project_id}` for epoch {epoch_id} ({why})"))
+}
