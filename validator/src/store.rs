@@ -31,10 +31,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::Market;
 
-/// CID → snapshot bytes.
-const BLOCKS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("blocks");
-/// CID → the epochs holding it.
-const REFS: TableDefinition<'_, &str, u64> = TableDefinition::new("refs");
+/// Block number → snapshot bytes.
+const BLOCKS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("blocks");
+/// CID → (its block's number in `BLOCKS`, how many kept epochs hold it).
+/// Blocks are numbered in the order they come, so `BLOCKS` only ever grows
+/// at its end (a B-tree of random keys would be rewritten by every commit
+/// and keep its old pages: several times the snapshots' size on disk);
+/// only this small index takes keys at random.
+const CIDS: TableDefinition<'_, &str, (u64, u64)> = TableDefinition::new("cids");
 /// Epoch id → its [`EpochMeta`] (JSON): small, whatever the epoch's size.
 const EPOCHS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("epochs");
 /// (epoch id, project id) → (the project's leaf index, its CID): in key
@@ -54,7 +58,7 @@ const AWAITING: TableDefinition<'_, u64, u64> = TableDefinition::new("awaiting")
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 
 /// The layout's version: a file of another is refused, naming it.
-const FORMAT: u64 = 2;
+const FORMAT: u64 = 3;
 
 /// What the chain made of a kept epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +172,17 @@ fn node_in(nodes: &impl ReadableTable<(u64, u32), &'static [u8]>, epoch_id: u64,
     B256::try_from(node.value()).map_err(|_| failed(format!("epoch {epoch_id}: node {j} is not 32 bytes")))
 }
 
+/// The bytes of `cid`, if kept, read in a transaction's view.
+fn bytes_in(
+    index: &impl ReadableTable<&'static str, (u64, u64)>,
+    blocks: &impl ReadableTable<u64, &'static [u8]>,
+    cid: &str,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let Some(entry) = index.get(cid).map_err(failed)? else { return Ok(None) };
+    let (number, _) = entry.value();
+    Ok(blocks.get(number).map_err(failed)?.map(|b| b.value().to_vec()))
+}
+
 fn meta_in(epochs: &impl ReadableTable<u64, &'static [u8]>, epoch_id: u64) -> Result<Option<EpochMeta>, StoreError> {
     let Some(record) = epochs.get(epoch_id).map_err(failed)? else { return Ok(None) };
     serde_json::from_slice(record.value()).map(Some).map_err(failed)
@@ -189,24 +204,28 @@ fn put_in(
         return Ok(false);
     }
     let mut blocks = txn.open_table(BLOCKS).map_err(failed)?;
-    let mut refs = txn.open_table(REFS).map_err(failed)?;
+    let mut index = txn.open_table(CIDS).map_err(failed)?;
+    let mut meta_table = txn.open_table(META).map_err(failed)?;
+    let mut next = meta_table.get("next_block").map_err(failed)?.map_or(0, |n| n.value());
     let mut without_bytes = Vec::new();
     let cids: std::collections::BTreeSet<&str> = epoch.pairs.iter().map(|(_, cid)| cid.as_str()).collect();
     for cid in cids {
-        let held = refs.get(cid).map_err(failed)?.map(|n| n.value());
+        let held = index.get(cid).map_err(failed)?.map(|n| n.value());
         match held {
-            Some(n) => {
-                refs.insert(cid, n + 1).map_err(failed)?;
+            Some((number, n)) => {
+                index.insert(cid, (number, n + 1)).map_err(failed)?;
             }
             None => match bytes.get(cid) {
                 Some(b) if lite_node_protocol::cid::cid(b) == cid => {
-                    blocks.insert(cid, b.as_slice()).map_err(failed)?;
-                    refs.insert(cid, 1).map_err(failed)?;
+                    blocks.insert(next, b.as_slice()).map_err(failed)?;
+                    index.insert(cid, (next, 1)).map_err(failed)?;
+                    next += 1;
                 }
                 _ => without_bytes.push(cid.to_owned()),
             },
         }
     }
+    meta_table.insert("next_block", next).map_err(failed)?;
     let mut pairs = txn.open_table(PAIRS).map_err(failed)?;
     for (i, (project, cid)) in sorted.iter().enumerate() {
         let i = u32::try_from(i).map_err(failed)?;
@@ -261,7 +280,7 @@ impl Store {
             }
         }
         txn.open_table(BLOCKS).map_err(|e| open(e.to_string()))?;
-        txn.open_table(REFS).map_err(|e| open(e.to_string()))?;
+        txn.open_table(CIDS).map_err(|e| open(e.to_string()))?;
         txn.open_table(PAIRS).map_err(|e| open(e.to_string()))?;
         txn.open_table(NODES).map_err(|e| open(e.to_string()))?;
         txn.open_table(CHAIN).map_err(|e| open(e.to_string()))?;
@@ -341,8 +360,8 @@ impl Store {
         let leaves = usize::try_from(meta.projects).map_err(failed)?;
         let proof = lite_node_protocol::merkle::proof_of(leaves, index as usize, |j| node_in(&nodes, epoch_id, j))?
             .unwrap_or_default();
-        let bytes =
-            txn.open_table(BLOCKS).map_err(failed)?.get(cid.as_str()).map_err(failed)?.map(|b| b.value().to_vec());
+        let (index, blocks) = (txn.open_table(CIDS).map_err(failed)?, txn.open_table(BLOCKS).map_err(failed)?);
+        let bytes = bytes_in(&index, &blocks, &cid)?;
         Ok(Some(Ok(Proved { meta, cid, bytes, proof })))
     }
 
@@ -353,6 +372,7 @@ impl Store {
         let txn = self.db.begin_read().map_err(failed)?;
         let (epochs, pairs) = (txn.open_table(EPOCHS).map_err(failed)?, txn.open_table(PAIRS).map_err(failed)?);
         let (nodes, blocks) = (txn.open_table(NODES).map_err(failed)?, txn.open_table(BLOCKS).map_err(failed)?);
+        let numbers = txn.open_table(CIDS).map_err(failed)?;
         let mut out = Vec::new();
         let last = to.min(from.saturating_add(limit.saturating_sub(1)));
         for row in epochs.range(from..=last).map_err(failed)? {
@@ -364,7 +384,7 @@ impl Store {
             let leaves = usize::try_from(meta.projects).map_err(failed)?;
             let proof = lite_node_protocol::merkle::proof_of(leaves, index as usize, |j| node_in(&nodes, epoch_id, j))?
                 .unwrap_or_default();
-            let bytes = blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec());
+            let bytes = bytes_in(&numbers, &blocks, cid)?;
             out.push(Proved { meta, cid: cid.to_owned(), bytes, proof });
         }
         Ok(out)
@@ -382,6 +402,7 @@ impl Store {
     ) -> Result<(usize, Vec<(String, String, Option<Vec<u8>>)>), StoreError> {
         let txn = self.db.begin_read().map_err(failed)?;
         let (pairs, blocks) = (txn.open_table(PAIRS).map_err(failed)?, txn.open_table(BLOCKS).map_err(failed)?);
+        let cids = txn.open_table(CIDS).map_err(failed)?;
         let rows = match after {
             Some(after) => pairs.range((epoch_id, after)..(epoch_id + 1, "")).map_err(failed)?,
             None => pairs.range((epoch_id, "")..(epoch_id + 1, "")).map_err(failed)?,
@@ -399,7 +420,7 @@ impl Store {
             }
             let (index, cid) = v.value();
             first.get_or_insert(index as usize);
-            let bytes = blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec());
+            let bytes = bytes_in(&cids, &blocks, cid)?;
             out.push((project.to_owned(), cid.to_owned(), bytes));
         }
         Ok((first.unwrap_or(0), out))
@@ -421,8 +442,8 @@ impl Store {
     /// The snapshot bytes of `cid`, if kept.
     pub fn block(&self, cid: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let txn = self.db.begin_read().map_err(failed)?;
-        let blocks = txn.open_table(BLOCKS).map_err(failed)?;
-        Ok(blocks.get(cid).map_err(failed)?.map(|b| b.value().to_vec()))
+        let (index, blocks) = (txn.open_table(CIDS).map_err(failed)?, txn.open_table(BLOCKS).map_err(failed)?);
+        bytes_in(&index, &blocks, cid)
     }
 
     /// The kept epochs whose chain outcome is not known yet, with when each
@@ -551,7 +572,7 @@ impl Store {
             let mut epochs = txn.open_table(EPOCHS).map_err(failed)?;
             let mut pairs = txn.open_table(PAIRS).map_err(failed)?;
             let mut blocks = txn.open_table(BLOCKS).map_err(failed)?;
-            let mut refs = txn.open_table(REFS).map_err(failed)?;
+            let mut index = txn.open_table(CIDS).map_err(failed)?;
             let old: Vec<u64> = epochs
                 .range(..=epoch_id)
                 .map_err(failed)?
@@ -564,13 +585,15 @@ impl Store {
                     .map(|row| row.map(|(_, v)| v.value().1.to_owned()).map_err(failed))
                     .collect::<Result<_, _>>()?;
                 for cid in &cids {
-                    let Some(n) = refs.get(cid.as_str()).map_err(failed)?.map(|n| n.value()) else { continue };
+                    let Some((number, n)) = index.get(cid.as_str()).map_err(failed)?.map(|n| n.value()) else {
+                        continue;
+                    };
                     if n > 1 {
-                        refs.insert(cid.as_str(), n - 1).map_err(failed)?;
+                        index.insert(cid.as_str(), (number, n - 1)).map_err(failed)?;
                         continue;
                     }
-                    refs.remove(cid.as_str()).map_err(failed)?;
-                    if let Some(b) = blocks.remove(cid.as_str()).map_err(failed)? {
+                    index.remove(cid.as_str()).map_err(failed)?;
+                    if let Some(b) = blocks.remove(number).map_err(failed)? {
                         dropped.blocks += 1;
                         dropped.bytes += b.value().len() as u64;
                     }
