@@ -70,6 +70,10 @@ pub struct EpochCheck {
     last_project: Option<String>,
 }
 
+/// The most projects a whole-epoch bundle may name: a hostile server's
+/// endless epoch stops here.
+pub const MAX_EPOCH_PROJECTS: u64 = 1 << 20;
+
 /// One project of a whole-epoch bundle whose checks 1–3 hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckedLine {
@@ -101,8 +105,13 @@ impl EpochCheck {
             .map_err(|_| failed("Merkle proof", format!("root `{}` is not a 32-byte hash", text("root"))))?;
         let expected = header["projects"]
             .as_u64()
-            .ok_or_else(|| failed("what was asked", "the header does not say how many projects follow".into()))?
-            as usize;
+            .ok_or_else(|| failed("what was asked", "the header does not say how many projects follow".into()))?;
+        if expected > MAX_EPOCH_PROJECTS {
+            let why =
+                format!("the header names {expected} projects, more than an epoch has ({MAX_EPOCH_PROJECTS} at most)");
+            return Err(failed("what was asked", why));
+        }
+        let expected = expected as usize;
         let hashes = |field: &str| -> Option<Vec<B256>> {
             header["multiproof"][field].as_array()?.iter().map(|h| h.as_str()?.parse().ok()).collect()
         };

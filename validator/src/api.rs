@@ -348,9 +348,9 @@ struct EpochRange {
 /// Epochs read from the store at a time while a range streams.
 const RANGE_CHUNK: u64 = 256;
 
-/// One project over an epoch range, streamed as NDJSON: one bundle a line
-/// (as `/data/{epoch}/{project}` answers it) for each kept epoch of
-/// `from..=to` that has the project, in epoch order; an epoch this server
+/// One project over an epoch range (cut to the epochs kept here), streamed
+/// as NDJSON: one bundle a line (as `/data/{epoch}/{project}` answers it)
+/// for each kept epoch of `from..=to` that has the project, in epoch order; an epoch this server
 /// cannot prove (not kept, the project not in it, its bytes not sent, its
 /// root not the chain's) is a line `{"epochId", "missing": why}` for the
 /// consumer to read elsewhere. No cap: read a chunk of epochs at a time.
@@ -362,6 +362,17 @@ async fn data_range(
     let store = the_store(&api)?.clone();
     if range.from > range.to {
         return Err(refused(StatusCode::BAD_REQUEST, format!("from {} is after to {}", range.from, range.to)));
+    }
+    // Only what is kept here is answered for, missing lines included: a range
+    // asked of epochs 0 to 2⁶⁴ is the kept ones, not an endless stream.
+    let (first, last) = (store.first_epoch().map_err(store_failed)?, store.last_epoch().map_err(store_failed)?);
+    let (Some(first), Some(last)) = (first, last) else {
+        return Err(refused(StatusCode::NOT_FOUND, "no epoch is finalized here yet".into()));
+    };
+    let range = EpochRange { from: range.from.max(first), to: range.to.min(last) };
+    if range.from > range.to {
+        let why = format!("no epoch of that range is kept here (it keeps epochs {first} to {last})");
+        return Err(refused(StatusCode::NOT_FOUND, why));
     }
     let api2 = api.clone();
     let chunks = (range.from..=range.to).step_by(RANGE_CHUNK as usize);

@@ -314,8 +314,8 @@ async fn an_epoch_streams_whole_or_a_page_at_a_time_and_a_range_proves_each_epoc
     assert_eq!(reqwest::get(format!("{base}/data/10?limit=0")).await.unwrap().status(), 400);
 
     // A range of project 5 over epochs 8–12: epoch 10 has it and its
-    // bundle's proof checks; 12 is kept without it, the others not at all:
-    // each named missing.
+    // bundle's proof checks; 12 is kept without it, 11 not at all: each
+    // named missing; 8 and 9, before anything kept here, are not answered.
     let (e12, bytes12) = epoch(12);
     store.put_epoch(&e12, &bytes12).unwrap();
     let r = reqwest::get(format!("{base}/data/range/{}?from=8&to=12", project(5))).await.unwrap();
@@ -323,7 +323,7 @@ async fn an_epoch_streams_whole_or_a_page_at_a_time_and_a_range_proves_each_epoc
     let body = r.text().await.unwrap();
     let lines: Vec<serde_json::Value> = body.lines().map(|l| l.parse().unwrap()).collect();
     let epochs: Vec<u64> = lines.iter().map(|l| l["epochId"].as_u64().unwrap()).collect();
-    assert_eq!(epochs, [8, 9, 10, 11, 12], "{body}");
+    assert_eq!(epochs, [10, 11, 12], "cut to the epochs kept here (10 to 12): {body}");
     for l in &lines {
         if l["epochId"] == 10 {
             let asked = lite_node_protocol::bundle::Asked { project_id: &project(5), ..asked(10) };
@@ -334,6 +334,12 @@ async fn an_epoch_streams_whole_or_a_page_at_a_time_and_a_range_proves_each_epoc
         }
     }
     assert_eq!(reqwest::get(format!("{base}/data/range/x?from=3&to=2")).await.unwrap().status(), 400);
+    // Epochs 0 to 2⁶⁴−1: what is kept, not an endless stream.
+    let all = reqwest::get(format!("{base}/data/range/{}?from=0&to={}", project(5), u64::MAX)).await.unwrap();
+    assert_eq!(all.text().await.unwrap().lines().count(), 3);
+    let r = reqwest::get(format!("{base}/data/range/x?from=20&to=30")).await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("it keeps epochs 10 to 12"));
 }
 
 #[test]
