@@ -183,7 +183,26 @@ pub async fn serve_data(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     data: Data,
 ) -> std::io::Result<()> {
-    let app = data_router(market, Some(data)).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let store = data.store.clone();
+    let health = get(move || {
+        let store = store.clone();
+        async move {
+            // What a load balancer asks: does the store answer, and what does
+            // it hold.
+            match (store.first_epoch(), store.last_epoch()) {
+                (Ok(first), Ok(last)) => {
+                    Json(json!({"status": "ok", "firstEpoch": first, "lastEpoch": last})).into_response()
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    let why = json!({"status": "unavailable", "why": e.to_string()});
+                    (StatusCode::SERVICE_UNAVAILABLE, Json(why)).into_response()
+                }
+            }
+        }
+    });
+    let app = data_router(market, Some(data))
+        .route("/health", health)
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app).with_graceful_shutdown(stop).await
 }
 

@@ -399,6 +399,8 @@ fn an_archive_restores_a_new_server_whose_bundles_verify_with_every_market_servi
     let run = node.run(&["read", "--api", &base, "--epoch", "5"]);
     run.assert_ok();
     assert_eq!(run.stdout.lines().count(), 3, "{}", run.stdout);
+    let health: Value = runtime_get(&format!("{base}/health"));
+    assert_eq!(health, serde_json::json!({"status": "ok", "firstEpoch": 5, "lastEpoch": 5}));
     let bundle: Value = runtime_get(&format!("{base}/data/5/{project}"));
     assert_eq!(bundle["finalized"], serde_json::json!({"block": 42, "tx": format!("0x{:064x}", 7)}));
     let _ = server.kill();
