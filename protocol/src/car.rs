@@ -127,7 +127,7 @@ impl<R: Read> Reader<R> {
             return Err(format!("a header of {len} bytes: not a CAR this project wrote"));
         }
         let mut header = vec![0u8; len];
-        input.read_exact(&mut header).map_err(|e| format!("the header: {e}"))?;
+        input.read_exact(&mut header).map_err(|e| format!("not a CAR file (its header is cut short: {e})"))?;
         // The root: the byte string after tag 42, past its 0x00 prefix.
         let at = header.windows(3).position(|w| w == [0x81, 0xd8, 0x2a]).ok_or("a header without one root")? + 3;
         let (start, len) = match header.get(at) {

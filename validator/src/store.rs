@@ -259,7 +259,13 @@ impl Store {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| open(e.to_string()))?;
         }
-        let db = Database::create(path).map_err(|e| open(e.to_string()))?;
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => open(
+                "another process holds it open (a validator, or lite-node serve): stop it, or serve a copy of the file"
+                    .into(),
+            ),
+            e => open(e.to_string()),
+        })?;
         let txn = db.begin_write().map_err(|e| open(e.to_string()))?;
         {
             let mut meta = txn.open_table(META).map_err(|e| open(e.to_string()))?;
@@ -925,6 +931,9 @@ mod tests {
         let path = dir.path().join(FILE);
         let _first = Store::open(&path).unwrap();
         let second = Store::open(&path).unwrap_err().to_string();
-        assert!(second.contains(&path.display().to_string()), "{second}");
+        assert!(
+            second.contains(&path.display().to_string()) && second.contains("another process holds it open"),
+            "{second}"
+        );
     }
 }
