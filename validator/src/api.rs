@@ -75,6 +75,10 @@ struct DataApi {
     rates: Option<Arc<ClientRates>>,
     /// Event streams open now (`/data/events`), at most [`MAX_STREAMS`].
     streams: Arc<tokio::sync::Semaphore>,
+    /// The market's addresses as bundles spell them (EIP-55: a Keccak each,
+    /// computed once, not per answer).
+    protocol_state: Arc<str>,
+    data_market: Arc<str>,
 }
 
 /// The finalized data a process serves, and how.
@@ -136,6 +140,8 @@ pub fn data_router(market: Arc<Market>, data: Option<Data>) -> Router {
         Arc::new(ClientRates { limiter: governor::RateLimiter::keyed(quota), calls: Default::default() })
     });
     let api = DataApi {
+        protocol_state: market.scope.protocol_state.to_string().into(),
+        data_market: market.scope.data_market.to_string().into(),
         market,
         store: data.as_ref().map(|d| d.store.clone()),
         retention_days: data.as_ref().and_then(|d| d.retention_days),
@@ -312,34 +318,53 @@ fn finalized_field(store: &crate::store::Store, meta: &crate::store::EpochMeta) 
     Ok(json!({"block": on_chain.block, "tx": on_chain.tx}))
 }
 
-/// A project's bundle (`/data/{epoch}/{project}`, and each line of a range).
-fn bundle_json(
+/// A project's bundle as served: serialized from borrowed fields, no JSON
+/// tree built per answer.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BundleOut<'a> {
+    epoch_id: u64,
+    project_id: &'a str,
+    cid: &'a str,
+    snapshot: &'a str,
+    proof: Vec<String>,
+    root: &'a str,
+    batch_cid: &'a str,
+    chain_id: u64,
+    protocol_state: &'a str,
+    data_market: &'a str,
+    finalized: &'a Value,
+}
+
+/// A project's bundle (`/data/{epoch}/{project}`, and each line of a
+/// range), written to `out` as JSON.
+fn write_bundle(
     api: &DataApi,
     project: &str,
     proved: &crate::store::Proved,
-    finalized: Value,
-) -> Result<Value, (StatusCode, String)> {
+    finalized: &Value,
+    out: &mut Vec<u8>,
+) -> Result<(), (StatusCode, String)> {
     let (epoch_id, cid) = (proved.meta.epoch_id, &proved.cid);
     let bytes = proved.bytes.as_ref().ok_or_else(|| {
         refused(StatusCode::NOT_FOUND, format!("epoch {epoch_id} {project}: no node sent the bytes of {cid}"))
     })?;
     let snapshot = std::str::from_utf8(bytes)
         .map_err(|_| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("the bytes kept of {cid} are not UTF-8")))?;
-    let proof: Vec<String> = proved.proof.iter().map(|h| h.to_string()).collect();
-    let scope = &api.market.scope;
-    Ok(json!({
-        "epochId": epoch_id,
-        "projectId": project,
-        "cid": cid,
-        "snapshot": snapshot,
-        "proof": proof,
-        "root": proved.meta.root,
-        "batchCid": proved.meta.batch_cid,
-        "chainId": api.market.chain_id,
-        "protocolState": scope.protocol_state.to_string(),
-        "dataMarket": scope.data_market.to_string(),
-        "finalized": finalized,
-    }))
+    let bundle = BundleOut {
+        epoch_id,
+        project_id: project,
+        cid,
+        snapshot,
+        proof: proved.proof.iter().map(|h| h.to_string()).collect(),
+        root: &proved.meta.root,
+        batch_cid: &proved.meta.batch_cid,
+        chain_id: api.market.chain_id,
+        protocol_state: &api.protocol_state,
+        data_market: &api.data_market,
+        finalized,
+    };
+    serde_json::to_writer(out, &bundle).map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 /// One project's snapshot at one epoch, with what proves it to the chain.
@@ -354,7 +379,9 @@ async fn data_bundle(State(api): State<DataApi>, Path((epoch, project)): Path<(S
         Some(Ok(proved)) => proved,
     };
     let finalized = finalized_field(store, &proved.meta)?;
-    Ok(Json(bundle_json(&api, &project, &proved, finalized)?).into_response())
+    let mut body = Vec::with_capacity(proved.bytes.as_ref().map_or(0, Vec::len) * 2 + 1024);
+    write_bundle(&api, &project, &proved, &finalized, &mut body)?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// `/data/range/{project}`'s epochs, both included.
@@ -408,10 +435,14 @@ async fn data_range(
                 out.push(b'\n');
             }
             next = p.meta.epoch_id + 1;
-            let line = finalized_field(&store, &p.meta)
-                .and_then(|finalized| bundle_json(&api2, &project, p, finalized))
-                .unwrap_or_else(|(_, why)| json!({"epochId": p.meta.epoch_id, "missing": why.trim()}));
-            serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+            let mark = out.len();
+            let written = finalized_field(&store, &p.meta)
+                .and_then(|finalized| write_bundle(&api2, &project, p, &finalized, &mut out));
+            if let Err((_, why)) = written {
+                out.truncate(mark);
+                let line = json!({"epochId": p.meta.epoch_id, "missing": why.trim()});
+                serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+            }
             out.push(b'\n');
         }
         for missing in next..=to {
@@ -462,14 +493,13 @@ async fn data_epoch(State(api): State<DataApi>, Path(epoch): Path<String>, Query
     // None: no project at all (an empty multiproof; the root is keccak("")).
     let multiproof = store.multiproof(epoch_id, leaves, start..end).map_err(store_failed)?.unwrap_or_default();
     let finalized = finalized_field(&store, &meta)?;
-    let scope = &api.market.scope;
     let header = json!({
         "epochId": epoch_id,
         "root": meta.root,
         "batchCid": meta.batch_cid,
         "chainId": api.market.chain_id,
-        "protocolState": scope.protocol_state.to_string(),
-        "dataMarket": scope.data_market.to_string(),
+        "protocolState": &*api.protocol_state,
+        "dataMarket": &*api.data_market,
         "finalized": finalized,
         "projects": end - start,
         "multiproof": {
