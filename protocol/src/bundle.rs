@@ -53,6 +53,16 @@ fn failed(check: &'static str, why: String) -> Failed {
     Failed { check, why }
 }
 
+/// Whether `answer` is about `asked`'s market and epoch: its `epochId`,
+/// `protocolState` and `dataMarket`.
+fn same_market(answer: &Value, asked: &Asked<'_>) -> bool {
+    let address =
+        |field: &str, want: Address| answer[field].as_str().and_then(|t| t.parse::<Address>().ok()) == Some(want);
+    answer["epochId"].as_u64() == Some(asked.epoch_id)
+        && address("protocolState", asked.protocol_state)
+        && address("dataMarket", asked.data_market)
+}
+
 /// Checks a whole epoch's bundle (`/data/{epoch}`, NDJSON), a line at a
 /// time, in bounded memory (32 bytes a project): the header line names the
 /// market, the epoch, the root, how many projects follow and the multiproof
@@ -87,11 +97,7 @@ impl EpochCheck {
     /// (`asked.project_id` is not read).
     pub fn start(header: &Value, asked: &Asked<'_>) -> Result<Self, Failed> {
         let text = |field: &str| header[field].as_str().unwrap_or_default();
-        let same_address = |field: &str, want: Address| text(field).parse::<Address>().is_ok_and(|a| a == want);
-        if header["epochId"].as_u64() != Some(asked.epoch_id)
-            || !same_address("protocolState", asked.protocol_state)
-            || !same_address("dataMarket", asked.data_market)
-        {
+        if !same_market(header, asked) {
             let why = format!(
                 "the bundle is epoch {} in market {} on ProtocolState {}",
                 header["epochId"],
@@ -198,12 +204,7 @@ impl EpochCheck {
 /// Checks 1–4 (module docs) of `bundle` against what was `asked`.
 pub fn check(bundle: &Value, asked: &Asked<'_>) -> Result<Checked, Failed> {
     let text = |field: &str| bundle[field].as_str().unwrap_or_default();
-    let same_address = |field: &str, want: Address| text(field).parse::<Address>().is_ok_and(|a| a == want);
-    if bundle["epochId"].as_u64() != Some(asked.epoch_id)
-        || text("projectId") != asked.project_id
-        || !same_address("protocolState", asked.protocol_state)
-        || !same_address("dataMarket", asked.data_market)
-    {
+    if !same_market(bundle, asked) || text("projectId") != asked.project_id {
         let why = format!(
             "the bundle is epoch {} of `{}` in market {} on ProtocolState {}",
             bundle["epochId"],

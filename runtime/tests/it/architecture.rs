@@ -273,8 +273,8 @@ fn every_spawn_is_supervised_or_owned_by_its_caller() {
         ("runtime/crates/gossip/src/lib.rs", 1, "the swarm, ending with the last `Gossip` handle"),
         (
             "runtime/src/commands/compute/run.rs",
-            2,
-            "the package's load (compute run, and --replay's), a blocking section awaited",
+            1,
+            "the package's load (compute run, --replay), a blocking section awaited",
         ),
         ("runtime/crates/devnet/src/", 0, "the devnet's children, relays and drills, all stopped with it"),
     ];

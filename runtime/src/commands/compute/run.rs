@@ -85,6 +85,19 @@ pub fn run(query: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     result
 }
 
+/// projects.json and the compute package `cfg` names (built unless cached),
+/// off the async threads.
+async fn load(cfg: &ComputeRunConfig) -> Result<(lite_node_config::Projects, compute::LoadedPackage)> {
+    let cfg = cfg.clone();
+    tokio::task::spawn_blocking(move || -> Result<_> {
+        let projects = compute::load_projects(&cfg.projects, &cfg.compute.data_dir)?;
+        let package = compute::load(&cfg.compute)?;
+        Ok((projects, package))
+    })
+    .await
+    .context("loading the compute package")?
+}
+
 async fn epoch(cfg: ComputeRunConfig, query: &Args, out: &mut dyn Write) -> Result<()> {
     // What the flags alone can tell, before any build.
     if let (Some(begin), Some(end)) = (query.begin, query.end)
@@ -95,16 +108,7 @@ async fn epoch(cfg: ComputeRunConfig, query: &Args, out: &mut dyn Write) -> Resu
     if query.slot == Some(0) {
         return Err(BadInput("--slot 0: slot ids start at 1".into()).into());
     }
-    let (projects, package) = {
-        let cfg = cfg.clone();
-        tokio::task::spawn_blocking(move || -> Result<_> {
-            let projects = compute::load_projects(&cfg.projects, &cfg.compute.data_dir)?;
-            let package = compute::load(&cfg.compute)?;
-            Ok((projects, package))
-        })
-        .await
-        .context("loading the compute package")??
-    };
+    let (projects, package) = load(&cfg).await?;
     for wanted in &query.project {
         if !projects.projects.iter().any(|p| &p.project_type == wanted) {
             let known: Vec<&str> = projects.projects.iter().map(|p| p.project_type.as_str()).collect();
@@ -320,16 +324,7 @@ pub async fn replay(cfg: ComputeRunConfig, epoch_id: u64, project_id: &str) -> R
         .split_once(':')
         .ok_or_else(|| BadInput(format!("`{project_id}` is not a project id (type:source:namespace)")))?;
     let source = rest.rsplit_once(':').map_or("", |(source, _)| source).to_owned();
-    let (projects, package) = {
-        let cfg = cfg.clone();
-        tokio::task::spawn_blocking(move || -> Result<_> {
-            let projects = compute::load_projects(&cfg.projects, &cfg.compute.data_dir)?;
-            let package = compute::load(&cfg.compute)?;
-            Ok((projects, package))
-        })
-        .await
-        .context("loading the compute package")??
-    };
+    let (projects, package) = load(&cfg).await?;
     let market = Projects::declared(
         cfg.namespace.clone(),
         projects.projects.iter().map(|p| (p.project_type.clone(), p.per_pool)),
