@@ -216,6 +216,13 @@ function checkOnchain(e, honest, problems) {
     }
   }
   if (c.attestations < Math.floor(n / 2) + 1) problems.push(`${where}: ${c.attestations} attestations of ${n} validators`);
+  // A consumer read every finalized snapshot back (bytes → CID → proof → the
+  // root on chain): as many as the recomputed batch holds, none failed.
+  const read = c.readBack;
+  if (!read) problems.push(`${where}: no consumer read-back`);
+  else if (read.failed.length || read.verified !== honest.projects.length) {
+    problems.push(`${where}: a consumer read back ${read.verified} of ${honest.projects.length} snapshots${read.failed.length ? ` (${read.failed[0]})` : ''}`);
+  }
 }
 
 function main() {
@@ -319,7 +326,7 @@ function main() {
   const validators = (record.epochs[0] && record.epochs[0].validators) ? record.epochs[0].validators.length : 0;
   const batches = withValidator
     ? `; ${finalized} finalized batches recomputed (votes, root, batch CID)` +
-      (validators ? `; ${validators} validators' batches each epoch; ${onchain} epochs finalized on chain with the majority's root and CIDs` : '')
+      (validators ? `; ${validators} validators' batches each epoch; ${onchain} epochs finalized on chain with the majority's root and CIDs, each read back whole by a consumer` : '')
     : '';
   for (const x of explained) console.log(`NOT SENT ${x}`);
   const notSent = explained.length ? `; ${explained.length} selected slot(s) sent nothing, each explained by the record (not a fault of the record: the run itself failed)` : '';
