@@ -8,7 +8,7 @@
 //! | `/epochs/gaps` | epochs closed without a level-1 batch, not finalized on chain, or not watched whole |
 //! | `/dashboard` | the state tracker's summary, computed now |
 //! | `/participation` | 24-hour participation, computed now |
-//! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why; `degraded` for an hour after an epoch's state was lost or an epoch was not watched whole, while the event monitor reports a problem, or while this validator's key is not a validator of the market (removed) |
+//! | `/health` | 200 when Redis answers and the event monitor's head is fresh, else 503 with why; `degraded` for an hour after an epoch's state was lost or an epoch was not watched whole, while the event monitor reports a problem, while this validator's key is not a validator of the market (removed), or while keeping the finalized data fails |
 //! | `/metrics` | Prometheus text: received, accepted, rejected by reason, queue depths, finalization latency; the gossip peer's messages by outcome, peers, graylistings |
 //!
 //! With the finalized-data store (`store.rs`), for the market's consumers:
@@ -60,6 +60,8 @@ struct Api {
     tracker: Tracker,
     /// The validator's gossip peer, when it has one (its traffic on /metrics).
     gossip: Option<lite_node_gossip::Gossip>,
+    /// The finalized data it keeps (whether keeping it fails, on /health).
+    store: Option<Arc<crate::store::Store>>,
 }
 
 /// The consumers' routes' state: no Redis (a read-only server runs them
@@ -167,7 +169,7 @@ pub fn router(
     data: Option<Data>,
 ) -> Router {
     let tracker = Tracker::new(market.clone(), conn.clone());
-    let api = Api { market: market.clone(), conn, tracker, gossip };
+    let api = Api { market: market.clone(), conn, tracker, gossip, store: data.as_ref().map(|d| d.store.clone()) };
     Router::new()
         .route("/epochs/active", get(active))
         .route("/epochs/gaps", get(gaps))
@@ -846,6 +848,10 @@ async fn health(State(api): State<Api>) -> Response {
         .collect();
     if !behind.is_empty() {
         degraded.push(format!("anchor RPC endpoint(s) behind the freshest, used only after it: {}", behind.join(", ")));
+    }
+    // The finalized data consumers read: kept, or why not.
+    if let Some(why) = api.store.as_ref().and_then(|s| s.problem()) {
+        degraded.push(why);
     }
     let status = if problems.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({

@@ -154,6 +154,9 @@ fn failed(e: impl std::fmt::Display) -> StoreError {
 /// The finalized-data store (see the module docs).
 pub struct Store {
     db: Database,
+    /// Why keeping the finalized data fails now (archiving, archives,
+    /// retention), while it does: `/health` says so.
+    problem: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -293,7 +296,7 @@ impl Store {
         txn.open_table(AWAITING).map_err(|e| open(e.to_string()))?;
         txn.open_table(KEPT).map_err(|e| open(e.to_string()))?;
         txn.commit().map_err(|e| open(e.to_string()))?;
-        Ok(Self { db })
+        Ok(Self { db, problem: Default::default() })
     }
 
     /// Keeps `epoch` — its pairs, its tree and the bytes of each of its CIDs
@@ -547,6 +550,16 @@ impl Store {
         Ok(Some((through, self.drop_through(through)?)))
     }
 
+    /// Why keeping the finalized data fails now, if it does.
+    pub fn problem(&self) -> Option<String> {
+        self.problem.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records why keeping the finalized data fails (`None`: it works again).
+    pub fn set_problem(&self, why: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
     /// The kept epochs of `range`, in order.
     pub fn epoch_ids(&self, range: std::ops::RangeInclusive<u64>) -> Result<Vec<u64>, StoreError> {
         let txn = self.db.begin_read().map_err(failed)?;
@@ -728,7 +741,9 @@ pub async fn archive(
         // finalization); the whole day's now and then (one finalized late).
         ticks += 1;
         let among = if stopping || ticks % FULL_SCAN_EVERY == 1 { 0 } else { ARCHIVE_NEWEST };
-        match archive_among(&store, &market, &mut conn.clone(), among).await {
+        let round = archive_among(&store, &market, &mut conn.clone(), among).await;
+        store.set_problem(round.as_ref().err().map(|e| format!("finalized-data store: {e}")));
+        match round {
             Ok(_) if failing => {
                 tracing::info!("finalized-data store: archiving again");
                 failing = false;

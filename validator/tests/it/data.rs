@@ -246,8 +246,16 @@ async fn a_client_past_its_rate_gets_429_and_another_root_on_chain_gets_409() {
     // A burst of 10 (twice the rate) answered, then 429s.
     assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 10, "{statuses:?}");
     assert!(statuses[10..].iter().all(|s| *s == 429), "{statuses:?}");
-    // The monitor's routes are not the data routes: not limited.
-    assert_ne!(reqwest::get(format!("{base}/health")).await.unwrap().status(), 429);
+    // The monitor's routes are not the data routes: not limited; and
+    // /health says when keeping the finalized data fails.
+    store.set_problem(Some("finalized-data store: Redis: connection refused".into()));
+    let health = reqwest::get(format!("{base}/health")).await.unwrap();
+    assert_ne!(health.status(), 429);
+    let health: serde_json::Value = health.json().await.unwrap();
+    assert!(health["degraded"].to_string().contains("finalized-data store: Redis: connection refused"), "{health}");
+    store.set_problem(None);
+    let health: serde_json::Value = reqwest::get(format!("{base}/health")).await.unwrap().json().await.unwrap();
+    assert!(!health["degraded"].to_string().contains("finalized-data store"), "{health}");
     let (base, _stop) = serve(&redis, data(&store)).await;
     let r = reqwest::get(format!("{base}/data/1/baseSnapshot:0xpool0:devnet")).await.unwrap();
     assert_eq!(r.status(), 409);
