@@ -2,7 +2,9 @@
 //! a validator's API over its finalized-data store (real Redis): the
 //! snapshot is printed only once its bytes, CID, proof and root hold to the
 //! root on chain; a hostile server's tampered byte, CID, proof or root, and
-//! an epoch not finalized on chain, each exit 1 naming the check.
+//! an epoch not finalized on chain, each exit 1 naming the check; whole
+//! epochs, ranges and `--follow`; the JavaScript verifier alike; archives
+//! restored into a read-only server with nothing of the market running.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -245,6 +247,38 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
     let run = node.run(&["read", "--api", "not a url", "--epoch", "5", "--project", project]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("--api not a url: not a URL"), "{}", run.stderr);
+
+    // --follow: each epoch once, as the chain finalizes it — epoch 5 at
+    // once; epoch 6 (kept by the server, not finalized on chain) only once
+    // the chain finalizes it.
+    let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .args(["read", "--api", &honest, "--follow", "--from", "5"])
+        .env_clear()
+        .env("POWERLOOM_RPC_URL", world.url())
+        .env("PROTOCOL_STATE_CONTRACT", &world.manifest.protocol_state)
+        .env("DATA_MARKET_CONTRACT", &world.manifest.data_market)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = follow.stdout.take().unwrap();
+    let (lines, read_line) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let epoch_of = |line: String| line.parse::<Value>().unwrap()["epochId"].as_u64().unwrap();
+    let within = std::time::Duration::from_secs(30);
+    let five: Vec<u64> = (0..4).map(|_| epoch_of(read_line.recv_timeout(within).expect("epoch 5 followed"))).collect();
+    assert_eq!(five, [5, 5, 5, 5]);
+    let early = read_line.recv_timeout(std::time::Duration::from_millis(1500));
+    assert!(early.is_err(), "epoch 6 printed before the chain finalized it: {early:?}");
+    world.attest_as(1, 6, "bafy-batch-6", root6);
+    let six: Vec<u64> = (0..2).map(|_| epoch_of(read_line.recv_timeout(within).expect("epoch 6 followed"))).collect();
+    assert_eq!(six, [6, 6]);
+    let _ = follow.kill();
+    let _ = follow.wait();
 }
 
 /// The JavaScript verifier's canonical JSON and CID agree with the node's
