@@ -90,11 +90,31 @@ pub fn write(store: &Store, market: &MarketOf, first: u64, last: u64, dir: &Path
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let name = file_name(first, last);
     let (blocks_path, tmp_path) = (dir.join(format!(".{name}.blocks")), dir.join(format!(".{name}.tmp")));
+    let written = write_files(store, market, &ids, dir, &name, &blocks_path, &tmp_path);
+    // Whatever happened, no half file stays (a full disk, a store error).
+    let _ = std::fs::remove_file(&blocks_path);
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp_path);
+    }
+    written.map(Some)
+}
+
+/// [`write`]'s work: the blocks gathered in `blocks_path`, then the archive
+/// in `tmp_path`, renamed into place.
+fn write_files(
+    store: &Store,
+    market: &MarketOf,
+    ids: &[u64],
+    dir: &Path,
+    name: &str,
+    blocks_path: &Path,
+    tmp_path: &Path,
+) -> Result<Written, String> {
     let io = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
     let mut blocks = lite_node_protocol::car::Writer::headless(BufWriter::new(
-        std::fs::File::create(&blocks_path).map_err(|e| io(&blocks_path, e))?,
+        std::fs::File::create(blocks_path).map_err(|e| io(blocks_path, e))?,
     ));
-    let mut written = Written { path: dir.join(&name), epochs: 0, blocks: 0, bytes: 0 };
+    let mut written = Written { path: dir.join(name), epochs: 0, blocks: 0, bytes: 0 };
     let mut index = ArchiveIndex {
         format: FORMAT.into(),
         chain_id: market.chain_id,
@@ -103,7 +123,7 @@ pub fn write(store: &Store, market: &MarketOf, first: u64, last: u64, dir: &Path
         epochs: Vec::new(),
     };
     let mut before: HashSet<String> = HashSet::new();
-    for epoch_id in ids {
+    for &epoch_id in ids {
         let Some(meta) = store.meta(epoch_id).map_err(|e| e.to_string())? else { continue };
         let (_, rows) = store.page(epoch_id, None, usize::MAX).map_err(|e| e.to_string())?;
         let mut now = HashSet::with_capacity(rows.len());
@@ -112,7 +132,7 @@ pub fn write(store: &Store, market: &MarketOf, first: u64, last: u64, dir: &Path
                 && !before.contains(cid)
                 && now.insert(cid.clone())
             {
-                blocks.block(bytes).map_err(|e| io(&blocks_path, e))?;
+                blocks.block(bytes).map_err(|e| io(blocks_path, e))?;
                 written.blocks += 1;
                 written.bytes += bytes.len() as u64;
             }
@@ -127,31 +147,30 @@ pub fn write(store: &Store, market: &MarketOf, first: u64, last: u64, dir: &Path
             pairs: rows.into_iter().map(|(p, c, _)| (p, c)).collect(),
         };
         let text = serde_json::to_vec(&epoch).map_err(|e| e.to_string())?;
-        let cid = blocks.block(&text).map_err(|e| io(&blocks_path, e))?;
+        let cid = blocks.block(&text).map_err(|e| io(blocks_path, e))?;
         index.epochs.push((epoch_id, cid.to_string()));
         written.epochs += 1;
         before = now;
     }
-    let mut gathered = blocks.into_inner().into_inner().map_err(|e| io(&blocks_path, e.into_error()))?;
-    gathered.flush().map_err(|e| io(&blocks_path, e))?;
+    let mut gathered = blocks.into_inner().into_inner().map_err(|e| io(blocks_path, e.into_error()))?;
+    gathered.flush().map_err(|e| io(blocks_path, e))?;
     drop(gathered);
     // The root first, then the blocks gathered.
     let root_block = serde_json::to_vec(&index).map_err(|e| e.to_string())?;
     let root = lite_node_protocol::car::raw_cid(&root_block);
-    let file = std::fs::File::create(&tmp_path).map_err(|e| io(&tmp_path, e))?;
-    let mut car = lite_node_protocol::car::Writer::new(BufWriter::new(file), &root).map_err(|e| io(&tmp_path, e))?;
-    car.block(&root_block).map_err(|e| io(&tmp_path, e))?;
+    let file = std::fs::File::create(tmp_path).map_err(|e| io(tmp_path, e))?;
+    let mut car = lite_node_protocol::car::Writer::new(BufWriter::new(file), &root).map_err(|e| io(tmp_path, e))?;
+    car.block(&root_block).map_err(|e| io(tmp_path, e))?;
     let mut out = car.into_inner();
-    let mut from = std::fs::File::open(&blocks_path).map_err(|e| io(&blocks_path, e))?;
-    std::io::copy(&mut from, &mut out).map_err(|e| io(&tmp_path, e))?;
-    let file = out.into_inner().map_err(|e| io(&tmp_path, e.into_error()))?;
-    file.sync_all().map_err(|e| io(&tmp_path, e))?;
-    std::fs::rename(&tmp_path, &written.path).map_err(|e| io(&written.path, e))?;
-    let _ = std::fs::remove_file(&blocks_path);
+    let mut from = std::fs::File::open(blocks_path).map_err(|e| io(blocks_path, e))?;
+    std::io::copy(&mut from, &mut out).map_err(|e| io(tmp_path, e))?;
+    let file = out.into_inner().map_err(|e| io(tmp_path, e.into_error()))?;
+    file.sync_all().map_err(|e| io(tmp_path, e))?;
+    std::fs::rename(tmp_path, &written.path).map_err(|e| io(&written.path, e))?;
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
-    Ok(Some(written))
+    Ok(written)
 }
 
 /// What [`restore`] took in.

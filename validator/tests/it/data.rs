@@ -365,3 +365,36 @@ fn a_store_of_another_layout_is_refused_naming_the_file_and_the_fix() {
     let err = Store::open(&path).unwrap_err().to_string();
     assert!(err.contains("finalized.redb") && err.contains("version 1") && err.contains("move it aside"), "{err}");
 }
+
+#[test]
+fn an_archive_that_cannot_be_written_leaves_no_half_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("finalized.redb")).unwrap();
+    let (e3, bytes) = epoch(3);
+    store.put_epoch(&e3, &bytes).unwrap();
+    let of = lite_node_validator::archive::MarketOf {
+        chain_id: 7001,
+        protocol_state: scope().protocol_state.to_string(),
+        data_market: scope().data_market.to_string(),
+    };
+    let archives = dir.path().join("archives");
+    // Where the archive goes, a directory that is not empty: the last step
+    // (the rename into place) fails, as a full disk fails a write.
+    std::fs::create_dir_all(archives.join("epochs-1-5.car/taken")).unwrap();
+    let err = lite_node_validator::archive::write(&store, &of, 1, 5, &archives).unwrap_err();
+    assert!(err.contains("epochs-1-5.car"), "{err}");
+    let left: Vec<String> =
+        std::fs::read_dir(&archives).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(left, ["epochs-1-5.car"], "only what was there: no temporary file left");
+    // Once it can be, it is, whole.
+    std::fs::remove_dir_all(archives.join("epochs-1-5.car")).unwrap();
+    let written = lite_node_validator::archive::write(&store, &of, 1, 5, &archives).unwrap().unwrap();
+    assert_eq!((written.epochs, written.blocks), (1, 2));
+    let other = Store::open(&dir.path().join("other.redb")).unwrap();
+    let restored = lite_node_validator::archive::restore(&other, &written.path, Some(&of)).unwrap();
+    assert_eq!((restored.epochs, restored.blocks), (1, 2));
+    assert_eq!(
+        other.epoch(3).unwrap(),
+        store.epoch(3).unwrap().map(|e| FinalizedEpoch { finalized_at: e.finalized_at, ..e })
+    );
+}
