@@ -393,8 +393,5 @@ fn an_archive_that_cannot_be_written_leaves_no_half_file() {
     let other = Store::open(&dir.path().join("other.redb")).unwrap();
     let restored = lite_node_validator::archive::restore(&other, &written.path, Some(&of)).unwrap();
     assert_eq!((restored.epochs, restored.blocks), (1, 2));
-    assert_eq!(
-        other.epoch(3).unwrap(),
-        store.epoch(3).unwrap().map(|e| FinalizedEpoch { finalized_at: e.finalized_at, ..e })
-    );
+    assert_eq!(other.epoch(3).unwrap(), store.epoch(3).unwrap(), "the epoch restored is the one kept");
 }
