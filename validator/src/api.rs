@@ -619,7 +619,10 @@ async fn data_events(
             }
         }
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+    // A comment every 5 s: a quiet stream is told from a dead one well
+    // within a client's read timeout.
+    let keep_alive = KeepAlive::new().interval(std::time::Duration::from_secs(5));
+    Ok(Sse::new(events).keep_alive(keep_alive).into_response())
 }
 
 /// A snapshot's raw bytes by its CID, as an IPFS trustless gateway answers

@@ -106,6 +106,8 @@ pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
         protocol_state,
         data_market,
         roots: BTreeMap::new(),
+        events: None,
+        evented: 0,
     };
     runtime.block_on(async {
         match (q.epoch, q.project.as_deref()) {
@@ -193,6 +195,40 @@ struct Reader {
     data_market: Address,
     /// Epoch → the root ProtocolState finalized (one read an epoch).
     roots: BTreeMap<u64, B256>,
+    /// `--follow`'s event stream (`/data/events`) from one server, when open:
+    /// told of each finalized epoch as it is, not by polling.
+    events: Option<Events>,
+    /// The newest epoch an event named.
+    evented: u64,
+}
+
+/// An open `/data/events` stream.
+struct Events {
+    response: reqwest::Response,
+    pending: Vec<u8>,
+}
+
+impl Events {
+    /// The next event's id (an epoch id); `None` when the stream ended.
+    async fn next_id(&mut self) -> Result<Option<u64>, String> {
+        loop {
+            if let Some(end) = self.pending.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = self.pending.drain(..end + 2).collect();
+                let text = String::from_utf8_lossy(&event);
+                if let Some(id) = text.lines().find_map(|l| l.strip_prefix("id:")) {
+                    return id.trim().parse().map(Some).map_err(|_| format!("an event id `{}`", id.trim()));
+                }
+                continue; // a keep-alive comment
+            }
+            if self.pending.len() > 1 << 20 {
+                return Err("an event longer than 1 MiB".into());
+            }
+            match self.response.chunk().await.map_err(|e| e.to_string())? {
+                Some(chunk) => self.pending.extend_from_slice(&chunk),
+                None => return Ok(None),
+            }
+        }
+    }
 }
 
 impl Reader {
@@ -371,9 +407,37 @@ impl Reader {
     }
 
     /// Waits until some server has finalized `epoch` (`--follow`); the
-    /// newest epoch that server has.
-    async fn wait_for(&self, epoch: u64) -> u64 {
+    /// newest epoch known. Told by a server's event stream as each epoch is
+    /// finalized (opened on the first server that gives one, again on the
+    /// next when it ends), and by asking each server's newest between events
+    /// (an epoch one server lacks is another's).
+    async fn wait_for(&mut self, epoch: u64) -> u64 {
         loop {
+            if self.evented >= epoch {
+                return self.evented;
+            }
+            if self.events.is_none() {
+                for server in &self.servers {
+                    let url = format!("{server}/data/events");
+                    let opened = self.client.get(&url).header("Last-Event-ID", epoch.saturating_sub(1).to_string());
+                    if let Ok(response) = opened.send().await
+                        && response.status().is_success()
+                    {
+                        self.events = Some(Events { response, pending: Vec::new() });
+                        break;
+                    }
+                }
+            }
+            if let Some(events) = &mut self.events {
+                match tokio::time::timeout(FOLLOW_EVERY * 4, events.next_id()).await {
+                    Ok(Ok(Some(id))) => {
+                        self.evented = self.evented.max(id);
+                        continue;
+                    }
+                    Ok(Ok(None) | Err(_)) => self.events = None,
+                    Err(_) => {} // quiet: ask the servers below
+                }
+            }
             for server in &self.servers {
                 if let Ok(last) = self.last_of(server).await
                     && last >= epoch
@@ -381,7 +445,9 @@ impl Reader {
                     return last;
                 }
             }
-            tokio::time::sleep(FOLLOW_EVERY).await;
+            if self.events.is_none() {
+                tokio::time::sleep(FOLLOW_EVERY).await;
+            }
         }
     }
 

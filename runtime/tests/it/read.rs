@@ -68,6 +68,15 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
         };
         assert!(store.put_epoch(&epoch, &bytes).unwrap());
     }
+    // Epoch 5's outcome on chain, as the validator's on-chain worker records
+    // it (its event goes out on /data/events); epoch 6 awaits the chain.
+    let finalized = |root: [u8; 32]| lite_node_validator::store::OnChain {
+        finalized: true,
+        block: None,
+        tx: None,
+        root: Some(alloy::primitives::B256::from(root).to_string()),
+    };
+    store.settle(5, &finalized(root5)).unwrap();
     let redis = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let scope = lite_node_protocol::submission::Scope {
@@ -84,7 +93,7 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
         listener,
         std::future::pending(),
         None,
-        Some(lite_node_validator::api::Data { store, rate_per_client: None, retention_days: None }),
+        Some(lite_node_validator::api::Data { store: store.clone(), rate_per_client: None, retention_days: None }),
     ));
 
     let node = Node::new()
@@ -275,6 +284,7 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
     let early = read_line.recv_timeout(std::time::Duration::from_millis(1500));
     assert!(early.is_err(), "epoch 6 printed before the chain finalized it: {early:?}");
     world.attest_as(1, 6, "bafy-batch-6", root6);
+    store.settle(6, &finalized(root6)).unwrap();
     let six: Vec<u64> = (0..2).map(|_| epoch_of(read_line.recv_timeout(within).expect("epoch 6 followed"))).collect();
     assert_eq!(six, [6, 6]);
     let _ = follow.kill();
