@@ -98,6 +98,38 @@ async fn load(cfg: &ComputeRunConfig) -> Result<(lite_node_config::Projects, com
     .context("loading the compute package")?
 }
 
+/// The node's executor for `processors` (the same host, chains and
+/// finalized reads), and the epoch's block details when a processor reads
+/// them.
+async fn executor_for(
+    cfg: &ComputeRunConfig,
+    processors: Vec<compute::executor::ProjectProcessor>,
+    source: &Arc<crate::chain::HttpRpc>,
+    anchor_rpc: Option<Arc<dyn RpcEndpoint>>,
+    (begin, end): (u64, u64),
+) -> Result<(LocalExecutor, Vec<lite_node_plugin_api::BlockDetail>)> {
+    let mut executor = LocalExecutor::new(
+        processors,
+        cfg.watch.max_concurrent_computes,
+        cfg.watch.compute_timeout,
+        Some(source.clone() as Arc<dyn RpcEndpoint>),
+        anchor_rpc,
+    );
+    if let Some((_, protocol_state, data_market)) = &cfg.anchor {
+        executor = executor.with_finalized(FinalizedReads {
+            protocol_state: *protocol_state,
+            data_market: *data_market,
+            namespace: cfg.namespace.clone(),
+        });
+    }
+    let blocks = if executor.needs_block_details() {
+        preload::block_details(source, begin, end).await.map_err(|e| anyhow!("preloading block details: {e}"))?
+    } else {
+        Vec::new()
+    };
+    Ok((executor, blocks))
+}
+
 async fn epoch(cfg: ComputeRunConfig, query: &Args, out: &mut dyn Write) -> Result<()> {
     // What the flags alone can tell, before any build.
     if let (Some(begin), Some(end)) = (query.begin, query.end)
@@ -210,25 +242,7 @@ async fn epoch(cfg: ComputeRunConfig, query: &Args, out: &mut dyn Write) -> Resu
 
     // The node's executor: the same host, preload, tracker and chains.
     let projects: Vec<Project> = processors.iter().map(|p| p.project.clone()).collect();
-    let mut executor = LocalExecutor::new(
-        processors,
-        cfg.watch.max_concurrent_computes,
-        cfg.watch.compute_timeout,
-        Some(source.clone() as Arc<dyn RpcEndpoint>),
-        anchor_rpc,
-    );
-    if let Some((_, protocol_state, data_market)) = &cfg.anchor {
-        executor = executor.with_finalized(FinalizedReads {
-            protocol_state: *protocol_state,
-            data_market: *data_market,
-            namespace: cfg.namespace.clone(),
-        });
-    }
-    let blocks = if executor.needs_block_details() {
-        preload::block_details(&source, begin, end).await.map_err(|e| anyhow!("preloading block details: {e}"))?
-    } else {
-        Vec::new()
-    };
+    let (executor, blocks) = executor_for(&cfg, processors, &source, anchor_rpc, (begin, end)).await?;
     let tasks = projects
         .iter()
         .map(|p| Task {
@@ -369,27 +383,9 @@ pub async fn replay(cfg: ComputeRunConfig, epoch_id: u64, project_id: &str) -> R
     } else {
         1
     };
-    let mut executor = LocalExecutor::new(
-        processors,
-        cfg.watch.max_concurrent_computes,
-        cfg.watch.compute_timeout,
-        Some(source_rpc.clone() as Arc<dyn RpcEndpoint>),
-        Some(anchor.shared_rpc() as Arc<dyn RpcEndpoint>),
-    );
-    if let Some((_, protocol_state, data_market)) = &cfg.anchor {
-        executor = executor.with_finalized(FinalizedReads {
-            protocol_state: *protocol_state,
-            data_market: *data_market,
-            namespace: cfg.namespace.clone(),
-        });
-    }
-    let blocks = if executor.needs_block_details() {
-        preload::block_details(&source_rpc, release.begin, release.end)
-            .await
-            .map_err(|e| anyhow!("preloading block details: {e}"))?
-    } else {
-        Vec::new()
-    };
+    let anchor_rpc = Some(anchor.shared_rpc() as Arc<dyn RpcEndpoint>);
+    let (executor, blocks) =
+        executor_for(&cfg, processors, &source_rpc, anchor_rpc, (release.begin, release.end)).await?;
     let task = Task {
         epoch_id,
         begin: release.begin,
