@@ -84,6 +84,43 @@ pub struct EpochCheck {
 /// endless epoch stops here.
 pub const MAX_EPOCH_PROJECTS: u64 = 1 << 20;
 
+/// Checks an epoch's pairs (`/data/pairs/{epoch}`): about the market and
+/// epoch asked, each `[projectId, cid]` once, in project-id order; the root
+/// they make, recomputed here (what the caller holds against the chain's:
+/// the set is then whole, so a project not in it has no CID that epoch).
+pub fn check_pairs(answer: &Value, asked: &Asked<'_>) -> Result<(B256, Vec<(String, String)>), Failed> {
+    if !same_market(answer, asked) {
+        let text = |field: &str| answer[field].as_str().unwrap_or_default().to_owned();
+        let why = format!(
+            "the pairs are of epoch {} in market {} on ProtocolState {}",
+            answer["epochId"],
+            text("dataMarket"),
+            text("protocolState")
+        );
+        return Err(failed("what was asked", why));
+    }
+    let listed = answer["pairs"].as_array().ok_or_else(|| failed("what was asked", "no `pairs` list".into()))?;
+    if listed.len() as u64 > MAX_EPOCH_PROJECTS {
+        let why = format!("{} pairs, more than an epoch has ({MAX_EPOCH_PROJECTS} at most)", listed.len());
+        return Err(failed("what was asked", why));
+    }
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(listed.len());
+    for (i, pair) in listed.iter().enumerate() {
+        let (Some(project), Some(cid)) = (pair[0].as_str(), pair[1].as_str()) else {
+            return Err(failed("what was asked", format!("pair {i} is not [projectId, cid]: {pair}")));
+        };
+        if let Some((last, _)) = pairs.last()
+            && last.as_str() >= project
+        {
+            return Err(failed("Merkle proof", format!("pair {i} ({project}) is not after {last}")));
+        }
+        pairs.push((project.to_owned(), cid.to_owned()));
+    }
+    let tree = crate::merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str())))
+        .map_err(|e| failed("Merkle proof", e))?;
+    Ok((tree.root(), pairs))
+}
+
 /// One project of a whole-epoch bundle whose checks 1–3 hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckedLine {

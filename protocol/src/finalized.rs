@@ -47,6 +47,33 @@ pub fn max_snapshots_cid_params(
     ])
 }
 
+/// The `eth_call` params (JSON) reading `epochBatch(dataMarket, epochId)`
+/// from ProtocolState at anchor block `block`: what a market that finalizes
+/// roots only reads instead of its pairs ([`finalized_root`]).
+pub fn epoch_batch_params(
+    protocol_state: Address,
+    data_market: Address,
+    epoch_id: u64,
+    block: u64,
+) -> serde_json::Value {
+    let call = crate::contracts::epochBatchCall { dataMarketAddress: data_market, epochId: U256::from(epoch_id) };
+    serde_json::json!([
+        {"to": protocol_state.to_string(), "data": format!("0x{}", hex::encode(call.abi_encode()))},
+        crate::to_quantity(block),
+    ])
+}
+
+/// The root in an `epochBatch` answer when the epoch is finalized; `None`
+/// while it is not.
+pub fn finalized_root(answer: &str) -> Result<Option<alloy::primitives::B256>, String> {
+    let hex_text = answer.trim().trim_matches('"');
+    let bytes = hex::decode(hex_text.trim_start_matches("0x"))
+        .map_err(|e| format!("epochBatch answered something that is not hex ({e})"))?;
+    let decoded = crate::contracts::epochBatchCall::abi_decode_returns(&bytes)
+        .map_err(|e| format!("epochBatch answered {} bytes that do not decode ({e})", bytes.len()))?;
+    Ok(decoded.finalized.then_some(decoded.root))
+}
+
 /// The CID in a `maxSnapshotsCid` answer (hex, `0x`-prefixed, as a JSON
 /// string or bare) when its status is `FINALIZED`; `None` for a pending or
 /// missing one.

@@ -154,6 +154,7 @@ pub fn data_router(market: Arc<Market>, data: Option<Data>) -> Router {
         .route("/data/last", get(data_last))
         .route("/data/events", get(data_events))
         .route("/data/range/{project}", get(data_range))
+        .route("/data/pairs/{epoch}", get(data_pairs))
         .route("/data/{epoch}", get(data_epoch))
         .route("/data/{epoch}/{project}", get(data_bundle))
         .route("/ipfs/{cid}", get(ipfs_block))
@@ -386,6 +387,32 @@ async fn data_bundle(State(api): State<DataApi>, Path((epoch, project)): Path<(S
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
+/// An epoch's (project id, CID) pairs, without the bytes, in project-id
+/// order: the whole set, so a reader recomputes the root from them and
+/// learns, against the root the chain holds, both which CID a project has
+/// and that a project has none (a market that finalizes roots only reads
+/// its previous snapshots so: docs/consumers.md). About 110 bytes a project.
+async fn data_pairs(State(api): State<DataApi>, Path(epoch): Path<String>) -> Answer {
+    let store = the_store(&api)?;
+    let epoch_id = epoch_id_of(&epoch)?;
+    let Some(kept) = store.epoch(epoch_id).map_err(store_failed)? else {
+        return Err(not_here(&api, store, epoch_id));
+    };
+    let meta = store.meta(epoch_id).map_err(store_failed)?.ok_or_else(|| not_here(&api, store, epoch_id))?;
+    let finalized = finalized_field(store, &meta)?;
+    let body = json!({
+        "epochId": epoch_id,
+        "root": kept.root,
+        "batchCid": kept.batch_cid,
+        "chainId": api.market.chain_id,
+        "protocolState": &*api.protocol_state,
+        "dataMarket": &*api.data_market,
+        "finalized": finalized,
+        "pairs": kept.pairs,
+    });
+    Ok(([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response())
+}
+
 /// `/data/range/{project}`'s epochs, both included.
 #[derive(serde::Deserialize)]
 struct EpochRange {
@@ -484,13 +511,10 @@ async fn data_epoch(State(api): State<DataApi>, Path(epoch): Path<String>, Query
     let Some(meta) = store.meta(epoch_id).map_err(store_failed)? else { return Err(not_here(&api, &store, epoch_id)) };
     let leaves = usize::try_from(meta.projects).unwrap_or(usize::MAX);
     // Where the page starts in the tree: the first project after `after`.
-    let (start, _) = store.page(epoch_id, page.after.as_deref(), 1).map_err(store_failed)?;
-    let start = match page.after.as_deref() {
-        Some(after) if store.page(epoch_id, Some(after), 1).map_err(store_failed)?.1.is_empty() => {
-            return Err(refused(StatusCode::NOT_FOUND, format!("epoch {epoch_id} has no project after `{after}`")));
-        }
-        _ => start,
-    };
+    let (start, first) = store.page(epoch_id, page.after.as_deref(), 1).map_err(store_failed)?;
+    if let (Some(after), true) = (page.after.as_deref(), first.is_empty()) {
+        return Err(refused(StatusCode::NOT_FOUND, format!("epoch {epoch_id} has no project after `{after}`")));
+    }
     let end = page.limit.map_or(leaves, |limit| start.saturating_add(limit).min(leaves));
     // None: no project at all (an empty multiproof; the root is keccak("")).
     let multiproof = store.multiproof(epoch_id, leaves, start..end).map_err(store_failed)?.unwrap_or_default();

@@ -118,6 +118,11 @@ pub struct Onchain {
     cursor: Arc<std::sync::atomic::AtomicU64>,
     /// Pairs per stored part (`None`: sized to the anchor's block gas).
     part_size: Option<usize>,
+    /// Whether a finalized epoch's pairs are stored on chain after its root
+    /// (the market's `pairsOnChain`): without, an epoch costs the same gas
+    /// at 10 projects or 10,000, and its pairs are read from the validators'
+    /// bundles, proved against the root.
+    pairs_on_chain: bool,
 }
 
 impl std::fmt::Debug for Onchain {
@@ -169,7 +174,15 @@ impl Onchain {
             validators: Default::default(),
             cursor: Default::default(),
             part_size: None,
+            pairs_on_chain: true,
         }
+    }
+
+    /// Finalizes roots only: no `storeFinalizedCids` (a market whose
+    /// manifest says `pairsOnChain: false`).
+    pub fn root_only(mut self) -> Self {
+        self.pairs_on_chain = false;
+        self
     }
 
     /// Stores finalized pairs `n` at a time instead of sizing parts to the
@@ -497,7 +510,7 @@ impl Onchain {
             return self.attest(epoch_id, &chain.batchCid, mine.root).await;
         }
         if chain.finalized {
-            if chain.root == mine.root && !mine.projects.is_empty() {
+            if self.pairs_on_chain && chain.root == mine.root && !mine.projects.is_empty() {
                 let stored = self
                     .anchor
                     .read(&storedCidsCall { dataMarketAddress: dm, epochId: e }, None)

@@ -169,6 +169,8 @@ pub struct OnchainSettings {
     pub key: lite_node_config::SecretKey,
     /// Anchor blocks a submitter's turn lasts.
     pub fallback_blocks: u64,
+    /// `false`: roots only, no pair stored on chain ([`crate::onchain::Onchain::root_only`]).
+    pub pairs_on_chain: bool,
 }
 
 /// Where the gateway's gossip peer listens and whom it dials first; its
@@ -618,9 +620,12 @@ async fn run_locked(
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let dir = std::path::absolute(&settings.data_dir).unwrap_or_else(|_| settings.data_dir.clone());
         let holder = format!("{}@{}:{}", sender.address(), host.trim(), dir.display());
-        let onchain =
+        let mut onchain =
             crate::onchain::Onchain::new(market.clone(), conn.clone(), anchor.clone(), sender, o.fallback_blocks)
                 .holding_as(holder);
+        if !o.pairs_on_chain {
+            onchain = onchain.root_only();
+        }
         let registered = tokio::select! {
             _ = &mut shutdown => return Ok(()),
             r = retry(Policy::CHAIN, "reading the data market's validators", || onchain.registered(), |_| true) => {

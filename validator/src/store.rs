@@ -832,13 +832,23 @@ const AWAIT_CHAIN_AT_MOST: u64 = 3_600;
 /// recorded in its state (`onchain_status`, `onchain_finalized_*`).
 async fn settle_awaiting(store: &Arc<Store>, market: &Market, conn: &mut ConnectionManager) -> Result<(), String> {
     let now = lite_node_core::time::now_secs();
-    for (epoch_id, kept_at) in store.awaiting().map_err(|e| e.to_string())? {
-        let fields: (Option<String>, Option<String>, Option<String>, Option<String>) = redis::cmd("HMGET")
-            .arg(market.keys.epoch_state(epoch_id))
-            .arg(&["onchain_status", "onchain_finalized_block", "onchain_finalized_tx", "onchain_finalized_root"])
-            .query_async(conn)
-            .await
-            .map_err(|e| format!("Redis: {e}"))?;
+    let awaiting = store.awaiting().map_err(|e| e.to_string())?;
+    if awaiting.is_empty() {
+        return Ok(());
+    }
+    // Every awaiting epoch's outcome in one round trip (this runs each tick).
+    let mut pipe = redis::pipe();
+    for (epoch_id, _) in &awaiting {
+        pipe.cmd("HMGET").arg(market.keys.epoch_state(*epoch_id)).arg(&[
+            "onchain_status",
+            "onchain_finalized_block",
+            "onchain_finalized_tx",
+            "onchain_finalized_root",
+        ]);
+    }
+    type Fields = (Option<String>, Option<String>, Option<String>, Option<String>);
+    let outcomes: Vec<Fields> = pipe.query_async(conn).await.map_err(|e| format!("Redis: {e}"))?;
+    for ((epoch_id, kept_at), fields) in awaiting.into_iter().zip(outcomes) {
         let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
         let on_chain = match fields.0.as_deref() {
             Some("finalized") => OnChain {

@@ -35,16 +35,9 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = lite_node_protocol::submission::WINDOW_BLOCKS,
           value_parser = super::validator::at_least_one_block)]
     pub window_blocks: u64,
-    /// The market's validators' --require-snapshot: refuse a submission
-    /// that does not carry its snapshot's bytes (`missing_bytes`). Carried
-    /// bytes are always checked (CID, canonical JSON, size).
-    #[arg(long, value_name = "true|false", num_args = 0..=1, default_value_t = false,
-          default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub require_snapshot: bool,
-    /// The market's validators' --max-snapshot-bytes (`too_large` past it).
-    #[arg(long, value_name = "BYTES", default_value_t = lite_node_protocol::submission::caps::SNAPSHOT as u64,
-          value_parser = clap::value_parser!(u64).range(1..=lite_node_protocol::submission::caps::SNAPSHOT as u64))]
-    pub max_snapshot_bytes: u64,
+    /// The market's validators' snapshot flags (give it theirs).
+    #[command(flatten)]
+    pub snapshot: super::SnapshotArgs,
     /// Publish every accepted submission on the validators' gossip network:
     /// where this collector's libp2p peer listens (e.g. /ip4/0.0.0.0/tcp/9100).
     #[arg(long, value_name = "MULTIADDR")]
@@ -128,10 +121,7 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
         let mut collector = Collector::new(anchor.clone(), chain_id);
         (collector.selection, collector.announce, collector.from_block) = (selection, true, a.from_block);
         collector.window_blocks = a.window_blocks;
-        collector.snapshot = lite_node_protocol::submission::SnapshotRule {
-            required: a.require_snapshot,
-            max_bytes: usize::try_from(a.max_snapshot_bytes).unwrap_or(usize::MAX),
-        };
+        collector.snapshot = a.snapshot.rule();
         if let Some(listen) = a.p2p_listen.clone() {
             use lite_node_validator::gossip;
             let peer = gossip::Gossip::publisher(gossip::Settings {

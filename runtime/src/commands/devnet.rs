@@ -105,6 +105,12 @@ pub struct Args {
     /// Each validator's gossip outcome is printed at the end.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub hostile: u64,
+    /// Whether the validators store each finalized epoch's pairs on chain
+    /// (with --validators). `false`: roots only; the nodes read what was
+    /// finalized before from the validators' APIs, proved against the root.
+    #[arg(long, value_name = "true|false", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub pairs_on_chain: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -147,6 +153,7 @@ impl Args {
             worker_rpc_delay: self.worker_rpc_delay_ms.map(Duration::from_millis),
             operators: self.operators,
             hostile: self.hostile,
+            pairs_on_chain: self.pairs_on_chain,
         }
     }
 }
@@ -178,6 +185,16 @@ pub fn run(args: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
     }
     if let Some(f) = summary.finalized.filter(|f| *f != summary.epochs) {
         problems.push(format!("{} epoch(s) not finalized by the validator", summary.epochs - f));
+    }
+    if let Some(f) = summary.onchain_finalized.filter(|f| *f != summary.epochs) {
+        problems.push(format!("{} epoch(s) not finalized on chain", summary.epochs.saturating_sub(f)));
+    }
+    if let Some(read) = summary.read_back.as_ref().filter(|r| !r.failed.is_empty()) {
+        problems.push(format!(
+            "{} epoch(s) a consumer could not read back (the first: {})",
+            read.failed.len(),
+            read.failed[0]
+        ));
     }
     if problems.is_empty() {
         problems.push("no epoch ran".to_owned());

@@ -43,6 +43,11 @@ pub struct Args {
     /// The anchor block to look for the epoch's events from.
     #[arg(long, value_name = "B", default_value_t = 0)]
     pub from_block: u64,
+    /// The market's data APIs, comma-separated (default: DATA_API_URLS):
+    /// where an epoch whose pairs are not on chain (a market that finalizes
+    /// roots only) is read, its pairs proved against the root on chain.
+    #[arg(long, value_name = "URL,…", value_delimiter = ',')]
+    pub api: Vec<String>,
 }
 
 /// Prints what the chain finalized for the epoch.
@@ -55,11 +60,16 @@ pub fn run(q: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
     runtime.block_on(async {
         let chains = Chains::connect(&cfg).map_err(BadInput)?;
         let anchor = chains.anchor()?.clone();
-        report(&anchor, q, out).await
+        let mut apis = q.api.clone();
+        if apis.is_empty() {
+            apis = env.get("DATA_API_URLS").unwrap_or_default().split(',').map(str::trim).map(str::to_owned).collect();
+            apis.retain(|a| !a.is_empty());
+        }
+        report(&anchor, q, &apis, out).await
     })
 }
 
-async fn report(anchor: &Anchor, q: &Args, out: &mut dyn Write) -> Result<()> {
+async fn report(anchor: &Anchor, q: &Args, apis: &[String], out: &mut dyn Write) -> Result<()> {
     let (dm, e) = (anchor.data_market, U256::from(q.epoch_id));
     let batch = anchor
         .read(&epochBatchCall { dataMarketAddress: dm, epochId: e }, None)
@@ -108,7 +118,14 @@ async fn report(anchor: &Anchor, q: &Args, out: &mut dyn Write) -> Result<()> {
             divergent.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
         }
     )?;
-    let leaves = leaves(anchor, q, batch.root).await?;
+    let stored = anchor.read(&storedCidsCall { dataMarketAddress: dm, epochId: e }, None).await?;
+    let empty = batch.root == alloy::primitives::keccak256([]);
+    let from_api = stored.is_zero() && !empty;
+    let leaves =
+        if from_api { api_leaves(anchor, q, apis, batch.root).await? } else { leaves(anchor, q, batch.root).await? };
+    if from_api {
+        writeln!(out, "  no pair on chain (roots only): the pairs read from a data API, proved against the root")?;
+    }
     let projects: Vec<&(String, String)> = match &q.project {
         Some(p) => {
             let one: Vec<_> = leaves.iter().filter(|(id, _)| id == p).collect();
@@ -120,6 +137,10 @@ async fn report(anchor: &Anchor, q: &Args, out: &mut dyn Write) -> Result<()> {
         None => leaves.iter().collect(),
     };
     for (project, cid) in &projects {
+        if from_api {
+            writeln!(out, "  {project}  {cid}")?;
+            continue;
+        }
         // The chain's own answer for the project, beside the batch's.
         let call = maxSnapshotsCidCall { dataMarketAddress: dm, projectId: project.clone(), epochId: e };
         let read = anchor.read(&call, None).await?;
@@ -157,6 +178,35 @@ async fn report(anchor: &Anchor, q: &Args, out: &mut dyn Write) -> Result<()> {
     let as_json = json!({"projectId": project, "cid": cid, "leaf": merkle::leaf(project, cid), "proof": proof, "root": batch.root});
     writeln!(out, "{}", Value::to_string(&as_json))?;
     Ok(())
+}
+
+/// The finalized batch's `(project id, CID)` pairs when none is on chain:
+/// from the first of `apis` whose pairs make `root` (`/data/pairs/{epoch}`).
+async fn api_leaves(anchor: &Anchor, q: &Args, apis: &[String], root: B256) -> Result<Vec<(String, String)>> {
+    if apis.is_empty() {
+        bail!(BadInput(format!(
+            "epoch {}: no pair of it is stored on chain (a market that finalizes roots only, or its pairs not \
+             stored yet): give --api (or DATA_API_URLS), the market's data APIs, to read its pairs proved against \
+             the root {root}",
+            q.epoch_id
+        )));
+    }
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build()?;
+    let asked = lite_node_protocol::bundle::Asked {
+        epoch_id: q.epoch_id,
+        project_id: "",
+        protocol_state: anchor.protocol_state,
+        data_market: anchor.data_market,
+    };
+    let mut why = Vec::new();
+    for api in apis {
+        match lite_node_chain::consumer::read_pairs(&client, api, &asked).await {
+            Ok((got, pairs)) if got == root => return Ok(pairs),
+            Ok((got, _)) => why.push(format!("{api}: its pairs make root {got}, not the chain's")),
+            Err(e) => why.push(format!("{api}: {e}")),
+        }
+    }
+    bail!("epoch {}: no data API gave pairs that make the root on chain {root} ({})", q.epoch_id, why.join("; "))
 }
 
 /// The finalized batch's `(project id, CID)` pairs, from the transactions

@@ -134,3 +134,31 @@ impl MarketArgs {
         Ok(crate::chain::Chains::connect(&self.chain_config(env)?).map_err(crate::exit::BadInput)?)
     }
 }
+
+/// What a market takes of a submission's snapshot bytes: the same flags for
+/// the validator, the collector and `market deploy` (which writes them in
+/// the manifest).
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct SnapshotArgs {
+    /// Refuse a submission that does not carry its snapshot's bytes
+    /// (`missing_bytes`); without it, one that carries none is judged by
+    /// its CID alone. Carried bytes are always checked against the CID and
+    /// the canonical JSON form before anything is stored or relayed.
+    #[arg(long, value_name = "true|false", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub require_snapshot: bool,
+    /// The largest snapshot a submission may carry (`too_large` past it).
+    #[arg(long, value_name = "BYTES", default_value_t = lite_node_protocol::submission::caps::SNAPSHOT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=lite_node_protocol::submission::caps::SNAPSHOT as u64))]
+    pub max_snapshot_bytes: u64,
+}
+
+impl SnapshotArgs {
+    /// The rule the collector and the validator check by.
+    pub fn rule(&self) -> lite_node_protocol::submission::SnapshotRule {
+        lite_node_protocol::submission::SnapshotRule {
+            required: self.require_snapshot,
+            max_bytes: usize::try_from(self.max_snapshot_bytes).unwrap_or(usize::MAX),
+        }
+    }
+}

@@ -243,12 +243,7 @@ impl Reader {
         if let Some(root) = self.roots.get(&epoch) {
             return Ok(*root);
         }
-        if self.chains.is_none() {
-            self.chains = Some(Chains::connect(&self.cfg).map_err(BadInput)?);
-        }
-        let anchor = self.chains.as_ref().expect("connected above").anchor()?.clone();
-        let call = epochBatchCall { dataMarketAddress: self.data_market, epochId: U256::from(epoch) };
-        let batch = anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")?;
+        let batch = self.epoch_batch(epoch).await?;
         if !batch.finalized {
             bail!(NotFinalized(format!(
                 "check `root finalized on chain` failed: epoch {epoch} of data market {} is not finalized on \
@@ -453,12 +448,18 @@ impl Reader {
 
     /// Whether ProtocolState finalized `epoch` (read now, not cached).
     async fn finalized_on_chain(&mut self, epoch: u64) -> Result<bool> {
+        Ok(self.epoch_batch(epoch).await?.finalized)
+    }
+
+    /// ProtocolState's `epochBatch` of `epoch` (the anchor connected on the
+    /// first read).
+    async fn epoch_batch(&mut self, epoch: u64) -> Result<lite_node_protocol::contracts::epochBatchReturn> {
         if self.chains.is_none() {
             self.chains = Some(Chains::connect(&self.cfg).map_err(BadInput)?);
         }
         let anchor = self.chains.as_ref().expect("connected above").anchor()?.clone();
         let call = epochBatchCall { dataMarketAddress: self.data_market, epochId: U256::from(epoch) };
-        Ok(anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")?.finalized)
+        anchor.read(&call, None).await.context("reading epochBatch from ProtocolState")
     }
 }
 

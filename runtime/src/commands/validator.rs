@@ -94,17 +94,8 @@ pub struct Args {
     /// `processed:{sequencerId}:{submissionId}` for an hour once accepted.
     #[arg(long)]
     pub submission_metadata: bool,
-    /// Refuse a submission that does not carry its snapshot's bytes
-    /// (`missing_bytes`); without it, one that carries none is judged by
-    /// its CID alone. Carried bytes are always checked against the CID and
-    /// the canonical JSON form before anything is stored or relayed.
-    #[arg(long, value_name = "true|false", num_args = 0..=1, default_value_t = false,
-          default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub require_snapshot: bool,
-    /// The largest snapshot a submission may carry (`too_large` past it).
-    #[arg(long, value_name = "BYTES", default_value_t = lite_node_protocol::submission::caps::SNAPSHOT as u64,
-          value_parser = clap::value_parser!(u64).range(1..=lite_node_protocol::submission::caps::SNAPSHOT as u64))]
-    pub max_snapshot_bytes: u64,
+    #[command(flatten)]
+    pub snapshot: super::SnapshotArgs,
     /// Days each finalized epoch's data is kept (served to consumers) once
     /// finalized; 0 keeps it for good.
     #[arg(long, value_name = "DAYS", default_value_t = lite_node_validator::service::RETENTION_DAYS)]
@@ -128,6 +119,13 @@ pub struct Args {
     /// next validator in turn submits it (with VALIDATOR_SIGNER_PRIVATE_KEY).
     #[arg(long, value_name = "BLOCKS", default_value_t = lite_node_validator::onchain::FALLBACK_BLOCKS)]
     pub fallback_blocks: u64,
+    /// Store each finalized epoch's (project, CID) pairs on chain after its
+    /// root (the market's `pairsOnChain`): `false` finalizes roots only, an
+    /// epoch costing the same gas at any size; its pairs are then read from
+    /// the validators' APIs, proved against the root.
+    #[arg(long, value_name = "true|false", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub pairs_on_chain: bool,
 }
 
 /// `--window-blocks`: a whole number of anchor blocks, at least one.
@@ -163,16 +161,14 @@ pub fn run(o: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
             peer_in_flight: o.peer_in_flight,
             per_slot_epoch: o.per_slot_epoch,
             metadata: o.submission_metadata,
-            snapshot: lite_node_protocol::submission::SnapshotRule {
-                required: o.require_snapshot,
-                max_bytes: usize::try_from(o.max_snapshot_bytes).unwrap_or(usize::MAX),
-            },
+            snapshot: o.snapshot.rule(),
         },
         gossip: o.p2p_listen.map(|listen| GossipSettings { listen, bootstrap: o.p2p_bootstrap.clone() }),
         onchain: match env.get(VALIDATOR_KEY_VAR) {
             Some(value) => Some(OnchainSettings {
                 key: lite_node_config::SecretKey::parse_hex(VALIDATOR_KEY_VAR, value).map_err(crate::exit::BadInput)?,
                 fallback_blocks: o.fallback_blocks,
+                pairs_on_chain: o.pairs_on_chain,
             }),
             None => None,
         },

@@ -218,6 +218,7 @@ fn nodes_with_different_histories_write_the_same_bytes_and_name_what_the_chain_f
             protocol_state: world.manifest.protocol_state.parse().unwrap(),
             data_market: world.manifest.data_market.parse().unwrap(),
             namespace: namespace.into(),
+            pairs: None,
         });
         (executor, store)
     };

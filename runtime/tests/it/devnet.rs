@@ -404,6 +404,62 @@ fn a_devnet_with_a_validator_finalizes_every_epoch_and_its_batches_verify_indepe
     assert!(String::from_utf8_lossy(&verified.stdout).contains("(validator): finalized"));
 }
 
+/// Issue 54, item 7: a market that finalizes roots only. The validators
+/// store no pair on chain; every epoch is finalized on chain all the same,
+/// its pairs (read from the validators' APIs, proved against the root) are
+/// the recomputed batch's, and the nodes' snapshots name what was finalized
+/// before them (`previousSnapshots`) as read from those APIs: each entry one
+/// the chain finalized.
+#[test]
+fn a_market_without_pairs_on_chain_finalizes_roots_and_its_nodes_read_earlier_epochs_from_the_validators() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("run.json");
+    let args = ["--epochs", "4", "--nodes", "2", "--validators", "2", "--pairs-on-chain", "false"];
+    let out =
+        devnet(dir.path(), &args).args(["--json", record.to_str().unwrap()]).output().expect("lite-node devnet runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("the chain finalized 4 of 4 epochs"), "{stdout}");
+    let verified = verify(&record);
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    let json: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    // What the chain finalized, epoch → CIDs (read from the APIs, proved).
+    let mut finalized: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+    for e in json["epochs"].as_array().unwrap() {
+        let cids = e["onchain"]["cids"].as_array().unwrap();
+        assert!(!cids.is_empty(), "epoch {}: no pair read", e["epochId"]);
+        let id = e["epochId"].as_u64().unwrap();
+        finalized.insert(id, cids.iter().map(|c| c["snapshotCid"].as_str().unwrap().to_owned()).collect());
+    }
+    // The nodes' snapshots: those after epoch 1 name earlier epochs, each a
+    // CID the chain finalized then.
+    let mut named = 0;
+    let mut stack = vec![dir.path().join("run")];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if !path.components().any(|c| c.as_os_str() == "snapshots") {
+                continue;
+            }
+            let Ok(snapshot) = serde_json::from_slice::<Value>(&std::fs::read(&path).unwrap()) else { continue };
+            for pair in snapshot["previousSnapshots"].as_array().into_iter().flatten() {
+                let (epoch, cid) = (pair[0].as_u64().unwrap(), pair[1].as_str().unwrap());
+                assert!(
+                    finalized.get(&epoch).is_some_and(|c| c.iter().any(|f| f == cid)),
+                    "{}: names {cid} for epoch {epoch}, which the chain did not finalize",
+                    path.display()
+                );
+                named += 1;
+            }
+        }
+    }
+    assert!(named > 0, "no node's snapshot names an earlier epoch's finalized CID");
+}
+
 /// Three validators, meshed with each other and the collector, each with
 /// its own Redis and registered key: every epoch is finalized on chain once,
 /// with the root the record's checker recomputes; one of them SIGKILLed

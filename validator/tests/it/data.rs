@@ -251,10 +251,11 @@ async fn a_client_past_its_rate_gets_429_and_another_root_on_chain_gets_409() {
     store.set_problem(Some("finalized-data store: Redis: connection refused".into()));
     let health = reqwest::get(format!("{base}/health")).await.unwrap();
     assert_ne!(health.status(), 429);
-    let health: serde_json::Value = health.json().await.unwrap();
+    let health: serde_json::Value = serde_json::from_slice(&health.bytes().await.unwrap()).unwrap();
     assert!(health["degraded"].to_string().contains("finalized-data store: Redis: connection refused"), "{health}");
     store.set_problem(None);
-    let health: serde_json::Value = reqwest::get(format!("{base}/health")).await.unwrap().json().await.unwrap();
+    let health = reqwest::get(format!("{base}/health")).await.unwrap().bytes().await.unwrap();
+    let health: serde_json::Value = serde_json::from_slice(&health).unwrap();
     assert!(!health["degraded"].to_string().contains("finalized-data store"), "{health}");
     let (base, _stop) = serve(&redis, data(&store)).await;
     let r = reqwest::get(format!("{base}/data/1/baseSnapshot:0xpool0:devnet")).await.unwrap();

@@ -556,6 +556,58 @@ fn a_finalized_epoch_whose_pairs_were_not_stored_is_stored_after_the_follow_bloc
     }
 }
 
+/// Issue 54, item 7: a market that finalizes roots only (`pairsOnChain:
+/// false`) pays the same gas for an epoch of 10 projects as for one of
+/// 1,000 — the batch, the attestations, nothing per project — and stores no
+/// pair; its validators record the epoch finalized all the same.
+#[test]
+fn a_root_only_market_finalizes_ten_or_a_thousand_projects_for_the_same_gas() {
+    let mut n = net();
+    for v in &mut n.validators {
+        v.onchain = v.onchain.clone().root_only();
+    }
+    let mut gas = Vec::new();
+    for (epoch, projects) in [(23u64, 10usize), (24, 1_000)] {
+        let release = n.world.head();
+        let ids: Vec<String> = (0..projects).map(|i| format!("baseSnapshot:0x{i:040x}:devnet")).collect();
+        let cids: Vec<String> = (0..projects).map(|i| lite_node_protocol::cid(format!("{i}").as_bytes())).collect();
+        let pairs: Vec<(&str, &str)> = ids.iter().map(String::as_str).zip(cids.iter().map(String::as_str)).collect();
+        let (batch, root) = level1(epoch, &pairs);
+        for v in 0..3 {
+            n.finalized(v, epoch, release, release - 1, &batch);
+        }
+        n.world.mine(WINDOW + 1);
+        let first = n.world.head() + 1;
+        n.rounds(&[0, 1, 2], release + 60);
+        let on_chain = n.chain_batch(epoch);
+        assert!(on_chain.finalized, "epoch {epoch}");
+        assert_eq!(on_chain.root.to_string(), root);
+        let dm = n.anchor.data_market;
+        let stored =
+            lite_node_protocol::contracts::storedCidsCall { dataMarketAddress: dm, epochId: U256::from(epoch) };
+        assert_eq!(n.rt.block_on(n.anchor.read(&stored, None)).unwrap(), U256::ZERO, "no pair stored");
+        for v in 0..3 {
+            assert_eq!(n.state(v, epoch)["onchain_status"], "finalized", "validator {v}");
+        }
+        let ours: Vec<Address> = n.validators.iter().map(|v| v.address).collect();
+        let mut used = 0u64;
+        for block in first..=n.world.head() {
+            let receipts = n.world.rpc("eth_getBlockReceipts", json!([format!("0x{block:x}")]));
+            for r in receipts.as_array().unwrap() {
+                let from: Address = r["from"].as_str().unwrap().parse().unwrap();
+                if ours.contains(&from) {
+                    used += lite_node_testkit::world::hex_u64(&r["gasUsed"]);
+                }
+            }
+        }
+        println!("epoch {epoch}: {projects} projects finalized on chain for {used} gas");
+        gas.push(used);
+    }
+    let (small, large) = (gas[0] as f64, gas[1] as f64);
+    assert!(small > 0.0);
+    assert!((large / small - 1.0).abs() < 0.02, "10 projects: {small} gas, 1,000 projects: {large} gas");
+}
+
 /// `intake:since` is the head at the moment the intake (re)starts
 /// listening; any break (here: signalled by the test) removes it at once,
 /// and the next look sets it again to the head then — so no epoch released

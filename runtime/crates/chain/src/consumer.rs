@@ -81,6 +81,37 @@ pub async fn read_range(
     Ok(())
 }
 
+/// The largest answer [`read_pairs`] takes: [`lite_node_protocol::bundle::MAX_EPOCH_PROJECTS`]
+/// pairs of long ids.
+pub const MAX_PAIRS_ANSWER: usize = 256 << 20;
+
+/// `server`'s pairs of `asked.epoch_id` (`/data/pairs/{epoch}`), checked
+/// ([`lite_node_protocol::bundle::check_pairs`]): the root they make, for
+/// the caller to hold against the chain's, and the pairs.
+pub async fn read_pairs(
+    client: &reqwest::Client,
+    server: &str,
+    asked: &Asked<'_>,
+) -> Result<(B256, Vec<(String, String)>), Refusal> {
+    let url = format!("{}/data/pairs/{}", server.trim_end_matches('/'), asked.epoch_id);
+    let unanswered = |e: reqwest::Error| Refusal::Unanswered(e.to_string());
+    let mut r = client.get(&url).send().await.map_err(unanswered)?;
+    let status = r.status();
+    let mut body = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(unanswered)? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_PAIRS_ANSWER {
+            return Err(Refusal::Unanswered(format!("an answer longer than {MAX_PAIRS_ANSWER} bytes")));
+        }
+    }
+    if !status.is_success() {
+        return Err(Refusal::Unanswered(format!("{status}: {}", String::from_utf8_lossy(&body).trim())));
+    }
+    let value: Value =
+        serde_json::from_slice(&body).map_err(|e| Refusal::Unanswered(format!("not an epoch's pairs (JSON: {e})")))?;
+    lite_node_protocol::bundle::check_pairs(&value, asked).map_err(Refusal::Failed)
+}
+
 /// Reads `server`'s whole-epoch bundle of `asked.epoch_id`, checking each
 /// line as it arrives and handing it to `each`; the root its multiproof
 /// reaches once every line held (checks 1–4). Memory: one line and 32 bytes
@@ -127,4 +158,72 @@ pub async fn read_epoch(
     }
     let check = check.ok_or_else(|| Refusal::Unanswered("an empty answer".into()))?;
     check.finish().map_err(Refusal::Failed)
+}
+
+/// One epoch's (project id → CID), shared.
+pub type Pairs = std::sync::Arc<std::collections::HashMap<String, String>>;
+
+/// A market's pairs, read from its validators' APIs for a market that
+/// finalizes roots only (a node's previous snapshots, issue 54 item 7):
+/// each epoch's whole set, proved against the root the caller read on
+/// chain, from the first server whose answer holds; the last
+/// [`ApiPairs::KEPT`] epochs are kept (a finalized root's pairs never
+/// change).
+#[derive(Debug)]
+pub struct ApiPairs {
+    servers: Vec<String>,
+    protocol_state: alloy::primitives::Address,
+    data_market: alloy::primitives::Address,
+    client: reqwest::Client,
+    io: crate::IoRuntime,
+    kept: std::sync::Mutex<std::collections::VecDeque<(u64, B256, Pairs)>>,
+}
+
+impl ApiPairs {
+    /// Epochs whose pairs are kept: the five a snapshot names, and a few.
+    pub const KEPT: usize = 8;
+
+    pub fn new(
+        servers: Vec<String>,
+        protocol_state: alloy::primitives::Address,
+        data_market: alloy::primitives::Address,
+        io: crate::IoRuntime,
+    ) -> Self {
+        let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build().unwrap_or_default();
+        Self { servers, protocol_state, data_market, client, io, kept: Default::default() }
+    }
+
+    /// Epoch `epoch_id`'s pairs, proved against `root` (the chain's), from
+    /// a blocking thread: the first server whose answer holds; each other's
+    /// reason otherwise.
+    pub fn pairs(&self, epoch_id: u64, root: B256) -> Result<Pairs, String> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, pairs)) = kept.iter().find(|(e, r, _)| *e == epoch_id && *r == root) {
+            return Ok(pairs.clone());
+        }
+        drop(kept);
+        let (servers, client) = (self.servers.clone(), self.client.clone());
+        let (protocol_state, data_market) = (self.protocol_state, self.data_market);
+        let read = self.io.wait(async move {
+            let asked = Asked { epoch_id, project_id: "", protocol_state, data_market };
+            let mut why = Vec::new();
+            for server in &servers {
+                match read_pairs(&client, server, &asked).await {
+                    Ok((got, pairs)) if got == root => return Ok(pairs),
+                    Ok((got, _)) => why.push(format!("{server}: its pairs make root {got}, not the chain's")),
+                    Err(e) => why.push(format!("{server}: {e}")),
+                }
+            }
+            Err(why.join("; "))
+        });
+        let pairs: std::collections::HashMap<String, String> =
+            read.ok_or("the I/O runtime stopped")??.into_iter().collect();
+        let pairs = std::sync::Arc::new(pairs);
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.push_back((epoch_id, root, pairs.clone()));
+        while kept.len() > Self::KEPT {
+            kept.pop_front();
+        }
+        Ok(pairs)
+    }
 }

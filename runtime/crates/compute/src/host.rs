@@ -106,6 +106,52 @@ pub struct FinalizedReads {
     pub protocol_state: alloy::primitives::Address,
     pub data_market: alloy::primitives::Address,
     pub namespace: String,
+    /// A market that finalizes roots only (`pairsOnChain: false`): each
+    /// epoch's root is read on chain (`epochBatch`) and its pairs from here,
+    /// proved against it. `None`: the pairs are on chain (`maxSnapshotsCid`).
+    pub pairs: Option<Arc<dyn PairsSource>>,
+}
+
+/// Where a market that finalizes roots only keeps each epoch's pairs (its
+/// validators' APIs, `lite_node_chain::consumer::ApiPairs`).
+pub trait PairsSource: Send + Sync + std::fmt::Debug {
+    /// Epoch `epoch_id`'s (project id → CID), the whole set, proved against
+    /// `root` (the one the chain finalized); `Err` when no server gave them.
+    fn pairs(
+        &self,
+        epoch_id: u64,
+        root: alloy::primitives::B256,
+    ) -> Result<Arc<std::collections::HashMap<String, String>>, String>;
+}
+
+impl PairsSource for lite_node_chain::consumer::ApiPairs {
+    fn pairs(
+        &self,
+        epoch_id: u64,
+        root: alloy::primitives::B256,
+    ) -> Result<Arc<std::collections::HashMap<String, String>>, String> {
+        lite_node_chain::consumer::ApiPairs::pairs(self, epoch_id, root)
+    }
+}
+
+impl FinalizedReads {
+    /// Where a market's finalized CIDs are read: on chain, or — `pairs_from`
+    /// given, a market that finalizes roots only — its roots on chain and
+    /// its pairs from those APIs.
+    pub fn new(
+        protocol_state: alloy::primitives::Address,
+        data_market: alloy::primitives::Address,
+        namespace: String,
+        pairs_from: Option<&[lite_node_core::url::Url]>,
+        io: &lite_node_chain::IoRuntime,
+    ) -> Self {
+        let pairs = pairs_from.map(|urls| {
+            let servers = urls.iter().map(|u| u.as_str().trim_end_matches('/').to_owned()).collect();
+            Arc::new(lite_node_chain::consumer::ApiPairs::new(servers, protocol_state, data_market, io.clone()))
+                as Arc<dyn PairsSource>
+        });
+        Self { protocol_state, data_market, namespace, pairs }
+    }
 }
 
 /// What one compute call sees of the node.
@@ -254,6 +300,23 @@ impl RuntimeHost {
             )));
         }
         let project_id = lite_node_protocol::project_id(&self.project, data_source, &reads.namespace);
+        if reads.pairs.is_some() {
+            let calls = epochs
+                .clone()
+                .map(|e| RpcCall {
+                    method: "eth_call".into(),
+                    params_json: finalized::epoch_batch_params(
+                        reads.protocol_state,
+                        reads.data_market,
+                        e,
+                        self.anchor_block,
+                    )
+                    .to_string()
+                    .into(),
+                })
+                .collect();
+            return Ok(Some((epochs, calls)));
+        }
         let calls: Vec<RpcCall> = epochs
             .clone()
             .map(|e| RpcCall {
@@ -285,9 +348,22 @@ impl RuntimeHost {
             Some(reads) => lite_node_protocol::project_id(&self.project, data_source, &reads.namespace),
             None => data_source.to_owned(),
         };
+        let source = self.finalized.as_ref().and_then(|r| r.pairs.as_ref());
         let mut found = Vec::new();
         for (epoch_id, answer) in epochs.zip(answers) {
             match self.counted(answer) {
+                Ok(text) if source.is_some() => {
+                    let root = finalized::finalized_root(&text)
+                        .map_err(|e| refuse(format!("epoch {epoch_id} of {label}: {e}")))?;
+                    let (Some(root), Some(source)) = (root, source) else { continue };
+                    let pairs = source.pairs(epoch_id, root).map_err(|e| {
+                        refuse(format!(
+                            "epoch {epoch_id} of {label}: the chain finalized root {root}, and its pairs could \
+                             not be read: {e}"
+                        ))
+                    })?;
+                    found.extend(pairs.get(&label).map(|cid| PreviousSnapshot { epoch_id, cid: cid.as_str().into() }));
+                }
                 Ok(text) => {
                     let cid = finalized::finalized_cid(&text)
                         .map_err(|e| refuse(format!("epoch {epoch_id} of {label}: {e}")))?;
@@ -452,6 +528,7 @@ mod tests {
                 protocol_state: alloy::primitives::Address::repeat_byte(1),
                 data_market: alloy::primitives::Address::repeat_byte(2),
                 namespace: "devnet-UNISWAPV3-ETH".into(),
+                pairs: None,
             }));
             (host.epoch_id, host.anchor_block) = (12, 500);
             host

@@ -21,6 +21,9 @@ pub struct ComputeRunConfig {
     /// `POWERLOOM_CHAIN-NAMESPACE-SOURCE_CHAIN`, a missing part shown as its
     /// variable's name.
     pub namespace: String,
+    /// `Some`: the market finalizes roots only, and its pairs are read from
+    /// these APIs (`PAIRS_ON_CHAIN=false`, `DATA_API_URLS`).
+    pub pairs_from: Option<Vec<Url>>,
     /// `SLOT_ID`, or the first of `SLOT_IDS`.
     pub slot_id: Option<u64>,
     pub watch: WatchSettings,
@@ -59,6 +62,7 @@ impl ComputeRunConfig {
                 )),
                 _ => None,
             };
+        let pairs_from = crate::env::pairs_from(env, &mut problems);
         let part = |k: &str| env.get(k).unwrap_or(k).to_owned();
         let namespace = format!("{}-{}-{}", part("POWERLOOM_CHAIN"), part("NAMESPACE"), part("SOURCE_CHAIN"));
         let slot_id = match (env.get("SLOT_ID"), env.get("SLOT_IDS")) {
@@ -80,7 +84,7 @@ impl ComputeRunConfig {
         };
         match (compute, projects) {
             (Some(compute), Some(projects)) if problems.is_empty() => {
-                Ok(Self { compute, projects, source_rpc_urls, anchor, namespace, slot_id, watch })
+                Ok(Self { compute, projects, source_rpc_urls, anchor, namespace, pairs_from, slot_id, watch })
             }
             _ => Err(ConfigErrors { problems }),
         }

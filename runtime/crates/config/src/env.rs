@@ -214,6 +214,40 @@ pub(crate) fn rpc_urls(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>)
     urls
 }
 
+/// `PAIRS_ON_CHAIN` (the market's `pairsOnChain`, default true) and
+/// `DATA_API_URLS`: `Some` of the market's data APIs when it finalizes
+/// roots only — each epoch's pairs are then read from them, proved against
+/// the root on chain (docs/consumers.md) — `None` when its pairs are on
+/// chain.
+pub(crate) fn pairs_from(env: &EnvSnapshot, problems: &mut Vec<String>) -> Option<Vec<Url>> {
+    match env.get("PAIRS_ON_CHAIN").map(str::to_ascii_lowercase).as_deref() {
+        None | Some("true" | "1" | "yes") => return None,
+        Some("false" | "0" | "no") => {}
+        Some(other) => {
+            problems.push(format!("PAIRS_ON_CHAIN={other}: use true or false (the market's `pairsOnChain`)"));
+            return None;
+        }
+    }
+    let mut urls = Vec::new();
+    for text in env.get("DATA_API_URLS").unwrap_or_default().split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        match Url::parse(text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => urls.push(url),
+            _ => problems.push(format!(
+                "DATA_API_URLS has `{}`, not an http(s) URL (a validator's API, e.g. http://127.0.0.1:9091)",
+                lite_node_core::url::redact_url(text)
+            )),
+        }
+    }
+    if env.get("DATA_API_URLS").is_none() {
+        problems.push(
+            "PAIRS_ON_CHAIN=false needs DATA_API_URLS: the market's validators' APIs, where each epoch's pairs are \
+             read (`lite-node market env` prints both)"
+                .into(),
+        );
+    }
+    Some(urls)
+}
+
 /// An address variable, checked once (a missing one is reported by the
 /// required list; the zero address stands in until the problems are shown).
 pub(crate) fn address(env: &EnvSnapshot, key: &str, problems: &mut Vec<String>) -> Address {

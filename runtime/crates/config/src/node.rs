@@ -31,6 +31,9 @@ pub struct NodeConfig {
     pub protocol_state: Address,
     pub data_market: Address,
     pub namespace: String,
+    /// `Some`: the market finalizes roots only, and its pairs are read from
+    /// these APIs (`PAIRS_ON_CHAIN=false`, `DATA_API_URLS`).
+    pub pairs_from: Option<Vec<Url>>,
     pub powerloom_chain: String,
     pub source_chain: String,
     pub collector_port: u16,
@@ -236,6 +239,7 @@ impl NodeConfig {
                 }
             }
         }
+        let pairs_from = crate::env::pairs_from(env, &mut problems);
         let text = |k: &str| env.get(k).unwrap_or_default().to_owned();
         for key in ["NAMESPACE", "POWERLOOM_CHAIN", "SOURCE_CHAIN"] {
             if env.get(key).is_some_and(|v| v.contains([':', ' '])) {
@@ -260,6 +264,7 @@ impl NodeConfig {
                 protocol_state,
                 data_market,
                 namespace: text("NAMESPACE"),
+                pairs_from,
                 powerloom_chain: text("POWERLOOM_CHAIN"),
                 source_chain: text("SOURCE_CHAIN"),
                 collector_port,

@@ -220,6 +220,7 @@ impl Devnet {
                 e,
                 epoch.release_block,
                 Duration::from_secs(60),
+                self.opts.pairs_on_chain,
             )
             .await
             {

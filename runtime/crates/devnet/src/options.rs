@@ -58,6 +58,10 @@ pub struct Options {
     /// Peers attacking the validators' gossip for the whole run
     /// (`hostile.rs`; 0: none).
     pub hostile: u64,
+    /// Whether the validators store each finalized epoch's pairs on chain;
+    /// `false`: roots only, and the nodes read their previous snapshots'
+    /// pairs from the validators' APIs (issue 54 item 7).
+    pub pairs_on_chain: bool,
 }
 
 /// `./devnet` when it is a devnet directory (or no other is found), else the

@@ -136,6 +136,8 @@ impl Devnet {
             window_blocks: None,
             // The devnet's market requires the snapshot bytes.
             snapshots: Some(lite_node_chain::market::SnapshotTerms { required: true, ..Default::default() }),
+            pairs_on_chain: None,
+            data_apis: Vec::new(),
         };
         std::fs::write(run_dir.join("market.json"), serde_json::to_string_pretty(&market)? + "\n")?;
         let chains = Chains::connect(
@@ -235,6 +237,9 @@ impl Devnet {
         validator_env.push(("PROJECTS_CONFIG".to_owned(), projects.display().to_string()));
         let validator_log = env.get("LITE_NODE_DEVNET_VALIDATOR_LOG").unwrap_or("info");
         validator_env.push(("RUST_LOG".to_owned(), validator_log.to_owned()));
+        if !opts.pairs_on_chain {
+            validator_env.push(("PAIRS_ON_CHAIN".to_owned(), "false".to_owned()));
+        }
 
         // The validators, when asked: each its own Redis, process, gossip
         // identity and registered key, dialing the ones before it — through
@@ -449,6 +454,13 @@ impl Devnet {
         ];
         base_env.extend(shared.into_iter().map(|(k, v)| (k.to_owned(), v)));
         base_env.extend(NAMESPACE_VARS.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        if !opts.pairs_on_chain {
+            // Roots only on chain: the nodes read what was finalized before
+            // from the validators' APIs, proved against the root.
+            base_env.push(("PAIRS_ON_CHAIN".into(), "false".into()));
+            let apis: Vec<&str> = validators.iter().map(|v| v.api.as_str()).collect();
+            base_env.push(("DATA_API_URLS".into(), apis.join(",")));
+        }
         let mut nodes = Vec::new();
         for (index, signer, key) in &slots {
             let own: Vec<u64> = opts.slots_of(*index).collect();

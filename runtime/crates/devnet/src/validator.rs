@@ -179,6 +179,10 @@ impl DevnetValidator {
         }
         // The devnet's market requires the snapshot bytes.
         arg("--require-snapshot");
+        if env.iter().any(|(k, v)| k == "PAIRS_ON_CHAIN" && v == "false") {
+            arg("--pairs-on-chain");
+            arg("false");
+        }
         if !bootstrap.is_empty() {
             arg("--p2p-bootstrap");
             arg(&bootstrap.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
@@ -573,6 +577,41 @@ pub async fn read_back(
     }
 }
 
+/// The pairs of finalized `epoch_id` from the first of `apis` whose pairs
+/// make `root` (the chain's), waiting for the archiver's tick.
+async fn pairs_read_back(
+    apis: &[String],
+    scope: lite_node_protocol::submission::Scope,
+    epoch_id: u64,
+    root: alloy::primitives::B256,
+) -> Result<Vec<(String, String)>> {
+    let client = reqwest::Client::new();
+    let asked = lite_node_protocol::bundle::Asked {
+        epoch_id,
+        project_id: "",
+        protocol_state: scope.protocol_state,
+        data_market: scope.data_market,
+    };
+    let deadline = tokio::time::Instant::now() + READABLE_WITHIN;
+    loop {
+        let mut why = Vec::new();
+        for api in apis {
+            match lite_node_chain::consumer::read_pairs(&client, api, &asked).await {
+                Ok((got, pairs)) if got == root => return Ok(pairs),
+                Ok((got, _)) => why.push(format!("{api}: its pairs make root {got}")),
+                Err(e) => why.push(format!("{api}: {e}")),
+            }
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "epoch {epoch_id}: no validator's API gave pairs that make the root on chain {root}: {}",
+                why.join("; ")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// What one validator's API serves at the end of a run, of the epochs the
 /// chain finalized: each read whole and checked to the chain's root.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -652,6 +691,7 @@ pub async fn settle_onchain(
     epoch_id: u64,
     release_block: u64,
     patience: Duration,
+    pairs_on_chain: bool,
 ) -> Result<(OnchainOutcome, Vec<BTreeMap<String, String>>)> {
     use alloy::primitives::U256;
     use lite_node_protocol::contracts::{
@@ -700,6 +740,16 @@ pub async fn settle_onchain(
         }
     }
     let mut cids = BTreeMap::new();
+    if !pairs_on_chain && batch.finalized {
+        // Roots only on chain: the pairs as a node reads them, from the
+        // validators' APIs, proved against the root (status 1: finalized).
+        let apis: Vec<String> = validators.iter().map(|v| v.api.clone()).collect();
+        let scope = lite_node_protocol::submission::Scope { protocol_state: anchor.protocol_state, data_market: dm };
+        for (project, cid) in pairs_read_back(&apis, scope, epoch_id, batch.root).await? {
+            cids.insert(project, (cid, lite_node_protocol::finalized::FINALIZED));
+        }
+        projects.clear();
+    }
     for project in projects {
         let call = maxSnapshotsCidCall { dataMarketAddress: dm, projectId: project.clone(), epochId: e };
         let read = anchor.read(&call, None).await?;

@@ -104,10 +104,11 @@ async fn load(cfg: &ComputeRunConfig) -> Result<(lite_node_config::Projects, com
 async fn executor_for(
     cfg: &ComputeRunConfig,
     processors: Vec<compute::executor::ProjectProcessor>,
-    source: &Arc<crate::chain::HttpRpc>,
+    chains: &Chains,
     anchor_rpc: Option<Arc<dyn RpcEndpoint>>,
     (begin, end): (u64, u64),
 ) -> Result<(LocalExecutor, Vec<lite_node_plugin_api::BlockDetail>)> {
+    let source = &chains.source;
     let mut executor = LocalExecutor::new(
         processors,
         cfg.watch.max_concurrent_computes,
@@ -116,11 +117,13 @@ async fn executor_for(
         anchor_rpc,
     );
     if let Some((_, protocol_state, data_market)) = &cfg.anchor {
-        executor = executor.with_finalized(FinalizedReads {
-            protocol_state: *protocol_state,
-            data_market: *data_market,
-            namespace: cfg.namespace.clone(),
-        });
+        executor = executor.with_finalized(FinalizedReads::new(
+            *protocol_state,
+            *data_market,
+            cfg.namespace.clone(),
+            cfg.pairs_from.as_deref(),
+            &chains.io,
+        ));
     }
     let blocks = if executor.needs_block_details() {
         preload::block_details(source, begin, end).await.map_err(|e| anyhow!("preloading block details: {e}"))?
@@ -242,7 +245,7 @@ async fn epoch(cfg: ComputeRunConfig, query: &Args, out: &mut dyn Write) -> Resu
 
     // The node's executor: the same host, preload, tracker and chains.
     let projects: Vec<Project> = processors.iter().map(|p| p.project.clone()).collect();
-    let (executor, blocks) = executor_for(&cfg, processors, &source, anchor_rpc, (begin, end)).await?;
+    let (executor, blocks) = executor_for(&cfg, processors, &chains, anchor_rpc, (begin, end)).await?;
     let tasks = projects
         .iter()
         .map(|p| Task {
@@ -384,8 +387,7 @@ pub async fn replay(cfg: ComputeRunConfig, epoch_id: u64, project_id: &str) -> R
         1
     };
     let anchor_rpc = Some(anchor.shared_rpc() as Arc<dyn RpcEndpoint>);
-    let (executor, blocks) =
-        executor_for(&cfg, processors, &source_rpc, anchor_rpc, (release.begin, release.end)).await?;
+    let (executor, blocks) = executor_for(&cfg, processors, &chains, anchor_rpc, (release.begin, release.end)).await?;
     let task = Task {
         epoch_id,
         begin: release.begin,

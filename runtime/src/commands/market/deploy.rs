@@ -59,15 +59,19 @@ pub struct Args {
     /// manifest publishes it for the operators' collectors.
     #[arg(long, value_name = "N", value_parser = crate::commands::validator::at_least_one_block)]
     pub window_blocks: Option<u64>,
-    /// Require every submission to carry its snapshot's bytes, so every CID
-    /// the validators finalize is one they can serve (the manifest says so;
-    /// `market env` tells the operators' collectors).
-    #[arg(long)]
-    pub require_snapshot: bool,
-    /// The largest snapshot a submission may carry.
-    #[arg(long, value_name = "BYTES", default_value_t = lite_node_protocol::submission::caps::SNAPSHOT as u64,
-          value_parser = clap::value_parser!(u64).range(1..=lite_node_protocol::submission::caps::SNAPSHOT as u64))]
-    pub max_snapshot_bytes: u64,
+    /// What the market takes of the snapshot bytes, written in the manifest
+    /// (`market env` tells the operators' collectors): with
+    /// --require-snapshot every CID the validators finalize is one they can
+    /// serve.
+    #[command(flatten)]
+    pub snapshot: crate::commands::SnapshotArgs,
+    /// Whether the validators store each finalized epoch's pairs on chain
+    /// after its root (~109k gas a project). `false`: roots only, the same gas
+    /// at 10 projects or 10,000; nodes and consumers read the pairs from the
+    /// validators' APIs (`market peers --apis`), proved against the root.
+    #[arg(long, value_name = "true|false", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub pairs_on_chain: bool,
     /// Where to write the manifest (never over an existing file).
     #[arg(long, value_name = "PATH", default_value = "market.json")]
     pub out: PathBuf,
@@ -176,9 +180,11 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
             validator_peers: Vec::new(),
             window_blocks: o.window_blocks,
             snapshots: Some(lite_node_chain::market::SnapshotTerms {
-                required: o.require_snapshot,
-                max_bytes: o.max_snapshot_bytes,
+                required: o.snapshot.require_snapshot,
+                max_bytes: o.snapshot.max_snapshot_bytes,
             }),
+            pairs_on_chain: Some(o.pairs_on_chain),
+            data_apis: Vec::new(),
         }))
     })?;
     let Some(manifest) = manifest else { return Ok(()) };

@@ -68,6 +68,13 @@ pub fn run(a: &Args, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "# what the market takes of a submission's snapshot bytes")?;
         writeln!(out, "REQUIRE_SNAPSHOT={}", terms.required)?;
         writeln!(out, "MAX_SNAPSHOT_BYTES={}", terms.max_bytes)?;
+        writeln!(out, "# where the market's data is served; with PAIRS_ON_CHAIN=false (roots only on chain)")?;
+        writeln!(out, "# the node reads each epoch's finalized pairs there, proved against the root")?;
+        if mf.data_apis.is_empty() {
+            writeln!(out, "# (the manifest names no data API yet: `lite-node market peers --apis …`)")?;
+        }
+        writeln!(out, "PAIRS_ON_CHAIN={}", mf.pairs_on_chain.unwrap_or(true))?;
+        writeln!(out, "DATA_API_URLS={}", mf.data_apis.join(","))?;
         writeln!(out, "SIGNER_ACCOUNT_ADDRESS={signer}")?;
         writeln!(out, "# your own key, the one of {signer}: it never leaves your machine")?;
         writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;

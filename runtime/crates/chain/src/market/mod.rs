@@ -77,6 +77,18 @@ pub struct Manifest {
     /// `market env`). `None`: not required, the protocol's largest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotTerms>,
+    /// Whether the validators store each finalized epoch's (project, CID)
+    /// pairs on chain after its root (their `--pairs-on-chain`;
+    /// `PAIRS_ON_CHAIN` in `market env`). `false`: roots only, an epoch costs
+    /// the same gas at any size, and its pairs are read from [`Manifest::data_apis`].
+    /// `None`: true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs_on_chain: Option<bool>,
+    /// The market's validators' data APIs (`DATA_API_URLS` in `market
+    /// env`): where consumers, and the nodes of a market that finalizes roots
+    /// only, read its data; set with `market peers --apis`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data_apis: Vec<String>,
 }
 
 /// [`Manifest::snapshots`].

@@ -201,11 +201,13 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
     )
     .with_queue(run.watch.queue_capacity, 0);
     if let Some((_, protocol_state, data_market)) = &run.anchor {
-        local = local.with_finalized(FinalizedReads {
-            protocol_state: *protocol_state,
-            data_market: *data_market,
-            namespace: run.namespace.clone(),
-        });
+        local = local.with_finalized(FinalizedReads::new(
+            *protocol_state,
+            *data_market,
+            run.namespace.clone(),
+            run.pairs_from.as_deref(),
+            &chains.io,
+        ));
     }
 
     let c = &cfg.cluster;

@@ -246,7 +246,13 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
     .with_queue(cfg.watch.queue_capacity, slots.first().map_or(0, |s| s.slot_id))
     .with_trackers(lanes.iter().map(|l| (l.slot_id, l.tracker.clone())))
     .with_drill(cfg.drill)
-    .with_finalized(FinalizedReads { protocol_state, data_market, namespace: cfg.full_namespace() });
+    .with_finalized(FinalizedReads::new(
+        protocol_state,
+        data_market,
+        cfg.full_namespace(),
+        cfg.pairs_from.as_deref(),
+        &chains.io,
+    ));
     let follow = Follow { confirmations: cfg.watch.confirmations, start_block: cfg.watch.start_block };
     let mut watcher = Watcher::open(anchor.clone(), &data_dir, follow)
         .with_context(|| format!("opening the epoch cursor in {}", data_dir.display()))?;

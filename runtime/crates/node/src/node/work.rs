@@ -148,6 +148,7 @@ impl Work for EpochWork {
         let mut stages = tokio::task::JoinSet::new();
         if let Some(lane) = self.lanes.first() {
             let (shared, anchor, epoch_id) = (lane.submitter.shared.clone(), self.anchor.clone(), epoch.epoch_id);
+            let released = epoch.released_block;
             // The head, and (when the computes are quick, as a lite node's
             // are) the epoch's deadline and header on disk, while they run:
             // the first submission waits for neither, and the disk is quiet.
@@ -155,7 +156,7 @@ impl Work for EpochWork {
             // submission fixes them, so its window starts when it is ready.
             let early = self.cluster.is_none();
             stages.spawn(async move {
-                let (head, header) = shared.latest(&anchor).await;
+                let (head, header) = shared.latest(&anchor, released).await;
                 if early {
                     shared.fix_epoch_early(epoch_id, head, &header).await;
                 }

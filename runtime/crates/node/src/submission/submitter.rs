@@ -145,11 +145,16 @@ impl Shared {
     /// The anchor's latest block number and hash, read at most once every
     /// [`HEAD_FRESH`] for all submissions (the others wait for that read).
     /// The epoch's work reads it as its computes start, so the first
-    /// submission does not wait for it.
-    pub async fn latest(&self, anchor: &Anchor) -> (u64, String) {
+    /// submission does not wait for it. A head read before block
+    /// `at_least` (the release of the epoch asking, which the node has seen)
+    /// is read again, however fresh: on a chain whose epochs come faster
+    /// than [`HEAD_FRESH`], a deadline from an earlier epoch's head would
+    /// have passed before its submission was sent.
+    pub async fn latest(&self, anchor: &Anchor, at_least: u64) -> (u64, String) {
         let mut head = self.head.lock().await;
         if let Some((at, number, hash)) = head.as_ref()
             && at.elapsed() < HEAD_FRESH
+            && *number >= at_least
         {
             return (*number, hash.clone());
         }
@@ -317,7 +322,7 @@ impl Submitter {
                 }
             }
         }
-        let (head, latest) = shared.latest(anchor).await;
+        let (head, latest) = shared.latest(anchor, epoch.released_block).await;
         let (fix, written) = shared.signing_fix(epoch.epoch_id, epoch.released_block, head, &latest);
         let (deadline, header) = (fix.deadline, fix.header.clone());
         if head > deadline {
@@ -410,7 +415,7 @@ impl Submitter {
                 request.snapshot_cid
             );
         }
-        let (head, _) = shared.latest(anchor).await;
+        let (head, _) = shared.latest(anchor, epoch.released_block).await;
         if head > request.deadline {
             let why = format!(
                 "sent before a restart with no answer recorded (the collector may hold it), and its deadline \
@@ -448,7 +453,7 @@ impl Submitter {
             submission,
             || {
                 let (shared, anchor) = (shared.clone(), anchor.clone());
-                Box::pin(async move { shared.latest(&anchor).await.0 <= deadline })
+                Box::pin(async move { shared.latest(&anchor, 0).await.0 <= deadline })
             },
             |error: &str| {
                 metrics.submission_retries.inc();
