@@ -277,3 +277,52 @@ pub fn check(bundle: &Value, asked: &Asked<'_>) -> Result<Checked, Failed> {
     }
     Ok(Checked { snapshot: snapshot.to_owned(), cid: cid.to_owned(), root, proof_len: proof.len() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked() -> Asked<'static> {
+        Asked {
+            epoch_id: 7,
+            project_id: "",
+            protocol_state: Address::repeat_byte(1),
+            data_market: Address::repeat_byte(2),
+        }
+    }
+
+    fn answer(pairs: &[(&str, &str)]) -> Value {
+        serde_json::json!({
+            "epochId": 7,
+            "protocolState": Address::repeat_byte(1).to_string(),
+            "dataMarket": Address::repeat_byte(2).to_string(),
+            "pairs": pairs.iter().map(|(p, c)| [p, c]).collect::<Vec<_>>(),
+        })
+    }
+
+    #[test]
+    fn an_epochs_pairs_make_their_root_and_out_of_order_or_foreign_ones_are_refused() {
+        let pairs = [("a:1", "bafy1"), ("b:2", "bafy2"), ("c:3", "bafy3")];
+        let (root, got) = check_pairs(&answer(&pairs), &asked()).unwrap();
+        assert_eq!(root, crate::merkle::Tree::of(pairs).unwrap().root());
+        assert_eq!(got.len(), 3);
+        // Another CID makes another root: the caller's check against the chain fails.
+        let (other, _) =
+            check_pairs(&answer(&[("a:1", "bafy1"), ("b:2", "bafyX"), ("c:3", "bafy3")]), &asked()).unwrap();
+        assert_ne!(other, root);
+        let unordered = check_pairs(&answer(&[("b:2", "bafy2"), ("a:1", "bafy1")]), &asked()).unwrap_err();
+        assert_eq!(unordered.check, "Merkle proof", "{unordered}");
+        let twice = check_pairs(&answer(&[("a:1", "bafy1"), ("a:1", "bafy2")]), &asked()).unwrap_err();
+        assert!(twice.why.contains("is not after"), "{twice}");
+        let mut foreign = answer(&pairs);
+        foreign["epochId"] = 8.into();
+        assert_eq!(check_pairs(&foreign, &asked()).unwrap_err().check, "what was asked");
+        let mut garbled = answer(&pairs);
+        garbled["pairs"][1] = serde_json::json!({"projectId": "b:2"});
+        assert!(check_pairs(&garbled, &asked()).unwrap_err().why.contains("not [projectId, cid]"));
+        // No project at all: the empty tree's root.
+        let (empty, none) = check_pairs(&answer(&[]), &asked()).unwrap();
+        assert!(none.is_empty());
+        assert_eq!(empty, alloy::primitives::keccak256([]));
+    }
+}

@@ -145,3 +145,66 @@ fn parts_stored_through_another_contract_leave_the_epoch_provable() {
     let last: Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
     assert_eq!(last["cid"], cid.as_str());
 }
+
+/// Serves `answer` as every epoch's pairs (`/data/pairs/{epoch}`); its base
+/// URL.
+fn serving_pairs(runtime: &tokio::runtime::Runtime, answer: Value) -> String {
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new()
+        .route("/data/pairs/{epoch}", axum::routing::get(move || async move { axum::Json(answer.clone()) }));
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+/// Issue 54, item 7: an epoch of a market that stores no pair on chain is
+/// read from a data API, its pairs proved against the root on chain: none
+/// given is exit 2 naming `--api`; a hostile server's pairs (one CID
+/// changed) are passed over for the next, and with no honest one it is exit
+/// 1; a project's proof from those pairs is verified by the contract too.
+#[test]
+fn an_epoch_without_pairs_on_chain_is_read_from_a_data_api_and_proved_against_the_root() {
+    let world = World::load();
+    world.register_validators(1);
+    let pairs: Vec<(String, String)> = (0..4)
+        .map(|i| (format!("baseSnapshot:0xpool{i}:devnet"), lite_node_protocol::cid(format!("{i}").as_bytes())))
+        .collect();
+    world.release_epoch_with_id(3);
+    world.submit_batch(3, "bafy-batch-3", &pairs);
+    let node = node_for(&world);
+
+    let run = node.run(&["finalized", "--epoch-id", "3"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("no pair of it is stored on chain") && run.stderr.contains("--api"), "{run:?}");
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let answer = |pairs: &[(String, String)]| {
+        serde_json::json!({
+            "epochId": 3,
+            "protocolState": world.manifest.protocol_state,
+            "dataMarket": world.manifest.data_market,
+            "pairs": pairs.iter().map(|(p, c)| [p, c]).collect::<Vec<_>>(),
+        })
+    };
+    let mut tampered = pairs.clone();
+    tampered[2].1 = lite_node_protocol::cid(b"not what was finalized");
+    let hostile = serving_pairs(&runtime, answer(&tampered));
+    let honest = serving_pairs(&runtime, answer(&pairs));
+
+    let run = node.run(&["finalized", "--epoch-id", "3", "--api", &hostile]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("no data API gave pairs that make the root on chain"), "{run:?}");
+
+    let apis = format!("{hostile},{honest}");
+    let run = node.run(&["finalized", "--epoch-id", "3", "--api", &apis]);
+    run.assert_ok();
+    assert!(run.stdout.contains("no pair on chain (roots only)"), "{}", run.stdout);
+    for (p, c) in &pairs {
+        assert!(run.stdout.contains(&format!("  {p}  {c}")), "{}", run.stdout);
+    }
+    let (project, cid) = &pairs[2];
+    let run = node.run(&["finalized", "--epoch-id", "3", "--project", project, "--proof", "--api", &apis]);
+    run.assert_ok();
+    assert!(run.stdout.contains("by ProtocolState.verifyFinalizedCid (true)"), "{}", run.stdout);
+    assert!(run.stdout.contains(&format!("proof of {project} = {cid}")), "{}", run.stdout);
+}

@@ -316,6 +316,14 @@ async fn an_epoch_streams_whole_or_a_page_at_a_time_and_a_range_proves_each_epoc
     let mut check = lite_node_protocol::bundle::EpochCheck::start(&lines[0], &asked(10)).unwrap();
     let failed = check.line(&lines[1]).unwrap_err();
     assert_eq!(failed.check, "bytes hash to the CID", "{failed}");
+    // The epoch's pairs alone (a market without pairs on chain reads them
+    // so): the whole set, in order, making the root — with client and server
+    // both this crate's, through the consumer's own read.
+    let client = reqwest::Client::new();
+    let (root, read) = lite_node_chain::consumer::read_pairs(&client, &base, &asked(10)).await.unwrap();
+    assert_eq!((root, read), (tree.root(), pairs.clone()));
+    let r = reqwest::get(format!("{base}/data/pairs/11")).await.unwrap();
+    assert_eq!(r.status(), 404, "an epoch not kept here");
     // Past the last project, and a zero limit: said.
     let r = reqwest::get(format!("{base}/data/10?after={}", project(599))).await.unwrap();
     assert_eq!(r.status(), 404);
