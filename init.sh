@@ -55,6 +55,15 @@ need_redis() {
   fi
 }
 
+# The archive drill uploads to, and restores from, an S3-compatible server
+# on loopback: moto's (PyPI, pinned), in a virtualenv of the checkout's.
+need_s3_server() {
+  [ -x .tools/s3/bin/moto_server ] && return 0
+  command -v python3 >/dev/null || { echo "init.sh: python3 not found (the archive drill's S3 server is moto's, from PyPI)" >&2; exit 2; }
+  say "installing moto's S3 server (PyPI, into .tools/s3, for the archive drill)"
+  python3 -m venv .tools/s3 && .tools/s3/bin/pip install -q "moto[server]==5.2.1" >/dev/null
+}
+
 # A cold test run writes about 4 GiB (both workspaces' builds, the compute
 # packages the tests build, the devnet world); say so up front rather than
 # let a compiler fail half-way with "No space left on device".
@@ -84,6 +93,9 @@ run_tests() {
   devnet/build-world.sh --pools 1000 --out world-1000 --if-stale >"$logs/world-1000.log" 2>&1 &
   local world_pid=$!
   need_redis
+  say "moto's S3 server for the archive drill (in the background: $logs/s3-server.log)"
+  need_s3_server >"$logs/s3-server.log" 2>&1 &
+  local s3_pid=$!
   # The container drill builds the project's image with podman FROM an
   # offline base (no registry is reachable): podman installed and the base
   # made in the background (~2 min once, mostly I/O), waited for before the
@@ -148,6 +160,11 @@ run_tests() {
     exit 1
   fi
   tail -n 1 "$logs/container-base.log"
+  if ! wait "$s3_pid"; then
+    cat "$logs/s3-server.log" >&2
+    echo "init.sh: installing moto's S3 server failed (above); the archive drill needs it" >&2
+    exit 1
+  fi
 
   # Every benchmark once, on tiny sizes and with no timing asserted (a bench
   # binary without cargo bench's --bench flag runs its quick mode), so one

@@ -69,7 +69,7 @@ enum Command {
     /// as the collector does; dequeuers check them, each epoch's window opens
     /// and closes in anchor blocks, and every epoch is finalized into this
     /// validator's batch; a read-only API shows it all.
-    Validator(commands::validator::Args),
+    Validator(Box<commands::validator::Args>),
     /// Alert channels (Telegram bot, reporting service).
     #[command(subcommand)]
     Alert(commands::alert::Command),
@@ -142,7 +142,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => commands::archive::serve(&a, &env, &mut stdout()),
         Command::Collector(a) => commands::collector::run(a, &env),
         Command::PeerId(a) => commands::peer_id::run(&a, &mut stdout()),
-        Command::Validator(a) => commands::validator::run(a, &env),
+        Command::Validator(a) => commands::validator::run(*a, &env),
         Command::Alert(c) => c.run(&env, &mut stdout()),
         Command::Devnet(a) => commands::devnet::run(a, &env),
         Command::Market(c) => c.run(&mut stdout()),

@@ -271,9 +271,15 @@ fn range_containing(epoch_id: u64, every: u64) -> (u64, u64) {
 }
 
 /// Writes each range of `every` epochs that is complete (the store holds a
-/// later epoch, none of its epochs awaits the chain) and not in `dir` yet;
-/// what was written.
-pub fn write_due(store: &Store, market: &MarketOf, every: u64, dir: &Path) -> Result<Vec<Written>, String> {
+/// later epoch, none of its epochs awaits the chain) and neither in `dir`
+/// nor among `elsewhere` (the ranges a bucket holds) yet; what was written.
+pub fn write_due(
+    store: &Store,
+    market: &MarketOf,
+    every: u64,
+    dir: &Path,
+    elsewhere: &HashSet<(u64, u64)>,
+) -> Result<Vec<Written>, String> {
     let every = every.max(1);
     let (Some(first), Some(last)) =
         (store.first_epoch().map_err(|e| e.to_string())?, store.last_epoch().map_err(|e| e.to_string())?)
@@ -292,6 +298,7 @@ pub fn write_due(store: &Store, market: &MarketOf, every: u64, dir: &Path) -> Re
             break;
         }
         if !done.contains(&(from, to))
+            && !elsewhere.contains(&(from, to))
             && let Some(w) = write(store, market, from, to, dir)?
         {
             out.push(w);

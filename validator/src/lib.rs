@@ -24,6 +24,7 @@ pub use lite_node_gossip as gossip;
 pub mod aggregator;
 pub mod api;
 pub mod archive;
+pub mod bucket;
 pub mod chain;
 pub mod consensus;
 pub mod dequeuer;

@@ -137,6 +137,9 @@ pub struct DataSettings {
     /// written as a CAR once complete (`None`: no archives).
     pub archive_dir: Option<PathBuf>,
     pub archive_epochs: u64,
+    /// Where each archive is uploaded once written, its local copy then
+    /// removed (`None`: archives stay in [`DataSettings::archive_dir`]).
+    pub archive_bucket: Option<std::sync::Arc<crate::bucket::Bucket>>,
     /// Days an epoch is kept once finalized (`None`: for good).
     pub retention_days: Option<u32>,
     /// Requests a second one client (IP address) may make of the data
@@ -149,6 +152,7 @@ impl Default for DataSettings {
         Self {
             archive_dir: None,
             archive_epochs: ARCHIVE_EPOCHS,
+            archive_bucket: None,
             retention_days: Some(RETENTION_DAYS),
             rate_per_client: std::num::NonZeroU32::new(DATA_RATE),
         }

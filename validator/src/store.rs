@@ -705,8 +705,25 @@ pub async fn archive(
             _ = retention.tick(), if retention_days.is_some() || data.archive_dir.is_some() => {
                 // Archives first: a range is written before retention drops it.
                 if let Some(dir) = data.archive_dir.clone() {
-                    let (keeping, of, every) = (store.clone(), of.clone(), data.archive_epochs);
-                    let written = tokio::task::spawn_blocking(move || crate::archive::write_due(&keeping, &of, every, &dir)).await;
+                    // What the bucket holds is not written again.
+                    let elsewhere = match &data.archive_bucket {
+                        None => Ok(Default::default()),
+                        Some(bucket) => bucket.archives().await.map(|held| {
+                            held.iter().filter_map(|(name, _)| crate::archive::range_of(name)).collect()
+                        }),
+                    };
+                    let elsewhere: std::collections::HashSet<(u64, u64)> = match elsewhere {
+                        Ok(held) => held,
+                        Err(e) => {
+                            tracing::warn!("archives: {e}; writing none until the bucket answers");
+                            continue;
+                        }
+                    };
+                    let (keeping, of, every, staged) = (store.clone(), of.clone(), data.archive_epochs, dir.clone());
+                    let written = tokio::task::spawn_blocking(move || {
+                        crate::archive::write_due(&keeping, &of, every, &staged, &elsewhere)
+                    })
+                    .await;
                     match written {
                         Ok(Ok(written)) => {
                             for w in written {
@@ -718,6 +735,15 @@ pub async fn archive(
                         }
                         Ok(Err(e)) => tracing::warn!("archives: {e}"),
                         Err(e) => tracing::warn!("archives: {e}"),
+                    }
+                    if let Some(bucket) = &data.archive_bucket {
+                        let (uploaded, failed) = crate::bucket::upload_written(bucket, &dir).await;
+                        for (name, size) in uploaded {
+                            tracing::info!("archive {name}: uploaded to {} ({size} bytes)", bucket.url());
+                        }
+                        for e in failed {
+                            tracing::warn!("archives: {e}; kept in {} for the next try", dir.display());
+                        }
                     }
                 }
                 let Some(days) = retention_days else { continue };

@@ -66,8 +66,10 @@ pub struct RestoreArgs {
     /// validator holds open).
     #[arg(long, value_name = "PATH")]
     pub store: PathBuf,
-    /// The archives: CAR files, or directories of them.
-    #[arg(value_name = "CAR|DIR", required = true)]
+    /// The archives: CAR files, directories of them, or an S3-compatible
+    /// bucket's (s3://bucket[/prefix], with the AWS_* variables a validator's
+    /// --archive-bucket takes).
+    #[arg(value_name = "CAR|DIR|URL", required = true)]
     pub archives: Vec<PathBuf>,
     #[command(flatten)]
     pub market: MarketOfArgs,
@@ -79,7 +81,7 @@ impl Command {
             Self::Restore(a) => {
                 let (of, _) = a.market.resolve(env, "archive restore")?;
                 let store = Store::open(&a.store).map_err(|e| BadInput(e.to_string()))?;
-                restore_all(&store, &a.archives, &of, out)
+                restore_all(&store, &a.store, &a.archives, &of, env, out)
             }
         }
     }
@@ -107,8 +109,60 @@ fn cars(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn restore_all(store: &Store, paths: &[PathBuf], of: &MarketOf, out: &mut dyn std::io::Write) -> Result<()> {
-    let files = cars(paths)?;
+/// Restores the archives in `bucket` (its URL) one at a time, each
+/// downloaded beside the store (`<store>.download/`) and removed once read.
+fn restore_bucket(
+    store: &Store,
+    store_path: &std::path::Path,
+    url: &str,
+    of: &MarketOf,
+    env: &EnvSnapshot,
+    out: &mut dyn std::io::Write,
+) -> Result<usize> {
+    let bucket = lite_node_validator::bucket::Bucket::from_url(url, env.vars()).map_err(|e| BadInput(e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let held = runtime.block_on(bucket.archives()).map_err(|e| anyhow::anyhow!(e))?;
+    let staging = store_path.with_extension("download");
+    std::fs::create_dir_all(&staging).with_context(|| format!("making {}", staging.display()))?;
+    for (name, _) in &held {
+        let file = staging.join(name);
+        runtime.block_on(bucket.download(name, &file)).map_err(|e| anyhow::anyhow!(e))?;
+        let restored = archive::restore(store, &file, Some(of)).map_err(|e| anyhow::anyhow!(e));
+        let _ = std::fs::remove_file(&file);
+        report(out, &format!("{}/{name}", url.trim_end_matches('/')), &restored?)?;
+    }
+    let _ = std::fs::remove_dir(&staging);
+    Ok(held.len())
+}
+
+fn report(out: &mut dyn std::io::Write, what: &str, restored: &archive::Restored) -> Result<()> {
+    writeln!(
+        out,
+        "{what}: {} epoch(s) restored ({} kept already), {} snapshot(s), each checked against its CID and its epoch's root",
+        restored.epochs, restored.kept_already, restored.blocks
+    )?;
+    Ok(())
+}
+
+fn restore_all(
+    store: &Store,
+    store_path: &std::path::Path,
+    paths: &[PathBuf],
+    of: &MarketOf,
+    env: &EnvSnapshot,
+    out: &mut dyn std::io::Write,
+) -> Result<()> {
+    let (urls, paths): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        paths.iter().partition(|p| p.to_str().is_some_and(|t| t.starts_with("s3://")));
+    let mut from_buckets = 0;
+    for url in urls {
+        from_buckets += restore_bucket(store, store_path, &url.to_string_lossy(), of, env, out)?;
+    }
+    let paths: Vec<PathBuf> = paths.into_iter().cloned().collect();
+    if paths.is_empty() && from_buckets > 0 {
+        return Ok(());
+    }
+    let files = cars(&paths)?;
     if files.is_empty() {
         bail!(BadInput(format!(
             "no archive (*.car) in {}",
@@ -117,14 +171,7 @@ fn restore_all(store: &Store, paths: &[PathBuf], of: &MarketOf, out: &mut dyn st
     }
     for file in files {
         let restored = archive::restore(store, &file, Some(of)).map_err(|e| anyhow::anyhow!(e))?;
-        writeln!(
-            out,
-            "{}: {} epoch(s) restored ({} kept already), {} snapshot(s), each checked against its CID and its epoch's root",
-            file.display(),
-            restored.epochs,
-            restored.kept_already,
-            restored.blocks
-        )?;
+        report(out, &file.display().to_string(), &restored)?;
     }
     Ok(())
 }
@@ -136,9 +183,9 @@ pub struct ServeArgs {
     /// finalized.redb, or one restored from archives; made if missing).
     #[arg(long, value_name = "PATH")]
     pub store: PathBuf,
-    /// Restore these archives (CAR files, or directories of them) into the
-    /// store first.
-    #[arg(long, value_name = "CAR|DIR")]
+    /// Restore these archives (CAR files, directories of them, or an
+    /// s3://bucket[/prefix]) into the store first.
+    #[arg(long, value_name = "CAR|DIR|URL")]
     pub archive: Vec<PathBuf>,
     /// Where the API listens.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9092")]
@@ -156,7 +203,7 @@ pub fn serve(a: &ServeArgs, env: &EnvSnapshot, out: &mut dyn std::io::Write) -> 
     let (of, scope) = a.market.resolve(env, "serve")?;
     let store = Store::open(&a.store).map_err(|e| BadInput(e.to_string()))?;
     if !a.archive.is_empty() {
-        restore_all(&store, &a.archive, &of, out)?;
+        restore_all(&store, &a.store, &a.archive, &of, env, out)?;
     }
     let (first, last) = (store.first_epoch()?, store.last_epoch()?);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("serve").build()?;

@@ -111,6 +111,13 @@ pub struct Args {
     /// --archive`).
     #[arg(long, value_name = "DIR")]
     pub archive_dir: Option<PathBuf>,
+    /// Also upload each archive to this S3-compatible bucket
+    /// (s3://bucket[/prefix]; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_REGION, AWS_ENDPOINT for a server other than AWS's), its local
+    /// copy (in --archive-dir, default <data dir>/archive-staging) removed
+    /// once the bucket holds it.
+    #[arg(long, value_name = "URL")]
+    pub archive_bucket: Option<String>,
     /// Epochs an archive file holds (set it to the market's epochs per day).
     #[arg(long, value_name = "N", default_value_t = lite_node_validator::service::ARCHIVE_EPOCHS,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -148,7 +155,7 @@ pub fn run(o: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
         validator_id: o.validator_id,
         listen: o.listen,
         api_listen: o.api_listen,
-        data_dir: o.data_dir,
+        data_dir: o.data_dir.clone(),
         from_block: o.from_block,
         poll_interval: Duration::from_millis(o.poll_ms.max(10)),
         window_blocks: o.window_blocks,
@@ -173,7 +180,17 @@ pub fn run(o: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
             None => None,
         },
         data: DataSettings {
-            archive_dir: o.archive_dir,
+            archive_dir: match (&o.archive_dir, &o.archive_bucket) {
+                (None, Some(_)) => Some(o.data_dir.join("archive-staging")),
+                (dir, _) => dir.clone(),
+            },
+            archive_bucket: match &o.archive_bucket {
+                Some(url) => Some(std::sync::Arc::new(
+                    lite_node_validator::bucket::Bucket::from_url(url, env.vars())
+                        .map_err(|e| crate::exit::BadInput(format!("--archive-bucket {e}")))?,
+                )),
+                None => None,
+            },
             archive_epochs: o.archive_epochs,
             retention_days: (o.retention_days > 0).then_some(o.retention_days),
             rate_per_client: std::num::NonZeroU32::new(o.data_rate),

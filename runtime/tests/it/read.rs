@@ -396,11 +396,14 @@ fn an_archive_restores_a_new_server_whose_bundles_verify_with_every_market_servi
             root: Some(alloy::primitives::B256::from(root5).to_string()),
         };
         store.settle(5, &on_chain).unwrap();
-        let written = lite_node_validator::archive::write_due(&store, &of, 5, &archives).unwrap();
+        let written = lite_node_validator::archive::write_due(&store, &of, 5, &archives, &Default::default()).unwrap();
         assert_eq!(written.len(), 1, "{written:?}");
         assert_eq!(written[0].path, archives.join("epochs-1-5.car"));
         assert_eq!((written[0].epochs, written[0].blocks), (1, 3));
-        assert!(lite_node_validator::archive::write_due(&store, &of, 5, &archives).unwrap().is_empty(), "once");
+        assert!(
+            lite_node_validator::archive::write_due(&store, &of, 5, &archives, &Default::default()).unwrap().is_empty(),
+            "once"
+        );
         // The validator and its store are gone from here on.
     }
 
@@ -488,6 +491,170 @@ fn an_archive_restores_a_new_server_whose_bundles_verify_with_every_market_servi
     let run = restore(&car, "0x00000000000000000000000000000000000000aa");
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("an archive of market") && run.stderr.contains("not this one's"), "{}", run.stderr);
+}
+
+/// moto's S3-compatible server on a free loopback port (`./init.sh test`
+/// installs it in `.tools/s3`), killed when dropped.
+struct S3Server {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl S3Server {
+    fn start() -> Self {
+        let exe = lite_node_testkit::workspace_root().join(".tools/s3/bin/moto_server");
+        assert!(exe.exists(), "{} is missing: ./init.sh test installs it (moto[server] from PyPI)", exe.display());
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new(exe)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let endpoint = format!("http://127.0.0.1:{port}");
+        lite_node_testkit::poll_until("moto's S3 server answers", std::time::Duration::from_secs(60), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        Self { child, endpoint }
+    }
+
+    /// What a client of it needs (the `AWS_*` variables).
+    fn vars(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", "drill".into()),
+            ("AWS_SECRET_ACCESS_KEY", "drill-secret".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ENDPOINT", self.endpoint.clone()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+        ]
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 54, item 5: archives in an S3-compatible bucket (moto's server on
+/// loopback, through `object_store`). A validator's archive round uploads
+/// what it wrote and drops the local copy; a range the bucket holds is not
+/// written again; `lite-node archive restore s3://…` restores a new store
+/// from the bucket alone, each block checked, and `lite-node read` verifies
+/// its bundle to the root on chain; a bucket that does not exist is named.
+#[test]
+fn archives_uploaded_to_an_s3_bucket_restore_a_new_server_whose_bundles_verify() {
+    let s3 = S3Server::start();
+    let world = World::load();
+    world.register_validators(1);
+    let snapshot = |i: u64| format!(r#"{{"epoch":5,"pool":{i}}}"#);
+    let pairs: Vec<(String, String)> = (0..3)
+        .map(|i| (format!("baseSnapshot:0xpool{i}:devnet"), lite_node_protocol::cid(snapshot(i).as_bytes())))
+        .collect();
+    world.release_epoch_with_id(6);
+    let root5 = world.submit_batch(5, "bafy-batch-5", &pairs);
+    let dir = tempfile::tempdir().unwrap();
+    let of = lite_node_validator::archive::MarketOf {
+        chain_id: world.manifest.chain_id,
+        protocol_state: world.manifest.protocol_state.clone(),
+        data_market: world.manifest.data_market.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // The bucket (S3's CreateBucket: a PUT of its name).
+    let made = runtime.block_on(reqwest::Client::new().put(format!("{}/archives", s3.endpoint)).send()).unwrap();
+    assert!(made.status().is_success(), "{made:?}");
+    let vars = s3.vars();
+    let url = "s3://archives/market-7001";
+    let bucket =
+        lite_node_validator::bucket::Bucket::from_url(url, vars.iter().map(|(k, v)| (*k, v.as_str()))).unwrap();
+    let staging = dir.path().join("staging");
+    {
+        let store = Store::open(&dir.path().join("finalized.redb")).unwrap();
+        for e in [5, 6] {
+            let bytes: BTreeMap<String, Vec<u8>> =
+                (0..3).map(|i| (lite_node_protocol::cid(snapshot(i).as_bytes()), snapshot(i).into_bytes())).collect();
+            let tree =
+                lite_node_protocol::merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
+            let epoch = FinalizedEpoch {
+                epoch_id: e,
+                root: tree.root().to_string(),
+                batch_cid: format!("bafy-batch-{e}"),
+                pairs: pairs.clone(),
+                finalized_at: 1,
+                without_bytes: Vec::new(),
+            };
+            store.put_epoch(&epoch, &bytes).unwrap();
+        }
+        let on_chain = lite_node_validator::store::OnChain {
+            finalized: true,
+            block: Some(42),
+            tx: Some(format!("0x{:064x}", 7)),
+            root: Some(alloy::primitives::B256::from(root5).to_string()),
+        };
+        store.settle(5, &on_chain).unwrap();
+        let written = lite_node_validator::archive::write_due(&store, &of, 5, &staging, &Default::default()).unwrap();
+        assert_eq!(written.len(), 1, "{written:?}");
+        let (uploaded, failed) = runtime.block_on(lite_node_validator::bucket::upload_written(&bucket, &staging));
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(uploaded.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["epochs-1-5.car"]);
+        assert!(!staging.join("epochs-1-5.car").exists(), "the local copy goes once the bucket holds it");
+        let held = runtime.block_on(bucket.archives()).unwrap();
+        assert_eq!(held, uploaded);
+        let elsewhere = held.iter().filter_map(|(n, _)| lite_node_validator::archive::range_of(n)).collect();
+        assert!(
+            lite_node_validator::archive::write_due(&store, &of, 5, &staging, &elsewhere).unwrap().is_empty(),
+            "a range the bucket holds is not written again"
+        );
+    }
+
+    let mut node = Node::new()
+        .env("POWERLOOM_RPC_URL", world.url())
+        .env("PROTOCOL_STATE_CONTRACT", world.manifest.protocol_state.clone())
+        .env("DATA_MARKET_CONTRACT", world.manifest.data_market.clone());
+    for (k, v) in &vars {
+        node = node.env(k, v.clone());
+    }
+    let chain_id = world.manifest.chain_id.to_string();
+    let fresh = dir.path().join("restored.redb");
+    let run = node.run(&["archive", "restore", "--store", fresh.to_str().unwrap(), url, "--chain-id", &chain_id]);
+    run.assert_ok();
+    assert!(
+        run.stdout.contains(&format!("{url}/epochs-1-5.car: 1 epoch(s) restored (0 kept already), 3 snapshot(s)")),
+        "{}",
+        run.stdout
+    );
+    // The restored store served, and a snapshot read from it verified to
+    // the root on chain.
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_lite-node"))
+        .args(["serve", "--store", fresh.to_str().unwrap(), "--listen", "127.0.0.1:0", "--chain-id", &chain_id])
+        .args(["--protocol-state", &world.manifest.protocol_state, "--data-market", &world.manifest.data_market])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.take().unwrap()), &mut said).unwrap();
+    let base = said.trim().split(" on ").last().unwrap().to_owned();
+    let run = node.run(&["read", "--api", &base, "--epoch", "5", "--project", &pairs[2].0]);
+    let _ = server.kill();
+    let _ = server.wait();
+    run.assert_ok();
+    assert_eq!(run.stdout, format!("{}\n", snapshot(2)));
+
+    let missing = dir.path().join("none.redb");
+    let run = node.run(&[
+        "archive",
+        "restore",
+        "--store",
+        missing.to_str().unwrap(),
+        "s3://no-such-bucket",
+        "--chain-id",
+        &chain_id,
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("s3://no-such-bucket"), "{}", run.stderr);
+    assert!(!run.stderr.contains("drill-secret"), "the key never shows: {}", run.stderr);
 }
 
 fn runtime_get(url: &str) -> Value {
