@@ -184,12 +184,14 @@ async fn report(anchor: &Anchor, q: &Args, apis: &[String], out: &mut dyn Write)
 /// from the first of `apis` whose pairs make `root` (`/data/pairs/{epoch}`).
 async fn api_leaves(anchor: &Anchor, q: &Args, apis: &[String], root: B256) -> Result<Vec<(String, String)>> {
     if apis.is_empty() {
-        bail!(BadInput(format!(
-            "epoch {}: no pair of it is stored on chain (a market that finalizes roots only, or its pairs not \
-             stored yet): give --api (or DATA_API_URLS), the market's data APIs, to read its pairs proved against \
-             the root {root}",
+        // Exit 1, not 2: in a market with pairs on chain this passes once
+        // its parts are mined.
+        bail!(
+            "epoch {}: no pair of it is stored on chain yet (its parts are being stored; or a market that \
+             finalizes roots only: give --api or DATA_API_URLS, the market's data APIs, to read its pairs proved \
+             against the root {root})",
             q.epoch_id
-        )));
+        );
     }
     let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build()?;
     let asked = lite_node_protocol::bundle::Asked {

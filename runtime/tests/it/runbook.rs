@@ -55,6 +55,12 @@ fn tail(text: &str, n: usize) -> String {
 /// the blocks they name, a drill's own), in one bash shell in `node`'s
 /// directory; panics naming where it stood if it does not end in time.
 fn run(node: &Node, steps: &[(usize, &str)]) -> String {
+    run_with(node, steps, &[])
+}
+
+/// [`run`], with each `(text, instead)` of `swaps` put in for the
+/// runbook's text (which must hold it).
+fn run_with(node: &Node, steps: &[(usize, &str)], swaps: &[(&str, String)]) -> String {
     let root = lite_node_testkit::workspace_root();
     let doc = std::fs::read_to_string(root.join("docs/launch-a-market.md")).unwrap();
     let blocks: Vec<&str> = doc.split("```sh\n").skip(1).map(|b| b.split("```").next().unwrap()).collect();
@@ -76,6 +82,10 @@ fn run(node: &Node, steps: &[(usize, &str)]) -> String {
     }
     let placeholder = "CHECKOUT=<this repository's root>";
     assert!(script.contains(placeholder) && script.contains("\nBASE=18500 "), "the runbook's settings:\n{script}");
+    for (text, instead) in swaps {
+        assert!(script.contains(text), "the runbook no longer says `{text}`");
+        script = script.replace(text, instead);
+    }
     let base = free_ports();
     let script = script
         .replace(placeholder, &format!("CHECKOUT='{}'", root.display()))
@@ -161,6 +171,34 @@ fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
         (manifest["anchor"]["chainId"].as_u64(), manifest["source"]["chainId"].as_u64()),
         (Some(7001), Some(7002))
     );
+}
+
+/// Issue 55: the runbook's market with its anchor chain on an EVM node
+/// other than anvil — ganache (ethereumjs, pinned in devnet/package.json),
+/// its accounts the runbook's keys: the contract deployed, slots and
+/// validators registered, epochs released, batches submitted, attested,
+/// finalized and their pairs stored, and a consumer's read verified to the
+/// root on chain, as on anvil.
+#[test]
+fn the_launch_a_market_runbook_runs_with_ganache_as_its_anchor_chain() {
+    let node = Node::new();
+    // The owner's and the three validators' keys (the runbook's), funded.
+    let keys = [
+        "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+        "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+        "5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+        "7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+    ];
+    let accounts: Vec<String> = keys.iter().map(|k| format!("--wallet.accounts 0x{k},0x3635C9ADC5DEA00000")).collect();
+    let ganache = format!(
+        "ganache --server.host 127.0.0.1 --server.port $BASE --chain.chainId 7001 --miner.blockTime 0.5 {} \
+         > logs/anchor.log 2>&1 &",
+        accounts.join(" ")
+    );
+    let anvil = "anvil --port $BASE --chain-id 7001 --block-time 0.5 > logs/anchor.log 2>&1 &";
+    run_with(&node, &[], &[(anvil, ganache)]);
+    let anchor = std::fs::read_to_string(node.cwd.path().join("logs/anchor.log")).unwrap_or_default();
+    assert!(anchor.contains("ganache v7.9.2"), "the anchor chain was ganache's:\n{anchor}");
 }
 
 /// Extra collectors on the validators' topic the runbook's market gets.
