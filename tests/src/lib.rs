@@ -273,9 +273,116 @@ pub struct Anvil {
     child: std::process::Child,
     pub port: u16,
     _home: TempDir,
+    /// Ganache (ethereumjs) in anvil's place ([`Anvil::ganache`]): the same
+    /// accounts, its own RPC methods for the pool and the miner.
+    pub ganache: bool,
+}
+
+/// The client a drill's chain runs (issue 55: drills on more than one EVM
+/// implementation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Client {
+    Anvil,
+    Ganache,
 }
 
 impl Anvil {
+    /// A fresh chain of `client` with chain id `chain_id`, anvil's ten
+    /// accounts funded on either.
+    pub fn of(client: Client, chain_id: u64) -> Self {
+        match client {
+            Client::Anvil => Self::start_with(&["--chain-id", &chain_id.to_string()]),
+            Client::Ganache => Self::ganache(chain_id),
+        }
+    }
+
+    /// Ganache 7 (devnet/package.json's pin) on a free port with chain id
+    /// `chain_id`, its accounts anvil's (the same mnemonic), mining each
+    /// transaction as it comes.
+    pub fn ganache(chain_id: u64) -> Self {
+        let bin = workspace_root().join("devnet/node_modules/.bin/ganache");
+        assert!(
+            bin.exists(),
+            "ganache is not installed at {}: run `npm ci` in devnet/ (./init.sh test does)",
+            bin.display()
+        );
+        let home = tempfile::tempdir().expect("a home for ganache");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let mut child = Command::new(bin)
+            .env("HOME", home.path())
+            .args(["--server.host", "127.0.0.1", "--server.port", &port.to_string()])
+            .args(["--chain.chainId", &chain_id.to_string(), "--logging.quiet"])
+            .args(["--wallet.mnemonic", "test test test test test test test test test test test junk"])
+            .args(["--wallet.totalAccounts", "10", "--wallet.defaultBalance", "10000"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("ganache starts");
+        let up = (0..600).any(|_| {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            false
+        });
+        if !up {
+            let _ = child.kill();
+            panic!("ganache did not listen on port {port} within 30 s");
+        }
+        Self { child, port, _home: home, ganache: true }
+    }
+
+    /// Mines each transaction as it comes (`true`), or nothing until asked.
+    pub fn set_automine(&self, on: bool) {
+        if self.ganache {
+            self.call(if on { "miner_start" } else { "miner_stop" }, serde_json::json!([]));
+        } else {
+            self.call("evm_setAutomine", serde_json::json!([on]));
+        }
+    }
+
+    /// Mines `n` blocks now.
+    pub fn mine(&self, n: u64) {
+        if self.ganache {
+            self.call("evm_mine", serde_json::json!([{"blocks": n}]));
+        } else {
+            self.call("anvil_mine", serde_json::json!([format!("{n:#x}")]));
+        }
+    }
+
+    /// Transactions waiting in the pool.
+    pub fn pending(&self) -> u64 {
+        if self.ganache {
+            let content = self.call("txpool_content", serde_json::json!([]));
+            content["pending"]
+                .as_object()
+                .map_or(0, |by| by.values().filter_map(|n| n.as_object()).map(|n| n.len() as u64).sum())
+        } else {
+            let status = self.call("txpool_status", serde_json::json!([]));
+            status["pending"]
+                .as_str()
+                .and_then(|q| u64::from_str_radix(q.trim_start_matches("0x"), 16).ok())
+                .unwrap_or(0)
+        }
+    }
+
+    /// A JSON-RPC call's result (panics on an error answer).
+    pub fn call(&self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let bytes = reqwest::blocking::Client::new()
+            .post(self.url())
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .and_then(|r| r.bytes())
+            .unwrap_or_else(|e| panic!("{method} on {}: {e}", self.url()));
+        let answer: serde_json::Value =
+            serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{method} on {}: not JSON ({e})", self.url()));
+        assert!(answer.get("error").is_none(), "{method} on {}: {answer}", self.url());
+        answer["result"].clone()
+    }
+
     pub fn start() -> Self {
         Self::start_with(&[])
     }
@@ -318,7 +425,7 @@ impl Anvil {
                 panic!("anvil did not report its port ({other:?}): {err}");
             }
         };
-        Self { child, port, _home: home }
+        Self { child, port, _home: home, ganache: false }
     }
 
     pub fn url(&self) -> String {

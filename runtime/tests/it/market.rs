@@ -2,7 +2,7 @@
 //! and a source chain with their own chain ids), read back through its
 //! manifest, and bad input named in one line with exit 2, the key never shown.
 
-use lite_node_testkit::Anvil;
+use lite_node_testkit::{Anvil, Client};
 use serde_json::{Value, json};
 
 use crate::support::Node;
@@ -226,7 +226,13 @@ const SECOND: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 /// and a node whose directory holds two keys: `deployer.key` (the deployer,
 /// written as a key file often is: `0x`, a newline) and `second.key`.
 fn two_chains() -> (Node, Anvil, Anvil) {
-    let (anchor, source) = (Anvil::start_with(&["--chain-id", "7001"]), Anvil::start_with(&["--chain-id", "7002"]));
+    two_chains_on(Client::Anvil)
+}
+
+/// [`two_chains`] of `client` (issue 55: the releaser's drills on ganache
+/// as well as anvil).
+fn two_chains_on(client: Client) -> (Node, Anvil, Anvil) {
+    let (anchor, source) = (Anvil::of(client, 7001), Anvil::of(client, 7002));
     let node = Node::new();
     // Key files only their owner reads, as an operator keeps them.
     for (name, key) in [("deployer.key", format!("0x{DEPLOYER_KEY}\n")), ("second.key", SECOND_KEY.to_owned())] {
@@ -247,7 +253,12 @@ fn deploy(node: &Node, anchor: &Anvil, source: &Anvil, flags: &[&str]) -> crate:
 /// A market deployed on two fresh chains with epochs of `epoch_size`
 /// source blocks: the node to run verbs, the anvils and the manifest.
 fn deployed(epoch_size: u64) -> (Node, Anvil, Anvil, Value) {
-    let (node, anchor, source) = two_chains();
+    deployed_on(Client::Anvil, epoch_size)
+}
+
+/// [`deployed`] on chains of `client`.
+fn deployed_on(client: Client, epoch_size: u64) -> (Node, Anvil, Anvil, Value) {
+    let (node, anchor, source) = two_chains_on(client);
     deploy(&node, &anchor, &source, &["--namespace", "T", "--epoch-size", &epoch_size.to_string()]).assert_ok();
     let manifest = serde_json::from_slice(&std::fs::read(node.cwd.path().join("market.json")).unwrap()).unwrap();
     (node, anchor, source, manifest)
@@ -362,8 +373,18 @@ fn assert_contiguous(releases: &[(u64, u64, u64)], size: u64) {
 /// releasers (two keys) at once: every range released once, none skipped.
 #[test]
 fn the_releaser_resumes_from_the_chain_and_two_at_once_release_each_range_once() {
-    let (node, anchor, source, manifest) = deployed(2);
-    rpc(&source.url(), "anvil_mine", json!(["0xa"]));
+    releaser_resumes_and_two_at_once(Client::Anvil);
+}
+
+/// The same on ganache's chains (issue 55: another EVM implementation).
+#[test]
+fn the_releaser_resumes_and_two_at_once_release_each_range_once_on_ganache() {
+    releaser_resumes_and_two_at_once(Client::Ganache);
+}
+
+fn releaser_resumes_and_two_at_once(client: Client) {
+    let (node, anchor, source, manifest) = deployed_on(client, 2);
+    source.mine(10);
     let mut first = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--listen", "127.0.0.1:0"]);
     let line = first.wait_for("the health address", |l| l.starts_with("health on http://"));
     let health = line.split_whitespace().nth(2).unwrap().trim_end_matches(',').to_owned();
@@ -389,7 +410,7 @@ fn the_releaser_resumes_from_the_chain_and_two_at_once_release_each_range_once()
     let mut a = Releaser::start(&node, "deployer.key", &[]);
     let mut b = Releaser::start(&node, "second.key", &[]);
     for _ in 0..6 {
-        rpc(&source.url(), "anvil_mine", json!(["0x1"]));
+        source.mine(1);
     }
     let by = |r: &mut Releaser| r.output().iter().filter(|l| l.contains(" released: source blocks")).count();
     lite_node_testkit::poll_until("blocks up to 14 released", std::time::Duration::from_secs(30), || {
@@ -465,8 +486,18 @@ fn a_dropped_release_is_replaced_not_duplicated_and_a_stranger_may_not_release()
 /// which RPC holds them back; once it catches up, releases go on.
 #[test]
 fn a_source_rpc_behind_the_others_holds_releases_back_and_is_named_in_health() {
-    let (node, anchor, source) = two_chains();
-    let lagging = Anvil::start_with(&["--chain-id", "7002"]);
+    source_rpc_behind(Client::Anvil);
+}
+
+/// The same on ganache's chains (issue 55: another EVM implementation).
+#[test]
+fn a_source_rpc_behind_the_others_holds_releases_back_on_ganache() {
+    source_rpc_behind(Client::Ganache);
+}
+
+fn source_rpc_behind(client: Client) {
+    let (node, anchor, source) = two_chains_on(client);
+    let lagging = Anvil::of(client, 7002);
     let (a, s, l) = (anchor.url(), source.url(), lagging.url());
     let deploy = [
         "market",
@@ -487,8 +518,8 @@ fn a_source_rpc_behind_the_others_holds_releases_back_and_is_named_in_health() {
     node.run(&deploy).assert_ok();
     let manifest: Value = serde_json::from_slice(&std::fs::read(node.cwd.path().join("market.json")).unwrap()).unwrap();
     assert_eq!(manifest["source"]["rpcs"], json!([s, l]), "{manifest}");
-    rpc(&s, "anvil_mine", json!(["0x14"]));
-    rpc(&l, "anvil_mine", json!(["0xa"]));
+    source.mine(20);
+    lagging.mine(10);
     let mut releaser = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--listen", "127.0.0.1:0"]);
     let line = releaser.wait_for("the health address", |l| l.starts_with("health on http://"));
     let health = line.split_whitespace().nth(2).unwrap().trim_end_matches(',').to_owned();
@@ -505,7 +536,7 @@ fn a_source_rpc_behind_the_others_holds_releases_back_and_is_named_in_health() {
     let metrics = reqwest::blocking::get(health.replace("/health", "/metrics")).unwrap().text().unwrap();
     assert!(metrics.contains(&format!("lite_node_releaser_source_rpc_behind{{url=\"{l}\"}} 10")), "{metrics}");
 
-    rpc(&l, "anvil_mine", json!(["0xa"]));
+    lagging.mine(10);
     releaser.wait_for("epoch 9", |l| l == "epoch 9 released: source blocks 17-18");
     assert_eq!(releaser.stop(), Some(0));
     assert_contiguous(&releases(&anchor, &manifest), 2);
@@ -636,12 +667,22 @@ fn a_releaser_restarted_with_its_release_waiting_sends_nothing_over_it_on_a_geth
     restart_with_its_release_waiting(true);
 }
 
+/// The same on ganache's chains (issue 55: another EVM implementation).
+#[test]
+fn a_releaser_killed_with_its_release_pending_restarts_without_a_hole_or_a_repeat_on_ganache() {
+    restart_with_its_release_waiting_on(Client::Ganache, false);
+}
+
 /// A releaser killed with its release waiting in the anchor's pool, and
 /// restarted (through a geth-like proxy when `geth_like`).
 fn restart_with_its_release_waiting(geth_like: bool) {
-    let (node, anchor, source, manifest) = deployed(1);
-    rpc(&source.url(), "anvil_mine", json!(["0x5"]));
-    rpc(&anchor.url(), "evm_setAutomine", json!([false]));
+    restart_with_its_release_waiting_on(Client::Anvil, geth_like);
+}
+
+fn restart_with_its_release_waiting_on(client: Client, geth_like: bool) {
+    let (node, anchor, source, manifest) = deployed_on(client, 1);
+    source.mine(5);
+    anchor.set_automine(false);
     let mut first = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--replace-after-secs", "600"]);
     wait_for_a_pending_release(&anchor);
     first.kill();
@@ -661,8 +702,7 @@ fn restart_with_its_release_waiting(geth_like: bool) {
         let body: Value = reqwest::blocking::get(&health).ok()?.json().ok()?;
         body["waiting"].as_str().is_some_and(|w| w.contains("(nonce") && w.contains("is waiting")).then_some(())
     });
-    let pool = rpc(&anchor.url(), "txpool_status", json!([]));
-    assert_eq!(pool["pending"], "0x1", "nothing sent over the waiting release: {pool}");
+    assert_eq!(anchor.pending(), 1, "nothing sent over the waiting release");
     mine_until_three_epochs(&anchor, &manifest);
     assert_eq!(again.stop(), Some(0));
     let released = releases(&anchor, &manifest);
@@ -719,16 +759,15 @@ fn a_stuck_release_is_replaced_in_the_pool_and_mined_once() {
 /// Polls until a release waits in the anchor's pool (automine off).
 fn wait_for_a_pending_release(anchor: &Anvil) {
     lite_node_testkit::poll_until("the first release pending", std::time::Duration::from_secs(30), || {
-        let pool = rpc(&anchor.url(), "txpool_status", json!([]));
-        (pool["pending"] != "0x0" && !pool["pending"].is_null()).then_some(())
+        (anchor.pending() > 0).then_some(())
     });
 }
 
 /// Turns automine back on, mines what is pending, and polls until source
 /// blocks up to 3 are released.
 fn mine_until_three_epochs(anchor: &Anvil, manifest: &Value) {
-    rpc(&anchor.url(), "evm_setAutomine", json!([true]));
-    rpc(&anchor.url(), "evm_mine", json!([]));
+    anchor.set_automine(true);
+    anchor.mine(1);
     lite_node_testkit::poll_until("three epochs released", std::time::Duration::from_secs(30), || {
         (last_released_end(anchor, manifest) >= 3).then_some(())
     });

@@ -139,7 +139,37 @@ impl TxSender {
         });
         let mined = nonce.next().unwrap_or_else(|| Err(bad("batch", "too few answers")))?;
         let pending = nonce.next().unwrap_or_else(|| Err(bad("batch", "too few answers")))?;
-        Ok((mined, pending.max(mined)))
+        if pending > mined {
+            return Ok((mined, pending));
+        }
+        // Not every client counts its pool in `pending` (ganache does not):
+        // where the pool can be read, a transaction of ours there counts.
+        Ok((mined, self.pooled_next(mined).await.unwrap_or(mined).max(mined)))
+    }
+
+    /// One past the highest nonce of this account's transactions in the
+    /// node's pool (`txpool_contentFrom`, else `txpool_content`); `None`
+    /// where neither can be read (a provider that hides its pool: its
+    /// `pending` count is then the word).
+    async fn pooled_next(&self, mined: u64) -> Option<u64> {
+        let from = self.address();
+        let mine = match self.rpc.call_value("txpool_contentFrom", json!([from])).await {
+            Ok(content) => content,
+            Err(_) => {
+                let all = self.rpc.call_value("txpool_content", json!([])).await.ok()?;
+                let by = all.as_object()?.values().filter_map(Value::as_object);
+                let mut mine = serde_json::Map::new();
+                for (section, senders) in all.as_object()?.keys().zip(by) {
+                    let ours = senders.iter().find(|(a, _)| a.parse::<Address>().ok() == Some(from));
+                    if let Some((_, txs)) = ours {
+                        mine.insert(section.clone(), txs.clone());
+                    }
+                }
+                Value::Object(mine)
+            }
+        };
+        let nonces = mine["pending"].as_object()?.keys().filter_map(|n| n.parse::<u64>().ok());
+        nonces.filter(|n| *n >= mined).max().map(|n| n + 1)
     }
 
     /// A call of `input` to `to` under `nonce`, to take the place of a
