@@ -399,18 +399,23 @@ async fn data_pairs(State(api): State<DataApi>, Path(epoch): Path<String>) -> An
         return Err(not_here(&api, store, epoch_id));
     };
     let meta = store.meta(epoch_id).map_err(store_failed)?.ok_or_else(|| not_here(&api, store, epoch_id))?;
-    let finalized = finalized_field(store, &meta)?;
-    let body = json!({
-        "epochId": epoch_id,
-        "root": kept.root,
-        "batchCid": kept.batch_cid,
+    let mut body = epoch_header(&api, &meta, finalized_field(store, &meta)?);
+    body["pairs"] = json!(kept.pairs);
+    Ok(([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response())
+}
+
+/// What every answer about a whole epoch starts with: the epoch, its root
+/// and batch CID, the market, and where the chain finalized it.
+fn epoch_header(api: &DataApi, meta: &crate::store::EpochMeta, finalized: Value) -> Value {
+    json!({
+        "epochId": meta.epoch_id,
+        "root": meta.root,
+        "batchCid": meta.batch_cid,
         "chainId": api.market.chain_id,
         "protocolState": &*api.protocol_state,
         "dataMarket": &*api.data_market,
         "finalized": finalized,
-        "pairs": kept.pairs,
-    });
-    Ok(([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response())
+    })
 }
 
 /// `/data/range/{project}`'s epochs, both included.
@@ -518,20 +523,11 @@ async fn data_epoch(State(api): State<DataApi>, Path(epoch): Path<String>, Query
     let end = page.limit.map_or(leaves, |limit| start.saturating_add(limit).min(leaves));
     // None: no project at all (an empty multiproof; the root is keccak("")).
     let multiproof = store.multiproof(epoch_id, leaves, start..end).map_err(store_failed)?.unwrap_or_default();
-    let finalized = finalized_field(&store, &meta)?;
-    let header = json!({
-        "epochId": epoch_id,
-        "root": meta.root,
-        "batchCid": meta.batch_cid,
-        "chainId": api.market.chain_id,
-        "protocolState": &*api.protocol_state,
-        "dataMarket": &*api.data_market,
-        "finalized": finalized,
-        "projects": end - start,
-        "multiproof": {
-            "proof": multiproof.proof.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
-            "flags": multiproof.flags,
-        },
+    let mut header = epoch_header(&api, &meta, finalized_field(&store, &meta)?);
+    header["projects"] = json!(end - start);
+    header["multiproof"] = json!({
+        "proof": multiproof.proof.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+        "flags": multiproof.flags,
     });
     let mut first = header.to_string().into_bytes();
     first.push(b'\n');

@@ -200,15 +200,9 @@ async fn api_leaves(anchor: &Anchor, q: &Args, apis: &[String], root: B256) -> R
         protocol_state: anchor.protocol_state,
         data_market: anchor.data_market,
     };
-    let mut why = Vec::new();
-    for api in apis {
-        match lite_node_chain::consumer::read_pairs(&client, api, &asked).await {
-            Ok((got, pairs)) if got == root => return Ok(pairs),
-            Ok((got, _)) => why.push(format!("{api}: its pairs make root {got}, not the chain's")),
-            Err(e) => why.push(format!("{api}: {e}")),
-        }
-    }
-    bail!("epoch {}: no data API gave pairs that make the root on chain {root} ({})", q.epoch_id, why.join("; "))
+    lite_node_chain::consumer::proved_pairs(&client, apis, &asked, root).await.map_err(|why| {
+        anyhow!("epoch {}: no data API gave pairs that make the root on chain {root} ({why})", q.epoch_id)
+    })
 }
 
 /// The finalized batch's `(project id, CID)` pairs, from the transactions

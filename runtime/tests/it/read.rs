@@ -373,29 +373,9 @@ fn an_archive_restores_a_new_server_whose_bundles_verify_with_every_market_servi
         // a complete range of 5 once epoch 6 is kept.
         let store = Store::open(&dir.path().join("finalized.redb")).unwrap();
         for e in [5, 6] {
-            let bytes: BTreeMap<String, Vec<u8>> = (0..3)
-                .map(|i| (lite_node_protocol::cid(snapshot(e, i).as_bytes()), snapshot(e, i).into_bytes()))
-                .collect();
-            let pairs = pairs_of(e);
-            let tree =
-                lite_node_protocol::merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
-            let epoch = FinalizedEpoch {
-                epoch_id: e,
-                root: tree.root().to_string(),
-                batch_cid: format!("bafy-batch-{e}"),
-                pairs,
-                finalized_at: 1,
-                without_bytes: Vec::new(),
-            };
-            store.put_epoch(&epoch, &bytes).unwrap();
+            keep(&store, e, pairs_of(e), (0..3).map(|i| snapshot(e, i)));
         }
-        let on_chain = lite_node_validator::store::OnChain {
-            finalized: true,
-            block: Some(42),
-            tx: Some(format!("0x{:064x}", 7)),
-            root: Some(alloy::primitives::B256::from(root5).to_string()),
-        };
-        store.settle(5, &on_chain).unwrap();
+        store.settle(5, &finalized_in_block_42(root5)).unwrap();
         let written = lite_node_validator::archive::write_due(&store, &of, 5, &archives, &Default::default()).unwrap();
         assert_eq!(written.len(), 1, "{written:?}");
         assert_eq!(written[0].path, archives.join("epochs-1-5.car"));
@@ -572,27 +552,9 @@ fn archives_uploaded_to_an_s3_bucket_restore_a_new_server_whose_bundles_verify()
     {
         let store = Store::open(&dir.path().join("finalized.redb")).unwrap();
         for e in [5, 6] {
-            let bytes: BTreeMap<String, Vec<u8>> =
-                (0..3).map(|i| (lite_node_protocol::cid(snapshot(i).as_bytes()), snapshot(i).into_bytes())).collect();
-            let tree =
-                lite_node_protocol::merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
-            let epoch = FinalizedEpoch {
-                epoch_id: e,
-                root: tree.root().to_string(),
-                batch_cid: format!("bafy-batch-{e}"),
-                pairs: pairs.clone(),
-                finalized_at: 1,
-                without_bytes: Vec::new(),
-            };
-            store.put_epoch(&epoch, &bytes).unwrap();
+            keep(&store, e, pairs.clone(), (0..3).map(snapshot));
         }
-        let on_chain = lite_node_validator::store::OnChain {
-            finalized: true,
-            block: Some(42),
-            tx: Some(format!("0x{:064x}", 7)),
-            root: Some(alloy::primitives::B256::from(root5).to_string()),
-        };
-        store.settle(5, &on_chain).unwrap();
+        store.settle(5, &finalized_in_block_42(root5)).unwrap();
         let written = lite_node_validator::archive::write_due(&store, &of, 5, &staging, &Default::default()).unwrap();
         assert_eq!(written.len(), 1, "{written:?}");
         let (uploaded, failed) = runtime.block_on(lite_node_validator::bucket::upload_written(&bucket, &staging));
@@ -655,6 +617,33 @@ fn archives_uploaded_to_an_s3_bucket_restore_a_new_server_whose_bundles_verify()
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("s3://no-such-bucket"), "{}", run.stderr);
     assert!(!run.stderr.contains("drill-secret"), "the key never shows: {}", run.stderr);
+}
+
+/// Keeps epoch `epoch_id` of `pairs` in `store`, the `snapshots` their
+/// bytes, as a validator's archiver does.
+fn keep(store: &Store, epoch_id: u64, pairs: Vec<(String, String)>, snapshots: impl Iterator<Item = String>) {
+    let bytes: BTreeMap<String, Vec<u8>> =
+        snapshots.map(|s| (lite_node_protocol::cid(s.as_bytes()), s.into_bytes())).collect();
+    let tree = lite_node_protocol::merkle::Tree::of(pairs.iter().map(|(p, c)| (p.as_str(), c.as_str()))).unwrap();
+    let epoch = FinalizedEpoch {
+        epoch_id,
+        root: tree.root().to_string(),
+        batch_cid: format!("bafy-batch-{epoch_id}"),
+        pairs,
+        finalized_at: 1,
+        without_bytes: Vec::new(),
+    };
+    store.put_epoch(&epoch, &bytes).unwrap();
+}
+
+/// Finalized on chain with `root`, in block 42 by a made-up transaction.
+fn finalized_in_block_42(root: [u8; 32]) -> lite_node_validator::store::OnChain {
+    lite_node_validator::store::OnChain {
+        finalized: true,
+        block: Some(42),
+        tx: Some(format!("0x{:064x}", 7)),
+        root: Some(alloy::primitives::B256::from(root).to_string()),
+    }
 }
 
 fn runtime_get(url: &str) -> Value {

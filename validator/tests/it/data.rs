@@ -240,12 +240,22 @@ async fn a_client_past_its_rate_gets_429_and_another_root_on_chain_gets_409() {
     let (base, _stop) = serve(&redis, limited).await;
     let url = format!("{base}/data/1/baseSnapshot:0xpool0:devnet");
     let mut statuses = Vec::new();
+    let started = std::time::Instant::now();
     for _ in 0..30 {
         statuses.push(reqwest::get(&url).await.unwrap().status().as_u16());
     }
-    // A burst of 10 (twice the rate) answered, then 429s.
-    assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 10, "{statuses:?}");
-    assert!(statuses[10..].iter().all(|s| *s == 429), "{statuses:?}");
+    let elapsed = started.elapsed().as_secs_f64();
+    // A burst of 10 (twice the rate) answered, then 429s — but for what the
+    // rate gave back meanwhile (5 a second: a loaded machine's slow
+    // requests earn a few more).
+    let answered = statuses.iter().filter(|s| **s == 409).count();
+    assert!(statuses[..10].iter().all(|s| *s == 409), "{statuses:?}");
+    assert!(answered <= 10 + (elapsed * 5.0).ceil() as usize, "{answered} answered in {elapsed:.2} s: {statuses:?}");
+    assert!(
+        statuses.iter().filter(|s| **s == 429).count() >= 30 - 10 - (elapsed * 5.0).ceil() as usize,
+        "{statuses:?}"
+    );
+    assert!(statuses.iter().all(|s| *s == 409 || *s == 429), "{statuses:?}");
     // The monitor's routes are not the data routes: not limited; and
     // /health says when keeping the finalized data fails.
     store.set_problem(Some("finalized-data store: Redis: connection refused".into()));

@@ -163,6 +163,25 @@ pub async fn read_epoch(
 /// One epoch's (project id → CID), shared.
 pub type Pairs = std::sync::Arc<std::collections::HashMap<String, String>>;
 
+/// The pairs of `asked.epoch_id` from the first of `servers` whose pairs
+/// make `root` (the chain's); each other's reason, joined, when none does.
+pub async fn proved_pairs(
+    client: &reqwest::Client,
+    servers: &[String],
+    asked: &Asked<'_>,
+    root: B256,
+) -> Result<Vec<(String, String)>, String> {
+    let mut why = Vec::new();
+    for server in servers {
+        match read_pairs(client, server, asked).await {
+            Ok((got, pairs)) if got == root => return Ok(pairs),
+            Ok((got, _)) => why.push(format!("{server}: its pairs make root {got}, not the chain's")),
+            Err(e) => why.push(format!("{server}: {e}")),
+        }
+    }
+    Err(why.join("; "))
+}
+
 /// A market's pairs, read from its validators' APIs for a market that
 /// finalizes roots only (a node's previous snapshots, issue 54 item 7):
 /// each epoch's whole set, proved against the root the caller read on
@@ -206,15 +225,7 @@ impl ApiPairs {
         let (protocol_state, data_market) = (self.protocol_state, self.data_market);
         let read = self.io.wait(async move {
             let asked = Asked { epoch_id, project_id: "", protocol_state, data_market };
-            let mut why = Vec::new();
-            for server in &servers {
-                match read_pairs(&client, server, &asked).await {
-                    Ok((got, pairs)) if got == root => return Ok(pairs),
-                    Ok((got, _)) => why.push(format!("{server}: its pairs make root {got}, not the chain's")),
-                    Err(e) => why.push(format!("{server}: {e}")),
-                }
-            }
-            Err(why.join("; "))
+            proved_pairs(&client, &servers, &asked, root).await
         });
         let pairs: std::collections::HashMap<String, String> =
             read.ok_or("the I/O runtime stopped")??.into_iter().collect();

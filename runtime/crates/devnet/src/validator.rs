@@ -594,19 +594,12 @@ async fn pairs_read_back(
     };
     let deadline = tokio::time::Instant::now() + READABLE_WITHIN;
     loop {
-        let mut why = Vec::new();
-        for api in apis {
-            match lite_node_chain::consumer::read_pairs(&client, api, &asked).await {
-                Ok((got, pairs)) if got == root => return Ok(pairs),
-                Ok((got, _)) => why.push(format!("{api}: its pairs make root {got}")),
-                Err(e) => why.push(format!("{api}: {e}")),
-            }
-        }
+        let why = match lite_node_chain::consumer::proved_pairs(&client, apis, &asked, root).await {
+            Ok(pairs) => return Ok(pairs),
+            Err(why) => why,
+        };
         if tokio::time::Instant::now() > deadline {
-            bail!(
-                "epoch {epoch_id}: no validator's API gave pairs that make the root on chain {root}: {}",
-                why.join("; ")
-            );
+            bail!("epoch {epoch_id}: no validator's API gave pairs that make the root on chain {root}: {why}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
