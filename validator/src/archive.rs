@@ -243,7 +243,7 @@ pub fn restore(store: &Store, path: &Path, market: Option<&MarketOf>) -> Result<
             finalized_at: epoch.finalized_at,
             without_bytes: Vec::new(),
         };
-        if store.put_epoch(&kept, &bytes).map_err(|e| named(e.to_string()))? {
+        if store.put_restored(&kept, &bytes).map_err(|e| named(e.to_string()))? {
             restored.epochs += 1;
             if let Some(on_chain) = &epoch.on_chain {
                 store.settle(epoch_id, on_chain).map_err(|e| named(e.to_string()))?;

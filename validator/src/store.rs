@@ -307,6 +307,21 @@ impl Store {
         self.put_epochs(std::iter::once((epoch, bytes))).map(|kept| kept == 1)
     }
 
+    /// [`Store::put_epoch`] of an epoch restored from an archive: its
+    /// retention counts from when it was finalized (`finalized_at`, never
+    /// later than now), not from the restore, so a store restored from old
+    /// archives keeps what its retention says and no more.
+    pub fn put_restored(&self, epoch: &FinalizedEpoch, bytes: &BTreeMap<String, Vec<u8>>) -> Result<bool, StoreError> {
+        let txn = self.db.begin_write().map_err(failed)?;
+        let kept = put_in(&txn, epoch, bytes)?;
+        if kept && epoch.finalized_at > 0 {
+            let at = epoch.finalized_at.min(lite_node_core::time::now_secs());
+            txn.open_table(KEPT).map_err(failed)?.insert(epoch.epoch_id, at).map_err(failed)?;
+        }
+        txn.commit().map_err(failed)?;
+        Ok(kept)
+    }
+
     /// [`Store::put_epoch`] of many epochs in one commit (a restore, a
     /// backfill): how many were new.
     pub fn put_epochs<'a>(

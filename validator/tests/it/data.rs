@@ -414,3 +414,31 @@ fn an_archive_that_cannot_be_written_leaves_no_half_file() {
     assert_eq!((restored.epochs, restored.blocks), (1, 2));
     assert_eq!(other.epoch(3).unwrap(), store.epoch(3).unwrap(), "the epoch restored is the one kept");
 }
+
+/// A restored epoch's retention counts from its finalization, not from the
+/// restore: restored today from an archive, an epoch finalized 40 days ago
+/// is past 30 days' retention and dropped; one finalized an hour ago stays.
+#[test]
+fn a_restored_epoch_keeps_its_retention_clock_from_its_finalization() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("finalized.redb")).unwrap();
+    let now = lite_node_core::time::now_secs();
+    for (id, at) in [(3, now - 40 * 86_400), (4, now - 3_600)] {
+        let (mut e, bytes) = epoch(id);
+        e.finalized_at = at;
+        store.put_epoch(&e, &bytes).unwrap();
+        store.settle(id, &finalized(100 + id)).unwrap();
+    }
+    let of = lite_node_validator::archive::MarketOf {
+        chain_id: 7001,
+        protocol_state: scope().protocol_state.to_string(),
+        data_market: scope().data_market.to_string(),
+    };
+    let written =
+        lite_node_validator::archive::write(&store, &of, 1, 5, &dir.path().join("archives")).unwrap().unwrap();
+    let other = Store::open(&dir.path().join("other.redb")).unwrap();
+    lite_node_validator::archive::restore(&other, &written.path, Some(&of)).unwrap();
+    let (through, dropped) = other.retain(30).unwrap().expect("the 40-day-old epoch is past 30 days");
+    assert_eq!((through, dropped.epochs), (3, 1));
+    assert_eq!(other.epoch_ids(1..=5).unwrap(), [4]);
+}
