@@ -103,6 +103,44 @@ pub fn run(args: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
             None
         }
     };
+    // The market's identity (`market env` prints it): other projects or
+    // another package would compute what the market's validators refuse.
+    match crate::config::MarketIdentity::from_env(env) {
+        Ok(market) if market.is_set() => {
+            if let Ok(p) = &projects {
+                match market.check_projects(&p.identity()) {
+                    Ok(()) => line(
+                        true,
+                        "market's projects",
+                        &format!("the market's ({} pool(s), hash {})", p.pools().len(), p.hash),
+                        out,
+                    )?,
+                    Err(e) => {
+                        bad_config = true;
+                        line(false, "market's projects", &e, out)?
+                    }
+                }
+            }
+            if let Some(loaded) = &loaded {
+                let commit = &loaded.package.manifest.commit;
+                match market.check_compute(commit) {
+                    Ok(()) if market.compute_commit.is_some() => {
+                        line(true, "market's compute package", &format!("the market's ({commit})"), out)?
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        bad_config = true;
+                        line(false, "market's compute package", &e, out)?
+                    }
+                }
+            }
+        }
+        Ok(_) => {}
+        Err(e) => {
+            bad_config = true;
+            line(false, "market's identity", &e.to_string(), out)?
+        }
+    }
     match (&projects, &loaded) {
         (Ok(projects), Some(loaded)) => {
             for p in &projects.projects {

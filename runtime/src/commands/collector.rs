@@ -61,16 +61,30 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the collector until Ctrl-C or SIGTERM.
 pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
-    let pools = a.market.pools()?;
-    let package = if pools.is_empty() {
+    let mut pools = a.market.pools()?;
+    // Without --pools, a collector told the market's projects takes their
+    // pools; either way its projects and package must be the market's.
+    let package = if pools.is_empty() && !crate::config::ProjectsSource::configured(env) {
         None
     } else {
         let cfg = ComputeConfig::from_env(env)?;
         let market = MarketProjects::from_env(env)?;
         let projects = compute::load_projects(&market.source, &cfg.data_dir)?;
-        let projects =
-            Projects::declared(market.namespace, projects.projects.into_iter().map(|p| (p.project_type, p.per_pool)));
-        Some((Arc::new(compute::load(&cfg)?), projects))
+        super::check_identity(env, &projects, None)?;
+        if pools.is_empty() {
+            pools = projects.pools();
+        }
+        if pools.is_empty() {
+            None
+        } else {
+            let package = compute::load(&cfg)?;
+            super::check_identity(env, &projects, Some(&package.package.manifest.commit))?;
+            let projects = Projects::declared(
+                market.namespace,
+                projects.projects.into_iter().map(|p| (p.project_type, p.per_pool)),
+            );
+            Some((Arc::new(package), projects))
+        }
     };
     if a.p2p_listen.is_none() && !a.p2p_bootstrap.is_empty() {
         return Err(
@@ -112,7 +126,9 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
         say(format!("collector listening on {}", listener.local_addr()?));
         say(match &selection {
             Some(s) => format!("selection check on: {} active pools", s.pools().len()),
-            None => "selection check off: give --pools or --pools-file to check slot selection".to_owned(),
+            None => "selection check off: give --pools or --pools-file (or the market's projects, which list them) to check \
+                     slot selection"
+                .to_owned(),
         });
         let chain_id = tokio::select! {
             _ = &mut signals => return Ok(()),

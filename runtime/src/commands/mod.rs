@@ -60,6 +60,23 @@ impl ReaderArgs {
     }
 }
 
+/// `projects` (and the compute package's `commit`, when loaded) against the
+/// market's identity the environment names (`MARKET_*`, from `market env`):
+/// a collector or validator with other ones is refused, naming the
+/// difference (exit 2).
+pub fn check_identity(
+    env: &crate::config::EnvSnapshot,
+    projects: &crate::config::Projects,
+    commit: Option<&str>,
+) -> anyhow::Result<()> {
+    let market = crate::config::MarketIdentity::from_env(env)?;
+    market.check_projects(&projects.identity()).map_err(crate::exit::BadInput)?;
+    if let Some(commit) = commit {
+        market.check_compute(commit).map_err(crate::exit::BadInput)?;
+    }
+    Ok(())
+}
+
 /// The data market a collector or validator serves (flattened into both
 /// verbs' arguments).
 #[derive(Clone, Debug, clap::Args)]

@@ -215,20 +215,30 @@ pub fn run(o: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
     // the market's projects (without them it refuses to start, naming what
     // is missing). The gateway checks projects too, when it knows them.
     let dequeuer = settings.runs(Component::Dequeuer);
-    let pools = if dequeuer { o.market.pools()? } else { Vec::new() };
+    let mut pools = if dequeuer { o.market.pools()? } else { Vec::new() };
+    let compute = if dequeuer { Some(ComputeConfig::from_env(&env)?) } else { None };
     let projects = if dequeuer || crate::config::ProjectsSource::configured(&env) {
         let market = MarketProjects::from_env(&env)?;
+        // The projects (and the package's pin) must be the market's; without
+        // --pools, the dequeuer takes the pools the projects list.
+        if crate::config::ProjectsSource::configured(&env) {
+            let data_dir = compute.as_ref().map_or_else(|| settings.data_dir.clone(), |c| c.data_dir.clone());
+            let loaded = crate::compute::load_projects(&market.source, &data_dir)?;
+            let commit = match compute.as_ref().map(|c| &c.source) {
+                Some(crate::config::ComputeSource::Git { pin, .. }) => pin.commit.clone(),
+                Some(crate::config::ComputeSource::Bundled(_)) => Some("the bundled package".to_owned()),
+                None => None,
+            };
+            super::check_identity(&env, &loaded, commit.as_deref())?;
+            if dequeuer && pools.is_empty() {
+                pools = loaded.pools();
+            }
+        }
         Some((market.namespace, market.source))
     } else {
         None
     };
-    let wiring = Wiring {
-        redis_url: o.redis_url,
-        chains: o.market.chain_config(&env)?,
-        pools,
-        compute: if dequeuer { Some(ComputeConfig::from_env(&env)?) } else { None },
-        projects,
-    };
+    let wiring = Wiring { redis_url: o.redis_url, chains: o.market.chain_config(&env)?, pools, compute, projects };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("validator").build()?;
     // The signals are registered inside the runtime (tokio's need it).
     runtime.block_on(async { service::start(settings, wiring, shutdown_signals(false)).await })

@@ -159,8 +159,36 @@ fn run_with(node: &Node, steps: &[(usize, &str)], swaps: &[(&str, String)]) -> S
 #[test]
 fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
     let node = Node::new();
-    run(&node, &[]);
+    // Issue 55: an operator's `.env` from `market env` is whole — the
+    // market's pinned projects and what identifies them — and `lite-node
+    // check` takes it; with a projects file the market does not list (the
+    // checkout's own), it exits 2 naming the difference.
+    let check = r#"
+(cd node-1 && lite-node --env-file .env check --offline > ../check-whole.txt 2>&1)
+grep -v '^SNAPSHOT_CONFIG_REPO' node-1/.env | sed "s|^PROJECTS_CONFIG=.*|PROJECTS_CONFIG=$CHECKOUT/projects.json|" > other.env
+set +e
+(cd node-1 && lite-node --env-file ../other.env check --offline > ../check-other.txt 2>&1)
+echo "other projects: exit $?" >> check-other.txt
+set -e
+"#;
+    run(&node, &[(7, check)]);
     let read = |rel: &str| std::fs::read_to_string(node.cwd.path().join(rel)).unwrap_or_default();
+    let whole = read("check-whole.txt");
+    assert!(whole.contains("ok   market's projects: the market's (5 pool(s)"), "{whole}");
+    assert!(!whole.contains("FAIL"), "{whole}");
+    let env = read("node-1/.env");
+    for line in ["SNAPSHOT_CONFIG_REPO=file://", "PROJECTS_CONFIG=projects.json", "MARKET_PROJECT_TYPES=baseSnapshot"] {
+        assert!(env.lines().any(|l| l.starts_with(line)), "{line} in:\n{env}");
+    }
+    let other = read("check-other.txt");
+    assert!(other.contains("other projects: exit 2"), "{other}");
+    assert!(
+        other.contains(
+            "FAIL market's projects: projects blockDetails are not the market's baseSnapshot (missing here: \
+                        baseSnapshot; not the market's: blockDetails)"
+        ),
+        "{other}"
+    );
     // Every submission was signed for the anchor chain's domain, by the
     // slot's signer, selected by the market's rule: none was rejected.
     let collector = read("logs/collector.log");

@@ -44,6 +44,13 @@ pub use loader::{Listed, LoadedLibrary, LoadedPackage};
 pub use plugin_api_src::PluginApiSource;
 pub use projects::load_projects;
 
+/// Fetches `pin` into a new directory under `dest` (which must not exist),
+/// checks out its commit and verifies it: what `lite-node market pin`
+/// checks before the market's manifest names a package or a projects file.
+pub fn fetch_pin(pin: &lite_node_config::GitPin, dest: &Path, what: &str) -> Result<String, ComputeError> {
+    Ok(repo::checkout(pin, dest, what)?)
+}
+
 use lite_node_config::{ComputeConfig, ComputeSource};
 
 use crate::repo::RepoError;

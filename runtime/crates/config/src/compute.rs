@@ -61,6 +61,9 @@ pub struct ComputeConfig {
     /// `LITE_NODE_COMPUTE_DIR`: an author's package directory, built as it
     /// is now (the source is then that directory, not a pinned commit).
     pub local_dir: Option<PathBuf>,
+    /// The market's identity (`MARKET_*`, as `market env` prints it): the
+    /// projects and package loaded must be the market's.
+    pub market: crate::MarketIdentity,
 }
 
 /// Where projects.json comes from.
@@ -131,6 +134,7 @@ impl ComputeConfig {
             .unwrap_or_else(|| data_dir.join("compute"));
         let plugin_api_dir = env.get("LITE_NODE_PLUGIN_API_DIR").map(|p| absolute(Path::new(p)));
         let local_dir = env.get("LITE_NODE_COMPUTE_DIR").map(|p| absolute(Path::new(p)));
+        let market = crate::MarketIdentity::from_env(env).map_err(|e| problems.extend(e.problems)).unwrap_or_default();
         if problems.is_empty() {
             Ok(Self {
                 source,
@@ -142,6 +146,7 @@ impl ComputeConfig {
                 cargo: env.cargo(),
                 rustc: PathBuf::from(env.get("RUSTC").unwrap_or("rustc")),
                 local_dir,
+                market,
             })
         } else {
             Err(ConfigErrors { problems })

@@ -34,6 +34,8 @@ pub struct Project {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Projects {
     pub projects: Vec<Project>,
+    /// The file's content hash ([`crate::ProjectsIdentity::hash`]).
+    pub hash: String,
 }
 
 impl Projects {
@@ -82,7 +84,10 @@ impl Projects {
             }
         }
         if problems.is_empty() {
-            Ok(Self { projects: projects.into_iter().map(|(_, p)| p).collect() })
+            Ok(Self {
+                projects: projects.into_iter().map(|(_, p)| p).collect(),
+                hash: crate::identity::content_hash(&root),
+            })
         } else {
             Err(ConfigErrors { problems })
         }

@@ -138,6 +138,8 @@ impl Devnet {
             snapshots: Some(lite_node_chain::market::SnapshotTerms { required: true, ..Default::default() }),
             pairs_on_chain: None,
             data_apis: Vec::new(),
+            compute: None,
+            projects: None,
         };
         std::fs::write(run_dir.join("market.json"), serde_json::to_string_pretty(&market)? + "\n")?;
         let chains = Chains::connect(

@@ -185,6 +185,8 @@ pub fn run(o: &Args, out: &mut dyn Write) -> Result<()> {
             }),
             pairs_on_chain: Some(o.pairs_on_chain),
             data_apis: Vec::new(),
+            compute: None,
+            projects: None,
         }))
     })?;
     let Some(manifest) = manifest else { return Ok(()) };

@@ -55,6 +55,7 @@ pub fn run(a: &Args, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "DATA_MARKET_CONTRACT={}", mf.data_market)?;
         writeln!(out, "NAMESPACE={}", mf.namespace)?;
         writeln!(out, "SLOT_ID={slot}")?;
+        identity(mf, out)?;
         writeln!(out, "# for the collector of docker-compose.yaml: where it starts reading releases,")?;
         writeln!(out, "# and the market's validators it publishes accepted submissions to")?;
         writeln!(out, "MARKET_DEPLOY_BLOCK={}", mf.deploy_block)?;
@@ -80,6 +81,54 @@ pub fn run(a: &Args, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;
         Ok(())
     })
+}
+
+/// The market's compute package and projects (`market pin`), and what
+/// identifies them: `lite-node check`, the collector and the validator
+/// refuse other ones.
+fn identity(mf: &lite_node_chain::market::Manifest, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(out, "# the market's compute package and projects: every node runs exactly these")?;
+    match &mf.compute {
+        Some(p) => {
+            writeln!(out, "SNAPSHOTTER_COMPUTE_REPO={}", p.repo)?;
+            writeln!(out, "SNAPSHOTTER_COMPUTE_REPO_BRANCH={}", p.branch)?;
+            writeln!(out, "SNAPSHOTTER_COMPUTE_REPO_COMMIT={}", p.commit)?;
+            if let Some(path) = &p.path {
+                writeln!(out, "SNAPSHOTTER_COMPUTE_REPO_PATH={path}")?;
+            }
+        }
+        None => writeln!(
+            out,
+            "# (the manifest pins no compute package: the one bundled with lite-node runs; `lite-node market pin \
+             --compute-repo …`)"
+        )?,
+    }
+    match &mf.projects {
+        Some(p) => {
+            writeln!(out, "SNAPSHOT_CONFIG_REPO={}", p.repo)?;
+            writeln!(out, "SNAPSHOT_CONFIG_REPO_BRANCH={}", p.branch)?;
+            writeln!(out, "SNAPSHOT_CONFIG_REPO_COMMIT={}", p.commit)?;
+            writeln!(out, "PROJECTS_CONFIG={}", p.path)?;
+        }
+        None => writeln!(
+            out,
+            "# (the manifest pins no projects: set PROJECTS_CONFIG to the market's; `lite-node market pin \
+             --projects-repo …`)"
+        )?,
+    }
+    if mf.compute.is_some() || mf.projects.is_some() {
+        writeln!(out, "# what identifies them: `lite-node check`, the collector and the validator refuse others")?;
+    }
+    if let Some(p) = &mf.compute {
+        writeln!(out, "MARKET_COMPUTE_COMMIT={}", p.commit)?;
+    }
+    if let Some(p) = &mf.projects {
+        writeln!(out, "MARKET_PROJECTS_HASH={}", p.hash)?;
+        writeln!(out, "MARKET_PROJECT_TYPES={}", p.types.join(","))?;
+        writeln!(out, "MARKET_POOLS={}", p.pools)?;
+        writeln!(out, "MARKET_POOLS_HASH={}", p.pools_hash)?;
+    }
+    Ok(())
 }
 
 /// `urls` as a node should try them: those that answer and are within

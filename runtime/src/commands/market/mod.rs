@@ -9,6 +9,7 @@ mod days;
 mod deploy;
 mod env;
 mod peers;
+mod pin;
 mod release;
 mod roles;
 mod slots;
@@ -58,6 +59,10 @@ pub enum Command {
     /// The validators' gossip addresses the manifest publishes (an
     /// operator's collector dials them: VALIDATOR_PEERS in `market env`).
     Peers(peers::Args),
+    /// Pin the market's compute package and projects.json (each a git
+    /// repository at one commit) in the manifest: `market env` hands them to
+    /// every operator, and `lite-node check` refuses other ones.
+    Pin(pin::Args),
 }
 
 impl Command {
@@ -72,6 +77,7 @@ impl Command {
             Command::Roles(c) => roles::run(c, out),
             Command::Env(a) => env::run(&a, out),
             Command::Peers(a) => peers::run(&a, out),
+            Command::Pin(a) => pin::run(&a, out),
         }
     }
 }

@@ -89,6 +89,51 @@ pub struct Manifest {
     /// only, read its data; set with `market peers --apis`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub data_apis: Vec<String>,
+    /// The market's compute package, pinned (`SNAPSHOTTER_COMPUTE_REPO`,
+    /// `_BRANCH`, `_COMMIT`, `_PATH` in `market env`); set with `market pin`.
+    /// `None`: each node's lite-node runs the package bundled with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<PackagePin>,
+    /// The market's projects.json, pinned, and what identifies it
+    /// (`SNAPSHOT_CONFIG_REPO`…, `PROJECTS_CONFIG`, `MARKET_PROJECTS_HASH`…
+    /// in `market env`); set with `market pin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projects: Option<ProjectsPin>,
+}
+
+/// A git repository at one commit, as the node fetches it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PackagePin {
+    pub repo: String,
+    pub branch: String,
+    /// 40 hex digits.
+    pub commit: String,
+    /// The compute workspace's directory inside the repository (its root
+    /// when `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// [`Manifest::projects`]: where the file is published and what identifies
+/// it (`lite_node_config::ProjectsIdentity`), so a node, collector or
+/// validator with other projects is refused before it computes or judges.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProjectsPin {
+    pub repo: String,
+    pub branch: String,
+    /// 40 hex digits.
+    pub commit: String,
+    /// projects.json's path inside the repository.
+    pub path: String,
+    /// The file's content hash.
+    pub hash: String,
+    /// Its project types, in file order.
+    pub types: Vec<String>,
+    /// How many distinct pools its projects name, and their hash.
+    pub pools: usize,
+    pub pools_hash: String,
 }
 
 /// [`Manifest::snapshots`].

@@ -459,7 +459,11 @@ pub(crate) async fn load_package(
     let (projects, cfg) = (projects.clone(), compute_cfg.clone());
     tokio::task::spawn_blocking(move || -> Result<_> {
         let projects = compute::load_projects(&projects, &cfg.data_dir)?;
+        // Other projects or another package than the market's would compute
+        // what its validators refuse: said before anything is built.
+        cfg.market.check_projects(&projects.identity()).map_err(crate::config::ConfigErrors::one)?;
         let package = compute::load_for(&cfg, &projects)?;
+        cfg.market.check_compute(&package.package.manifest.commit).map_err(crate::config::ConfigErrors::one)?;
         // Packages no node on this cache has used for a while go.
         let pruned = compute::mark_used(&package.package)
             .and_then(|()| compute::prune_unused(&cfg.cache_dir, &package.package.dir, PACKAGE_UNUSED_FOR));
