@@ -267,3 +267,77 @@ fn check_with(node: &Node, text: &str) -> crate::support::Run {
     fs::write(&env, text).unwrap();
     node.run(&["--env-file", env.to_str().unwrap(), "check", "--offline"])
 }
+
+/// Issue 55: the market's identity an operator's `.env` carries (`MARKET_*`,
+/// from `market env`): `lite-node check`, a collector and a validator with
+/// other projects are refused (exit 2), naming the difference, before they
+/// reach anything; the same projects pass; a package at another commit is
+/// refused too.
+#[test]
+fn projects_or_a_package_that_are_not_the_markets_are_refused_by_check_the_collector_and_the_validator() {
+    let projects = workspace_root().join("projects.json");
+    let env_file = workspace_root().join("env.example");
+    let env_file = env_file.to_str().unwrap();
+    let id = lite_node::config::Projects::load(&projects).unwrap().identity();
+    let node = |vars: &[(&str, String)]| {
+        vars.iter().fold(Node::new().env("PROJECTS_CONFIG", projects.display().to_string()), |n, (k, v)| n.env(k, v))
+    };
+    let market = [
+        ("MARKET_PROJECTS_HASH", id.hash.clone()),
+        ("MARKET_PROJECT_TYPES", id.types.join(",")),
+        ("MARKET_POOLS", id.pools.to_string()),
+        ("MARKET_POOLS_HASH", id.pools_hash.clone()),
+    ];
+    let run = node(&market).run(&["--env-file", env_file, "check", "--offline"]);
+    run.assert_ok();
+    assert!(run.stdout.contains("ok   market's projects: the market's (0 pool(s), hash 0x"), "{}", run.stdout);
+
+    let other = node(&[
+        ("MARKET_PROJECT_TYPES", "baseSnapshot".into()),
+        ("MARKET_POOLS", "5".into()),
+        ("MARKET_PROJECTS_HASH", format!("0x{}", "ab".repeat(32))),
+    ]);
+    let expected = "projects blockDetails are not the market's baseSnapshot (missing here: baseSnapshot; not the \
+                    market's: blockDetails)";
+    let run = other.run(&["--env-file", env_file, "check", "--offline"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stdout.contains(&format!("FAIL market's projects: {expected}")), "{}", run.stdout);
+    let market_args = [
+        "--anchor-rpc",
+        "http://127.0.0.1:9",
+        "--protocol-state",
+        "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+        "--data-market",
+        "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512",
+    ];
+    let collector: Vec<&str> =
+        ["--env-file", env_file, "collector", "--listen", "127.0.0.1:0"].into_iter().chain(market_args).collect();
+    let run = other.run(&collector);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains(expected), "{}", run.stderr);
+    let validator: Vec<&str> = ["--env-file", env_file, "validator", "--redis-url", "redis://127.0.0.1:9"]
+        .into_iter()
+        .chain(market_args)
+        .collect();
+    let run = other.run(&validator);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains(expected), "{}", run.stderr);
+
+    // The pools alone differ: named with both counts.
+    let run = node(&market).env("MARKET_POOLS", "5").run(&["--env-file", env_file, "check", "--offline"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stdout.contains("the projects' pools are not the market's: 0 pool(s) here"), "{}", run.stdout);
+    // Another package than the market's.
+    let run = node(&market).env("MARKET_COMPUTE_COMMIT", "ab".repeat(20)).run(&[
+        "--env-file",
+        env_file,
+        "check",
+        "--offline",
+    ]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stdout.contains(&format!("not the market's {} (MARKET_COMPUTE_COMMIT)", "ab".repeat(20))),
+        "{}",
+        run.stdout
+    );
+}
