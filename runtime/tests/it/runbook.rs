@@ -165,6 +165,7 @@ fn the_launch_a_market_runbook_reaches_a_finalized_cid_a_consumer_verifies() {
     // checkout's own), it exits 2 naming the difference.
     let check = r#"
 (cd node-1 && lite-node --env-file .env check --offline > ../check-whole.txt 2>&1)
+lite-node market env --validator > validator-block.env
 grep -v '^SNAPSHOT_CONFIG_REPO' node-1/.env | sed "s|^PROJECTS_CONFIG=.*|PROJECTS_CONFIG=$CHECKOUT/projects.json|" > other.env
 set +e
 (cd node-1 && lite-node --env-file ../other.env check --offline > ../check-other.txt 2>&1)
@@ -179,6 +180,11 @@ set -e
     let env = read("node-1/.env");
     for line in ["SNAPSHOT_CONFIG_REPO=file://", "PROJECTS_CONFIG=projects.json", "MARKET_PROJECT_TYPES=baseSnapshot"] {
         assert!(env.lines().any(|l| l.starts_with(line)), "{line} in:\n{env}");
+    }
+    // A new validator's block: the market's settings and flags.
+    let block = read("validator-block.env");
+    for part in ["SNAPSHOT_CONFIG_REPO=file://", "MARKET_PROJECTS_HASH=0x", "--from-block ", "--p2p-bootstrap /ip4/"] {
+        assert!(block.contains(part), "{part} in:\n{block}");
     }
     let other = read("check-other.txt");
     assert!(other.contains("other projects: exit 2"), "{other}");

@@ -18,8 +18,12 @@ use crate::exit::BadInput;
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
     /// The slot.
-    #[arg(long, value_name = "N")]
-    pub slot: u64,
+    #[arg(long, value_name = "N", required_unless_present = "validator", conflicts_with = "validator")]
+    pub slot: Option<u64>,
+    /// A new validator's block instead: the market's settings and the
+    /// flags every validator of the market runs with.
+    #[arg(long)]
+    pub validator: bool,
     /// The market's manifest.
     #[arg(long, value_name = "PATH", default_value = "market.json")]
     pub manifest: PathBuf,
@@ -29,7 +33,7 @@ pub struct Args {
 /// node's `.env` for slot N. The private key is the operator's own: its
 /// line is left for them to fill.
 pub fn run(a: &Args, out: &mut dyn Write) -> Result<()> {
-    let slot = a.slot;
+    let Some(slot) = a.slot else { return validator(a, out) };
     block_on(async |io| {
         let m = Market::open(&a.manifest, io).await?;
         let count = u64::try_from(m.view(getTotalNodeCountCall {}).await?).unwrap_or(u64::MAX);
@@ -79,6 +83,58 @@ pub fn run(a: &Args, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "SIGNER_ACCOUNT_ADDRESS={signer}")?;
         writeln!(out, "# your own key, the one of {signer}: it never leaves your machine")?;
         writeln!(out, "SIGNER_ACCOUNT_PRIVATE_KEY=")?;
+        Ok(())
+    })
+}
+
+/// `lite-node market env --validator`: what a new validator of the market
+/// needs — the settings its projects are read with, the market's pinned
+/// package and projects, and the flags every validator of the market runs
+/// with (its own identity, Redis, listeners and key are its operator's).
+fn validator(a: &Args, out: &mut dyn Write) -> Result<()> {
+    block_on(async |io| {
+        let m = Market::open(&a.manifest, io).await?;
+        let mf = &m.manifest;
+        writeln!(out, "# a validator of market {} ({}), from {}", mf.data_market, mf.namespace, m.path.display())?;
+        writeln!(out, "POWERLOOM_CHAIN={}", mf.anchor.name)?;
+        writeln!(out, "NAMESPACE={}", mf.namespace)?;
+        writeln!(out, "SOURCE_CHAIN={}", mf.source.name)?;
+        identity(mf, out)?;
+        let (source, source_notes) = by_freshness("source", &mf.source.rpcs, io).await;
+        let (anchor, anchor_notes) = by_freshness("anchor", &mf.anchor.rpcs, io).await;
+        for note in source_notes.iter().chain(&anchor_notes) {
+            writeln!(out, "# {note}")?;
+        }
+        let terms = mf.snapshots.unwrap_or_default();
+        let mut flags = vec![
+            format!("--anchor-rpc {}", anchor.join(",")),
+            format!("--source-rpc {}", source.join(",")),
+            format!("--protocol-state {}", mf.protocol_state),
+            format!("--data-market {}", mf.data_market),
+            format!("--from-block {}", mf.deploy_block),
+            format!("--window-blocks {}", mf.window_blocks.unwrap_or(lite_node_protocol::submission::WINDOW_BLOCKS)),
+            format!("--max-snapshot-bytes {}", terms.max_bytes),
+            format!("--pairs-on-chain {}", mf.pairs_on_chain.unwrap_or(true)),
+        ];
+        if terms.required {
+            flags.push("--require-snapshot".into());
+        }
+        if !mf.validator_peers.is_empty() {
+            flags.push(format!("--p2p-bootstrap {}", mf.validator_peers.join(",")));
+        }
+        writeln!(out, "# the market's flags, the same for every validator (saved as validator.env, the lines above):")?;
+        writeln!(out, "#   lite-node --env-file validator.env validator \\")?;
+        for flag in &flags {
+            writeln!(out, "#     {flag} \\")?;
+        }
+        writeln!(out, "#     --validator-id … --redis-url … --listen … --api-listen … --p2p-listen … --data-dir …")?;
+        writeln!(
+            out,
+            "# (its own: a Redis of its own, its listeners; `lite-node peer-id --data-dir …` is the peer id"
+        )?;
+        writeln!(out, "# the market records with `market peers --set`)")?;
+        writeln!(out, "# its own key, once the market's owner added its address (`market validators add`):")?;
+        writeln!(out, "VALIDATOR_SIGNER_PRIVATE_KEY=")?;
         Ok(())
     })
 }
