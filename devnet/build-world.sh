@@ -42,13 +42,17 @@ ANVIL=node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
 # anvil spills historical states under $HOME/.foundry; give it a throwaway
 # HOME, and keep no history (the saved world needs only the final state).
 ANVIL_HOME=$(mktemp -d)
+# The log exists before anvil starts: on a loaded machine the background
+# shell may not have opened it yet when it is first read.
+: >"$OUT/anvil.log"
 HOME="$ANVIL_HOME" "$ANVIL" --host 127.0.0.1 --port 0 --timestamp 1700000000 --prune-history --disable-block-gas-limit \
   --dump-state "$OUT/state.json.tmp" >"$OUT/anvil.log" 2>&1 &
 ANVIL_PID=$!
 trap 'kill $ANVIL_PID 2>/dev/null || true; rm -rf "$ANVIL_HOME"' EXIT
 PORT=""
-for _ in $(seq 1 500); do
-  PORT=$(sed -n 's/^Listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$OUT/anvil.log")
+# Up to a minute: a loaded machine starts anvil slowly.
+for _ in $(seq 1 3000); do
+  PORT=$(sed -n 's/^Listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$OUT/anvil.log" 2>/dev/null || true)
   [ -n "$PORT" ] && break
   kill -0 "$ANVIL_PID" 2>/dev/null || { echo "devnet: anvil died:" >&2; cat "$OUT/anvil.log" >&2; exit 1; }
   sleep 0.02

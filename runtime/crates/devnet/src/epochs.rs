@@ -379,16 +379,20 @@ pub(crate) async fn release_one(
 /// the lines since their last sync — every `sending` line of `epoch_id`
 /// with no answer after it (an answer is synced, and with it what came
 /// before) — and, as the machine comes back on another boot, the boot id
-/// the epochs' fixes (`state/epoch-deadline.json`, a list: several epochs
-/// may be in flight) were made in. How many lines went.
+/// the epochs' fixes (`state/epoch-fixes.json`, a list: several epochs may
+/// be in flight; `state/epoch-deadline.json`, the newest alone) were made
+/// in. How many lines went.
 pub(crate) fn lose_unsynced_lines(data_dir: &Path, epoch_id: u64) -> Result<usize> {
-    let fix = data_dir.join("state/epoch-deadline.json");
-    if let Ok(text) = std::fs::read_to_string(&fix) {
-        let mut v: serde_json::Value = serde_json::from_str(&text).context("the epochs' fixes")?;
-        for f in v.as_array_mut().context("the epochs' fixes: not a list")? {
-            f["boot_id"] = "a boot before the devnet's power loss".into();
+    for name in ["state/epoch-fixes.json", "state/epoch-deadline.json"] {
+        let fix = data_dir.join(name);
+        if let Ok(text) = std::fs::read_to_string(&fix) {
+            let mut v: serde_json::Value = serde_json::from_str(&text).context("the epochs' fixes")?;
+            match v.as_array_mut() {
+                Some(fixes) => fixes.iter_mut().for_each(|f| f["boot_id"] = "a boot before the power loss".into()),
+                None => v["boot_id"] = "a boot before the power loss".into(),
+            }
+            std::fs::write(&fix, v.to_string())?;
         }
-        std::fs::write(&fix, v.to_string())?;
     }
     let mut ledgers = vec![data_dir.join("state/submissions.jsonl")];
     if let Ok(slots) = std::fs::read_dir(data_dir.join("slots")) {

@@ -638,19 +638,42 @@ impl EpochFix {
     }
 
     fn open_on(path: PathBuf, boot: Option<String>) -> anyhow::Result<Self> {
-        let stored: Vec<Fix> = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice::<StoredFixes>(&bytes)
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "{} is not valid ({e}); it is rewritten by the next epoch's first submission: remove it if \
-                         no epoch is being worked",
-                        path.display()
-                    )
-                })?
-                .into_vec(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => anyhow::bail!("reading {}: {e}", path.display()),
+        // Every epoch's fix is in `epoch-fixes.json`; `path` holds the
+        // newest alone, as a release before several epochs could be in
+        // flight wrote and reads it (a one-step rollback keeps working).
+        // Whichever of the two was written last wins for an epoch in both.
+        let read = |path: &std::path::Path| -> anyhow::Result<Option<(Vec<Fix>, Option<std::time::SystemTime>)>> {
+            match std::fs::read(path) {
+                Ok(bytes) => {
+                    let fixes = serde_json::from_slice::<StoredFixes>(&bytes).map_err(|e| {
+                        anyhow::anyhow!(
+                            "{} is not valid ({e}); it is rewritten by the next epoch's first submission: remove it \
+                             if no epoch is being worked",
+                            path.display()
+                        )
+                    })?;
+                    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                    Ok(Some((fixes.into_vec(), modified)))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => anyhow::bail!("reading {}: {e}", path.display()),
+            }
         };
+        let (many, newest) = (read(&fixes_path(&path))?, read(&path)?);
+        let newest_is_later = match (&many, &newest) {
+            (Some((_, Some(a))), Some((_, Some(b)))) => b > a,
+            _ => true,
+        };
+        let mut by_epoch: BTreeMap<u64, Fix> = BTreeMap::new();
+        for f in many.map(|(f, _)| f).unwrap_or_default() {
+            by_epoch.insert(f.epoch_id, f);
+        }
+        for f in newest.map(|(f, _)| f).unwrap_or_default() {
+            if newest_is_later || !by_epoch.contains_key(&f.epoch_id) {
+                by_epoch.insert(f.epoch_id, f);
+            }
+        }
+        let stored: Vec<Fix> = by_epoch.into_values().collect();
         let same_boot = |f: &Fix| boot.is_some() && f.boot_id == boot;
         let synced = stored.iter().any(same_boot) && sync_filesystem(&path).is_ok();
         // Taken up after a reboot: what was signed under them is not known.
@@ -740,13 +763,22 @@ impl EpochFix {
                 fixes
             };
             let text = serde_json::to_vec(&fixes).expect("fixes serialize");
-            tokio::task::spawn_blocking(move || lite_node_core::atomic_file::write_durable(&path, &text))
-                .await
-                .map_err(std::io::Error::other)??;
+            let newest = serde_json::to_vec(fixes.last().expect("one fix at least")).expect("a fix serializes");
+            tokio::task::spawn_blocking(move || {
+                lite_node_core::atomic_file::write_durable(&fixes_path(&path), &text)?;
+                lite_node_core::atomic_file::write_durable(&path, &newest)
+            })
+            .await
+            .map_err(std::io::Error::other)??;
         }
         *done = true;
         Ok(())
     }
+}
+
+/// Where every epoch's fix is kept, beside `path` (which holds the newest).
+fn fixes_path(path: &std::path::Path) -> PathBuf {
+    path.with_file_name("epoch-fixes.json")
 }
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id`), where there is one.
@@ -802,7 +834,7 @@ async fn with_snapshot(
 
 #[cfg(test)]
 mod tests {
-    use super::{EpochFix, Fix};
+    use super::{EpochFix, Fix, fixes_path};
 
     fn fix(epoch_id: u64, deadline: u64, header: &str, boot: &str) -> Fix {
         Fix { epoch_id, deadline, header: header.into(), boot_id: Some(boot.into()) }
@@ -835,13 +867,25 @@ mod tests {
         let crashed = EpochFix::open_on(path.clone(), Some("boot-1".into())).unwrap();
         assert_eq!(sent(&crashed, 7, 190, "0xc").await, fix(7, 190, "0xc", "boot-1"), "after a crash");
         assert_eq!(sent(&crashed, 8, 170, "0xd").await, fix(8, 170, "0xd", "boot-1"), "the next epoch");
-        let on_disk: Vec<Fix> = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let on_disk: Vec<Fix> = serde_json::from_slice(&std::fs::read(fixes_path(&path)).unwrap()).unwrap();
         assert_eq!(on_disk, [fix(7, 190, "0xc", "boot-1"), fix(8, 170, "0xd", "boot-1")], "both epochs in flight");
+        // The file the release before this one reads: the newest fix, alone.
+        let newest: Fix = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(newest, fix(8, 170, "0xd", "boot-1"), "a one-step rollback reads the newest fix");
         // Rebooted with both in flight: each keeps its own.
         let rebooted = EpochFix::open_on(path.clone(), Some("boot-3".into())).unwrap();
         assert_eq!(sent(&rebooted, 8, 200, "0xe").await, fix(8, 170, "0xd", "boot-1"));
         assert_eq!(sent(&rebooted, 7, 200, "0xe").await, fix(7, 190, "0xc", "boot-1"));
-        // A file of one fix (written before several epochs could be in flight) is read.
+        // A file of one fix, written by the release before (rolled back to,
+        // then forward again) after this one's list: read, and it wins for
+        // its epoch; the list's other epochs stay.
+        std::fs::write(&path, serde_json::to_vec(&fix(8, 140, "0xf", "boot-1")).unwrap()).unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(later).unwrap();
+        let old = EpochFix::open_on(path.clone(), Some("boot-4".into())).unwrap();
+        assert_eq!(sent(&old, 8, 200, "0xe").await, fix(8, 140, "0xf", "boot-1"));
+        assert_eq!(sent(&old, 7, 200, "0xe").await, fix(7, 190, "0xc", "boot-1"));
+        std::fs::remove_file(fixes_path(&path)).unwrap();
         std::fs::write(&path, serde_json::to_vec(&fix(9, 140, "0xf", "boot-1")).unwrap()).unwrap();
         let old = EpochFix::open_on(path.clone(), Some("boot-4".into())).unwrap();
         assert_eq!(sent(&old, 9, 200, "0xe").await, fix(9, 140, "0xf", "boot-1"));
