@@ -582,10 +582,19 @@ struct PendingEntry {
 }
 
 impl PendingEntry {
-    /// The same event: its kind (epochs and all) and its slots.
+    /// The same event: its slots and what the books latched it for — a
+    /// streak by its epochs, a recovery by its epoch — not the errors' text,
+    /// which an epoch worked again after a crash may give otherwise.
     fn same_event(&self, alert: &Alert) -> bool {
         let a = &self.alert;
-        a.from.slot_id == alert.from.slot_id && a.slots == alert.slots && a.kind == alert.kind
+        let same_kind = match (&a.kind, &alert.kind) {
+            (AlertKind::ThreeFailures { streak: x }, AlertKind::ThreeFailures { streak: y }) => {
+                x.iter().map(|e| e.epoch_id).eq(y.iter().map(|e| e.epoch_id))
+            }
+            (AlertKind::Recovered { epoch_id: x, .. }, AlertKind::Recovered { epoch_id: y, .. }) => x == y,
+            (x, y) => x == y,
+        };
+        a.from.slot_id == alert.from.slot_id && a.slots == alert.slots && same_kind
     }
 }
 
@@ -804,11 +813,11 @@ mod tests {
     fn a_latched_alert_is_kept_once_per_event_and_never_sent_twice() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pending-alerts.json");
-        let alert = |epochs: &[u64]| Alert {
+        let alert_saying = |epochs: &[u64], error: &str| Alert {
             kind: AlertKind::ThreeFailures {
                 streak: epochs
                     .iter()
-                    .map(|&epoch_id| crate::books::StreakEntry { epoch_id, errors: vec!["boom".into()] })
+                    .map(|&epoch_id| crate::books::StreakEntry { epoch_id, errors: vec![error.into()] })
                     .collect(),
             },
             from: Sender { slot_id: 2, signer: "0xtwo".into() },
@@ -816,6 +825,7 @@ mod tests {
             at_unix: 0,
             slots: vec![],
         };
+        let alert = |epochs: &[u64]| alert_saying(epochs, "boom");
         let pending = Pending::open(Some(path.clone()));
         let channels = vec!["telegram".to_owned()];
         let id = pending.add(&alert(&[1, 2, 3]), channels.clone()).unwrap().expect("kept");
@@ -825,6 +835,11 @@ mod tests {
         pending.done(id, "telegram");
         let reopened = Pending::open(Some(path));
         assert_eq!(reopened.add(&alert(&[1, 2, 3]), channels.clone()).unwrap(), None, "delivered before the restart");
+        // Issue 55, item 9: the last epoch worked again after a crash fails
+        // with another text (a timeout where it was an RPC error): the same
+        // streak, not sent again.
+        let again = alert_saying(&[1, 2, 3], "compute timed out after 60 s");
+        assert_eq!(reopened.add(&again, channels.clone()).unwrap(), None, "the same streak, another error text");
         assert!(
             reopened.add(&alert(&[4, 5, 6]), channels.clone()).unwrap().is_some(),
             "another streak is another event"
