@@ -495,6 +495,38 @@ fn a_source_rpc_behind_the_others_holds_releases_back_on_ganache() {
     source_rpc_behind(Client::Ganache);
 }
 
+/// Issue 55, item 9: the source chain reorganises deeper than `--finality`
+/// under an epoch the releaser released (its last block's hash changes):
+/// the releaser names it — the block, the epoch, both hashes — and its
+/// `/health` turns 503, while releases go on. (Before, nothing was seen.)
+#[test]
+fn a_source_reorg_deeper_than_the_finality_under_a_released_epoch_is_named_on_health() {
+    let (node, anchor, source, manifest) = deployed(2);
+    source.mine(4);
+    let snapshot = source.call("evm_snapshot", json!([]));
+    source.mine(6);
+    let mut releaser = Releaser::start(&node, "deployer.key", &["--first-block", "1", "--listen", "127.0.0.1:0"]);
+    let line = releaser.wait_for("the health address", |l| l.starts_with("health on http://"));
+    let health = line.split_whitespace().nth(2).unwrap().trim_end_matches(',').to_owned();
+    releaser.wait_for("epoch 4", |l| l == "epoch 4 released: source blocks 7-8");
+    // Blocks 5 onwards replaced by others (later timestamps: other hashes).
+    source.call("evm_revert", json!([snapshot]));
+    source.call("evm_increaseTime", json!([1000]));
+    source.mine(10);
+    let body = lite_node_testkit::poll_until("/health naming the reorg", std::time::Duration::from_secs(30), || {
+        let response = reqwest::blocking::get(&health).ok()?;
+        let status = response.status();
+        let body: Value = response.json().ok()?;
+        body["reorged"].as_str().is_some().then_some((status, body))
+    });
+    let why = body.1["reorged"].as_str().unwrap();
+    assert_eq!(body.0, 503, "{}", body.1);
+    assert!(why.contains("reorganised past block 8, the last of epoch 4") && why.contains("--finality 2"), "{why}");
+    releaser.wait_for("releases go on", |l| l.starts_with("epoch 5 released"));
+    assert_eq!(releaser.stop(), Some(0));
+    assert!(last_released_end(&anchor, &manifest) >= 10);
+}
+
 fn source_rpc_behind(client: Client) {
     let (node, anchor, source) = two_chains_on(client);
     let lagging = Anvil::of(client, 7002);

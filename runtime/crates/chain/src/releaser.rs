@@ -9,8 +9,10 @@
 //! An epoch is `epoch_size` source blocks, released once its last block is
 //! `finality` blocks under the source head — the lowest head of the
 //! market's source RPCs, so every operator's RPC has an epoch's blocks when
-//! it is released (an RPC more than `max_source_lag` behind the others is
-//! left out, and named, rather than holding the market back). A transaction not mined within
+//! it is released (an RPC more than `max_source_lag` away from the others'
+//! median — behind, or ahead: another fork, a wrong node — or frozen is
+//! left out, and named; no single RPC carries the releases off). A source
+//! reorganisation deeper than `finality` under an epoch released is named. A transaction not mined within
 //! `replace_after` is sent again under its nonce with higher fees, so only
 //! one of the two can be mined.
 //!
@@ -55,7 +57,8 @@ pub struct ReleaserSettings {
     pub first_block: Option<u64>,
     /// How long a release may stay unmined before it is replaced.
     pub replace_after: Duration,
-    /// A source RPC further behind the highest than this is left out.
+    /// A source RPC further than this from the others' median (behind or
+    /// ahead) is left out.
     pub max_source_lag: u64,
     /// The highest max fee per gas (wei) a replacement may offer; at the
     /// cap, the release in flight is waited for instead.
@@ -71,7 +74,8 @@ pub struct SourceRpc {
     pub head: Option<u64>,
     /// Blocks under the highest head the RPCs answered.
     pub behind: Option<u64>,
-    /// Not used this step: it failed, or is more than `max_source_lag` behind.
+    /// Not used this step: it failed, is frozen, or is more than
+    /// `max_source_lag` from the others' median.
     pub left_out: Option<String>,
 }
 
@@ -101,6 +105,9 @@ pub struct ReleaserState {
     /// Why the market is not being released (`/health` 503): epochs due and
     /// none released for several epoch-lengths.
     pub stalled: Option<String>,
+    /// A source reorganisation deeper than `--finality` under a released
+    /// epoch (`/health` 503 until the releaser is restarted).
+    pub reorged: Option<String>,
 }
 
 /// The releaser's `/health` (200 unless its last step failed, the state as
@@ -110,7 +117,7 @@ pub struct ReleaserStatus(pub Arc<Mutex<ReleaserState>>);
 impl lite_node_core::status::Status for ReleaserStatus {
     fn health(&self) -> (bool, serde_json::Value) {
         let s = self.0.lock().expect("not poisoned").clone();
-        (s.error.is_none() && s.stalled.is_none(), serde_json::to_value(s).unwrap_or_default())
+        (s.error.is_none() && s.stalled.is_none() && s.reorged.is_none(), serde_json::to_value(s).unwrap_or_default())
     }
 
     fn metrics(&self) -> Option<String> {
@@ -178,6 +185,11 @@ pub struct Releaser {
     foreign: Mutex<Option<(u64, tokio::time::Instant, Option<crate::tx::Prepared>)>>,
     /// The last released end seen, and when it moved.
     progress: Mutex<Option<(u64, tokio::time::Instant)>>,
+    /// Each source RPC's last head and since when it has stood there.
+    heads_seen: Mutex<Vec<Option<(u64, tokio::time::Instant)>>>,
+    /// The last epoch this process released: its end block, that block's
+    /// hash then, and the epoch id ([`Releaser::check_released`]).
+    released: Mutex<Option<(u64, alloy::primitives::B256, u64)>>,
 }
 
 /// A release sent and not seen mined.
@@ -186,12 +198,81 @@ struct InFlight {
     tx: crate::tx::Prepared,
     begin: u64,
     end: u64,
+    /// The hash of block `end` on the source RPC released against, then.
+    end_hash: Option<alloy::primitives::B256>,
     sent_at: tokio::time::Instant,
 }
 
 /// A gas limit for a release when the node cannot estimate one (ample:
 /// a release costs well under it).
 const RELEASE_GAS: u64 = 500_000;
+
+/// A source RPC whose head stood still this long while another's is more
+/// than `max_source_lag` above it is frozen, and left out.
+const FROZEN_AFTER: Duration = Duration::from_secs(60);
+
+/// [`pick_source`]'s answer.
+#[derive(Debug, PartialEq, Eq)]
+struct Picked {
+    /// Why each RPC that answered is not released against, if it is not.
+    left_out: Vec<Option<String>>,
+    /// The RPC released against (the lowest head kept) and the highest head kept.
+    used: Option<(usize, u64)>,
+}
+
+/// Which source RPC an epoch is released against, from each one's head
+/// (`Err`: no answer) and how long it has stood still: an RPC frozen (its
+/// head still for [`FROZEN_AFTER`] while another is more than `lag` above
+/// it) is left out; of the others, one more than `lag` away from their
+/// median — ahead (another fork, another chain, a node that is wrong) or
+/// behind — is left out, so no single RPC can carry the releases off
+/// (with two that disagree, the lower holds them back until it is seen
+/// frozen); the lowest head kept is released against, so every RPC kept
+/// has the epoch's blocks.
+fn pick_source(heads: &[Result<u64, String>], still: &[Option<Duration>], lag: u64) -> Picked {
+    let mut left_out: Vec<Option<String>> = vec![None; heads.len()];
+    let highest = heads.iter().filter_map(|h| h.as_ref().ok()).max().copied();
+    let mut kept: Vec<(usize, u64)> = Vec::new();
+    for (i, head) in heads.iter().enumerate() {
+        let Ok(h) = head else { continue };
+        let stood = still.get(i).copied().flatten().unwrap_or_default();
+        if stood >= FROZEN_AFTER && highest.is_some_and(|top| top > h.saturating_add(lag)) {
+            left_out[i] = Some(format!(
+                "frozen at block {h} for {} s while another RPC is past {}: not answering new blocks",
+                stood.as_secs(),
+                h.saturating_add(lag)
+            ));
+        } else {
+            kept.push((i, *h));
+        }
+    }
+    let mut sorted: Vec<u64> = kept.iter().map(|(_, h)| *h).collect();
+    sorted.sort_unstable();
+    let Some(&median) = sorted.get(sorted.len().saturating_sub(1) / 2) else {
+        return Picked { left_out, used: None };
+    };
+    kept.retain(|&(i, h)| {
+        let why = if h > median.saturating_add(lag) {
+            Some(format!(
+                "{} blocks ahead of the others (their median {median}), more than {lag} (--max-source-lag): \
+                 another fork or chain, or a node that is wrong",
+                h - median
+            ))
+        } else if h.saturating_add(lag) < median {
+            Some(format!(
+                "{} blocks behind the others (their median {median}), more than {lag} (--max-source-lag)",
+                median - h
+            ))
+        } else {
+            None
+        };
+        left_out[i] = why;
+        left_out[i].is_none()
+    });
+    let used = kept.iter().min_by_key(|(_, h)| *h).map(|&(i, _)| i);
+    let top = kept.iter().map(|(_, h)| *h).max();
+    Picked { left_out, used: used.zip(top) }
+}
 
 /// Epochs due and not released past which the releaser is stalled.
 const STALLED_EPOCHS: u64 = 3;
@@ -223,57 +304,96 @@ impl Releaser {
             in_flight: Mutex::default(),
             foreign: Mutex::default(),
             progress: Mutex::default(),
+            heads_seen: Mutex::default(),
+            released: Mutex::default(),
         }
     }
 
-    /// Every source RPC's head; the one to release against (the lowest
-    /// within `max_source_lag` of the highest) and, when it is under the
-    /// highest, why.
-    async fn source_head(&self) -> Result<(u64, Option<String>), String> {
+    /// Every source RPC's head; the one to release against ([`pick_source`]:
+    /// the lowest of those that agree with the others) with its index and,
+    /// when it is under the highest of those, why.
+    async fn source_head(&self) -> Result<(u64, usize, Option<String>), String> {
         let heads = futures_util::future::join_all(self.sources.iter().map(|(_, rpc)| async move {
             let head = rpc.call_value("eth_blockNumber", json!([])).await.map_err(|e| e.message.to_string())?;
             quantity(&head, "eth_blockNumber")
         }))
         .await;
+        // How long each head has stood still.
+        let still: Vec<Option<Duration>> = {
+            let mut seen = self.heads_seen.lock().expect("not poisoned");
+            seen.resize(heads.len(), None);
+            heads
+                .iter()
+                .zip(seen.iter_mut())
+                .map(|(head, seen)| match (head, seen.as_ref()) {
+                    (Ok(h), Some((was, since))) if was == h => Some(since.elapsed()),
+                    (Ok(h), _) => {
+                        *seen = Some((*h, tokio::time::Instant::now()));
+                        Some(Duration::ZERO)
+                    }
+                    (Err(_), _) => None,
+                })
+                .collect()
+        };
+        let picked = pick_source(&heads, &still, self.settings.max_source_lag);
         let highest = heads.iter().filter_map(|h| h.as_ref().ok()).max().copied();
         let mut seen = Vec::with_capacity(heads.len());
-        let mut used: Option<(u64, &str)> = None;
-        for ((url, _), head) in self.sources.iter().zip(&heads) {
+        for (((url, _), head), left_out) in self.sources.iter().zip(&heads).zip(&picked.left_out) {
             let mut rpc = SourceRpc { url: url.clone(), ..SourceRpc::default() };
-            match (head, highest) {
-                (Ok(h), Some(top)) => {
-                    (rpc.head, rpc.behind) = (Some(*h), Some(top - h));
-                    if top - h > self.settings.max_source_lag {
-                        rpc.left_out = Some(format!(
-                            "{} blocks behind, more than {} (--max-source-lag)",
-                            top - h,
-                            self.settings.max_source_lag
-                        ));
-                    } else if used.is_none_or(|(u, _)| *h < u) {
-                        used = Some((*h, url));
-                    }
-                }
-                (Err(e), _) => rpc.left_out = Some(e.clone()),
-                (Ok(_), None) => unreachable!("a head was answered"),
+            if let (Ok(h), Some(top)) = (head, highest) {
+                (rpc.head, rpc.behind) = (Some(*h), Some(top - h));
             }
+            rpc.left_out = match head {
+                Err(e) => Some(e.clone()),
+                Ok(_) => left_out.clone(),
+            };
             if let Some(why) = &rpc.left_out {
                 tracing::warn!("source RPC {url} left out: {why}");
             }
             seen.push(rpc);
         }
         self.note(|st| st.source_rpcs = seen);
-        let (Some((head, lowest)), Some(top)) = (used, highest) else {
+        let Some((used, top)) = picked.used else {
             let failures: Vec<String> = self
                 .sources
                 .iter()
+                .zip(&picked.left_out)
                 .zip(&heads)
-                .filter_map(|((url, _), h)| h.as_ref().err().map(|e| format!("{url}: {e}")))
+                .filter_map(|(((url, _), left_out), h)| match h {
+                    Err(e) => Some(format!("{url}: {e}")),
+                    Ok(_) => left_out.as_ref().map(|why| format!("{url}: {why}")),
+                })
                 .collect();
-            return Err(format!("no source RPC answers ({})", failures.join("; ")));
+            return Err(format!("no source RPC to release against ({})", failures.join("; ")));
         };
+        let head = *heads[used].as_ref().expect("a used RPC answered");
+        let lowest = &self.sources[used].0;
         let behind = (head < top)
             .then(|| format!("source RPC {lowest} is at {head}, {} blocks behind the highest ({top})", top - head));
-        Ok((head, behind))
+        Ok((head, used, behind))
+    }
+
+    /// Whether the last epoch this process released still ends in the
+    /// block it ended in: a source reorganisation deeper than `--finality`
+    /// changed what a released epoch covers, which no release can undo —
+    /// named (`/health` 503) for the market's operator to raise
+    /// `--finality`.
+    async fn check_released(&self, used: usize) {
+        let kept = *self.released.lock().expect("not poisoned");
+        let Some((end, hash, epoch_id)) = kept else { return };
+        let Ok(Some(now)) = self.sources[used].1.block_hash(end).await else { return };
+        if now == hash {
+            return;
+        }
+        let why = format!(
+            "the source chain reorganised past block {end}, the last of epoch {epoch_id} released by this releaser \
+             (its hash was {hash}, now {now}): deeper than --finality {}; the epoch's data changed after its release \
+             — raise --finality to the source chain's reorg depth",
+            self.settings.finality
+        );
+        tracing::error!("{why}");
+        *self.released.lock().expect("not poisoned") = None;
+        self.note(|st| st.reorged = Some(why));
     }
 
     async fn view<C: SolCall>(&self, call: C) -> Result<C::Return, String> {
@@ -299,7 +419,8 @@ impl Releaser {
 
     async fn try_step(&self) -> Result<Step, String> {
         let s = &self.settings;
-        let (head, behind) = self.source_head().await?;
+        let (head, used, behind) = self.source_head().await?;
+        self.check_released(used).await;
         let last = self.last_released_end().await?;
         self.note(|st| (st.source_head, st.last_released_end) = (Some(head), Some(last)));
         self.moved(last);
@@ -360,7 +481,9 @@ impl Releaser {
             }
             Err(e) => return Err(format!("releaseEpoch({begin}, {end}): {e}")),
         };
-        let flight = InFlight { tx, begin, end, sent_at: tokio::time::Instant::now() };
+        // The hash its last block has now, to tell a deeper reorg later.
+        let end_hash = self.sources[used].1.block_hash(end).await.ok().flatten();
+        let flight = InFlight { tx, begin, end, end_hash, sent_at: tokio::time::Instant::now() };
         // Kept before it is sent: a failed send is sent again, not forgotten.
         *self.in_flight.lock().expect("not poisoned") = Some(flight.clone());
         self.sender.broadcast(&flight.tx).await.map_err(|e| format!("releaseEpoch({begin}, {end}): {e}"))?;
@@ -411,6 +534,9 @@ impl Releaser {
                     (st.last_released_end, st.epochs_released) = (Some(end), Some(epoch_id));
                 });
                 self.moved(end);
+                if let Some(hash) = flight.end_hash {
+                    *self.released.lock().expect("not poisoned") = Some((end, hash, epoch_id));
+                }
                 return done(Step::Released { epoch_id, begin, end, block: receipt.block_number });
             }
             if flight.sent_at.elapsed() >= s.replace_after {
@@ -524,7 +650,7 @@ impl Releaser {
             tx.hash
         );
         *self.foreign.lock().expect("not poisoned") = None;
-        let flight = InFlight { tx, begin, end, sent_at: tokio::time::Instant::now() };
+        let flight = InFlight { tx, begin, end, end_hash: None, sent_at: tokio::time::Instant::now() };
         *self.in_flight.lock().expect("not poisoned") = Some(flight.clone());
         self.wait_for(flight).await
     }
@@ -596,6 +722,33 @@ mod tests {
             max_fee_per_gas: None,
         };
         Releaser::new(rpc.clone(), vec![("source".into(), rpc)], sender, settings)
+    }
+
+    /// Issue 55, item 9: no single source RPC carries the releases off. One
+    /// far ahead of the others (another fork, a wrong node) is left out, as
+    /// is one far behind; of two that disagree the lower holds releases back
+    /// until it is seen frozen; within the lag the lowest is used.
+    #[test]
+    fn a_source_rpc_far_ahead_of_the_others_is_left_out_not_followed() {
+        let still = |secs: &[u64]| secs.iter().map(|&s| Some(Duration::from_secs(s))).collect::<Vec<_>>();
+        let heads = |h: &[u64]| h.iter().map(|&h| Ok(h)).collect::<Vec<Result<u64, String>>>();
+        let p = pick_source(&heads(&[20, 20, 200]), &still(&[0, 0, 0]), 64);
+        assert_eq!(p.used, Some((0, 20)));
+        assert!(p.left_out[2].as_deref().unwrap().contains("180 blocks ahead of the others"), "{p:?}");
+        let p = pick_source(&heads(&[20, 200]), &still(&[0, 0]), 64);
+        assert_eq!(p.used, Some((0, 20)), "two that disagree: the lower, until it is seen frozen");
+        let p = pick_source(&heads(&[20, 200]), &still(&[61, 0]), 64);
+        assert_eq!(p.used, Some((1, 200)), "the lower stood still a minute: frozen");
+        assert!(p.left_out[0].as_deref().unwrap().contains("frozen at block 20"), "{p:?}");
+        let p = pick_source(&heads(&[120, 200, 201]), &still(&[0, 0, 0]), 64);
+        assert_eq!(p.used, Some((1, 201)));
+        assert!(p.left_out[0].as_deref().unwrap().contains("80 blocks behind the others"), "{p:?}");
+        let p = pick_source(&heads(&[190, 200]), &still(&[0, 0]), 64);
+        assert_eq!(p.used, Some((0, 200)), "within the lag: the lowest, the highest kept beside it");
+        let p = pick_source(&[Err("down".into()), Ok(5)], &[None, Some(Duration::ZERO)], 64);
+        assert_eq!(p.used, Some((1, 5)));
+        let p = pick_source(&heads(&[5, 10]), &still(&[100, 0]), u64::MAX);
+        assert_eq!(p.used, Some((0, 10)), "no lag is too much: the lowest");
     }
 
     /// Releases every 2 s, then none: past three epoch-lengths and a minute

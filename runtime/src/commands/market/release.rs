@@ -38,8 +38,8 @@ pub struct Args {
     /// Replace a release not mined after this long (same nonce, higher fees).
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub replace_after_secs: u64,
-    /// Leave out a source RPC more than N blocks behind the highest
-    /// (epochs wait for the lowest of the others).
+    /// Leave out a source RPC more than N blocks from the others' median,
+    /// behind or ahead (epochs wait for the lowest of the others).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_source_lag: u64,
     /// The most any release offers per gas, in gwei (default: no cap): a
