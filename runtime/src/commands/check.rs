@@ -76,11 +76,19 @@ pub fn run(args: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
         Ok(cfg) => match compute::load(&cfg).map_err(anyhow::Error::from) {
             Ok(loaded) => {
                 let m = &loaded.package.manifest;
+                let unpinned = match &cfg.source {
+                    crate::config::ComputeSource::Bundled(dir) if crate::config::is_build_tree(dir) => format!(
+                        "; the computes/ of the checkout this lite-node was built from ({}), which nothing pins: \
+                         set SNAPSHOTTER_COMPUTE_REPO, _BRANCH and _COMMIT to the market's",
+                        dir.display()
+                    ),
+                    _ => String::new(),
+                };
                 line(
                     true,
                     "compute package",
                     &format!(
-                        "{} {} ({} {}) at {}",
+                        "{} {} ({} {}) at {}{unpinned}",
                         m.source,
                         m.commit,
                         loaded.libraries.len(),

@@ -38,6 +38,9 @@ fn env_example_passes_check_with_the_bundled_package() {
     run.assert_ok();
     assert!(!run.stdout.contains("RPC"), "--offline reaches nothing: {}", run.stdout);
     assert!(run.stdout.contains("ok   processor blockDetails: block_details::BlockDetailsProcessor"), "{}", run.stdout);
+    // Issue 55, item 11: nothing configured and no computes/ here: the
+    // build tree's package, said as such.
+    assert!(run.stdout.contains("the computes/ of the checkout this lite-node was built from"), "{}", run.stdout);
     assert!(!run.stdout.contains("ac0974bec") && !run.stderr.contains("ac0974bec"), "the signer key leaked");
     assert!(run.stdout.contains("ok   environment: slot 1 on "), "{}", run.stdout);
     // Many slots are named, as ranges; a list with a hole in it is refused, quoted.

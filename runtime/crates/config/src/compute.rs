@@ -157,6 +157,15 @@ impl ComputeConfig {
 /// The checkout this binary was built from (`runtime/crates/config/../../..`).
 pub(crate) const CHECKOUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../..");
 
+/// Whether `dir` is the `computes/` of the checkout this binary was built
+/// from (the last fallback of [`bundled_computes_dir`]): a path baked in at
+/// compile time, which a node should not run unawares.
+pub fn is_build_tree(dir: &Path) -> bool {
+    let built_from = Path::new(CHECKOUT).join("computes");
+    let here = absolute(Path::new("computes"));
+    built_from.canonicalize().unwrap_or(built_from) == dir && here != dir
+}
+
 /// The compute package when none is named: the one the current directory
 /// is in (an author's, found by its workspace manifest, which patches in
 /// `lite-node-plugin-api`), else the checkout's `computes/` here, else the

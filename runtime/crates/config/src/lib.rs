@@ -22,7 +22,7 @@ mod watch;
 
 pub use alerts::{AlertConfig, BotConfig, alert_sender};
 pub use chains::{AnchorConfig, ChainConfig};
-pub use compute::{ComputeConfig, ComputeSource, GitPin, MarketProjects, ProjectsSource};
+pub use compute::{ComputeConfig, ComputeSource, GitPin, MarketProjects, ProjectsSource, is_build_tree};
 pub use compute_run::ComputeRunConfig;
 pub use drill::Drill;
 pub use env::{EnvSnapshot, REQUIRED};

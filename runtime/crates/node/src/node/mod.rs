@@ -95,11 +95,24 @@ async fn run_node(cfg: NodeConfig, shutdown: lite_node_core::signals::Shutdown) 
     let processors = compute::processors(&package, projects.projects).map_err(BadInput)?;
     let work_projects: Vec<String> = processors.iter().map(|p| p.project.project_type.clone()).collect();
     let package_commit = package.package.manifest.commit.clone();
+    let m = &package.package.manifest;
     tracing::info!(
-        "compute package {} loaded: {}",
-        package.package.manifest.commit,
+        "compute package {} ({} {}) loaded: {}",
+        m.commit,
+        m.source,
+        m.location,
         processors.iter().map(|p| p.project.project_type.as_str()).collect::<Vec<_>>().join(", ")
     );
+    if let crate::config::ComputeSource::Bundled(dir) = &cfg.compute.source
+        && crate::config::is_build_tree(dir)
+    {
+        tracing::warn!(
+            "no compute package is configured: running the computes/ of the checkout this lite-node was built \
+             from ({}), which nothing pins; set SNAPSHOTTER_COMPUTE_REPO, _BRANCH and _COMMIT to the market's \
+             (`lite-node market env` prints them)",
+            dir.display()
+        );
+    }
 
     let metrics = Metrics::default();
     let chains = Chains::connect_counting(&cfg.chains(), |role| Some(metrics.rpc_errors(role)))
