@@ -526,12 +526,12 @@ impl Gateway {
     /// (`gossip_unwanted:{why}` on `/metrics`), instead of filling the queue
     /// and breaking the intake.
     fn unwanted(&self, s: &SnapshotSubmission) -> Option<(Unwanted, String)> {
-        use std::sync::atomic::Ordering::Relaxed;
         let r = s.request.as_ref()?;
         if self.stale(r.deadline) {
             return Some((Unwanted::Stale, format!("its deadline {} passed", r.deadline)));
         }
-        let latest = self.latest_epoch.load(Relaxed);
+        // Acquire: the open epochs written before it are the ones read below.
+        let latest = self.latest_epoch.load(std::sync::atomic::Ordering::Acquire);
         if latest > 0 && r.epoch_id > latest.saturating_add(FUTURE_EPOCHS) {
             let why = format!("epoch {} is far past the last released ({latest})", r.epoch_id);
             return Some((Unwanted::UnreleasedEpoch, why));
@@ -830,7 +830,7 @@ impl Gateway {
     /// the open epochs (by release block) and then the slot registry's
     /// record (after the epochs: each open epoch's changes are recorded).
     async fn read_chain_view(&self) {
-        use std::sync::atomic::Ordering::Relaxed;
+        use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
         let mut conn = self.conn.clone();
         type HeadAndOpen = (Option<u64>, Vec<(u64, u64)>);
         let read: redis::RedisResult<HeadAndOpen> = redis::pipe()
@@ -842,21 +842,28 @@ impl Gateway {
         if let Some(head) = head {
             self.head.fetch_max(head, Relaxed);
         }
-        if let Some(latest) = open.iter().map(|(epoch, _)| *epoch).max() {
-            self.latest_epoch.fetch_max(latest, Relaxed);
-        }
+        let newest = open.iter().map(|(epoch, _)| *epoch).max();
         // Scored by the block the window closes at (`Market::window_closes`).
         let window = self.market.window_blocks.saturating_add(1);
         let open: std::collections::BTreeMap<u64, u64> =
             open.into_iter().map(|(epoch, closes)| (epoch, closes.saturating_sub(window))).collect();
         // Replays of a closed epoch are unwanted by their epoch: its ids go.
-        let latest = self.latest_epoch.load(Relaxed);
+        let latest = self.latest_epoch.load(Acquire).max(newest.unwrap_or(0));
         self.accepted_ids
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|epoch, _| open.contains_key(epoch) || *epoch > latest);
         self.parked.lock().unwrap_or_else(|p| p.into_inner()).retain(|epoch, _| *epoch > latest);
+        // The open epochs first, then the newest released (Release, read
+        // with Acquire): a gossip check that sees an epoch released sees it
+        // open — never "released and its window closed" for one whose window
+        // opened between the two writes, which turned away the first
+        // messages of an epoch that came in with its release (issue 53's
+        // late-gossip flake: one judged `window_closed` at arrival).
         *self.open.lock().unwrap_or_else(|p| p.into_inner()) = open;
+        if let Some(newest) = newest {
+            self.latest_epoch.fetch_max(newest, Release);
+        }
         if let Some(book) = &self.signers
             && let Err(e) = book.sync(&mut conn, &self.market.keys).await
         {

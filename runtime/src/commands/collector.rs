@@ -71,7 +71,9 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
         let market = MarketProjects::from_env(env)?;
         let projects = compute::load_projects(&market.source, &cfg.data_dir)?;
         super::check_identity(env, &projects, None)?;
-        if pools.is_empty() {
+        // Only with the source chain named: its seed blocks are the
+        // selection's (the anchor's own would select other slots).
+        if pools.is_empty() && a.market.source_rpc.is_some() {
             pools = projects.pools();
         }
         if pools.is_empty() {
@@ -126,9 +128,11 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
         say(format!("collector listening on {}", listener.local_addr()?));
         say(match &selection {
             Some(s) => format!("selection check on: {} active pools", s.pools().len()),
-            None => "selection check off: give --pools or --pools-file (or the market's projects, which list them) to check \
-                     slot selection"
-                .to_owned(),
+            None => {
+                "selection check off: give --pools or --pools-file (or --source-rpc with the market's projects, which \
+                     list them) to check slot selection"
+                    .to_owned()
+            }
         });
         let chain_id = tokio::select! {
             _ = &mut signals => return Ok(()),

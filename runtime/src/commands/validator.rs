@@ -230,7 +230,9 @@ pub fn run(o: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
                 None => None,
             };
             super::check_identity(&env, &loaded, commit.as_deref())?;
-            if dequeuer && pools.is_empty() {
+            // Only with the source chain named: its seed blocks are the
+            // selection's (the anchor's own would select other slots).
+            if dequeuer && pools.is_empty() && o.market.source_rpc.is_some() {
                 pools = loaded.pools();
             }
         }

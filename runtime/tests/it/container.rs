@@ -79,6 +79,8 @@ fn compose_runs_the_node_and_its_own_collector_from_the_env_file() {
         "keys and tokens stay with the node"
     );
     assert!(compose.contains("LOCAL_COLLECTOR_HOST: collector"));
+    // podman-compose 1.0 leaves `${VAR:-}` (an empty default) as it is.
+    assert!(!compose.contains(":-}"), "an empty default podman-compose 1.0 does not substitute");
     // The node waits for its collector's health check, which asks the collector's /health.
     assert!(compose.contains("condition: service_healthy"), "{compose}");
     assert!(collector.contains("--status-listen=127.0.0.1:8003") && collector.contains("127.0.0.1:8003/health"));
@@ -408,11 +410,65 @@ fn compose_runs_the_node_beside_its_collector(
         assert!(out.status.success(), "lite-node {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
         text
     };
+    // The market publishes its projects in a git repository the operators
+    // reach (here `git daemon` on the host) and pins them (issue 55): the
+    // `.env` from `market env` names them and what identifies them.
+    let config = dir.join("market-config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::copy(workspace_root().join("projects.json"), config.join("projects.json")).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").args(args).current_dir(&config).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "projects.json"]);
+    git(&["-c", "user.name=market", "-c", "user.email=market@example.org", "commit", "-q", "-m", "projects"]);
+    let commit = git(&["rev-parse", "HEAD"]);
+    let daemon = GitDaemon::start(host, dir);
+    let repo = format!("git://{}/market-config", daemon.addr);
+    let pinned = lite_node(&[
+        "market",
+        "pin",
+        "--projects-repo",
+        &repo,
+        "--projects-branch",
+        "main",
+        "--projects-commit",
+        &commit,
+        "--manifest",
+        market.to_str().unwrap(),
+    ]);
+    assert!(pinned.contains("projects: projects.json in git://"), "{pinned}");
+    let types: Vec<String> =
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(&market).unwrap()).unwrap()["projects"]["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_owned())
+            .collect();
     // The market's validator, as far as the collector sees one: a gossip
-    // peer on the host, subscribed to the submissions, taking each.
+    // peer on the host, subscribed to the submissions, judging each by the
+    // market's rules — a submission in its gossip form, signed, for one of
+    // the market's projects — and taking what holds.
     use lite_node_validator::gossip;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let (deliver, mut delivered) = tokio::sync::mpsc::channel(64);
+    let scope = lite_node_protocol::submission::Scope {
+        protocol_state: m.protocol_state.parse().unwrap(),
+        data_market: m.data_market.parse().unwrap(),
+    };
+    let domain = lite_node_protocol::eip712::domain(m.chain_id, scope.protocol_state);
+    let judge = move |payload: &[u8]| {
+        let Ok(s) = <lite_node_protocol::proto::SnapshotSubmission as prost::Message>::decode(payload) else {
+            return gossip::Verdict::Reject("not a submission".into());
+        };
+        match lite_node_protocol::submission::admit(&s, &scope, &domain) {
+            Ok((r, _)) if types.iter().any(|t| r.project_id.starts_with(&format!("{t}:"))) => gossip::Verdict::Accept,
+            Ok((r, _)) => gossip::Verdict::Reject(format!("{} is none of the market's projects", r.project_id)),
+            Err(e) => gossip::Verdict::Reject(e.to_string()),
+        }
+    };
     let validator = runtime
         .block_on(async {
             gossip::Gossip::start(
@@ -422,7 +478,7 @@ fn compose_runs_the_node_beside_its_collector(
                     identity: dir.join("validator-p2p-identity.key"),
                     topic: gossip::SUBMISSIONS_TOPIC.into(),
                 },
-                std::sync::Arc::new(|_: &[u8]| gossip::Verdict::Accept),
+                std::sync::Arc::new(judge),
                 deliver,
             )
         })
@@ -433,6 +489,10 @@ fn compose_runs_the_node_beside_its_collector(
     assert!(said.contains(&peer), "{said}");
     let env = lite_node(&["market", "env", "--slot", "2", "--manifest", market.to_str().unwrap()]);
     assert!(env.contains(&format!("VALIDATOR_PEERS={peer}\n")), "{env}");
+    assert!(
+        env.contains(&format!("SNAPSHOT_CONFIG_REPO={repo}\n")) && env.contains("MARKET_PROJECTS_HASH=0x"),
+        "{env}"
+    );
     let env = env.replace("SIGNER_ACCOUNT_PRIVATE_KEY=\n", &format!("SIGNER_ACCOUNT_PRIVATE_KEY={key}\n"));
     std::fs::write(dir.join(".env"), env).unwrap();
     std::fs::copy(workspace_root().join("docker-compose.yaml"), dir.join("docker-compose.yaml")).unwrap();
@@ -448,6 +508,9 @@ fn compose_runs_the_node_beside_its_collector(
     let healthy = |c: &str| std::process::Command::new("podman").args(["healthcheck", "run", c]).output().unwrap();
     let up = Instant::now();
     poll_until("the compose collector's health check passing", Duration::from_secs(60), || {
+        if podman(&["inspect", "--format", "{{.State.Running}}", &collector]).trim() != "true" {
+            panic!("{collector} stopped:\n{}", logs(&collector));
+        }
         healthy(&collector).status.success().then_some(())
     });
     println!("compose: collector healthy {:.1} s after `up`", up.elapsed().as_secs_f64());
@@ -463,9 +526,21 @@ fn compose_runs_the_node_beside_its_collector(
         logs(&collector).contains("accepted epoch ").then_some(())
     });
     println!("compose: first submission accepted {:.0} s after `up`", up.elapsed().as_secs_f64());
-    poll_until("the accepted submission published to the validator", Duration::from_secs(30), || {
+    let taken = poll_until("the accepted submission published to the validator", Duration::from_secs(30), || {
         delivered.try_recv().ok()
     });
+    let s: lite_node_protocol::proto::SnapshotSubmission = prost::Message::decode(taken.data.as_slice()).unwrap();
+    let project = s.request.unwrap().project_id;
+    assert!(project.starts_with("blockDetails:"), "the market's project: {project}");
+    // The node and its collector took the market's pinned projects, checked
+    // against what identifies them.
+    let started = logs(&node);
+    assert!(started.contains("ok   market's projects: the market's"), "{started}");
+    assert_eq!(
+        validator.stats().rejected.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "the validator rejected nothing"
+    );
     poll_until("the compose node's health check passing", Duration::from_secs(60), || {
         healthy(&node).status.success().then_some(())
     });
@@ -473,6 +548,41 @@ fn compose_runs_the_node_beside_its_collector(
         assert!(!logs(c).contains(key), "the signer key is in `podman logs {c}`");
     }
     compose.run(&["down", "-v"], &[("LITE_NODE_IMAGE", image)]);
+}
+
+/// `git daemon` serving the repositories under a directory (`git://`), on
+/// the host's address the containers reach; stopped with the test.
+struct GitDaemon {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+}
+
+impl GitDaemon {
+    fn start(host: std::net::IpAddr, base: &std::path::Path) -> Self {
+        let port = std::net::TcpListener::bind((host, 0)).unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new("git")
+            .args(["daemon", "--reuseaddr", "--export-all", "--informative-errors"])
+            .arg(format!("--base-path={}", base.display()))
+            .arg(format!("--listen={host}"))
+            .arg(format!("--port={port}"))
+            .arg(base)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("git daemon starts");
+        let addr = std::net::SocketAddr::new(host, port);
+        lite_node_testkit::poll_until("git daemon listening", std::time::Duration::from_secs(10), || {
+            std::net::TcpStream::connect(addr).ok()
+        });
+        Self { child, addr }
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A compose project, taken down with its volumes however the test ends.

@@ -258,7 +258,6 @@ mkdir -p node-2b
 cat >> node-2b/.env <<ENV
 LOCAL_COLLECTOR_HOST=127.0.0.1
 LOCAL_COLLECTOR_PORT=$((BASE + 2))
-PROJECTS_CONFIG=$PWD/projects.json
 LITE_NODE_COMPUTE_CACHE_DIR=$PWD/compute-cache
 LITE_NODE_DATA_DIR=$PWD/node-2b
 STATUS_PORT=$((BASE + 9))

@@ -20,24 +20,24 @@ pub struct ProjectsIdentity {
     pub types: Vec<String>,
     /// How many distinct pools its projects name (their `pools` settings).
     pub pools: usize,
-    /// `0x` and the keccak-256 of those pools, lower case, sorted, one per line.
+    /// `0x` and the keccak-256 of those pools, as written, sorted, one per line.
     pub pools_hash: String,
 }
 
 impl Projects {
-    /// Every distinct pool address the projects' `pools` settings name, lower
-    /// case and sorted: the market's active pools when its projects list them.
+    /// Every distinct pool address the projects' `pools` settings name, as
+    /// written (the assignment rule sorts them as strings: their case is
+    /// part of the market) and in the order first named: the market's
+    /// active pools when its projects list them.
     pub fn pools(&self) -> Vec<String> {
-        let mut pools: Vec<String> = self
-            .projects
+        let mut seen = std::collections::HashSet::new();
+        self.projects
             .iter()
             .filter_map(|p| p.settings.get("pools").and_then(|v| v.as_array()))
             .flatten()
-            .filter_map(|p| p.as_str().map(|s| s.trim().to_ascii_lowercase()))
-            .collect();
-        pools.sort();
-        pools.dedup();
-        pools
+            .filter_map(|p| p.as_str().map(|s| s.trim().to_owned()))
+            .filter(|p| seen.insert(p.clone()))
+            .collect()
     }
 
     /// This file's [`ProjectsIdentity`].
@@ -52,9 +52,9 @@ impl Projects {
     }
 }
 
-/// `0x` and the keccak-256 of `pools` (lower case, sorted), one per line.
+/// `0x` and the keccak-256 of `pools` (as written, sorted), one per line.
 pub fn pools_hash(pools: &[String]) -> String {
-    let mut sorted: Vec<String> = pools.iter().map(|p| p.to_ascii_lowercase()).collect();
+    let mut sorted: Vec<String> = pools.to_vec();
     sorted.sort();
     sorted.dedup();
     keccak256(sorted.join("\n")).to_string()
@@ -226,6 +226,11 @@ mod tests {
         );
         assert_eq!(a.identity(), b.identity());
         assert_eq!(a.identity().pools, 2);
+        // A pool in another case sorts otherwise in the assignment rule:
+        // another market.
+        let upper = projects(&BASE.replace("00bb", "00BB"));
+        assert_ne!(a.identity().pools_hash, upper.identity().pools_hash);
+        assert_eq!(a.pools()[0], "0x00000000000000000000000000000000000000AA", "as written");
         let c = projects(&BASE.replace("\"C\"", "\"D\""));
         assert_ne!(a.identity().hash, c.identity().hash);
         assert_eq!(a.identity().pools_hash, c.identity().pools_hash);

@@ -80,6 +80,9 @@ pub(crate) struct Setting<'a> {
     pub env: &'a [(String, String)],
     pub anchor: &'a Arc<Anchor>,
     pub anchor_url: &'a str,
+    /// The source chain's RPC: an operator's collector checks each slot's
+    /// selection (the market's projects list the pools) by its seed blocks.
+    pub source_url: &'a str,
     pub selection: &'a Arc<SelectionCheck>,
     pub protocol_state: Address,
     pub data_market: Address,
@@ -105,7 +108,8 @@ impl Operators {
                 let mut cmd = Command::new(s.exe);
                 cmd.env_clear().envs(s.env.iter().map(|(k, v)| (k, v)));
                 cmd.args(["collector", "--listen", "127.0.0.1:0", "--status-listen", "127.0.0.1:0"]);
-                cmd.args(["--anchor-rpc", s.anchor_url, "--protocol-state", &s.protocol_state.to_string()]);
+                cmd.args(["--anchor-rpc", s.anchor_url, "--source-rpc", s.source_url]);
+                cmd.args(["--protocol-state", &s.protocol_state.to_string()]);
                 cmd.args(["--data-market", &s.data_market.to_string()]);
                 cmd.args(["--window-blocks", &s.window_blocks.to_string(), "--require-snapshot"]);
                 cmd.args(["--p2p-listen", "/ip4/127.0.0.1/tcp/0", "--data-dir", &dir.display().to_string()]);

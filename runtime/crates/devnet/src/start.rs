@@ -390,6 +390,7 @@ impl Devnet {
                     env: &validator_env,
                     anchor: &anchor,
                     anchor_url: &url,
+                    source_url: &source_url,
                     selection: &selection,
                     protocol_state,
                     data_market,

@@ -20,6 +20,9 @@ use super::block_on;
 /// The finalized epochs `status` shows the projects of.
 const RECENT: usize = 10;
 
+/// How long the source chain's head may take to read.
+const SOURCE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Empty finalized epochs in a row that `status` warns of.
 const EMPTY_RUN: usize = 3;
 
@@ -30,7 +33,15 @@ const EMPTY_ROOT: alloy::primitives::B256 = alloy::primitives::KECCAK256_EMPTY;
 pub fn run(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
     block_on(async |io| {
         let market = Market::open(manifest_path, io).await?;
-        let source = market.source(io).await?;
+        // The source chain only gives the releaser's lag: one that stalls
+        // leaves the rest of the status to be said.
+        let head = tokio::time::timeout(SOURCE_WITHIN, async {
+            let source = market.source(io).await?;
+            Ok::<_, anyhow::Error>(quantity(&source.call_value("eth_blockNumber", json!([])).await?)?)
+        })
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {} s", SOURCE_WITHIN.as_secs())))
+        .map_err(|e| format!("{e:#}"));
         let m = &market.manifest;
         let dm = m.data_market;
         let owner = market.view(ownerCall {}).await?;
@@ -39,7 +50,6 @@ pub fn run(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
         let per_day = market.view(epochsPerDayCall { dataMarketAddress: dm }).await?;
         let slots = market.view(getTotalNodeCountCall {}).await?;
         let validators = market.view(getTotalValidatorsCountCall { dataMarketAddress: dm }).await?;
-        let head = quantity(&source.call_value("eth_blockNumber", json!([])).await?)?;
         writeln!(
             out,
             "market {dm} (namespace {}), ProtocolState {} on chain {}",
@@ -49,11 +59,19 @@ pub fn run(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
         let days = if per_day.is_zero() { "no day schedule".to_owned() } else { format!("days of {per_day} epochs") };
         let size = if m.epoch_size == 1 { "1 block".to_owned() } else { format!("{} blocks", m.epoch_size) };
         writeln!(out, "epochs released: {epoch} (epoch size {size}; {days})")?;
-        if last_end.is_zero() {
-            writeln!(out, "releaser: nothing released yet (source chain {} head {head})", m.source.chain_id)?;
-        } else {
-            let lag = U256::from(head).saturating_sub(last_end);
-            writeln!(out, "releaser: released up to source block {last_end}, head {head} ({lag} blocks behind)")?;
+        match &head {
+            Ok(head) if last_end.is_zero() => {
+                writeln!(out, "releaser: nothing released yet (source chain {} head {head})", m.source.chain_id)?
+            }
+            Ok(head) => {
+                let lag = U256::from(*head).saturating_sub(last_end);
+                writeln!(out, "releaser: released up to source block {last_end}, head {head} ({lag} blocks behind)")?
+            }
+            Err(why) => writeln!(
+                out,
+                "releaser: released up to source block {last_end}; the source chain's head is unknown: {} {why}",
+                lite_node_chain::market::shown(&m.source.rpcs)
+            )?,
         }
         let recent = market.recent_finalized(RECENT).await?;
         match recent.first() {
@@ -100,6 +118,9 @@ pub fn run(manifest_path: &Path, out: &mut dyn Write) -> Result<()> {
         }
         writeln!(out, "slots registered: {slots}")?;
         writeln!(out, "validators: {validators}")?;
+        if let Err(why) = head {
+            anyhow::bail!("the source chain did not answer ({why}): the releaser's lag is unknown");
+        }
         Ok(())
     })
 }

@@ -369,6 +369,24 @@ pub async fn deploy(
     })
 }
 
+/// Whether a node's refusal says the sender cannot pay for the gas, in the
+/// words of geth, reth, erigon and nethermind (`insufficient funds…`),
+/// anvil (`Insufficient funds…`, `OutOfFunds`), ganache (`sender doesn't
+/// have enough funds…`) or besu (`Upfront cost exceeds account balance`).
+fn unfunded(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "insufficient funds",
+        "outoffunds",
+        "out of funds",
+        "enough funds",
+        "exceeds account balance",
+        "insufficient balance",
+    ]
+    .iter()
+    .any(|w| m.contains(w))
+}
+
 /// A transaction the chain would not take, said in its words: a revert or
 /// a sender without funds for gas is bad input (exit 2), anything else an
 /// error of the RPC.
@@ -377,7 +395,7 @@ pub fn refused(sender: &TxSender, what: &str, e: crate::TxError) -> anyhow::Erro
         crate::TxError::Reverted(why) => {
             BadInput(format!("{what}: ProtocolState refuses it from {}: {why}", sender.address())).into()
         }
-        crate::TxError::Rpc(e) if e.message.to_ascii_lowercase().contains("insufficient funds") => BadInput(format!(
+        crate::TxError::Rpc(e) if unfunded(&e.message) => BadInput(format!(
             "{what}: {} has no funds for gas on chain {} ({}): fund it and run this again",
             sender.address(),
             sender.chain_id(),
@@ -422,5 +440,25 @@ pub async fn mined(sender: &TxSender, hash: B256, what: &str) -> anyhow::Result<
             said = tokio::time::Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 55, item 11: an unfunded key is named whatever the client's words.
+    #[test]
+    fn each_clients_words_for_an_unfunded_sender_are_read() {
+        for m in [
+            "insufficient funds for gas * price + value: address 0x… have 0 want 21000",
+            "Insufficient funds for gas * price + value",
+            "sender doesn't have enough funds to send tx. The upfront cost is: 1 and the sender's account only has: 0",
+            "Upfront cost exceeds account balance",
+            "OutOfFunds",
+        ] {
+            assert!(unfunded(m), "{m}");
+        }
+        assert!(!unfunded("nonce too low"));
     }
 }
