@@ -274,6 +274,18 @@ fn pick_source(heads: &[Result<u64, String>], still: &[Option<Duration>], lag: u
     Picked { left_out, used: used.zip(top) }
 }
 
+/// How many whole epochs are final on the source chain and not released:
+/// after `last` (the last released block), or, before any release, from
+/// `first_block` when it is given (not from block 0: a first block past the
+/// head has no epoch due, however high the head).
+fn due_epochs(final_to: u64, last: u64, first_block: Option<u64>, epoch_size: u64) -> u64 {
+    let from = match (last, first_block) {
+        (0, Some(first)) => first.max(1) - 1,
+        (last, _) => last,
+    };
+    final_to.saturating_sub(from) / epoch_size.max(1)
+}
+
 /// Epochs due and not released past which the releaser is stalled.
 const STALLED_EPOCHS: u64 = 3;
 
@@ -425,7 +437,7 @@ impl Releaser {
         self.note(|st| (st.source_head, st.last_released_end) = (Some(head), Some(last)));
         self.moved(last);
         let final_to = head.saturating_sub(s.finality);
-        let due = final_to.saturating_sub(last) / s.epoch_size.max(1);
+        let due = due_epochs(final_to, last, s.first_block, s.epoch_size);
         let stalled = self.stalled(due);
         if let Some(why) = &stalled
             && self.state.lock().expect("not poisoned").stalled.is_none()
@@ -749,6 +761,16 @@ mod tests {
         assert_eq!(p.used, Some((1, 5)));
         let p = pick_source(&heads(&[5, 10]), &still(&[100, 0]), u64::MAX);
         assert_eq!(p.used, Some((0, 10)), "no lag is too much: the lowest");
+    }
+
+    /// Issue 55, item 11: epochs due before the first release count from
+    /// `--first-block`, not from block 0.
+    #[test]
+    fn epochs_due_before_the_first_release_count_from_the_first_block() {
+        assert_eq!(due_epochs(100, 0, Some(500), 4), 0, "a first block past the head: none due");
+        assert_eq!(due_epochs(100, 0, Some(81), 4), 5, "blocks 81-100");
+        assert_eq!(due_epochs(100, 0, None, 4), 25);
+        assert_eq!(due_epochs(100, 80, Some(1), 4), 5, "after a release: from it");
     }
 
     /// Releases every 2 s, then none: past three epoch-lengths and a minute
