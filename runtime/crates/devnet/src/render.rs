@@ -31,6 +31,9 @@ pub struct Summary {
     /// accepted that the validator rejected, and those it never judged (each
     /// a problem).
     pub finalized: Option<usize>,
+    /// How many validators ran: with several, `finalized` and the
+    /// disagreements are validator 1's, and said so.
+    pub validators: usize,
     pub validator_disagrees: usize,
     pub validator_unjudged: usize,
     /// Gossip submissions the validators' intakes found of no use (stale, an
@@ -236,6 +239,7 @@ pub(crate) fn summarize(
         retransmissions: seen.iter().map(|s| s.arrivals.saturating_sub(1) as usize).sum(),
         restarts: nodes.iter().map(|n| n.restarts).sum(),
         finalized: None,
+        validators: 0,
         validator_disagrees: 0,
         validator_unjudged: 0,
         validator_unwanted: 0,
@@ -318,7 +322,8 @@ pub(crate) fn summary_text(s: &Summary, took: Duration) -> String {
         ));
     }
     if let Some(f) = s.finalized {
-        extra.push_str(&format!("; the validator finalized {f} of {} epochs", s.epochs));
+        let who = if s.validators > 1 { "validator 1" } else { "the validator" };
+        extra.push_str(&format!("; {who} finalized {f} of {} epochs", s.epochs));
         if s.validator_disagrees > 0 {
             extra.push_str(&format!("; it rejected {} submission(s) the collector accepted", s.validator_disagrees));
         }
@@ -453,6 +458,7 @@ mod tests {
             retransmissions: 0,
             restarts: 0,
             finalized: None,
+            validators: 1,
             validator_disagrees: 0,
             validator_unjudged: 0,
             validator_unwanted: 0,

@@ -160,6 +160,7 @@ impl Devnet {
         let outcomes = self.outcomes.first().unwrap_or(&empty);
         if !self.validators.is_empty() {
             summary.finalized = Some(outcomes.values().filter(|o| o.batch.is_some()).count());
+            summary.validators = self.validators.len();
             summary.onchain_finalized = Some(self.onchain.values().filter(|o| o.finalized).count());
             let mut read = validator::ReadBack::default();
             for r in self.onchain.values().filter_map(|o| o.read_back.as_ref()) {
