@@ -459,7 +459,24 @@ pub fn gossip_form(s: &SnapshotSubmission) -> Result<SnapshotSubmission, String>
 /// ([`gossip_form`]) of `s`, what it decoded to: fields in order, minimal,
 /// no unknown fields, no header, every spelling the canonical one.
 pub fn is_gossip_form(s: &SnapshotSubmission, payload: &[u8]) -> bool {
-    gossip_form(s).is_ok_and(|g| prost::Message::encode_to_vec(&g) == payload)
+    // `payload` decoded to `s`: it is the encoding of `gossip_form(s)` iff
+    // that form is `s` itself (each respelling a no-op) and `s` encodes to
+    // `payload` — checked without a copy of `s` (its snapshot bytes) and
+    // into a buffer each thread keeps, not a new one per message.
+    thread_local! {
+        static ENCODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let own_form = s.header.is_empty()
+        && s.node_version.is_none()
+        && !s.data_market.bytes().any(|b| b.is_ascii_uppercase())
+        && !s.protocol_state.bytes().any(|b| b.is_ascii_uppercase())
+        && eip712::canonical_signature(&s.signature).is_ok_and(|c| c == s.signature);
+    own_form
+        && prost::Message::encoded_len(s) == payload.len()
+        && ENCODED.with_borrow_mut(|buf| {
+            buf.clear();
+            prost::Message::encode(s, buf).is_ok() && buf.as_slice() == payload
+        })
 }
 
 /// The id a gossip message travels under: the SHA-256 of its bytes. Only
@@ -962,6 +979,34 @@ mod tests {
         let g = gossip_form(&s).unwrap();
         let payload = g.encode_to_vec();
         assert!(is_gossip_form(&g, &payload));
+        // The check without a copy answers as the form re-encoded would,
+        // for each respelling alone, with and without snapshot bytes.
+        let by_definition = |v: &SnapshotSubmission, p: &[u8]| gossip_form(v).is_ok_and(|f| f.encode_to_vec() == p);
+        let mut with_bytes = g.clone();
+        with_bytes.snapshot = Some(br#"{"a":1}"#.to_vec());
+        for base in [g.clone(), with_bytes] {
+            let mut variants = vec![base.clone()];
+            let mut v = base.clone();
+            v.header = "h".into();
+            variants.push(v);
+            let mut v = base.clone();
+            v.node_version = Some("1".into());
+            variants.push(v);
+            let mut v = base.clone();
+            v.data_market = v.data_market.to_ascii_uppercase().replacen("0X", "0x", 1);
+            variants.push(v);
+            let mut v = base.clone();
+            v.protocol_state = v.protocol_state.to_ascii_uppercase().replacen("0X", "0x", 1);
+            variants.push(v);
+            let mut v = base.clone();
+            v.signature = v.signature.to_ascii_uppercase().replacen("0X", "0x", 1);
+            variants.push(v);
+            // (A payload is always what `v` was decoded from.)
+            for v in &variants {
+                let p = v.encode_to_vec();
+                assert_eq!(is_gossip_form(v, &p), by_definition(v, &p), "{v:?}");
+            }
+        }
         assert_eq!((g.header.as_str(), g.node_version.as_deref()), ("", None));
         assert_eq!(gossip_form(&g).unwrap(), g, "the form of the form is itself");
         let id = gossip_message_id(&payload);

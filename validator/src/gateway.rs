@@ -510,7 +510,7 @@ impl Gateway {
                 }
                 // Carried to the queue: the dequeuer does not recover it again.
                 if let (Verdict::Accept | Verdict::Hold, Ok((_, signer))) = (&verdict, &admitted) {
-                    self.recovered_signer(payload, Some(*signer));
+                    self.recovered_signer_of(id, Some(*signer));
                 }
                 verdict
             }
@@ -896,7 +896,15 @@ impl Gateway {
         payload: &[u8],
         keep: Option<alloy::primitives::Address>,
     ) -> Option<alloy::primitives::Address> {
-        let id = lite_node_protocol::submission::gossip_message_id(payload);
+        self.recovered_signer_of(lite_node_protocol::submission::gossip_message_id(payload), keep)
+    }
+
+    /// [`Gateway::recovered_signer`] by the message's id, already hashed.
+    fn recovered_signer_of(
+        &self,
+        id: [u8; 32],
+        keep: Option<alloy::primitives::Address>,
+    ) -> Option<alloy::primitives::Address> {
         let mut kept = self.recovered.lock().unwrap_or_else(|p| p.into_inner());
         match keep {
             Some(signer) => {
