@@ -333,13 +333,14 @@ run_operator() {
     say "settings from $file (variables already set win)"
   fi
   bin=$(node_binary)
-  # The configuration is checked offline: `lite-node run` itself waits for
+  # The configuration is checked offline (`run --check`: the checks of
+  # `lite-node check --offline` on the configuration the node runs with, so
+  # an encrypted keystore is opened once): `lite-node run` itself waits for
   # RPCs and a collector that are not up yet (and /health says so).
-  for step in "compute fetch" "check --offline" run; do
+  for step in "compute fetch" "run --check"; do
     case "$step" in
       "compute fetch") say "compute package" ;;
-      "check --offline") say "checking configuration" ;;
-      run) say "starting lite-node run" ;;
+      "run --check") say "checking configuration, then starting lite-node run" ;;
     esac
     # shellcheck disable=SC2086 # the step is two words on purpose
     run_child "$bin" "${envfile[@]}" $step

@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the node: watch the anchor chain and compute every released epoch.
-    Run,
+    Run(commands::run::Args),
     /// Validate environment, projects.json and the compute package without
     /// running, then reach the RPCs, ProtocolState, the slot and the collector.
     Check(commands::check::Args),
@@ -132,7 +132,7 @@ fn main() -> ExitCode {
     // Locked per command: the collector and the devnet print from other threads.
     let stdout = || std::io::stdout().lock();
     let result = match cli.command {
-        Command::Run => commands::run::run(&env),
+        Command::Run(a) => commands::run::run(&a, &env),
         Command::Check(a) => commands::check::run(&a, &env, &mut stdout()),
         Command::Compute(c) => c.run(&env, &mut stdout()),
         Command::Assignments(a) => commands::assignments::run(&a, &env, &mut stdout()),

@@ -29,6 +29,17 @@ pub struct Args {
 /// running, one line per check; fails when any check fails (exit 2 when the
 /// configuration is what is wrong, 1 when something cannot be reached).
 pub fn run(args: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
+    check(args, env, &NodeConfig::from_env(env), out)
+}
+
+/// [`run`] on a configuration read already: `lite-node run --check` checks
+/// the one it runs with (a keystore is opened once, not twice).
+pub fn check(
+    args: &Args,
+    env: &EnvSnapshot,
+    node: &Result<NodeConfig, crate::config::ConfigErrors>,
+    out: &mut dyn Write,
+) -> Result<()> {
     let offline = args.offline;
     let mut failed = 0usize;
     let mut bad_config = false;
@@ -40,8 +51,7 @@ pub fn run(args: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "{} {what}: {detail}", if ok { "ok  " } else { "FAIL" })
     };
 
-    let node = NodeConfig::from_env(env);
-    match &node {
+    match node {
         Ok(cfg) => line(
             true,
             "environment",
@@ -177,7 +187,7 @@ pub fn run(args: &Args, env: &EnvSnapshot, out: &mut dyn Write) -> Result<()> {
         }
         _ => line(false, "processors", "skipped: needs valid projects and a loadable compute package", out)?,
     }
-    if let (Ok(cfg), false) = (&node, offline) {
+    if let (Ok(cfg), false) = (node, offline) {
         for reached in network(cfg)? {
             bad_config |= !reached.ok && reached.bad_config;
             line(reached.ok, &reached.what, &reached.detail, out)?;

@@ -5,12 +5,28 @@ use std::time::Duration;
 
 use crate::{config::EnvSnapshot, signals::shutdown_signals};
 
+/// `lite-node run`'s arguments.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct Args {
+    /// First check the configuration offline, as `lite-node check --offline`
+    /// does (its lines on stdout; exit 2 when a check fails), on the very
+    /// configuration the node then runs with: an encrypted keystore is
+    /// opened once (what the image's init.sh runs).
+    #[arg(long)]
+    pub check: bool,
+}
+
 /// Builds the async runtime and runs the node until a stop signal.
-pub fn run(env: &EnvSnapshot) -> anyhow::Result<()> {
+pub fn run(args: &Args, env: &EnvSnapshot) -> anyhow::Result<()> {
     if env.get("LITE_NODE_ROLE").map(str::trim) == Some("worker") {
         return worker(env);
     }
-    let cfg = crate::config::NodeConfig::from_env(env)?;
+    let node = crate::config::NodeConfig::from_env(env);
+    if args.check {
+        let offline = super::check::Args { offline: true };
+        super::check::check(&offline, env, &node, &mut std::io::stdout().lock())?;
+    }
+    let cfg = node?;
     if let Some(dir) = &cfg.compute.local_dir {
         let dir = dir.display();
         tracing::warn!(

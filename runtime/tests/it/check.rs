@@ -264,6 +264,23 @@ fn a_keystore_with_its_password_file_stands_in_for_the_env_key() {
     );
 }
 
+/// Issue 55, item 9: `lite-node run --check` (what the image's init.sh
+/// runs) checks the configuration it then runs with — the same lines as
+/// `check --offline`, so a keystore is opened once, not by a `check` and
+/// again by `run` — and does not start on a failed check (exit 2).
+#[test]
+fn run_with_check_prints_the_checks_and_does_not_start_on_a_failed_one() {
+    let node = Node::new();
+    let env_file = workspace_root().join("env.example");
+    let file = node.cwd.path().join("projects.json");
+    fs::write(&file, "{\"config\": [\n  {\"project_type\": \"a\"\n]}").unwrap();
+    let run = node.run(&["--env-file", env_file.to_str().unwrap(), "run", "--check"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stdout.contains("ok   environment: slot 1 on "), "{}", run.stdout);
+    assert!(run.stdout.contains(&format!("FAIL projects: {}:3:1: invalid JSON", file.display())), "{}", run.stdout);
+    assert!(!run.stderr.contains("watching ProtocolState"), "it did not start: {}", run.stderr);
+}
+
 /// `lite-node check --offline` over an env file with `text`.
 fn check_with(node: &Node, text: &str) -> crate::support::Run {
     let env = node.cwd.path().join("with.env");
