@@ -70,7 +70,8 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
         let cfg = ComputeConfig::from_env(env)?;
         let market = MarketProjects::from_env(env)?;
         let projects = compute::load_projects(&market.source, &cfg.data_dir)?;
-        super::check_identity(env, &projects, None)?;
+        // Refused before anything is built (the identity is the config's).
+        cfg.market.check_projects(&projects.identity()).map_err(BadInput)?;
         // Only with the source chain named: its seed blocks are the
         // selection's (the anchor's own would select other slots).
         if pools.is_empty() && a.market.source_rpc.is_some() {
@@ -80,7 +81,7 @@ pub fn run(a: Args, env: &EnvSnapshot) -> anyhow::Result<()> {
             None
         } else {
             let package = compute::load(&cfg)?;
-            super::check_identity(env, &projects, Some(&package.package.manifest.commit))?;
+            cfg.market.check_compute(&package.package.manifest.commit).map_err(BadInput)?;
             let projects = Projects::declared(
                 market.namespace,
                 projects.projects.into_iter().map(|p| (p.project_type, p.per_pool)),

@@ -190,6 +190,8 @@ pub struct Releaser {
     /// The last epoch this process released: its end block, that block's
     /// hash then, and the epoch id ([`Releaser::check_released`]).
     released: Mutex<Option<(u64, alloy::primitives::B256, u64)>>,
+    /// The source RPC, head and released end it was last checked at.
+    checked_at: Mutex<Option<(usize, u64, u64)>>,
 }
 
 /// A release sent and not seen mined.
@@ -318,6 +320,7 @@ impl Releaser {
             progress: Mutex::default(),
             heads_seen: Mutex::default(),
             released: Mutex::default(),
+            checked_at: Mutex::default(),
         }
     }
 
@@ -390,9 +393,17 @@ impl Releaser {
     /// changed what a released epoch covers, which no release can undo —
     /// named (`/health` 503) for the market's operator to raise
     /// `--finality`.
-    async fn check_released(&self, used: usize) {
+    async fn check_released(&self, used: usize, head: u64) {
         let kept = *self.released.lock().expect("not poisoned");
         let Some((end, hash, epoch_id)) = kept else { return };
+        // Once per source head: a reorg moves the head (or the RPC used).
+        {
+            let mut checked = self.checked_at.lock().expect("not poisoned");
+            if *checked == Some((used, head, end)) {
+                return;
+            }
+            *checked = Some((used, head, end));
+        }
         let Ok(Some(now)) = self.sources[used].1.block_hash(end).await else { return };
         if now == hash {
             return;
@@ -432,7 +443,7 @@ impl Releaser {
     async fn try_step(&self) -> Result<Step, String> {
         let s = &self.settings;
         let (head, used, behind) = self.source_head().await?;
-        self.check_released(used).await;
+        self.check_released(used, head).await;
         let last = self.last_released_end().await?;
         self.note(|st| (st.source_head, st.last_released_end) = (Some(head), Some(last)));
         self.moved(last);
