@@ -27,28 +27,31 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends pkg-config libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+COPY plugin-api plugin-api
+COPY computes computes
+# The bundled compute package's crates, so building it needs no network
+# (before the runtime's sources: a layer cached while its lock file stays).
+RUN CARGO_HOME=/out/cargo-home cargo fetch --locked --manifest-path computes/Cargo.toml
 COPY Cargo.toml Cargo.lock rustfmt.toml ./
 COPY proto proto
-COPY plugin-api plugin-api
 COPY protocol protocol
 COPY contracts/out contracts/out
 COPY validator validator
 COPY runtime runtime
 COPY tests tests
-COPY computes computes
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p lite-node \
  && install -D target/release/lite-node /out/lite-node
-# The bundled compute package's crates, so building it needs no network.
-RUN CARGO_HOME=/out/cargo-home cargo fetch --locked --manifest-path computes/Cargo.toml
 
 FROM ${RUST_IMAGE} AS prebuilt
 WORKDIR /src
 COPY plugin-api plugin-api
 COPY computes computes
-COPY .prebuilt/lite-node /out/lite-node
+# Before the binary, which changes with every build: the crates' layer is
+# the builder's cache while the compute package's lock file stays the same.
 RUN CARGO_HOME=/out/cargo-home cargo fetch --locked --manifest-path computes/Cargo.toml
+COPY .prebuilt/lite-node /out/lite-node
 
 FROM ${RUST_IMAGE} AS base
 RUN apt-get update \

@@ -138,6 +138,21 @@ fn env_example_names_every_variable_the_node_and_init_sh_read() {
 
 /// `podman`, run to the end; its stdout, or a panic naming the command and
 /// what it printed.
+/// `poll_until` at a podman pace: each `podman` command costs a tenth of a
+/// second of CPU or more (its storage read at start), so the checks that
+/// run one are made once a second, not at `poll_until`'s 200 ms, which on
+/// two cores took CPU from the tests beside this one.
+fn poll_podman<T>(what: &str, timeout: std::time::Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
 fn podman(args: &[&str]) -> String {
     let out = std::process::Command::new("podman").args(args).output().unwrap_or_else(|e| {
         panic!("podman: {e} (`./init.sh test` installs it and builds the offline base: devnet/container-base.sh)")
@@ -288,16 +303,14 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
     let accepted =
         || collector.verdicts().iter().filter(|l| l.starts_with("accepted epoch ")).cloned().collect::<Vec<_>>();
     let logs = || {
-        podman(&["logs", &name])
-            + &String::from_utf8_lossy(
-                &std::process::Command::new("podman").args(["logs", &name]).output().unwrap().stderr,
-            )
+        let out = std::process::Command::new("podman").args(["logs", &name]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     };
 
     // 1. Fetched and built once, healthy, submitting (epochs are released
     // until the node, once its package is built, has one accepted).
     let first = Instant::now();
-    poll_until("the container's first accepted submission", Duration::from_secs(600), || {
+    poll_podman("the container's first accepted submission", Duration::from_secs(600), || {
         if podman(&["inspect", "--format", "{{.State.Running}}", &name]).trim() != "true" {
             panic!("the container stopped:\n{}", logs());
         }
@@ -339,7 +352,7 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
     // 4. Submissions fail (the collector is gone): the image's health check fails.
     drop(collector);
     world.release_next_epoch();
-    poll_until("the health check failing", Duration::from_secs(60), || {
+    poll_podman("the health check failing", Duration::from_secs(60), || {
         let check = std::process::Command::new("podman").args(["healthcheck", "run", &name]).output().unwrap();
         (!check.status.success()).then_some(())
     });
@@ -352,7 +365,7 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
     let kill = r#"for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = lite-node ] && kill -KILL "${p#/proc/}"; done; true"#;
     // Its status is not asked: the container ending at once ends the exec too (137).
     let _ = std::process::Command::new("podman").args(["exec", &name, "sh", "-c", kill]).output();
-    poll_until("the container ended", Duration::from_secs(10), || {
+    poll_podman("the container ended", Duration::from_secs(10), || {
         (podman(&["inspect", "--format", "{{.State.Running}}", &name]).trim() == "false").then_some(())
     });
 
@@ -507,14 +520,14 @@ fn compose_runs_the_node_beside_its_collector(
     };
     let healthy = |c: &str| std::process::Command::new("podman").args(["healthcheck", "run", c]).output().unwrap();
     let up = Instant::now();
-    poll_until("the compose collector's health check passing", Duration::from_secs(60), || {
+    poll_podman("the compose collector's health check passing", Duration::from_secs(60), || {
         if podman(&["inspect", "--format", "{{.State.Running}}", &collector]).trim() != "true" {
             panic!("{collector} stopped:\n{}", logs(&collector));
         }
         healthy(&collector).status.success().then_some(())
     });
     println!("compose: collector healthy {:.1} s after `up`", up.elapsed().as_secs_f64());
-    poll_until("the compose node's first accepted submission", Duration::from_secs(600), || {
+    poll_podman("the compose node's first accepted submission", Duration::from_secs(600), || {
         for c in [&collector, &node] {
             if podman(&["inspect", "--format", "{{.State.Running}}", c]).trim() != "true" {
                 panic!("{c} stopped:\n{}", logs(c));
@@ -541,7 +554,7 @@ fn compose_runs_the_node_beside_its_collector(
         0,
         "the validator rejected nothing"
     );
-    poll_until("the compose node's health check passing", Duration::from_secs(60), || {
+    poll_podman("the compose node's health check passing", Duration::from_secs(60), || {
         healthy(&node).status.success().then_some(())
     });
     for c in [&collector, &node] {
