@@ -383,8 +383,9 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
 /// with the image just built; the collector's health check passes, the
 /// node's first submission is accepted by that collector (the node finds
 /// it by its service name) and published to the market's validator (a
-/// gossip peer on the host), the node's health check passes, and neither
-/// container prints the key.
+/// `lite-node validator` on the host, started from `market env
+/// --validator`), which accepts it by every rule of the market; the node's
+/// health check passes, and neither container prints the key.
 fn compose_runs_the_node_beside_its_collector(
     world: &lite_node_testkit::World,
     bin: &std::path::Path,
@@ -453,51 +454,21 @@ fn compose_runs_the_node_beside_its_collector(
         market.to_str().unwrap(),
     ]);
     assert!(pinned.contains("projects: projects.json in git://"), "{pinned}");
-    let types: Vec<String> =
-        serde_json::from_slice::<serde_json::Value>(&std::fs::read(&market).unwrap()).unwrap()["projects"]["types"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_str().unwrap().to_owned())
-            .collect();
-    // The market's validator, as far as the collector sees one: a gossip
-    // peer on the host, subscribed to the submissions, judging each by the
-    // market's rules — a submission in its gossip form, signed, for one of
-    // the market's projects — and taking what holds.
-    use lite_node_validator::gossip;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let (deliver, mut delivered) = tokio::sync::mpsc::channel(64);
-    let scope = lite_node_protocol::submission::Scope {
-        protocol_state: m.protocol_state.parse().unwrap(),
-        data_market: m.data_market.parse().unwrap(),
-    };
-    let domain = lite_node_protocol::eip712::domain(m.chain_id, scope.protocol_state);
-    let judge = move |payload: &[u8]| {
-        let Ok(s) = <lite_node_protocol::proto::SnapshotSubmission as prost::Message>::decode(payload) else {
-            return gossip::Verdict::Reject("not a submission".into());
-        };
-        match lite_node_protocol::submission::admit(&s, &scope, &domain) {
-            Ok((r, _)) if types.iter().any(|t| r.project_id.starts_with(&format!("{t}:"))) => gossip::Verdict::Accept,
-            Ok((r, _)) => gossip::Verdict::Reject(format!("{} is none of the market's projects", r.project_id)),
-            Err(e) => gossip::Verdict::Reject(e.to_string()),
-        }
-    };
-    let validator = runtime
-        .block_on(async {
-            gossip::Gossip::start(
-                gossip::Settings {
-                    listen: format!("/ip4/{host}/tcp/0").parse().unwrap(),
-                    bootstrap: vec![],
-                    identity: dir.join("validator-p2p-identity.key"),
-                    topic: gossip::SUBMISSIONS_TOPIC.into(),
-                },
-                std::sync::Arc::new(judge),
-                deliver,
-            )
-        })
-        .unwrap();
-    let listening = runtime.block_on(validator.listening());
-    let peer = format!("{}/p2p/{}", listening[0], validator.peer_id());
+    // The market's validator: a real `lite-node validator` on the host (its
+    // own Redis; the deployer's key, which the market's owner makes one of
+    // its validators), its gossip where the compose network reaches it,
+    // started as a new validator is: `market env --validator`'s variables
+    // as its env file and the market's flags the block prints. It judges
+    // the compose node's submissions by every rule of the market — the
+    // registered signer, the window, the slot's selection, the market's
+    // projects and pools — so a node that is healthy but not the market's
+    // shows here as a rejection.
+    world.register_validators(1);
+    let redis = lite_node_testkit::RedisServer::start();
+    let validator_dir = dir.join("validator");
+    let p2p_port = std::net::TcpListener::bind((host, 0)).unwrap().local_addr().unwrap().port();
+    let peer_id = lite_node(&["peer-id", "--data-dir", validator_dir.to_str().unwrap()]);
+    let peer = format!("/ip4/{host}/tcp/{p2p_port}/p2p/{}", peer_id.trim());
     let said = lite_node(&["market", "peers", "--set", &peer, "--manifest", market.to_str().unwrap()]);
     assert!(said.contains(&peer), "{said}");
     let env = lite_node(&["market", "env", "--slot", "2", "--manifest", market.to_str().unwrap()]);
@@ -509,6 +480,77 @@ fn compose_runs_the_node_beside_its_collector(
     let env = env.replace("SIGNER_ACCOUNT_PRIVATE_KEY=\n", &format!("SIGNER_ACCOUNT_PRIVATE_KEY={key}\n"));
     std::fs::write(dir.join(".env"), env).unwrap();
     std::fs::copy(workspace_root().join("docker-compose.yaml"), dir.join("docker-compose.yaml")).unwrap();
+
+    let block = lite_node(&["market", "env", "--validator", "--manifest", market.to_str().unwrap()]);
+    let validator_key = &m.accounts[0].private_key;
+    let validator_env: String = block
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| if l == "VALIDATOR_SIGNER_PRIVATE_KEY=" { format!("{l}{validator_key}\n") } else { format!("{l}\n") })
+        .collect();
+    assert!(validator_env.contains("MARKET_PROJECTS_HASH=0x"), "{block}");
+    std::fs::write(dir.join("validator.env"), validator_env).unwrap();
+    // The flags the block prints for every validator of the market.
+    let flags: Vec<&str> = block
+        .lines()
+        .filter_map(|l| l.strip_prefix("#     --"))
+        .filter(|l| !l.contains('…'))
+        .flat_map(|l| {
+            let (flag, value) = l.trim_end_matches(" \\").split_once(' ').unwrap();
+            [flag, value]
+        })
+        .collect();
+    assert!(flags.contains(&"anchor-rpc") && flags.contains(&"p2p-bootstrap"), "{block}");
+    let api = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let gateway = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let validator_log = dir.join("validator.log");
+    let mut validator = lite_node_testkit::Reaped(
+        std::process::Command::new(bin)
+            .arg("--env-file")
+            .arg(dir.join("validator.env"))
+            .arg("validator")
+            .args(flags.chunks(2).flat_map(|f| [format!("--{}", f[0]), f[1].to_owned()]))
+            // This market's projects (the image's, `blockDetails`) are not
+            // per pool, so they list none: the dequeuer's selection check is
+            // given the chain's, as the market's validators are.
+            .args(["--pools", &m.pools.join(",")])
+            .args(["--validator-id", "validator-1", "--redis-url", &redis.url()])
+            .args(["--listen", &gateway.to_string(), "--api-listen", &api.to_string()])
+            .args(["--p2p-listen", &format!("/ip4/{host}/tcp/{p2p_port}")])
+            .arg("--data-dir")
+            .arg(&validator_dir)
+            .env_clear()
+            .envs(lite_node_testkit::toolchain_env())
+            // Its selection check builds the package: where the tests build it.
+            .envs(lite_node_testkit::compute_build_env())
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&validator_log).unwrap())
+            .spawn()
+            .expect("lite-node validator starts"),
+    );
+    let validator_log = || std::fs::read_to_string(&validator_log).unwrap_or_default();
+    let metrics = || {
+        reqwest::blocking::Client::new()
+            .get(format!("http://{api}/metrics"))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .and_then(|r| r.text())
+            .unwrap_or_default()
+    };
+    // A metric's value summed over its labels.
+    let count = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    poll_until("the validator following the chain", Duration::from_secs(60), || {
+        if let Ok(Some(status)) = validator.0.try_wait() {
+            panic!("the validator ended ({status}):\n{}", validator_log());
+        }
+        metrics().contains("submissions_accepted").then_some(())
+    });
 
     let compose = Compose { project: project.to_owned(), dir: dir.to_owned() };
     let status_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
@@ -539,21 +581,26 @@ fn compose_runs_the_node_beside_its_collector(
         logs(&collector).contains("accepted epoch ").then_some(())
     });
     println!("compose: first submission accepted {:.0} s after `up`", up.elapsed().as_secs_f64());
-    let taken = poll_until("the accepted submission published to the validator", Duration::from_secs(30), || {
-        delivered.try_recv().ok()
-    });
-    let s: lite_node_protocol::proto::SnapshotSubmission = prost::Message::decode(taken.data.as_slice()).unwrap();
-    let project = s.request.unwrap().project_id;
-    assert!(project.starts_with("blockDetails:"), "the market's project: {project}");
+    // The market's validator took it: every rule of the market held.
+    let judged =
+        poll_until("the validator's verdict on the compose node's submission", Duration::from_secs(60), || {
+            let text = metrics();
+            (count(&text, "validator_submissions_accepted_total") > 0).then_some(text)
+        });
+    assert_eq!(
+        count(&judged, "validator_submissions_rejected_total"),
+        0,
+        "the validator rejected nothing:\n{judged}\n{}",
+        validator_log()
+    );
+    println!(
+        "compose: the market's validator accepted {} submission(s), rejected none",
+        count(&judged, "validator_submissions_accepted_total")
+    );
     // The node and its collector took the market's pinned projects, checked
     // against what identifies them.
     let started = logs(&node);
     assert!(started.contains("ok   market's projects: the market's"), "{started}");
-    assert_eq!(
-        validator.stats().rejected.load(std::sync::atomic::Ordering::Relaxed),
-        0,
-        "the validator rejected nothing"
-    );
     poll_podman("the compose node's health check passing", Duration::from_secs(60), || {
         healthy(&node).status.success().then_some(())
     });
