@@ -197,6 +197,13 @@ set -e
     );
     // Every submission was signed for the anchor chain's domain, by the
     // slot's signer, selected by the market's rule: none was rejected.
+    // The market's own processes read the market's pinned projects and
+    // what identifies them (the validator's block as market.env).
+    let market_env = read("market.env");
+    assert!(market_env.contains("MARKET_PROJECTS_HASH=0x") && !market_env.contains("PRIVATE_KEY"), "{market_env}");
+    // The pools come from the pinned projects (no pools file is given).
+    let validator = read("logs/validator-1.log");
+    assert!(validator.contains(", 5 active pools"), "{validator}");
     let collector = read("logs/collector.log");
     assert!(collector.lines().any(|l| l.starts_with("accepted epoch ")), "{collector}");
     assert!(!collector.lines().any(|l| l.starts_with("rejected ")), "{collector}");
