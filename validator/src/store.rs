@@ -31,8 +31,60 @@ use serde::{Deserialize, Serialize};
 
 use crate::Market;
 
-/// Block number → snapshot bytes.
+/// Block number → snapshot bytes, as [`pack`] keeps them: LZ4-compressed
+/// behind a tag byte when that is smaller (a snapshot is JSON, which no
+/// control character starts), else as they are.
 const BLOCKS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("blocks");
+/// [`BLOCKS`]' tag of a compressed block (LZ4 block format, its length first).
+const LZ4: u8 = 0x01;
+/// …and of bytes kept as they are whose first byte is a tag's.
+const RAW: u8 = 0x00;
+
+/// A snapshot's bytes as `BLOCKS` keeps them. Blocks written before
+/// compression (bytes as they are) read back unchanged: JSON never starts
+/// with a tag byte.
+fn pack(bytes: &[u8]) -> Vec<u8> {
+    let compressed = lz4_flex::block::compress_prepend_size(bytes);
+    if compressed.len() + 1 < bytes.len() {
+        let mut out = Vec::with_capacity(compressed.len() + 1);
+        out.push(LZ4);
+        out.extend_from_slice(&compressed);
+        out
+    } else if matches!(bytes.first(), Some(&(LZ4 | RAW))) {
+        let mut out = Vec::with_capacity(bytes.len() + 1);
+        out.push(RAW);
+        out.extend_from_slice(bytes);
+        out
+    } else {
+        bytes.to_vec()
+    }
+}
+
+/// How many snapshot bytes a `BLOCKS` value holds, without unpacking it.
+fn unpacked_len(kept: &[u8]) -> u64 {
+    match kept.first() {
+        Some(&LZ4) if kept.len() >= 5 => u64::from(u32::from_le_bytes([kept[1], kept[2], kept[3], kept[4]])),
+        Some(&(LZ4 | RAW)) => kept.len().saturating_sub(1) as u64,
+        _ => kept.len() as u64,
+    }
+}
+
+/// The snapshot's bytes from a `BLOCKS` value ([`pack`]'s inverse).
+fn unpack(number: u64, kept: &[u8]) -> Result<Vec<u8>, StoreError> {
+    match kept.first() {
+        Some(&LZ4) => match lz4_flex::block::decompress_size_prepended(&kept[1..]) {
+            Ok(bytes) if bytes.len() as u64 == unpacked_len(kept) => Ok(bytes),
+            Ok(bytes) => Err(failed(format!(
+                "block {number}: its compressed bytes give {} bytes, not the {} it says",
+                bytes.len(),
+                unpacked_len(kept)
+            ))),
+            Err(e) => Err(failed(format!("block {number}: its compressed bytes do not decompress: {e}"))),
+        },
+        Some(&RAW) => Ok(kept[1..].to_vec()),
+        _ => Ok(kept.to_vec()),
+    }
+}
 /// CID → (its block's number in `BLOCKS`, how many kept epochs hold it).
 /// Blocks are numbered in the order they come, so `BLOCKS` only ever grows
 /// at its end (a B-tree of random keys would be rewritten by every commit
@@ -183,7 +235,7 @@ fn bytes_in(
 ) -> Result<Option<Vec<u8>>, StoreError> {
     let Some(entry) = index.get(cid).map_err(failed)? else { return Ok(None) };
     let (number, _) = entry.value();
-    Ok(blocks.get(number).map_err(failed)?.map(|b| b.value().to_vec()))
+    blocks.get(number).map_err(failed)?.map(|b| unpack(number, b.value())).transpose()
 }
 
 fn meta_in(epochs: &impl ReadableTable<u64, &'static [u8]>, epoch_id: u64) -> Result<Option<EpochMeta>, StoreError> {
@@ -220,7 +272,7 @@ fn put_in(
             }
             None => match bytes.get(cid) {
                 Some(b) if lite_node_protocol::cid::cid(b) == cid => {
-                    blocks.insert(next, b.as_slice()).map_err(failed)?;
+                    blocks.insert(next, pack(b).as_slice()).map_err(failed)?;
                     index.insert(cid, (next, 1)).map_err(failed)?;
                     next += 1;
                 }
@@ -629,7 +681,7 @@ impl Store {
                     index.remove(cid.as_str()).map_err(failed)?;
                     if let Some(b) = blocks.remove(number).map_err(failed)? {
                         dropped.blocks += 1;
-                        dropped.bytes += b.value().len() as u64;
+                        dropped.bytes += unpacked_len(b.value());
                     }
                 }
                 pairs.retain_in((e, "")..(e + 1, ""), |_, _| false).map_err(failed)?;
@@ -673,7 +725,7 @@ impl Store {
         for row in blocks.iter().map_err(failed)? {
             let (_, b) = row.map_err(failed)?;
             counts.blocks += 1;
-            counts.bytes += b.value().len() as u64;
+            counts.bytes += unpacked_len(b.value());
         }
         Ok(counts)
     }
@@ -956,6 +1008,26 @@ mod tests {
     /// epoch kept twice is kept once, bytes that are not their CID's are
     /// not kept, and retention drops a snapshot with the last epoch holding
     /// it — all across a reopen of the file.
+    #[test]
+    fn snapshots_are_kept_compressed_and_read_back_as_sent_and_older_blocks_as_they_were() {
+        // A snapshot that compresses, one that does not, and one whose
+        // first byte is a tag's: each reads back exactly, and so does a block
+        // kept as it was before compression (a JSON document).
+        let json = format!(
+            "{{\"trades\":[{}]}}",
+            (0..200).map(|i| format!("{{\"n\":{i},\"side\":\"buy\"}}")).collect::<Vec<_>>().join(",")
+        );
+        for bytes in [json.as_bytes(), b"{}".as_slice(), &[LZ4, 9, 9], &[RAW]] {
+            let kept = pack(bytes);
+            assert_eq!(unpack(7, &kept).unwrap(), bytes);
+            assert_eq!(unpacked_len(&kept), bytes.len() as u64);
+        }
+        assert!(pack(json.as_bytes()).len() * 3 < json.len(), "JSON of repeated fields shrinks several-fold");
+        assert_eq!(unpack(7, json.as_bytes()).unwrap(), json.as_bytes(), "a block from before compression");
+        let err = unpack(7, &[LZ4, 200, 0, 0, 0, 1]).unwrap_err().to_string();
+        assert!(err.contains("block 7"), "{err}");
+    }
+
     #[test]
     fn snapshots_are_kept_once_by_cid_and_dropped_with_their_last_epoch() {
         let dir = tempfile::tempdir().unwrap();
