@@ -85,6 +85,7 @@ fn unpack(number: u64, kept: &[u8]) -> Result<Vec<u8>, StoreError> {
         _ => Ok(kept.to_vec()),
     }
 }
+
 /// CID → (its block's number in `BLOCKS`, how many kept epochs hold it).
 /// Blocks are numbered in the order they come, so `BLOCKS` only ever grows
 /// at its end (a B-tree of random keys would be rewritten by every commit
@@ -1004,15 +1005,11 @@ mod tests {
         (e, pairs.into_iter().map(|(_, c, b)| (c, b)).collect())
     }
 
-    /// Identical snapshots are kept once across projects and epochs, an
-    /// epoch kept twice is kept once, bytes that are not their CID's are
-    /// not kept, and retention drops a snapshot with the last epoch holding
-    /// it — all across a reopen of the file.
+    /// A snapshot that compresses, one that does not, and one whose first
+    /// byte is a tag's each read back exactly; so does a block kept before
+    /// compression; a corrupt compressed block is an error naming it.
     #[test]
     fn snapshots_are_kept_compressed_and_read_back_as_sent_and_older_blocks_as_they_were() {
-        // A snapshot that compresses, one that does not, and one whose
-        // first byte is a tag's: each reads back exactly, and so does a block
-        // kept as it was before compression (a JSON document).
         let json = format!(
             "{{\"trades\":[{}]}}",
             (0..200).map(|i| format!("{{\"n\":{i},\"side\":\"buy\"}}")).collect::<Vec<_>>().join(",")
@@ -1028,6 +1025,10 @@ mod tests {
         assert!(err.contains("block 7"), "{err}");
     }
 
+    /// Identical snapshots are kept once across projects and epochs, an
+    /// epoch kept twice is kept once, bytes that are not their CID's are
+    /// not kept, and retention drops a snapshot with the last epoch holding
+    /// it — all across a reopen of the file.
     #[test]
     fn snapshots_are_kept_once_by_cid_and_dropped_with_their_last_epoch() {
         let dir = tempfile::tempdir().unwrap();
