@@ -220,16 +220,33 @@ impl GitFixture {
 }
 
 /// Polls `check` until it returns `Some`, or panics naming `what` after `timeout`.
-pub fn poll_until<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+pub fn poll_until<T>(what: &str, timeout: Duration, check: impl FnMut() -> Option<T>) -> T {
+    poll_paced(what, timeout, Duration::from_millis(5), Duration::from_millis(200), check)
+}
+
+/// [`poll_until`] with `pause` between checks, for a check that costs
+/// something itself (a `podman` command: a tenth of a second of CPU or more).
+pub fn poll_every<T>(what: &str, timeout: Duration, pause: Duration, check: impl FnMut() -> Option<T>) -> T {
+    poll_paced(what, timeout, pause, pause, check)
+}
+
+/// Polls with a pause that doubles from `first` up to `most`.
+fn poll_paced<T>(
+    what: &str,
+    timeout: Duration,
+    first: Duration,
+    most: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(5);
+    let mut pause = first;
     loop {
         if let Some(v) = check() {
             return v;
         }
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(200));
+        pause = (pause * 2).min(most);
     }
 }
 

@@ -140,17 +140,10 @@ fn env_example_names_every_variable_the_node_and_init_sh_read() {
 /// what it printed.
 /// `poll_until` at a podman pace: each `podman` command costs a tenth of a
 /// second of CPU or more (its storage read at start), so the checks that
-/// run one are made once a second, not at `poll_until`'s 200 ms, which on
-/// two cores took CPU from the tests beside this one.
-fn poll_podman<T>(what: &str, timeout: std::time::Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(std::time::Duration::from_secs(1));
-    }
+/// run one are made once a second, not every 200 ms, which on two cores
+/// took CPU from the tests beside this one.
+fn poll_podman<T>(what: &str, timeout: std::time::Duration, check: impl FnMut() -> Option<T>) -> T {
+    lite_node_testkit::poll_every(what, timeout, std::time::Duration::from_secs(1), check)
 }
 
 fn podman(args: &[&str]) -> String {
@@ -461,8 +454,8 @@ fn compose_runs_the_node_beside_its_collector(
     // as its env file and the market's flags the block prints. It judges
     // the compose node's submissions by every rule of the market — the
     // registered signer, the window, the slot's selection, the market's
-    // projects and pools — so a node that is healthy but not the market's
-    // shows here as a rejection.
+    // projects and pools — as they reach it over gossip (a node with other
+    // projects its collector refuses first: `check::projects_or_a_package_…`).
     world.register_validators(1);
     let redis = lite_node_testkit::RedisServer::start();
     let validator_dir = dir.join("validator");
