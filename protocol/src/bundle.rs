@@ -205,9 +205,11 @@ impl EpochCheck {
                 format!("epoch {} {project}: the snapshot hashes to {hashed}, the bundle says {cid}", self.epoch_id),
             ));
         }
-        match crate::canonical_json(snapshot) {
-            Ok(canonical) if canonical == snapshot.as_bytes() => {}
-            Ok(_) => return Err(failed("canonical JSON", format!("{project}: the snapshot is not in canonical form"))),
+        match crate::is_canonical(snapshot) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(failed("canonical JSON", format!("{project}: the snapshot is not in canonical form")));
+            }
             Err(e) => return Err(failed("canonical JSON", format!("{project}: the snapshot is not JSON ({e})"))),
         }
         self.leaves.push(crate::merkle::leaf(project, cid));
@@ -259,9 +261,9 @@ pub fn check(bundle: &Value, asked: &Asked<'_>) -> Result<Checked, Failed> {
     if hashed != cid {
         return Err(failed("bytes hash to the CID", format!("the snapshot hashes to {hashed}, the bundle says {cid}")));
     }
-    match crate::canonical_json(snapshot) {
-        Ok(canonical) if canonical == snapshot.as_bytes() => {}
-        Ok(_) => return Err(failed("canonical JSON", "the snapshot is JSON, not in its canonical form".into())),
+    match crate::is_canonical(snapshot) {
+        Ok(true) => {}
+        Ok(false) => return Err(failed("canonical JSON", "the snapshot is JSON, not in its canonical form".into())),
         Err(e) => return Err(failed("canonical JSON", format!("the snapshot is not JSON ({e})"))),
     }
     let root: B256 = text("root")

@@ -27,6 +27,143 @@ pub fn canonical_json_with_notes(text: &str) -> Result<(Vec<u8>, Vec<String>), S
     Ok((bytes, notes))
 }
 
+/// Whether `text` is already its own canonical form (`canonical_json(text)`
+/// would give its bytes back): what every reader of a snapshot checks. A
+/// snapshot of integers, printable-ASCII strings and keys in their order (the
+/// usual one) is proved so in one pass, with nothing built or copied;
+/// anything else (a fraction, an escape, a space, keys out of order) takes
+/// [`canonical_json`]'s whole path. `Err` when `text` is not JSON.
+pub fn is_canonical(text: &str) -> Result<bool, String> {
+    let mut plain = Plain { s: text.as_bytes(), i: 0 };
+    if plain.value(0).is_some() && plain.i == plain.s.len() {
+        return Ok(true);
+    }
+    canonical(text, None).map(|c| c == text.as_bytes())
+}
+
+/// [`is_canonical`]'s one pass: `Some` only where the document so far is
+/// certainly written as [`write_value`] writes it; `None` for anything it
+/// does not prove (which is not to say the document is not canonical).
+struct Plain<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Plain<'a> {
+    fn value(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match *self.s.get(self.i)? {
+            b'{' => self.object(depth),
+            b'[' => self.array(depth),
+            b'"' => self.string().map(|_| ()),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.integer(),
+            _ => None,
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.s[self.i..].starts_with(word).then(|| self.i += word.len())
+    }
+
+    /// A string of printable ASCII without quotes or backslashes: written
+    /// as it is.
+    fn string(&mut self) -> Option<&'a str> {
+        let start = self.i + 1;
+        let len = self.s[start..].iter().position(|&b| !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\')?;
+        if self.s[start + len] != b'"' {
+            return None;
+        }
+        self.i = start + len + 1;
+        std::str::from_utf8(&self.s[start..start + len]).ok()
+    }
+
+    /// An integer in its shortest form (not `-0`): written as it is.
+    fn integer(&mut self) -> Option<()> {
+        let start = self.i;
+        if self.s[self.i] == b'-' {
+            self.i += 1;
+        }
+        let digits = self.s[self.i..].iter().take_while(|b| b.is_ascii_digit()).count();
+        let first = *self.s.get(self.i)?;
+        if digits == 0 || (first == b'0' && (digits > 1 || self.i > start)) {
+            return None;
+        }
+        self.i += digits;
+        match self.s.get(self.i) {
+            Some(b'.' | b'e' | b'E') => None,
+            _ => Some(()),
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Option<()> {
+        self.i += 1;
+        if self.s.get(self.i) == Some(&b']') {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            self.value(depth + 1)?;
+            match *self.s.get(self.i)? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An object whose keys are each greater than the one before: in
+    /// number order when every key is an integer, in text order otherwise
+    /// (so none is given twice).
+    fn object(&mut self, depth: usize) -> Option<()> {
+        self.i += 1;
+        if self.s.get(self.i) == Some(&b'}') {
+            self.i += 1;
+            return Some(());
+        }
+        let (mut last, mut last_number) = (None::<&str>, None::<i128>);
+        let (mut all_integers, mut text_order, mut number_order) = (true, true, true);
+        loop {
+            if self.s.get(self.i) != Some(&b'"') {
+                return None;
+            }
+            let key = self.string()?;
+            if self.s.get(self.i) != Some(&b':') {
+                return None;
+            }
+            self.i += 1;
+            self.value(depth + 1)?;
+            if all_integers {
+                match integer_key(key) {
+                    Some(n) => {
+                        number_order &= last_number.is_none_or(|l| l < n);
+                        last_number = Some(n);
+                    }
+                    None => all_integers = false,
+                }
+            }
+            text_order &= last.is_none_or(|l| l < key);
+            last = Some(key);
+            match *self.s.get(self.i)? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    let in_order = if all_integers { number_order } else { text_order };
+                    return in_order.then_some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
 fn canonical(text: &str, notes: Option<&mut Vec<String>>) -> Result<Vec<u8>, String> {
     let mut parser = Parser { s: text.as_bytes(), i: 0, notes };
     parser.ws();
@@ -433,6 +570,71 @@ mod tests {
         let (bytes, top) = canonical_json_with_notes("[1, 2]").unwrap();
         assert_eq!(bytes, b"[1,2]", "the bytes are canonical_json's");
         assert!(top[0].starts_with("the top level is not an object"), "{top:?}");
+    }
+
+    /// A JSON text from `seed`: objects with keys in any order (numbers,
+    /// words, both), integers, fractions, strings with and without escapes.
+    fn arbitrary(seed: &mut u64, depth: usize) -> String {
+        fn draw(seed: &mut u64, n: u64) -> u64 {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed % n
+        }
+        let keys = ["a", "b", "ab", "B", "9", "10", "100", "-1", "01", "x y", "\\u00e9"];
+        let scalars = ["0", "-0", "7", "-12", "1.5", "1e3", "true", "false", "null", "\"s\"", "\"\\n\"", "\"é\""];
+        match draw(seed, if depth > 3 { 2 } else { 4 }) {
+            0 | 1 => scalars[draw(seed, scalars.len() as u64) as usize].to_owned(),
+            2 => {
+                let n = draw(seed, 4);
+                let items: Vec<String> = (0..n).map(|_| arbitrary(seed, depth + 1)).collect();
+                format!("[{}]", items.join(","))
+            }
+            _ => {
+                let n = draw(seed, 5);
+                let fields: Vec<String> = (0..n)
+                    .map(|_| {
+                        let key = keys[draw(seed, keys.len() as u64) as usize];
+                        format!("\"{key}\":{}", arbitrary(seed, depth + 1))
+                    })
+                    .collect();
+                format!("{{{}}}", fields.join(","))
+            }
+        }
+    }
+
+    #[test]
+    fn is_canonical_says_what_comparing_with_the_canonical_form_says() {
+        let whole = |t: &str| canonical_json(t).map(|c| c == t.as_bytes());
+        let mut seed = 0x2545_F491_4F6C_DD1D;
+        // The one pass proves a text canonical only when it is.
+        let proved = |t: &str| {
+            let mut plain = Plain { s: t.as_bytes(), i: 0 };
+            plain.value(0).is_some() && plain.i == t.len()
+        };
+        let (mut canonical, mut not, mut in_one_pass) = (0, 0, 0);
+        for _ in 0..20_000 {
+            let text = arbitrary(&mut seed, 0);
+            // The text, its canonical form, and each with a space put in.
+            let formed = canonical_json(&text).map(|c| String::from_utf8(c).unwrap()).unwrap_or_default();
+            for t in [text.clone(), formed.clone(), format!("{formed} "), formed.replacen(':', ": ", 1)] {
+                assert_eq!(is_canonical(&t), whole(&t), "{t}");
+                if proved(&t) {
+                    assert_eq!(whole(&t), Ok(true), "the one pass proved {t}");
+                    in_one_pass += 1;
+                }
+                if whole(&t) == Ok(true) { canonical += 1 } else { not += 1 }
+            }
+        }
+        assert!(canonical > 10_000 && not > 10_000, "both kinds drawn: {canonical} canonical, {not} not");
+        assert!(in_one_pass > canonical / 2, "{in_one_pass} of {canonical} canonical texts proved in one pass");
+        for t in ["", "-", "01", "[1,]", "{\"a\":1,}", "{\"a\"1}", "\"open", "[1 ]", "{\"b\":1,\"a\":2}", "12x"] {
+            assert_eq!(is_canonical(t), whole(t), "{t}");
+        }
+        assert_eq!(is_canonical(r#"{"9":1,"10":2}"#), Ok(true), "integer keys in number order");
+        assert_eq!(is_canonical(r#"{"10":1,"9":2}"#), Ok(false));
+        assert_eq!(is_canonical(r#"{"10":1,"9":2,"x":3}"#), Ok(true), "mixed keys in text order");
+        assert_eq!(is_canonical(r#"{"a":1,"a":1}"#), Ok(false), "a key given twice is not canonical");
     }
 
     fn canon(text: &str) -> String {

@@ -19,7 +19,7 @@ pub mod proto;
 pub mod quantity;
 pub mod submission;
 
-pub use canonical_json::{canonical_json, canonical_json_with_notes};
+pub use canonical_json::{canonical_json, canonical_json_with_notes, is_canonical};
 pub use cid::cid;
 pub use project_id::{is_address, is_pool_address, project_id, repeated_data_source, repeated_data_source_error};
 pub use quantity::{QuantityError, parse_quantity, quantity, to_quantity};

@@ -305,7 +305,16 @@ fn not_here(api: &DataApi, store: &crate::store::Store, epoch_id: u64) -> (Statu
 /// validator's (its bundles would prove nothing: the consumer asks another
 /// server).
 fn finalized_field(store: &crate::store::Store, meta: &crate::store::EpochMeta) -> Result<Value, (StatusCode, String)> {
-    let Some(on_chain) = store.on_chain(meta.epoch_id).map_err(store_failed)? else { return Ok(Value::Null) };
+    finalized_of(meta, store.on_chain(meta.epoch_id).map_err(store_failed)?.as_ref())
+}
+
+/// [`finalized_field`] of what the chain made of the epoch (`on_chain`, read
+/// with it).
+fn finalized_of(
+    meta: &crate::store::EpochMeta,
+    on_chain: Option<&crate::store::OnChain>,
+) -> Result<Value, (StatusCode, String)> {
+    let Some(on_chain) = on_chain else { return Ok(Value::Null) };
     if let Some(root) = on_chain.root.as_deref()
         && !root.eq_ignore_ascii_case(&meta.root)
     {
@@ -321,26 +330,30 @@ fn finalized_field(store: &crate::store::Store, meta: &crate::store::EpochMeta) 
     Ok(json!({"block": on_chain.block, "tx": on_chain.tx}))
 }
 
-/// A project's bundle as served: serialized from borrowed fields, no JSON
-/// tree built per answer.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct BundleOut<'a> {
-    epoch_id: u64,
-    project_id: &'a str,
-    cid: &'a str,
-    snapshot: &'a str,
-    proof: Vec<String>,
-    root: &'a str,
-    batch_cid: &'a str,
-    chain_id: u64,
-    protocol_state: &'a str,
-    data_market: &'a str,
-    finalized: &'a Value,
+/// `text` as a JSON string. A snapshot (canonical JSON: printable ASCII)
+/// has only quotes and backslashes to escape, and is copied a run at a
+/// time between them; text with a control character is left to serde_json.
+fn write_json_string(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    if bytes.iter().any(|b| *b < 0x20) {
+        serde_json::to_writer(out, text).expect("a string writes to a Vec");
+        return;
+    }
+    out.reserve(bytes.len() + bytes.len() / 8 + 2);
+    out.push(b'"');
+    let mut from = 0;
+    for at in memchr::memchr2_iter(b'"', b'\\', bytes) {
+        out.extend_from_slice(&bytes[from..at]);
+        out.extend_from_slice(&[b'\\', bytes[at]]);
+        from = at + 1;
+    }
+    out.extend_from_slice(&bytes[from..]);
+    out.push(b'"');
 }
 
 /// A project's bundle (`/data/{epoch}/{project}`, and each line of a
-/// range), written to `out` as JSON.
+/// range), written to `out` as JSON: `{epochId, projectId, cid, snapshot,
+/// proof, root, batchCid, chainId, protocolState, dataMarket, finalized}`.
 fn write_bundle(
     api: &DataApi,
     project: &str,
@@ -348,26 +361,43 @@ fn write_bundle(
     finalized: &Value,
     out: &mut Vec<u8>,
 ) -> Result<(), (StatusCode, String)> {
+    use std::io::Write as _;
     let (epoch_id, cid) = (proved.meta.epoch_id, &proved.cid);
     let bytes = proved.bytes.as_ref().ok_or_else(|| {
         refused(StatusCode::NOT_FOUND, format!("epoch {epoch_id} {project}: no node sent the bytes of {cid}"))
     })?;
     let snapshot = std::str::from_utf8(bytes)
         .map_err(|_| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("the bytes kept of {cid} are not UTF-8")))?;
-    let bundle = BundleOut {
-        epoch_id,
-        project_id: project,
-        cid,
-        snapshot,
-        proof: proved.proof.iter().map(|h| h.to_string()).collect(),
-        root: &proved.meta.root,
-        batch_cid: &proved.meta.batch_cid,
-        chain_id: api.market.chain_id,
-        protocol_state: &api.protocol_state,
-        data_market: &api.data_market,
-        finalized,
-    };
-    serde_json::to_writer(out, &bundle).map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    let _ = write!(out, "{{\"epochId\":{epoch_id},\"projectId\":");
+    write_json_string(out, project);
+    out.extend_from_slice(b",\"cid\":");
+    write_json_string(out, cid);
+    out.extend_from_slice(b",\"snapshot\":");
+    write_json_string(out, snapshot);
+    out.extend_from_slice(b",\"proof\":[");
+    for (n, hash) in proved.proof.iter().enumerate() {
+        let mut hex = [0u8; 68];
+        hex[..3].copy_from_slice(b"\"0x");
+        hex::encode_to_slice(hash, &mut hex[3..67]).expect("32 bytes are 64 hex digits");
+        hex[67] = b'"';
+        if n > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&hex);
+    }
+    out.extend_from_slice(b"],\"root\":");
+    write_json_string(out, &proved.meta.root);
+    out.extend_from_slice(b",\"batchCid\":");
+    write_json_string(out, &proved.meta.batch_cid);
+    let _ = write!(out, ",\"chainId\":{},\"protocolState\":", api.market.chain_id);
+    write_json_string(out, &api.protocol_state);
+    out.extend_from_slice(b",\"dataMarket\":");
+    write_json_string(out, &api.data_market);
+    out.extend_from_slice(b",\"finalized\":");
+    serde_json::to_writer(&mut *out, finalized)
+        .map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    out.push(b'}');
+    Ok(())
 }
 
 /// One project's snapshot at one epoch, with what proves it to the chain.
@@ -381,7 +411,7 @@ async fn data_bundle(State(api): State<DataApi>, Path((epoch, project)): Path<(S
         }
         Some(Ok(proved)) => proved,
     };
-    let finalized = finalized_field(store, &proved.meta)?;
+    let finalized = finalized_of(&proved.meta, proved.on_chain.as_ref())?;
     let mut body = Vec::with_capacity(proved.bytes.as_ref().map_or(0, Vec::len) * 2 + 1024);
     write_bundle(&api, &project, &proved, &finalized, &mut body)?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
@@ -470,7 +500,7 @@ async fn data_range(
             }
             next = p.meta.epoch_id + 1;
             let mark = out.len();
-            let written = finalized_field(&store, &p.meta)
+            let written = finalized_of(&p.meta, p.on_chain.as_ref())
                 .and_then(|finalized| write_bundle(&api2, &project, p, &finalized, &mut out));
             if let Err((_, why)) = written {
                 out.truncate(mark);
@@ -1014,4 +1044,17 @@ async fn metrics(State(api): State<Api>) -> Answer {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry).expect("writing to a String");
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        let snapshot = r#"{"a":"x\"y\\z","b":[1,"\u00e9"],"c":"\\"}"#;
+        for text in ["", "plain", "\"", "\\", "a\"b\\c\"", snapshot, "tab\there", "new\nline", "é ünï", "\u{1}"] {
+            let mut out = Vec::new();
+            super::write_json_string(&mut out, text);
+            assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(text).unwrap(), "{text:?}");
+        }
+    }
 }

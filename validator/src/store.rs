@@ -172,6 +172,8 @@ pub struct Proved {
     /// The snapshot's bytes (`None`: no node sent them).
     pub bytes: Option<Vec<u8>>,
     pub proof: Vec<B256>,
+    /// What the chain made of the epoch, once known (read in the same view).
+    pub on_chain: Option<OnChain>,
 }
 
 /// What the store holds.
@@ -210,6 +212,82 @@ pub struct Store {
     /// Why keeping the finalized data fails now (archiving, archives,
     /// retention), while it does: `/health` says so.
     problem: std::sync::Mutex<Option<String>>,
+    /// The trees of the epochs consumers ask most of, in memory.
+    trees: std::sync::Mutex<Trees>,
+}
+
+/// The trees (every node) of epochs asked for often, so that a proof of one
+/// of them is read from memory, not a B-tree lookup a level of the tree: an
+/// epoch's tree is loaded once [`Trees::HOT`] proofs were asked of it, and
+/// the least recently used go past [`Trees::BUDGET`] bytes. Each is held
+/// with its epoch's root, and used only for an epoch of that root.
+#[derive(Default)]
+struct Trees {
+    /// Epoch → its root, its nodes, and when it was last used.
+    held: std::collections::HashMap<u64, (String, Arc<[B256]>, u64)>,
+    /// Epoch → the proofs asked of it while its tree is not held.
+    asked: std::collections::HashMap<u64, u32>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl Trees {
+    /// The memory the trees take at most (a 10,000-project epoch's is
+    /// 0.6 MiB).
+    const BUDGET: usize = 64 << 20;
+    /// The proofs asked of an epoch before its tree is loaded.
+    const HOT: u32 = 8;
+
+    /// The nodes of `epoch_id`'s tree of `root`, when held.
+    fn get(&mut self, epoch_id: u64, root: &str) -> Option<Arc<[B256]>> {
+        self.clock += 1;
+        let clock = self.clock;
+        let (held_root, nodes, used) = self.held.get_mut(&epoch_id)?;
+        if held_root != root {
+            return None;
+        }
+        *used = clock;
+        Some(nodes.clone())
+    }
+
+    /// Counts a proof asked of `epoch_id` while its tree is not held:
+    /// whether to load it now.
+    fn asked(&mut self, epoch_id: u64) -> bool {
+        if self.asked.len() >= 4_096 {
+            self.asked.clear();
+        }
+        let n = self.asked.entry(epoch_id).or_default();
+        *n += 1;
+        *n >= Self::HOT
+    }
+
+    fn hold(&mut self, epoch_id: u64, root: String, nodes: Arc<[B256]>) {
+        let size = nodes.len() * 32;
+        self.asked.remove(&epoch_id);
+        if size > Self::BUDGET / 4 {
+            return;
+        }
+        self.clock += 1;
+        if let Some((_, old, _)) = self.held.insert(epoch_id, (root, nodes, self.clock)) {
+            self.bytes -= old.len() * 32;
+        }
+        self.bytes += size;
+        while self.bytes > Self::BUDGET {
+            let Some(oldest) = self.held.iter().min_by_key(|(_, (_, _, used))| *used).map(|(e, _)| *e) else { break };
+            let (_, gone, _) = self.held.remove(&oldest).expect("held");
+            self.bytes -= gone.len() * 32;
+        }
+    }
+
+    /// Forgets the trees of epochs up to `epoch_id` (dropped).
+    fn drop_through(&mut self, epoch_id: u64) {
+        let gone: Vec<u64> = self.held.keys().copied().filter(|e| *e <= epoch_id).collect();
+        for e in gone {
+            let (_, nodes, _) = self.held.remove(&e).expect("held");
+            self.bytes -= nodes.len() * 32;
+        }
+        self.asked.retain(|e, _| *e > epoch_id);
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -237,6 +315,11 @@ fn bytes_in(
     let Some(entry) = index.get(cid).map_err(failed)? else { return Ok(None) };
     let (number, _) = entry.value();
     blocks.get(number).map_err(failed)?.map(|b| unpack(number, b.value())).transpose()
+}
+
+fn on_chain_in(chain: &impl ReadableTable<u64, &'static [u8]>, epoch_id: u64) -> Result<Option<OnChain>, StoreError> {
+    let Some(record) = chain.get(epoch_id).map_err(failed)? else { return Ok(None) };
+    serde_json::from_slice(record.value()).map(Some).map_err(failed)
 }
 
 fn meta_in(epochs: &impl ReadableTable<u64, &'static [u8]>, epoch_id: u64) -> Result<Option<EpochMeta>, StoreError> {
@@ -349,7 +432,7 @@ impl Store {
         txn.open_table(AWAITING).map_err(|e| open(e.to_string()))?;
         txn.open_table(KEPT).map_err(|e| open(e.to_string()))?;
         txn.commit().map_err(|e| open(e.to_string()))?;
-        Ok(Self { db, problem: Default::default() })
+        Ok(Self { db, problem: Default::default(), trees: Default::default() })
     }
 
     /// Keeps `epoch` — its pairs, its tree and the bytes of each of its CIDs
@@ -435,11 +518,47 @@ impl Store {
         let cid = cid.to_owned();
         let nodes = txn.open_table(NODES).map_err(failed)?;
         let leaves = usize::try_from(meta.projects).map_err(failed)?;
-        let proof = lite_node_protocol::merkle::proof_of(leaves, index as usize, |j| node_in(&nodes, epoch_id, j))?
-            .unwrap_or_default();
+        let proof = self.proof(&nodes, &meta, leaves, index as usize)?;
         let (index, blocks) = (txn.open_table(CIDS).map_err(failed)?, txn.open_table(BLOCKS).map_err(failed)?);
         let bytes = bytes_in(&index, &blocks, &cid)?;
-        Ok(Some(Ok(Proved { meta, cid, bytes, proof })))
+        let on_chain = on_chain_in(&txn.open_table(CHAIN).map_err(failed)?, epoch_id)?;
+        Ok(Some(Ok(Proved { meta, cid, bytes, proof, on_chain })))
+    }
+
+    /// The proof of leaf `i` of kept epoch `meta` (of `leaves` leaves): from
+    /// its tree in memory when held, else a lookup a level (and the tree
+    /// loaded, read in the same view, once the epoch is asked for often).
+    fn proof(
+        &self,
+        nodes: &impl ReadableTable<(u64, u32), &'static [u8]>,
+        meta: &EpochMeta,
+        leaves: usize,
+        i: usize,
+    ) -> Result<Vec<B256>, StoreError> {
+        let epoch_id = meta.epoch_id;
+        let trees = || self.trees.lock().unwrap_or_else(|p| p.into_inner());
+        let held = trees().get(epoch_id, &meta.root);
+        if let Some(held) = held {
+            let node =
+                |j: usize| held.get(j).copied().ok_or_else(|| failed(format!("epoch {epoch_id}: node {j} is missing")));
+            return Ok(lite_node_protocol::merkle::proof_of(leaves, i, node)?.unwrap_or_default());
+        }
+        let proof =
+            lite_node_protocol::merkle::proof_of(leaves, i, |j| node_in(nodes, epoch_id, j))?.unwrap_or_default();
+        if trees().asked(epoch_id) {
+            let all = 2 * leaves.max(1) - 1;
+            let mut loaded = Vec::with_capacity(all);
+            for row in nodes.range((epoch_id, 0)..=(epoch_id, u32::MAX)).map_err(failed)? {
+                let (key, node) = row.map_err(failed)?;
+                let node = B256::try_from(node.value()).ok().filter(|_| key.value().1 as usize == loaded.len());
+                let Some(node) = node else { return Ok(proof) };
+                loaded.push(node);
+            }
+            if loaded.len() == all {
+                trees().hold(epoch_id, meta.root.clone(), loaded.into());
+            }
+        }
+        Ok(proof)
     }
 
     /// `project` at each kept epoch of `from..=to`, a chunk at a time: at most
@@ -449,7 +568,7 @@ impl Store {
         let txn = self.db.begin_read().map_err(failed)?;
         let (epochs, pairs) = (txn.open_table(EPOCHS).map_err(failed)?, txn.open_table(PAIRS).map_err(failed)?);
         let (nodes, blocks) = (txn.open_table(NODES).map_err(failed)?, txn.open_table(BLOCKS).map_err(failed)?);
-        let numbers = txn.open_table(CIDS).map_err(failed)?;
+        let (numbers, chain) = (txn.open_table(CIDS).map_err(failed)?, txn.open_table(CHAIN).map_err(failed)?);
         let mut out = Vec::new();
         let last = to.min(from.saturating_add(limit.saturating_sub(1)));
         for row in epochs.range(from..=last).map_err(failed)? {
@@ -462,7 +581,8 @@ impl Store {
             let proof = lite_node_protocol::merkle::proof_of(leaves, index as usize, |j| node_in(&nodes, epoch_id, j))?
                 .unwrap_or_default();
             let bytes = bytes_in(&numbers, &blocks, cid)?;
-            out.push(Proved { meta, cid: cid.to_owned(), bytes, proof });
+            let on_chain = on_chain_in(&chain, epoch_id)?;
+            out.push(Proved { meta, cid: cid.to_owned(), bytes, proof, on_chain });
         }
         Ok(out)
     }
@@ -549,9 +669,7 @@ impl Store {
     /// What the chain made of `epoch_id`, once known.
     pub fn on_chain(&self, epoch_id: u64) -> Result<Option<OnChain>, StoreError> {
         let txn = self.db.begin_read().map_err(failed)?;
-        let chain = txn.open_table(CHAIN).map_err(failed)?;
-        let Some(record) = chain.get(epoch_id).map_err(failed)? else { return Ok(None) };
-        serde_json::from_slice(record.value()).map(Some).map_err(failed)
+        on_chain_in(&txn.open_table(CHAIN).map_err(failed)?, epoch_id)
     }
 
     /// The settled epochs after `after` (all of them with `None`), in epoch
@@ -699,6 +817,7 @@ impl Store {
             }
         }
         txn.commit().map_err(failed)?;
+        self.trees.lock().unwrap_or_else(|p| p.into_inner()).drop_through(epoch_id);
         Ok(dropped)
     }
 
@@ -1023,6 +1142,40 @@ mod tests {
         assert_eq!(unpack(7, json.as_bytes()).unwrap(), json.as_bytes(), "a block from before compression");
         let err = unpack(7, &[LZ4, 200, 0, 0, 0, 1]).unwrap_err().to_string();
         assert!(err.contains("block 7"), "{err}");
+    }
+
+    /// Proofs are the tree's whether read a level at a time or from the tree
+    /// held in memory once the epoch is asked for often; an epoch dropped
+    /// and kept again with another tree is proved from the new one.
+    #[test]
+    fn proofs_from_the_tree_in_memory_are_the_trees_and_follow_a_kept_again_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join(FILE)).unwrap();
+        let keep = |tag: &str, root: &str| {
+            let names: Vec<String> = (0..40).map(|i| format!("p{i:02}")).collect();
+            let bodies: Vec<Vec<u8>> = (0..40).map(|i| format!("{{\"{tag}\":{i}}}").into_bytes()).collect();
+            let pairs: Vec<(&str, &[u8])> =
+                names.iter().map(String::as_str).zip(bodies.iter().map(Vec::as_slice)).collect();
+            let (mut e, bytes) = epoch(3, &pairs);
+            e.root = root.to_owned();
+            assert!(store.put_epoch(&e, &bytes).unwrap());
+            let tree = lite_node_protocol::merkle::Tree::of(e.pairs.iter().map(|(p, c)| (p.as_str(), c.as_str())));
+            (names, tree.unwrap())
+        };
+        let held = |store: &Store| store.trees.lock().unwrap().held.get(&3).map(|(root, _, _)| root.clone());
+        for (tag, root) in [("a", "0xroot-a"), ("b", "0xroot-b")] {
+            let (names, tree) = keep(tag, root);
+            for asked in 0..2 * names.len() {
+                let at = asked % names.len();
+                let hot = asked >= Trees::HOT as usize;
+                assert_eq!(held(&store).as_deref(), hot.then_some(root), "{asked} proofs asked");
+                let proved = store.proved(3, &names[at]).unwrap().unwrap().unwrap();
+                assert_eq!(Some(proved.proof), tree.proof(at), "{tag}: {}, {asked} proofs asked", names[at]);
+            }
+            assert!(store.trees.lock().unwrap().get(3, "0xanother-root").is_none(), "held for its root only");
+            store.drop_through(3).unwrap();
+            assert_eq!(held(&store), None, "a dropped epoch's tree is let go");
+        }
     }
 
     /// Identical snapshots are kept once across projects and epochs, an
