@@ -8,7 +8,8 @@
 //!   read), then at the goal's 10,000 reads/s (p50, p99 and the worst, each
 //!   from when the read was due). The server runs on a runtime of its own
 //!   (one worker; `-- --server-workers 2` for two), the clients on another
-//!   thread: two programs, a core of the machine's two each;
+//!   thread: two programs, each kept on a core of the machine's two
+//!   (`-- --no-pin` leaves them to the OS);
 //! - one project over a 10,000-epoch range (`/data/range`), each line
 //!   checked: snapshots/s, and how much this process grew while it streamed
 //!   (the server's memory, flat or not);
@@ -199,7 +200,16 @@ fn main() {
         .and_then(|w| w[1].parse().ok())
         .filter(|w| *w > 0)
         .unwrap_or(1);
-    println!("the server: a runtime of {server_workers} worker(s); the clients: one thread");
+    // Each program kept on its core: left to the OS, the two threads that
+    // wake each other over loopback were often put on one core (the other
+    // idle), and a run's figures halved from one pass to the next.
+    let cores = if args.iter().any(|a| a == "--no-pin") {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    };
+    let pinned = if cores >= 2 { "pinned to CPU 0 and CPU 1" } else { "not pinned (one core)" };
+    println!("the server: a runtime of {server_workers} worker(s); the clients: one thread; {pinned}");
     let redis = RedisServer::start();
     let (sent_base, base) = std::sync::mpsc::channel();
     let serving = store.clone();
@@ -207,6 +217,7 @@ fn main() {
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(server_workers)
+            .on_thread_start(move || pin_to(SERVER_CPU, cores))
             .thread_name(SERVER_THREADS)
             .enable_all()
             .build()
@@ -230,6 +241,7 @@ fn main() {
         });
     });
     let base = base.recv().unwrap();
+    pin_to(CLIENTS_CPU, cores);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let asked = |epoch_id, project_id| Asked {
@@ -457,6 +469,27 @@ fn main() {
 fn cpu_now() -> Duration {
     let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
     Duration::from_nanos(stat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0))
+}
+
+/// The CPUs the server's threads and the clients' are kept on.
+const SERVER_CPU: usize = 0;
+const CLIENTS_CPU: usize = 1;
+
+/// Keeps the calling thread on CPU `cpu`, on a machine of at least two
+/// `cores`.
+fn pin_to(cpu: usize, cores: usize) {
+    if cores < 2 {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it
+    // (cpu < CPU_SETSIZE); sched_setaffinity reads it and sets the calling
+    // thread's (pid 0) affinity.
+    let done = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(done, 0, "sched_setaffinity to CPU {cpu}: {}", std::io::Error::last_os_error());
 }
 
 /// The name of the server's runtime threads, whose CPU [`server_cpu`] adds
