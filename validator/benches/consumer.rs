@@ -264,26 +264,7 @@ fn main() {
         }
         let (cpu_clients, cpu_server) = (cpu_now(), server_cpu());
         let started = Instant::now();
-        let mut tasks = tokio::task::JoinSet::new();
-        for (c, mut reader) in connections.drain(..).enumerate() {
-            tasks.spawn(async move {
-                let mut latencies = Vec::new();
-                let mut at = c * 7_919;
-                for _ in 0..reads / clients {
-                    at = (at * 1_103 + 12_345) % big;
-                    let sent = Instant::now();
-                    reader.read_checked(&project(at)).await;
-                    latencies.push(sent.elapsed());
-                }
-                (reader, latencies)
-            });
-        }
-        let mut latencies = Vec::new();
-        while let Some(done) = tasks.join_next().await {
-            let (reader, l) = done.unwrap();
-            connections.push(reader);
-            latencies.extend(l);
-        }
+        let (connections, mut latencies) = read_by_all(connections, big, reads, None).await;
         let took = started.elapsed();
         let (cpu_clients, cpu_server) = (cpu_now() - cpu_clients, server_cpu() - cpu_server);
         latencies.sort();
@@ -301,32 +282,12 @@ fn main() {
         );
 
         // 1b. The same clients at the goal's rate, 10,000 reads/s in all (each
-        // client one read every 6.4 ms, the clients' turns spread over it):
-        // each read's latency counts from when it was due, so a read sent late
-        // because the one before was slow counts its wait (no coordinated
-        // omission).
+        // client one read every 6.4 ms), each read's latency from when it was
+        // due.
         let rate = 10_000.0;
         let every = Duration::from_secs_f64(clients as f64 / rate);
-        let started = tokio::time::Instant::now() + Duration::from_millis(10);
-        let mut tasks = tokio::task::JoinSet::new();
-        for (c, mut reader) in connections.drain(..).enumerate() {
-            tasks.spawn(async move {
-                let mut latencies = Vec::new();
-                let mut at = c * 104_729;
-                for k in 0..reads / clients {
-                    at = (at * 1_103 + 12_345) % big;
-                    let due = started + every * k as u32 + every.mul_f64(c as f64 / clients as f64);
-                    tokio::time::sleep_until(due).await;
-                    reader.read_checked(&project(at)).await;
-                    latencies.push(due.elapsed());
-                }
-                latencies
-            });
-        }
-        let mut latencies = Vec::new();
-        while let Some(l) = tasks.join_next().await {
-            latencies.extend(l.unwrap());
-        }
+        let started = Instant::now();
+        let (_, mut latencies) = read_by_all(connections, big, reads, Some(every)).await;
         let took = started.elapsed();
         latencies.sort();
         println!(
@@ -510,6 +471,50 @@ fn server_cpu() -> Duration {
         ticks += fields.get(12).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
     }
     Duration::from_millis(ticks * 10)
+}
+
+/// `reads` verified reads of epoch 1's `big` projects, shared by the
+/// `readers`, each reading in turn: as fast as it goes (each read's latency
+/// from when it was sent), or one read `every` (the readers' turns spread
+/// over it; each read's latency from when it was due, so a read sent late
+/// because the one before was slow counts its wait: no coordinated
+/// omission). The readers back, and every read's latency.
+async fn read_by_all(
+    readers: Vec<Reader>,
+    big: usize,
+    reads: usize,
+    every: Option<Duration>,
+) -> (Vec<Reader>, Vec<Duration>) {
+    let clients = readers.len();
+    let started = tokio::time::Instant::now() + Duration::from_millis(10);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, mut reader) in readers.into_iter().enumerate() {
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            let mut at = c * 7_919;
+            for k in 0..reads / clients {
+                at = (at * 1_103 + 12_345) % big;
+                let due = match every {
+                    Some(every) => {
+                        let due = started + every * k as u32 + every.mul_f64(c as f64 / clients as f64);
+                        tokio::time::sleep_until(due).await;
+                        due
+                    }
+                    None => tokio::time::Instant::now(),
+                };
+                reader.read_checked(&project(at)).await;
+                latencies.push(due.elapsed());
+            }
+            (reader, latencies)
+        });
+    }
+    let (mut readers, mut latencies) = (Vec::new(), Vec::new());
+    while let Some(done) = tasks.join_next().await {
+        let (reader, l) = done.unwrap();
+        readers.push(reader);
+        latencies.extend(l);
+    }
+    (readers, latencies)
 }
 
 /// A consumer reading bundles over one HTTP/1.1 connection, kept alive.
