@@ -218,8 +218,10 @@ pub struct Store {
 
 /// The trees (every node) of epochs asked for often, so that a proof of one
 /// of them is read from memory, not a B-tree lookup a level of the tree: an
-/// epoch's tree is loaded once [`Trees::HOT`] proofs were asked of it, and
-/// the least recently used go past [`Trees::BUDGET`] bytes. Each is held
+/// epoch's tree is loaded once [`Trees::HOT`] proofs were asked of it (never
+/// one larger than a quarter of [`Trees::BUDGET`], an epoch of more than
+/// ~262,000 projects), and the least recently used go past
+/// [`Trees::BUDGET`] bytes. Each is held
 /// with its epoch's root, and used only for an epoch of that root.
 #[derive(Default)]
 struct Trees {
@@ -264,9 +266,6 @@ impl Trees {
     fn hold(&mut self, epoch_id: u64, root: String, nodes: Arc<[B256]>) {
         let size = nodes.len() * 32;
         self.asked.remove(&epoch_id);
-        if size > Self::BUDGET / 4 {
-            return;
-        }
         self.clock += 1;
         if let Some((_, old, _)) = self.held.insert(epoch_id, (root, nodes, self.clock)) {
             self.bytes -= old.len() * 32;
@@ -545,10 +544,12 @@ impl Store {
         }
         let proof =
             lite_node_protocol::merkle::proof_of(leaves, i, |j| node_in(nodes, epoch_id, j))?.unwrap_or_default();
-        if trees().asked(epoch_id) {
-            let all = 2 * leaves.max(1) - 1;
+        // An epoch whose tree would not be held is never loaded (nor counted).
+        let all = 2 * leaves.max(1) - 1;
+        if all.saturating_mul(32) <= Trees::BUDGET / 4 && trees().asked(epoch_id) {
             let mut loaded = Vec::with_capacity(all);
-            for row in nodes.range((epoch_id, 0)..=(epoch_id, u32::MAX)).map_err(failed)? {
+            // One row past the tree's is read: a tree of another size is not held.
+            for row in nodes.range((epoch_id, 0)..=(epoch_id, u32::MAX)).map_err(failed)?.take(all + 1) {
                 let (key, node) = row.map_err(failed)?;
                 let node = B256::try_from(node.value()).ok().filter(|_| key.value().1 as usize == loaded.len());
                 let Some(node) = node else { return Ok(proof) };
