@@ -95,11 +95,16 @@ static MEASURING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// so their crates compile anew each time: in dev, a fraction of the time,
 /// and no release build of the dependencies at all.
 pub fn compute_build_env() -> [(String, String); 2] {
-    let profile = if MEASURING.load(std::sync::atomic::Ordering::Relaxed) { "release" } else { "dev" };
     [
         ("LITE_NODE_COMPUTE_TARGET_DIR".to_owned(), compute_target_dir().display().to_string()),
-        ("LITE_NODE_COMPUTE_PROFILE".to_owned(), profile.to_owned()),
+        ("LITE_NODE_COMPUTE_PROFILE".to_owned(), compute_profile().to_owned()),
     ]
+}
+
+/// The cargo profile [`compute_build_env`] names: `release` while a bench
+/// measures, else `dev`.
+pub fn compute_profile() -> &'static str {
+    if MEASURING.load(std::sync::atomic::Ordering::Relaxed) { "release" } else { "dev" }
 }
 
 /// A cargo target dir shared by every test that makes the runtime build a

@@ -221,8 +221,8 @@ pub struct Store {
 /// epoch's tree is loaded once [`Trees::HOT`] proofs were asked of it (never
 /// one larger than a quarter of [`Trees::BUDGET`], an epoch of more than
 /// ~262,000 projects), and the least recently used go past
-/// [`Trees::BUDGET`] bytes. Each is held
-/// with its epoch's root, and used only for an epoch of that root.
+/// [`Trees::BUDGET`] bytes. Each is held with its epoch's root, and used
+/// only for an epoch of that root.
 #[derive(Default)]
 struct Trees {
     /// Epoch → its root, its nodes, and when it was last used.

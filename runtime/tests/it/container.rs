@@ -263,15 +263,11 @@ fn the_image_runs_a_slot_stops_within_its_grace_restarts_warm_and_reports_troubl
     ];
     let mut env: Vec<String> =
         host_env.iter().filter(|(k, _)| keep.contains(&k.as_str())).map(|(k, v)| format!("{k}={v}")).collect();
-    // The package built in the tests' profile, as every other drill builds
-    // one (an operator's default, release, costs this drill a minute of both
-    // cores in CI; a bench's run builds release).
-    let profile = lite_node_testkit::compute_build_env()
-        .into_iter()
-        .find(|(k, _)| k == "LITE_NODE_COMPUTE_PROFILE")
-        .map(|(k, v)| format!("{k}={v}"));
-    env.extend(profile);
+    // The package built in the tests' profile (the first line), as every
+    // other drill builds one (an operator's default, release, costs this
+    // drill a minute of both cores in CI; a bench's run builds release).
     env.extend([
+        format!("LITE_NODE_COMPUTE_PROFILE={}", lite_node_testkit::compute_profile()),
         "LITE_NODE_POLL_INTERVAL_MS=200".to_owned(),
         "LOCAL_COLLECTOR_HOST=127.0.0.1".to_owned(),
         format!("LOCAL_COLLECTOR_PORT={collector_port}"),
@@ -481,9 +477,7 @@ fn compose_runs_the_node_beside_its_collector(
     let mut env = env.replace("SIGNER_ACCOUNT_PRIVATE_KEY=\n", &format!("SIGNER_ACCOUNT_PRIVATE_KEY={key}\n"));
     // The package in the tests' profile, as the drill before built it on
     // this volume (its build is taken over, not done again).
-    for (k, v) in lite_node_testkit::compute_build_env().iter().filter(|(k, _)| k == "LITE_NODE_COMPUTE_PROFILE") {
-        env.push_str(&format!("{k}={v}\n"));
-    }
+    env.push_str(&format!("LITE_NODE_COMPUTE_PROFILE={}\n", lite_node_testkit::compute_profile()));
     std::fs::write(dir.join(".env"), env).unwrap();
     std::fs::copy(workspace_root().join("docker-compose.yaml"), dir.join("docker-compose.yaml")).unwrap();
 
