@@ -188,6 +188,43 @@ fn a_chain_that_does_not_answer_pauses_computes_until_it_does() {
     assert_eq!(outcome.kind, OutcomeKind::Computed);
 }
 
+/// A full node's worker (`failing_on_outages`): a compute whose chain is
+/// out of reach fails at once naming it, with no pause and no retry, so the
+/// worker's round counts the failure (and steps aside in time) instead of
+/// holding its items while its own RPC stays down. Its chain back, the next
+/// compute runs.
+#[test]
+fn a_worker_whose_chain_does_not_answer_fails_the_compute_at_once_and_does_not_pause() {
+    use lite_node::chain::{HttpRpc, IoRuntime};
+    use lite_node_testkit::{Anvil, TcpProxy};
+
+    let anvil = Anvil::start();
+    let proxy = TcpProxy::start(anvil.url().trim_start_matches("http://"));
+    let io = IoRuntime::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let package = load_faulty(data.path());
+    let url = format!("http://127.0.0.1:{}", proxy.port);
+    let source = HttpRpc::new("source", vec![url], Duration::from_secs(5), io.clone()).unwrap();
+    let projects = vec![project(&package, "rpc", "RpcProcessor", json!({}))];
+    let d = LocalExecutor::new(projects, 1, Duration::from_secs(30), Some(Arc::new(source)), None).failing_on_outages();
+    let rt = runtime();
+
+    proxy.cut();
+    // No anchor head ever comes: paused, this would wait for ever.
+    let outcome = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(60), run(&d, vec![task(1, "rpc")])).await })
+        .expect("the compute ended without waiting for the chain")
+        .remove(0);
+    let OutcomeKind::Failed(reason) = &outcome.kind else { panic!("{:?}", outcome.kind) };
+    assert!(reason.contains("every source RPC endpoint failed (http://127.0.0.1:"), "{reason}");
+    let queue = d.queue();
+    assert!(!queue.paused && queue.paused_for.is_none(), "not paused: {queue:?}");
+
+    proxy.mend();
+    let outcome = rt.block_on(run(&d, vec![task(2, "rpc")])).remove(0);
+    assert_eq!(outcome.kind, OutcomeKind::Computed, "its chain back, the next compute runs");
+}
+
 /// The work queue under the executor, with one worker: tasks that fail,
 /// panic and hang each give their worker back (none leaks, the last task
 /// still runs), a task still waiting when the head passes its deadline ends

@@ -233,6 +233,9 @@ pub struct LocalExecutor {
     /// Where computes read what the chain finalized (`previousSnapshots`).
     finalized: Option<Arc<crate::host::FinalizedReads>>,
     drill: Option<Drill>,
+    /// A chain out of reach ends the compute at once as a failure, with no
+    /// pause and no retry ([`LocalExecutor::failing_on_outages`]).
+    fail_on_outage: bool,
 }
 
 impl LocalExecutor {
@@ -256,7 +259,19 @@ impl LocalExecutor {
             tracker: Arc::new(SelectionTracker::default()),
             finalized: None,
             drill: None,
+            fail_on_outage: false,
         }
+    }
+
+    /// A compute that finds a chain out of reach fails at once: no pause of
+    /// the other computes, no retry. For a full node's worker, whose chains
+    /// may be out of reach for it alone: the other workers may still reach
+    /// them, and its rounds of work are the retries (a share that keeps
+    /// failing steps the worker aside). Paused, it would hold its items
+    /// while its own RPC stayed down, and its epochs would never finish.
+    pub fn failing_on_outages(mut self) -> Self {
+        self.fail_on_outage = true;
+        self
     }
 
     /// A work queue of `capacity` waiting tasks, ties broken with `seed`
@@ -465,7 +480,7 @@ impl LocalExecutor {
                 None => result.selected = *known,
             }
             drop(known);
-            if !unreachable {
+            if !unreachable || self.fail_on_outage {
                 return Ok(result);
             }
             if let OutcomeKind::Failed(e) = &result.kind {

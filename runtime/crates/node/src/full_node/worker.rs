@@ -199,7 +199,10 @@ async fn run_worker(cfg: WorkerConfig, shutdown: lite_node_core::signals::Shutdo
         Some(source.clone() as Arc<dyn RpcEndpoint>),
         anchor_rpc,
     )
-    .with_queue(run.watch.queue_capacity, 0);
+    .with_queue(run.watch.queue_capacity, 0)
+    // Its chains out of reach fail its share (counted towards stepping
+    // aside), not pause it while it holds its items.
+    .failing_on_outages();
     if let Some((_, protocol_state, data_market)) = &run.anchor {
         local = local.with_finalized(FinalizedReads::new(
             *protocol_state,
