@@ -292,7 +292,13 @@ async fn mesh_with(market: &Arc<Market>, admission: Admission) -> Mesh {
     let collector = Gossip::start(settings("collector", v1_addr.clone()), quiet(), tx.clone()).unwrap();
     let junk = Gossip::start(settings("junk", v1_addr), quiet(), tx).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while v1.mesh_peers().await < 3 || v2.mesh_peers().await < 1 {
+    // …and the publishers know v1 takes the topic (a publish before that
+    // reaches nobody).
+    while v1.mesh_peers().await < 3
+        || v2.mesh_peers().await < 1
+        || collector.peers().await.subscribed < 1
+        || junk.peers().await.subscribed < 1
+    {
         assert!(tokio::time::Instant::now() < deadline, "no mesh in 60 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -648,7 +654,9 @@ async fn queued_here_not_relayed<R: SlotRegistry>(registry: R) {
     let (ctx, _crx) = tokio::sync::mpsc::channel(1);
     let collector = Gossip::start(settings("collector", v1_addr), Arc::new(|_: &[u8]| Verdict::Ignore), ctx).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while v1.mesh_peers().await < 2 {
+    // v1's mesh holds both, and the collector knows v1 takes the topic (a
+    // publish before that reaches nobody).
+    while v1.mesh_peers().await < 2 || collector.peers().await.subscribed < 1 {
         assert!(tokio::time::Instant::now() < deadline, "no mesh in 60 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
