@@ -928,6 +928,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The server's process id (a bench adds up its CPU).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills it and starts it again on the same port and directory (an
     /// append-only file there is replayed).
     pub fn restart(mut self, args: &[&str]) -> Self {

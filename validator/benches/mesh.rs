@@ -17,7 +17,13 @@
 //!   with: the medians of each, and the one against the other (goal: with
 //!   bytes ≥ 90 % of the rate without).
 //!
+//! Each burst also prints the CPU it took per submission (this process,
+//! where the collector and the three validators run, and the three
+//! redis-servers): the cost of the bytes, apart from how fast the machine
+//! happened to be.
+//!
 //!     cargo bench -p lite-node-validator --bench mesh
+//!     cargo bench -p lite-node-validator --bench mesh -- --only with   # or without: three bursts of one kind (for perf)
 //!
 //! Without `--bench` (as CI runs it), tiny sizes: it only proves it runs.
 
@@ -84,7 +90,7 @@ fn burst(epoch_id: u64, slots: u64, projects: u64, first_project: u64, bytes: bo
 }
 
 struct Validator {
-    _redis: RedisServer,
+    redis: RedisServer,
     client: redis::Client,
     conn: redis::aio::ConnectionManager,
     market: Arc<Market>,
@@ -122,7 +128,7 @@ async fn validator(bootstrap: Vec<gossip::Multiaddr>, slots: u64) -> Validator {
     )
     .unwrap();
     tokio::spawn(async move { gateway.take_gossip_from(&mut delivered).await });
-    Validator { _redis: redis, client, conn, market, peer, _dir: dir }
+    Validator { redis, client, conn, market, peer, _dir: dir }
 }
 
 async fn address_of(peer: &Gossip) -> gossip::Multiaddr {
@@ -144,6 +150,21 @@ async fn verdicts(v: &mut Validator, epoch_id: u64) -> u64 {
     a + r
 }
 
+/// CPU used so far by process `pid` (`/proc/{pid}/stat`: user + system).
+fn cpu_of(pid: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return Duration::ZERO };
+    let Some(close) = stat.rfind(')') else { return Duration::ZERO };
+    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// CPU used so far by this process and the validators' redis-servers.
+fn cpu_all(validators: &[Validator]) -> Duration {
+    cpu_of("self") + validators.iter().map(|v| cpu_of(&v.redis.pid().to_string())).sum::<Duration>()
+}
+
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
@@ -151,6 +172,13 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 fn main() {
     let quick = lite_node_testkit::bench_is_quick();
     let (latency_n, slots, projects) = if quick { (20, 4, 5) } else { (500, 40, 250) };
+    // `-- --only with|without`: three bursts of that kind alone.
+    let args: Vec<String> = std::env::args().collect();
+    let only = args.iter().position(|a| a == "--only").map(|i| match args.get(i + 1).map(String::as_str) {
+        Some("with") => true,
+        Some("without") => false,
+        other => panic!("--only takes `with` or `without`, not {other:?}"),
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let mut validators = vec![validator(Vec::new(), slots).await];
@@ -218,8 +246,12 @@ fn main() {
         // a rate that drifts over the run (the machine, the validators' state)
         // weighs on both alike.
         let (mut without, mut with) = (Vec::new(), Vec::new());
-        let order = [false, true, true, false, false, true];
-        for (n, with_bytes) in order.into_iter().enumerate() {
+        let (mut cpu_without, mut cpu_with) = (Vec::new(), Vec::new());
+        let order = match only {
+            None => [false, true, true, false, false, true],
+            Some(kind) => [kind; 6],
+        };
+        for (n, with_bytes) in order.into_iter().enumerate().take(if only.is_some() { 3 } else { 6 }) {
             let (epoch, first) = (2 + n as u64, 1_000 * (n as u64 + 1));
             let what = if with_bytes { "with bytes (~1 KB each)" } else { "without bytes" };
             let signing = Instant::now();
@@ -234,6 +266,7 @@ fn main() {
             let sent_before: Vec<u64> = validators.iter().map(|v| gossip::Stats::get(&v.peer.stats().accepted)).collect();
             let full_before: Vec<u64> = validators.iter().map(|v| gossip::Stats::get(&v.peer.stats().full)).collect();
             let started = Instant::now();
+            let cpu_before = cpu_all(&validators);
             let mut dropped = 0u64;
             for item in items {
                 // The outbox full: wait a little (spinning would take the CPU
@@ -268,6 +301,7 @@ fn main() {
             }
             let lost: Vec<u64> = validators.iter().enumerate().map(|(i, v)| lost(v, i)).collect();
             let took = started.elapsed();
+            let cpu = cpu_all(&validators).saturating_sub(cpu_before);
             let received: Vec<u64> = validators
                 .iter()
                 .zip(&sent_before)
@@ -284,8 +318,26 @@ fn main() {
             );
             println!("  messages each validator's check accepted (gossip drops duplicates first): {received:?} of {total}");
             println!("  lost to a full intake (no room to hand over, so ignored): {lost:?}");
+            let per = cpu.as_secs_f64() * 1e6 / total as f64;
+            println!(
+                "  CPU: {per:.0} µs a submission (this process and the 3 redis-servers: {:.2} s in {:.2} s, {:.0} % \
+                 of 2 cores)",
+                cpu.as_secs_f64(),
+                took.as_secs_f64(),
+                50.0 * cpu.as_secs_f64() / took.as_secs_f64()
+            );
             let rate = total as f64 / took.as_secs_f64();
-            if with_bytes { with.push(rate) } else { without.push(rate) }
+            if with_bytes {
+                with.push(rate);
+                cpu_with.push(per);
+            } else {
+                without.push(rate);
+                cpu_without.push(per);
+            }
+        }
+        if only.is_some() {
+            let _ = stop_tx.send(true);
+            return;
         }
         let median = |rates: &mut Vec<f64>| {
             rates.sort_by(f64::total_cmp);
@@ -296,6 +348,12 @@ fn main() {
             "  with bytes: {with:.0} submissions/s, {:.0} % of the rate without ({without:.0}/s; the medians of three \
              bursts each; goal ≥ 90 %)",
             100.0 * with / without
+        );
+        let (cpu_with, cpu_without) = (median(&mut cpu_with), median(&mut cpu_without));
+        println!(
+            "  CPU a submission: {cpu_with:.0} µs with bytes, {cpu_without:.0} µs without ({:+.1} %; the medians of \
+             three bursts each)",
+            100.0 * (cpu_with / cpu_without - 1.0)
         );
         let _ = stop_tx.send(true);
     });
