@@ -270,10 +270,14 @@ impl Reader {
                     continue;
                 }
             };
-            let checked = match bundle::check(&bundle, &self.asked(epoch, project)) {
-                Ok(checked) => checked,
-                Err(failed) => {
+            let checked = match bundle::check_slice(&bundle, &self.asked(epoch, project)) {
+                Ok(Ok(checked)) => checked,
+                Ok(Err(failed)) => {
                     failures.push(format!("{server}: {failed}"));
+                    continue;
+                }
+                Err(e) => {
+                    failures.push(format!("{server}: not a bundle (JSON: {e})"));
                     continue;
                 }
             };
@@ -326,16 +330,24 @@ impl Reader {
                 break;
             }
             let mut lines = Vec::new();
-            let streamed = consumer::read_range(&self.client, &server, project, (next, to), |line| lines.push(line));
+            let streamed =
+                consumer::read_range(&self.client, &server, project, (next, to), |line| lines.push(line.to_vec()));
             // Lines are kept as they come and checked after: a range's answer
             // is bounded by the range asked.
             if let Err(why) = streamed.await {
                 eprintln!("passed over {server} from epoch {next}: {why}");
             }
             for line in lines {
-                let Some(epoch) = line["epochId"].as_u64().filter(|e| *e == next) else { break };
-                let checked = match bundle::check(&line, &self.asked(epoch, project)) {
-                    Ok(checked) if self.chain_root(epoch, &server, checked.root).await? == checked.root => checked,
+                let epoch = next;
+                // A line that holds is epoch `next`'s (its epoch is checked);
+                // one that does not is read from any server on its own, if it
+                // is that epoch's at all.
+                let checked = match bundle::check_slice(&line, &self.asked(epoch, project)) {
+                    Ok(Ok(checked)) if self.chain_root(epoch, &server, checked.root).await? == checked.root => checked,
+                    _ if bundle::epoch_of(&line) != Some(epoch) => {
+                        eprintln!("passed over {server} from epoch {next}: its line is not epoch {next}'s bundle");
+                        break;
+                    }
                     _ => self.one(epoch, project).await?.0,
                 };
                 print_line(out, epoch, project, &checked.cid, &checked.snapshot)?;

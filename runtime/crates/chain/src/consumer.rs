@@ -30,13 +30,14 @@ impl std::fmt::Display for Refusal {
 /// by default, escaped.
 pub const MAX_LINE: usize = 16 << 20;
 
-/// `server`'s bundle of `project` at `epoch_id`, unchecked.
+/// `server`'s bundle of `project` at `epoch_id` as it came, unchecked (not
+/// even as JSON: [`lite_node_protocol::bundle::check_slice`] reads it).
 pub async fn fetch_bundle(
     client: &reqwest::Client,
     server: &str,
     epoch_id: u64,
     project: &str,
-) -> Result<Value, String> {
+) -> Result<Vec<u8>, String> {
     let url = format!("{}/data/{epoch_id}/{project}", server.trim_end_matches('/'));
     let r = client.get(&url).send().await.map_err(|e| e.to_string())?;
     let status = r.status();
@@ -44,18 +45,19 @@ pub async fn fetch_bundle(
     if !status.is_success() {
         return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
     }
-    serde_json::from_slice::<Value>(&body).map_err(|e| format!("not a bundle (JSON: {e})"))
+    Ok(body.into())
 }
 
 /// Reads `server`'s range of `project` over epochs `from..=to`
 /// (`/data/range/{project}`, NDJSON), handing each line to `each` as it
-/// arrives (a bundle, or `{epochId, missing}`), unchecked. Memory: one line.
+/// arrives (a bundle, or `{epochId, missing}`), unchecked (not even as JSON:
+/// [`lite_node_protocol::bundle::check_slice`] reads it). Memory: one line.
 pub async fn read_range(
     client: &reqwest::Client,
     server: &str,
     project: &str,
     (from, to): (u64, u64),
-    mut each: impl FnMut(Value),
+    mut each: impl FnMut(&[u8]),
 ) -> Result<(), String> {
     let url = format!("{}/data/range/{project}?from={from}&to={to}", server.trim_end_matches('/'));
     let mut r = client.get(&url).send().await.map_err(|e| e.to_string())?;
@@ -69,8 +71,7 @@ pub async fn read_range(
         pending.extend_from_slice(&chunk);
         let mut start = 0;
         while let Some(at) = pending[start..].iter().position(|b| *b == b'\n') {
-            let line = &pending[start..start + at];
-            each(serde_json::from_slice(line).map_err(|e| format!("a line is not JSON: {e}"))?);
+            each(&pending[start..start + at]);
             start += at + 1;
         }
         pending.drain(..start);
@@ -132,12 +133,15 @@ pub async fn read_epoch(
     }
     let mut check: Option<EpochCheck> = None;
     let mut pending: Vec<u8> = Vec::new();
+    let not_json =
+        |e: serde_json::Error| Refusal::Unanswered(format!("not a whole-epoch bundle (a line is not JSON: {e})"));
     let mut take = |line: &[u8], check: &mut Option<EpochCheck>| -> Result<(), Refusal> {
-        let value: Value = serde_json::from_slice(line)
-            .map_err(|e| Refusal::Unanswered(format!("not a whole-epoch bundle (a line is not JSON: {e})")))?;
         match check {
-            None => *check = Some(EpochCheck::start(&value, asked).map_err(Refusal::Failed)?),
-            Some(c) => each(c.line(&value).map_err(Refusal::Failed)?),
+            None => {
+                let header: Value = serde_json::from_slice(line).map_err(not_json)?;
+                *check = Some(EpochCheck::start(&header, asked).map_err(Refusal::Failed)?);
+            }
+            Some(c) => each(c.line_slice(line).map_err(not_json)?.map_err(Refusal::Failed)?),
         }
         Ok(())
     };
