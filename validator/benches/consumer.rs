@@ -327,7 +327,7 @@ fn main() {
             while let Some(chunk) = r.chunk().await.unwrap() {
                 pending.extend_from_slice(&chunk);
                 let mut from = 0;
-                while let Some(at) = pending[from..].iter().position(|b| *b == b'\n') {
+                while let Some(at) = memchr::memchr(b'\n', &pending[from..]) {
                     // As `lite-node read --from/--to` reads a line.
                     let line = &pending[from..from + at];
                     bundle::check_slice(line, &asked(2 + checked, &p)).unwrap().unwrap();
@@ -364,7 +364,7 @@ fn main() {
         while let Some(chunk) = r.chunk().await.unwrap() {
             pending.extend_from_slice(&chunk);
             let mut from = 0;
-            while let Some(at) = pending[from..].iter().position(|b| *b == b'\n') {
+            while let Some(at) = memchr::memchr(b'\n', &pending[from..]) {
                 let line: Value = serde_json::from_slice(&pending[from..from + at]).unwrap();
                 match check.as_mut() {
                     None => check = Some(EpochCheck::start(&line, &asked(1, "")).unwrap()),

@@ -70,7 +70,7 @@ pub async fn read_range(
     while let Some(chunk) = r.chunk().await.map_err(|e| e.to_string())? {
         pending.extend_from_slice(&chunk);
         let mut start = 0;
-        while let Some(at) = pending[start..].iter().position(|b| *b == b'\n') {
+        while let Some(at) = memchr::memchr(b'\n', &pending[start..]) {
             each(&pending[start..start + at]);
             start += at + 1;
         }
@@ -148,7 +148,7 @@ pub async fn read_epoch(
     while let Some(chunk) = r.chunk().await.map_err(unanswered)? {
         pending.extend_from_slice(&chunk);
         let mut from = 0;
-        while let Some(at) = pending[from..].iter().position(|b| *b == b'\n') {
+        while let Some(at) = memchr::memchr(b'\n', &pending[from..]) {
             take(&pending[from..from + at], &mut check)?;
             from += at + 1;
         }
