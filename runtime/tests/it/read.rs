@@ -28,6 +28,21 @@ fn serving(runtime: &tokio::runtime::Runtime, bundle: Value) -> String {
     base
 }
 
+/// Answers every read with a body that never ends (a hostile server's);
+/// its base URL.
+fn serving_endless(runtime: &tokio::runtime::Runtime) -> String {
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let endless = || async {
+        let chunk = axum::body::Bytes::from(vec![b' '; 64 << 10]);
+        let chunks = futures_util::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
+        axum::body::Body::from_stream(chunks)
+    };
+    let app = axum::Router::new().fallback(axum::routing::get(endless));
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
 /// Serves `ndjson` as every epoch's whole-epoch bundle (a hostile
 /// server's); its base URL.
 fn serving_epoch(runtime: &tokio::runtime::Runtime, ndjson: String) -> String {
@@ -132,6 +147,15 @@ fn a_snapshot_is_printed_only_when_every_check_holds_and_a_tampered_answer_names
         assert_eq!(run.code, 1, "{check}: {run:?}");
         assert!(run.stderr.contains(&format!("check `{check}` failed")), "{check}: {}", run.stderr);
         assert!(run.stdout.is_empty(), "{check}: nothing printed: {}", run.stdout);
+    }
+    // An answer that never ends is read up to a bundle's longest line, and
+    // refused there: one project, a whole epoch, and a range.
+    let endless = serving_endless(&runtime);
+    let range = ["--project", project.as_str(), "--from", "5", "--to", "6"];
+    for args in [&["--project", project.as_str(), "--epoch", "5"][..], &["--epoch", "5"][..], &range[..]] {
+        let run = node.run(&[&["read", "--api", endless.as_str()][..], args].concat());
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(run.stderr.contains("longer than"), "{args:?}: {}", run.stderr);
     }
     // A whole consistent forgery (its own bytes, CID, proof and root): only
     // the chain can refuse it.

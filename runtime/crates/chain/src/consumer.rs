@@ -30,6 +30,32 @@ impl std::fmt::Display for Refusal {
 /// by default, escaped.
 pub const MAX_LINE: usize = 16 << 20;
 
+/// An answer's body, read a chunk at a time up to `cap` bytes (a hostile
+/// server's endless answer stops there).
+async fn body_within(r: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > cap {
+            return Err(format!("an answer longer than {cap} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// What an error answer says, its first KiB at most.
+async fn error_text(mut r: reqwest::Response) -> String {
+    let status = r.status();
+    let mut said = Vec::new();
+    while let Ok(Some(chunk)) = r.chunk().await {
+        said.extend_from_slice(&chunk[..chunk.len().min(1024 - said.len())]);
+        if said.len() >= 1024 {
+            break;
+        }
+    }
+    format!("{status}: {}", String::from_utf8_lossy(&said).trim())
+}
+
 /// `server`'s bundle of `project` at `epoch_id` as it came, unchecked (not
 /// even as JSON: [`lite_node_protocol::bundle::check_slice`] reads it).
 pub async fn fetch_bundle(
@@ -39,13 +65,12 @@ pub async fn fetch_bundle(
     project: &str,
 ) -> Result<Vec<u8>, String> {
     let url = format!("{}/data/{epoch_id}/{project}", server.trim_end_matches('/'));
-    let r = client.get(&url).send().await.map_err(|e| e.to_string())?;
-    let status = r.status();
-    let body = r.bytes().await.map_err(|e| e.to_string())?;
-    if !status.is_success() {
-        return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
+    let mut r = client.get(&url).send().await.map_err(|e| e.to_string())?;
+    if !r.status().is_success() {
+        return Err(error_text(r).await);
     }
-    Ok(body.into())
+    // A bundle is one line.
+    body_within(&mut r, MAX_LINE).await
 }
 
 /// Reads `server`'s range of `project` over epochs `from..=to`
@@ -61,10 +86,8 @@ pub async fn read_range(
 ) -> Result<(), String> {
     let url = format!("{}/data/range/{project}?from={from}&to={to}", server.trim_end_matches('/'));
     let mut r = client.get(&url).send().await.map_err(|e| e.to_string())?;
-    let status = r.status();
-    if !status.is_success() {
-        let body = r.bytes().await.unwrap_or_default();
-        return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
+    if !r.status().is_success() {
+        return Err(error_text(r).await);
     }
     let mut pending: Vec<u8> = Vec::new();
     while let Some(chunk) = r.chunk().await.map_err(|e| e.to_string())? {
@@ -97,17 +120,10 @@ pub async fn read_pairs(
     let url = format!("{}/data/pairs/{}", server.trim_end_matches('/'), asked.epoch_id);
     let unanswered = |e: reqwest::Error| Refusal::Unanswered(e.to_string());
     let mut r = client.get(&url).send().await.map_err(unanswered)?;
-    let status = r.status();
-    let mut body = Vec::new();
-    while let Some(chunk) = r.chunk().await.map_err(unanswered)? {
-        body.extend_from_slice(&chunk);
-        if body.len() > MAX_PAIRS_ANSWER {
-            return Err(Refusal::Unanswered(format!("an answer longer than {MAX_PAIRS_ANSWER} bytes")));
-        }
+    if !r.status().is_success() {
+        return Err(Refusal::Unanswered(error_text(r).await));
     }
-    if !status.is_success() {
-        return Err(Refusal::Unanswered(format!("{status}: {}", String::from_utf8_lossy(&body).trim())));
-    }
+    let body = body_within(&mut r, MAX_PAIRS_ANSWER).await.map_err(Refusal::Unanswered)?;
     let value: Value =
         serde_json::from_slice(&body).map_err(|e| Refusal::Unanswered(format!("not an epoch's pairs (JSON: {e})")))?;
     lite_node_protocol::bundle::check_pairs(&value, asked).map_err(Refusal::Failed)
@@ -126,10 +142,8 @@ pub async fn read_epoch(
     let url = format!("{}/data/{}", server.trim_end_matches('/'), asked.epoch_id);
     let unanswered = |e: reqwest::Error| Refusal::Unanswered(e.to_string());
     let mut r = client.get(&url).send().await.map_err(unanswered)?;
-    let status = r.status();
-    if !status.is_success() {
-        let body = r.bytes().await.unwrap_or_default();
-        return Err(Refusal::Unanswered(format!("{status}: {}", String::from_utf8_lossy(&body).trim())));
+    if !r.status().is_success() {
+        return Err(Refusal::Unanswered(error_text(r).await));
     }
     let mut check: Option<EpochCheck> = None;
     let mut pending: Vec<u8> = Vec::new();
