@@ -71,9 +71,10 @@ fn same_market_of(epoch_id: Option<u64>, protocol_state: &str, data_market: &str
 
 /// A bundle's fields as an answer carries them, read in one pass with no
 /// tree of values built, and borrowed from the answer where they hold no
-/// escape. Read so only when every field present has the type a bundle
-/// gives it (and none is given twice); any other answer is read as a
-/// [`Value`], so both readings check alike ([`check_slice`]).
+/// escape. Read so only when the answer is an object whose every field
+/// present has the type a bundle gives it (and none is given twice); any
+/// other answer is read as a [`Value`], so both readings check alike
+/// ([`check_slice`]).
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Wire<'a> {
@@ -246,9 +247,9 @@ impl EpochCheck {
             #[serde(borrow)]
             snapshot: Option<Cow<'a, str>>,
         }
-        match serde_json::from_slice::<LineWire<'_>>(line) {
-            Ok(w) => Ok(self.line_of(w.project_id.as_deref(), w.cid.as_deref(), w.snapshot.as_deref())),
-            Err(_) => Ok(self.line(&serde_json::from_slice::<Value>(line)?)),
+        match is_object(line).then(|| serde_json::from_slice::<LineWire<'_>>(line)) {
+            Some(Ok(w)) => Ok(self.line_of(w.project_id.as_deref(), w.cid.as_deref(), w.snapshot.as_deref())),
+            _ => Ok(self.line(&serde_json::from_slice::<Value>(line)?)),
         }
     }
 
@@ -340,9 +341,9 @@ pub fn check(bundle: &Value, asked: &Asked<'_>) -> Result<Checked, Failed> {
 /// answer either way, at about half the reader's CPU. The outer error: the
 /// answer is not JSON.
 pub fn check_slice(body: &[u8], asked: &Asked<'_>) -> Result<Result<Checked, Failed>, serde_json::Error> {
-    let w = match serde_json::from_slice::<Wire<'_>>(body) {
-        Ok(w) => w,
-        Err(_) => return Ok(check(&serde_json::from_slice::<Value>(body)?, asked)),
+    let w = match is_object(body).then(|| serde_json::from_slice::<Wire<'_>>(body)) {
+        Some(Ok(w)) => w,
+        _ => return Ok(check(&serde_json::from_slice::<Value>(body)?, asked)),
     };
     let proof = w.proof.as_ref().map(|p| p.iter().map(|h| h.as_ref()).collect());
     Ok(check_fields(
@@ -369,10 +370,16 @@ pub fn epoch_of(body: &[u8]) -> Option<u64> {
     struct EpochWire {
         epoch_id: Option<u64>,
     }
-    match serde_json::from_slice::<EpochWire>(body) {
-        Ok(w) => w.epoch_id,
-        Err(_) => serde_json::from_slice::<Value>(body).ok()?["epochId"].as_u64(),
+    match is_object(body).then(|| serde_json::from_slice::<EpochWire>(body)) {
+        Some(Ok(w)) => w.epoch_id,
+        _ => serde_json::from_slice::<Value>(body).ok()?["epochId"].as_u64(),
     }
+}
+
+/// Whether `body` opens an object: a struct read by serde takes a list of
+/// its fields' values as well, which as a [`Value`] is no bundle.
+fn is_object(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
 fn check_fields(f: Fields<'_>, asked: &Asked<'_>) -> Result<Checked, Failed> {
@@ -508,6 +515,14 @@ mod tests {
         texts.push(text.replace("\"epochId\":7", "\"epochId\":8"));
         texts.push("not json".into());
         texts.push("[1, 2]".into());
+        // The fields' values as a list, in the order serde would take them
+        // for a struct: no bundle, read either way.
+        let list: Vec<Value> =
+            ["epochId", "projectId", "protocolState", "dataMarket", "snapshot", "cid", "root", "proof"]
+                .iter()
+                .map(|f| good[*f].clone())
+                .collect();
+        texts.push(Value::Array(list).to_string());
 
         let mut held = 0;
         for text in &texts {
@@ -549,6 +564,7 @@ mod tests {
         texts.push(line.to_string().replace("-5", "-6"));
         texts.push(line.to_string().replace("\"b:2\"", "\"b\\u003a2\""));
         texts.push("{".into());
+        texts.push(serde_json::json!([line["projectId"], line["cid"], line["snapshot"]]).to_string());
         let mut held = 0;
         for text in &texts {
             let mut a = EpochCheck::start(&header, &asked).unwrap();
